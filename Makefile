@@ -1,0 +1,30 @@
+# tetrachip: two commands from a fresh clone.
+#   make demo   the main end-to-end job on the embedded default config
+#   make test   the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test venv clean docs
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tetrachip needs Python >= 3.11 (found %s)" % sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m runtime.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+docs: $(STAMP)
+	$(PY) -m isa.docgen
+
+clean:
+	rm -rf $(VENV) build out .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""tetrachip compiler package."""

@@ -1,0 +1,1 @@
+"""tetrachip runtime package."""
