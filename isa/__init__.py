@@ -1,1 +1,17 @@
-"""tetrachip isa package."""
+"""tetrachip ISA: ChipConfig, the instruction table, encoding, assembler and the Program container.
+
+Imports only numpy and the standard library.
+"""
+
+from .asm import assemble, assemble_file, disassemble, format_instruction
+from .config import PRESETS, ChipConfig
+from .encoding import Instruction, decode, encode
+from .errors import (AsmError, BinaryFormatError, ConfigError, DecodeError, EncodeError, ErrorCode,
+                     TetrachipError)
+from .program import Program
+from .table import INSTRUCTIONS, WORD_BITS, WORD_BYTES, Space, Unit
+
+__all__ = ["ChipConfig", "PRESETS", "Instruction", "encode", "decode", "assemble", "assemble_file",
+           "disassemble", "format_instruction", "Program", "INSTRUCTIONS", "WORD_BITS", "WORD_BYTES",
+           "Space", "Unit", "ErrorCode", "TetrachipError", "AsmError", "BinaryFormatError",
+           "ConfigError", "DecodeError", "EncodeError"]

@@ -1,0 +1,596 @@
+"""Assembler and disassembler, derived from the instruction table.
+
+Syntax (one instruction per line)::
+
+    ; comments start with ';' or '#'
+    .config tiny                 ; optional: the config this file is written for
+    .equ    TILE, 4 * ROWS       ; named constant (ROWS, COLS, SPM_ROWS, ... are predefined)
+    start:  seti r1, 100         ; labels end with ':'
+            loop l0, r1, s0=1, s1=COLS
+            dma.ld spm[0], dram[0x100], rows=TILE, rstride=COLS, rep=l0:1, signal=mxu
+            bne r1, r0, start
+
+Operands are written in the table's syntax order; keyword operands (``rows=``, ``n=``...) may
+come in any order after the positional ones. Queued instructions take the modifiers
+``rep=lB:D`` (loop nest), ``wait=UNITS``, ``signal=UNITS`` and ``sync=each|once``; UNITS is
+``none``, ``all`` or names joined by ``|`` (scalar, load, store, mxu, vpu, ltx, lrx).
+Expressions use integers (decimal, 0x, 0b, 0o), constants, labels, parentheses and the C
+operators ``+ - * / % << >> & ^ | ~``.
+
+Every error is an ``AsmError`` printed as ``FILE:LINE:COL: message``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .encoding import Instruction, canonical, check_values, decode_all
+from .errors import AsmError, EncodeError, TetrachipError
+from .table import (BY_MNEMONIC, UNIT_NAMES, CountMode, Instr, Operand, Round, ScaleMode, Space,
+                    SrcMode, Sync, Unit)
+
+QHDR_KEYS = ("rep", "wait", "signal", "sync")
+_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|\d[\d_]*)"
+                    r"|([A-Za-z_.$][\w.$]*)|(<<|>>|[-+*/%&|^~()\[\]:=]))")
+
+
+def predefined(cfg) -> dict[str, int]:
+    """Constants every program may use, from the config."""
+    return {"ROWS": cfg.rows, "COLS": cfg.cols, "SPM_ROWS": cfg.spm_rows, "ACC_ROWS": cfg.acc_rows,
+            "DRAM_BYTES": cfg.dram_bytes, "LOOP_REGS": cfg.loop_regs, "SCALAR_REGS": cfg.scalar_regs,
+            "LINKS": cfg.links, "IMEM_WORDS": cfg.imem_words}
+
+
+# --------------------------------------------------------------------------------------------
+# Lexing and expressions
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Tok:
+    kind: str  # num, name, op, end
+    text: str
+    col: int   # 1-based column in the source line
+    value: int = 0
+
+
+def _lex(text: str, col0: int, err) -> list[Tok]:
+    toks, pos = [], 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            toks.append(Tok("end", "", col0 + pos))
+            return toks
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            err(f"unexpected character {text[pos]!r}", col0 + pos)
+        num, name, op = m.groups()
+        start = m.start(m.lastindex)
+        if num is not None:
+            toks.append(Tok("num", num, col0 + start, int(num.replace("_", ""), 0)))
+        elif name is not None:
+            toks.append(Tok("name", name, col0 + start))
+        else:
+            toks.append(Tok("op", op, col0 + start))
+        pos = m.end()
+
+
+def _binop(op: str, a: int, b: int) -> int:
+    if op in "/%":  # C semantics: truncate toward zero
+        q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
+        return q if op == "/" else a - b * q
+    return {"|": a | b, "^": a ^ b, "&": a & b, "+": a + b, "-": a - b, "*": a * b,
+            "<<": a << b if op == "<<" else 0, ">>": a >> b}[op]
+
+
+class _Expr:
+    """Recursive-descent evaluation of an integer expression over a token list."""
+
+    PREC = [("|",), ("^",), ("&",), ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
+
+    def __init__(self, toks, i, names, err):
+        self.toks, self.i, self.names, self.err = toks, i, names, err
+
+    def peek(self):
+        return self.toks[self.i]
+
+    def parse(self, level=0) -> int:
+        if level == len(self.PREC):
+            return self.unary()
+        v = self.parse(level + 1)
+        while self.peek().kind == "op" and self.peek().text in self.PREC[level]:
+            t = self.toks[self.i]
+            self.i += 1
+            r = self.parse(level + 1)
+            if t.text in "/%" and r == 0:
+                self.err("division by zero", t.col)
+            if t.text in ("<<", ">>") and not 0 <= r < 256:
+                self.err(f"shift amount {r} out of range", t.col)
+            v = _binop(t.text, v, r)
+            if abs(v) > 1 << 80:
+                self.err("value too large", t.col)
+        return v
+
+    def unary(self) -> int:
+        t = self.peek()
+        if t.kind == "op" and t.text in "-+~":
+            self.i += 1
+            v = self.unary()
+            return -v if t.text == "-" else ~v if t.text == "~" else v
+        if t.kind == "op" and t.text == "(":
+            self.i += 1
+            v = self.parse()
+            if self.peek().text != ")":
+                self.err("expected ')'", self.peek().col)
+            self.i += 1
+            return v
+        if t.kind == "num":
+            self.i += 1
+            return t.value
+        if t.kind == "name":
+            self.i += 1
+            if t.text not in self.names:
+                self.err(f"undefined name {t.text!r}", t.col)
+            return self.names[t.text]
+        self.err("expected a number or a name" + (f", found {t.text!r}" if t.text else ""), t.col)
+
+
+# --------------------------------------------------------------------------------------------
+# Assembling
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class _Line:
+    lineno: int
+    mnemonic: str
+    mcol: int
+    operands: list[tuple[str, int]]  # (text, column)
+    source: str
+
+
+def _split_operands(text: str, col0: int, err) -> list[tuple[str, int]]:
+    out, depth, start = [], 0, 0
+    for k, ch in enumerate(text + ","):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth <= 0:
+            piece = text[start:k]
+            stripped = piece.strip()
+            c = col0 + start + (len(piece) - len(piece.lstrip()))
+            if not stripped:
+                if k < len(text) or out:
+                    err("empty operand", c)
+            else:
+                out.append((stripped, c))
+            start, depth = k + 1, 0
+    return out
+
+
+def _strip_comment(line: str) -> str:
+    for k, ch in enumerate(line):
+        if ch in ";#":
+            return line[:k]
+    return line
+
+
+class Assembler:
+    def __init__(self, cfg, filename: str = "<input>"):
+        self.cfg, self.filename = cfg, filename
+        self.names: dict[str, int] = predefined(cfg)
+        self.labels: dict[str, int] = {}
+        self.lineno = 0
+
+    def err(self, msg: str, col: int, line: int | None = None):
+        raise AsmError(msg, self.filename, self.lineno if line is None else line, col)
+
+    # pass 1: labels, constants, instruction lines
+    def scan(self, text: str) -> list[_Line]:
+        lines: list[_Line] = []
+        for self.lineno, raw in enumerate(text.splitlines(), 1):
+            body = _strip_comment(raw)
+            pos = 0
+            while True:  # labels
+                m = re.match(r"\s*([A-Za-z_.$][\w.$]*)\s*:(?!=)", body[pos:])
+                if not m or body[pos:].lstrip().startswith("."):
+                    break
+                name = m.group(1)
+                col = pos + m.start(1) + 1
+                if name in self.labels:
+                    self.err(f"duplicate label {name!r}", col)
+                if name in BY_MNEMONIC:
+                    self.err(f"label {name!r} is a mnemonic", col)
+                if name in self.names:
+                    self.err(f"label {name!r} is already a constant", col)
+                self.labels[name] = len(lines)
+                self.names[name] = len(lines)
+                pos += m.end()
+            rest = body[pos:]
+            if not rest.strip():
+                continue
+            m = re.match(r"\s*(\S+)", rest)
+            word, wcol = m.group(1), pos + m.start(1) + 1
+            after = rest[m.end():]
+            acol = pos + m.end() + 1
+            if word.startswith("."):
+                self.directive(word.lower(), wcol, after, acol)
+                continue
+            if not re.fullmatch(r"[A-Za-z][\w.]*", word):
+                self.err(f"expected a mnemonic, found {word!r}", wcol)
+            ops = _split_operands(after, acol, self.err)
+            lines.append(_Line(self.lineno, word.lower(), wcol, ops, raw))
+        return lines
+
+    def directive(self, word: str, wcol: int, after: str, acol: int) -> None:
+        ops = _split_operands(after, acol, self.err)
+        if word in (".equ", ".set"):
+            if len(ops) != 2:
+                self.err(f"{word} takes a name and a value, got {len(ops)} operand(s)", wcol)
+            (name, ncol), (expr, ecol) = ops
+            if not re.fullmatch(r"[A-Za-z_$][\w$]*", name):
+                self.err(f"bad constant name {name!r}", ncol)
+            if name in self.labels or name in BY_MNEMONIC or (name in self.names and word == ".equ"):
+                self.err(f"duplicate name {name!r}", ncol)
+            self.names[name] = self.expr(expr, ecol)
+        elif word == ".config":
+            if len(ops) != 1:
+                self.err(".config takes one config name", wcol)
+            name, col = ops[0]
+            if name != self.cfg.name:
+                self.err(f"this file is written for config {name!r}, not {self.cfg.name!r}", col)
+        else:
+            self.err(f"unknown directive {word!r} (known: .equ, .set, .config)", wcol)
+
+    def expr(self, text: str, col: int) -> int:
+        toks = _lex(text, col, self.err)
+        e = _Expr(toks, 0, self.names, self.err)
+        v = e.parse()
+        if toks[e.i].kind != "end":
+            self.err(f"unexpected {toks[e.i].text!r} in expression", toks[e.i].col)
+        return v
+
+    # pass 2: operands -> fields
+    def instruction(self, ln: _Line, pc: int) -> Instruction:
+        self.lineno = ln.lineno
+        spec = BY_MNEMONIC.get(ln.mnemonic)
+        if spec is None:
+            self.err(f"unknown mnemonic {ln.mnemonic!r}", ln.mcol)
+        positional = [o for o in spec.syntax if o.key is None]
+        keyed = {o.key: o for o in spec.syntax if o.key is not None}
+        modifiers = QHDR_KEYS if spec.queued else ("wait", "signal") if "wait" in \
+            [f.name for f in spec.fields] else ()
+        values: dict[str, int] = {}
+        cols: dict[str, int] = {}
+        npos, seen = 0, set()
+        for text, col in ln.operands:
+            m = re.match(r"([A-Za-z_]\w*)\s*=(?!=)\s*", text)
+            if m:
+                key = m.group(1)
+                vtext, vcol = text[m.end():], col + m.end()
+                if key in seen:
+                    self.err(f"{key}= given twice", col)
+                seen.add(key)
+                if key in keyed:
+                    self.operand(keyed[key], vtext, vcol, values, cols)
+                elif key in modifiers:
+                    self.modifier(key, vtext, vcol, values, cols)
+                else:
+                    allowed = list(keyed) + list(modifiers)
+                    self.err(f"{spec.mnemonic} has no operand {key}=" +
+                             (f" (it takes {', '.join(k + '=' for k in allowed)})" if allowed else ""), col)
+                continue
+            if seen:
+                self.err("positional operand after a keyword operand", col)
+            if npos >= len(positional):
+                self.err(f"{spec.mnemonic} takes {len(positional)} operand(s), got more", col)
+            self.operand(positional[npos], text, col, values, cols)
+            npos += 1
+        if npos < len(positional):
+            self.err(f"{spec.mnemonic} takes {len(positional)} operand(s) "
+                     f"({_syntax_hint(spec)}), got {npos}", ln.mcol)
+        for key, o in keyed.items():
+            if o.fields[0] not in values:
+                if o.default is None:
+                    self.err(f"{spec.mnemonic} needs {key}=", ln.mcol)
+                values[o.fields[0]] = resolve_default(o, values, self.cfg)
+        try:
+            ins = Instruction.make(spec.mnemonic, **values)
+            check_values(ins, self.cfg)
+            ins = canonical(ins, self.cfg)
+        except EncodeError as e:
+            self.err(str(e), cols.get(getattr(e, "field", ""), ln.mcol))
+        return ins
+
+    def operand(self, o: Operand, text: str, col: int, values: dict, cols: dict) -> None:
+        def put(name, v):
+            values[name] = v
+            cols[name] = col
+
+        k = o.kind
+        if k in ("reg", "lreg"):
+            put(o.fields[0], self.register(text, col, "r" if k == "reg" else "l"))
+        elif k in ("imm", "target"):
+            if k == "target" and re.fullmatch(r"[A-Za-z_.$][\w.$]*", text) and text not in self.names:
+                self.err(f"undefined label {text!r}", col)
+            put(o.fields[0], self.expr(text, col))
+        elif k == "mem":
+            space, addr, x = self.memref(text, col, o.space)
+            if o.space is None:
+                put(o.fields[0], space)
+            put(o.fields[-2], addr)
+            put(o.fields[-1], x)
+        elif k == "dram":
+            m = re.fullmatch(r"dram\s*\[(.*)\]\s*", text, re.S)
+            if not m:
+                self.err(f"expected dram[address], found {text!r}", col)
+            v, x = self.indexed(m.group(1), col + m.start(1))
+            if not 0 <= v < self.cfg.dram_bytes:
+                self.err(f"DRAM address {v:#x} out of range (DRAM has {self.cfg.dram_bytes:#x} bytes)", col)
+            put(o.fields[0], v)
+            put(o.fields[1], x)
+        elif k in ("src", "scale", "count"):
+            mode_f, val_f = o.fields[:2]
+            if re.fullmatch(r"[rR]\d+", text):
+                mode = {"src": SrcMode.REG, "scale": ScaleMode.REG, "count": CountMode.REG}[k]
+                v = self.register(text, col, "r")
+            elif re.match(r"(spm|acc)\s*\[", text, re.I) and k != "count":
+                space, v, x = self.memref(text, col, Space.ACC if k == "scale" else None)
+                mode = SrcMode(space) if k == "src" else ScaleMode.ROW
+                put(o.fields[2], x)
+            else:
+                mode = {"src": SrcMode.IMM, "scale": ScaleMode.IMM, "count": CountMode.IMM}[k]
+                v = self.expr(text, col)
+            put(mode_f, int(mode))
+            put(val_f, v)
+        elif k == "units":
+            put(o.fields[0], self.units(text, col))
+        elif k == "enum":
+            t = text.strip().lower()
+            if t not in o.names:
+                self.err(f"expected one of {', '.join(o.names)}, found {text!r}", col)
+            put(o.fields[0], o.names.index(t))
+        else:  # pragma: no cover - the table is checked at import
+            raise AssertionError(k)
+
+    def modifier(self, key: str, text: str, col: int, values: dict, cols: dict) -> None:
+        if key == "rep":
+            m = re.fullmatch(r"\s*[lL](\d+)\s*:\s*(.+?)\s*", text)
+            if not m:
+                self.err(f"expected rep=lBASE:DEPTH, found {text!r}", col)
+            base = int(m.group(1))
+            if base >= self.cfg.loop_regs:
+                self.err(f"loop register l{base} does not exist (l0..l{self.cfg.loop_regs - 1})", col)
+            values["rep_base"], values["rep_depth"] = base, self.expr(m.group(2), col + m.start(2))
+            cols["rep_base"] = cols["rep_depth"] = col
+        elif key == "sync":
+            names = [s.name.lower() for s in Sync]
+            if text.strip().lower() not in names:
+                self.err(f"expected sync=each or sync=once, found {text!r}", col)
+            values["sync"], cols["sync"] = names.index(text.strip().lower()), col
+        else:
+            values[key], cols[key] = self.units(text, col), col
+
+    def register(self, text: str, col: int, prefix: str) -> int:
+        m = re.fullmatch(rf"[{prefix}{prefix.upper()}](\d+)", text.strip())
+        count = self.cfg.scalar_regs if prefix == "r" else self.cfg.loop_regs
+        kind = "register" if prefix == "r" else "loop register"
+        if not m:
+            self.err(f"expected a {kind} {prefix}0..{prefix}{count - 1}, found {text!r}", col)
+        n = int(m.group(1))
+        if n >= count:
+            self.err(f"{kind} {prefix}{n} does not exist ({prefix}0..{prefix}{count - 1})", col)
+        return n
+
+    def memref(self, text: str, col: int, only: Space | None) -> tuple[int, int, int]:
+        m = re.fullmatch(r"(spm|acc)\s*\[(.*)\]\s*", text, re.S | re.I)
+        want = f"{only.name.lower()}[row]" if only is not None else "spm[row] or acc[row]"
+        if not m:
+            self.err(f"expected {want}, found {text!r}", col)
+        space = Space[m.group(1).upper()]
+        if only is not None and space != only:
+            self.err(f"expected {want}, found {text!r}", col)
+        v, x = self.indexed(m.group(2), col + m.start(2))
+        depth = self.cfg.spm_rows if space == Space.SPM else self.cfg.acc_rows
+        if not 0 <= v < depth:
+            self.err(f"{space.name} row {v} out of range ({space.name} has {depth} rows)", col)
+        return int(space), v, x
+
+    def indexed(self, text: str, col: int) -> tuple[int, int]:
+        """An address ``expr``, ``rN``, ``rN + expr`` or ``expr + rN``: (immediate, register)."""
+        m = re.fullmatch(r"\s*([rR]\d+)\s*(?:\+(.*))?", text, re.S) or \
+            re.fullmatch(r"(?P<e>.*)\+\s*(?P<r>[rR]\d+)\s*", text, re.S)
+        if not m:
+            return self.expr(text, col), 0
+        if m.re.groupindex:
+            rtext, rcol, etext, ecol = m.group("r"), col + m.start("r"), m.group("e"), col
+        else:
+            rtext, rcol = m.group(1), col + m.start(1)
+            etext, ecol = m.group(2), col + (m.start(2) if m.group(2) is not None else 0)
+        x = self.register(rtext, rcol, "r")
+        if x == 0:
+            self.err("r0 cannot index an address (it reads 0); leave it out", rcol)
+        return (self.expr(etext, ecol) if etext is not None else 0), x
+
+    def units(self, text: str, col: int) -> int:
+        t = text.strip().lower()
+        if t == "none":
+            return 0
+        if t == "all":
+            return (1 << len(Unit)) - 1
+        mask = 0
+        for part in t.split("|"):
+            p = part.strip()
+            if p not in UNIT_NAMES:
+                self.err(f"unknown unit {p!r} (units: {', '.join(UNIT_NAMES)}, none, all)", col)
+            mask |= 1 << UNIT_NAMES.index(p)
+        return mask
+
+
+def resolve_default(o: Operand, values: dict, cfg) -> int:
+    d = o.default
+    if d == "cols":
+        return cfg.cols
+    if d == "rows":
+        return cfg.rows
+    if d == "esize":
+        return 4 if values.get("space", 0) == Space.ACC else 1
+    return int(d)
+
+
+def _syntax_hint(spec: Instr) -> str:
+    return " ".join([spec.mnemonic, ", ".join(_operand_hint(o) for o in spec.syntax if o.key is None)])
+
+
+def _operand_hint(o: Operand) -> str:
+    return {"reg": "rN", "lreg": "lN", "imm": o.fields[0], "target": "label", "dram": "dram[addr]",
+            "mem": (o.space.name.lower() if o.space is not None else "spm|acc") + "[row]",
+            "src": "spm[row]|acc[row]|rN|imm", "scale": "imm|rN|acc[row]", "count": "rN|imm",
+            "units": "unit|unit..", "enum": "|".join(o.names)}[o.kind]
+
+
+def assemble(text: str, cfg=None, filename: str = "<input>"):
+    """Assemble source text into a Program for ``cfg`` (default: the file's .config, else base)."""
+    from .config import ChipConfig
+    from .program import Program
+
+    if cfg is None:
+        m = re.search(r"^\s*\.config\s+([\w.-]+)", text, re.M)
+        cfg = ChipConfig.preset(m.group(1)) if m and m.group(1) in _preset_names() else ChipConfig.preset("base")
+    a = Assembler(cfg, filename)
+    lines = a.scan(text)
+    if len(lines) > cfg.imem_words:
+        ln = lines[cfg.imem_words]
+        a.err(f"program has {len(lines)} instructions, more than the {cfg.imem_words}-word "
+              f"instruction memory", ln.mcol, ln.lineno)
+    instrs = [a.instruction(ln, pc) for pc, ln in enumerate(lines)]
+    return Program(cfg, instrs, labels=dict(a.labels),
+                   lines=[ln.lineno for ln in lines], source_name=filename)
+
+
+def assemble_file(path, cfg=None):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise AsmError(f"cannot read source: {msg}", str(path), 0, 0) from None
+    return assemble(text, cfg, str(path))
+
+
+def _preset_names():
+    from .config import PRESETS
+    return PRESETS
+
+
+# --------------------------------------------------------------------------------------------
+# Disassembling
+# --------------------------------------------------------------------------------------------
+
+def format_instruction(ins: Instruction, cfg, labels: dict[int, str] | None = None) -> str:
+    """Assembly text for one instruction; re-assembles to the same word."""
+    spec = ins.spec
+    d = ins.as_dict()
+    parts, kws = [], []
+    for o in spec.syntax:
+        txt = _format_operand(o, d, labels)
+        if o.key is None:
+            parts.append(txt)
+        elif o.default is None or d[o.fields[0]] != resolve_default(o, d, cfg):
+            kws.append(f"{o.key}={txt}")
+    if spec.queued and d["rep_depth"]:
+        kws.append(f"rep=l{d['rep_base']}:{d['rep_depth']}")
+    elif spec.queued and d["rep_base"]:
+        kws.append(f"rep=l{d['rep_base']}:0")
+    for key in ("wait", "signal"):
+        if d.get(key):
+            kws.append(f"{key}={format_units(d[key])}")
+    if d.get("sync"):
+        kws.append("sync=once")
+    ops = ", ".join(parts + kws)
+    return f"{spec.mnemonic} {ops}".rstrip()
+
+
+def format_units(mask: int) -> str:
+    if mask == 0:
+        return "none"
+    if mask == (1 << len(Unit)) - 1:
+        return "all"
+    return "|".join(n for k, n in enumerate(UNIT_NAMES) if mask >> k & 1)
+
+
+def _format_operand(o: Operand, d: dict, labels) -> str:
+    k = o.kind
+    if k == "reg":
+        return f"r{d[o.fields[0]]}"
+    if k == "lreg":
+        return f"l{d[o.fields[0]]}"
+    if k == "imm":
+        return str(d[o.fields[0]])
+    if k == "target":
+        t = d[o.fields[0]]
+        return labels.get(t, str(t)) if labels else str(t)
+    if k == "mem":
+        space = o.space if o.space is not None else Space(d[o.fields[0]])
+        return f"{space.name.lower()}[{_indexed(d[o.fields[-2]], d[o.fields[-1]])}]"
+    if k == "dram":
+        return f"dram[{_indexed(d[o.fields[0]], d[o.fields[1]], hexa=True)}]"
+    if k in ("src", "scale", "count"):
+        mode, v = d[o.fields[0]], d[o.fields[1]]
+        x = d[o.fields[2]] if len(o.fields) > 2 else 0
+        if k == "src":
+            return {SrcMode.SPM: f"spm[{_indexed(v, x)}]", SrcMode.ACC: f"acc[{_indexed(v, x)}]",
+                    SrcMode.REG: f"r{v}", SrcMode.IMM: str(v)}[SrcMode(mode)]
+        if k == "scale":
+            return {ScaleMode.IMM: str(v), ScaleMode.REG: f"r{v}",
+                    ScaleMode.ROW: f"acc[{_indexed(v, x)}]"}[ScaleMode(mode)]
+        return f"r{v}" if mode == CountMode.REG else str(v)
+    if k == "units":
+        return format_units(d[o.fields[0]])
+    if k == "enum":
+        return o.names[d[o.fields[0]]]
+    raise AssertionError(k)
+
+
+def _indexed(v: int, x: int, hexa: bool = False) -> str:
+    imm = f"{v:#x}" if hexa else str(v)
+    return imm if not x else f"r{x}" if v == 0 else f"r{x} + {imm}"
+
+
+def disassemble(program) -> str:
+    """Assembly text for a whole Program; ``assemble(disassemble(p))`` gives the same bytes."""
+    cfg = program.config
+    targets = sorted({i["target"] for i in program.instructions if "target" in i.as_dict()})
+    names = {pc: n for n, pc in sorted(program.labels.items(), key=lambda kv: kv[1]) if _label_ok(n)}
+    labels = {t: names.get(t, f"L{t}") for t in targets}
+    at_pc: dict[int, list[str]] = {}
+    for n, pc in program.labels.items():
+        if _label_ok(n):
+            at_pc.setdefault(pc, []).append(n)
+    for t, n in labels.items():
+        if n not in at_pc.get(t, []):
+            at_pc.setdefault(t, []).append(n)
+    out = [f"; {len(program.instructions)} instructions for config {cfg.name}",
+           f".config {cfg.name}"]
+    for pc, ins in enumerate(program.instructions):
+        for n in at_pc.get(pc, []):
+            out.append(f"{n}:")
+        out.append(f"    {format_instruction(ins, cfg, labels)}")
+    for n in at_pc.get(len(program.instructions), []):
+        out.append(f"{n}:")
+    return "\n".join(out) + "\n"
+
+
+def _label_ok(name: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z_$][\w$]*", name)) and name not in BY_MNEMONIC
+
+
+def disassemble_words(data: bytes, cfg) -> str:
+    """Disassemble raw instruction words (no header)."""
+    from .program import Program
+    return disassemble(Program(cfg, decode_all(data, cfg)))
+
+
+__all__ = ["assemble", "assemble_file", "disassemble", "format_instruction", "AsmError",
+           "TetrachipError", "Round", "predefined"]
