@@ -1,0 +1,395 @@
+"""The data meaning of every instruction, as plain numpy functions.
+
+One function per instruction or family. The simulator's handlers call these functions and the
+RTL tests compare the Amaranth components against them, so the meaning of an instruction is
+written once. Every function is pure: it takes arrays and integers and returns new arrays
+(or, for the DMA store, a new DRAM image); nothing here knows about time.
+
+Conventions: SPM rows are ``int8`` arrays of ``cols`` lanes, ACC rows ``int32`` arrays; DRAM is a
+``uint8`` array. Arithmetic wraps modulo 2**32 unless a docstring says otherwise.
+
+Decisions where docs/isa.md leaves room (each is repeated in its function's docstring):
+
+* VPU results written to SPM saturate to int8 *after* the int32 operation (which wraps).
+* ``vrsum`` sums all ``cols`` lanes with int32 wrap-around; ``vrmax``/``vrmin`` likewise over all lanes.
+* ``vreq`` with a per-lane scale row uses the same ACC row for every one of its ``n`` rows
+  (per-output-channel scales); the scale is the low 16 bits of each lane, signed.
+  ``round_shift`` of a shift of 0 is the identity for every rounding mode.
+  The clamp is ``min(max(y, lo), hi)``: if ``lo > hi`` every lane becomes ``hi``.
+  ``zp`` is added to the int64 shifted value before the clamp (no wrap).
+* A DMA store whose elements overlap in DRAM (e.g. ``rstride = 0``) writes them in row-major
+  order: the last element written wins. The same holds for a load into SPM/ACC.
+* ``dma`` into ACC moves 4-byte little-endian int32 elements; each element starts at its byte
+  address, which need not be aligned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .table import LUT_ENTRIES, Round, Space
+
+INT8_MIN, INT8_MAX = -128, 127
+_M32 = (1 << 32) - 1
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+def wrap32(x) -> np.ndarray:
+    """Wrap integers (any int dtype, or Python ints) to int32 two's complement."""
+    a = np.asarray(x, dtype=np.int64)
+    return (((a + (1 << 31)) & _M32) - (1 << 31)).astype(np.int32)
+
+
+def wrap32_int(v: int) -> int:
+    """Wrap a Python int to the int32 range."""
+    v &= _M32
+    return v - (1 << 32) if v >> 31 else v
+
+
+def saturate_int8(x) -> np.ndarray:
+    """Clamp to [-128, 127] and return int8."""
+    return np.clip(np.asarray(x, dtype=np.int64), INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def store_rows(x_int32, space: int) -> np.ndarray:
+    """A VPU result as written to ``space``: SPM saturates to int8, ACC keeps int32."""
+    x = np.asarray(x_int32)
+    return saturate_int8(x) if space == Space.SPM else x.astype(np.int32)
+
+
+# --------------------------------------------------------------------------------------------
+# Repeat registers
+# --------------------------------------------------------------------------------------------
+
+def expand_nest(counts, strides, bases) -> np.ndarray:
+    """Addresses of every instance of a loop nest: an int64 array of shape ``(T, len(bases))``.
+
+    ``counts[j]`` is the trip count of level j (level 0 outermost), ``strides[j][k]`` the stride
+    level j adds to operand k, ``bases[k]`` the instance-0 address of operand k. Instances are
+    enumerated with the innermost index fastest; ``T = prod(counts)`` (1 for an empty nest,
+    0 when any count is 0). Instance ``(i_0..i_{D-1})`` uses ``bases[k] + sum_j i_j*strides[j][k]``.
+    """
+    bases = np.asarray(bases, dtype=np.int64).reshape(-1)
+    nk = bases.shape[0]
+    out = bases.reshape(1, nk).copy()
+    for c, s in zip(counts, strides):
+        c = int(c)
+        s = np.asarray(s, dtype=np.int64).reshape(-1)[:nk]
+        if s.shape[0] < nk:
+            s = np.concatenate([s, np.zeros(nk - s.shape[0], np.int64)])
+        # existing instances are the outer levels: new index varies fastest
+        out = (out[:, None, :] + np.arange(c, dtype=np.int64)[None, :, None] * s[None, None, :]).reshape(-1, nk)
+    return out
+
+
+def nest_count(counts) -> int:
+    t = 1
+    for c in counts:
+        t *= int(c)
+    return t
+
+
+# --------------------------------------------------------------------------------------------
+# Scalar unit
+# --------------------------------------------------------------------------------------------
+
+def scalar_alu(op: str, a: int, b: int) -> int:
+    """``add sub mul and or xor sll srl sra slt`` (and ``addi`` as ``add``) on 32-bit values.
+
+    Inputs are any Python ints (taken modulo 2**32); the result is a signed int32 value.
+    Shifts use ``b & 31``; ``srl`` is logical, ``sra`` arithmetic; ``slt`` compares signed.
+    """
+    a, b = wrap32_int(a), wrap32_int(b)
+    sh = b & 31
+    if op in ("add", "addi"):
+        r = a + b
+    elif op == "sub":
+        r = a - b
+    elif op == "mul":
+        r = a * b
+    elif op == "and":
+        r = a & b
+    elif op == "or":
+        r = a | b
+    elif op == "xor":
+        r = a ^ b
+    elif op == "sll":
+        r = a << sh
+    elif op == "srl":
+        r = (a & _M32) >> sh
+    elif op == "sra":
+        r = a >> sh
+    elif op == "slt":
+        r = int(a < b)
+    else:
+        raise ValueError(f"not a scalar ALU op: {op!r}")
+    return wrap32_int(r)
+
+
+def branch_taken(op: str, a: int, b: int) -> bool:
+    """``beq bne blt bge`` (signed 32-bit compare); ``jmp`` is always taken."""
+    a, b = wrap32_int(a), wrap32_int(b)
+    return {"beq": a == b, "bne": a != b, "blt": a < b, "bge": a >= b, "jmp": True}[op]
+
+
+def scalar_load(row, lane: int) -> int:
+    """``sld``: a lane of an SPM row (int8, sign-extended) or ACC row (int32)."""
+    return int(np.asarray(row)[lane])
+
+
+def scalar_store_value(value: int, space: int):
+    """``sst``: the value a scalar register writes into a lane: int8 saturated (SPM) or int32 (ACC)."""
+    v = wrap32_int(value)
+    return np.int8(max(INT8_MIN, min(INT8_MAX, v))) if space == Space.SPM else np.int32(v)
+
+
+# --------------------------------------------------------------------------------------------
+# DMA
+# --------------------------------------------------------------------------------------------
+
+def _elem_size(space: int) -> int:
+    return 4 if space == Space.ACC else 1
+
+
+def dma_byte_addresses(dram: int, rows: int, length: int, rstride: int, estride: int, space: int) -> np.ndarray:
+    """DRAM byte addresses touched, shape ``(rows, length, elem_bytes)``."""
+    eb = _elem_size(space)
+    r = np.arange(rows, dtype=np.int64)[:, None, None] * rstride
+    e = np.arange(length, dtype=np.int64)[None, :, None] * estride
+    b = np.arange(eb, dtype=np.int64)[None, None, :]
+    return dram + r + e + b
+
+
+def dma_footprint(dram: int, rows: int, length: int, rstride: int, estride: int, space: int) -> tuple[int, int]:
+    """Bounding DRAM byte range ``[lo, hi)`` of a DMA instance (empty ``(dram, dram)`` if no element)."""
+    if rows <= 0 or length <= 0:
+        return dram, dram
+    eb = _elem_size(space)
+    ends = [dram + r * rstride + e * estride for r in (0, rows - 1) for e in (0, length - 1)]
+    return min(ends), max(ends) + eb
+
+
+def dma_gather(dram_bytes: np.ndarray, dram: int, rows: int, length: int, rstride: int, estride: int,
+               space: int, cols: int) -> np.ndarray:
+    """``dma.ld``: the ``rows`` SPM (int8) or ACC (int32, little-endian) rows a load writes.
+
+    Element e of row r is read at ``dram + r*rstride + e*estride``; lanes ``length..cols-1`` are
+    zero. The caller checks the addresses are inside DRAM.
+    """
+    eb = _elem_size(space)
+    out = np.zeros((rows, cols), dtype=np.int32 if eb == 4 else np.int8)
+    if rows == 0 or length == 0:
+        return out
+    if eb == 1 and estride == 1 and (rows == 1 or rstride == length):
+        out[:, :length] = dram_bytes[dram:dram + rows * length].view(np.int8).reshape(rows, length)
+        return out
+    addr = dma_byte_addresses(dram, rows, length, rstride, estride, space)
+    b = dram_bytes[addr]
+    if eb == 1:
+        out[:, :length] = b[..., 0].view(np.int8)
+    else:
+        out[:, :length] = np.ascontiguousarray(b).view("<i4")[..., 0]
+    return out
+
+
+def dma_scatter(dram_bytes: np.ndarray, rows_data: np.ndarray, dram: int, length: int, rstride: int,
+                estride: int, space: int) -> np.ndarray:
+    """``dma.st``: DRAM after storing lanes ``0..length-1`` of ``rows_data`` (a new array).
+
+    Element e of row r goes to ``dram + r*rstride + e*estride`` (int8, or int32 little-endian for
+    ACC rows). Overlapping elements are written in row-major order: the last one wins.
+    """
+    out = np.array(dram_bytes, dtype=np.uint8, copy=True)
+    dma_scatter_into(out, rows_data, dram, length, rstride, estride, space)
+    return out
+
+
+def dma_scatter_into(dram_bytes: np.ndarray, rows_data: np.ndarray, dram: int, length: int, rstride: int,
+                     estride: int, space: int) -> None:
+    """In-place form of ``dma_scatter`` (the simulator uses it on its DRAM array)."""
+    rows = rows_data.shape[0]
+    if rows == 0 or length == 0:
+        return
+    eb = _elem_size(space)
+    src = np.ascontiguousarray(rows_data[:, :length].astype("<i4" if eb == 4 else np.int8))
+    if eb == 1 and estride == 1 and (rows == 1 or rstride == length):
+        dram_bytes[dram:dram + rows * length] = src.reshape(-1).view(np.uint8)
+        return
+    addr = dma_byte_addresses(dram, rows, length, rstride, estride, space).reshape(-1)
+    # numpy fancy assignment with repeated indices keeps the last value: row-major order wins
+    dram_bytes[addr] = src.view(np.uint8).reshape(-1)
+
+
+# --------------------------------------------------------------------------------------------
+# MXU
+# --------------------------------------------------------------------------------------------
+
+def load_weights(spm_rows: np.ndarray, k: int, rows: int, cols: int) -> np.ndarray:
+    """``mxu.lw``: the ``rows x cols`` int8 weight tile from the first ``k`` SPM rows (rows k.. zero)."""
+    w = np.zeros((rows, cols), dtype=np.int8)
+    w[:k] = np.asarray(spm_rows)[:k, :cols]
+    return w
+
+
+def matmul_rows(x_rows: np.ndarray, w_tile: np.ndarray) -> np.ndarray:
+    """``mxu.mm``: ``x_rows[:, 0..rows-1] @ w_tile`` as int32 (lanes rows.. of the inputs are ignored)."""
+    r = w_tile.shape[0]
+    x = np.asarray(x_rows)[:, :r].astype(np.int64)
+    return wrap32(x @ w_tile.astype(np.int64))
+
+
+def matmul_acc(acc_rows: np.ndarray, x_rows: np.ndarray, w_tile: np.ndarray) -> np.ndarray:
+    """``mxu.mma``: ``acc_rows + x_rows @ w_tile`` with int32 wrap-around."""
+    return wrap32(np.asarray(acc_rows, dtype=np.int64) + matmul_rows(x_rows, w_tile).astype(np.int64))
+
+
+# --------------------------------------------------------------------------------------------
+# VPU
+# --------------------------------------------------------------------------------------------
+
+VPU_BINARY = ("vadd", "vsub", "vmul", "vmin", "vmax", "vshl", "vsra")
+VPU_UNARY = ("vmov", "vrelu", "vabs", "vrsum", "vrmax", "vrmin", "vlut")
+
+
+def binary_int32(op: str, a, b) -> np.ndarray:
+    """The int32 (wrapping) lane-wise result of a ``vbin`` op; ``b`` broadcasts if scalar."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if op == "vadd":
+        r = a + b
+    elif op == "vsub":
+        r = a - b
+    elif op == "vmul":
+        r = a * b   # |a|,|b| < 2**31: the product fits int64; its low 32 bits are kept
+    elif op == "vmin":
+        r = np.minimum(a, b)
+    elif op == "vmax":
+        r = np.maximum(a, b)
+    elif op == "vshl":
+        r = (a & _M32) << (b & 31)
+    elif op == "vsra":
+        r = a >> (b & 31)
+    else:
+        raise ValueError(f"not a VPU binary op: {op!r}")
+    return wrap32(np.broadcast_to(r, np.broadcast_shapes(a.shape, b.shape)))
+
+
+def vpu_binary(op: str, a_rows, b, dst_space: int) -> np.ndarray:
+    """``vadd vsub vmul vmin vmax vshl vsra``: rows written to ``dst_space``.
+
+    ``a_rows`` (int8 or int32, widened to int32), ``b`` rows of the same shape or a scalar
+    (register or immediate, broadcast). Wrapping int32 arithmetic, then saturation to int8 when
+    ``dst_space`` is SPM.
+    """
+    if np.ndim(b) == 0:
+        b = wrap32_int(int(b))
+    return store_rows(binary_int32(op, a_rows, b), dst_space)
+
+
+def unary_int32(op: str, a, lut_table=None) -> np.ndarray:
+    """The int32 lane-wise result of a ``vun`` op on rows ``a`` (shape ``(n, cols)``)."""
+    a = np.asarray(a, dtype=np.int64)
+    if op == "vmov":
+        r = a
+    elif op == "vrelu":
+        r = np.maximum(a, 0)
+    elif op == "vabs":
+        r = np.abs(a)           # |-2**31| = 2**31 wraps back to -2**31
+    elif op in ("vrsum", "vrmax", "vrmin"):
+        r = lane_reduce(op, a)
+    elif op == "vlut":
+        if lut_table is None:
+            raise ValueError("vlut needs the lookup table")
+        r = lut(a, lut_table)
+    else:
+        raise ValueError(f"not a VPU unary op: {op!r}")
+    return wrap32(r)
+
+
+def vpu_unary(op: str, a_rows, dst_space: int, lut_table=None) -> np.ndarray:
+    """``vmov vrelu vabs vrsum vrmax vrmin vlut``: rows written to ``dst_space`` (SPM saturates)."""
+    return store_rows(unary_int32(op, a_rows, lut_table), dst_space)
+
+
+def lane_reduce(op: str, a_rows) -> np.ndarray:
+    """``vrsum``/``vrmax``/``vrmin``: each row's reduction over all its lanes, broadcast to every lane.
+
+    The sum wraps modulo 2**32 (int32).
+    """
+    a = np.asarray(a_rows, dtype=np.int64)
+    if op == "vrsum":
+        r = wrap32(a.sum(axis=-1)).astype(np.int64)
+    elif op == "vrmax":
+        r = a.max(axis=-1)
+    elif op == "vrmin":
+        r = a.min(axis=-1)
+    else:
+        raise ValueError(f"not a lane reduction: {op!r}")
+    return np.broadcast_to(r[..., None], a.shape).astype(np.int32)
+
+
+def lut(a_rows, table) -> np.ndarray:
+    """``vlut``: ``table[a & 0xff]`` (the table holds int8 entries, sign-extended)."""
+    t = np.asarray(table, dtype=np.int8)
+    return t[np.asarray(a_rows, dtype=np.int64) & 0xFF].astype(np.int32)
+
+
+def lut_from_rows(spm_rows) -> np.ndarray:
+    """``vlutld``: the 256-entry int8 table from SPM rows, byte j of the rows in row-major order."""
+    flat = np.asarray(spm_rows, dtype=np.int8).reshape(-1)
+    return flat[:LUT_ENTRIES].copy()
+
+
+def round_shift(x, shift: int, rnd: int) -> np.ndarray:
+    """Arithmetic right shift of int64 values with rounding ``Round.FLOOR/HALF_UP/HALF_EVEN``.
+
+    A shift of 0 returns ``x`` unchanged for every mode.
+    """
+    x = np.asarray(x, dtype=np.int64)
+    if shift == 0:
+        return x
+    q = x >> shift
+    if rnd == Round.FLOOR:
+        return q
+    rem = x - (q << shift)               # 0 .. 2**shift - 1
+    half = np.int64(1) << (shift - 1)
+    if rnd == Round.HALF_UP:
+        return q + (rem >= half)
+    if rnd == Round.HALF_EVEN:
+        up = (rem > half) | ((rem == half) & ((q & 1) == 1))
+        return q + up
+    raise ValueError(f"unknown rounding {rnd}")
+
+
+def scale16(v) -> np.ndarray:
+    """Low 16 bits of a value (register or ACC lane), signed: the requantizer's scale."""
+    v = np.asarray(v, dtype=np.int64) & 0xFFFF
+    return np.where(v >= 1 << 15, v - (1 << 16), v)
+
+
+def requantize(x_int32, scale, shift: int, zp: int, lo: int, hi: int, rnd: int) -> np.ndarray:
+    """``vreq``: ``clamp(round_shift(x * scale, shift) + zp, lo, hi)`` as int8.
+
+    ``x`` int32 rows; ``scale`` an int16 value or a per-lane int16 row (broadcast over rows),
+    the product taken in int64. ``zp`` is added without wrap; the clamp is
+    ``min(max(y, lo), hi)`` (so ``lo > hi`` gives ``hi`` everywhere).
+    """
+    x = np.asarray(x_int32, dtype=np.int64)
+    p = x * np.asarray(scale, dtype=np.int64)
+    y = round_shift(p, shift, rnd) + int(zp)
+    return np.minimum(np.maximum(y, int(lo)), int(hi)).astype(np.int8)
+
+
+# --------------------------------------------------------------------------------------------
+# Links
+# --------------------------------------------------------------------------------------------
+
+def link_payload(rows: np.ndarray) -> np.ndarray:
+    """``link.send``: the rows as sent (a copy); ``link.recv`` writes them unchanged."""
+    return np.array(rows, copy=True)
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "np")]
