@@ -68,7 +68,12 @@ def _lex(text: str, col0: int, err) -> list[Tok]:
         num, name, op = m.groups()
         start = m.start(m.lastindex)
         if num is not None:
-            toks.append(Tok("num", num, col0 + start, int(num.replace("_", ""), 0)))
+            digits = num.replace("_", "")
+            try:
+                value = int(digits, 0) if digits[:2].lower() in ("0x", "0b", "0o") else int(digits, 10)
+            except ValueError:
+                err(f"bad number {num!r}", col0 + start)
+            toks.append(Tok("num", num, col0 + start, value))
         elif name is not None:
             toks.append(Tok("name", name, col0 + start))
         else:
@@ -156,7 +161,7 @@ def _split_operands(text: str, col0: int, err) -> list[tuple[str, int]]:
             depth += 1
         elif ch in ")]":
             depth -= 1
-        if ch == "," and depth <= 0:
+        if ch == "," and (depth <= 0 or k == len(text)):
             piece = text[start:k]
             stripped = piece.strip()
             c = col0 + start + (len(piece) - len(piece.lstrip()))

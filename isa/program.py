@@ -30,7 +30,7 @@ from .table import WORD_BYTES
 
 MAGIC = b"TCHP"
 FORMAT_VERSION = 1
-_HEADER = struct.Struct("<4sHH16s8sIII4x")
+_HEADER = struct.Struct("<4sHH16s8sIIII")
 HEADER_BYTES = _HEADER.size
 
 
@@ -65,7 +65,7 @@ class Program:
         body = code + blob
         header = _HEADER.pack(MAGIC, FORMAT_VERSION, WORD_BYTES, self.config.name.encode(),
                               self.config.digest(), len(self.instructions), len(blob),
-                              zlib.crc32(body))
+                              zlib.crc32(body), 0)
         return header + body
 
     def save(self, path: str | Path) -> None:
@@ -79,13 +79,15 @@ class Program:
     def from_bytes(cls, data: bytes, config: ChipConfig | None = None, *, name: str = "binary") -> "Program":
         if len(data) < HEADER_BYTES:
             raise BinaryFormatError(f"{name}: truncated: {len(data)} bytes, a header alone is {HEADER_BYTES}")
-        magic, version, wbytes, cname, digest, n, mlen, crc = _HEADER.unpack_from(data)
+        magic, version, wbytes, cname, digest, n, mlen, crc, reserved = _HEADER.unpack_from(data)
         if magic != MAGIC:
             raise BinaryFormatError(f"{name}: not a tetrachip program (magic {magic!r}, expected {MAGIC!r})")
         if version != FORMAT_VERSION:
             raise BinaryFormatError(f"{name}: format version {version}, this tool reads {FORMAT_VERSION}")
         if wbytes != WORD_BYTES:
             raise BinaryFormatError(f"{name}: {wbytes}-byte words, this ISA has {WORD_BYTES}")
+        if reserved:
+            raise BinaryFormatError(f"{name}: reserved header bytes are not zero")
         need = HEADER_BYTES + n * WORD_BYTES + mlen
         if len(data) != need:
             raise BinaryFormatError(f"{name}: {'truncated' if len(data) < need else 'trailing bytes'}: "
