@@ -66,8 +66,9 @@ def realize(tensors, feeds: dict | None = None, device=None) -> None:
     if not tensors:
         return
     values = compute([t.node for t in tensors], feeds, device)
+    has_inputs = bool(inputs_of([t.node for t in tensors]))
     for t, v in zip(tensors, values):
-        if inputs_of([t.node]):
+        if has_inputs and inputs_of([t.node]):
             continue
         v = np.array(v, order="C", copy=True)
         v.setflags(write=False)

@@ -17,22 +17,29 @@ def _pair(v) -> tuple[int, int]:
 
 
 def _windows(x: Tensor, k, stride, dilation) -> Tensor:
-    """(N, C, H, W) -> (N, C, OH, OW, KH, KW) sliding windows of an already padded input."""
-    (kh, kw), (sh, sw), (dh, dw) = k, stride, dilation
-    h, w = x.shape[-2:]
-    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
-    if oh <= 0 or ow <= 0:
+    """(..., H, W) -> (..., OH, OW, KH, KW) sliding windows of an already padded input, in a fixed
+    handful of movement ops (tinygrad's pooling trick): repeat each row ``e`` times and re-read it
+    with a row length of ``i*f + d``, so that row ``r`` starts ``r*d`` elements later; strides
+    come from a reshape and a shrink."""
+    i_ = x.shape[-2:]
+    noop = [None] * (x.ndim - 2)
+    o_ = [(i - d * (kk - 1) - 1) // s + 1 for i, d, kk, s in zip(i_, dilation, k, stride)]
+    if any(o <= 0 for o in o_):
         raise _err("conv/pool", [x.shape], f"kernel {k} with dilation {dilation} is larger than the input")
-    cols = []
-    for i in range(kh):
-        for j in range(kw):
-            cols.append(x[..., i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw])
-    return _stack_last(cols).reshape(x.shape[:-2] + (oh, ow, kh, kw))
-
-
-def _stack_last(ts):
-    from .tensor import stack
-    return stack(ts, -1)
+    f_ = [1 + int(o * s > i + d) for o, s, i, d in zip(o_, stride, i_, dilation)]
+    e_ = [-(-kk * (i * f + d) // i) for kk, i, d, f in zip(k, i_, dilation, f_)]
+    pre = x.shape[:-2]
+    xup = x.reshape(pre + tuple(v for i in i_ for v in (1, i)))
+    xup = xup.expand(pre + tuple(v for e, i in zip(e_, i_) for v in (e, i)))
+    xup = xup.reshape(pre + tuple(e * i for e, i in zip(e_, i_)))
+    xup = xup.shrink(noop + [(0, kk * (i * f + d)) for kk, i, d, f in zip(k, i_, dilation, f_)])
+    xup = xup.reshape(pre + tuple(v for kk, i, d, f in zip(k, i_, dilation, f_) for v in (kk, i * f + d)))
+    xup = xup.shrink(noop + [b for kk, o, s in zip(k, o_, stride) for b in ((0, kk), (0, o * s))])
+    xup = xup.reshape(pre + tuple(v for kk, o, s in zip(k, o_, stride) for v in (kk, o, s)))
+    xup = xup.shrink(noop + [b for kk, o in zip(k, o_) for b in ((0, kk), (0, o), (0, 1))])
+    xup = xup.reshape(pre + tuple(v for kk, o in zip(k, o_) for v in (kk, o)))
+    n = len(noop)
+    return xup.permute(*range(n), n + 1, n + 3, n, n + 2)
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,

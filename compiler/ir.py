@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -297,14 +298,20 @@ def to_text(outputs, inputs=()) -> str:
     return "\n".join(lines)
 
 
+_checked: "weakref.WeakSet[Node]" = weakref.WeakSet()
+
+
 def verify(outputs, _inputs=None) -> None:
     """Re-check every node reachable from ``outputs``: its stored shape matches its rule, INPUT
     names are unique, and every control-flow body is closed (its leaves are its own INPUTs,
-    CONSTs or BUFFERs). Raises IRError."""
+    CONSTs or BUFFERs). Raises IRError. Nodes are immutable, so a node's own rule is re-run
+    only the first time it is seen; the graph-level checks run every time."""
     names = {}
     for n in toposort(outputs):
-        if infer_shape(n.op, n.dtype, n.src, n.arg) != n.shape:
-            raise _err(n.op, n.src, f"stored shape {fmt_shape(n.shape)} disagrees with the op's rule")
+        if n not in _checked:
+            if infer_shape(n.op, n.dtype, n.src, n.arg) != n.shape:
+                raise _err(n.op, n.src, f"stored shape {fmt_shape(n.shape)} disagrees with the op's rule")
+            _checked.add(n)
         if n.op is Ops.INPUT:
             if _inputs is not None and not any(n is i for i in _inputs):
                 raise _err(n.op, (), f"body refers to an INPUT {n.arg[0]!r} that is not its own")

@@ -89,11 +89,19 @@ def fold_constants(n: Node) -> Node | None:
     return None
 
 
+def simplify_movement(n: Node) -> Node | None:
+    """fold_noops and merge_movement to a fixed point at each node."""
+    changed = False
+    while True:
+        r = fold_noops(n) or merge_movement(n)
+        if r is None:
+            return n if changed else None
+        n, changed = r, True
+
+
 PASSES: list[tuple[str, Rule]] = [
     ("fold_constants", fold_constants),
-    ("fold_noops", fold_noops),
-    ("merge_movement", merge_movement),
-    ("fold_noops_again", fold_noops),
+    ("simplify_movement", simplify_movement),
 ]
 
 

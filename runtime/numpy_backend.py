@@ -8,8 +8,6 @@ instead of materialising the broadcast product — same values, far less memory.
 """
 from __future__ import annotations
 
-import string
-
 import numpy as np
 
 from compiler import semantics
@@ -96,19 +94,30 @@ def _unexpanded(x: Node, env: _Env) -> np.ndarray:
 
 
 def _fused_sum_mul(n: Node, env: _Env) -> np.ndarray:
+    """SUM(MUL(a, b)) over ``n.arg`` as one batched matmul on the un-broadcast operands."""
     mul = n.src[0]
-    full = mul.shape
+    full, red = mul.shape, set(n.arg)
     a, b = (_unexpanded(s, env) for s in mul.src)
-    letters = string.ascii_letters
-    subs, ops = [], []
-    for arr in (a, b):
-        keep = [i for i in range(len(full)) if arr.shape[i] == full[i]]
-        ops.append(arr.reshape([arr.shape[i] for i in keep]))
-        subs.append("".join(letters[i] for i in keep))
-    present = set("".join(subs))
-    if any(letters[i] not in present for i in range(len(full))):  # a dim broadcast on both sides
+    nd = len(full)
+    in_a = [a.shape[i] == full[i] and full[i] != 1 for i in range(nd)]
+    in_b = [b.shape[i] == full[i] and full[i] != 1 for i in range(nd)]
+    if any(full[i] != 1 and not in_a[i] and not in_b[i] for i in range(nd)):  # broadcast on both sides
         out = np.sum(np.multiply(a, b), axis=n.arg, keepdims=True)
-    else:
-        out_sub = "".join(letters[i] for i in range(len(full)) if i not in n.arg)
-        out = np.einsum(f"{subs[0]},{subs[1]}->{out_sub}", *ops, optimize=True).reshape(n.shape)
-    return np.asarray(out).astype(n.dtype.np, copy=False)
+        return np.asarray(out).astype(n.dtype.np, copy=False)
+    # reduce dims that only one side has before multiplying
+    a = a.sum(axis=tuple(i for i in range(nd) if i in red and in_a[i] and not in_b[i]), keepdims=True)
+    b = b.sum(axis=tuple(i for i in range(nd) if i in red and in_b[i] and not in_a[i]), keepdims=True)
+    batch = [i for i in range(nd) if in_a[i] and in_b[i] and i not in red]
+    contract = [i for i in range(nd) if in_a[i] and in_b[i] and i in red]
+    a_keep = [i for i in range(nd) if in_a[i] and not in_b[i] and i not in red]
+    b_keep = [i for i in range(nd) if in_b[i] and not in_a[i] and i not in red]
+    rest_a = [i for i in range(nd) if i not in batch + contract + a_keep]
+    rest_b = [i for i in range(nd) if i not in batch + contract + b_keep]
+    size = lambda idx: int(np.prod([full[i] for i in idx]))  # noqa: E731
+    B, M, K, N = size(batch), size(a_keep), size(contract), size(b_keep)
+    am = np.transpose(a, batch + a_keep + contract + rest_a).reshape(B, M, K)
+    bm = np.transpose(b, batch + contract + b_keep + rest_b).reshape(B, K, N)
+    out = np.matmul(am, bm).reshape([full[i] for i in batch + a_keep + b_keep])
+    order = batch + a_keep + b_keep
+    out = np.transpose(out, [order.index(i) for i in sorted(order)])
+    return np.asarray(out).reshape(n.shape).astype(n.dtype.np, copy=False)
