@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import semantics
-from .ir import CONTROL, Graph, Node, Ops, toposort, verify
+from .ir import CONTROL, Graph, IRError, Node, Ops, toposort, verify
 
 Rule = Callable[[Node], "Node | None"]
 
@@ -28,6 +28,9 @@ def rewrite(outputs, rule: Rule) -> list[Node]:
         same = same_arg and all(a is b for a, b in zip(src, n.src))
         m = n if same else Node(n.op, n.dtype, src, arg)
         r = rule(m)
+        if r is not None and (r.shape != n.shape or r.dtype != n.dtype):
+            raise IRError(n.op, [s.shape for s in n.src], f"rewritten to {r.op.name} {r.dtype}{r.shape}, "
+                          f"which changes the node's type {n.dtype}{n.shape}")
         new[id(n)] = m if r is None else r
     return [new[id(o)] for o in outputs]
 
@@ -111,10 +114,10 @@ def run_passes(outputs, passes=None, check: bool = True) -> list[Node]:
     if check:
         verify(outputs)
     for name, rule in (PASSES if passes is None else passes):
-        outputs = rewrite(outputs, rule)
-        if check:
-            try:
+        try:
+            outputs = rewrite(outputs, rule)
+            if check:
                 verify(outputs)
-            except ValueError as e:
-                raise ValueError(f"graph invalid after pass {name!r}: {e}") from e
+        except ValueError as e:
+            raise ValueError(f"graph invalid after pass {name!r}: {e}") from e
     return outputs

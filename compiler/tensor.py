@@ -106,6 +106,8 @@ class Tensor:
         return f"<Tensor {self.node.op.name} shape={fmt_shape(self.shape)} dtype={self.dtype} (lazy)>"
 
     def requires_grad_(self, flag: bool = True) -> "Tensor":
+        if flag and self._ctx is not None:
+            raise RuntimeError("requires_grad_: only leaf tensors (not results of ops) can be made parameters")
         if flag and not self.dtype.is_float:
             raise TypeError(f"requires_grad: only float tensors can require gradients, got {self.dtype}")
         self.requires_grad = flag
@@ -735,8 +737,14 @@ def realize(*tensors: Tensor, feeds: dict | None = None, device=None) -> None:
     engine.realize(tensors, feeds, device)
 
 
-def zeros(*shape, dtype=dtypes.float32): return Tensor.zeros(*shape, dtype=dtype)
-def ones(*shape, dtype=dtypes.float32): return Tensor.ones(*shape, dtype=dtype)
+def zeros(*shape, dtype=dtypes.float32, requires_grad=False):
+    return Tensor.zeros(*shape, dtype=dtype).requires_grad_(requires_grad)
+
+
+def ones(*shape, dtype=dtypes.float32, requires_grad=False):
+    return Tensor.ones(*shape, dtype=dtype).requires_grad_(requires_grad)
+
+
 def full(shape, value, dtype=None): return Tensor.full(shape, value, dtype)
 def arange(start, stop=None, step=1, dtype=None): return Tensor.arange(start, stop, step, dtype)
 def eye(n, m=None, dtype=dtypes.float32): return Tensor.eye(n, m, dtype)
