@@ -26,21 +26,22 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     return out if b is None else out + b.reshape(1, -1, 1, 1)
 
 
-def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1):
+def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """Scatter form: every input pixel adds weight * value into the output."""
-    s, p, op = stride, padding, output_padding
+    s, p, op, d = stride, padding, output_padding, dilation
     n, cin, h, wd = x.shape
     _, opg, kh, kw = w.shape
+    ekh, ekw = d * (kh - 1) + 1, d * (kw - 1) + 1
     cout = opg * groups
     ipg = cin // groups
-    full = np.zeros((n, cout, (h - 1) * s + kh + op, (wd - 1) * s + kw + op))
+    full = np.zeros((n, cout, (h - 1) * s + ekh + op, (wd - 1) * s + ekw + op))
     for ci in range(cin):
         g = ci // ipg
         for i in range(h):
             for j in range(wd):
-                full[:, g * opg:(g + 1) * opg, i * s:i * s + kh, j * s:j * s + kw] += \
+                full[:, g * opg:(g + 1) * opg, i * s:i * s + ekh:d, j * s:j * s + ekw:d] += \
                     x[:, ci, i, j][:, None, None, None] * w[ci][None]
-    oh, ow = (h - 1) * s - 2 * p + kh + op, (wd - 1) * s - 2 * p + kw + op
+    oh, ow = (h - 1) * s - 2 * p + ekh + op, (wd - 1) * s - 2 * p + ekw + op
     out = full[:, :, p:p + oh, p:p + ow]
     return out if b is None else out + b.reshape(1, -1, 1, 1)
 

@@ -159,6 +159,8 @@ CASES = [
       lambda x, w, b: R.conv_transpose2d(x, w, b, 2, 1, 1), [(2, 3, 4, 3), (3, 2, 3, 3), (2,)]),
     C("conv_transpose2d_groups", lambda L, x, w: L.F.conv_transpose2d(x, w, stride=1, groups=2),
       lambda x, w: R.conv_transpose2d(x, w, groups=2), [(1, 4, 3, 3), (4, 3, 2, 2)]),
+    C("conv_transpose2d_dilation", lambda L, x, w: L.F.conv_transpose2d(x, w, stride=2, padding=1, dilation=2),
+      lambda x, w: R.conv_transpose2d(x, w, stride=2, padding=1, dilation=2), [(1, 2, 3, 4), (2, 3, 3, 2)]),
     C("max_pool2d", lambda L, x: L.F.max_pool2d(x, 2), lambda x: R.pool2d(x, 2, 2, 0, np.max, 0), [(2, 3, 6, 5)]),
     C("max_pool2d_pad", lambda L, x: L.F.max_pool2d(x, 3, 2, 1),
       lambda x: R.pool2d(x, 3, 2, 1, np.max, -np.inf), [(1, 2, 5, 5)]),
@@ -238,3 +240,58 @@ def test_value_and_grad_vs_torch(case):
     for x, t in zip(xs, ts):
         if t.dtype == torch.float32:
             np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-3, atol=1e-4)
+
+
+INT_CASES = [
+    ("add_wrap_int8", lambda a, b: a + b, lambda a, b: a + b),
+    ("mul_int32", lambda a, b: a * b, lambda a, b: a * b),
+    ("sub", lambda a, b: a - b, lambda a, b: a - b),
+    ("maximum", lambda a, b: a.maximum(b), np.maximum),
+    ("minimum", lambda a, b: a.minimum(b), np.minimum),
+    ("where", lambda a, b: tc.where(a > b, a, b), lambda a, b: np.where(a > b, a, b)),
+    ("abs", lambda a, b: a.abs(), lambda a, b: np.abs(a)),
+    ("sign", lambda a, b: a.sign(), lambda a, b: np.sign(a)),
+    ("max_axis", lambda a, b: a.max(1), lambda a, b: a.max(1)),
+    ("min_all", lambda a, b: a.min(), lambda a, b: a.min()),
+    ("argmax", lambda a, b: a.argmax(0), lambda a, b: a.argmax(0)),
+    ("argmin", lambda a, b: a.argmin(1), lambda a, b: a.argmin(1)),
+    ("sum_to_int32", lambda a, b: a.sum(0), lambda a, b: a.astype(np.int32).sum(0)),
+    ("cat", lambda a, b: tc.cat([a, b], 1), lambda a, b: np.concatenate([a, b], 1)),
+    ("index", lambda a, b: a[tc.Tensor([2, 0])][:, ::-2], lambda a, b: a[[2, 0]][:, ::-2]),
+    ("matmul", lambda a, b: a @ b.T, lambda a, b: a @ b.T),
+    ("eq", lambda a, b: a == b, np.equal),
+]
+
+
+@pytest.mark.parametrize("dt", [tc.int8, tc.int32], ids=str)
+@pytest.mark.parametrize("name, f, npf", INT_CASES, ids=[c[0] for c in INT_CASES])
+def test_integer_ops_vs_numpy(dt, name, f, npf):
+    rng = np.random.default_rng(7)
+    a = rng.integers(-100, 100, (3, 5)).astype(dt.np)
+    b = rng.integers(-100, 100, (3, 5)).astype(dt.np)
+    with np.errstate(over="ignore"):
+        want = np.asarray(npf(a, b))
+    got = f(tc.Tensor(a), tc.Tensor(b)).numpy()
+    if want.dtype.kind in "iu" and got.dtype.kind in "iu" and name not in ("sum_to_int32", "argmax", "argmin"):
+        want = want.astype(got.dtype)  # numpy keeps the type; so do we (wrapping)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_bool_ops():
+    a = np.array([True, False, True])
+    b = np.array([True, True, False])
+    ta, tb = tc.Tensor(a), tc.Tensor(b)
+    np.testing.assert_array_equal((ta & tb).numpy(), a & b)
+    np.testing.assert_array_equal((ta | tb).numpy(), a | b)
+    np.testing.assert_array_equal((~ta).numpy(), ~a)
+    assert ta.any().item() is True and ta.all().item() is False
+    assert ta.sum().item() == 2
+
+
+def test_zero_size_and_scalar_edges():
+    z = tc.zeros(0, 3)
+    assert z.sum(0).numpy().tolist() == [0, 0, 0]
+    assert tc.cat([z, tc.ones(2, 3)]).shape == (2, 3)
+    s = tc.Tensor(np.float32(2.0))
+    assert s.shape == () and (s * tc.ones(4)).numpy().tolist() == [2, 2, 2, 2]
+    assert tc.ones(1, 1, 3).expand(2, -1, -1).shape == (2, 1, 3)
