@@ -37,6 +37,12 @@ def getitem(x: Tensor, idx) -> Tensor:
             out_shape.append(1)
             continue
         n = x.shape[dim]
+        if isinstance(n, str):  # a dynamic dimension can only be taken whole
+            if not (isinstance(i, slice) and i == slice(None)):
+                raise _err("getitem", [x.shape], f"dimension {dim} is dynamic ({n}); only ':' can index it")
+            bounds.append((0, n)); flips.append(False); strides.append(1); out_shape.append(n)
+            dim += 1
+            continue
         if isinstance(i, Tensor):
             if i.dtype.is_float:
                 raise _err("getitem", [x.shape, i.shape], f"tensor indices must be integer or bool, got {i.dtype}")

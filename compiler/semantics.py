@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import Node, Ops
+from .ir import Node, Ops, is_static
+
+
+class _Bound:
+    """A node's op, dtype, shape and arg with its dynamic dimensions filled in."""
+    __slots__ = ("op", "dtype", "shape", "arg")
+
+    def __init__(self, op, dtype, shape, arg):
+        self.op, self.dtype, self.shape, self.arg = op, dtype, shape, arg
 
 _UNARY = {
     Ops.NEG: np.negative, Ops.RECIP: np.reciprocal, Ops.SQRT: np.sqrt, Ops.EXP: np.exp,
@@ -28,6 +36,17 @@ def _where(n, c, x, y):
 
 def _reshape(n, x):
     return x.reshape(n.shape)
+
+
+def concrete(v, dims: dict):
+    """``v`` (a shape, or nested tuples like SHRINK bounds) with dynamic dims replaced by their values."""
+    if isinstance(v, str):
+        if v not in dims:
+            raise KeyError(f"dynamic dimension {v!r} is not bound by any fed input")
+        return dims[v]
+    if isinstance(v, tuple):
+        return tuple(concrete(e, dims) for e in v)
+    return v
 
 
 def _permute(n, x):
@@ -62,8 +81,10 @@ _OTHER = {
 }
 
 
-def apply(n: Node, *xs: np.ndarray) -> np.ndarray:
-    """Value of node ``n`` given the values of its sources."""
+def apply(n: Node, *xs: np.ndarray, dims: dict | None = None) -> np.ndarray:
+    """Value of node ``n`` given the values of its sources; ``dims`` binds dynamic dimensions."""
+    if dims and not is_static(n.shape):
+        n = _Bound(n.op, n.dtype, concrete(n.shape, dims), concrete(n.arg, dims))
     op = n.op
     if op in _UNARY:
         out = _UNARY[op](xs[0])
@@ -91,7 +112,12 @@ def source_value(n: Node, feeds: dict) -> np.ndarray:
 
 
 def bind_inputs(inputs: dict, feeds: dict) -> dict:
-    """Check fed arrays against INPUT placeholders; bind dynamic dims consistently. Returns name -> array."""
+    """Check fed arrays against INPUT placeholders (dynamic dims bound consistently). Returns name -> array."""
+    return bind_inputs_and_dims(inputs, feeds)[0]
+
+
+def bind_inputs_and_dims(inputs: dict, feeds: dict) -> tuple[dict, dict]:
+    """As ``bind_inputs``, also returning the dynamic dims: (name -> array, dim name -> size)."""
     dims, out = {}, {}
     for name, node in inputs.items():
         if name not in feeds:
@@ -106,4 +132,4 @@ def bind_inputs(inputs: dict, feeds: dict) -> dict:
             elif want != got:
                 raise ValueError(f"input {name!r}: expected shape {node.shape}, got {a.shape}")
         out[name] = a.astype(node.dtype.np, copy=False)
-    return out
+    return out, dims

@@ -558,10 +558,13 @@ class Tensor:
     def shrink(self, bounds) -> "Tensor":
         if len(bounds) != self.ndim:
             raise _err("shrink", [self.shape], f"need one (start, end) per dimension, got {bounds}")
-        bounds = tuple((0, d) if b is None else (int(b[0]), int(b[1])) for b, d in zip(bounds, self.shape))
+        bounds = tuple((0, d) if b is None or isinstance(d, str) and tuple(b) == (0, d) else (int(b[0]), int(b[1]))
+                       for b, d in zip(bounds, self.shape))
         if all(b == (0, d) for b, d in zip(bounds, self.shape)):
             return self
-        if any(not 0 <= s <= e <= d for (s, e), d in zip(bounds, self.shape)):
+        if any(isinstance(d, str) and b != (0, d) for b, d in zip(bounds, self.shape)):
+            raise _err("shrink", [self.shape], "a dynamic dimension can only be kept whole")
+        if any(not 0 <= s <= e <= d for (s, e), d in zip(bounds, self.shape) if isinstance(d, int)):
             raise _err("shrink", [self.shape], f"bounds {bounds} out of range")
         return Tensor._apply(ag.Shrink, self, bounds=bounds)
 

@@ -18,16 +18,16 @@ class NumpyBackend:
     name = "numpy"
 
     def execute(self, outputs: list[Node], feeds: dict) -> list[np.ndarray]:
-        bound = semantics.bind_inputs(inputs_of(outputs), feeds)
+        bound, dims = semantics.bind_inputs_and_dims(inputs_of(outputs), feeds)
         with np.errstate(all="ignore"):
-            env = _Env({}, bound)
+            env = _Env({}, bound, dims)
             _eval_all(outputs, env)
             return [env.get(o) for o in outputs]
 
 
 class _Env:
-    def __init__(self, cache: dict, feeds: dict):
-        self.cache, self.feeds, self.deferred = cache, feeds, set()
+    def __init__(self, cache: dict, feeds: dict, dims: dict):
+        self.cache, self.feeds, self.dims, self.deferred = cache, feeds, dims, set()
 
     def get(self, n: Node) -> np.ndarray:
         v = self.cache.get(id(n))
@@ -61,8 +61,8 @@ def _plan_fusion(order, env: _Env) -> None:
             env.deferred.add(id(n))
 
 
-def _run_graph(g: Graph, args: list[np.ndarray]) -> np.ndarray:
-    env = _Env({id(i): a for i, a in zip(g.inputs, args)}, {})
+def _run_graph(g: Graph, args: list[np.ndarray], dims: dict) -> np.ndarray:
+    env = _Env({id(i): a for i, a in zip(g.inputs, args)}, {}, dims)
     _eval_all([g.output], env)
     return env.get(g.output)
 
@@ -77,16 +77,16 @@ def _eval_node(n: Node, env: _Env) -> np.ndarray:
         return semantics.source_value(n, env.feeds)
     if op is Ops.IF:
         pred, *args = (env.get(s) for s in n.src)
-        return _run_graph(n.arg[0] if bool(pred) else n.arg[1], args)
+        return _run_graph(n.arg[0] if bool(pred) else n.arg[1], args, env.dims)
     if op is Ops.LOOP:
         body, k = n.arg
         carry, scans, rest = env.get(n.src[0]), [env.get(s) for s in n.src[1:1 + k]], [env.get(s) for s in n.src[1 + k:]]
         for i in range(scans[0].shape[0]):
-            carry = _run_graph(body, [carry, *(s[i] for s in scans), *rest])
+            carry = _run_graph(body, [carry, *(s[i] for s in scans), *rest], env.dims)
         return np.asarray(carry, dtype=n.dtype.np)
     if op is Ops.SUM and n.src[0].op is Ops.MUL and id(n.src[0]) in env.deferred:
         return _fused_sum_mul(n, env)
-    return semantics.apply(n, *(env.get(s) for s in n.src))
+    return semantics.apply(n, *(env.get(s) for s in n.src), dims=env.dims)
 
 
 def _unexpanded(x: Node, env: _Env) -> np.ndarray:
@@ -96,7 +96,7 @@ def _unexpanded(x: Node, env: _Env) -> np.ndarray:
 def _fused_sum_mul(n: Node, env: _Env) -> np.ndarray:
     """SUM(MUL(a, b)) over ``n.arg`` as one batched matmul on the un-broadcast operands."""
     mul = n.src[0]
-    full, red = mul.shape, set(n.arg)
+    full, red = semantics.concrete(mul.shape, env.dims), set(n.arg)
     a, b = (_unexpanded(s, env) for s in mul.src)
     nd = len(full)
     in_a = [a.shape[i] == full[i] and full[i] != 1 for i in range(nd)]
@@ -120,4 +120,4 @@ def _fused_sum_mul(n: Node, env: _Env) -> np.ndarray:
     out = np.matmul(am, bm).reshape([full[i] for i in batch + a_keep + b_keep])
     order = batch + a_keep + b_keep
     out = np.transpose(out, [order.index(i) for i in sorted(order)])
-    return np.asarray(out).reshape(n.shape).astype(n.dtype.np, copy=False)
+    return np.asarray(out).reshape(semantics.concrete(n.shape, env.dims)).astype(n.dtype.np, copy=False)

@@ -107,3 +107,26 @@ def test_control_flow_refuses_gradients():
     with tc.no_grad():
         out = tc.loop(lambda acc, row: acc + row * w, tc.zeros(3), tc.ones(2, 3))
     np.testing.assert_allclose(out.numpy(), [2, 2, 2])
+
+
+def test_dynamic_batch_dimension_through_a_model():
+    """A graph whose batch dimension is dynamic: one graph, any batch size, same values as static."""
+    tc.manual_seed(2)
+    m = tc.nn.Sequential(tc.nn.Linear(5, 7), tc.nn.ReLU(), tc.nn.Linear(7, 3))
+    x = tc.Tensor.placeholder("x", ("N", 5))
+    y = tc.functional.softmax(m(x)[:, 1:], -1)
+    assert y.shape == ("N", 2)
+    for n in (1, 6):
+        a = np.random.default_rng(n).standard_normal((n, 5)).astype(np.float32)
+        want = tc.functional.softmax(m(tc.Tensor(a))[:, 1:], -1).numpy()
+        np.testing.assert_allclose(y.numpy(feeds={"x": a}), want, rtol=1e-6, atol=1e-7)
+
+
+def test_dynamic_dimension_misuse_is_a_clear_error():
+    x = tc.Tensor.placeholder("x", ("N", 5))
+    with pytest.raises(tc.ShapeError, match="mean: needs a static size"):
+        x.mean(0)
+    with pytest.raises(tc.ShapeError, match="getitem: dimension 0 is dynamic"):
+        x[0]
+    with pytest.raises(tc.ShapeError, match=r"add: shapes cannot broadcast \(shapes: \(N, 5\), \(3, 5\)\)"):
+        x + tc.ones(3, 5)
