@@ -1,0 +1,170 @@
+"""Tops: ``Chip(cfg)`` (issue stage, six units, SPM/ACC/instruction memories, host and DRAM ports,
+link ports) and ``Ring(cfg, n)`` (n chips, port 0 of chip i joined to port 1 of chip i+1 mod n)."""
+
+from __future__ import annotations
+
+from amaranth import Module, ResetInserter, Signal, unsigned
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from isa.table import WORD_BITS, Unit, clog2
+
+from .dma import DmaLoad, DmaStore, DramSignature
+from .issue import QUEUED, IssueStage
+from .link import LinkRx, LinkSignature, LinkTx
+from .mxu import MxuUnit
+from .unit import ERR_BITS
+from .vpu import VpuUnit
+
+__all__ = ["HostSignature", "Chip", "Ring"]
+
+
+def HostSignature(cfg) -> wiring.Signature:
+    """Host -> chip control and status (host's side).
+
+    start Out(1)                        pulse: run the loaded program from pc 0
+    busy In(1), done In(1)              running; finished (halt or error) since the last start
+    error In(4)                         ``isa.errors.ErrorCode`` of the finished run
+    cycles In(32)                       cycles of the run (halt issue cycle + 1)
+    prog_len Out(pc+1)                  instructions loaded
+    imem_we Out(1), imem_addr Out(pc), imem_data Out(192)     program load, one word per cycle
+    reg_we Out(1), reg_addr Out(sreg), reg_wdata Out(32)      scalar argument registers (while idle)
+    reg_rdata In(32)                    scalar register ``reg_addr``
+    """
+    pcw = clog2(cfg.imem_words)
+    return wiring.Signature({
+        "start": Out(1), "busy": In(1), "done": In(1), "error": In(ERR_BITS), "cycles": In(32),
+        "prog_len": Out(pcw + 1), "imem_we": Out(1), "imem_addr": Out(pcw), "imem_data": Out(WORD_BITS),
+        "reg_we": Out(1), "reg_addr": Out(clog2(cfg.scalar_regs)), "reg_wdata": Out(32), "reg_rdata": In(32)})
+
+
+class Chip(wiring.Component):
+    """One tetrachip.
+
+    Ports:
+      host  In(HostSignature(cfg))                  control/status registers, program load
+      dram  Out(DramSignature(cfg))                 DRAM read and write channels
+      ltx   Out(LinkSignature(cfg)).array(links)    link transmit channel of each port
+      lrx   In(LinkSignature(cfg)).array(links)     link receive channel of each port
+    Memories (for test benches): ``spm``, ``acc``, ``imem`` (``amaranth.lib.memory.Memory``).
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        super().__init__({"host": In(HostSignature(cfg)), "dram": Out(DramSignature(cfg)),
+                          "ltx": Out(LinkSignature(cfg)).array(cfg.links),
+                          "lrx": In(LinkSignature(cfg)).array(cfg.links)})
+        C = cfg.cols
+        self.spm = memory.Memory(shape=unsigned(8 * C), depth=cfg.spm_rows, init=[])
+        self.acc = memory.Memory(shape=unsigned(32 * C), depth=cfg.acc_rows, init=[])
+        self.imem = memory.Memory(shape=unsigned(WORD_BITS), depth=cfg.imem_words, init=[])
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.spm, m.submodules.acc, m.submodules.imem = self.spm, self.acc, self.imem
+        m.submodules.issue = iss = IssueStage(cfg)
+        h = self.host
+        start = Signal()
+        m.d.comb += start.eq(h.start & ~iss.running)
+        units = {Unit.LOAD: DmaLoad(cfg), Unit.STORE: DmaStore(cfg), Unit.MXU: MxuUnit(cfg),
+                 Unit.VPU: VpuUnit(cfg), Unit.LTX: LinkTx(cfg), Unit.LRX: LinkRx(cfg)}
+        for u, unit in units.items():
+            # every unit starts a run from reset (queues, pipelines, weights, LUT, credits)
+            m.submodules[u.name.lower()] = ResetInserter({"sync": start})(unit)
+            wiring.connect(m, getattr(iss, f"q_{u.name.lower()}"),
+                           unit.push)
+            wiring.connect(m, getattr(iss, f"t_{u.name.lower()}"), unit.tok)
+        # host
+        imem_w = self.imem.write_port()
+        imem_r = self.imem.read_port()
+        m.d.comb += [imem_w.en.eq(h.imem_we), imem_w.addr.eq(h.imem_addr), imem_w.data.eq(h.imem_data),
+                     imem_r.addr.eq(iss.fetch_addr), iss.word.eq(imem_r.data),
+                     iss.prog_len.eq(h.prog_len), iss.start.eq(h.start),
+                     iss.reg_we.eq(h.reg_we), iss.reg_addr.eq(h.reg_addr), iss.reg_wdata.eq(h.reg_wdata),
+                     h.reg_rdata.eq(iss.reg_rdata), h.busy.eq(iss.running), h.done.eq(iss.done),
+                     h.error.eq(iss.error), h.cycles.eq(iss.cycles)]
+        # DRAM: the load unit owns the read channel, the store unit the write channel
+        ld, st = units[Unit.LOAD], units[Unit.STORE]
+        d = self.dram
+        m.d.comb += [d.rd_valid.eq(ld.dram.rd_valid), d.rd_addr.eq(ld.dram.rd_addr), ld.dram.rd_ready.eq(d.rd_ready),
+                     ld.dram.rd_resp_valid.eq(d.rd_resp_valid), ld.dram.rd_resp_data.eq(d.rd_resp_data),
+                     d.wr_valid.eq(st.dram.wr_valid), d.wr_addr.eq(st.dram.wr_addr), d.wr_data.eq(st.dram.wr_data),
+                     d.wr_strb.eq(st.dram.wr_strb), st.dram.wr_ready.eq(d.wr_ready),
+                     st.dram.wr_resp_valid.eq(d.wr_resp_valid)]
+        # links
+        for p in range(cfg.links):
+            wiring.connect(m, wiring.flipped(self.ltx[p]), units[Unit.LTX].tx[p])
+            wiring.connect(m, wiring.flipped(self.lrx[p]), units[Unit.LRX].rx[p])
+        # memory ports
+        mx, vp = units[Unit.MXU], units[Unit.VPU]
+        lt, lr = units[Unit.LTX], units[Unit.LRX]
+        acc_mxu_w = self._write(m, self.acc, mx.acc_wr, 32)
+        for wr in (ld.acc_wr, vp.acc_wr, lr.acc_wr, iss.acc_wr):
+            self._write(m, self.acc, wr, 32)
+        for wr in (ld.spm_wr, vp.spm_wr, lr.spm_wr, iss.spm_wr):
+            self._write(m, self.spm, wr, 8)
+        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b):
+            self._read(m, self.spm, rd, "sync")
+        for rd in (st.spm_rd, lt.spm_rd, iss.spm_rd):
+            self._read(m, self.spm, rd, "comb")
+        self._read(m, self.acc, mx.acc_rd, "sync", transparent_for=(acc_mxu_w,))
+        for rd in (vp.acc_a, vp.acc_b):
+            self._read(m, self.acc, rd, "sync")
+        for rd in (st.acc_rd, lt.acc_rd, iss.acc_rd):
+            self._read(m, self.acc, rd, "comb")
+        return m
+
+    @staticmethod
+    def _write(m, mem, port, gran):
+        wp = mem.write_port(granularity=gran)
+        aw = len(wp.addr)
+        m.d.comb += [wp.addr.eq(port.addr[:aw]), wp.data.eq(port.data), wp.en.eq(port.en)]
+        return wp
+
+    @staticmethod
+    def _read(m, mem, port, domain, transparent_for=()):
+        rp = mem.read_port(domain=domain, transparent_for=transparent_for)
+        aw = len(rp.addr)
+        m.d.comb += [rp.addr.eq(port.addr[:aw]), port.data.eq(rp.data)]
+        return rp
+
+
+class Ring(wiring.Component):
+    """``n`` chips in a ring: port 0 of chip i is wired to port 1 of chip (i+1) mod n.
+
+    Ports: ``host{i}`` In(HostSignature), ``dram{i}`` Out(DramSignature) for each chip i.
+    Chips: ``self.chips``.
+    """
+
+    def __init__(self, cfg, n: int):
+        if cfg.links < 2 and n > 1:
+            raise ValueError(f"a ring needs 2 link ports per chip; config {cfg.name!r} has {cfg.links}")
+        self.cfg, self.n = cfg, n
+        sig = {}
+        for i in range(n):
+            sig[f"host{i}"] = In(HostSignature(cfg))
+            sig[f"dram{i}"] = Out(DramSignature(cfg))
+        super().__init__(sig)
+        self.chips = [Chip(cfg) for _ in range(n)]
+
+    def elaborate(self, platform):
+        m = Module()
+        for i, chip in enumerate(self.chips):
+            m.submodules[f"chip{i}"] = chip
+            wiring.connect(m, wiring.flipped(getattr(self, f"host{i}")), chip.host)
+            wiring.connect(m, wiring.flipped(getattr(self, f"dram{i}")), chip.dram)
+        n = self.n
+        for i, chip in enumerate(self.chips):
+            nxt = self.chips[(i + 1) % n]
+            if n == 1:
+                # one chip: its ports loop back to each other
+                wiring.connect(m, chip.ltx[0], chip.lrx[1])
+                wiring.connect(m, chip.ltx[1], chip.lrx[0])
+                break
+            wiring.connect(m, chip.ltx[0], nxt.lrx[1])
+            wiring.connect(m, nxt.ltx[1], chip.lrx[0])
+        for chip in self.chips:
+            for p in range(2, self.cfg.links):       # ports a ring does not use: idle
+                m.d.comb += [chip.lrx[p].valid.eq(0), chip.ltx[p].credit.eq(0)]
+        return m

@@ -1,0 +1,237 @@
+"""DMA load (DRAM -> SPM/ACC) and DMA store (SPM/ACC -> DRAM) on the chip's DRAM port.
+
+Both walk an instance's beats one per cycle from its start cycle ``s`` (contract section 3):
+a contiguous row (``estride`` = element size) moves ``ceil(len*e / beat)`` beats of
+``dma_beat_bytes`` bytes, any other row one element per beat. Each beat's description (its row,
+byte offset, whether it ends the row or the instance) travels down a ``dram_latency``-stage delay
+line beside the DRAM request, so the response of a read beat sent at cycle ``c`` is merged at
+``c + dram_latency`` (the last beat of a row writes the row), and the instance retires in the
+cycle its last beat's response returns: ``r = s + O - 1 + dram_latency``.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from isa.errors import ErrorCode
+from isa.table import BY_MNEMONIC, Space, Unit, clog2
+
+from .queue import UNITS
+from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
+
+__all__ = ["DramSignature", "DmaLoad", "DmaStore"]
+
+
+def DramSignature(cfg) -> wiring.Signature:
+    """Chip -> DRAM (initiator's side). Read and write channels are independent.
+
+    rd_valid Out(1), rd_addr Out(32)        read request of one beat (byte address, any alignment)
+    rd_ready In(1)                          DRAM accepts (must be 1: the contract's DRAM takes a beat per cycle)
+    rd_resp_valid In(1), rd_resp_data In(8*beat)  the beat's bytes, ``dram_latency`` cycles later
+    wr_valid Out(1), wr_addr Out(32), wr_data Out(8*beat), wr_strb Out(beat)  write request
+    wr_ready In(1)                          DRAM accepts (must be 1)
+    wr_resp_valid In(1)                     write response, ``dram_latency`` cycles after the request
+    """
+    B = cfg.dma_beat_bytes
+    return wiring.Signature({
+        "rd_valid": Out(1), "rd_addr": Out(32), "rd_ready": In(1),
+        "rd_resp_valid": In(1), "rd_resp_data": In(8 * B),
+        "wr_valid": Out(1), "wr_addr": Out(32), "wr_data": Out(8 * B), "wr_strb": Out(B), "wr_ready": In(1),
+        "wr_resp_valid": In(1),
+    })
+
+
+def _dram_span_ok(m, dram, rows, length, rstride, estride, eb, limit):
+    """Every byte of the instance's bounding range lies inside DRAM (true when nothing moves)."""
+    r1 = Signal(signed(64))
+    e1 = Signal(signed(64))
+    m.d.comb += [r1.eq((rows - 1) * rstride), e1.eq((length - 1) * estride)]
+    corners = [dram, dram + r1, dram + e1, dram + r1 + e1]
+    ok = Const(1)
+    for c in corners:
+        ok = ok & (c >= 0) & (c + eb <= limit)
+    return (rows == 0) | (length == 0) | ok
+
+
+class _DmaBase(UnitBase):
+    """The beat walker shared by load and store. ``slots``: (local slot, dram slot)."""
+
+    mnemonic: str
+
+    def walker(self, m, q, go):
+        cfg = self.cfg
+        B = cfg.dma_beat_bytes
+        lb = clog2(B) if B > 1 else 0
+        slots = BY_MNEMONIC[self.mnemonic].slots
+        v = q.word.dma
+        # the instance being started this cycle
+        s_space = v.space
+        s_eb = Mux(s_space == Space.ACC, 4, 1)
+        s_contig = v.estride == s_eb
+        s_rbytes = v.len * s_eb
+        s_rbeats = Mux(s_contig, (s_rbytes + (B - 1)) >> lb, v.len)
+        s_real = (v.rows != 0) & (v.len != 0)
+        s_local = q.addr[slots.index("local")]
+        s_dram = q.addr[slots.index("dram")]
+        # latched state for beats after the first
+        active = Signal()
+        space, contig, real = Signal(), Signal(), Signal()
+        rows, length = Signal.like(v.rows), Signal.like(v.len)
+        rbeats = Signal(range(4 * cfg.cols + 2))
+        rstride, estride = Signal(signed(32)), Signal(signed(16))
+        r, b = Signal.like(v.rows), Signal(range(4 * cfg.cols + 2))
+        row_addr, beat_addr = Signal(signed(32)), Signal(signed(32))
+        local = Signal(signed(32))
+        off = Signal(range(8 * cfg.cols + 8))
+        mask = Signal(UNITS)
+        # the current beat: from the starting instance, or from the latched walk
+        c = {}
+        for name, sv, rv in (("space", s_space, space), ("contig", s_contig, contig), ("real", s_real, real),
+                             ("rows", v.rows, rows), ("len", v.len, length), ("rbeats", s_rbeats, rbeats),
+                             ("rstride", v.rstride, rstride), ("estride", v.estride, estride),
+                             ("r", 0, r), ("b", 0, b), ("row_addr", s_dram, row_addr),
+                             ("beat_addr", s_dram, beat_addr), ("local", s_local, local), ("off", 0, off),
+                             ("mask", q.signal_now, mask)):
+            sig = Signal.like(rv, name="cur_" + name)
+            m.d.comb += sig.eq(Mux(go, sv, rv))
+            c[name] = sig
+        eb = Mux(c["space"] == Space.ACC, 4, 1)
+        last_in_row = c["b"] + 1 == c["rbeats"]
+        last = ~c["real"] | (last_in_row & (c["r"] + 1 == c["rows"]))
+        beat = go | active
+        with m.If(beat):
+            with m.If(last):
+                m.d.sync += active.eq(0)
+            with m.Else():
+                m.d.sync += active.eq(1)
+                with m.If(go):
+                    m.d.sync += [space.eq(s_space), contig.eq(s_contig), real.eq(s_real), rows.eq(v.rows),
+                                 length.eq(v.len), rbeats.eq(s_rbeats), rstride.eq(v.rstride),
+                                 estride.eq(v.estride), mask.eq(q.signal_now)]
+                with m.If(last_in_row):
+                    m.d.sync += [r.eq(c["r"] + 1), b.eq(0), row_addr.eq(c["row_addr"] + c["rstride"]),
+                                 beat_addr.eq(c["row_addr"] + c["rstride"]), local.eq(c["local"] + 1),
+                                 off.eq(0)]
+                with m.Else():
+                    m.d.sync += [r.eq(c["r"]), b.eq(c["b"] + 1), row_addr.eq(c["row_addr"]),
+                                 beat_addr.eq(c["beat_addr"] + Mux(c["contig"], B, c["estride"])),
+                                 local.eq(c["local"]), off.eq(c["off"] + Mux(c["contig"], B, eb))]
+        nbytes = Mux(c["contig"], B, eb)
+        # checks at start
+        limit_rows = Mux(s_space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
+        ok = in_range(s_local, Mux(s_real, v.rows, 0), limit_rows) & \
+            _dram_span_ok(m, s_dram, v.rows, v.len, v.rstride, v.estride, s_eb, cfg.dram_bytes)
+        errors = [(~ok, ErrorCode.ADDRESS_RANGE)]
+        return dict(beat=beat, last=last, last_in_row=last_in_row, cur=c, nbytes=nbytes, eb=eb,
+                    ready=~active, errors=errors)
+
+    @staticmethod
+    def delay(m, sig, stages, name):
+        """``sig`` delayed by ``stages`` register stages (a view of the same layout)."""
+        v = sig
+        for i in range(stages):
+            nv = Signal.like(sig, name=f"{name}{i}")
+            m.d.sync += nv.eq(v)
+            v = nv
+        return v
+
+
+_TAG = data.StructLayout({"beat": 1, "real": 1, "space": 1, "local": signed(32), "off": unsigned(16),
+                          "nbytes": unsigned(8), "eol": 1, "len": unsigned(16), "retire": 1,
+                          "mask": UNITS})
+
+
+class DmaLoad(_DmaBase):
+    """``dma.ld``: DRAM -> SPM/ACC.
+
+    Ports: push, tok (UnitBase); dram Out(DramSignature) read channel only;
+    spm_wr Out(RowWriteSignature(laddr, 8*cols, cols)), acc_wr Out(RowWriteSignature(laddr, 32*cols, cols)).
+    """
+
+    unit = Unit.LOAD
+    mnemonic = "dma.ld"
+
+    def extra_ports(self, cfg):
+        aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
+        return {"dram": Out(DramSignature(cfg)),
+                "spm_wr": Out(RowWriteSignature(aw, 8 * cfg.cols, cfg.cols)),
+                "acc_wr": Out(RowWriteSignature(aw, 32 * cfg.cols, cfg.cols))}
+
+    def datapath(self, m, q, go):
+        cfg = self.cfg
+        w = self.walker(m, q, go)
+        c = w["cur"]
+        m.d.comb += [self.dram.rd_valid.eq(w["beat"] & c["real"]), self.dram.rd_addr.eq(c["beat_addr"])]
+        tag = Signal(_TAG)
+        m.d.comb += [tag.beat.eq(w["beat"]), tag.real.eq(c["real"]), tag.space.eq(c["space"]),
+                     tag.local.eq(c["local"]), tag.off.eq(c["off"]), tag.nbytes.eq(w["nbytes"]),
+                     tag.eol.eq(w["last_in_row"]), tag.len.eq(c["len"]), tag.retire.eq(w["last"]),
+                     tag.mask.eq(c["mask"])]
+        t = self.delay(m, tag, cfg.dram_latency, "ldtag")
+        t = data.View(_TAG, t)
+        # merge the returning beat into the row buffer
+        nb = 4 * cfg.cols
+        buf = Signal(8 * nb)
+        shifted = Signal(8 * nb + 8 * cfg.dma_beat_bytes)
+        offw = (4 * cfg.cols).bit_length()
+        m.d.comb += shifted.eq(self.dram.rd_resp_data << (t.off[:offw] * 8))
+        eb = Mux(t.space == Space.ACC, 4, 1)
+        row_end = t.len * eb
+        merged = Signal(8 * nb)
+        for j in range(nb):
+            sel = (j >= t.off) & (j < t.off + t.nbytes) & (j < row_end)
+            m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(sel, shifted[8 * j:8 * j + 8], buf[8 * j:8 * j + 8]))
+        write = t.beat & t.real
+        with m.If(write):
+            m.d.sync += buf.eq(Mux(t.eol, 0, merged))
+        lanes = (1 << cfg.cols) - 1
+        m.d.comb += [self.spm_wr.addr.eq(t.local), self.spm_wr.data.eq(merged[:8 * cfg.cols]),
+                     self.acc_wr.addr.eq(t.local), self.acc_wr.data.eq(merged)]
+        with m.If(write & t.eol):
+            with m.If(t.space == Space.ACC):
+                m.d.comb += self.acc_wr.en.eq(lanes)
+            with m.Else():
+                m.d.comb += self.spm_wr.en.eq(lanes)
+        return w["ready"], [(t.beat & t.retire, t.mask)], w["errors"]
+
+
+class DmaStore(_DmaBase):
+    """``dma.st``: SPM/ACC -> DRAM.
+
+    Ports: push, tok (UnitBase); dram Out(DramSignature) write channel only;
+    spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols)):
+    combinational (same-cycle) read ports.
+    """
+
+    unit = Unit.STORE
+    mnemonic = "dma.st"
+
+    def extra_ports(self, cfg):
+        aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
+        return {"dram": Out(DramSignature(cfg)),
+                "spm_rd": Out(RowReadSignature(aw, 8 * cfg.cols)),
+                "acc_rd": Out(RowReadSignature(aw, 32 * cfg.cols))}
+
+    def datapath(self, m, q, go):
+        cfg = self.cfg
+        B = cfg.dma_beat_bytes
+        w = self.walker(m, q, go)
+        c = w["cur"]
+        m.d.comb += [self.spm_rd.addr.eq(c["local"]), self.acc_rd.addr.eq(c["local"])]
+        nb = 4 * cfg.cols
+        image = Signal(8 * nb)
+        m.d.comb += image.eq(Mux(c["space"] == Space.ACC, self.acc_rd.data, self.spm_rd.data))
+        shifted = Signal(8 * nb)
+        m.d.comb += shifted.eq(image >> (c["off"] * 8))
+        row_end = c["len"] * w["eb"]
+        strb = Signal(B)
+        for j in range(B):
+            m.d.comb += strb[j].eq((c["off"] + j < row_end) & (j < w["nbytes"]))
+        m.d.comb += [self.dram.wr_valid.eq(w["beat"] & c["real"]), self.dram.wr_addr.eq(c["beat_addr"]),
+                     self.dram.wr_data.eq(shifted[:8 * B]), self.dram.wr_strb.eq(strb)]
+        tag = Signal(UNITS + 1)
+        m.d.comb += tag.eq(Cat(w["beat"] & w["last"], c["mask"]))
+        t = self.delay(m, tag, cfg.dram_latency, "sttag")
+        return w["ready"], [(t[0], t[1:])], w["errors"]

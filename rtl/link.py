@@ -1,0 +1,194 @@
+"""Chip-to-chip links: transmit (``link.send``) and receive (``link.recv``) units with credit flow.
+
+A link channel is one ``LinkSignature`` from the transmitter's side: a flit (``valid``, ``data``,
+``space``: the memory type of its row) one per cycle, and a ``credit`` pulse back for every flit
+the receiver pops. The link's wire latency is built into the chips, so two chips' ports connect
+directly: the receiver delays arriving flits and the transmitter delays arriving credits by
+``link_latency - 1`` register stages, then a flit written into the receive buffer (or a credit
+added to the counter) is usable the next cycle, ``link_latency`` cycles after it was sent
+(contract section 3, Links).
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from isa.errors import ErrorCode
+from isa.table import Space, Unit, clog2
+from isa.timing import flits_per_row
+
+from .queue import UNITS
+from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
+
+__all__ = ["LinkSignature", "LinkTx", "LinkRx"]
+
+
+def LinkSignature(cfg) -> wiring.Signature:
+    """One direction of a link port (transmitter's side).
+
+    valid Out(1)                     a flit this cycle
+    data  Out(8*link_width_bytes)    its bytes (bytes f*W.. of the row image)
+    space Out(1)                     memory type of the row (0 SPM, 1 ACC)
+    credit In(1)                     the receiver popped a flit: one credit back
+    """
+    return wiring.Signature({"valid": Out(1), "data": Out(8 * cfg.link_width_bytes), "space": Out(1),
+                             "credit": In(1)})
+
+
+def _delay(m, sig, stages, name):
+    v = sig
+    for i in range(stages):
+        nv = Signal.like(sig, name=f"{name}{i}")
+        m.d.sync += nv.eq(v)
+        v = nv
+    return v
+
+
+class LinkTx(UnitBase):
+    """``link.send``. Ports: push, tok (UnitBase); tx Out(LinkSignature).array(links);
+    spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols)) (combinational)."""
+
+    unit = Unit.LTX
+
+    def extra_ports(self, cfg):
+        aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
+        return {"tx": Out(LinkSignature(cfg)).array(cfg.links),
+                "spm_rd": Out(RowReadSignature(aw, 8 * cfg.cols)), "acc_rd": Out(RowReadSignature(aw, 32 * cfg.cols))}
+
+    def datapath(self, m, q, go):
+        cfg = self.cfg
+        W = cfg.link_width_bytes
+        v = q.word.link
+        credits = [Signal(range(cfg.link_credits + 1), init=cfg.link_credits, name=f"credits{p}")
+                   for p in range(cfg.links)]
+        active = Signal()
+        i, f, n = Signal(16), Signal(16), Signal(16)
+        addr = Signal(signed(32))
+        space, port, mask = Signal(), Signal(range(cfg.links)), Signal(UNITS)
+        cur = dict(i=Mux(go, 0, i), f=Mux(go, 0, f), n=Mux(go, v.n, n), addr=Mux(go, q.addr[0], addr),
+                   space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.signal_now, mask))
+        with m.If(go):
+            m.d.sync += [i.eq(0), f.eq(0), n.eq(v.n), addr.eq(q.addr[0]), space.eq(v.space), port.eq(v.port),
+                         mask.eq(q.signal_now)]
+        nflits = Mux(cur["space"] == Space.ACC, flits_per_row(cfg, Space.ACC), flits_per_row(cfg, Space.SPM))
+        have = Signal()
+        for p in range(cfg.links):
+            with m.If(cur["port"] == p):
+                m.d.comb += have.eq(credits[p] != 0)
+        working = go | active
+        empty = cur["n"] == 0
+        send = working & ~empty & have
+        eor = cur["f"] + 1 == nflits
+        last = empty | (send & eor & (cur["i"] + 1 == cur["n"]))
+        m.d.comb += [self.spm_rd.addr.eq(cur["addr"]), self.acc_rd.addr.eq(cur["addr"])]
+        image = Mux(cur["space"] == Space.ACC, self.acc_rd.data, self.spm_rd.data.as_unsigned())
+        fw = (4 * cfg.cols).bit_length()
+        flit = (image >> (cur["f"][:fw] * (8 * W)))[:8 * W]
+        for p in range(cfg.links):
+            port_if = self.tx[p]
+            m.d.comb += [port_if.valid.eq(send & (cur["port"] == p)), port_if.data.eq(flit),
+                         port_if.space.eq(cur["space"])]
+            back = _delay(m, port_if.credit, cfg.link_latency - 1, f"credit{p}_")
+            used = send & (cur["port"] == p)
+            m.d.sync += credits[p].eq(credits[p] + back - used)
+        with m.If(working):
+            m.d.sync += active.eq(~last)
+            with m.If(send):
+                with m.If(eor):
+                    m.d.sync += [f.eq(0), i.eq(cur["i"] + 1), addr.eq(cur["addr"] + 1)]
+                with m.Else():
+                    m.d.sync += [f.eq(cur["f"] + 1), i.eq(cur["i"]), addr.eq(cur["addr"])]
+        limit = Mux(v.space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
+        errors = [(~in_range(q.addr[0], v.n, limit), ErrorCode.ADDRESS_RANGE)]
+        return ~active, [(working & last, cur["mask"])], errors
+
+
+class LinkRx(UnitBase):
+    """``link.recv``. Ports: push, tok (UnitBase); rx In(LinkSignature).array(links) (flits in,
+    credits out); spm_wr Out(RowWriteSignature(laddr, 8*cols, cols)), acc_wr Out(RowWriteSignature(laddr, 32*cols, cols))."""
+
+    unit = Unit.LRX
+
+    def extra_ports(self, cfg):
+        aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
+        C = cfg.cols
+        return {"rx": In(LinkSignature(cfg)).array(cfg.links),
+                "spm_wr": Out(RowWriteSignature(aw, 8 * C, C)), "acc_wr": Out(RowWriteSignature(aw, 32 * C, C))}
+
+    def datapath(self, m, q, go):
+        cfg = self.cfg
+        W = cfg.link_width_bytes
+        D = cfg.link_credits
+        v = q.word.link
+        active = Signal()
+        i, f, n = Signal(16), Signal(16), Signal(16)
+        addr = Signal(signed(32))
+        space, port, mask = Signal(), Signal(range(cfg.links)), Signal(UNITS)
+        cur = dict(i=Mux(go, 0, i), f=Mux(go, 0, f), n=Mux(go, v.n, n), addr=Mux(go, q.addr[0], addr),
+                   space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.signal_now, mask))
+        with m.If(go):
+            m.d.sync += [n.eq(v.n), space.eq(v.space), port.eq(v.port), mask.eq(q.signal_now)]
+        working = go | active
+        empty = cur["n"] == 0
+        nflits = Mux(cur["space"] == Space.ACC, flits_per_row(cfg, Space.ACC), flits_per_row(cfg, Space.SPM))
+        # receive buffers, one per port
+        flit_l = data.StructLayout({"data": 8 * W, "space": 1})
+        head_ok, head = Signal(), Signal(flit_l)
+        pops = []
+        for p in range(cfg.links):
+            rx = self.rx[p]
+            arr = Signal(flit_l, name=f"arr{p}")
+            arr_v = _delay(m, rx.valid, cfg.link_latency - 1, f"rxv{p}_")
+            m.d.comb += [arr.data.eq(rx.data), arr.space.eq(rx.space)]
+            arr_d = _delay(m, arr, cfg.link_latency - 1, f"rxd{p}_")
+            mem = memory.Memory(shape=flit_l, depth=D, init=[])
+            m.submodules[f"rxbuf{p}"] = mem
+            wp, rp = mem.write_port(), mem.read_port(domain="comb")
+            hd, tl, lvl = Signal(range(D)), Signal(range(D)), Signal(range(D + 1))
+            pop = Signal(name=f"pop{p}")
+            m.d.comb += [wp.addr.eq(tl), wp.data.eq(arr_d), wp.en.eq(arr_v), rp.addr.eq(hd),
+                         pop.eq(working & ~empty & (cur["port"] == p) & (lvl != 0))]
+            with m.If(cur["port"] == p):
+                m.d.comb += [head_ok.eq(lvl != 0), head.eq(rp.data)]
+            with m.If(arr_v):
+                m.d.sync += tl.eq(Mux(tl == D - 1, 0, tl + 1))
+            with m.If(pop):
+                m.d.sync += hd.eq(Mux(hd == D - 1, 0, hd + 1))
+            m.d.sync += lvl.eq(lvl + arr_v - pop)
+            m.d.comb += rx.credit.eq(pop)
+            pops.append(pop)
+        take = working & ~empty & head_ok
+        eor = cur["f"] + 1 == nflits
+        last = empty | (take & eor & (cur["i"] + 1 == cur["n"]))
+        C = cfg.cols
+        buf = Signal(32 * C)
+        fw = (4 * cfg.cols).bit_length()
+        shifted = (head.data << (cur["f"][:fw] * (8 * W)))
+        merged = Signal(32 * C)
+        for j in range(4 * C):
+            in_flit = (j >= cur["f"] * W) & (j < cur["f"] * W + W)
+            m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(in_flit, shifted[8 * j:8 * j + 8], buf[8 * j:8 * j + 8]))
+        m.d.comb += [self.spm_wr.addr.eq(cur["addr"]), self.spm_wr.data.eq(merged[:8 * C]),
+                     self.acc_wr.addr.eq(cur["addr"]), self.acc_wr.data.eq(merged)]
+        with m.If(take):
+            m.d.sync += buf.eq(Mux(eor, 0, merged))
+            with m.If(eor):
+                with m.If(cur["space"] == Space.ACC):
+                    m.d.comb += self.acc_wr.en.eq((1 << C) - 1)
+                with m.Else():
+                    m.d.comb += self.spm_wr.en.eq((1 << C) - 1)
+        with m.If(working):
+            m.d.sync += active.eq(~last)
+            with m.If(take):
+                with m.If(eor):
+                    m.d.sync += [f.eq(0), i.eq(cur["i"] + 1), addr.eq(cur["addr"] + 1)]
+                with m.Else():
+                    m.d.sync += [f.eq(cur["f"] + 1), i.eq(cur["i"]), addr.eq(cur["addr"])]
+            with m.Elif(go):
+                m.d.sync += [f.eq(0), i.eq(0), addr.eq(q.addr[0])]
+        self.late_errors = [(take & (head.space != cur["space"]), ErrorCode.LINK_MISMATCH)]
+        limit = Mux(v.space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
+        errors = [(~in_range(q.addr[0], v.n, limit), ErrorCode.ADDRESS_RANGE)]
+        return ~active, [(working & last, cur["mask"])], errors

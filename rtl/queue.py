@@ -1,0 +1,138 @@
+"""A unit's instruction queue and its repeat sequencer (docs/microarchitecture.md sections 1-2).
+
+The issue stage pushes an *entry*: the instruction word plus what it snapshots at issue (the
+resolved base address of every stride slot, a scalar operand, and the trip counts and strides of
+its loop nest, level 0 outermost). The queue holds ``QUEUE_DEPTH`` entries; an entry leaves the
+queue in the cycle its last instance starts (so it occupies the queue from its issue cycle to
+that start cycle, as the contract counts). The sequencer walks the head entry's nest, innermost
+index fastest, one instance per ``start``; addresses are kept as per-level running offsets
+(no multiplier): ``addr_k = base_k + sum_j off_{j,k}``.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from isa.table import MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, Sync, Unit
+from isa.timing import QUEUE_DEPTH
+
+from .decode import word_layout
+
+__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS"]
+
+UNITS = len(Unit)
+
+
+def entry_layout(cfg) -> data.StructLayout:
+    return data.StructLayout({
+        "word": word_layout(cfg),
+        "base": data.ArrayLayout(signed(32), STRIDE_SLOTS),
+        "sval": signed(32),
+        "depth": unsigned(3),
+        "cnt": data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH),
+        "stride": data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH),
+    })
+
+
+def EntrySignature(cfg) -> wiring.Signature:
+    """Issue stage -> queue (initiator's side): ``valid`` pushes ``entry``; ``ready`` = a free slot."""
+    return wiring.Signature({"valid": Out(1), "entry": Out(entry_layout(cfg)), "ready": In(1)})
+
+
+class RepeatQueue(wiring.Component):
+    """QUEUE_DEPTH-entry queue plus repeat-nest sequencer.
+
+    Ports:
+      push      In(EntrySignature)     valid/entry from issue, ready when fewer than QUEUE_DEPTH entries
+      valid     Out(1)                 the head entry has an instance to start (T > 0)
+      zero      Out(1)                 the head entry has no instance (T = 0): ``start`` pops it
+      word      Out(word_layout)       the head entry's instruction
+      addr      Out(ArrayLayout(signed(32), 3))  the current instance's slot addresses
+      sval      Out(signed(32))        the scalar operand snapshotted at issue
+      first     Out(1)                 current instance is the first of its nest
+      last      Out(1)                 current instance is the last (its start pops the entry)
+      wait_now  Out(7)                 tokens this instance (or zero entry) consumes at start
+      signal_now Out(7)                tokens it sends at retire
+      start     In(1)                  the unit starts the current instance (or pops a zero entry)
+      level     Out(3)                 entries held
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        super().__init__({
+            "push": In(EntrySignature(cfg)),
+            "valid": Out(1), "zero": Out(1), "word": Out(word_layout(cfg)),
+            "addr": Out(data.ArrayLayout(signed(32), STRIDE_SLOTS)), "sval": Out(signed(32)),
+            "first": Out(1), "last": Out(1), "wait_now": Out(UNITS), "signal_now": Out(UNITS),
+            "start": In(1), "level": Out(range(QUEUE_DEPTH + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lay = entry_layout(self.cfg)
+        m.submodules.mem = mem = memory.Memory(shape=lay, depth=QUEUE_DEPTH, init=[])
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        head = Signal(range(QUEUE_DEPTH))
+        tail = Signal(range(QUEUE_DEPTH))
+        level = self.level
+        e = rp.data
+        m.d.comb += [rp.addr.eq(head), wp.addr.eq(tail), wp.data.eq(self.push.entry),
+                     self.push.ready.eq(level < QUEUE_DEPTH)]
+        push = self.push.valid & self.push.ready
+        m.d.comb += wp.en.eq(push)
+
+        # nest state of the head entry
+        idx = [Signal(32, name=f"idx{j}") for j in range(MAX_REPEAT_DEPTH)]
+        off = [[Signal(signed(32), name=f"off{j}_{k}") for k in range(STRIDE_SLOTS)]
+               for j in range(MAX_REPEAT_DEPTH)]
+        cnt = [Mux(j < e.depth, e.cnt[j], 1) for j in range(MAX_REPEAT_DEPTH)]
+        nonempty = level != 0
+        zero_trip = Const(0)
+        for j in range(MAX_REPEAT_DEPTH):
+            zero_trip = zero_trip | (cnt[j] == 0)
+        at_end = [idx[j] + 1 == cnt[j] for j in range(MAX_REPEAT_DEPTH)]
+        first = Const(1)
+        last = Const(1)
+        for j in range(MAX_REPEAT_DEPTH):
+            first = first & (idx[j] == 0)
+            last = last & at_end[j]
+        hdr = e.word.dma      # every queued format starts with the same header (rep_base .. signal)
+        each = hdr.sync == Sync.EACH
+        m.d.comb += [
+            self.valid.eq(nonempty & ~zero_trip), self.zero.eq(nonempty & zero_trip),
+            self.word.eq(e.word), self.sval.eq(e.sval), self.first.eq(first), self.last.eq(last),
+            self.wait_now.eq(Mux(zero_trip, Mux(each, 0, hdr.wait), Mux(each | first, hdr.wait, 0))),
+            self.signal_now.eq(Mux(zero_trip, Mux(each, 0, hdr.signal), Mux(each | last, hdr.signal, 0))),
+        ]
+        for k in range(STRIDE_SLOTS):
+            a = e.base[k]
+            for j in range(MAX_REPEAT_DEPTH):
+                a = a + off[j][k]
+            m.d.comb += self.addr[k].eq(a)
+
+        pop = Signal()
+        m.d.comb += pop.eq(nonempty & self.start & (zero_trip | last))
+        with m.If(self.start & nonempty):
+            with m.If(pop):
+                for j in range(MAX_REPEAT_DEPTH):
+                    m.d.sync += idx[j].eq(0)
+                    m.d.sync += [o.eq(0) for o in off[j]]
+            with m.Else():
+                # increment the innermost level that is not at its end; reset the ones inside it
+                carry = Const(1)
+                for j in reversed(range(MAX_REPEAT_DEPTH)):
+                    with m.If(carry & at_end[j]):
+                        m.d.sync += idx[j].eq(0)
+                        m.d.sync += [o.eq(0) for o in off[j]]
+                    with m.Elif(carry):
+                        m.d.sync += idx[j].eq(idx[j] + 1)
+                        m.d.sync += [off[j][k].eq(off[j][k] + e.stride[j][k]) for k in range(STRIDE_SLOTS)]
+                    carry = carry & at_end[j]
+        with m.If(pop):
+            m.d.sync += head.eq(Mux(head == QUEUE_DEPTH - 1, 0, head + 1))
+        with m.If(push):
+            m.d.sync += tail.eq(Mux(tail == QUEUE_DEPTH - 1, 0, tail + 1))
+        m.d.sync += level.eq(level + push - pop)
+        return m

@@ -1,0 +1,90 @@
+"""The weight-stationary systolic array: rows x cols int8 x int8 -> int32 MACs, double-buffered weights.
+
+PE(k, n) holds weight W[k][n] in a *front* register (used by streaming inputs) and a *shadow*
+register (filled by weight loads). Input lane k enters row k skewed by k cycles and moves right
+one PE per cycle; partial sums move down one PE per cycle; column n's result is deskewed so a
+whole output row leaves together ``LATENCY = rows + cols - 1`` cycles after its input row entered.
+
+The ``swap`` bit travels with lane data exactly like an input row: PE(k, n) uses the shadow
+weight for the row that carries it and copies shadow to front in the same cycle, so rows before
+it still use the old weights (the swap wavefront; ``isa.timing.mxu_swap_delay``).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from isa.table import clog2
+
+__all__ = ["SystolicArray"]
+
+
+class SystolicArray(wiring.Component):
+    """rows x cols weight-stationary MAC array.
+
+    Ports:
+      x        In(ArrayLayout(signed(8), rows))   input row (K lanes), entering this cycle
+      swap     In(1)                              this row is the first after new weights: swap
+      w_we     In(1)                              write shadow weight row ``w_row``
+      w_row    In(clog2(rows))                    shadow row written
+      w_data   In(ArrayLayout(signed(8), cols))   its cols weights
+      w_clear  In(1)                              zero every shadow weight (before a partial load)
+      y        Out(ArrayLayout(signed(32), cols)) result of the row that entered LATENCY cycles ago
+    """
+
+    def __init__(self, rows: int, cols: int):
+        self.rows, self.cols = rows, cols
+        self.LATENCY = rows + cols - 1
+        super().__init__({
+            "x": In(data.ArrayLayout(signed(8), rows)), "swap": In(1),
+            "w_we": In(1), "w_row": In(clog2(rows)), "w_data": In(data.ArrayLayout(signed(8), cols)),
+            "w_clear": In(1),
+            "y": Out(data.ArrayLayout(signed(32), cols)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        R, C = self.rows, self.cols
+        # input skew: lane k (and its swap bit) delayed by k cycles
+        a_in, s_in = [], []
+        for k in range(R):
+            a, s = self.x[k], self.swap
+            for d in range(k):
+                na, ns = Signal(signed(8), name=f"skew{k}_{d}"), Signal(name=f"skews{k}_{d}")
+                m.d.sync += [na.eq(a), ns.eq(s)]
+                a, s = na, ns
+            a_in.append(a)
+            s_in.append(s)
+        psum = [Signal(signed(32), name=f"top{n}") for n in range(C)]   # zeros into row 0
+        for k in range(R):
+            a, s = a_in[k], s_in[k]
+            new_psum = []
+            for n in range(C):
+                front = Signal(signed(8), name=f"wf{k}_{n}")
+                shadow = Signal(signed(8), name=f"ws{k}_{n}")
+                w = Mux(s, shadow, front)
+                with m.If(s):
+                    m.d.sync += front.eq(shadow)
+                with m.If(self.w_clear):
+                    m.d.sync += shadow.eq(0)
+                with m.If(self.w_we & (self.w_row == k)):
+                    m.d.sync += shadow.eq(self.w_data[n])
+                p = Signal(signed(32), name=f"ps{k}_{n}")
+                m.d.sync += p.eq(psum[n] + a * w)
+                new_psum.append(p)
+                if n < C - 1:    # pass the input (and the swap bit) right
+                    na, ns = Signal(signed(8), name=f"a{k}_{n}"), Signal(name=f"s{k}_{n}")
+                    m.d.sync += [na.eq(a), ns.eq(s)]
+                    a, s = na, ns
+            psum = new_psum
+        # deskew: column n waits cols-1-n cycles
+        for n in range(C):
+            v = psum[n]
+            for d in range(C - 1 - n):
+                nv = Signal(signed(32), name=f"dsk{n}_{d}")
+                m.d.sync += nv.eq(v)
+                v = nv
+            m.d.comb += self.y[n].eq(v)
+        return m
