@@ -1,0 +1,464 @@
+"""One simulated chip: memories, registers, the issue stage, tokens, race detection, host API.
+
+>>> from sim import Chip
+>>> chip = Chip("tiny")
+>>> chip.load("seti r1, 5\\nhalt\\n")
+>>> chip.run().cycles
+2
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from isa import semantics as sem
+from isa import timing
+from isa.asm import assemble, assemble_file, format_instruction
+from isa.config import ChipConfig
+from isa.encoding import Instruction, check_values, decode, from_bytes
+from isa.errors import DecodeError, EncodeError, ErrorCode
+from isa.program import Program
+from isa.table import WORD_BYTES, ScaleMode, Space, SrcMode, Unit
+
+from .errors import SimError
+from .handlers import HANDLERS, ISSUE_STAGE_OPS
+from .stats import Stats, Trace
+from .units import INF, Entry, make_units
+
+_PURE, _QUEUED, _SMEM, _FENCE, _HALT, _BAD = range(6)
+
+
+class Tokens:
+    """A counter per (producer, consumer) pair; a signal at r counts at r and is usable at r + TOKEN_LATENCY."""
+
+    def __init__(self, chip):
+        self.chip = chip
+        self.pending: dict = {}         # (P, C) -> heap of (r, pc) not yet counted
+        self.ready: dict = {}           # (P, C) -> deque of r counted, not consumed
+        self.active: set = set()
+
+    def signal(self, p: Unit, mask: int, r: int, pc: int) -> None:
+        for c in Unit:
+            if mask >> c & 1:
+                key = (int(p), int(c))
+                heapq.heappush(self.pending.setdefault(key, []), (r, pc))
+                self.active.add(key)
+
+    def flush(self, t: int) -> None:
+        """Count every signal with r <= t (raising TOKEN_OVERFLOW at the cycle a counter passes TOKEN_MAX)."""
+        for key in list(self.active):
+            heap = self.pending[key]
+            dq = self.ready.setdefault(key, deque())
+            while heap and heap[0][0] <= t:
+                r, pc = heapq.heappop(heap)
+                dq.append(r)
+                if len(dq) > timing.TOKEN_MAX:
+                    p, c = (Unit(k).name.lower() for k in key)
+                    raise self.chip.error(ErrorCode.TOKEN_OVERFLOW,
+                                          f"token counter {p}->{c} exceeds TOKEN_MAX ({timing.TOKEN_MAX})", r, pc)
+            if not heap:
+                self.active.discard(key)
+
+    def usable_time(self, p: int, c: int) -> int:
+        key = (int(p), int(c))
+        dq = self.ready.get(key)
+        if dq:
+            return dq[0] + timing.TOKEN_LATENCY
+        heap = self.pending.get(key)
+        return heap[0][0] + timing.TOKEN_LATENCY if heap else INF
+
+    def wait_time(self, mask: int, c: int, t: int) -> tuple[int, int | None]:
+        """First cycle >= t at which a token from every unit in ``mask`` is usable, and the last producer."""
+        worst, who = t, None
+        for p in Unit:
+            if mask >> p & 1:
+                u = self.usable_time(p, c)
+                if u > worst:
+                    worst, who = u, int(p)
+        return worst, who
+
+    def consume(self, mask: int, c: int, t: int) -> None:
+        for p in Unit:
+            if mask >> p & 1:
+                self.ready[(int(p), int(c))].popleft()
+
+
+class Races:
+    """Instances in flight with their footprints; a new one overlapping another unit's is a RACE."""
+
+    def __init__(self, chip):
+        self.chip = chip
+        self.live: list = []            # [unit, pc, s, r, reads, writes]
+
+    def start(self, unit: Unit, pc: int, s: int, reads, writes, r: int = INF) -> list:
+        rec = [unit, pc, s, r, reads, writes]
+        if not reads and not writes:
+            return rec
+        live = [x for x in self.live if x[3] >= s]
+        for x in live:
+            if x[0] == unit:
+                continue
+            hit = _overlap(writes, x[4]) or _overlap(writes, x[5]) or _overlap(reads, x[5])
+            if hit:
+                mem, lo, hi = hit
+                unit_of = lambda u: Unit(u).name.lower()  # noqa: E731
+                what = "rows" if mem != "dram" else "bytes"
+                other_r = "?" if x[3] >= INF else x[3]
+                raise self.chip.error(
+                    ErrorCode.RACE,
+                    f"{unit_of(unit)} instance of pc {pc} `{self.chip.text(pc)}` starting at {s} overlaps "
+                    f"{unit_of(x[0])} instance of pc {x[1]} `{self.chip.text(x[1])}` in flight {x[2]}..{other_r} "
+                    f"on {mem} {what} {lo}..{hi - 1}", s, pc, f"{mem} {what} {lo}..{hi - 1}",
+                    other=(x[1], self.chip.text(x[1])))
+        live.append(rec)
+        self.live = live
+        return rec
+
+
+def _overlap(a, b):
+    for m1, lo1, hi1 in a:
+        for m2, lo2, hi2 in b:
+            if m1 == m2 and lo1 < hi2 and lo2 < hi1:
+                return m1, max(lo1, lo2), min(hi1, hi2)
+    return None
+
+
+class MxuState:
+    """The array's data state: front weights (used by mm), shadow (filled by lw), pending flag."""
+
+    def __init__(self, cfg):
+        self.front = np.zeros((cfg.rows, cfg.cols), np.int8)
+        self.shadow = np.zeros((cfg.rows, cfg.cols), np.int8)
+        self.front_k = self.shadow_k = 0
+        self.pending = False
+
+
+class VpuState:
+    def __init__(self):
+        self.lut = np.zeros(256, np.int8)
+        self.qcfg = (0, 0, -128, 127, 0)       # shift, zp, lo, hi, rounding (reset values)
+
+
+class IssueStage:
+    """Fetches and issues one instruction per cycle (section 1 of the contract)."""
+
+    def __init__(self, chip):
+        self.chip = chip
+        self.pc = 0
+        self.ready = 0                  # earliest cycle the instruction at pc may issue
+        self.halted = False
+        self.cause = None
+
+    def next_time(self) -> int:
+        if self.halted:
+            return INF
+        chip = self.chip
+        kind = chip.kind_at(self.pc)
+        t = self.ready
+        if kind == _QUEUED:
+            unit = chip.units[chip.prog[self.pc].spec.unit]
+            t = unit.accept_time(t)
+            self.cause = f"queue_full({unit.name})"
+        elif kind == _SMEM:
+            w = chip.fields[self.pc]["wait"]
+            if w:
+                t, p = chip.tokens.wait_time(w, Unit.SCALAR, t)
+                self.cause = f"token({Unit(p).name.lower()})" if p is not None else None
+        elif kind in (_FENCE, _HALT):
+            mask = (1 << len(Unit)) - 1 if kind == _HALT else chip.fields[self.pc]["units"]
+            for u, unit in chip.units.items():
+                if mask >> u & 1:
+                    t = max(t, unit.drained_time())
+            self.cause = "fence"
+        return t
+
+    def act(self, t: int, horizon: int) -> None:
+        chip, st = self.chip, self.chip.stats
+        kind = chip.kind_at(self.pc)
+        if kind == _BAD:
+            code, msg = chip.bad[self.pc] if self.pc < len(chip.prog) else (
+                ErrorCode.PC_RANGE, f"fetch beyond the end of the program ({len(chip.prog)} instructions)")
+            raise chip.error(code, msg, t, self.pc if self.pc < len(chip.prog) else None)
+        if t > self.ready and self.cause:
+            st.stall(self.cause, t - self.ready)
+        pc, ins = self.pc, chip.prog[self.pc]
+        st.instructions += 1
+        if kind != _QUEUED:
+            st.busy["scalar"] += 1
+            st.instances["scalar"] += 1
+            if chip.trace is not None:
+                chip.trace.add(chip.index, int(Unit.SCALAR), pc, 0, chip.text(pc), t, t, t)
+        if kind == _QUEUED:
+            chip.issue_queued(pc, t)
+        elif kind == _SMEM:
+            chip.scalar_mem(pc, t)
+        elif kind == _HALT:
+            self.halted = True
+            chip.halt_cycle = t
+            st.cycles = t + 1
+            return
+        elif kind == _PURE:
+            self._pure(t)
+            return
+        self.pc += 1
+        self.ready = t + 1
+
+    def _pure(self, t: int) -> None:
+        """Run scalar instructions back to back: they touch nothing but the issue stage's registers."""
+        chip, st = self.chip, self.chip.stats
+        prog, limit = chip.prog, chip.max_cycles
+        kinds = chip.kinds
+        n = len(prog)
+        first = True
+        while True:
+            pc = self.pc
+            if not first:
+                if pc >= n or kinds[pc] != _PURE or t >= limit:
+                    self.ready = t
+                    return
+                st.instructions += 1
+                st.busy["scalar"] += 1
+                st.instances["scalar"] += 1
+                if chip.trace is not None:
+                    chip.trace.add(chip.index, int(Unit.SCALAR), pc, 0, chip.text(pc), t, t, t)
+            first = False
+            ins = prog[pc]
+            target = HANDLERS[ins.op](chip, ins)
+            if target is not None:
+                self.pc = target
+                t += 1 + timing.BRANCH_PENALTY
+                st.stall("branch", timing.BRANCH_PENALTY)
+            else:
+                self.pc = pc + 1
+                t += 1
+
+
+class Chip:
+    """A tetrachip: load a Program, write DRAM/registers, run, read memories and Stats.
+
+    ``Chip(config)`` takes a ChipConfig, a preset name or a config file. ``trace=True`` records
+    every instruction instance (``chip.trace``).
+    """
+
+    def __init__(self, config="base", *, trace: bool = False, index: int = 0, in_system: bool = False):
+        self.cfg = cfg = ChipConfig.load(config)
+        self.index, self.in_system = index, in_system
+        self.spm = np.zeros((cfg.spm_rows, cfg.cols), np.int8)
+        self.acc = np.zeros((cfg.acc_rows, cfg.cols), np.int32)
+        self.dram = np.zeros(cfg.dram_bytes, np.uint8)
+        self.regs = [0] * cfg.scalar_regs
+        self.want_trace = trace
+        self.prog: list = []
+        self.bad: dict = {}
+        self.fields: list = []
+        self.kinds: list = []
+        self._texts: dict = {}
+        self._reset()
+
+    # -- host API -------------------------------------------------------------------------
+    def load(self, program) -> "Chip":
+        """Load a Program, assembly text, a path (.s or .bin), a list of Instructions, or raw code bytes.
+
+        Words that do not decode are kept: fetching one stops the chip with ILLEGAL_INSTRUCTION.
+        """
+        if isinstance(program, (str, Path)) and (isinstance(program, Path) or "\n" not in program) \
+                and Path(program).suffix in (".s", ".bin"):
+            p = Path(program)
+            program = Program.load(p, self.cfg) if p.suffix == ".bin" else assemble_file(p, self.cfg)
+        elif isinstance(program, str):
+            program = assemble(program, self.cfg)
+        self.bad: dict = {}
+        if isinstance(program, Program):
+            if program.config.digest() != self.cfg.digest():
+                raise SimError(ErrorCode.ILLEGAL_INSTRUCTION, f"program built for config {program.config.name!r}, "
+                               f"this chip is {self.cfg.name!r}")
+            instrs = list(program.instructions)
+        elif isinstance(program, (bytes, bytearray)):
+            instrs = []
+            for pc in range(len(program) // WORD_BYTES):
+                w = from_bytes(program[pc * WORD_BYTES:(pc + 1) * WORD_BYTES])
+                try:
+                    instrs.append(decode(w, self.cfg, pc=pc))
+                except DecodeError as e:
+                    instrs.append(None)
+                    self.bad[pc] = (ErrorCode.ILLEGAL_INSTRUCTION, str(e))
+        else:
+            instrs = list(program)
+        for pc, ins in enumerate(instrs):
+            if ins is not None and pc not in self.bad:
+                try:
+                    check_values(ins, self.cfg)
+                except EncodeError as e:
+                    self.bad[pc] = (ErrorCode.ILLEGAL_INSTRUCTION, str(e))
+        if len(instrs) > self.cfg.imem_words:
+            raise SimError(ErrorCode.PC_RANGE, f"program of {len(instrs)} instructions does not fit "
+                           f"imem ({self.cfg.imem_words} words)")
+        self.prog = instrs
+        self.fields = [ins.as_dict() if ins is not None else {} for ins in instrs]
+        self.kinds = [self._kind(pc, ins) for pc, ins in enumerate(instrs)]
+        self._texts: dict = {}
+        self._reset()
+        return self
+
+    def write_dram(self, addr: int, data) -> None:
+        b = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) else \
+            np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self._check_dram(addr, len(b))
+        self.dram[addr:addr + len(b)] = b
+
+    def read_dram(self, addr: int, n: int, dtype=np.uint8) -> np.ndarray:
+        """``n`` elements of ``dtype`` (little-endian) from DRAM byte ``addr``."""
+        dt = np.dtype(dtype).newbyteorder("<")
+        self._check_dram(addr, n * dt.itemsize)
+        return self.dram[addr:addr + n * dt.itemsize].copy().view(dt)
+
+    def _check_dram(self, addr, nbytes):
+        if addr < 0 or addr + nbytes > self.cfg.dram_bytes:
+            raise SimError(ErrorCode.ADDRESS_RANGE, f"host access to DRAM bytes {addr}..{addr + nbytes - 1} "
+                           f"outside DRAM ({self.cfg.dram_bytes} bytes)")
+
+    def write_spm(self, row: int, data) -> None:
+        d = np.asarray(data, np.int8).reshape(-1, self.cfg.cols)
+        self.spm[row:row + len(d)] = d
+
+    def read_spm(self, row: int, n: int = 1) -> np.ndarray:
+        return self.spm[row:row + n].copy()
+
+    def write_acc(self, row: int, data) -> None:
+        d = np.asarray(data, np.int32).reshape(-1, self.cfg.cols)
+        self.acc[row:row + len(d)] = d
+
+    def read_acc(self, row: int, n: int = 1) -> np.ndarray:
+        return self.acc[row:row + n].copy()
+
+    def set_args(self, args=None, **named) -> None:
+        """Write scalar registers before launch: ``set_args({1: 5})`` or ``set_args(r1=5)``."""
+        items = dict(args or {})
+        items.update({int(k.lstrip("r")): v for k, v in named.items()})
+        for r, v in items.items():
+            r = int(str(r).lstrip("r"))
+            if not 0 < r < self.cfg.scalar_regs:
+                raise SimError(ErrorCode.ILLEGAL_INSTRUCTION, f"no scalar register r{r} to write "
+                               f"(r1..r{self.cfg.scalar_regs - 1})")
+            self.set_reg(r, int(v))
+
+    def run(self, max_cycles: int | None = None) -> Stats:
+        """Run from pc 0 until halt; return the Stats (also ``chip.stats``). Raises SimError."""
+        from .engine import run
+        self._reset()
+        run([self], max_cycles)
+        return self.stats
+
+    # -- state --------------------------------------------------------------------------
+    def _reset(self) -> None:
+        cfg = self.cfg
+        self.loops = [(0, (0, 0, 0))] * cfg.loop_regs
+        self.mxu = MxuState(cfg)
+        self.vpu = VpuState()
+        self.tokens = Tokens(self)
+        self.races = Races(self)
+        self.units = make_units(self)
+        self.issue = IssueStage(self)
+        self.stats = Stats(config=cfg.name, rows=cfg.rows, cols=cfg.cols, clock_mhz=cfg.clock_mhz)
+        self.trace = Trace() if self.want_trace else None
+        self.halt_cycle = None
+        self.max_cycles = INF
+        self.tx, self.rx = {}, {}
+
+    def components(self) -> list:
+        return [self.issue] + list(self.units.values())
+
+    def mem(self, space: int) -> np.ndarray:
+        return self.spm if space == Space.SPM else self.acc
+
+    def set_reg(self, r: int, v: int) -> None:
+        if r:
+            self.regs[r] = sem.wrap32_int(v)
+
+    def _kind(self, pc, ins) -> int:
+        if ins is None or pc in self.bad:
+            return _BAD
+        if ins.spec.queued:
+            return _QUEUED
+        return {"sld": _SMEM, "sst": _SMEM, "fence": _FENCE, "halt": _HALT}.get(ins.op, _PURE)
+
+    def kind_at(self, pc: int) -> int:
+        return self.kinds[pc] if 0 <= pc < len(self.kinds) else _BAD
+
+    def text(self, pc: int) -> str:
+        s = self._texts.get(pc)
+        if s is None and 0 <= pc < len(self.prog) and self.prog[pc] is not None:
+            s = self._texts[pc] = format_instruction(self.prog[pc], self.cfg)
+        return s or "?"
+
+    def error(self, code, msg, cycle, pc=None, address=None, other=None) -> SimError:
+        return SimError(code, msg, cycle=cycle, pc=pc, instr=self.text(pc) if pc is not None else None,
+                        address=address, chip=self.index if self.in_system else None,
+                        other=other)
+
+    # -- issue-stage work that touches units ----------------------------------------------
+    def issue_queued(self, pc: int, t: int) -> None:
+        ins, f, regs = self.prog[pc], self.fields[pc], self.regs
+        spec = ins.spec
+        base, depth = f["rep_base"], f["rep_depth"]
+        nest = self.loops[base:base + depth]
+        counts = [c for c, _ in nest]
+        strides = [s for _, s in nest]
+        bases = [f[s] + regs[f["x" + s]] for s in spec.slots]
+        bval = regs[f["b"]] if f.get("bmode") == SrcMode.REG else 0
+        sval = regs[f["scale"]] if f.get("smode") == ScaleMode.REG else 0
+        ent = Entry(ins, f, pc, t, counts, strides, bases, bval, sval)
+        self.units[spec.unit].push(ent)
+
+    def scalar_mem(self, pc: int, t: int) -> None:
+        ins, f = self.prog[pc], self.fields[pc]
+        if f["wait"]:
+            self.tokens.consume(f["wait"], Unit.SCALAR, t)
+        space, row, lane = f["space"], f["addr"] + self.regs[f["xaddr"]], f["lane"]
+        depth = self.cfg.spm_rows if space == Space.SPM else self.cfg.acc_rows
+        name = "spm" if space == Space.SPM else "acc"
+        if not 0 <= row < depth:
+            raise self.error(ErrorCode.ADDRESS_RANGE, f"{ins.op} row {row} outside {name} (0..{depth - 1})",
+                             t, pc, f"{name} row {row}")
+        rng = [(name, row, row + 1)]
+        load = ins.op == "sld"
+        self.races.start(Unit.SCALAR, pc, t, rng if load else [], [] if load else rng, r=t)
+        if load:
+            self.set_reg(f["rd"], sem.scalar_load(self.mem(space)[row], lane))
+        else:
+            self.mem(space)[row, lane] = sem.scalar_store_value(self.regs[f["rd"]], space)
+        if f["signal"]:
+            self.tokens.signal(Unit.SCALAR, f["signal"], t, pc)
+
+    # -- links ----------------------------------------------------------------------------------
+    def link_start(self, unit, inst, t, port, space, addr, n):
+        """Start a send (LTX) or receive (LRX) instance; returns its retire cycle if known now."""
+        from .links import Channel
+        send = unit.uid == Unit.LTX
+        if n == 0:
+            return t
+        st = self.stats
+        nbytes = n * self.cfg.cols * timing.elem_bytes(space)
+        if send:
+            ch = self.tx.get(port)
+            if ch is None:
+                ch = self.tx[port] = Channel(self.cfg, self)          # wired to nothing
+            rows = self.mem(space)[addr:addr + n].copy()
+            st.bytes["link_tx"] += nbytes
+            st.busy["ltx"] += n * timing.flits_per_row(self.cfg, space)
+            ch.send(unit, inst, t, space, rows)
+        else:
+            ch = self.rx.get(port)
+            st.bytes["link_rx"] += nbytes
+            st.busy["lrx"] += n * timing.flits_per_row(self.cfg, space)
+            if ch is None:
+                return None                                          # nothing will ever arrive
+            ch.recv(unit, inst, t, space, n, addr)
+        return None
+
+
+__all__ = ["Chip", "SimError"]

@@ -1,0 +1,131 @@
+"""The event loop that runs one or more chips, and ``System``: several chips in a ring.
+
+Time jumps from one event to the next: every component (each chip's issue stage and queued
+units) tells the earliest cycle at which it can next act, given what is known; the loop takes the
+smallest, lets every component due at that cycle act, and asks again. A decision at cycle t only
+depends on what happened before t (every latency of the contract is at least one cycle), so the
+components due at the same cycle may act in any order. Idle cycles cost nothing.
+"""
+
+from __future__ import annotations
+
+from isa.config import ChipConfig
+from isa.errors import ErrorCode
+from isa.table import Unit
+
+from .chip import Chip
+from .errors import SimError
+from .links import Channel
+from .stats import Stats
+from .units import INF
+
+#: cycle limit of a run when the caller gives none
+DEFAULT_MAX_CYCLES = 1 << 40
+
+
+def run(chips: list[Chip], max_cycles: int | None = None) -> None:
+    limit = DEFAULT_MAX_CYCLES if max_cycles is None else int(max_cycles)
+    for ch in chips:
+        ch.max_cycles = limit
+    comps = [c for ch in chips for c in ch.components()]
+    times = [c.next_time() for c in comps]
+    last = 0
+    while True:
+        t = min(times)
+        if t >= INF:
+            if all(ch.issue.halted for ch in chips):
+                return
+            raise _deadlock(chips, last)
+        if t >= limit:
+            ch = next(c for c in chips if not c.issue.halted)
+            pc = ch.issue.pc if ch.issue.pc < len(ch.prog) else None
+            raise ch.error(ErrorCode.CYCLE_LIMIT, f"the run did not halt within {limit} cycles", limit, pc)
+        for ch in chips:
+            if ch.tokens.active:
+                ch.tokens.flush(t)
+        for i, c in enumerate(comps):
+            if times[i] == t:
+                c.act(t, INF)
+        last = t
+        times = [c.next_time() for c in comps]
+
+
+def _deadlock(chips: list[Chip], last: int) -> SimError:
+    """Nothing can ever act again but some chip has not halted: name what is stuck."""
+    cycle = max([last] + [u.max_retire for ch in chips for u in ch.units.values()]) + 1
+    for ch in chips:
+        if ch.issue.halted:
+            continue
+        stuck = [(u.queue[0].q if u.queue else -1, u) for u in ch.units.values() if u.queue or u.open]
+        stuck.sort(key=lambda x: x[0])
+        others = "; ".join(f"{u.name} waits for {u.blocked_on()}" for _, u in stuck)
+        if stuck:
+            u = stuck[0][1]
+            pc = u.queue[0].pc if u.queue else _open_pc(u)
+            return ch.error(ErrorCode.DEADLOCK, f"no unit can make progress ({others}); "
+                            f"the issue stage is stuck at pc {ch.issue.pc}", cycle, pc)
+        return ch.error(ErrorCode.DEADLOCK, "the issue stage waits for a token that is never signalled",
+                        cycle, ch.issue.pc)
+    return SimError(ErrorCode.DEADLOCK, "no chip can make progress", cycle=cycle)
+
+
+def _open_pc(unit) -> int | None:
+    for ch in (unit.chip.tx.values() if unit.uid == Unit.LTX else unit.chip.rx.values()):
+        jobs = ch.sends if unit.uid == Unit.LTX else ch.recvs
+        if jobs:
+            return jobs[0].inst.ent.pc
+    return None
+
+
+class System:
+    """N chips of one config in a ring: port 0 of chip i is wired to port 1 of chip (i+1) mod N.
+
+    Each chip has its own program, DRAM and registers (``system.chips[i]``); ``run()`` runs them
+    together under one clock and returns their Stats.
+    """
+
+    def __init__(self, config="base", n: int = 2, *, trace: bool = False):
+        self.cfg = ChipConfig.load(config)
+        if n < 1:
+            raise SimError(ErrorCode.ILLEGAL_INSTRUCTION, f"a System needs at least one chip, got {n}")
+        if self.cfg.links < 2:
+            raise SimError(ErrorCode.LINK_MISMATCH, f"a ring needs 2 link ports per chip; config "
+                           f"{self.cfg.name!r} has {self.cfg.links}")
+        self.chips = [Chip(self.cfg, trace=trace, index=i, in_system=True) for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.chips)
+
+    def __getitem__(self, i: int) -> Chip:
+        return self.chips[i]
+
+    def load(self, i: int, program) -> None:
+        self.chips[i].load(program)
+
+    def _wire(self) -> None:
+        n = len(self.chips)
+        for i, a in enumerate(self.chips):
+            b = self.chips[(i + 1) % n]
+            a.tx[0] = b.rx[1] = Channel(self.cfg, a, b)
+            b.tx[1] = a.rx[0] = Channel(self.cfg, b, a)
+
+    def run(self, max_cycles: int | None = None) -> list[Stats]:
+        for ch in self.chips:
+            ch._reset()
+        self._wire()
+        run(self.chips, max_cycles)
+        return [ch.stats for ch in self.chips]
+
+    @property
+    def cycles(self) -> int:
+        return max(ch.stats.cycles for ch in self.chips)
+
+    @property
+    def trace(self):
+        """All chips' trace records in one Trace (when built with trace=True)."""
+        from .stats import Trace
+        tr = Trace()
+        for ch in self.chips:
+            if ch.trace is not None:
+                tr.records += ch.trace.records
+        return tr

@@ -1,0 +1,141 @@
+"""Stats (figures of one run) and Trace (one record per instruction instance)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from isa.table import Unit
+
+UNIT_NAMES = [u.name.lower() for u in Unit]
+
+
+@dataclass
+class Stats:
+    """Figures of one chip's run.
+
+    ``busy``: cycles each unit did work (scalar: scalar instructions issued; load/store: DRAM channel
+    beats; mxu: input rows streamed; vpu: rows processed; ltx/lrx: flits moved).
+    ``mxu_macs``: multiply-accumulate slots with a loaded weight row (rows streamed x weight rows
+    ``k`` x ``cols``); ``mxu_utilization = mxu_macs / (rows * cols * cycles)``.
+    ``bytes``: bytes read/written per memory (``dram_read``, ``spm_write``, ``link_tx``...).
+    ``stalls``: cycles by cause: issue stage ``queue_full(U)``, ``token(U)``, ``fence``,
+    ``branch``; units ``U.token(P)`` (a ready instance waiting for a token from P),
+    ``mxu.weights`` (an mm waiting for its weights), ``mxu.swap`` (an lw waiting for the swap
+    wavefront).
+    """
+
+    config: str = ""
+    rows: int = 0
+    cols: int = 0
+    clock_mhz: float = 0.0
+    cycles: int = 0
+    instructions: int = 0
+    instances: dict = field(default_factory=lambda: {n: 0 for n in UNIT_NAMES})
+    busy: dict = field(default_factory=lambda: {n: 0 for n in UNIT_NAMES})
+    mxu_macs: int = 0
+    bytes: dict = field(default_factory=lambda: {k: 0 for k in (
+        "dram_read", "dram_write", "spm_read", "spm_write", "acc_read", "acc_write", "link_tx", "link_rx")})
+    stalls: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.instances["scalar"] = self.busy["scalar"] = 0
+
+    @property
+    def mxu_utilization(self) -> float:
+        return self.mxu_macs / (self.rows * self.cols * self.cycles) if self.cycles else 0.0
+
+    @property
+    def time_us(self) -> float:
+        return self.cycles / self.clock_mhz if self.clock_mhz else 0.0
+
+    def stall(self, cause: str, n: int) -> None:
+        if n > 0:
+            self.stalls[cause] = self.stalls.get(cause, 0) + n
+
+    def to_dict(self) -> dict:
+        return {"config": self.config, "cycles": self.cycles, "time_us": self.time_us,
+                "instructions": self.instructions, "instances": dict(self.instances),
+                "busy": dict(self.busy), "mxu_macs": self.mxu_macs,
+                "mxu_utilization": self.mxu_utilization, "bytes": dict(self.bytes),
+                "stalls": dict(sorted(self.stalls.items()))}
+
+    def table(self) -> str:
+        c = max(self.cycles, 1)
+        out = [f"config {self.config} ({self.rows}x{self.cols}): {self.cycles} cycles "
+               f"({self.time_us:.2f} us at {self.clock_mhz:g} MHz), {self.instructions} instructions issued",
+               f"MXU utilization {100 * self.mxu_utilization:.2f}% ({self.mxu_macs} MACs)",
+               f"{'unit':<8}{'instances':>12}{'busy':>12}{'busy %':>9}"]
+        for n in UNIT_NAMES:
+            out.append(f"{n:<8}{self.instances[n]:>12}{self.busy[n]:>12}{100 * self.busy[n] / c:>8.1f}%")
+        out.append(f"{'memory':<12}{'bytes':>14}")
+        out += [f"{k:<12}{v:>14}" for k, v in self.bytes.items()]
+        if self.stalls:
+            out.append(f"{'stall cause':<24}{'cycles':>12}")
+            out += [f"{k:<24}{v:>12}" for k, v in sorted(self.stalls.items())]
+        return "\n".join(out)
+
+    __str__ = table
+
+
+@dataclass
+class Record:
+    """One instruction instance: chip, unit, pc, instance index, text, issue/start/retire cycles."""
+
+    chip: int
+    unit: int
+    pc: int
+    index: int
+    text: str
+    issue: int
+    start: int
+    retire: int | None = None
+
+
+class Trace:
+    """Instances of a run, in start order; exported as Chrome/Perfetto JSON or a line trace."""
+
+    def __init__(self):
+        self.records: list[Record] = []
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, *args) -> Record:
+        r = Record(*args)
+        self.records.append(r)
+        return r
+
+    def retired(self) -> list[Record]:
+        return sorted((r for r in self.records if r.retire is not None),
+                      key=lambda r: (r.retire, r.chip, r.unit, r.pc, r.index))
+
+    def line_trace(self) -> str:
+        """One fixed-column line per retired instance, ordered by retire cycle (then chip, unit, pc, index).
+
+        Columns: retire, start, issue, chip, unit, pc, instance index, instruction text.
+        """
+        head = f"{'retire':>10} {'start':>10} {'issue':>10} {'chip':>4} {'unit':<6} {'pc':>5} {'inst':>7}  instr"
+        lines = [head] + [f"{r.retire:>10} {r.start:>10} {r.issue:>10} {r.chip:>4} {UNIT_NAMES[r.unit]:<6} "
+                          f"{r.pc:>5} {r.index:>7}  {r.text}" for r in self.retired()]
+        return "\n".join(lines) + "\n"
+
+    def to_chrome(self) -> dict:
+        """Chrome trace-event JSON (load in Perfetto or chrome://tracing): 1 us = 1 cycle."""
+        ev = []
+        chips = sorted({r.chip for r in self.records})
+        for c in chips:
+            ev.append({"ph": "M", "name": "process_name", "pid": c, "args": {"name": f"chip {c}"}})
+            for u in Unit:
+                ev.append({"ph": "M", "name": "thread_name", "pid": c, "tid": int(u), "args": {"name": u.name.lower()}})
+        for r in self.records:
+            end = r.retire if r.retire is not None else r.start
+            ev.append({"ph": "X", "name": r.text, "pid": r.chip, "tid": r.unit, "ts": r.start,
+                       "dur": end - r.start + 1,
+                       "args": {"pc": r.pc, "instance": r.index, "issue": r.issue, "start": r.start,
+                                "retire": r.retire}})
+        return {"traceEvents": ev, "displayTimeUnit": "ns", "otherData": {"time_unit": "1 us = 1 cycle"}}
+
+    def save_chrome(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_chrome()))

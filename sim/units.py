@@ -1,0 +1,296 @@
+"""The queued units' timing models (docs/microarchitecture.md sections 2-3).
+
+Every unit keeps its queue of issued entries, expands the head entry's loop nest into instances
+and computes, for the next instance, the earliest cycle it may start: the generic rules (issue
+cycle + ISSUE_TO_START, one start per cycle, tokens) and the unit's own rule (``lower_bound``).
+When the engine reaches that cycle the unit starts the instance (``begin``): the handler's data
+effect runs and the retire cycle is computed from the contract's formulas. Nothing here loops over
+cycles: each instance costs a constant amount of work.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from isa import semantics as sem
+from isa import timing
+from isa.errors import ErrorCode
+from isa.table import Sync, Unit
+
+from .errors import SimError
+from .handlers import HANDLERS
+
+INF = 1 << 62
+#: instances whose addresses are expanded at once (longer nests are expanded in chunks)
+CHUNK = 4096
+
+
+class Entry:
+    """A queued instruction as issued: its snapshot of loop registers and scalar operands."""
+
+    __slots__ = ("ins", "f", "pc", "q", "T", "i", "d", "counts", "strides", "bases", "wait", "signal",
+                 "once", "bval", "scale_val", "_addrs", "_lo", "handler")
+
+    def __init__(self, ins, f, pc, q, counts, strides, bases, bval=0, scale_val=0):
+        self.ins, self.f, self.pc, self.q = ins, f, pc, q
+        self.counts, self.strides, self.bases = counts, strides, bases
+        self.T = sem.nest_count(counts)
+        self.i, self.d = 0, None
+        self.wait, self.signal = f["wait"], f["signal"]
+        self.once = f["sync"] == Sync.ONCE
+        self.bval, self.scale_val = bval, scale_val
+        self._addrs, self._lo = None, 0
+        self.handler = HANDLERS[ins.op]
+
+    def addrs(self, i: int):
+        """Memory-operand addresses of instance ``i`` (stride-slot order)."""
+        if not self.counts:
+            return self.bases
+        a = self._addrs
+        if a is None or not self._lo <= i < self._lo + len(a):
+            lo = i - i % CHUNK
+            self._addrs = a = sem.nest_slice(self.counts, self.strides, self.bases, lo,
+                                             min(self.T, lo + CHUNK)).tolist()
+            self._lo = lo
+        return a[i - self._lo]
+
+    def waits(self) -> int:
+        return self.wait if (not self.once or self.i == 0) else 0
+
+    def signals(self) -> int:
+        return self.signal if (not self.once or self.i == self.T - 1) else 0
+
+
+class Instance:
+    """A started instance whose retire cycle may not be known yet (links)."""
+
+    __slots__ = ("ent", "i", "s", "signal", "race", "rec")
+
+    def __init__(self, ent, i, s, signal, race, rec):
+        self.ent, self.i, self.s, self.signal, self.race, self.rec = ent, i, s, signal, race, rec
+
+
+class QueuedUnit:
+    """Queue, repeat expansion, tokens and bookkeeping shared by every queued unit."""
+
+    def __init__(self, chip, uid: Unit):
+        self.chip, self.uid, self.name = chip, uid, uid.name.lower()
+        self.queue: deque[Entry] = deque()
+        self.recent: deque[Entry] = deque(maxlen=timing.QUEUE_DEPTH)
+        self.last_start = -1
+        self.max_retire = -1
+        self.open = 0                   # started instances whose retire is not known yet
+        self.plan = None                # plan of the head instance, prepared once
+        self.pending_error = None       # (cycle, SimError) found ahead of time (link mismatch)
+        self._why = None                # what bounds the next start: (base, unit_lb, reason, tok_t, tok_p)
+
+    # -- the issue stage's view -----------------------------------------------------------
+    def accept_time(self, t: int) -> int:
+        """First cycle >= t at which the queue has a free entry (INF: not known yet)."""
+        if len(self.recent) < timing.QUEUE_DEPTH:
+            return t
+        d = self.recent[0].d
+        return INF if d is None else max(t, d + 1)
+
+    def push(self, ent: Entry) -> None:
+        self.queue.append(ent)
+        self.recent.append(ent)
+
+    def drained_time(self) -> int:
+        """First cycle at which the queue is empty and every instance has retired (INF: not known)."""
+        if self.queue or self.open:
+            return INF
+        last_d = self.recent[-1].d if self.recent else -1
+        return max(last_d + 1, self.max_retire + 1)
+
+    # -- unit-specific rules (overridden) ---------------------------------------------------
+    def lower_bound(self, ent: Entry, plan) -> tuple[int, str | None]:
+        return 0, None
+
+    def begin(self, t: int, ent: Entry, plan, inst: Instance) -> int | None:
+        raise NotImplementedError
+
+    # -- the engine's view -------------------------------------------------------------------
+    def next_time(self) -> int:
+        t = self._next_time()
+        if self.pending_error is not None:
+            t = min(t, self.pending_error[0])
+        return t
+
+    def _next_time(self) -> int:
+        if not self.queue:
+            return INF
+        ent = self.queue[0]
+        base = max(ent.q + timing.ISSUE_TO_START, self.last_start + 1)
+        ulb, reason = base, None
+        if ent.T:
+            if self.plan is None:
+                self.plan = ent.handler(self.chip, ent, ent.addrs(ent.i))
+            if self.plan.error is None:
+                lb, reason = self.lower_bound(ent, self.plan)
+                ulb = max(base, lb)
+        t = ulb
+        w = ent.waits()
+        tok_t, tok_p = t, None
+        if w:
+            tok_t, tok_p = self.chip.tokens.wait_time(w, self.uid, t)
+            t = tok_t
+        self._why = (base, ulb, reason, tok_t, tok_p)
+        return t
+
+    def act(self, t: int, horizon: int) -> None:
+        if self.pending_error is not None and self.pending_error[0] == t:
+            raise self.pending_error[1]
+        chip, ent = self.chip, self.queue[0]
+        base, ulb, reason, tok_t, tok_p = self._why
+        st = chip.stats
+        if reason and ulb > base:
+            st.stall(f"{self.name}.{reason}", ulb - base)
+        if tok_p is not None and tok_t > ulb:
+            st.stall(f"{self.name}.token({Unit(tok_p).name.lower()})", tok_t - ulb)
+        w = ent.waits()
+        if ent.T == 0:                  # an empty nest: pop it, with its sync=once tokens
+            if w:
+                chip.tokens.consume(w, self.uid, t)
+            if ent.signal:
+                chip.tokens.signal(self.uid, ent.signal, t, ent.pc)
+            self.max_retire = max(self.max_retire, t)
+            self._finish_entry(t)
+            return
+        plan = self.plan
+        self.plan = None
+        if plan.error is not None:
+            code, msg, addr = plan.error
+            raise chip.error(code, msg, t, ent.pc, addr)
+        if w:
+            chip.tokens.consume(w, self.uid, t)
+        race = chip.races.start(self.uid, ent.pc, t, plan.reads, plan.writes)
+        rec = chip.trace.add(chip.index, int(self.uid), ent.pc, ent.i, chip.text(ent.pc), ent.q, t) \
+            if chip.trace is not None else None
+        inst = Instance(ent, ent.i, t, ent.signals(), race, rec)
+        st.instances[self.name] += 1
+        self.open += 1                  # a link may retire inside begin (retired_later)
+        r = self.begin(t, ent, plan, inst)
+        self.last_start = t
+        ent.i += 1
+        if ent.i == ent.T:
+            self._finish_entry(t)
+        if r is not None:
+            self.open -= 1
+            self._retired(inst, r)
+
+    def _finish_entry(self, t: int) -> None:
+        ent = self.queue.popleft()
+        ent.d = t
+        self.last_start = t
+
+    def _retired(self, inst: Instance, r: int) -> None:
+        self.max_retire = max(self.max_retire, r)
+        inst.race[3] = r
+        if inst.rec is not None:
+            inst.rec.retire = r
+        if inst.signal:
+            self.chip.tokens.signal(self.uid, inst.signal, r, inst.ent.pc)
+
+    def retired_later(self, inst: Instance, r: int) -> None:
+        """A link instance's retire cycle became known."""
+        self.open -= 1
+        self._retired(inst, r)
+
+    def blocked_on(self) -> str:
+        """Why the head cannot start (for a deadlock report)."""
+        if not self.queue:
+            return "link transfer that never completes" if self.open else "nothing"
+        ent = self.queue[0]
+        w = ent.waits()
+        if w:
+            missing = [Unit(p).name.lower() for p in Unit if w >> p & 1
+                       and self.chip.tokens.usable_time(Unit(p), self.uid) >= INF]
+            if missing:
+                return f"a token from {'|'.join(missing)} that is never signalled"
+        return "an earlier instance that never completes" if self.open else "its unit"
+
+
+class DmaUnit(QueuedUnit):
+    """LOAD (DRAM read channel) or STORE (write channel): one beat per cycle, fixed latency."""
+
+    def __init__(self, chip, uid):
+        super().__init__(chip, uid)
+        self.free = 0                   # s + O of the previous instance
+
+    def lower_bound(self, ent, plan):
+        return self.free, None
+
+    def begin(self, t, ent, plan, inst):
+        plan.run()
+        o = plan.n
+        self.free = t + o
+        self.chip.stats.busy[self.name] += o
+        return timing.dma_retire(self.chip.cfg, t, o)
+
+
+class MxuUnit(QueuedUnit):
+    """Weight loads through the shadow buffer and streaming matmuls with the swap rule."""
+
+    def __init__(self, chip, uid):
+        super().__init__(chip, uid)
+        self.lw_free = 0                # s + L of the previous lw (weight-load port free)
+        self.mm_free = 0                # s + max(1, n) of the previous mm
+        self.ready = 0                  # when the pending shadow weights are complete
+        self.swap_s = None              # start of the most recent mm that swapped buffers
+
+    def lower_bound(self, ent, plan):
+        if ent.ins.op == "mxu.lw":
+            if self.swap_s is not None:
+                sw = self.swap_s + timing.mxu_swap_delay(self.chip.cfg)
+                if sw > self.lw_free:
+                    return sw, "swap"
+            return self.lw_free, None
+        if self.chip.mxu.pending and self.ready > self.mm_free:
+            return self.ready, "weights"
+        return self.mm_free, None
+
+    def begin(self, t, ent, plan, inst):
+        n = plan.n
+        if ent.ins.op == "mxu.lw":
+            plan.run()
+            self.lw_free = self.ready = t + n
+            return t + n - 1
+        if self.chip.mxu.pending:
+            self.swap_s = t
+        plan.run()
+        self.mm_free = t + n
+        self.chip.stats.busy[self.name] += n
+        return t + n - 1 + timing.mxu_pipe(self.chip.cfg)
+
+
+class VpuUnit(QueuedUnit):
+    """One instance at a time; a row read at s + i is written VPU_LATENCY later."""
+
+    def lower_bound(self, ent, plan):
+        return self.max_retire + 1, None
+
+    def begin(self, t, ent, plan, inst):
+        plan.run()
+        self.chip.stats.busy[self.name] += plan.n
+        return t + plan.n - 1 + timing.VPU_LATENCY
+
+
+class LinkUnit(QueuedUnit):
+    """LTX or LRX: instances run one after another; flit timing is the channel's (sim.links)."""
+
+    def lower_bound(self, ent, plan):
+        return (INF, None) if self.open else (self.max_retire + 1, None)
+
+    def begin(self, t, ent, plan, inst):
+        port, space, addr = plan.addr
+        return self.chip.link_start(self, inst, t, port, space, addr, plan.n)
+
+
+def make_units(chip) -> dict:
+    kinds = {Unit.LOAD: DmaUnit, Unit.STORE: DmaUnit, Unit.MXU: MxuUnit, Unit.VPU: VpuUnit,
+             Unit.LTX: LinkUnit, Unit.LRX: LinkUnit}
+    return {u: kinds[u](chip, u) for u in Unit if u is not Unit.SCALAR}
+
+
+__all__ = ["Entry", "Instance", "QueuedUnit", "make_units", "INF", "SimError", "ErrorCode"]
