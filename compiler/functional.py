@@ -26,6 +26,14 @@ def _windows(x: Tensor, k, stride, dilation) -> Tensor:
     o_ = [(i - d * (kk - 1) - 1) // s + 1 for i, d, kk, s in zip(i_, dilation, k, stride)]
     if any(o <= 0 for o in o_):
         raise _err("conv/pool", [x.shape], f"kernel {k} with dilation {dilation} is larger than the input")
+    n = len(noop)
+    if all(kk <= s for kk, s in zip(k, stride)) and all(d == 1 for d in dilation):
+        # non-overlapping windows (pooling with stride >= kernel): pad, reshape, shrink; no repeat
+        xup = x.pad(noop + [(0, max(0, o * s - i)) for i, o, s in zip(i_, o_, stride)])
+        xup = xup.shrink(noop + [(0, o * s) for o, s in zip(o_, stride)])
+        xup = xup.reshape(x.shape[:-2] + tuple(v for o, s in zip(o_, stride) for v in (o, s)))
+        xup = xup.shrink(noop + [b for o, kk in zip(o_, k) for b in ((0, o), (0, kk))])
+        return xup.permute(*range(n), n, n + 2, n + 1, n + 3)
     f_ = [1 + int(o * s > i + d) for o, s, i, d in zip(o_, stride, i_, dilation)]
     e_ = [-(-kk * (i * f + d) // i) for kk, i, d, f in zip(k, i_, dilation, f_)]
     pre = x.shape[:-2]
@@ -38,7 +46,6 @@ def _windows(x: Tensor, k, stride, dilation) -> Tensor:
     xup = xup.reshape(pre + tuple(v for kk, o, s in zip(k, o_, stride) for v in (kk, o, s)))
     xup = xup.shrink(noop + [b for kk, o in zip(k, o_) for b in ((0, kk), (0, o), (0, 1))])
     xup = xup.reshape(pre + tuple(v for kk, o in zip(k, o_) for v in (kk, o)))
-    n = len(noop)
     return xup.permute(*range(n), n + 1, n + 3, n, n + 2)
 
 
