@@ -73,5 +73,85 @@ def disasm(binary: Path, config: str | None, output: Path | None) -> None:
         click.echo(text, nl=False)
 
 
+def _parse_args(text: str | None) -> dict[int, int]:
+    """``r1=5,r2=-7`` (or ``1=5``) -> {1: 5, 2: -7}; values in any Python integer spelling."""
+    out: dict[int, int] = {}
+    for item in filter(None, (x.strip() for x in (text or "").split(","))):
+        name, eq, value = item.partition("=")
+        reg = name.strip().lower().lstrip("r")
+        try:
+            if not eq:
+                raise ValueError
+            out[int(reg)] = int(value.strip(), 0)
+        except ValueError:
+            raise TetrachipError(f"--args: {item!r} is not REG=VALUE (e.g. r1=5,r2=0x10)") from None
+    return out
+
+
+def _load_dram(chip, path: Path) -> None:
+    """Write every array of an .npz into DRAM at the address its key names: ``0x100`` or ``name@0x100``."""
+    import numpy as np
+    try:
+        data = np.load(path)
+    except (OSError, ValueError) as e:
+        raise TetrachipError(f"{path}: cannot read DRAM image: {e}") from None
+    for key in data.files:
+        addr_text = key.rpartition("@")[2]
+        try:
+            addr = int(addr_text, 0)
+        except ValueError:
+            raise TetrachipError(f"{path}: array {key!r}: the key must be ADDRESS or NAME@ADDRESS "
+                                 f"(e.g. x@0x100)") from None
+        chip.write_dram(addr, np.ascontiguousarray(data[key]))
+
+
+@main.command()
+@click.argument("program", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--config", "config", default=None,
+              help=CONFIG_HELP + " (default: the binary's, or the source's .config, else base)")
+@click.option("--dram", type=click.Path(dir_okay=False, path_type=Path),
+              help=".npz whose arrays are written to DRAM at the address each key names (0x100 or x@0x100)")
+@click.option("--args", "args", default=None, help="scalar registers written before launch: r1=5,r2=-7")
+@click.option("--trace", "trace", type=click.Path(dir_okay=False, path_type=Path),
+              help="write a Chrome/Perfetto trace (JSON) of every instruction instance")
+@click.option("--line-trace", "line_trace", type=click.Path(dir_okay=False, path_type=Path),
+              help="write the fixed-column line trace (one line per retired instance)")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="write Stats as JSON")
+@click.option("--dump", "dump", type=click.Path(dir_okay=False, path_type=Path),
+              help="write the final DRAM, SPM and ACC to this .npz")
+@click.option("--max-cycles", "max_cycles", type=int, default=None, help="stop with CYCLE_LIMIT beyond this")
+def sim(program: Path, config: str | None, dram: Path | None, args: str | None, trace: Path | None,
+        line_trace: Path | None, json_out: Path | None, dump: Path | None, max_cycles: int | None) -> None:
+    """Run PROGRAM (.s or .bin) on the cycle-level simulator and print its Stats."""
+    import json
+
+    from sim import Chip
+    if program.suffix == ".bin":
+        prog = Program.load(program, _config(config))
+    else:
+        prog = assemble_file(program, _config(config))
+    chip = Chip(prog.config, trace=bool(trace or line_trace))
+    chip.load(prog)
+    if dram:
+        _load_dram(chip, dram)
+    chip.set_args(_parse_args(args))
+    stats = chip.run(max_cycles)
+    click.echo(stats.table())
+    try:
+        if json_out:
+            json_out.write_text(json.dumps(stats.to_dict(), indent=2) + "\n")
+        if trace:
+            chip.trace.save_chrome(trace)
+        if line_trace:
+            line_trace.write_text(chip.trace.line_trace())
+        if dump:
+            import numpy as np
+            np.savez_compressed(dump, dram=chip.dram, spm=chip.spm, acc=chip.acc)
+    except OSError as e:
+        raise TetrachipError(f"cannot write output: {e}") from None
+
+
+main.add_command(__import__("runtime.cli_rtl", fromlist=["verilog_cmd"]).verilog_cmd)
+
 if __name__ == "__main__":
     main()
