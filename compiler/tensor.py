@@ -3,7 +3,8 @@
 Only the primitives in ``compiler.autograd`` create nodes; every other op here
 is composed from them (and so differentiable for free). Shape and dtype errors
 are raised by the call that is wrong, naming the op and the shapes.
-Neural-network functions (conv, pooling, norms, losses) are in
+Elementwise math and reductions are in ``compiler.mathops``, movement ops in
+``compiler.movement`` (mixins of Tensor). Neural-network functions (conv, pooling, norms, losses) are in
 ``compiler.functional`` and attached to Tensor as methods at the end of that
 module.
 """
@@ -17,7 +18,9 @@ import numpy as np
 from . import autograd as ag
 from . import dtypes, engine
 from .dtypes import DType
-from .ir import Node, Ops, fmt_shape, is_static
+from .ir import Node, Ops, fmt_shape
+from .mathops import MathMixin
+from .movement import MovementMixin
 
 
 class ShapeError(ValueError):
@@ -53,7 +56,7 @@ def _static(op: str, shape, d):
     return d
 
 
-class Tensor:
+class Tensor(MathMixin, MovementMixin):
     """A lazy n-d array with a dtype (float32, int8, int32, bool) and optional gradient tracking."""
 
     __array_priority__ = 1000  # numpy scalars defer to Tensor's operators
@@ -350,287 +353,6 @@ class Tensor:
         return out
 
     clip = clamp
-
-    # -------------------------------------------------------------- unary math
-    def exp(self): return Tensor._apply(ag.Exp, self._f())
-    def log(self): return Tensor._apply(ag.Log, self._f())
-    def sqrt(self): return Tensor._apply(ag.Sqrt, self._f())
-    def sin(self): return Tensor._apply(ag.Sin, self._f())
-    def atan(self): return Tensor._apply(ag.Atan, self._f())
-    def rsqrt(self): return self.sqrt().reciprocal()
-    def square(self): return self * self
-    def exp2(self): return (self._f() * math.log(2)).exp()
-    def log2(self): return self.log() * (1 / math.log(2))
-    def cos(self): return (self._f() + math.pi / 2).sin()
-    def tan(self): return self.sin() / self.cos()
-    def asin(self): x = self._f(); return (x / (1 - x * x).sqrt()).atan()
-    def acos(self): return math.pi / 2 - self.asin()
-    def acosh(self): x = self._f(); return (x + (x * x - 1).sqrt()).log()
-    def asinh(self): x = self._f(); return (x + (x * x + 1).sqrt()).log()
-    def atanh(self): x = self._f(); return ((1 + x) / (1 - x)).log() * 0.5
-
-    def sign(self):
-        return self.gt(0).cast(self.dtype) - self.lt(0).cast(self.dtype)
-
-    def abs(self):
-        return self * self.sign() if self.dtype.is_float else where(self.lt(0), self.neg(), self)
-
-    def relu(self): return where(self.gt(0), self, 0)
-    def sigmoid(self): return (1 + (-self._f()).exp()).reciprocal()
-    def tanh(self): return 2.0 * (2.0 * self._f()).sigmoid() - 1.0
-    def silu(self): return self * self.sigmoid()
-    def softplus(self): x = self._f(); return x.relu() + (1 + (-x.abs()).exp()).log()
-    def leaky_relu(self, slope=0.01): return where(self.gt(0), self, self * slope)
-    def elu(self, alpha=1.0): return where(self.gt(0), self, alpha * (self._f().exp() - 1))
-
-    def selu(self):
-        alpha, scale = 1.6732632423543772, 1.0507009873554805
-        return scale * self.elu(alpha)
-
-    def erf(self):
-        """Abramowitz & Stegun 7.1.26 (max abs error 1.5e-7)."""
-        x = self._f()
-        a = x.abs()
-        t = (1 + 0.3275911 * a).reciprocal()
-        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        return x.sign() * (1 - poly * (-(a * a)).exp())
-
-    def gelu(self, approximate: str = "none"):
-        x = self._f()
-        if approximate == "tanh":
-            return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
-        return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
-
-    # -------------------------------------------------------------- reductions
-    def _axes(self, op, axis) -> tuple:
-        if axis is None:
-            return tuple(range(self.ndim))
-        axis = (axis,) if isinstance(axis, int) else tuple(axis)
-        axes = sorted({_axis(op, self.shape, a) for a in axis})
-        return tuple(axes)
-
-    def _reduce(self, fn, op, axis, keepdim):
-        axes = self._axes(op, axis)
-        out = Tensor._apply(fn, self, axes=axes) if axes else self
-        if keepdim:
-            return out
-        return out.reshape(tuple(d for i, d in enumerate(self.shape) if i not in axes))
-
-    def sum(self, axis=None, keepdim=False, dtype=None):
-        dt = dtypes.to_dtype(dtype) if dtype is not None else (self.dtype if self.dtype.is_float else dtypes.int32)
-        return self.cast(dt)._reduce(ag.Sum, "sum", axis, keepdim)
-
-    def prod(self, axis=None, keepdim=False):
-        x = self if self.dtype.is_float else self.cast(dtypes.int32)
-        return x._reduce(ag.Prod, "prod", axis, keepdim)
-
-    def max(self, axis=None, keepdim=False):
-        x = self if self.dtype != dtypes.bool_ else self.cast(dtypes.int32)
-        return x._reduce(ag.RMax, "max", axis, keepdim).cast(self.dtype)
-
-    def min(self, axis=None, keepdim=False):
-        x = self if self.dtype.is_float else self.cast(dtypes.int32)
-        return x.neg().max(axis, keepdim).neg().cast(self.dtype)
-
-    def mean(self, axis=None, keepdim=False):
-        axes = self._axes("mean", axis)
-        count = math.prod(_static("mean", self.shape, self.shape[a]) for a in axes)
-        return self._f().sum(axis, keepdim) * (1.0 / count if count else float("nan"))
-
-    def var(self, axis=None, keepdim=False, correction: int = 1):
-        axes = self._axes("var", axis)
-        count = math.prod(self.shape[a] for a in axes)
-        d = self._f() - self._f().mean(axes, keepdim=True)
-        return (d * d).sum(axes, keepdim) / max(count - correction, 0)
-
-    def std(self, axis=None, keepdim=False, correction: int = 1):
-        return self.var(axis, keepdim, correction).sqrt()
-
-    def logsumexp(self, axis=None, keepdim=False):
-        m = self._f().max(axis, keepdim=True).detach()
-        out = (self - m).exp().sum(axis, keepdim=True).log() + m
-        return out if keepdim else out.reshape(tuple(d for i, d in enumerate(self.shape) if i not in self._axes("logsumexp", axis)))
-
-    def any(self, axis=None, keepdim=False):
-        return self.bool().cast(dtypes.int32).max(axis, keepdim).bool()
-
-    def all(self, axis=None, keepdim=False):
-        return self.bool().logical_not().any(axis, keepdim).logical_not()
-
-    def argmax(self, axis=None, keepdim=False):
-        """Index of the first maximum along ``axis`` (of the flattened tensor when None), int32."""
-        if axis is None:
-            return self.reshape(-1).argmax(0)
-        ax = _axis("argmax", self.shape, axis)
-        n = self.shape[ax]
-        x = self if self.dtype.is_float else self.cast(dtypes.int32)
-        is_max = x.eq(x.max(ax, keepdim=True)).cast(dtypes.int32)
-        rev = Tensor(np.arange(n, 0, -1, dtype=np.int32)).reshape((n,) + (1,) * (self.ndim - ax - 1))
-        return (n - (is_max * rev).max(ax, keepdim)).cast(dtypes.int32)
-
-    def argmin(self, axis=None, keepdim=False):
-        x = self if self.dtype.is_float else self.cast(dtypes.int32)
-        return x.neg().argmax(axis, keepdim)
-
-    # -------------------------------------------------------------- movement
-    def reshape(self, *shape) -> "Tensor":
-        shape = _shape_arg(shape)
-        if shape.count(-1) > 1:
-            raise _err("reshape", [self.shape], f"only one -1 allowed in {shape}")
-        if -1 in shape:
-            known = math.prod(d for d in shape if d != -1)
-            total = self.numel() if is_static(self.shape) else None
-            if total is None or known == 0 or total % known:
-                raise _err("reshape", [self.shape], f"cannot infer -1 in {shape}")
-            shape = tuple(total // known if d == -1 else d for d in shape)
-        if shape == self.shape:
-            return self
-        if is_static(self.shape) and is_static(shape) and math.prod(shape) != self.numel():
-            raise _err("reshape", [self.shape], f"cannot reshape {self.numel()} elements to {fmt_shape(shape)}")
-        try:
-            return Tensor._apply(ag.Reshape, self, shape=shape)
-        except ValueError as e:
-            raise _err("reshape", [self.shape], str(e)) from None
-
-    view = reshape
-
-    def flatten(self, start_dim=0, end_dim=-1) -> "Tensor":
-        if self.ndim == 0:
-            return self.reshape(1)
-        s, e = _axis("flatten", self.shape, start_dim), _axis("flatten", self.shape, end_dim)
-        return self.reshape(self.shape[:s] + (-1,) + self.shape[e + 1:]) if is_static(self.shape[s:e + 1]) else self
-
-    def unsqueeze(self, dim: int) -> "Tensor":
-        d = dim % (self.ndim + 1) if -self.ndim - 1 <= dim <= self.ndim else None
-        if d is None:
-            raise _err("unsqueeze", [self.shape], f"dimension {dim} out of range")
-        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
-
-    def squeeze(self, dim=None) -> "Tensor":
-        if dim is None:
-            return self.reshape(tuple(d for d in self.shape if d != 1))
-        d = _axis("squeeze", self.shape, dim)
-        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
-
-    def permute(self, *order) -> "Tensor":
-        order = tuple(_axis("permute", self.shape, a) for a in _shape_arg(order))
-        if sorted(order) != list(range(self.ndim)):
-            raise _err("permute", [self.shape], f"{order} is not a permutation of {self.ndim} dimensions")
-        return self if order == tuple(range(self.ndim)) else Tensor._apply(ag.Permute, self, order=order)
-
-    def transpose(self, dim0=-2, dim1=-1) -> "Tensor":
-        order = list(range(self.ndim))
-        a, b = _axis("transpose", self.shape, dim0), _axis("transpose", self.shape, dim1)
-        order[a], order[b] = order[b], order[a]
-        return self.permute(order)
-
-    @property
-    def T(self) -> "Tensor":
-        return self.permute(tuple(reversed(range(self.ndim))))
-
-    def expand(self, *shape) -> "Tensor":
-        shape = _shape_arg(shape)
-        if len(shape) < self.ndim:
-            raise _err("expand", [self.shape], f"cannot expand to fewer dimensions {shape}")
-        own = (1,) * (len(shape) - self.ndim) + self.shape
-        shape = tuple(o if s == -1 else s for s, o in zip(shape, own))
-        if any(o != s and o != 1 for o, s in zip(own, shape)):
-            raise _err("expand", [self.shape], f"cannot expand to {fmt_shape(shape)}")
-        return self._broadcast_to(shape)
-
-    def pad(self, padding, value=0) -> "Tensor":
-        """``padding`` is one ``(before, after)`` pair per dimension (None = no padding); negative values crop."""
-        if len(padding) != self.ndim:
-            raise _err("pad", [self.shape], f"need one (before, after) pair per dimension, got {padding}")
-        padding = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
-        x = self
-        if any(b < 0 or a < 0 for b, a in padding):
-            x = x.shrink([(-min(b, 0), d + min(a, 0)) for (b, a), d in zip(padding, self.shape)])
-            padding = [(max(b, 0), max(a, 0)) for b, a in padding]
-        if all(p == (0, 0) for p in padding):
-            return x
-        out = Tensor._apply(ag.Pad, x, pads=tuple(padding))
-        if value == 0:
-            return out
-        mask = Tensor._apply(ag.Pad, Tensor.full(x.shape, True, dtypes.bool_), pads=tuple(padding))
-        return where(mask, out, value)
-
-    def shrink(self, bounds) -> "Tensor":
-        if len(bounds) != self.ndim:
-            raise _err("shrink", [self.shape], f"need one (start, end) per dimension, got {bounds}")
-        bounds = tuple((0, d) if b is None or isinstance(d, str) and tuple(b) == (0, d) else (int(b[0]), int(b[1]))
-                       for b, d in zip(bounds, self.shape))
-        if all(b == (0, d) for b, d in zip(bounds, self.shape)):
-            return self
-        if any(isinstance(d, str) and b != (0, d) for b, d in zip(bounds, self.shape)):
-            raise _err("shrink", [self.shape], "a dynamic dimension can only be kept whole")
-        if any(not 0 <= s <= e <= d for (s, e), d in zip(bounds, self.shape) if isinstance(d, int)):
-            raise _err("shrink", [self.shape], f"bounds {bounds} out of range")
-        return Tensor._apply(ag.Shrink, self, bounds=bounds)
-
-    def flip(self, dims) -> "Tensor":
-        dims = (dims,) if isinstance(dims, int) else tuple(dims)
-        axes = tuple(sorted({_axis("flip", self.shape, d) for d in dims}))
-        return Tensor._apply(ag.Flip, self, axes=axes) if axes else self
-
-    def _stride(self, axis: int, step: int) -> "Tensor":
-        """Every ``step``-th element along ``axis`` (pad, reshape, shrink; no strided primitive)."""
-        if step == 1:
-            return self
-        n = self.shape[axis]
-        m = -(-n // step)
-        x = self.pad([(0, m * step - n) if i == axis else (0, 0) for i in range(self.ndim)])
-        x = x.reshape(self.shape[:axis] + (m, step) + self.shape[axis + 1:])
-        x = x.shrink([(0, 1) if i == axis + 1 else None for i in range(x.ndim)])
-        return x.reshape(self.shape[:axis] + (m,) + self.shape[axis + 1:])
-
-    def contiguous(self) -> "Tensor":
-        """No-op: the IR has no memory layout; the chip compiler chooses layouts."""
-        return self
-
-    def __getitem__(self, idx) -> "Tensor":
-        from .indexing import getitem
-        return getitem(self, idx)
-
-    def __setitem__(self, idx, value):
-        raise TypeError("Tensor is immutable (lazy graph); build a new tensor with tc.where or tc.cat")
-
-    def split(self, split_size, dim=0):
-        d = _axis("split", self.shape, dim)
-        n = self.shape[d]
-        sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else []) \
-            if isinstance(split_size, int) else list(split_size)
-        if sum(sizes) != n:
-            raise _err("split", [self.shape], f"sizes {sizes} do not add up to {n} along dimension {d}")
-        out, start = [], 0
-        for s in sizes:
-            out.append(self.shrink([(start, start + s) if i == d else None for i in range(self.ndim)]))
-            start += s
-        return tuple(out)
-
-    def chunk(self, chunks: int, dim=0):
-        n = self.shape[_axis("chunk", self.shape, dim)]
-        return self.split(max(-(-n // chunks), 1), dim)
-
-    def repeat(self, *repeats) -> "Tensor":
-        """PyTorch's repeat (numpy's tile): repeat the whole tensor ``repeats[i]`` times along dim i."""
-        reps = _shape_arg(repeats)
-        if len(reps) < self.ndim:
-            raise _err("repeat", [self.shape], f"need at least {self.ndim} repeat counts, got {reps}")
-        shape = (1,) * (len(reps) - self.ndim) + self.shape
-        x = self.reshape(tuple(v for d in shape for v in (1, d)))
-        x = x.expand(tuple(v for r, d in zip(reps, shape) for v in (r, d)))
-        return x.reshape(tuple(r * d for r, d in zip(reps, shape)))
-
-    def tile(self, *reps) -> "Tensor":
-        reps = _shape_arg(reps)
-        return self.repeat((1,) * (self.ndim - len(reps)) + reps)
-
-    def repeat_interleave(self, repeats: int, dim=0) -> "Tensor":
-        d = _axis("repeat_interleave", self.shape, dim)
-        x = self.unsqueeze(d + 1)
-        x = x.expand(x.shape[:d + 1] + (repeats,) + x.shape[d + 2:])
-        return x.reshape(self.shape[:d] + (self.shape[d] * repeats,) + self.shape[d + 1:])
 
     # -------------------------------------------------------------- linear algebra
     def matmul(self, o) -> "Tensor":

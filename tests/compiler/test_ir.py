@@ -6,7 +6,7 @@ import pytest
 
 import tetrachip as tc
 from compiler import dtypes, passes
-from compiler.ir import IRError, Node, Ops, to_text, toposort, verify
+from compiler.ir import IRError, Node, Ops, toposort, verify
 
 
 def const(v, dt=dtypes.float32):
