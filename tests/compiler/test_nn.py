@@ -165,3 +165,25 @@ def test_causal_attention_ignores_the_future():
     b = mha(tc.Tensor(y), is_causal=True).numpy()
     np.testing.assert_allclose(a[0, :3], b[0, :3], rtol=1e-5, atol=1e-6)
     assert not np.allclose(a[0, 3], b[0, 3])
+
+
+def test_dropout_gradient_is_the_scaled_mask():
+    tc.manual_seed(9)
+    x = tc.Tensor(np.random.default_rng(9).uniform(1, 2, (6, 7)), requires_grad=True)
+    out = tc.functional.dropout(x, 0.4, training=True)
+    out.sum().backward()
+    kept = out.numpy() != 0
+    np.testing.assert_allclose(x.grad.numpy(), np.where(kept, 1 / 0.6, 0.0), rtol=1e-6)
+    np.testing.assert_allclose(out.numpy()[kept], x.numpy()[kept] / 0.6, rtol=1e-6)
+
+
+def test_conv_modules_shapes_and_parameters():
+    tc.manual_seed(0)
+    conv = nn.Conv2d(4, 6, (3, 2), stride=2, padding=1, groups=2)
+    up = nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1)
+    x = tc.randn(2, 4, 9, 7)
+    y = conv(x)
+    assert y.shape == (2, 6, 5, 4) and conv.weight.shape == (6, 2, 3, 2)
+    assert up(y).shape == (2, 4, 10, 8) and up.weight.shape == (6, 4, 3, 3)
+    np.testing.assert_allclose(y.numpy(), R.conv2d(x.numpy().astype(np.float64), conv.weight.numpy(),
+                                                   conv.bias.numpy(), 2, 1, 1, 2), rtol=1e-4, atol=1e-5)
