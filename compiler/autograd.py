@@ -263,15 +263,22 @@ class Flip(Function):
 
 # ---------------------------------------------------------------------------- the tape walk
 
-def backward(root, grad_node: Node) -> None:
-    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every tensor on ``root``'s tape that requires it."""
+def backward(root, grad_node: Node, sink: dict | None = None, boundary=None) -> None:
+    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every tensor on ``root``'s tape that requires it.
+
+    With ``sink``, nothing is written to ``.grad``: the gradient of each leaf, and of each tensor for
+    which ``boundary(t)`` is true (the walk stops there), goes to ``sink[id(t)] = (t, node)``.
+    Control flow uses this to differentiate a branch body on its own."""
+    def stop(t):
+        return t._ctx is None or (boundary is not None and t is not root and boundary(t))
+
     order, seen, stack = [], set(), [(root, False)]
     while stack:
         t, done = stack.pop()
         if done:
             order.append(t)
             continue
-        if id(t) in seen or t._ctx is None:
+        if id(t) in seen or stop(t):
             continue
         seen.add(id(t))
         stack.append((t, True))
@@ -286,7 +293,9 @@ def backward(root, grad_node: Node) -> None:
             if pg is None or not p.requires_grad:
                 continue
             assert pg.shape == p.shape, (type(t._ctx).__name__, pg.shape, p.shape)
-            if p._ctx is None:  # a leaf: accumulate into .grad
+            if stop(p) and sink is not None:
+                sink[id(p)] = (p, pg if id(p) not in sink else n(Ops.ADD, sink[id(p)][1], pg))
+            elif p._ctx is None:  # a leaf: accumulate into .grad
                 p.grad = type(p)(pg) if p.grad is None else type(p)(n(Ops.ADD, p.grad.node, pg))
             else:
                 grads[id(p)] = pg if id(p) not in grads else n(Ops.ADD, grads[id(p)], pg)

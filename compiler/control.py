@@ -5,8 +5,9 @@ The branch/body functions are traced once on INPUT placeholders into closed
 ``ir.Graph`` bodies. Tensors a body captures from outside (weights, say) are
 lifted to extra operands of the IF/LOOP node, so a body refers only to its own
 inputs and constants: the chip compiler can lower it to a branch or a loop
-whose trip count is a scalar register. Gradients do not flow through ``cond``
-and ``loop`` yet: they raise if a gradient is being recorded.
+whose trip count is a scalar register. Gradients flow through ``cond`` (each
+is another IF over the branches' vector-Jacobian bodies); through ``loop``
+they are not supported yet: it raises if a gradient is being recorded.
 """
 from __future__ import annotations
 
@@ -24,10 +25,7 @@ def _placeholder(i: int, like: Node) -> Node:
 def _close(inputs: list[Node], out: Node) -> tuple[Node, list[Node], list[Node]]:
     """Lift outer (input-independent, non-constant) nodes used by the body into new INPUTs.
     Returns the rewritten output, the outer nodes and the INPUTs that replace them (same order)."""
-    inside = {id(i) for i in inputs}
-    for nd in toposort([out]):
-        if any(id(s) in inside for s in nd.src):
-            inside.add(id(nd))
+    inside = _inside(inputs, out)
     lifted: dict[int, tuple[Node, Node]] = {}
     new: dict[int, Node] = {}
 
@@ -53,11 +51,16 @@ def _close(inputs: list[Node], out: Node) -> tuple[Node, list[Node], list[Node]]
     return body_out, [o for o, _ in lifted.values()], [p for _, p in lifted.values()]
 
 
-def _trace(op: str, fn, operands: list[Node]):
-    inputs = [_placeholder(i, o) for i, o in enumerate(operands)]
-    res = fn(*[Tensor(i) for i in inputs])
+def _call(op: str, fn, args):
+    res = fn(*args)
     if not isinstance(res, Tensor):
         raise TypeError(f"{op}: the body must return one Tensor, got {type(res).__name__}")
+    return res
+
+
+def _trace(op: str, fn, operands: list[Node]):
+    inputs = [_placeholder(i, o) for i, o in enumerate(operands)]
+    res = _call(op, fn, [Tensor(i) for i in inputs])
     _no_grad_check(op, [res])
     out, outer, new_inputs = _close(inputs, res.node)
     return inputs, out, outer, new_inputs
@@ -65,30 +68,86 @@ def _trace(op: str, fn, operands: list[Node]):
 
 def _no_grad_check(op: str, tensors) -> None:
     if ag.grad_enabled() and any(t.requires_grad for t in tensors):
-        raise NotImplementedError(f"{op}: gradients through control flow are not supported; "
+        raise NotImplementedError(f"{op}: gradients through loops are not supported yet; "
                                   "use tc.where, or compute under tc.no_grad()")
+
+
+def _if(pred: Node, operands: list[Node], inputs: list[Node], then_out: Node, else_out: Node) -> Node:
+    """An IF node whose two bodies take ``inputs`` (one per operand), closed over what they capture.
+    Both bodies take: the operands, then the then-branch's lifted tensors, then the else-branch's."""
+    tout, touter, tnew = _close(inputs, then_out)
+    eout, eouter, enew = _close(inputs, else_out)
+    t_pad = [_placeholder(len(inputs) + len(tnew) + j, o) for j, o in enumerate(eouter)]
+    e_pad = [_placeholder(len(inputs) + j, o) for j, o in enumerate(touter)]
+    then_g = Graph(tuple(inputs + tnew + t_pad), tout)
+    else_g = Graph(tuple(inputs + e_pad + enew), eout)
+    return Node(Ops.IF, tout.dtype, (pred, *operands, *touter, *eouter), (then_g, else_g))
 
 
 def cond(pred, true_fn, false_fn, *operands) -> Tensor:
     """``true_fn(*operands)`` if the scalar ``pred`` is true at run time, else ``false_fn(*operands)``.
-    Only the taken branch is executed. Both must return tensors of one shape and dtype."""
+    Only the taken branch is executed. Both must return tensors of one shape and dtype.
+    Gradients flow to the operands and to tensors the branches capture: the gradient of each is
+    itself a ``cond`` on the same predicate."""
     pred = _as_tensor(pred)
     if pred.numel() != 1:
         raise _err("cond", [pred.shape], "the predicate must be a single element")
     pred = pred.reshape(()).bool()
     ops = [_as_tensor(o) for o in operands]
-    _no_grad_check("cond", ops)
-    nodes = [o.node for o in ops]
-    ti, tout, touter, tnew = _trace("cond", true_fn, nodes)
-    ei, eout, eouter, enew = _trace("cond", false_fn, nodes)
-    # both bodies take: the operands, then the then-branch's lifted tensors, then the else-branch's
-    t_pad = [_placeholder(len(ti) + len(tnew) + j, o) for j, o in enumerate(eouter)]
-    e_pad = [_placeholder(len(ei) + j, o) for j, o in enumerate(touter)]
-    if tout.shape != eout.shape or tout.dtype != eout.dtype:
-        raise _err("cond", [tout.shape, eout.shape], f"branches return different types ({tout.dtype}, {eout.dtype})")
-    then_g = Graph(tuple(ti + tnew + t_pad), tout)
-    else_g = Graph(tuple(ei + e_pad + enew), eout)
-    return Tensor(Node(Ops.IF, tout.dtype, (pred.node, *nodes, *touter, *eouter), (then_g, else_g)))
+    args = [Tensor(_placeholder(i, o.node)) for i, o in enumerate(ops)]
+    for a, o in zip(args, ops):
+        a.requires_grad = o.requires_grad and ag.grad_enabled()
+    tres, eres = _call("cond", true_fn, args), _call("cond", false_fn, args)
+    if tres.shape != eres.shape or tres.dtype != eres.dtype:
+        raise _err("cond", [tres.shape, eres.shape], f"branches return different types ({tres.dtype}, {eres.dtype})")
+    inputs = [a.node for a in args]
+    out = Tensor(_if(pred.node, [o.node for o in ops], inputs, tres.node, eres.node))
+    if ag.grad_enabled() and out.dtype.is_float and (tres.requires_grad or eres.requires_grad):
+        out.requires_grad, out._ctx = True, _CondGrad(pred, ops, args, tres, eres)
+    return out
+
+
+class _CondGrad(ag.Function):
+    """The tape entry of a ``cond``: parents are the operands and captured tensors that need a
+    gradient; each gradient is an IF on the same predicate over the two branches' VJP bodies."""
+
+    def __init__(self, pred, ops, args, tres, eres):
+        inputs = [a.node for a in args]
+        g = Tensor(_placeholder(len(args), tres.node))
+        sinks = []
+        for res in (tres, eres):
+            inside = _inside(inputs, res.node)
+            sink: dict = {}
+            if res.requires_grad:
+                ag.backward(res, g.node, sink=sink, boundary=lambda t, inside=inside: id(t.node) not in inside)
+            sinks.append(sink)
+        parents, bodies = [], []
+        for o, a in zip(ops, args):
+            if o.requires_grad:
+                parents.append(o)
+                bodies.append(tuple(sk.pop(id(a), (None, None))[1] for sk in sinks))
+        captured = {k: t for sk in sinks for k, (t, _) in sk.items()}
+        for k, t in captured.items():
+            parents.append(t)
+            bodies.append(tuple(sk[k][1] if k in sk else None for sk in sinks))
+        super().__init__(*parents)
+        self.pred, self.operands, self.inputs, self.bodies = pred.node, [o.node for o in ops], inputs + [g.node], bodies
+
+    def backward(self, g: Node):
+        out = []
+        for p, (tn, en) in zip(self.parents, self.bodies):
+            zero = ag.const(p.node, 0.0)
+            out.append(_if(self.pred, self.operands + [g], self.inputs, tn if tn is not None else zero,
+                           en if en is not None else zero))
+        return out
+
+
+def _inside(inputs: list[Node], out: Node) -> set:
+    inside = {id(i) for i in inputs}
+    for nd in toposort([out]):
+        if any(id(s) in inside for s in nd.src):
+            inside.add(id(nd))
+    return inside
 
 
 def loop(body, init, *xs) -> Tensor:
