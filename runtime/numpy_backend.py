@@ -3,7 +3,7 @@
 Each primitive's meaning is ``compiler.semantics.apply`` (the compiler owns the
 reference meaning of its IR); this module only walks the graph, feeds the
 placeholders, runs control-flow bodies, and evaluates a SUM of a MUL of
-broadcast operands (matmul, convolution, one-hot gathers) as one ``einsum``
+broadcast operands (matmul, convolution, one-hot gathers) as one batched matmul
 instead of materialising the broadcast product — same values, far less memory.
 """
 from __future__ import annotations
