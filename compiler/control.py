@@ -6,8 +6,9 @@ The branch/body functions are traced once on INPUT placeholders into closed
 lifted to extra operands of the IF/LOOP node, so a body refers only to its own
 inputs and constants: the chip compiler can lower it to a branch or a loop
 whose trip count is a scalar register. Gradients flow through ``cond`` (each
-is another IF over the branches' vector-Jacobian bodies); through ``loop``
-they are not supported yet: it raises if a gradient is being recorded.
+is another IF over the branches' vector-Jacobian bodies) and through ``loop``
+when its trip count is static (the backward graph replays the body per row);
+a loop over a dynamic dimension raises if a gradient is being recorded.
 """
 from __future__ import annotations
 
@@ -56,20 +57,6 @@ def _call(op: str, fn, args):
     if not isinstance(res, Tensor):
         raise TypeError(f"{op}: the body must return one Tensor, got {type(res).__name__}")
     return res
-
-
-def _trace(op: str, fn, operands: list[Node]):
-    inputs = [_placeholder(i, o) for i, o in enumerate(operands)]
-    res = _call(op, fn, [Tensor(i) for i in inputs])
-    _no_grad_check(op, [res])
-    out, outer, new_inputs = _close(inputs, res.node)
-    return inputs, out, outer, new_inputs
-
-
-def _no_grad_check(op: str, tensors) -> None:
-    if ag.grad_enabled() and any(t.requires_grad for t in tensors):
-        raise NotImplementedError(f"{op}: gradients through loops are not supported yet; "
-                                  "use tc.where, or compute under tc.no_grad()")
 
 
 def _if(pred: Node, operands: list[Node], inputs: list[Node], then_out: Node, else_out: Node) -> Node:
@@ -156,6 +143,8 @@ def loop(body, init, *xs) -> Tensor:
 
     ``loop(lambda h, x: (h @ W + x).tanh(), h0, seq)`` runs an RNN over a sequence whose
     length is known only at run time when ``seq`` is a placeholder of shape ``("T", d)``.
+    Gradients (to ``init``, ``xs`` and captured tensors) need a static trip count: the backward
+    graph replays the body once per row.
     """
     init = _as_tensor(init)
     xs = [_as_tensor(x) for x in xs]
@@ -163,12 +152,60 @@ def loop(body, init, *xs) -> Tensor:
         raise ValueError("loop: needs at least one tensor to iterate over")
     if any(x.ndim == 0 for x in xs) or len({x.shape[0] for x in xs}) != 1:
         raise _err("loop", [x.shape for x in xs], "scanned tensors need one shared leading dimension")
-    _no_grad_check("loop", [init, *xs])
     slices = [Node(Ops.INPUT, x.dtype, (), ("_", x.shape[1:])) for x in xs]
-    inputs, out, outer, new_inputs = _trace("loop", body, [init.node, *slices])
-    if out.shape != init.shape or out.dtype != init.dtype:
-        raise _err("loop", [init.shape, out.shape], f"body returns {out.dtype}, carry is {init.dtype}: "
+    inputs = [_placeholder(i, o) for i, o in enumerate([init.node, *slices])]
+    res = _call("loop", body, [Tensor(i) for i in inputs])
+    if res.shape != init.shape or res.dtype != init.dtype:
+        raise _err("loop", [init.shape, res.shape], f"body returns {res.dtype}, carry is {init.dtype}: "
                    "shape and dtype must be kept")
+    out_node, outer, new_inputs = _close(inputs, res.node)
     node = Node(Ops.LOOP, init.dtype, (init.node, *[x.node for x in xs], *outer),
-                (Graph(tuple(inputs + new_inputs), out), len(xs)))
-    return Tensor(node)
+                (Graph(tuple(inputs + new_inputs), out_node), len(xs)))
+    out = Tensor(node)
+    if ag.grad_enabled() and init.dtype.is_float and (res.requires_grad or any(t.requires_grad for t in (init, *xs))):
+        if not isinstance(xs[0].shape[0], int):
+            raise NotImplementedError(f"loop: gradients need a static trip count, this one is dynamic "
+                                      f"({xs[0].shape[0]}); compute under tc.no_grad()")
+        out.requires_grad, out._ctx = True, _LoopGrad(body, init, xs)
+    return out
+
+
+class _LoopGrad(ag.Function):
+    """The tape entry of a ``loop`` with a static trip count: its gradients are those of the body
+    replayed row by row (built once, here, with the output gradient as a placeholder)."""
+
+    def __init__(self, body, init, xs):
+        leaves = [Tensor(t.node) for t in (init, *xs)]
+        for leaf, t in zip(leaves, (init, *xs)):
+            leaf.requires_grad = t.requires_grad
+        carry = leaves[0]
+        for i in range(xs[0].shape[0]):
+            carry = body(carry, *(x[i] for x in leaves[1:]))
+        self.g = _placeholder(0, carry.node)
+        sink: dict = {}
+        if carry.requires_grad:
+            inside = _inside([t.node for t in leaves], carry.node)
+            ag.backward(carry, self.g, sink=sink, boundary=lambda t: id(t.node) not in inside)
+        parents, self.grads = [], []
+        for leaf, t in zip(leaves, (init, *xs)):
+            if t.requires_grad:
+                parents.append(t)
+                self.grads.append(sink.pop(id(leaf), (None, None))[1])
+        for t, gnode in sink.values():  # captured tensors
+            parents.append(t)
+            self.grads.append(gnode)
+        super().__init__(*parents)
+
+    def backward(self, g: Node):
+        return [None if gn is None else _substitute(gn, {id(self.g): g}) for gn in self.grads]
+
+
+def _substitute(out: Node, mapping: dict) -> Node:
+    new: dict[int, Node] = {}
+    for nd in toposort([out]):
+        if id(nd) in mapping:
+            new[id(nd)] = mapping[id(nd)]
+            continue
+        src = tuple(new[id(s)] for s in nd.src)
+        new[id(nd)] = nd if all(a is b for a, b in zip(src, nd.src)) else Node(nd.op, nd.dtype, src, nd.arg)
+    return new[id(out)]

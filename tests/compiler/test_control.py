@@ -100,13 +100,32 @@ def test_cond_only_taken_branch_runs():
     assert np.isnan(out.numpy(feeds={"p": False})[0])
 
 
-def test_loop_refuses_gradients():
+def test_loop_gradients_static_trip_count_vs_finite_differences():
+    """An RNN h <- tanh(h @ W + x_i): gradients to h0, to every x_i and to the captured W."""
+    import numpy_ref as R
+    rng = np.random.default_rng(3)
+    h0v, xv, wv = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((3,), (5, 3), (3, 3)))
+    h0, x, w = (tc.Tensor(v, requires_grad=True) for v in (h0v, xv, wv))
+    out = tc.loop(lambda h, row: (h @ w + row).tanh(), h0, x)
+    k = np.array([1.0, -2.0, 0.5])
+    (out * tc.Tensor(k.astype(np.float32))).sum().backward()
+
+    def rnn(h, xs, ww):
+        for r in xs:
+            h = np.tanh(h @ ww + r)
+        return h * k
+    args = [h0v.astype(np.float64), xv.astype(np.float64), wv.astype(np.float64)]
+    for i, t in enumerate((h0, x, w)):
+        np.testing.assert_allclose(t.grad.numpy(), R.numeric_grad(rnn, args, i), rtol=1e-4, atol=1e-5)
+
+
+def test_loop_gradient_over_dynamic_dimension_is_refused():
     w = tc.ones(3, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="gradients through loops"):
-        tc.loop(lambda acc, row: acc + row * w, tc.zeros(3), tc.ones(2, 3))
+    with pytest.raises(NotImplementedError, match="static trip count"):
+        tc.loop(lambda acc, row: acc + row * w, tc.zeros(3), tc.Tensor.placeholder("x", ("N", 3)))
     with tc.no_grad():
-        out = tc.loop(lambda acc, row: acc + row * w, tc.zeros(3), tc.ones(2, 3))
-    np.testing.assert_allclose(out.numpy(), [2, 2, 2])
+        out = tc.loop(lambda acc, row: acc + row * w, tc.zeros(3), tc.Tensor.placeholder("x", ("N", 3)))
+    np.testing.assert_allclose(out.numpy(feeds={"x": np.ones((2, 3))}), [2, 2, 2])
 
 
 def test_cond_gradients_to_operands_and_captured_tensors():
