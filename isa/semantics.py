@@ -72,16 +72,24 @@ def expand_nest(counts, strides, bases) -> np.ndarray:
     enumerated with the innermost index fastest; ``T = prod(counts)`` (1 for an empty nest,
     0 when any count is 0). Instance ``(i_0..i_{D-1})`` uses ``bases[k] + sum_j i_j*strides[j][k]``.
     """
+    return nest_slice(counts, strides, bases, 0, nest_count(counts))
+
+
+def nest_slice(counts, strides, bases, lo: int, hi: int) -> np.ndarray:
+    """Rows ``lo..hi-1`` of ``expand_nest(counts, strides, bases)`` without building the rest."""
     bases = np.asarray(bases, dtype=np.int64).reshape(-1)
     nk = bases.shape[0]
-    out = bases.reshape(1, nk).copy()
-    for c, s in zip(counts, strides):
+    idx = np.arange(lo, hi, dtype=np.int64)
+    out = np.broadcast_to(bases, (idx.shape[0], nk)).copy()
+    for c, s in zip(reversed(list(counts)), reversed(list(strides))):   # innermost first
         c = int(c)
         s = np.asarray(s, dtype=np.int64).reshape(-1)[:nk]
         if s.shape[0] < nk:
             s = np.concatenate([s, np.zeros(nk - s.shape[0], np.int64)])
-        # existing instances are the outer levels: new index varies fastest
-        out = (out[:, None, :] + np.arange(c, dtype=np.int64)[None, :, None] * s[None, None, :]).reshape(-1, nk)
+        if c == 0:
+            return out[:0]
+        out += (idx % c)[:, None] * s[None, :]
+        idx = idx // c
     return out
 
 
@@ -183,8 +191,10 @@ def dma_gather(dram_bytes: np.ndarray, dram: int, rows: int, length: int, rstrid
     out = np.zeros((rows, cols), dtype=np.int32 if eb == 4 else np.int8)
     if rows == 0 or length == 0:
         return out
-    if eb == 1 and estride == 1 and (rows == 1 or rstride == length):
-        out[:, :length] = dram_bytes[dram:dram + rows * length].view(np.int8).reshape(rows, length)
+    if estride == eb and rstride >= 0:          # contiguous rows: a strided view of DRAM
+        view = np.lib.stride_tricks.as_strided(dram_bytes[dram:], (rows, length * eb), (rstride, 1),
+                                               writeable=False)
+        out[:, :length] = np.ascontiguousarray(view).view(out.dtype)
         return out
     addr = dma_byte_addresses(dram, rows, length, rstride, estride, space)
     b = dram_bytes[addr]
@@ -218,6 +228,10 @@ def dma_scatter_into(dram_bytes: np.ndarray, rows_data: np.ndarray, dram: int, l
     if eb == 1 and estride == 1 and (rows == 1 or rstride == length):
         dram_bytes[dram:dram + rows * length] = src.reshape(-1).view(np.uint8)
         return
+    if estride == eb and rstride >= length * eb:   # contiguous rows that do not overlap
+        view = np.lib.stride_tricks.as_strided(dram_bytes[dram:], (rows, length * eb), (rstride, 1))
+        view[...] = src.view(np.uint8).reshape(rows, length * eb)
+        return
     addr = dma_byte_addresses(dram, rows, length, rstride, estride, space).reshape(-1)
     # numpy fancy assignment with repeated indices keeps the last value: row-major order wins
     dram_bytes[addr] = src.view(np.uint8).reshape(-1)
@@ -235,15 +249,20 @@ def load_weights(spm_rows: np.ndarray, k: int, rows: int, cols: int) -> np.ndarr
 
 
 def matmul_rows(x_rows: np.ndarray, w_tile: np.ndarray) -> np.ndarray:
-    """``mxu.mm``: ``x_rows[:, 0..rows-1] @ w_tile`` as int32 (lanes rows.. of the inputs are ignored)."""
+    """``mxu.mm``: ``x_rows[:, 0..rows-1] @ w_tile`` as int32 (lanes rows.. of the inputs are ignored).
+
+    Each dot product has at most 1024 int8 x int8 terms, so every partial sum's magnitude is at
+    most 2**24 and a float32 product (fast BLAS) is exact.
+    """
     r = w_tile.shape[0]
-    x = np.asarray(x_rows)[:, :r].astype(np.int64)
-    return wrap32(x @ w_tile.astype(np.int64))
+    x = np.asarray(x_rows)[:, :r].astype(np.float32)
+    return (x @ w_tile.astype(np.float32)).astype(np.int32)
 
 
 def matmul_acc(acc_rows: np.ndarray, x_rows: np.ndarray, w_tile: np.ndarray) -> np.ndarray:
     """``mxu.mma``: ``acc_rows + x_rows @ w_tile`` with int32 wrap-around."""
-    return wrap32(np.asarray(acc_rows, dtype=np.int64) + matmul_rows(x_rows, w_tile).astype(np.int64))
+    a = np.asarray(acc_rows, dtype=np.int32)
+    return (a.view(np.uint32) + matmul_rows(x_rows, w_tile).view(np.uint32)).view(np.int32)
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ from .stats import Stats, Trace
 from .units import INF, Entry, make_units
 
 _PURE, _QUEUED, _SMEM, _FENCE, _HALT, _BAD = range(6)
+#: unit set (a wait/signal mask) -> the unit numbers in it
+_MEMBERS = [tuple(int(u) for u in Unit if m >> u & 1) for m in range(1 << len(Unit))]
 
 
 class Tokens:
@@ -42,11 +44,11 @@ class Tokens:
         self.active: set = set()
 
     def signal(self, p: Unit, mask: int, r: int, pc: int) -> None:
-        for c in Unit:
-            if mask >> c & 1:
-                key = (int(p), int(c))
-                heapq.heappush(self.pending.setdefault(key, []), (r, pc))
-                self.active.add(key)
+        p = int(p)
+        for c in _MEMBERS[mask]:
+            key = (p, c)
+            heapq.heappush(self.pending.setdefault(key, []), (r, pc))
+            self.active.add(key)
 
     def flush(self, t: int) -> None:
         """Count every signal with r <= t (raising TOKEN_OVERFLOW at the cycle a counter passes TOKEN_MAX)."""
@@ -64,7 +66,7 @@ class Tokens:
                 self.active.discard(key)
 
     def usable_time(self, p: int, c: int) -> int:
-        key = (int(p), int(c))
+        key = (p, c)
         dq = self.ready.get(key)
         if dq:
             return dq[0] + timing.TOKEN_LATENCY
@@ -74,17 +76,17 @@ class Tokens:
     def wait_time(self, mask: int, c: int, t: int) -> tuple[int, int | None]:
         """First cycle >= t at which a token from every unit in ``mask`` is usable, and the last producer."""
         worst, who = t, None
-        for p in Unit:
-            if mask >> p & 1:
-                u = self.usable_time(p, c)
-                if u > worst:
-                    worst, who = u, int(p)
+        c = int(c)
+        for p in _MEMBERS[mask]:
+            u = self.usable_time(p, c)
+            if u > worst:
+                worst, who = u, p
         return worst, who
 
     def consume(self, mask: int, c: int, t: int) -> None:
-        for p in Unit:
-            if mask >> p & 1:
-                self.ready[(int(p), int(c))].popleft()
+        c = int(c)
+        for p in _MEMBERS[mask]:
+            self.ready[(p, c)].popleft()
 
 
 class Races:

@@ -205,7 +205,7 @@ class QueuedUnit:
         w = ent.waits()
         if w:
             missing = [Unit(p).name.lower() for p in Unit if w >> p & 1
-                       and self.chip.tokens.usable_time(Unit(p), self.uid) >= INF]
+                       and self.chip.tokens.usable_time(int(p), int(self.uid)) >= INF]
             if missing:
                 return f"a token from {'|'.join(missing)} that is never signalled"
         return "an earlier instance that never completes" if self.open else "its unit"

@@ -217,3 +217,17 @@ def test_link_payload_copies():
     p = S.link_payload(rows)
     rows[0, 0] = 5
     assert p[0, 0] == 1
+
+
+def test_nest_slice_matches_expand():
+    counts, strides, bases = [3, 4, 5], [[1, 2, 3], [10, 20, 30], [100, 0, -1]], [0, 5, 9]
+    full = S.expand_nest(counts, strides, bases)
+    for lo, hi in [(0, 60), (7, 8), (13, 41), (59, 60)]:
+        assert (S.nest_slice(counts, strides, bases, lo, hi) == full[lo:hi]).all()
+
+
+def test_matmul_extremes_exact():
+    rows = 1024
+    x = np.full((2, rows), -128, np.int8)
+    w = np.full((rows, 3), -128, np.int8)
+    assert (S.matmul_rows(x, w) == rows * 128 * 128).all()
