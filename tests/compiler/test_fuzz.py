@@ -2,6 +2,8 @@
 
 Each graph has its own seed; a failure prints it. Replay one graph with
 ``TC_FUZZ_SEED=<seed> pytest tests/compiler/test_fuzz.py``; ``TC_FUZZ_GRAPHS`` sets the count.
+A second fuzzer builds graphs of smooth ops and checks their gradients against central
+finite differences of the numpy (float64) evaluation (``TC_FUZZ_GRAD_GRAPHS``, ``TC_FUZZ_GRAD_SEED``).
 """
 import os
 
@@ -64,6 +66,8 @@ def _movement(rng, t, a):
         perm = tuple(int(i) for i in rng.permutation(a.ndim))
         return t.permute(perm), a.transpose(perm)
     if k == 1:
+        if a.size == 0:
+            return t, a
         n = a.size
         d = [f for f in range(1, n + 1) if n % f == 0]
         f = int(rng.choice(d))
@@ -181,3 +185,88 @@ def test_fuzz_graph_passes_are_value_preserving(seed):
     for p, o in zip(plain, optimized):
         np.testing.assert_allclose(p, o, rtol=1e-6, atol=1e-6)
     assert engine is not None
+
+
+# ---------------------------------------------------------------------------- gradients of random graphs
+
+N_GRAD_GRAPHS = int(os.environ.get("TC_FUZZ_GRAD_GRAPHS", "200"))
+
+
+def _smooth_unary(rng, t, a, lib):
+    k = rng.integers(5)
+    if k == 0: return t.sin(), lib.sin(a)
+    if k == 1: return t.atan(), lib.arctan(a)
+    if k == 2: return t.tanh().exp(), lib.exp(lib.tanh(a))
+    if k == 3: return t.sigmoid(), 1 / (1 + lib.exp(-a))
+    return (t * t + 1).log(), lib.log(a * a + 1)
+
+
+def build_smooth(seed, x=None):
+    """A random graph of differentiable-everywhere ops; ``x`` overrides the input (for finite differences).
+    Returns (input tensor, tc output, numpy output)."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(d) for d in rng.integers(1, 5, int(rng.integers(1, 4))))
+    a0 = rng.standard_normal(shape)
+    a = a0 if x is None else x
+    t0 = tc.Tensor(a0.astype(np.float32), requires_grad=True)
+    t = t0
+    for _ in range(int(rng.integers(2, 7))):
+        kind = rng.choice(["unary", "binary", "reduce", "movement", "matmul"])
+        if a.size > 200:
+            kind = "reduce"
+        if kind == "unary":
+            t, a = _smooth_unary(rng, t, a, np)
+        elif kind == "binary":
+            b = rng.standard_normal(_bshape(rng, a.shape))
+            u = tc.Tensor(b.astype(np.float32))
+            k = rng.integers(3)
+            if k == 0: t, a = t * u + t, a * b + a
+            elif k == 1: t, a = t * t - u, a * a - b
+            else: t, a = t / (u * u + 1), a / (b * b + 1)
+        elif kind == "reduce":
+            if a.ndim == 0 or a.size == 0:
+                continue
+            ax = int(rng.integers(a.ndim))
+            k = rng.integers(3)
+            if k == 0: t, a = t.sum(ax), a.sum(ax)
+            elif k == 1: t, a = t.mean(ax, keepdim=True), a.mean(ax, keepdims=True)
+            else: t, a = t.logsumexp(ax), np.log(np.exp(a).sum(ax))
+        elif kind == "movement":
+            t, a = _movement(rng, t, a)
+        else:
+            if a.ndim == 0:
+                continue
+            b = rng.standard_normal((a.shape[-1], int(rng.integers(1, 4))))
+            t, a = t @ tc.Tensor(b.astype(np.float32)), a @ b
+    w = rng.standard_normal(np.shape(a))
+    return t0, (t * tc.Tensor(np.asarray(w, np.float32))).sum(), float(np.sum(a * w))
+
+
+def check_grad(seed):
+    x, loss, _ = build_smooth(seed)
+    loss.backward()
+    x0 = x.numpy().astype(np.float64)
+    num = np.zeros_like(x0)
+    for idx in np.ndindex(x0.shape):
+        hi, lo = x0.copy(), x0.copy()
+        hi[idx] += 1e-6
+        lo[idx] -= 1e-6
+        num[idx] = (build_smooth(seed, hi)[2] - build_smooth(seed, lo)[2]) / 2e-6
+    got = x.grad.numpy() if x.grad is not None else np.zeros_like(x0)
+    scale = max(1.0, float(np.abs(num).max()) if num.size else 1.0)
+    np.testing.assert_allclose(got, num, rtol=1e-3, atol=1e-3 * scale,
+                               err_msg=f"gradient fuzz seed {seed} (replay: TC_FUZZ_GRAD_SEED={seed})")
+
+
+def test_fuzz_gradients_vs_finite_differences():
+    if "TC_FUZZ_GRAD_SEED" in os.environ:
+        check_grad(int(os.environ["TC_FUZZ_GRAD_SEED"]))
+        return
+    failures = []
+    for i in range(N_GRAD_GRAPHS):
+        seed = BASE_SEED + 10_000 + i
+        try:
+            check_grad(seed)
+        except Exception as e:
+            failures.append(f"seed {seed}: {type(e).__name__}: {str(e)[:300]}")
+    assert not failures, f"{len(failures)} of {N_GRAD_GRAPHS} gradient graphs failed:\n" + "\n".join(failures[:10])
