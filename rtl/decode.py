@@ -82,23 +82,24 @@ class Decoder(wiring.Component):
         cfg = self.cfg
         lay = layout(cfg)
         m.d.comb += [self.view.eq(self.word), self.opcode.eq(self.word[:OPCODE_BITS])]
-        with m.Switch(self.opcode):
-            for ins in INSTRUCTIONS:
-                with m.Case(ins.opcode):
-                    v = getattr(self.view, ins.format)
-                    ok = [self.word[lay.used_bits(ins.format):] == 0] if lay.used_bits(ins.format) < WORD_BITS else []
-                    for s in lay.formats[ins.format]:
-                        mx = s.field.max_value(cfg)
-                        if mx is not None and mx < (1 << s.width) - 1:
-                            ok.append(getattr(v, s.field.name) <= mx)
-                    ok += self._mode_checks(ins, v)
-                    legal = Const(1)
-                    for c in ok:
-                        legal = legal & c
-                    m.d.comb += [self.legal.eq(legal), self.queued.eq(int(ins.queued)),
-                                 self.unit.eq(int(ins.unit)), self.is_(ins.mnemonic).eq(1)]
-            with m.Default():
-                m.d.comb += self.legal.eq(0)
+        legal, queued, unit = Const(0), Const(0), Const(0, 3)
+        for ins in INSTRUCTIONS:       # comparisons, not a case statement: no incomplete cases in Verilog
+            hit = Signal(name="hit_" + ins.mnemonic.replace(".", "_"))
+            m.d.comb += [hit.eq(self.opcode == ins.opcode), self.is_(ins.mnemonic).eq(hit)]
+            v = getattr(self.view, ins.format)
+            ok = [self.word[lay.used_bits(ins.format):] == 0] if lay.used_bits(ins.format) < WORD_BITS else []
+            for s in lay.formats[ins.format]:
+                mx = s.field.max_value(cfg)
+                if mx is not None and mx < (1 << s.width) - 1:
+                    ok.append(getattr(v, s.field.name) <= mx)
+            ok += self._mode_checks(ins, v)
+            fine = Const(1)
+            for c in ok:
+                fine = fine & c
+            legal = legal | (hit & fine)
+            queued = queued | (hit & int(ins.queued))
+            unit = unit | Mux(hit, int(ins.unit), 0)
+        m.d.comb += [self.legal.eq(legal), self.queued.eq(queued), self.unit.eq(unit)]
         return m
 
     def _mode_checks(self, ins, v):

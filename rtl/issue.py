@@ -85,8 +85,9 @@ class IssueStage(wiring.Component):
         bubble = Signal()
         running, done, error = self.running, self.done, self.error
         m.d.comb += self.reg_rdata.eq(reg(self.reg_addr))
-        with m.If(self.reg_we & ~running):
-            m.d.sync += regs[self.reg_addr].eq(self.reg_wdata)
+        for i in range(1, cfg.scalar_regs):   # explicit decoders, not an indexed assignment
+            with m.If(self.reg_we & ~running & (self.reg_addr == i)):
+                m.d.sync += regs[i].eq(self.reg_wdata)
 
         # ---- token counters (P, C) -----------------------------------------------------------
         toks = {u: getattr(self, f"t_{u.name.lower()}") for u in QUEUED}
@@ -173,12 +174,12 @@ class IssueStage(wiring.Component):
         for u in reversed(QUEUED):
             with m.If(running & toks[u].err):
                 m.d.comb += err.eq(toks[u].err_code)
-        with m.If(running & overflow):
-            m.d.comb += err.eq(ErrorCode.TOKEN_OVERFLOW)
-
         issue = Signal()
         m.d.comb += [issue.eq(head_valid & can & (err == 0)), self.issued.eq(issue)]
-        stop = running & ((err != 0) | (issue & is_("halt")))
+        # a token overflow is found from this cycle's signals (which an issuing sld/sst adds to)
+        err_all = Signal(ERR_BITS)
+        m.d.comb += err_all.eq(Mux(running & overflow, ErrorCode.TOKEN_OVERFLOW, err))
+        stop = running & ((err_all != 0) | (issue & is_("halt")))
 
         # ---- scalar execution ------------------------------------------------------------------
         alu = w.alu
@@ -204,8 +205,9 @@ class IssueStage(wiring.Component):
         for name in ops:
             writes_rd = writes_rd | is_(name)
         rd = Mux(is_("addi"), w.alui.rd, Mux(is_("sld"), smem.rd, w.alu.rd))   # rd sits at the same bits
-        with m.If(issue & writes_rd & (rd != 0)):
-            m.d.sync += regs[rd].eq(res)
+        for i in range(1, cfg.scalar_regs):
+            with m.If(issue & writes_rd & (rd == i)):
+                m.d.sync += regs[i].eq(res)
         # sst: saturate to int8 for SPM
         v = reg(smem.rd)
         sat = Mux(v > 127, 127, Mux(v < -128, -128, v))
@@ -219,10 +221,11 @@ class IssueStage(wiring.Component):
         m.d.comb += [scalar_take.eq(issue & is_smem), scalar_sig.eq(Mux(issue & is_smem, smem.signal, 0))]
         # loop registers
         lp = w.loop
-        with m.If(issue & is_("loop")):
-            m.d.sync += [lcnt[lp.lr].eq(Mux(lp.cmode == CountMode.REG, reg(lp.count[:clog2(cfg.scalar_regs)]),
+        for i in range(cfg.loop_regs):
+            with m.If(issue & is_("loop") & (lp.lr == i)):
+                m.d.sync += [lcnt[i].eq(Mux(lp.cmode == CountMode.REG, reg(lp.count[:clog2(cfg.scalar_regs)]),
                                             lp.count)),
-                         lstr[lp.lr][0].eq(lp.s0), lstr[lp.lr][1].eq(lp.s1), lstr[lp.lr][2].eq(lp.s2)]
+                             lstr[i][0].eq(lp.s0), lstr[i][1].eq(lp.s1), lstr[i][2].eq(lp.s2)]
         # branches
         br = w.branch
         ra, rb = reg(br.rs1), reg(br.rs2)
@@ -267,7 +270,7 @@ class IssueStage(wiring.Component):
         with m.If(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
         with m.If(stop):
-            m.d.sync += [running.eq(0), done.eq(1), error.eq(err)]
+            m.d.sync += [running.eq(0), done.eq(1), error.eq(err_all)]
         with m.If(self.start & ~running):
             m.d.sync += [running.eq(1), done.eq(0), error.eq(0), self.cycles.eq(0), pc.eq(0), bubble.eq(0)]
             for p in range(UNITS):

@@ -71,37 +71,15 @@ class VpuAlu(wiring.Component):
             r = Signal(signed(32), name=f"r{n}")
             an, bn = a[n], b[n]
             sh = bn[:5]
-            with m.Switch(self.op):
-                with m.Case(OP["vadd"]):
-                    m.d.comb += r.eq(an + bn)
-                with m.Case(OP["vsub"]):
-                    m.d.comb += r.eq(an - bn)
-                with m.Case(OP["vmul"]):
-                    m.d.comb += r.eq(an * bn)
-                with m.Case(OP["vmin"]):
-                    m.d.comb += r.eq(Mux(an < bn, an, bn))
-                with m.Case(OP["vmax"]):
-                    m.d.comb += r.eq(Mux(an > bn, an, bn))
-                with m.Case(OP["vshl"]):
-                    m.d.comb += r.eq(an.as_unsigned() << sh)
-                with m.Case(OP["vsra"]):
-                    m.d.comb += r.eq(an >> sh)
-                with m.Case(OP["vmov"]):
-                    m.d.comb += r.eq(an)
-                with m.Case(OP["vrelu"]):
-                    m.d.comb += r.eq(Mux(an < 0, 0, an))
-                with m.Case(OP["vabs"]):
-                    m.d.comb += r.eq(Mux(an < 0, -an, an))
-                with m.Case(OP["vrsum"]):
-                    m.d.comb += r.eq(rsum)
-                with m.Case(OP["vrmax"]):
-                    m.d.comb += r.eq(rmax)
-                with m.Case(OP["vrmin"]):
-                    m.d.comb += r.eq(rmin)
-                with m.Case(OP["vlut"]):
-                    m.d.comb += r.eq(self.lut[an[:8]])
-                with m.Case(OP["vreq"]):
-                    m.d.comb += r.eq(self._requant(m, an, self.scale[n], n))
+            table = {"vadd": an + bn, "vsub": an - bn, "vmul": an * bn, "vmin": Mux(an < bn, an, bn),
+                     "vmax": Mux(an > bn, an, bn), "vshl": an.as_unsigned() << sh, "vsra": an >> sh,
+                     "vmov": an, "vrelu": Mux(an < 0, 0, an), "vabs": Mux(an < 0, -an, an), "vrsum": rsum,
+                     "vrmax": rmax, "vrmin": rmin, "vlut": self.lut[an[:8]],
+                     "vreq": self._requant(m, an, self.scale[n], n)}
+            val = an
+            for name, expr in table.items():     # a mux chain (no case statement in the Verilog)
+                val = Mux(self.op == OP[name], expr, val)
+            m.d.comb += r.eq(val)
             sat = Mux(r > 127, 127, Mux(r < -128, -128, r))
             is_req = self.op == OP["vreq"]
             m.d.comb += self.y[n].eq(Mux((self.dspace == Space.SPM) & ~is_req, sat, r))
@@ -118,12 +96,8 @@ class VpuAlu(wiring.Component):
         half = Signal(64, name=f"rq_half{n}")
         m.d.comb += half.eq((Const(1, 65) << self.shift) >> 1)
         up = Signal(name=f"rq_up{n}")
-        with m.If(self.shift != 0):
-            with m.Switch(self.rnd):
-                with m.Case(Round.HALF_UP):
-                    m.d.comb += up.eq(rem >= half)
-                with m.Case(Round.HALF_EVEN):
-                    m.d.comb += up.eq((rem > half) | ((rem == half) & q[0]))
+        m.d.comb += up.eq((self.shift != 0) & Mux(self.rnd == Round.HALF_UP, rem >= half,
+                                                  (self.rnd == Round.HALF_EVEN) & ((rem > half) | ((rem == half) & q[0]))))
         y = Signal(signed(66), name=f"rq_y{n}")
         m.d.comb += y.eq(q + up + self.zp)
         lo_c = Mux(y < self.lo, self.lo, y)

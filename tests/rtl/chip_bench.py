@@ -9,7 +9,7 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from isa import ChipConfig, Program
-from rtl.chip import Chip
+from rtl.chip import Chip, Ring
 from rtl_helpers import unpack
 
 
@@ -62,9 +62,13 @@ class DramModel:
 
 
 def run_chip(prog: Program, dram: np.ndarray | None = None, regs: dict[int, int] | None = None,
-             *, max_cycles: int = 20000, spm_init: dict | None = None, vcd: str | None = None) -> RunResult:
+             *, max_cycles: int = 20000, spm_init: dict | None = None, vcd: str | None = None,
+             loopback: bool = False) -> RunResult:
+    """``loopback``: run inside ``Ring(cfg, 1)``, whose link port 0 transmits into port 1."""
     cfg = prog.config
-    chip = Chip(cfg)
+    top = Ring(cfg, 1) if loopback else Chip(cfg)
+    chip = top.chips[0] if loopback else top
+    host, dport = (top.host0, top.dram0) if loopback else (chip.host, chip.dram)
     words = prog.words()
     if dram is None:
         dram = np.zeros(cfg.dram_bytes, np.uint8)
@@ -72,7 +76,7 @@ def run_chip(prog: Program, dram: np.ndarray | None = None, regs: dict[int, int]
     box = {}
 
     async def bench(ctx):
-        h, d = chip.host, chip.dram
+        h, d = host, dport
         ctx.set(d.rd_ready, 1)
         ctx.set(d.wr_ready, 1)
         for i, w in enumerate(words):          # program load through the host port
@@ -113,7 +117,7 @@ def run_chip(prog: Program, dram: np.ndarray | None = None, regs: dict[int, int]
             rr.append(v - (1 << 32) if v >> 31 else v)
         box["regs"] = rr
 
-    sim = Simulator(chip)
+    sim = Simulator(top)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     if vcd:

@@ -1,0 +1,178 @@
+"""Components alone with random stimuli: decoder vs isa.encoding, repeat queue vs
+isa.semantics.expand_nest, VPU datapath vs isa.semantics (binary, unary, requantize, LUT)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from isa import ChipConfig, Instruction, encode
+from isa import semantics as sem
+from isa.encoding import decode
+from isa.errors import DecodeError
+from isa.table import BY_MNEMONIC, INSTRUCTIONS, Round, Space, layout
+from isa.timing import QUEUE_DEPTH
+from rtl.decode import Decoder
+from rtl.queue import RepeatQueue
+from rtl.vpu import OP, VpuAlu
+from rtl_helpers import pack, run, unpack
+
+TINY = ChipConfig.preset("tiny")
+
+
+def _random_word(rng, cfg):
+    """A legal instruction most of the time, else random garbage in some field."""
+    ins = INSTRUCTIONS[rng.integers(len(INSTRUCTIONS))]
+    word = ins.opcode
+    for s in layout(cfg).formats[ins.format]:
+        word |= int(rng.integers(0, 1 << min(s.width, 62))) << s.lo
+    if rng.random() < 0.2:
+        word |= int(rng.integers(0, 256))           # maybe an unknown opcode
+    if rng.random() < 0.1:
+        word |= 1 << 191                            # a reserved bit
+    return word
+
+
+@pytest.mark.parametrize("name", ["tiny", "small"])
+def test_decoder_matches_isa_decode(name):
+    cfg = ChipConfig.preset(name)
+    rng = np.random.default_rng(7)
+    dut = Decoder(cfg)
+    words = [_random_word(rng, cfg) for _ in range(400)]
+    for ins in INSTRUCTIONS:
+        words.append(encode(Instruction.make(ins.mnemonic), cfg))
+
+    async def bench(ctx):
+        n_legal = 0
+        for w in words:
+            ctx.set(dut.word, w)
+            try:
+                ref = decode(w, cfg)
+            except DecodeError:
+                ref = None
+            assert ctx.get(dut.legal) == (ref is not None), hex(w)
+            if ref is None:
+                continue
+            n_legal += 1
+            spec = ref.spec
+            assert ctx.get(dut.unit) == spec.unit
+            assert ctx.get(dut.is_(spec.mnemonic)) == 1
+            view = getattr(dut.view, spec.format)
+            for fname, value in ref.args:
+                assert ctx.get(getattr(view, fname)) == value, (spec.mnemonic, fname)
+        return n_legal
+
+    assert run(dut, bench, clock=False) > 100
+
+
+def test_repeat_queue_matches_expand_nest():
+    rng = np.random.default_rng(3)
+    dut = RepeatQueue(TINY)
+    entries = []
+    for _ in range(12):
+        depth = int(rng.integers(0, 5))
+        counts = [int(rng.integers(0, 4)) if rng.random() < 0.15 else int(rng.integers(1, 4)) for _ in range(depth)]
+        strides = [[int(rng.integers(-50, 50)) for _ in range(3)] for _ in range(depth)]
+        bases = [int(rng.integers(-1000, 1000)) for _ in range(3)]
+        sync = int(rng.integers(0, 2))
+        entries.append((depth, counts, strides, bases, sync))
+    mm = BY_MNEMONIC["mxu.mm"]
+
+    async def bench(ctx):
+        got = [[] for _ in entries]
+        pushed = 0
+        head = 0
+        for cycle in range(400):
+            # the unit starts whatever is at the head every other cycle
+            start = cycle % 2 == 0 and (ctx.get(dut.valid) or ctx.get(dut.zero))
+            if start:
+                if ctx.get(dut.valid):
+                    got[head].append(([ctx.get(dut.addr[k]) for k in range(3)], ctx.get(dut.first),
+                                      ctx.get(dut.last), ctx.get(dut.wait_now), ctx.get(dut.signal_now)))
+                if ctx.get(dut.zero) or ctx.get(dut.last):
+                    head += 1
+            ctx.set(dut.start, start)
+            if pushed < len(entries) and ctx.get(dut.push.ready):
+                depth, counts, strides, bases, sync = entries[pushed]
+                word = encode(Instruction.make("mxu.mm", rep_base=0, rep_depth=0, sync=sync, wait=0b10,
+                                               signal=0b100), TINY)
+                ctx.set(dut.push.valid, 1)
+                e = dut.push.entry
+                ctx.set(e.word.as_value(), word | (depth << layout(TINY).formats["mm"][1].lo))
+                ctx.set(e.depth, depth)
+                for j in range(4):
+                    ctx.set(e.cnt[j], counts[j] if j < depth else 0)
+                    for k in range(3):
+                        ctx.set(e.stride[j][k], strides[j][k] if j < depth else 0)
+                for k in range(3):
+                    ctx.set(e.base[k], bases[k])
+                pushed += 1
+            else:
+                ctx.set(dut.push.valid, 0)
+            assert ctx.get(dut.level) <= QUEUE_DEPTH
+            await ctx.tick()
+        return got
+
+    got = run(dut, bench)
+    for (depth, counts, strides, bases, sync), g in zip(entries, got):
+        want = sem.expand_nest(counts, strides, bases)
+        assert [x[0] for x in g] == want.tolist()
+        T = len(want)
+        for i, (_, first, last, wait, sig) in enumerate(g):
+            assert first == (i == 0) and last == (i == T - 1)
+            assert wait == (0b10 if sync == 0 or i == 0 else 0)
+            assert sig == (0b100 if sync == 0 or i == T - 1 else 0)
+
+
+def _alu_eval(ctx, dut, op, a, b, dspace, scale=None, qcfg=(0, 0, -128, 127, 0), lut=None):
+    ctx.set(dut.op, OP[op])
+    ctx.set(dut.a.as_value(), pack(a, 32))
+    ctx.set(dut.b.as_value(), pack(b, 32))
+    ctx.set(dut.dspace, dspace)
+    if scale is not None:
+        ctx.set(dut.scale.as_value(), pack(scale, 16))
+    sh, zp, lo, hi, rnd = qcfg
+    ctx.set(dut.shift, sh)
+    ctx.set(dut.zp, zp)
+    ctx.set(dut.lo, lo)
+    ctx.set(dut.hi, hi)
+    ctx.set(dut.rnd, rnd)
+    if lut is not None:
+        ctx.set(dut.lut.as_value(), pack(lut, 8))
+    return unpack(ctx.get(dut.y.as_value()), 32, len(a))
+
+
+def test_vpu_alu_matches_semantics():
+    C = 4
+    rng = np.random.default_rng(11)
+    dut = VpuAlu(C)
+
+    def rand_row():
+        kind = rng.integers(3)
+        if kind == 0:
+            return rng.integers(-128, 128, C)
+        if kind == 1:
+            return rng.integers(-2**31, 2**31, C)
+        return rng.choice([0, 1, -1, 2**31 - 1, -2**31, 127, -128, 31, 32], C)
+
+    async def bench(ctx):
+        for _ in range(300):
+            a, b = rand_row(), rand_row()
+            ds = int(rng.integers(2))
+            for op in sem.VPU_BINARY:
+                got = _alu_eval(ctx, dut, op, a, b, ds)
+                np.testing.assert_array_equal(got, sem.vpu_binary(op, a, b, ds), err_msg=op)
+            lut = rng.integers(-128, 128, 256)
+            for op in sem.VPU_UNARY:
+                got = _alu_eval(ctx, dut, op, a, b, ds, lut=lut)
+                want = sem.vpu_unary(op, a.reshape(1, -1), ds, lut_table=lut)[0]
+                np.testing.assert_array_equal(got, want, err_msg=op)
+            scale = rng.integers(-2**15, 2**15, C)
+            sh = int(rng.choice([0, 1, 2, 7, 15, 31, 40, 63]))
+            zp, lo, hi = (int(x) for x in rng.integers(-128, 128, 3))
+            rnd = int(rng.integers(3))
+            got = _alu_eval(ctx, dut, "vreq", a, b, Space.SPM, scale=scale, qcfg=(sh, zp, lo, hi, rnd))
+            want = sem.requantize(a.reshape(1, -1), scale, sh, zp, lo, hi, rnd)[0]
+            np.testing.assert_array_equal(got, want, err_msg=f"vreq shift={sh} rnd={rnd}")
+
+    run(dut, bench, clock=False)
