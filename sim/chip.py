@@ -51,11 +51,15 @@ class Tokens:
             self.active.add(key)
 
     def flush(self, t: int) -> None:
-        """Count every signal with r <= t (raising TOKEN_OVERFLOW at the cycle a counter passes TOKEN_MAX)."""
+        """Count every signal with r < t, before anything acts at t.
+
+        Every consumption at a cycle <= r has happened by then, so the count after a signal is the
+        counter's value at the end of cycle r: above TOKEN_MAX it raises TOKEN_OVERFLOW at r.
+        """
         for key in list(self.active):
             heap = self.pending[key]
             dq = self.ready.setdefault(key, deque())
-            while heap and heap[0][0] <= t:
+            while heap and heap[0][0] < t:
                 r, pc = heapq.heappop(heap)
                 dq.append(r)
                 if len(dq) > timing.TOKEN_MAX:

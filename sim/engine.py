@@ -33,6 +33,8 @@ def run(chips: list[Chip], max_cycles: int | None = None) -> None:
     while True:
         t = min(times)
         if t >= INF:
+            for ch in chips:
+                ch.tokens.flush(INF)
             if all(ch.issue.halted for ch in chips):
                 return
             raise _deadlock(chips, last)

@@ -126,9 +126,8 @@ class QueuedUnit:
         if ent.T:
             if self.plan is None:
                 self.plan = ent.handler(self.chip, ent, ent.addrs(ent.i))
-            if self.plan.error is None:
-                lb, reason = self.lower_bound(ent, self.plan)
-                ulb = max(base, lb)
+            lb, reason = self.lower_bound(ent, self.plan)   # (an instance with an error stops the
+            ulb = max(base, lb)                             #  chip when it would have started)
         t = ulb
         w = ent.waits()
         tok_t, tok_p = t, None
