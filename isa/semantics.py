@@ -192,8 +192,7 @@ def dma_gather(dram_bytes: np.ndarray, dram: int, rows: int, length: int, rstrid
     if rows == 0 or length == 0:
         return out
     if estride == eb and rstride >= 0:          # contiguous rows: a strided view of DRAM
-        view = np.lib.stride_tricks.as_strided(dram_bytes[dram:], (rows, length * eb), (rstride, 1),
-                                               writeable=False)
+        view = _rows_view(dram_bytes, dram, rows, length * eb, rstride)
         out[:, :length] = np.ascontiguousarray(view).view(out.dtype)
         return out
     addr = dma_byte_addresses(dram, rows, length, rstride, estride, space)
@@ -203,6 +202,13 @@ def dma_gather(dram_bytes: np.ndarray, dram: int, rows: int, length: int, rstrid
     else:
         out[:, :length] = np.ascontiguousarray(b).view("<i4")[..., 0]
     return out
+
+
+def _rows_view(dram_bytes, dram, rows, nbytes, rstride):
+    """A (rows, nbytes) view of DRAM whose row r starts at ``dram + r*rstride`` (rstride >= 0)."""
+    if rstride >= nbytes and dram + rows * rstride <= dram_bytes.shape[0]:
+        return dram_bytes[dram:dram + rows * rstride].reshape(rows, rstride)[:, :nbytes]
+    return np.lib.stride_tricks.as_strided(dram_bytes[dram:], (rows, nbytes), (rstride, 1))
 
 
 def dma_scatter(dram_bytes: np.ndarray, rows_data: np.ndarray, dram: int, length: int, rstride: int,
@@ -229,7 +235,7 @@ def dma_scatter_into(dram_bytes: np.ndarray, rows_data: np.ndarray, dram: int, l
         dram_bytes[dram:dram + rows * length] = src.reshape(-1).view(np.uint8)
         return
     if estride == eb and rstride >= length * eb:   # contiguous rows that do not overlap
-        view = np.lib.stride_tricks.as_strided(dram_bytes[dram:], (rows, length * eb), (rstride, 1))
+        view = _rows_view(dram_bytes, dram, rows, length * eb, rstride)
         view[...] = src.view(np.uint8).reshape(rows, length * eb)
         return
     addr = dma_byte_addresses(dram, rows, length, rstride, estride, space).reshape(-1)

@@ -112,10 +112,9 @@ class QueuedUnit:
 
     # -- the engine's view -------------------------------------------------------------------
     def next_time(self) -> int:
-        t = self._next_time()
         if self.pending_error is not None:
-            t = min(t, self.pending_error[0])
-        return t
+            return min(self._next_time(), self.pending_error[0])
+        return self._next_time() if self.queue else INF
 
     def _next_time(self) -> int:
         if not self.queue:
