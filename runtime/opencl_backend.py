@@ -1,0 +1,184 @@
+"""``Device("opencl")``: graphs scheduled into fused kernels, rendered as OpenCL C, run via pyopencl.
+
+On machines without a GPU the OpenCL platform is PoCL on the CPU (the
+``pocl-binary-distribution`` wheel in the dev extra, or Debian's
+``pocl-opencl-icd``). Programs are cached by source for the life of the
+process, and all the new kernels of one graph are built as one program (PoCL
+compiles a program far faster than the same kernels one by one). Launches use a
+fixed work-group size, so a kernel is compiled once whatever the tensor size.
+
+``backend.launches`` counts kernels launched and ``backend.log`` names them
+(per ``execute``): that is how the tests see fusion.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+from compiler.ir import Node
+import compiler.render.schedule as sched
+from compiler.render.opencl import render
+from runtime.gpu_common import DeviceUnavailable, bind, run_control
+
+LOCAL = 64
+PRECOMPILE_CHUNK = 128
+INSTALL_HINT = ("install pyopencl and an OpenCL platform: `pip install -e '.[dev]'` (pulls pyopencl and "
+                "the PoCL CPU platform, pocl-binary-distribution), or `pip install pyopencl "
+                "pocl-binary-distribution`, or `apt-get install pocl-opencl-icd` for Debian's PoCL")
+
+
+def _import_cl():
+    try:
+        import pyopencl as cl  # noqa: PLC0415 (optional dependency)
+    except ImportError as e:
+        raise DeviceUnavailable(f"Device('opencl') needs pyopencl, which is not installed ({e}); "
+                                f"{INSTALL_HINT}") from None
+    return cl
+
+
+def find_device():
+    """(pyopencl module, cl.Device) for the first OpenCL device, or DeviceUnavailable saying what to install.
+    ``TC_OPENCL_PLATFORM`` picks a platform by a substring of its name."""
+    cl = _import_cl()
+    try:
+        platforms = cl.get_platforms()
+    except Exception as e:  # pyopencl raises LogicError/RuntimeError when no ICD is found
+        raise DeviceUnavailable(f"Device('opencl'): no OpenCL platform found ({str(e).strip()}); "
+                                f"{INSTALL_HINT}") from None
+    want = os.environ.get("TC_OPENCL_PLATFORM", "")
+    for p in platforms:
+        if want.lower() in p.name.lower():
+            try:
+                devs = p.get_devices()
+            except Exception:  # a platform with no usable device
+                continue
+            if devs:
+                return cl, devs[0]
+    raise DeviceUnavailable(f"Device('opencl'): no OpenCL device found"
+                            f"{' on a platform matching ' + repr(want) if want else ''}; {INSTALL_HINT}")
+
+
+_PROGRAMS: dict = {}   # (context id, kernel source) -> cl.Kernel, shared by every backend in the process
+
+
+class OpenCLBackend:
+    name = "opencl"
+
+    def __init__(self):
+        self.cl, self.device = find_device()
+        self.ctx = self.cl.Context([self.device])
+        self.queue = self.cl.CommandQueue(self.ctx)
+        self.launches = 0
+        self.log: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"OpenCLBackend({self.device.name.strip()!r} on {self.device.platform.name.strip()!r})"
+
+    # -------------------------------------------------------------------- Device interface
+    def execute(self, outputs: list[Node], feeds: dict) -> list[np.ndarray]:
+        bound, dims = bind(outputs, feeds)
+        self.log = []
+        return self.execute_bound(outputs, bound, dims)
+
+    def execute_bound(self, outputs, bound: dict, dims: dict) -> list[np.ndarray]:
+        s = sched.schedule(outputs, dims)
+        rendered = {id(k): render(k) for k in s.kernels()}
+        self._compile(rendered.values())
+        bufs: dict[int, object] = {}
+        host: dict[int, np.ndarray] = {}
+        mf = self.cl.mem_flags
+        for bid, node in s.sources.items():
+            arr = np.ascontiguousarray(bound[id(node)] if node.op.name == "INPUT" else node.arg)
+            host[bid] = arr
+            bufs[bid] = self._upload(arr)
+        for step in s.steps:
+            dt, shape = s.buffers[step.out]
+            if isinstance(step, sched.HostStep):
+                args = [self._read(b, s, bufs, host) for b in step.inputs]
+                val = np.ascontiguousarray(run_control(self, step.node, args), dtype=dt.np)
+                host[step.out], bufs[step.out] = val, self._upload(val)
+                continue
+            n = int(np.prod(shape))
+            bufs[step.out] = self.cl.Buffer(self.ctx, mf.READ_WRITE, max(n * dt.itemsize, 1))
+            if n == 0:
+                continue
+            r = rendered[id(step)]
+            args = []
+            for kind, v in r.args:
+                args.append(bufs[v] if kind == "buf" else np.int32(v) if kind == "int" else np.float32(v))
+            kern = _PROGRAMS[(id(self.ctx), r.src)]
+            kern(self.queue, (-(-n // LOCAL) * LOCAL,), (LOCAL,), *args)
+            self.launches += 1
+            self.log.append(r.name)
+        out = []
+        for o in s.outputs:
+            if o[0] == "const":
+                node = o[1]
+                out.append(np.full(tuple(dims.get(d, d) for d in node.shape), node.arg, dtype=node.dtype.np))
+            else:
+                out.append(self._read(o[0], s, bufs, host).reshape(o[1]).copy())
+        return out
+
+    def precompile(self, workload) -> int:
+        """Run ``workload()`` on the numpy reference device, recording every graph it executes, then
+        build all the kernels those graphs need in a few large programs (PoCL pays a large fixed cost
+        per program). A later run of the same workload on this device finds every kernel compiled.
+        Returns the number of kernels built."""
+        from runtime.device import Device  # noqa: PLC0415
+        from runtime.numpy_backend import NumpyBackend  # noqa: PLC0415
+        rendered: dict[str, object] = {}
+
+        class Recorder(NumpyBackend):
+            def execute(self, outputs, feeds):
+                try:
+                    s = sched.schedule(outputs, bind(outputs, feeds)[1])
+                    rendered.update((r.src, r) for r in map(render, s.kernels()))
+                except Exception:  # noqa: BLE001  (recording is best effort; the real run will report)
+                    pass
+                return super().execute(outputs, feeds)
+
+        dev = Device("numpy")
+        dev.backend = Recorder()
+        with dev:
+            workload()
+        before = len(_PROGRAMS)
+        self._compile(rendered.values(), chunk=PRECOMPILE_CHUNK)
+        return len(_PROGRAMS) - before
+
+    # -------------------------------------------------------------------- helpers
+    def _compile(self, rendered, chunk: int = 0) -> None:
+        new = list({r.src: r for r in rendered if (id(self.ctx), r.src) not in _PROGRAMS}.values())
+        step = chunk or len(new) or 1
+        for i in range(0, len(new), step):
+            part = new[i:i + step]
+            with warnings.catch_warnings():  # the compiler's notes on generated code are not the user's
+                warnings.simplefilter("ignore", self.cl.CompilerWarning)
+                prog = self.cl.Program(self.ctx, "\n".join(r.src for r in part)).build()
+            for r in part:
+                _PROGRAMS[(id(self.ctx), r.src)] = self.cl.Kernel(prog, r.name)
+
+    def _upload(self, arr: np.ndarray):
+        mf = self.cl.mem_flags
+        if arr.nbytes == 0:
+            return self.cl.Buffer(self.ctx, mf.READ_ONLY, 1)
+        return self.cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=arr)
+
+    def _read(self, bid, s, bufs, host) -> np.ndarray:
+        if bid in host:
+            return host[bid]
+        dt, shape = s.buffers[bid]
+        arr = np.empty(shape, dtype=dt.np)
+        if arr.size:
+            self.cl.enqueue_copy(self.queue, arr, bufs[bid])
+        host[bid] = arr
+        return arr
+
+
+def register() -> None:
+    from runtime.device import Device  # noqa: PLC0415
+    Device.register("opencl", OpenCLBackend)
+
+
+register()
