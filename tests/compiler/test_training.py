@@ -3,6 +3,7 @@ an MLP and a small CNN trained with Adam on the numpy reference device.
 
 Each takes a few seconds to tens of seconds on a 2-core machine; the tests assert accuracy only.
 """
+import contextlib
 import time
 
 import numpy as np
@@ -24,7 +25,21 @@ def digits():
     return (Xtr - mu) / sd, (Xte - mu) / sd, ytr.astype(np.int32), yte.astype(np.int32)
 
 
+def _one_blas_thread():
+    """The matrices here are tiny: a multi-threaded BLAS only spins (twice the CPU time on 2 cores)."""
+    try:
+        from threadpoolctl import threadpool_limits  # installed with scikit-learn
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def train(model, data, shape, epochs, lr, batch, seed=0):
+    with _one_blas_thread():
+        return _train(model, data, shape, epochs, lr, batch, seed)
+
+
+def _train(model, data, shape, epochs, lr, batch, seed):
     Xtr, Xte, ytr, yte = data
     opt = tc.optim.Adam(model.parameters(), lr=lr)
     rng = np.random.default_rng(seed)
