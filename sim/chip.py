@@ -19,13 +19,13 @@ from isa import semantics as sem
 from isa import timing
 from isa.asm import assemble, assemble_file, format_instruction
 from isa.config import ChipConfig
-from isa.encoding import Instruction, check_values, decode, from_bytes
+from isa.encoding import check_values, decode, from_bytes
 from isa.errors import DecodeError, EncodeError, ErrorCode
 from isa.program import Program
 from isa.table import WORD_BYTES, ScaleMode, Space, SrcMode, Unit
 
 from .errors import SimError
-from .handlers import HANDLERS, ISSUE_STAGE_OPS
+from .handlers import HANDLERS
 from .stats import Stats, Trace
 from .units import INF, Entry, make_units
 
@@ -191,7 +191,7 @@ class IssueStage:
             raise chip.error(code, msg, t, self.pc if self.pc < len(chip.prog) else None)
         if t > self.ready and self.cause:
             st.stall(self.cause, t - self.ready)
-        pc, ins = self.pc, chip.prog[self.pc]
+        pc = self.pc
         st.instructions += 1
         if kind != _QUEUED:
             st.busy["scalar"] += 1

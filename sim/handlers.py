@@ -14,8 +14,6 @@ Dispatch is derived from the table: ``HANDLERS[mnemonic]`` is ``q_<mnemonic>`` o
 
 from __future__ import annotations
 
-import numpy as np
-
 from isa import semantics as sem
 from isa import timing
 from isa.errors import ErrorCode

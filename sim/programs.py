@@ -133,13 +133,13 @@ def gemm(M: int, K: int, N: int, config="base", *, a_addr: int = 0, b_addr: int 
         e(f"seti r{R_MT}, 0")
         e(f"seti r{R_MTEND}, {MTf}")
         e.label("mtile")
-        _m_tile(e, g, Mt, last=(Medge == 0), loop=True)
+        _m_tile(e, g, Mt)
         e(f"addi r{R_MT}, r{R_MT}, 1")
         e(f"blt r{R_MT}, r{R_MTEND}, mtile")
     elif MTf == 1:
-        _m_tile(e, g, Mt, last=(Medge == 0), loop=False)
+        _m_tile(e, g, Mt)
     if Medge:
-        _m_tile(e, g, Medge, last=True, loop=False)
+        _m_tile(e, g, Medge)
     e("halt")
     text = e.text()
     prog = assemble(text, cfg, f"<gemm {M}x{K}x{N}>")
@@ -172,9 +172,9 @@ class _Emitter:
         return "\n".join(self.lines) + "\n"
 
 
-def _m_tile(e: _Emitter, g: dict, mrows: int, *, last: bool, loop: bool) -> None:
+def _m_tile(e: _Emitter, g: dict, mrows: int) -> None:
     """One M tile of ``mrows`` rows: every N tile (first, middle ones in a loop, edge)."""
-    cfg, N, KT, MT = g["cfg"], g["N"], g["KT"], g["MT"]
+    cfg, N, MT = g["cfg"], g["N"], g["MT"]
     Cc = cfg.cols
     NTf, Nedge = divmod(N, Cc)
     e.comment(f"M tile of {mrows} rows")
@@ -182,8 +182,7 @@ def _m_tile(e: _Emitter, g: dict, mrows: int, *, last: bool, loop: bool) -> None
         e("dma.ld spm[0], dram[0], rows=0, wait=store")
     e(f"seti r{R_NCOL}, 0")
     e(f"seti r{R_CCOL}, 0")
-    tiles = [(Cc if NTf else Nedge, True)]
-    _n_tile(e, g, mrows, tiles[0][0], with_a=True, last_of_m=(NTf + (Nedge > 0) == 1))
+    _n_tile(e, g, mrows, Cc if NTf else Nedge, with_a=True, last_of_m=(NTf + (Nedge > 0) == 1))
     if NTf > 1:
         top = e.fresh("ntile")
         e(f"seti r{R_NT}, 1")

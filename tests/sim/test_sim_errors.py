@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from isa import ChipConfig, assemble
-from isa.encoding import encode, to_bytes
 from isa.errors import ErrorCode, TetrachipError
 from isa.table import WORD_BYTES
 from sim import Chip, SimError, System

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from isa import ChipConfig, timing
 from sim import Chip
 
