@@ -52,9 +52,15 @@ def _substitute_realized(outputs: list[Node]) -> list[Node]:
     return [new[id(o)] for o in outputs]
 
 
+def prepare(outputs: list[Node]) -> list[Node]:
+    """The graph a device (or the chip compiler) receives: known values substituted, then the
+    pass list run with the checker between passes."""
+    return run_passes(_substitute_realized(list(outputs)))
+
+
 def compute(outputs: list[Node], feeds: dict | None = None, device=None) -> list[np.ndarray]:
-    """Values of ``outputs``: substitute known values, run the pass list (checked), execute on a device."""
-    graph = run_passes(_substitute_realized(list(outputs)))
+    """Values of ``outputs``: ``prepare`` the graph, then execute it on a device."""
+    graph = prepare(outputs)
     dev = device if device is not None else get_default_device()
     return dev.execute(graph, dict(feeds or {}))
 

@@ -91,3 +91,15 @@ def test_pass_that_breaks_the_graph_is_named():
     x = tc.Tensor(np.ones((2, 3), np.float32)).sum(0)
     with pytest.raises(ValueError, match="after pass 'bad'"):
         passes.run_passes([x.node], passes=[("bad", bad_rule)])
+
+
+def test_prepare_gives_the_checked_graph_a_device_receives():
+    from compiler import engine
+    x = tc.Tensor(np.arange(6, dtype=np.float32)).reshape(2, 3).reshape(3, 2)
+    y = (x * 1.0 + x).sum(0)
+    (out,) = engine.prepare([y.node])
+    nodes = toposort([out])
+    reshapes = [n for n in nodes if n.op is Ops.RESHAPE and n.src[0].op is Ops.RESHAPE]
+    assert not reshapes  # merged by simplify_movement
+    verify([out])
+    np.testing.assert_allclose(tc.Device("numpy").execute([out], {})[0], y.numpy())
