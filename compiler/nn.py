@@ -50,10 +50,17 @@ class Module:
                         yield from m.named_tensors(f"{prefix}{name}.{i}.")
 
     def parameters(self) -> list[Tensor]:
-        return [t for _, t in self.named_tensors() if t.requires_grad]
+        return [t for _, t in self.named_parameters()]
 
     def named_parameters(self):
-        return [(n, t) for n, t in self.named_tensors() if t.requires_grad]
+        """(name, parameter), each shared (tied) parameter once, under its first name."""
+        seen: set[int] = set()
+        out = []
+        for n, t in self.named_tensors():
+            if t.requires_grad and id(t) not in seen:
+                seen.add(id(t))
+                out.append((n, t))
+        return out
 
     def modules(self):
         yield self

@@ -98,6 +98,13 @@ class Tensor(MathMixin, MovementMixin):
     def numel(self) -> int:
         return math.prod(self.shape)
 
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        if not isinstance(self.shape[0], int):
+            raise TypeError(f"iteration over a dynamic dimension ({self.shape[0]}); use tc.loop")
+        return (self[i] for i in range(self.shape[0]))
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")

@@ -187,3 +187,16 @@ def test_conv_modules_shapes_and_parameters():
     assert up(y).shape == (2, 4, 10, 8) and up.weight.shape == (6, 4, 3, 3)
     np.testing.assert_allclose(y.numpy(), R.conv2d(x.numpy().astype(np.float64), conv.weight.numpy(),
                                                    conv.bias.numpy(), 2, 1, 1, 2), rtol=1e-4, atol=1e-5)
+
+
+def test_tied_parameters_are_listed_once():
+    a, b = nn.Linear(4, 4), nn.Linear(4, 4)
+    b.weight = a.weight
+    model = nn.Sequential(a, b)
+    assert len(model.parameters()) == 3
+    assert [n for n, _ in model.named_parameters()] == ["layers.0.weight", "layers.0.bias", "layers.1.bias"]
+
+
+def test_iterating_a_tensor_gives_rows():
+    rows = list(tc.Tensor(np.arange(6, dtype=np.float32).reshape(3, 2)))
+    assert len(rows) == 3 and rows[2].numpy().tolist() == [4.0, 5.0]
