@@ -20,6 +20,7 @@ import argparse
 import importlib.util
 import json
 import multiprocessing as mp
+import os
 import resource
 import sys
 import time
@@ -93,6 +94,7 @@ def main(argv=None) -> int:
         runner = _runner()
         runner.ensure_venv()
     results = []
+    load_before = os.getloadavg()
     for M, K, N, config in CASES:
         cfg = ChipConfig.preset(config)
         name = f"{M}x{K}x{N}"
@@ -114,13 +116,14 @@ def main(argv=None) -> int:
         results.append(row)
     _print_table(results)
     if a.json:
-        a.json.write_text(json.dumps({"benchmark": "sim_vs_scalesim", "quick": a.quick, "cases": results},
-                                     indent=2) + "\n")
+        a.json.write_text(json.dumps({"benchmark": "sim_vs_scalesim", "quick": a.quick, "repeat": repeat,
+                                      "cpus": os.cpu_count(), "loadavg_before": load_before,
+                                      "loadavg_after": os.getloadavg(), "cases": results}, indent=2) + "\n")
     return 0 if all(r["tetrachip"]["correct"] for r in results) else 1
 
 
 def _print_table(results) -> None:
-    h = (f"{'case':<14}{'array':>8}{'cycles':>10}{'SS cycles':>10}{'util':>8}{'SS util':>9}"
+    h = (f"{'case':<14}{'array':>8}{'cycles':>10}{'SS cycles':>10}{'cyc/SS':>7}{'util':>8}{'SS util':>9}"
          f"{'wall s':>9}{'SS wall s':>10}{'speedup':>9}{'MiB':>7}{'SS MiB':>8}{'ok':>4}")
     print(h)
     print("-" * len(h))
@@ -128,7 +131,8 @@ def _print_table(results) -> None:
         o, s = r["tetrachip"], r["scalesim"] or {}
         f = lambda k, fmt: format(s[k], fmt) if k in s else "-"  # noqa: E731
         sp = f"{r['ratios']['speedup']:.0f}x" if "ratios" in r else "-"
-        print(f"{r['case']:<14}{r['array']:>8}{o['cycles']:>10}{f('cycles', 'd'):>10}"
+        cr = f"{r['ratios']['cycles']:.3f}" if "ratios" in r else "-"
+        print(f"{r['case']:<14}{r['array']:>8}{o['cycles']:>10}{f('cycles', 'd'):>10}{cr:>7}"
               f"{100 * o['utilization']:>7.1f}%{(format(100 * s['utilization_macs'], '.1f') + '%') if s else '-':>9}"
               f"{o['wall_s']:>9.3f}{f('wall_s', '.2f'):>10}{sp:>9}{o['peak_mem_mb']:>7.0f}"
               f"{f('peak_mem_mb', '.0f'):>8}{'yes' if o['correct'] else 'NO':>4}")

@@ -103,6 +103,9 @@ def gemm(M: int, K: int, N: int, config="base", *, a_addr: int = 0, b_addr: int 
     if c_addr + 4 * M * N > cfg.dram_bytes:
         raise GemmError(f"GEMM {M}x{K}x{N} needs {c_addr + 4 * M * N} bytes of DRAM; config {cfg.name!r} "
                         f"has {cfg.dram_bytes}")
+    if cfg.scalar_regs < 16 or cfg.loop_regs < 2:
+        raise GemmError(f"the GEMM program needs 16 scalar and 2 loop registers; config {cfg.name!r} has "
+                        f"{cfg.scalar_regs} and {cfg.loop_regs}")
     KT, NT = -(-K // R), -(-N // Cc)
     NB = KT * -(-4 // KT)                       # weight slots: a multiple of KT, at least 4
     w_rows = NB * R
@@ -143,6 +146,9 @@ def gemm(M: int, K: int, N: int, config="base", *, a_addr: int = 0, b_addr: int 
     e("halt")
     text = e.text()
     prog = assemble(text, cfg, f"<gemm {M}x{K}x{N}>")
+    if len(prog) > cfg.imem_words:
+        raise GemmError(f"GEMM {M}x{K}x{N} needs {len(prog)} instructions; config {cfg.name!r} holds "
+                        f"{cfg.imem_words}")
     prog.manifest = {"kind": "gemm", "M": M, "K": K, "N": N,
                      "inputs": {"A": [a_addr, [M, K], "int8"], "B": [b_addr, [K, N], "int8"]},
                      "outputs": {"C": [c_addr, [M, N], "int32"]}}
