@@ -9,7 +9,7 @@ import math
 
 from . import dtypes
 from . import random as _random
-from .tensor import Tensor, _as_tensor, _err, cat, where
+from .tensor import Tensor, _as_tensor, _err, where
 
 
 def _pair(v) -> tuple[int, int]:
@@ -266,4 +266,3 @@ _METHODS = {
 }
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
-Tensor.cat = lambda self, *others, dim=0: cat([self, *others], dim)

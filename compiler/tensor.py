@@ -224,8 +224,6 @@ class Tensor(MathMixin, MovementMixin):
         dt = dtypes.to_dtype(dtype)
         return self if dt == self.dtype else Tensor._apply(ag.Cast, self, dtype=dt)
 
-    to = cast
-
     def float(self) -> "Tensor":
         return self.cast(dtypes.float32)
 
