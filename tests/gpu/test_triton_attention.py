@@ -1,0 +1,61 @@
+"""Triton kernels against numpy: FlashAttention forward and gradients, the matmul, Device("triton").
+Needs triton and torch (not project dependencies): skipped otherwise. Without a CUDA GPU the
+kernels run under TRITON_INTERPRET=1 on the CPU."""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import tetrachip as tc
+from gpu_helpers import device_or_skip
+
+torch = pytest.importorskip("torch", reason="torch is not installed (Triton needs it; pip install torch)")
+if not torch.cuda.is_available():  # before triton is imported: it reads the switch then
+    os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[gpu]')")
+from runtime import triton_backend as TB  # noqa: E402
+
+
+def attention_ref(q, k, v, causal):
+    """Direct float64 attention and its gradients for the loss sum(O * dO)."""
+    d = q.shape[-1]
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(d)
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return p @ v, p
+
+
+def attention_grads(q, k, v, do, causal):
+    d = q.shape[-1]
+    o, p = attention_ref(q, k, v, causal)
+    dv = np.swapaxes(p, -1, -2) @ do
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    return ds @ k / math.sqrt(d), np.swapaxes(ds, -1, -2) @ q / math.sqrt(d), dv
+
+
+@pytest.mark.parametrize("shape,causal", [((2, 3, 37, 24), False), ((1, 2, 50, 16), True), ((1, 1, 16, 8), False)])
+def test_flash_attention_forward_and_backward(shape, causal):
+    rng = np.random.default_rng(sum(shape))
+    q, k, v, do = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+    o, lse = TB.flash_attention(q, k, v, causal=causal, block_m=16, block_n=16)
+    want, _ = attention_ref(*(x.astype(np.float64) for x in (q, k, v)), causal)
+    np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-4)
+    grads = TB.flash_attention_backward(q, k, v, o, lse, do, causal=causal, block_m=16, block_n=16)
+    wants = attention_grads(*(x.astype(np.float64) for x in (q, k, v, do)), causal)
+    for name, g, w in zip("qkv", grads, wants):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3, err_msg=f"d{name}")
+
+
+def test_triton_matmul_and_device():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 19, 33)).astype(np.float32), rng.standard_normal((33, 21)).astype(np.float32)
+    np.testing.assert_allclose(TB.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    dev = device_or_skip("triton")
+    x, w = tc.Tensor(a), tc.Tensor(b)
+    (got,) = dev.run(((x @ w).relu() @ tc.Tensor(b.T)).sum(-1))
+    np.testing.assert_allclose(got, (np.maximum(a @ b, 0) @ b.T).sum(-1), rtol=1e-4, atol=1e-3)
+    assert dev.backend.launches == 2
