@@ -20,7 +20,7 @@ import numpy as np
 from compiler.ir import Node
 import compiler.render.schedule as sched
 from compiler.render.opencl import render
-from runtime.gpu_common import DeviceUnavailable, bind, run_control
+from runtime.gpu_common import DeviceUnavailable, bind, run_schedule
 
 LOCAL = 64
 PRECOMPILE_CHUNK = 128
@@ -83,43 +83,19 @@ class OpenCLBackend:
         return self.execute_bound(outputs, bound, dims)
 
     def execute_bound(self, outputs, bound: dict, dims: dict) -> list[np.ndarray]:
-        s = sched.schedule(outputs, dims)
-        rendered = {id(k): render(k) for k in s.kernels()}
-        self._compile(rendered.values())
-        bufs: dict[int, object] = {}
-        host: dict[int, np.ndarray] = {}
-        mf = self.cl.mem_flags
-        for bid, node in s.sources.items():
-            arr = np.ascontiguousarray(bound[id(node)] if node.op.name == "INPUT" else node.arg)
-            host[bid] = arr
-            bufs[bid] = self._upload(arr)
-        for step in s.steps:
-            dt, shape = s.buffers[step.out]
-            if isinstance(step, sched.HostStep):
-                args = [self._read(b, s, bufs, host) for b in step.inputs]
-                val = np.ascontiguousarray(run_control(self, step.node, args), dtype=dt.np)
-                host[step.out], bufs[step.out] = val, self._upload(val)
-                continue
-            n = int(np.prod(shape))
-            bufs[step.out] = self.cl.Buffer(self.ctx, mf.READ_WRITE, max(n * dt.itemsize, 1))
-            if n == 0:
-                continue
-            r = rendered[id(step)]
-            args = []
-            for kind, v in r.args:
-                args.append(bufs[v] if kind == "buf" else np.int32(v) if kind == "int" else np.float32(v))
-            kern = _PROGRAMS[(id(self.ctx), r.src)]
-            kern(self.queue, (-(-n // LOCAL) * LOCAL,), (LOCAL,), *args)
-            self.launches += 1
-            self.log.append(r.name)
-        out = []
-        for o in s.outputs:
-            if o[0] == "const":
-                node = o[1]
-                out.append(np.full(tuple(dims.get(d, d) for d in node.shape), node.arg, dtype=node.dtype.np))
-            else:
-                out.append(self._read(o[0], s, bufs, host).reshape(o[1]).copy())
-        return out
+        return run_schedule(self, render, outputs, bound, dims)
+
+    # -------------------------------------------------------------------- what run_schedule calls
+    def alloc(self, nbytes: int):
+        return self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, max(nbytes, 1))
+
+    def launch(self, r, n: int, args: list) -> None:
+        args = [a if kind == "buf" else np.int32(a) if kind == "int" else np.float32(a)
+                for (kind, _), a in zip(r.args, args)]
+        _PROGRAMS[(id(self.ctx), r.src)](self.queue, (-(-n // LOCAL) * LOCAL,), (LOCAL,), *args)
+
+    def download(self, buf, arr: np.ndarray) -> None:
+        self.cl.enqueue_copy(self.queue, arr, buf)
 
     def precompile(self, workload) -> int:
         """Run ``workload()`` on the numpy reference device, recording every graph it executes, then
@@ -144,11 +120,11 @@ class OpenCLBackend:
         with dev:
             workload()
         before = len(_PROGRAMS)
-        self._compile(rendered.values(), chunk=PRECOMPILE_CHUNK)
+        self.compile(rendered.values(), chunk=PRECOMPILE_CHUNK)
         return len(_PROGRAMS) - before
 
     # -------------------------------------------------------------------- helpers
-    def _compile(self, rendered, chunk: int = 0) -> None:
+    def compile(self, rendered, chunk: int = 0) -> None:
         new = list({r.src: r for r in rendered if (id(self.ctx), r.src) not in _PROGRAMS}.values())
         step = chunk or len(new) or 1
         for i in range(0, len(new), step):
@@ -159,21 +135,11 @@ class OpenCLBackend:
             for r in part:
                 _PROGRAMS[(id(self.ctx), r.src)] = self.cl.Kernel(prog, r.name)
 
-    def _upload(self, arr: np.ndarray):
+    def upload(self, arr: np.ndarray):
         mf = self.cl.mem_flags
         if arr.nbytes == 0:
             return self.cl.Buffer(self.ctx, mf.READ_ONLY, 1)
         return self.cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=arr)
-
-    def _read(self, bid, s, bufs, host) -> np.ndarray:
-        if bid in host:
-            return host[bid]
-        dt, shape = s.buffers[bid]
-        arr = np.empty(shape, dtype=dt.np)
-        if arr.size:
-            self.cl.enqueue_copy(self.queue, arr, bufs[bid])
-        host[bid] = arr
-        return arr
 
 
 def register() -> None:
