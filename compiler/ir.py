@@ -14,7 +14,14 @@ Primitives (everything in ``compiler.tensor`` is composed from these):
 * ternary   WHERE
 * reduce    SUM PROD RMAX             (arg = axes; reduced axes kept as size 1)
 * movement  RESHAPE PERMUTE EXPAND PAD SHRINK FLIP
-* control   IF (arg = (then Graph, else Graph)), LOOP (arg = body Graph)
+* control   IF    src = (pred, *operands), arg = (then Graph, else Graph); both bodies take
+                  the operands (a bool scalar ``pred`` picks one at run time)
+            LOOP  src = (init, *scanned, *invariants), arg = (body Graph, number scanned);
+                  the body takes (carry, one row of each scanned tensor, *invariants) and
+                  returns the next carry; the scanned tensors' shared leading dimension
+                  (static or dynamic) is the trip count; the node's value is the last carry
+
+Bodies are closed: their leaves are their own INPUTs, CONSTs and BUFFERs.
 """
 from __future__ import annotations
 
