@@ -9,6 +9,8 @@ components due at the same cycle may act in any order. Idle cycles cost nothing.
 
 from __future__ import annotations
 
+import contextlib
+
 from isa.config import ChipConfig
 from isa.errors import ErrorCode
 from isa.table import Unit
@@ -23,7 +25,30 @@ from .units import INF
 DEFAULT_MAX_CYCLES = 1 << 40
 
 
+_BLAS = []
+
+
+def _one_blas_thread():
+    """A context that keeps BLAS on one thread (if threadpoolctl is installed).
+
+    The simulator's matmuls are small (one weight tile x the rows of one instance); with several
+    BLAS threads they are several times slower on a busy machine, never faster.
+    """
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController
+            _BLAS.append(ThreadpoolController())
+        except ImportError:
+            _BLAS.append(None)
+    return _BLAS[0].limit(limits=1, user_api="blas") if _BLAS[0] is not None else contextlib.nullcontext()
+
+
 def run(chips: list[Chip], max_cycles: int | None = None) -> None:
+    with _one_blas_thread():
+        _run(chips, max_cycles)
+
+
+def _run(chips: list[Chip], max_cycles: int | None = None) -> None:
     limit = DEFAULT_MAX_CYCLES if max_cycles is None else int(max_cycles)
     for ch in chips:
         ch.max_cycles = limit
