@@ -239,8 +239,12 @@ def dma_scatter_into(dram_bytes: np.ndarray, rows_data: np.ndarray, dram: int, l
         view[...] = src.view(np.uint8).reshape(rows, length * eb)
         return
     addr = dma_byte_addresses(dram, rows, length, rstride, estride, space).reshape(-1)
-    # numpy fancy assignment with repeated indices keeps the last value: row-major order wins
-    dram_bytes[addr] = src.view(np.uint8).reshape(-1)
+    vals = src.view(np.uint8).reshape(-1)
+    last, first_in_reverse = np.unique(addr[::-1], return_index=True)
+    if last.shape[0] == addr.shape[0]:
+        dram_bytes[addr] = vals
+    else:                       # overlapping elements: the last one in row-major order wins
+        dram_bytes[last] = vals[::-1][first_in_reverse]
 
 
 # --------------------------------------------------------------------------------------------
