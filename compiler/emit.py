@@ -1,0 +1,232 @@
+"""ISA emission: one fused GEMM kernel (matmul/conv + bias + activation + requantize) as assembly.
+
+The schedule follows ``sim.programs.gemm`` (weight stationary; for each M tile, for each N tile,
+for each K tile: ``mxu.lw`` a weight tile, ``mxu.mm``/``mma`` all rows of the M tile's A tile)
+and adds a fused epilogue and strided-DMA im2col loads. Units overlap through tokens:
+
+==================  ============================================================  =========
+tokens (P -> C)     meaning                                                       seeds
+==================  ============================================================  =========
+load -> mxu         a weight tile (every one) / an A tile (first N tile) arrived
+mxu -> load         ``mxu.lw`` read its weight slot: the slot may be refilled     NB
+E -> mxu|load       an ACC region was drained (E = vpu for int8 output, store     2
+                    for int32); its next user (the bias load, else the first
+                    ``mm``) may write it
+mxu -> vpu|store    the last ``mma`` of an N tile: its ACC region is complete
+vpu -> store        ``vreq`` wrote the int8 output tile to SPM staging
+store -> vpu        the staging buffer was stored and may be rewritten            2
+store -> load       the M tile's last store: its A buffer may be refilled         2
+==================  ============================================================  =========
+
+Every wait is matched in order with one earlier signal of the same kind (units start in order;
+loads retire in order); a kernel starts with the seed tokens and ends with empty instructions
+that consume the seeds back, so kernels compose. Inner loops use repeat registers: the
+weight tiles of an N tile are one ``dma.ld`` over a nest, row groups of a tile are one DMA
+over a nest; the middle N tiles run as a scalar loop over register-indexed addresses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .tiling import Group, KTile, Tiling, groups
+
+# scalar registers of a kernel
+R_WSLOT, R_WCOL, R_ACC, R_OBUF, R_OCOL, R_BIAS, R_SCALE, R_NT, R_NTEND, R_MTROWS, R_WEND = range(1, 12)
+SCALAR_REGS_NEEDED = 12
+
+
+@dataclass
+class KernelCode:
+    """Everything the emitter needs for one kernel; addresses are absolute (DRAM bytes, SPM/ACC rows)."""
+    name: str
+    tiling: Tiling
+    ktiles: list[KTile]
+    a_rows: np.ndarray        # (M,) DRAM byte address of row m's first column
+    out_rows: np.ndarray      # (M,) DRAM byte address of output (m, n=0)
+    out_int8: bool
+    w_addr: int
+    bias_addr: int | None
+    scale_addr: int | None
+    shift: int
+    lo: int
+    relu: bool
+    spm_a: int
+    spm_w: int
+    spm_o: int
+    acc_base: int
+
+
+class _Asm:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.n = 0
+
+    def __call__(self, s: str) -> None:
+        self.lines.append("        " + s)
+
+    def label(self, stem: str) -> str:
+        self.n += 1
+        name = f"{stem}_{self.n}"
+        self.lines.append(f"{name}:")
+        return name
+
+    def comment(self, s: str) -> None:
+        self.lines.append("; " + s)
+
+
+def _mods(wait=(), signal=(), once=False, rep=None) -> str:
+    out = []
+    if rep:
+        out.append(f"rep={rep}")
+    if wait:
+        out.append("wait=" + "|".join(wait))
+    if signal:
+        out.append("signal=" + "|".join(signal))
+    if once and rep:
+        out.append("sync=once")
+    return "".join(", " + m for m in out)
+
+
+def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
+    tl = kc.tiling
+    R, C = cfg.rows, cfg.cols
+    KT, NT, Mt = tl.KT, tl.NT, tl.Mt
+    bias = kc.bias_addr is not None
+    # who frees an ACC region, and who waits for it
+    free_p = "vpu" if kc.out_int8 else "store"
+    free_c = "load" if bias else "mxu"
+    ep = "vpu" if (kc.out_int8 or kc.relu) else "store"        # the unit the last mma signals
+    gate = tl.MT > 1 and not (not kc.out_int8 and bias)
+    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias)
+    e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
+              f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
+              f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
+    for r, v in ((R_WSLOT, 0), (R_ACC, 0), (R_OBUF, 0), (R_MTROWS, Mt), (R_WEND, tl.NB * R)):
+        e(f"seti r{r}, {v}")
+    # seeds
+    e(f"loop l2, {tl.NB}")
+    e(f"mxu.lw spm[{kc.spm_w}], k=0, rep=l2:1, signal=load")
+    e("loop l2, 2")
+    if kc.out_int8:
+        e(f"vqcfg shift={kc.shift}, zp=0, lo={kc.lo}, hi=127, round=half_up, rep=l2:1, signal={free_c}")
+        e(f"dma.st dram[0], spm[0], rows=0, rep=l2:1, signal=vpu{'|load' if gate else ''}")
+        e(f"dma.ld acc[{kc.acc_base + 2 * Mt}], dram[{kc.scale_addr}], rows={NT}, len={C}, rstride={4 * C}")
+    else:
+        e(f"dma.st dram[0], acc[0], rows=0, rep=l2:1, signal={free_c}{'|load' if gate else ''}")
+    for t, (m0, mrows, buf) in enumerate(tl.m_tiles()):
+        e.comment(f"M tile {t}: rows {m0}..{m0 + mrows - 1}")
+        if gate:
+            e("dma.ld spm[0], dram[0], rows=0, wait=store")
+        for r in (R_WCOL, R_OCOL, R_BIAS, R_SCALE):
+            e(f"seti r{r}, 0")
+        a_buf = kc.spm_a + buf * KT * Mt
+        a_rows = kc.a_rows[m0:m0 + mrows]
+        o_groups = groups(kc.out_rows[m0:m0 + mrows])
+        a_groups = groups(a_rows)
+        last_nc = tl.N - (NT - 1) * C
+        _n_tile(e, g, mrows, a_buf, a_groups, o_groups, first=True, last=NT == 1,
+                ncols=last_nc if NT == 1 else C)
+        if NT > 2:
+            e(f"seti r{R_NT}, 1")
+            e(f"seti r{R_NTEND}, {NT - 1}")
+            top = e.label("ntile")
+            _n_tile(e, g, mrows, a_buf, a_groups, o_groups, first=False, last=False, ncols=C)
+            e(f"addi r{R_NT}, r{R_NT}, 1")
+            e(f"blt r{R_NT}, r{R_NTEND}, {top}")
+        if NT >= 2:
+            _n_tile(e, g, mrows, a_buf, a_groups, o_groups, first=False, last=True, ncols=last_nc)
+    # drains: take the seed tokens back so the next kernel starts from zero counters
+    e(f"loop l2, {tl.NB}")
+    e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=mxu")
+    e("loop l2, 2")
+    if free_c == "load":
+        e(f"dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait={free_p}")
+    else:
+        e(f"mxu.lw spm[{kc.spm_w}], k=0, rep=l2:1, wait={free_p}")
+    if kc.out_int8:
+        e("vqcfg rep=l2:1, wait=store")
+    if gate:
+        e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=store")
+    e("fence all")
+
+
+def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
+            first: bool, last: bool, ncols: int) -> None:
+    kc, cfg = g["kc"], g["cfg"]
+    tl = kc.tiling
+    R, C = cfg.rows, cfg.cols
+    KT, Mt = tl.KT, tl.Mt
+    acc = f"{kc.acc_base}+r{R_ACC}"
+    if g["bias"]:
+        e(f"dma.ld acc[{acc}], dram[{kc.bias_addr}+r{R_BIAS}], rows={mrows}, len={C}, rstride=0, "
+          f"wait={g['free_p']}")
+    if not first:
+        e(f"loop l0, {KT}, s0={R}, s1={R * C}")
+        e(f"dma.ld spm[{kc.spm_w}+r{R_WSLOT}], dram[{kc.w_addr}+r{R_WCOL}], rows={R}, len={C}, rstride={C}, "
+          f"rep=l0:1, wait=mxu, signal=mxu")
+    for kt, kti in enumerate(kc.ktiles):
+        wrow = f"{kc.spm_w + kt * R}+r{R_WSLOT}"
+        if first:
+            e(f"dma.ld spm[{wrow}], dram[{kc.w_addr + kt * R * C}+r{R_WCOL}], rows={R}, len={C}, rstride={C}, "
+              f"wait=mxu, signal=mxu")
+            for gi, gr in enumerate(a_groups):
+                sig = ("mxu",) if gi == len(a_groups) - 1 else ()
+                rep = None
+                if gr.count > 1:
+                    e(f"loop l1, {gr.count}, s0={gr.lstride}, s1={gr.dstride}")
+                    rep = "l1:1"
+                e(f"dma.ld spm[{a_buf + kt * Mt + gr.local}], dram[{gr.dram + kti.col}], rows={gr.rows}, "
+                  f"len={kti.klen}, rstride={gr.rstride}, estride={kti.estride}" + _mods((), sig, True, rep))
+        e(f"mxu.lw spm[{wrow}], k={kti.klen}, wait=load, signal=load")
+        waits = (["load"] if first else []) + ([g["free_p"]] if kt == 0 and not g["bias"] else [])
+        sig = [g["ep"]] if kt == KT - 1 else []
+        op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
+        e(f"{op} acc[{acc}], spm[{a_buf + kt * Mt}], n={mrows}" + _mods(waits, sig))
+    # epilogue
+    gate_sig = ["load"] if (g["gate"] and last) else []
+    if kc.out_int8:
+        e(f"vreq spm[{kc.spm_o}+r{R_OBUF}], acc[{acc}], acc[{kc.acc_base + 2 * Mt}+r{R_SCALE}], n={mrows}"
+          + _mods(["mxu", "store"], ["store", g["free_c"]]))
+        _stores(e, o_groups, f"{kc.spm_o}", R_OBUF, "spm", ncols, 1, ["vpu"], ["vpu"] + gate_sig)
+    else:
+        if kc.relu:
+            e(f"vrelu acc[{acc}], acc[{acc}], n={mrows}, wait=mxu, signal=store")
+        _stores(e, o_groups, f"{kc.acc_base}", R_ACC, "acc", ncols, 4, ["vpu" if kc.relu else "mxu"],
+                [g["free_c"]] + gate_sig)
+    # next N tile
+    e(f"addi r{R_WCOL}, r{R_WCOL}, {KT * R * C}")
+    e(f"addi r{R_OCOL}, r{R_OCOL}, {C * (1 if kc.out_int8 else 4)}")
+    e(f"addi r{R_BIAS}, r{R_BIAS}, {4 * C}")
+    e(f"addi r{R_SCALE}, r{R_SCALE}, 1")
+    e(f"sub r{R_ACC}, r{R_MTROWS}, r{R_ACC}")
+    e(f"sub r{R_OBUF}, r{R_MTROWS}, r{R_OBUF}")
+    if tl.NB > KT:
+        e(f"addi r{R_WSLOT}, r{R_WSLOT}, {KT * R}")
+        skip = f"w_{len(e.lines)}"
+        e(f"blt r{R_WSLOT}, r{R_WEND}, {skip}")
+        e(f"seti r{R_WSLOT}, 0")
+        e.lines.append(f"{skip}:")
+
+
+def _stores(e: _Asm, gs: list[Group], base: str, reg: int, space: str, ncols: int, eb: int,
+            wait: list, signal: list) -> None:
+    for gi, gr in enumerate(gs):
+        w = wait if gi == 0 else []
+        s = signal if gi == len(gs) - 1 else []
+        rep = None
+        if gr.count > 1:
+            e(f"loop l1, {gr.count}, s0={gr.dstride}, s1={gr.lstride}")
+            rep = "l1:1"
+        e(f"dma.st dram[{gr.dram}+r{R_OCOL}], {space}[{base}+{gr.local}+r{reg}], rows={gr.rows}, len={ncols}, "
+          f"rstride={gr.rstride}, estride={eb}" + _mods(w, s, True, rep))
+
+
+def emit_program(kernels: list[KernelCode], cfg) -> str:
+    e = _Asm()
+    e.comment(f"tetrachip compiled model: {len(kernels)} kernel(s) for config {cfg.name}")
+    for kc in kernels:
+        emit_kernel(e, kc, cfg)
+    e("halt")
+    return "\n".join(e.lines) + "\n"

@@ -1,0 +1,271 @@
+"""``compile``: a tensor program to a chip Program, in named steps.
+
+    trace   the model (a Module or a function of Tensors) on placeholders -> graph IR
+    prepare compiler.engine.prepare: constant folding, movement simplification, checks
+    lift    compiler.schedule.lift: fused kernels (matmul/conv + bias + ReLU), im2col gathers
+    quant   compiler.quantize.quantize: calibration, int8 weights, int32 biases, requant scales
+    tile    compiler.tiling: K tiles (strided-DMA im2col), row groups, M/N tile sizes
+    plan    compiler.planner: DRAM tensors, and per kernel SPM/ACC buffers, packed as rectangles
+    emit    compiler.emit: assembly with tokens and repeat registers, assembled by isa.asm
+
+Errors (``ChipCompileError``) name the op or the dimension and arrive before any simulation.
+The result, a ``CompiledModel``, holds the Program (its manifest describes the DRAM layout),
+the constant DRAM image, the quantized schedule (its ``reference`` is the bit-exact numpy
+evaluation) and the plans; ``runtime`` runs it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from isa.asm import assemble
+from isa.config import ChipConfig
+from isa.errors import TetrachipError
+from isa.program import Program
+
+from . import engine
+from .emit import SCALAR_REGS_NEEDED, KernelCode, emit_program
+from .planner import Buffer, plan
+from .quantize import QSchedule, dequantize_outputs, input_ints, quantize, run_int, tensor_scale
+from .schedule import ChipCompileError, Schedule, base_to_mn, gather_base, lift
+from .tiling import Tiling, choose, first_run, k_tiles, pad_lanes, tile_weights
+
+DRAM_ALIGN = 64
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    M: int
+    K: int
+    N: int
+    tiling: Tiling
+    ktiles: int
+    macs: int
+
+
+@dataclass
+class CompiledModel:
+    config: ChipConfig
+    program: Program
+    qsched: QSchedule
+    const_image: np.ndarray          # bytes written at const_base
+    const_base: int
+    tensor_addr: dict                # tensor index -> DRAM byte address
+    input_names: list
+    n_outputs: int
+    single_output: bool
+    kernels: list[KernelInfo]
+    plans: dict                      # "dram" -> Plan, "spm"/"acc" -> Plan
+    compile_s: float
+    timings: dict = field(default_factory=dict)
+
+    # -- host side of a run ----------------------------------------------------------------
+    def feeds(self, inputs) -> dict:
+        if isinstance(inputs, dict):
+            return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in inputs.items()}
+        if len(inputs) != len(self.input_names):
+            raise TetrachipError(f"the model takes {len(self.input_names)} input(s), given {len(inputs)}")
+        return {n: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for n, v in zip(self.input_names, inputs)}
+
+    def dram_writes(self, feeds: dict) -> list[tuple[int, np.ndarray]]:
+        """(address, bytes) the host writes before launch: constants, then the quantized inputs."""
+        q = self.qsched
+        out = [(self.const_base, self.const_image)]
+        for ti, xq in input_ints(q, feeds).items():
+            out.append((self.tensor_addr[ti], q.sched.tensors[ti].to_phys(xq)))
+        return out
+
+    def output_tensors(self) -> list[int]:
+        return sorted({t for t, _ in self.qsched.sched.outputs})
+
+    def read_outputs(self, read) -> tuple[list[np.ndarray], dict]:
+        """``read(addr, n, dtype)`` reads DRAM; returns the dequantized outputs and the integer tensors."""
+        q, s = self.qsched, self.qsched.sched
+        vals = {}
+        for ti in self.output_tensors():
+            t = s.tensors[ti]
+            dt = np.int32 if ti in q.int32 else np.int8
+            vals[ti] = t.from_phys(read(self.tensor_addr[ti], t.phys_size, dt))
+        return dequantize_outputs(q, vals), vals
+
+    def reference(self, *inputs) -> list[np.ndarray]:
+        """The quantized model evaluated with numpy: what the chip must return, bit for bit."""
+        return run_int(self.qsched, self.feeds(inputs if len(inputs) != 1 or not isinstance(inputs[0], dict)
+                                                else inputs[0]))[0]
+
+    def summary(self) -> str:
+        lines = [f"compiled for {self.config.name}: {len(self.program)} instructions, "
+                 f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
+        for k in self.kernels:
+            t = k.tiling
+            lines.append(f"  {k.name:<10} GEMM {k.M}x{k.K}x{k.N}: {k.ktiles} K tiles, {t.NT} N tiles, "
+                         f"{t.MT} M tile(s) of {t.Mt}")
+        for name, p in self.plans.items():
+            lines.append(f"  {name:<5} footprint {p.footprint} vs live bound {p.bound} "
+                         f"({100 * (p.ratio - 1):+.1f}%), best ordering {p.best}")
+        return "\n".join(lines)
+
+    def run_on(self, device, *inputs, **kw):
+        """``Device.run(compiled, x)`` lands here."""
+        runner = getattr(device.backend, "run_compiled", None)
+        if runner is None:
+            raise TetrachipError(f"device {device.name!r} cannot run a compiled chip program")
+        return runner(self, *inputs, **kw)
+
+
+# ---------------------------------------------------------------------------------------------- tracing
+
+def trace(model_or_fn, example_inputs) -> tuple[list, list[str], bool, list[dict]]:
+    """Graph outputs, input names and example feeds of a model called on placeholders."""
+    from .tensor import Tensor
+    if isinstance(example_inputs, dict):
+        names = list(example_inputs)
+        arrays = [example_inputs[k] for k in names]
+    else:
+        arrays = list(example_inputs) if isinstance(example_inputs, (list, tuple)) else [example_inputs]
+        names = [f"x{i}" if len(arrays) > 1 else "x" for i in range(len(arrays))]
+    arrays = [np.asarray(a.numpy() if hasattr(a, "numpy") else a, np.float32) for a in arrays]
+    fn = model_or_fn
+    if hasattr(fn, "eval") and hasattr(fn, "forward"):
+        fn.eval()
+    phs = [Tensor.placeholder(n, a.shape) for n, a in zip(names, arrays)]
+    out = fn(*phs)
+    single = not isinstance(out, (list, tuple))
+    outs = [out] if single else list(out)
+    for o in outs:
+        if not isinstance(o, Tensor):
+            raise ChipCompileError(f"the model must return Tensors, got {type(o).__name__}")
+    return [o.node for o in outs], names, single, [dict(zip(names, arrays))]
+
+
+# ---------------------------------------------------------------------------------------------- compile
+
+def compile_model(model_or_fn, example_inputs, config="base", *, calibration=None, per_channel: bool = True,
+                  ) -> CompiledModel:
+    """Quantize, fuse, tile, plan and emit ``model_or_fn`` for ``config``; see the module doc."""
+    t0 = time.perf_counter()
+    try:
+        cfg = ChipConfig.load(config)
+    except TetrachipError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ChipCompileError(f"invalid config {config!r}: {e}") from None
+    if cfg.scalar_regs < SCALAR_REGS_NEEDED or cfg.loop_regs < 3:
+        raise ChipCompileError(f"config {cfg.name!r}: compiled kernels need {SCALAR_REGS_NEEDED} scalar and 3 "
+                               f"loop registers, it has {cfg.scalar_regs} and {cfg.loop_regs}")
+    times = {}
+    outputs, names, single, example = trace(model_or_fn, example_inputs)
+    times["trace"] = time.perf_counter() - t0
+    graph = engine.prepare(outputs)
+    sched = lift(graph)
+    times["lift"] = time.perf_counter() - t0
+    calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
+    q = quantize(sched, calib, per_channel)
+    times["quantize"] = time.perf_counter() - t0
+    cm = _lower(q, cfg, names, single, len(outputs))
+    times["total"] = cm.compile_s = time.perf_counter() - t0
+    cm.timings = times
+    return cm
+
+
+def _as_feeds(c, names) -> dict:
+    if isinstance(c, dict):
+        return {k: np.asarray(v, np.float32) for k, v in c.items()}
+    c = c if isinstance(c, (list, tuple)) else [c]
+    return {n: np.asarray(v, np.float32) for n, v in zip(names, c)}
+
+
+def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel:
+    s: Schedule = q.sched
+    R, C = cfg.rows, cfg.cols
+    nk = len(s.kernels)
+    # ---- DRAM plan: tensors as rectangles (kernel steps x bytes); padded ones live from the start
+    last_use = {}
+    for i, k in enumerate(s.kernels):
+        last_use[k.src] = i
+    for t, _ in s.outputs:
+        last_use[t] = nk
+    bufs = []
+    for ti, t in enumerate(s.tensors):
+        start = 0 if (t.kind == "input" or t.padded) else t.producer
+        end = last_use.get(ti, start)
+        bufs.append(Buffer(f"t{ti}", t.phys_size * q.elem_bytes(ti), start, end))
+    dplan = plan(bufs, memory="dram", align=DRAM_ALIGN)
+    tensor_addr = {ti: dplan.offsets[f"t{ti}"] for ti in range(len(s.tensors))}
+    const_base = -(-dplan.footprint // DRAM_ALIGN) * DRAM_ALIGN
+    consts: list[np.ndarray] = []
+    cpos = [const_base]
+
+    def put(arr: np.ndarray) -> int:
+        addr = cpos[0]
+        b = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        consts.append(b)
+        pad = (-len(b)) % DRAM_ALIGN
+        if pad:
+            consts.append(np.zeros(pad, np.uint8))
+        cpos[0] += len(b) + pad
+        return addr
+
+    codes, infos, spm_bufs, acc_bufs = [], [], [], []
+    for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
+        what = f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text})"
+        src, out = s.tensors[k.src], s.tensors[k.out]
+        P = src.phys_offsets(k.gather)                         # int8 elements = bytes
+        order, kts, rows = k_tiles(P, R, what)
+        a_rows = tensor_addr[k.src] + P[:, 0]
+        eb = q.elem_bytes(k.out)
+        offs = base_to_mn(out.phys_offsets(out.identity()), out, k)
+        if k.N > 1 and not np.all(np.diff(offs, axis=1) == 1):
+            raise ChipCompileError(f"{what}: output channels are not contiguous in DRAM")
+        out_rows = tensor_addr[k.out] + offs[:, 0] * eb
+        tl = choose(cfg, k.M, len(kts), k.N, qk.out_int8, first_run(a_rows), what)
+        spm_bufs += [Buffer(f"k{i}.A", tl.nbuf * tl.KT * tl.Mt, i, i), Buffer(f"k{i}.W", tl.NB * R, i, i)]
+        if qk.out_int8:
+            spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, i, i))
+        acc_bufs.append(Buffer(f"k{i}.acc", tl.acc_rows, i, i))     # two regions, then the scale rows
+        w_addr = put(tile_weights(qk.w_q, order, kts, R, C))
+        b_addr = put(pad_lanes(qk.bias_q, C)) if qk.bias_q is not None else None
+        sc_addr = put(pad_lanes(qk.scale, C)) if qk.out_int8 else None
+        codes.append(KernelCode(k.name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
+                                qk.shift, qk.lo, k.relu, 0, 0, 0, 0))
+        infos.append(KernelInfo(k.name, k.M, k.K, k.N, tl, len(kts), k.macs))
+    if cpos[0] > cfg.dram_bytes:
+        raise ChipCompileError(f"the model needs {cpos[0]} bytes of DRAM (tensors {dplan.footprint}, constants "
+                               f"{cpos[0] - const_base}); config {cfg.name!r} has {cfg.dram_bytes}")
+    splan = plan(spm_bufs, memory="spm")
+    aplan = plan(acc_bufs, memory="acc")
+    if splan.footprint > cfg.spm_rows or aplan.footprint > cfg.acc_rows:
+        raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
+                               f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
+    for i, kc in enumerate(codes):
+        kc.spm_a = splan.offsets[f"k{i}.A"]
+        kc.spm_w = splan.offsets[f"k{i}.W"]
+        kc.spm_o = splan.offsets.get(f"k{i}.O", 0)
+        kc.acc_base = aplan.offsets[f"k{i}.acc"]
+    text = emit_program(codes, cfg)
+    prog = assemble(text, cfg, "<compiled model>")
+    if len(prog) > cfg.imem_words:
+        raise ChipCompileError(f"the compiled program needs {len(prog)} instructions; config {cfg.name!r} "
+                               f"holds {cfg.imem_words} (fewer M tiles: a larger SPM, or a smaller batch)")
+    image = np.concatenate(consts) if consts else np.zeros(0, np.uint8)
+    prog.manifest = {
+        "kind": "compiled-model",
+        "inputs": {n: {"addr": tensor_addr[s.inputs[n]], "shape": list(s.tensors[s.inputs[n]].shape),
+                       "layout": list(s.tensors[s.inputs[n]].perm), "scale": q.scales[s.inputs[n]]}
+                   for n in names},
+        "outputs": [{"addr": tensor_addr[t], "dtype": q.dtype(t)} for t, _ in s.outputs],
+        "constants": {"addr": const_base, "bytes": int(len(image))},
+        "kernels": [{"name": k.name, "M": k.M, "K": k.K, "N": k.N} for k in infos],
+    }
+    return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
+                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0)
+
+
+def reference_tensors(cm: CompiledModel, feeds: dict) -> dict:
+    return run_int(cm.qsched, feeds)[1]
+
+
+__all__ = ["compile_model", "CompiledModel", "ChipCompileError", "trace", "gather_base", "tensor_scale"]
