@@ -33,8 +33,8 @@ import numpy as np
 from .tiling import Group, KTile, Tiling, groups
 
 # scalar registers of a kernel
-R_WSLOT, R_WCOL, R_ACC, R_OBUF, R_OCOL, R_BIAS, R_SCALE, R_NT, R_NTEND, R_MTROWS, R_WEND = range(1, 12)
-SCALAR_REGS_NEEDED = 12
+R_WSLOT, R_WCOL, R_ACC, R_OBUF, R_OCOL, R_BIAS, R_SCALE, R_NT, R_TMP, R_AOFF, R_OOFF, R_ABUF, R_MT = range(1, 14)
+SCALAR_REGS_NEEDED = 14
 
 
 @dataclass
@@ -103,8 +103,8 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
-    for r, v in ((R_WSLOT, 0), (R_ACC, 0), (R_OBUF, 0), (R_MTROWS, Mt), (R_WEND, tl.NB * R)):
-        e(f"seti r{r}, {v}")
+    for r in (R_WSLOT, R_ACC, R_OBUF, R_AOFF, R_OOFF, R_ABUF):
+        e(f"seti r{r}, 0")
     # seeds
     e(f"loop l2, {tl.NB}")
     e(f"mxu.lw spm[{kc.spm_w}], k=0, rep=l2:1, signal=load")
@@ -115,28 +115,32 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
         e(f"dma.ld acc[{kc.acc_base + 2 * Mt}], dram[{kc.scale_addr}], rows={NT}, len={C}, rstride={4 * C}")
     else:
         e(f"dma.st dram[0], acc[0], rows=0, rep=l2:1, signal={free_c}{'|load' if gate else ''}")
-    for t, (m0, mrows, buf) in enumerate(tl.m_tiles()):
-        e.comment(f"M tile {t}: rows {m0}..{m0 + mrows - 1}")
-        if gate:
-            e("dma.ld spm[0], dram[0], rows=0, wait=store")
-        for r in (R_WCOL, R_OCOL, R_BIAS, R_SCALE):
-            e(f"seti r{r}, 0")
-        a_buf = kc.spm_a + buf * KT * Mt
-        a_rows = kc.a_rows[m0:m0 + mrows]
-        o_groups = groups(kc.out_rows[m0:m0 + mrows])
-        a_groups = groups(a_rows)
-        last_nc = tl.N - (NT - 1) * C
-        _n_tile(e, g, mrows, a_buf, a_groups, o_groups, first=True, last=NT == 1,
-                ncols=last_nc if NT == 1 else C)
-        if NT > 2:
-            e(f"seti r{R_NT}, 1")
-            e(f"seti r{R_NTEND}, {NT - 1}")
-            top = e.label("ntile")
-            _n_tile(e, g, mrows, a_buf, a_groups, o_groups, first=False, last=False, ncols=C)
-            e(f"addi r{R_NT}, r{R_NT}, 1")
-            e(f"blt r{R_NT}, r{R_NTEND}, {top}")
-        if NT >= 2:
-            _n_tile(e, g, mrows, a_buf, a_groups, o_groups, first=False, last=True, ncols=last_nc)
+    tiles = tl.m_tiles()
+    full = [t for t in tiles if t[1] == Mt]
+    da, do = _translation(kc.a_rows, Mt, len(full)), _translation(kc.out_rows, Mt, len(full))
+    if len(full) >= 2 and da is not None and do is not None:
+        # identical full M tiles, DMA addresses shifted: one body in a scalar loop
+        e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop")
+        e(f"seti r{R_MT}, 0")
+        top = e.label("mtile")
+        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt])
+        e(f"addi r{R_AOFF}, r{R_AOFF}, {da}")
+        e(f"addi r{R_OOFF}, r{R_OOFF}, {do}")
+        if tl.nbuf == 2:
+            e(f"seti r{R_TMP}, {KT * Mt}")
+            e(f"sub r{R_ABUF}, r{R_TMP}, r{R_ABUF}")
+        e(f"addi r{R_MT}, r{R_MT}, 1")
+        e(f"seti r{R_TMP}, {len(full)}")
+        e(f"blt r{R_MT}, r{R_TMP}, {top}")
+        rest = tiles[len(full):]
+        e(f"seti r{R_AOFF}, 0")
+        e(f"seti r{R_OOFF}, 0")
+    else:
+        rest = tiles
+    for (m0, mrows, buf) in rest:
+        e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
+        e(f"seti r{R_ABUF}, {buf * KT * Mt}")
+        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows])
     # drains: take the seed tokens back so the next kernel starts from zero counters
     e(f"loop l2, {tl.NB}")
     e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=mxu")
@@ -150,6 +154,40 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
     if gate:
         e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=store")
     e("fence all")
+
+
+def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
+    """The address step between consecutive full M tiles, if every tile is tile 0 shifted by it."""
+    if nfull < 2:
+        return None
+    blk = np.asarray(rows[:nfull * Mt], np.int64).reshape(nfull, Mt)
+    step = int(blk[1, 0] - blk[0, 0])
+    want = blk[0][None, :] + step * np.arange(nfull, dtype=np.int64)[:, None]
+    return step if np.array_equal(blk, want) else None
+
+
+def _m_tile(e: _Asm, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray) -> None:
+    kc, cfg = g["kc"], g["cfg"]
+    tl = kc.tiling
+    NT, C = tl.NT, cfg.cols
+    if g["gate"]:
+        e("dma.ld spm[0], dram[0], rows=0, wait=store")
+    for r in (R_WCOL, R_BIAS, R_SCALE):
+        e(f"seti r{r}, 0")
+    e(f"add r{R_OCOL}, r{R_OOFF}, r0")
+    a_groups, o_groups = groups(a_rows), groups(out_rows)
+    last_nc = tl.N - (NT - 1) * C
+    _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
+            ncols=last_nc if NT == 1 else C)
+    if NT > 2:
+        e(f"seti r{R_NT}, 1")
+        top = e.label("ntile")
+        _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=False, ncols=C)
+        e(f"addi r{R_NT}, r{R_NT}, 1")
+        e(f"seti r{R_TMP}, {NT - 1}")
+        e(f"blt r{R_NT}, r{R_TMP}, {top}")
+    if NT >= 2:
+        _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=True, ncols=last_nc)
 
 
 def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
@@ -177,13 +215,14 @@ def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_g
                 if gr.count > 1:
                     e(f"loop l1, {gr.count}, s0={gr.lstride}, s1={gr.dstride}")
                     rep = "l1:1"
-                e(f"dma.ld spm[{a_buf + kt * Mt + gr.local}], dram[{gr.dram + kti.col}], rows={gr.rows}, "
+                e(f"dma.ld spm[{a_buf + kt * Mt + gr.local}+r{R_ABUF}], dram[{gr.dram + kti.col}+r{R_AOFF}], "
+                  f"rows={gr.rows}, "
                   f"len={kti.klen}, rstride={gr.rstride}, estride={kti.estride}" + _mods((), sig, True, rep))
         e(f"mxu.lw spm[{wrow}], k={kti.klen}, wait=load, signal=load")
         waits = (["load"] if first else []) + ([g["free_p"]] if kt == 0 and not g["bias"] else [])
         sig = [g["ep"]] if kt == KT - 1 else []
         op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
-        e(f"{op} acc[{acc}], spm[{a_buf + kt * Mt}], n={mrows}" + _mods(waits, sig))
+        e(f"{op} acc[{acc}], spm[{a_buf + kt * Mt}+r{R_ABUF}], n={mrows}" + _mods(waits, sig))
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
@@ -200,12 +239,14 @@ def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_g
     e(f"addi r{R_OCOL}, r{R_OCOL}, {C * (1 if kc.out_int8 else 4)}")
     e(f"addi r{R_BIAS}, r{R_BIAS}, {4 * C}")
     e(f"addi r{R_SCALE}, r{R_SCALE}, 1")
-    e(f"sub r{R_ACC}, r{R_MTROWS}, r{R_ACC}")
-    e(f"sub r{R_OBUF}, r{R_MTROWS}, r{R_OBUF}")
+    e(f"seti r{R_TMP}, {Mt}")
+    e(f"sub r{R_ACC}, r{R_TMP}, r{R_ACC}")
+    e(f"sub r{R_OBUF}, r{R_TMP}, r{R_OBUF}")
     if tl.NB > KT:
         e(f"addi r{R_WSLOT}, r{R_WSLOT}, {KT * R}")
+        e(f"seti r{R_TMP}, {tl.NB * R}")
         skip = f"w_{len(e.lines)}"
-        e(f"blt r{R_WSLOT}, r{R_WEND}, {skip}")
+        e(f"blt r{R_WSLOT}, r{R_TMP}, {skip}")
         e(f"seti r{R_WSLOT}, 0")
         e.lines.append(f"{skip}:")
 

@@ -246,10 +246,11 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
         kc.spm_o = splan.offsets.get(f"k{i}.O", 0)
         kc.acc_base = aplan.offsets[f"k{i}.acc"]
     text = emit_program(codes, cfg)
+    n_instr = sum(1 for ln in text.splitlines() if ln.startswith(" "))
+    if n_instr > cfg.imem_words:
+        raise ChipCompileError(f"the compiled program needs {n_instr} instructions; config {cfg.name!r} "
+                               f"holds {cfg.imem_words} (imem_words)")
     prog = assemble(text, cfg, "<compiled model>")
-    if len(prog) > cfg.imem_words:
-        raise ChipCompileError(f"the compiled program needs {len(prog)} instructions; config {cfg.name!r} "
-                               f"holds {cfg.imem_words} (fewer M tiles: a larger SPM, or a smaller batch)")
     image = np.concatenate(consts) if consts else np.zeros(0, np.uint8)
     prog.manifest = {
         "kind": "compiled-model",

@@ -49,6 +49,24 @@ def _op_err(n: Node, msg: str) -> ChipCompileError:
 
 # ---------------------------------------------------------------------------------------------- tensors
 
+def _ravel(coords, shape) -> np.ndarray:
+    """Flat C-order index of coordinate arrays (plain arithmetic: numpy 2.4's ravel/unravel_index
+    give wrong results on some many-dimensional inputs)."""
+    out = np.zeros(np.shape(coords[0]), np.int64)
+    for c, d in zip(coords, shape):
+        out = out * d + c
+    return out
+
+
+def _unravel(idx, shape) -> tuple:
+    rest = np.asarray(idx, np.int64)
+    out = []
+    for d in reversed(shape):
+        out.append(rest % d)
+        rest = rest // d
+    return tuple(reversed(out))
+
+
 @dataclass
 class TensorInfo:
     """A tensor kept in DRAM: a graph input or a kernel's output.
@@ -94,12 +112,12 @@ class TensorInfo:
     def identity(self) -> np.ndarray:
         """Margin-space index of every element, in base shape."""
         grid = np.indices(self.shape, dtype=np.int64)
-        return np.ravel_multi_index(tuple(g + self.margin(a) for a, g in enumerate(grid)),
+        return _ravel(tuple(g + self.margin(a) for a, g in enumerate(grid)),
                                     self.mshape).astype(np.int64)
 
     def phys_offsets(self, midx: np.ndarray) -> np.ndarray:
         """Element offsets in the DRAM buffer of margin-space indices (which must lie in the layout)."""
-        coords = np.unravel_index(np.asarray(midx, np.int64), self.mshape)
+        coords = _unravel(np.asarray(midx, np.int64), self.mshape)
         pshape = self.phys_shape
         strides = [math.prod(pshape[i + 1:]) for i in range(len(pshape))]
         off = np.zeros(np.shape(midx), np.int64)
@@ -369,7 +387,7 @@ def _pad_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:
         coords[ta] = grid[v] - lo + MARGIN
         t.pads[ta][0] = max(t.pads[ta][0], lo)
         t.pads[ta][1] = max(t.pads[ta][1], hi)
-    return np.ravel_multi_index(tuple(coords), t.mshape).astype(np.int64)
+    return _ravel(tuple(coords), t.mshape).astype(np.int64)
 
 
 def _contraction(n: Node, p: _Prod, tensors, kernels) -> _Act:

@@ -31,11 +31,11 @@ class Device:
     def known(cls) -> list[str]:
         return sorted(cls._backends)
 
-    def __init__(self, name: str = "numpy"):
+    def __init__(self, name: str = "numpy", **options):
         if name not in self._backends:
             raise ValueError(f"unknown device {name!r}; known devices: {', '.join(self.known())}")
         self.name = name
-        self.backend = self._backends[name]()
+        self.backend = self._backends[name](**options)
 
     def __repr__(self) -> str:
         return f"Device({self.name!r})"
@@ -43,8 +43,12 @@ class Device:
     def execute(self, outputs, feeds) -> list[np.ndarray]:
         return self.backend.execute(list(outputs), dict(feeds))
 
-    def run(self, *tensors, feeds: dict | None = None) -> list[np.ndarray]:
-        """Values of ``tensors`` computed on this device (nothing cached on the tensors)."""
+    def run(self, *tensors, feeds: dict | None = None, **kw):
+        """Values of ``tensors`` computed on this device (nothing cached on the tensors).
+
+        ``run(compiled_model, *inputs)`` runs a chip program (``tc.compile``) instead."""
+        if tensors and hasattr(tensors[0], "run_on"):
+            return tensors[0].run_on(self, *tensors[1:], **kw)
         return engine.compute([t.node for t in tensors], feeds, self)
 
     def set_default(self) -> "Device":

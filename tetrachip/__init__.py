@@ -12,3 +12,7 @@ from compiler.tensor import (Tensor, ShapeError, arange, cat, eye, full, hstack,
 from compiler import dtypes  # noqa: F401
 from runtime.device import Device  # noqa: F401
 # --- end of tensor frontend -------------------------------------------------------------------------
+# --- chip compiler and simulated device --------------------------------------------------------------
+from compiler.lower import CompiledModel, compile_model as compile  # noqa: F401,A001
+import runtime.sim_backend  # noqa: F401,E402  (registers Device("sim") and Device("rtl"))
+# --- end of chip compiler ---------------------------------------------------------------------------
