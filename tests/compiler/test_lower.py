@@ -1,0 +1,125 @@
+"""Compiled models on the simulator: bit-exact against the quantized reference, errors before simulation."""
+import numpy as np
+import pytest
+
+import tetrachip as tc
+from compiler.quantize import run_int
+from compiler.schedule import ChipCompileError
+from isa.config import ChipConfig
+from isa.errors import TetrachipError
+
+
+def _run(fn, inputs, config):
+    cm = tc.compile(fn, inputs, config=config)
+    res = tc.Device("sim", config=config).run(cm, *inputs)
+    return cm, res
+
+
+def _sym_int8(x):
+    s = np.abs(x).max() / 127
+    return np.clip(np.rint(x / s), -127, 127).astype(np.int64), s
+
+
+GEMM_SHAPES = [(1, 1, 1, "tiny"), (1, 7, 1, "small"), (5, 1, 9, "small"), (3, 17, 5, "tiny"), (33, 70, 19, "base"),
+               (16, 16, 16, "base"), (100, 24, 1, "small"), (129, 17, 9, "tiny"), (7, 130, 37, "small"),
+               (300, 40, 20, "small")]
+
+
+@pytest.mark.parametrize("M,K,N,config", GEMM_SHAPES)
+def test_gemm_int32_equals_integer_matmul(M, K, N, config):
+    rng = np.random.default_rng(M * 1000 + K * 10 + N)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    cm, res = _run(lambda a: a @ tc.Tensor(w), [x], config)
+    # independent expectation: symmetric int8 input, per-column int8 weights, exact int32 product
+    xq, _ = _sym_int8(x)
+    ws = np.where(np.abs(w).max(0) > 0, np.abs(w).max(0) / 127, 1.0)
+    wq = np.clip(np.rint(w / ws), -127, 127).astype(np.int64)
+    (t,) = res.ints
+    assert np.array_equal(res.ints[t].reshape(M, N), xq @ wq)
+    assert np.array_equal(res.outputs[0], cm.reference(x)[0])
+
+
+@pytest.mark.parametrize("M,K,H,N,config", [(45, 30, 21, 4, "small"), (700, 40, 37, 10, "small"),
+                                            (64, 64, 64, 64, "base"), (9, 5, 3, 2, "tiny")])
+def test_fused_mlp_bit_exact(M, K, H, N, config):
+    rng = np.random.default_rng(K + H)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w1, b1 = rng.standard_normal((K, H)).astype(np.float32), rng.standard_normal(H).astype(np.float32)
+    w2 = rng.standard_normal((H, N)).astype(np.float32)
+
+    def fn(a):
+        return ((a @ tc.Tensor(w1)) + tc.Tensor(b1)).relu() @ tc.Tensor(w2)
+
+    cm, res = _run(fn, [x], config)
+    _, ref = run_int(cm.qsched, cm.feeds([x]))
+    for t, v in res.ints.items():
+        assert np.array_equal(v, ref[t])
+    assert len(cm.kernels) == 2 and cm.qsched.qkernels[0].out_int8
+    assert res.stats.mxu_macs >= M * K * H
+    real = np.maximum(x @ w1 + b1, 0) @ w2
+    assert np.abs(res.outputs[0] - real).max() < 0.05 * np.abs(real).max()
+
+
+class _CNN(tc.nn.Module):
+    def __init__(self):
+        self.c1 = tc.nn.Conv2d(1, 8, 3, padding=1)
+        self.c2 = tc.nn.Conv2d(8, 12, 3, stride=2, padding=1)
+        self.fc = tc.nn.Linear(12 * 3 * 3, 5)
+
+    def forward(self, x):
+        return self.fc(self.c2(self.c1(x).relu()).relu().flatten(1))
+
+
+@pytest.mark.parametrize("config", ["small", "base"])
+def test_cnn_bit_exact_and_close_to_float(config):
+    tc.manual_seed(3)
+    model = _CNN()
+    x = np.random.default_rng(0).standard_normal((3, 1, 6, 6)).astype(np.float32)
+    cm, res = _run(model, [x], config)
+    assert [k.name[:4] for k in cm.kernels] == ["conv", "conv", "matm"]
+    assert np.array_equal(res.outputs[0], cm.reference(x)[0])
+    real = model(tc.Tensor(x)).numpy()
+    assert np.abs(res.outputs[0] - real).max() < 0.1 * np.abs(real).max()
+
+
+def test_conv_stride_taps_loaded_by_strided_dma():
+    tc.manual_seed(1)
+    conv = tc.nn.Conv2d(16, 16, 3, padding=1)
+    x = np.random.default_rng(2).standard_normal((1, 16, 5, 5)).astype(np.float32)
+    cm, res = _run(conv, [x], "base")
+    # (kw, ci) of one kernel row are contiguous bytes in NHWC: 3 K tiles per row of taps
+    assert cm.kernels[0].ktiles == 9
+    assert np.array_equal(res.outputs[0], cm.reference(x)[0])
+    text = cm.program.disassemble()
+    assert "rep=l1:1, signal=mxu, sync=once" in text and "wait=load" in text
+
+
+def test_unsupported_op_named_before_simulation():
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(ChipCompileError, match="EXP"):
+        tc.compile(lambda a: (a @ tc.Tensor(np.ones((3, 2), np.float32))).exp(), [x], config="base")
+    with pytest.raises(ChipCompileError, match="two activations"):
+        tc.compile(lambda a: a @ a.T, [x], config="base")
+    with pytest.raises(ChipCompileError, match="nothing to run"):
+        tc.compile(lambda a: a.reshape(3, 2), [x], config="base")
+
+
+def test_shapes_beyond_the_chip_name_the_dimension():
+    x = np.ones((2, 4000), np.float32)
+    with pytest.raises(ChipCompileError, match="K = "):
+        tc.compile(lambda a: a @ tc.Tensor(np.ones((4000, 2), np.float32)), [x], config="tiny")
+    x = np.ones((2, 8), np.float32)
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.standard_normal((8, 3000)).astype(np.float32), rng.standard_normal((3000, 2)).astype(np.float32)
+    with pytest.raises(ChipCompileError, match="N = 3000"):
+        tc.compile(lambda a: (a @ tc.Tensor(w1)).relu() @ tc.Tensor(w2), [x], config="tiny")
+    few = ChipConfig.preset("small").replace(name="fewwords", imem_words=40)
+    with pytest.raises(ChipCompileError, match="imem_words"):
+        tc.compile(lambda a: a @ tc.Tensor(w1[:, :50]), [x], config=few)
+
+
+def test_invalid_config_is_a_clear_error():
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(TetrachipError, match="unknown config"):
+        tc.compile(lambda a: a @ tc.Tensor(np.ones((3, 2), np.float32)), [x], config="nope")
