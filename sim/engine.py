@@ -45,7 +45,14 @@ def _one_blas_thread():
 
 def run(chips: list[Chip], max_cycles: int | None = None) -> None:
     with _one_blas_thread():
-        _run(chips, max_cycles)
+        try:
+            _run(chips, max_cycles)
+        except SimError as e:         # the cycle counter reads as if the chip halted at the error
+            if e.cycle is not None:
+                for ch in chips:
+                    if ch.halt_cycle is None:
+                        ch.stats.cycles = e.cycle + 1
+            raise
 
 
 def _run(chips: list[Chip], max_cycles: int | None = None) -> None:

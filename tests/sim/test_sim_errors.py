@@ -108,6 +108,14 @@ def test_token_overflow():
     assert e.cycle == 2 + 255 + TINY.dram_latency
 
 
+def test_cycle_counter_after_an_error():
+    chip = Chip("tiny")
+    chip.load("vadd acc[1], acc[0], 1, n=4\nhalt\n")
+    with pytest.raises(SimError) as ei:
+        chip.run()
+    assert ei.value.cycle == 1 and chip.stats.cycles == 2
+
+
 def test_link_mismatch():
     sysm = System("tiny", 2)
     sysm.load(0, "link.send 0, acc[0], n=1\nhalt\n")
