@@ -16,3 +16,11 @@ from runtime.device import Device  # noqa: F401
 from compiler.lower import CompiledModel, compile_model as compile  # noqa: F401,A001
 import runtime.sim_backend  # noqa: F401,E402  (registers Device("sim") and Device("rtl"))
 # --- end of chip compiler ---------------------------------------------------------------------------
+# --- ISA, simulator, RTL and comparison devices ----------------------------------------------------
+from isa import (ChipConfig, PRESETS, Program, TetrachipError, assemble, assemble_file,  # noqa: F401,E402
+                 disassemble)
+from sim import Chip, SimError, Stats, System, Trace  # noqa: F401,E402
+from rtl import Chip as RtlChip, Ring as RtlRing, generate_verilog  # noqa: F401,E402
+import runtime.gpu_devices  # noqa: F401,E402  (registers Device("opencl"), Device("cuda"), Device("triton"))
+from runtime.gpu_common import DeviceUnavailable  # noqa: F401,E402
+# --- end of ISA, simulator, RTL ---------------------------------------------------------------------
