@@ -1,0 +1,44 @@
+"""tetrachip run FILE.py: numpy and sim devices, JSON and trace outputs, one-line errors."""
+import json
+
+import numpy as np
+from click.testing import CliRunner
+
+from runtime.cli import main
+
+MODEL = """
+import numpy as np
+import tetrachip as tc
+w = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
+model = lambda x: x @ tc.Tensor(w)
+inputs = [np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)]
+labels = np.argmax(inputs[0] @ w, axis=1)
+"""
+
+
+def test_run_sim_and_numpy_agree(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(MODEL)
+    r = CliRunner().invoke(main, ["run", str(f), "--device", "sim", "--config", "small",
+                                  "--json", str(tmp_path / "o.json"), "--trace", str(tmp_path / "t.json")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "o.json").read_text())
+    assert rep["stats"]["cycles"] > 0 and rep["accuracy"] == 1.0
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    r2 = CliRunner().invoke(main, ["run", str(f), "--device", "numpy", "--json", str(tmp_path / "n.json")])
+    assert r2.exit_code == 0, r2.output
+    rep2 = json.loads((tmp_path / "n.json").read_text())
+    assert np.isclose(rep["outputs"][0]["absmax"], rep2["outputs"][0]["absmax"], rtol=0.05)
+
+
+def test_run_errors_are_one_line(tmp_path):
+    f = tmp_path / "bad.py"
+    f.write_text("x = 1\n")
+    r = CliRunner().invoke(main, ["run", str(f)])
+    assert r.exit_code == 1 and "defines no `model`" in r.output
+    g = tmp_path / "exp.py"
+    g.write_text(MODEL.replace("model = lambda x: x @ tc.Tensor(w)", "model = lambda x: (x @ tc.Tensor(w)).exp()"))
+    r = CliRunner().invoke(main, ["run", str(g), "--device", "sim"])
+    assert r.exit_code == 1 and "EXP" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["run", str(g), "--device", "rtl"])
+    assert r.exit_code == 1 and "co-simulation" in r.output
