@@ -30,7 +30,7 @@ from .emit import SCALAR_REGS_NEEDED, KernelCode, emit_program
 from .planner import Buffer, plan
 from .quantize import QSchedule, dequantize_outputs, input_ints, quantize, run_int, tensor_scale
 from .schedule import ChipCompileError, Schedule, base_to_mn, gather_base, lift
-from .tiling import Tiling, choose, first_run, k_tiles, pad_lanes, tile_weights
+from .tiling import Tiling, choose, k_tiles, pad_lanes, period, tile_weights
 
 DRAM_ALIGN = 64
 
@@ -221,7 +221,7 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
         if k.N > 1 and not np.all(np.diff(offs, axis=1) == 1):
             raise ChipCompileError(f"{what}: output channels are not contiguous in DRAM")
         out_rows = tensor_addr[k.out] + offs[:, 0] * eb
-        tl = choose(cfg, k.M, len(kts), k.N, qk.out_int8, first_run(a_rows), what)
+        tl = choose(cfg, k.M, len(kts), k.N, qk.out_int8, _common_period(a_rows, out_rows), what)
         spm_bufs += [Buffer(f"k{i}.A", tl.nbuf * tl.KT * tl.Mt, i, i), Buffer(f"k{i}.W", tl.NB * R, i, i)]
         if qk.out_int8:
             spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, i, i))
@@ -263,6 +263,15 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
     }
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
                          {"dram": dplan, "spm": splan, "acc": aplan}, 0.0)
+
+
+def _common_period(a_rows, out_rows) -> int:
+    p = period(a_rows)
+    if p > 1:
+        d = out_rows[p:] - out_rows[:-p]
+        if len(d) and not np.all(d == d[0]):
+            p = 1
+    return p
 
 
 def reference_tensors(cm: CompiledModel, feeds: dict) -> dict:

@@ -109,9 +109,19 @@ def groups(addrs: np.ndarray) -> list[Group]:
     return out
 
 
-def first_run(addrs: np.ndarray) -> int:
-    r = runs(np.asarray(addrs[: min(len(addrs), 4096)], np.int64))
-    return r[0][1] if r else 1
+def period(addrs: np.ndarray) -> int:
+    """The longest natural block of rows (a run, or a nest of runs such as one image) after which
+    the address pattern repeats shifted by a constant: M tiles that are whole blocks are
+    translations of each other, so one loop body serves them all. 1 if there is none."""
+    a = np.asarray(addrs, np.int64)
+    gs = groups(a[: min(len(a), 1 << 16)])
+    cands = sorted({gs[0].rows * gs[0].count, gs[0].rows} if gs else set(), reverse=True)
+    for p in cands:
+        if 1 < p < len(a):
+            d = a[p:] - a[:-p]
+            if np.all(d == d[0]):
+                return p
+    return 1
 
 
 @dataclass(frozen=True)
@@ -157,12 +167,11 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str) ->
         Mt = min((cfg.spm_rows - w_rows) // (2 * KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
         if Mt < 1:
             raise ChipCompileError(f"{what}: K = {KT} tiles do not fit SPM on config {cfg.name!r}")
-        MT = -(-M // Mt)
-        even = -(-M // MT)
-        if run > 1 and even >= run:
-            up = -(-even // run) * run
-            even = up if fits(up, 2) else even // run * run
-        Mt = max(1, min(Mt, even))
+        if run > 1 and Mt >= run:
+            Mt = Mt // run * run                 # whole blocks: every full M tile runs the same code
+        else:
+            MT = -(-M // Mt)
+            Mt = -(-M // MT)                     # even tiles
     MT = -(-M // Mt)
     if MT == 1:
         nbuf = 1

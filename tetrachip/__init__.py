@@ -14,6 +14,7 @@ from runtime.device import Device  # noqa: F401
 # --- end of tensor frontend -------------------------------------------------------------------------
 # --- chip compiler and simulated device --------------------------------------------------------------
 from compiler.lower import CompiledModel, compile_model as compile  # noqa: F401,A001
+from compiler.schedule import ChipCompileError  # noqa: F401
 import runtime.sim_backend  # noqa: F401,E402  (registers Device("sim") and Device("rtl"))
 # --- end of chip compiler ---------------------------------------------------------------------------
 # --- ISA, simulator, RTL and comparison devices ----------------------------------------------------

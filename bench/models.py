@@ -1,0 +1,160 @@
+"""Compiled models on the simulated chip: cycles, MXU utilization, DRAM traffic, memory plans.
+
+    python bench/models.py [--json FILE] [--quick] [--configs small,base,large]
+
+Models: GEMMs (int8 x int8, int32 out), the digits MLP and CNN (trained on the reference backend;
+``--quick`` uses untrained weights, same shapes and cycles), and ResNet-style 3x3 conv layers with
+64 and 128 channels (two conv layers each, the first with bias + ReLU, so both the requantizing and
+the int32 epilogue are measured). Every case is compiled with ``tc.compile`` for each config, run
+once on the simulator and checked bit for bit against the quantized numpy reference.
+
+Columns: cycles; MXU utilization (``Stats.mxu_utilization``: MACs issued / (rows*cols*cycles));
+ideal = useful MACs / (rows*cols*cycles); DRAM bytes read/written; the DRAM plan's footprint vs its
+live-bytes bound (and the footprint of every ordering the planner tried, in the JSON); compile
+and simulation wall time. A case that does not fit a config reports the compiler's error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import tetrachip as tc  # noqa: E402
+from isa.config import ChipConfig  # noqa: E402
+
+
+class ConvPair(tc.nn.Module):
+    """Two 3x3 convolutions (ResNet basic-block shapes, no residual): conv+bias+ReLU, conv."""
+
+    def __init__(self, cin, cout, stride=1):
+        self.a = tc.nn.Conv2d(cin, cout, 3, stride=stride, padding=1)
+        self.b = tc.nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        return self.b(self.a(x).relu())
+
+
+def _gemm(M, K, N):
+    rng = np.random.default_rng(M + K + N)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    return (lambda a: a @ tc.Tensor(w)), x, None, None
+
+
+def _digits(kind, quick):
+    import digits
+    if quick:
+        tc.manual_seed(0)
+        data = digits.load()
+        model = digits.mlp() if kind == "mlp" else digits.CNN()
+        shape, acc = ((-1, 64) if kind == "mlp" else (-1, 1, 8, 8)), None
+    else:
+        model, data, shape, acc = digits.trained(kind)
+    Xtr, Xte, _, yte = data
+    x = Xte.reshape(shape)
+    return model, x, [[Xtr[:len(Xte)].reshape(shape)]], (yte, acc)
+
+
+def _conv(c, hw, cout=None, stride=1):
+    tc.manual_seed(1)
+    m = ConvPair(c, cout or c, stride)
+    x = np.random.default_rng(c + hw).standard_normal((1, c, hw, hw)).astype(np.float32)
+    return m, x, None, None
+
+
+def cases(quick: bool):
+    out = [("gemm 512x512x512", lambda: _gemm(512, 512, 512)),
+           ("gemm 100x300x77", lambda: _gemm(100, 300, 77))]
+    if not quick:
+        out.append(("gemm 1024x1024x1024", lambda: _gemm(1024, 1024, 1024)))
+    out += [("digits mlp", lambda: _digits("mlp", quick)),
+            ("digits cnn", lambda: _digits("cnn", quick)),
+            ("resnet conv 64ch 14x14", lambda: _conv(64, 14))]
+    if not quick:
+        out += [("resnet conv 64ch 28x28", lambda: _conv(64, 28)),
+                ("resnet conv 64ch 56x56", lambda: _conv(64, 56)),
+                ("resnet conv 64->128ch s2 28x28", lambda: _conv(64, 28, 128, 2))]
+    return out
+
+
+def run_case(name, build, config):
+    cfg = ChipConfig.load(config)
+    model, x, calib, extra = build()
+    row = {"model": name, "config": cfg.name}
+    t0 = time.perf_counter()
+    try:
+        cm = tc.compile(model, [x], config=cfg, calibration=calib)
+    except tc.ChipCompileError as e:
+        row["error"] = str(e)
+        return row
+    row["compile_s"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    res = tc.Device("sim", config=cfg).run(cm, x)
+    row["sim_s"] = time.perf_counter() - t1
+    st = res.stats
+    useful = sum(k.macs for k in cm.kernels)
+    row.update(cycles=st.cycles, mxu_utilization=st.mxu_utilization,
+               ideal_utilization=useful / (cfg.rows * cfg.cols * st.cycles),
+               dram_read=st.bytes["dram_read"], dram_write=st.bytes["dram_write"],
+               instructions=len(cm.program), kernels=[f"{k.name} {k.M}x{k.K}x{k.N}" for k in cm.kernels],
+               bit_exact=bool(all(np.array_equal(a, b) for a, b in zip(res.outputs, cm.reference(x)))),
+               plans={k: p.to_dict() for k, p in cm.plans.items()})
+    if extra is not None:
+        labels, float_acc = extra
+        row["chip_accuracy"] = float(np.mean(np.argmax(res.outputs[0], -1) == labels))
+        row["float_accuracy"] = float_acc
+    return row
+
+
+def table(rows) -> str:
+    head = (f"{'model':<32}{'config':<7}{'cycles':>10}{'MXU %':>8}{'ideal %':>8}{'DRAM rd':>11}{'DRAM wr':>10}"
+            f"{'plan/bound':>12}{'compile s':>10}{'sim s':>7}  exact")
+    out = [head, "-" * len(head)]
+    for r in rows:
+        if "error" in r:
+            out.append(f"{r['model']:<32}{r['config']:<7}  does not fit: {r['error'][:90]}")
+            continue
+        d = r["plans"]["dram"]
+        acc = ""
+        if "chip_accuracy" in r:
+            fa = r["float_accuracy"]
+            acc = (f"  acc chip {100 * r['chip_accuracy']:.2f}% float {100 * fa:.2f}%" if fa is not None
+                   else "  (untrained weights)")
+        out.append(f"{r['model']:<32}{r['config']:<7}{r['cycles']:>10}{100 * r['mxu_utilization']:>8.1f}"
+                   f"{100 * r['ideal_utilization']:>8.1f}{r['dram_read']:>11}{r['dram_write']:>10}"
+                   f"{d['footprint'] / max(d['bound'], 1):>12.3f}{r['compile_s']:>10.2f}{r['sim_s']:>7.2f}  "
+                   f"{'yes' if r['bit_exact'] else 'NO'}{acc}")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, help="write the rows as JSON")
+    ap.add_argument("--quick", action="store_true", help="fewer, smaller cases; untrained digits models")
+    ap.add_argument("--configs", default="small,base,large")
+    args = ap.parse_args(argv)
+    from tqdm import tqdm
+    configs = args.configs.split(",")
+    todo = [(n, b, c) for n, b in cases(args.quick) for c in configs]
+    rows = []
+    for name, build, config in tqdm(todo, desc="bench", unit="case"):
+        rows.append(run_case(name, build, config))
+    print(table(rows))
+    bad = [r for r in rows if "error" not in r and not r["bit_exact"]]
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "quick": args.quick,
+                                         "loadavg": os.getloadavg()[0]}, indent=2) + "\n")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
