@@ -2,7 +2,9 @@
 ;
 ; N is not known when this is assembled: the host writes it to r1 (and the bias to r2)
 ; before launch, and the loop registers take their trip counts from r1. One binary serves
-; every N up to the buffers' size. DRAM: x at X_DRAM, y at Y_DRAM, both N x COLS int8.
+; every N from 0 to 255. DRAM: x at X_DRAM, y at Y_DRAM, both N x COLS int8.
+; (Loads may run ahead of the VPU by up to N tokens; a token counter holds at most
+;  TOKEN_MAX = 255, so a larger N needs the VPU to hand tokens back to the loads.)
 .config tiny
 
 .equ X_DRAM, 0x000
