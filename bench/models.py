@@ -43,6 +43,26 @@ class ConvPair(tc.nn.Module):
         return self.b(self.a(x).relu())
 
 
+class BasicBlock(tc.nn.Module):
+    """A ResNet basic block with its residual add (an elementwise VPU kernel) after a stem conv."""
+
+    def __init__(self, c):
+        self.stem = tc.nn.Conv2d(c, c, 3, padding=1)
+        self.a = tc.nn.Conv2d(c, c, 3, padding=1)
+        self.b = tc.nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        h = self.stem(x).relu()
+        return (self.b(self.a(h).relu()) + h).relu()
+
+
+def _block(c, hw):
+    tc.manual_seed(2)
+    m = BasicBlock(c)
+    x = np.random.default_rng(c * hw).standard_normal((1, c, hw, hw)).astype(np.float32)
+    return m, x, None, None
+
+
 def _gemm(M, K, N):
     rng = np.random.default_rng(M + K + N)
     w = rng.standard_normal((K, N)).astype(np.float32)
@@ -78,7 +98,8 @@ def cases(quick: bool):
         out.append(("gemm 1024x1024x1024", lambda: _gemm(1024, 1024, 1024)))
     out += [("digits mlp", lambda: _digits("mlp", quick)),
             ("digits cnn", lambda: _digits("cnn", quick)),
-            ("resnet conv 64ch 14x14", lambda: _conv(64, 14))]
+            ("resnet conv 64ch 14x14", lambda: _conv(64, 14)),
+            ("resnet block+residual 64ch 14x14", lambda: _block(64, 14))]
     if not quick:
         out += [("resnet conv 64ch 28x28", lambda: _conv(64, 28)),
                 ("resnet conv 64ch 56x56", lambda: _conv(64, 56)),

@@ -252,7 +252,7 @@ def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_g
 
 
 def _stores(e: _Asm, gs: list[Group], base: str, reg: int, space: str, ncols: int, eb: int,
-            wait: list, signal: list) -> None:
+            wait: list, signal: list, dram_reg: int = R_OCOL) -> None:
     for gi, gr in enumerate(gs):
         w = wait if gi == 0 else []
         s = signal if gi == len(gs) - 1 else []
@@ -260,14 +260,99 @@ def _stores(e: _Asm, gs: list[Group], base: str, reg: int, space: str, ncols: in
         if gr.count > 1:
             e(f"loop l1, {gr.count}, s0={gr.dstride}, s1={gr.lstride}")
             rep = "l1:1"
-        e(f"dma.st dram[{gr.dram}+r{R_OCOL}], {space}[{base}+{gr.local}+r{reg}], rows={gr.rows}, len={ncols}, "
+        local = f"{base}+{gr.local}" + (f"+r{reg}" if reg else "")
+        e(f"dma.st dram[{gr.dram}+r{dram_reg}], {space}[{local}], rows={gr.rows}, len={ncols}, "
           f"rstride={gr.rstride}, estride={eb}" + _mods(w, s, True, rep))
 
 
-def emit_program(kernels: list[KernelCode], cfg) -> str:
+def emit_program(kernels: list, cfg) -> str:
     e = _Asm()
     e.comment(f"tetrachip compiled model: {len(kernels)} kernel(s) for config {cfg.name}")
     for kc in kernels:
-        emit_kernel(e, kc, cfg)
+        if isinstance(kc, KernelCode):
+            emit_kernel(e, kc, cfg)
+        else:
+            emit_ew(e, kc, cfg)
     e("halt")
     return "\n".join(e.lines) + "\n"
+
+
+@dataclass
+class EwCode:
+    """An elementwise kernel: rows of ``L`` lanes from each input, ``sum c_i x_i``, requantized."""
+    name: str
+    tiling: Tiling
+    L: int
+    in_rows: list             # per input: (rows,) DRAM byte address of each row
+    out_rows: np.ndarray
+    coefs: list
+    shift: int
+    lo: int
+    spm_base: int
+    acc_base: int
+
+
+EW_MAX_INPUTS = 12
+
+
+def emit_ew(e: _Asm, kc: EwCode, cfg) -> None:
+    """Single-buffered: loads -> vmul/vadd chain -> vreq -> stores, ordered by tokens
+    (load->vpu data, vpu->load buffers free, vpu->store staged, store->vpu staging free)."""
+    tl, k = kc.tiling, len(kc.in_rows)
+    Mt = tl.Mt
+    r_mt, r_tmp, r_out = 1, 2, 3
+    r_in = list(range(4, 4 + k))
+    e.comment(f"kernel {kc.name}: elementwise sum of {k} tensors, {tl.M} rows of {kc.L} lanes, "
+              f"{tl.MT} tile(s) of {Mt} rows{', relu' if kc.lo == 0 else ''}")
+    for r in [r_out] + r_in:
+        e(f"seti r{r}, 0")
+    e(f"vqcfg shift={kc.shift}, zp=0, lo={kc.lo}, hi=127, round=half_up, signal=load")
+    e("dma.st dram[0], spm[0], rows=0, signal=vpu")
+    tiles = [(t * Mt, min(Mt, tl.M - t * Mt)) for t in range(tl.MT)]
+    full = [t for t in tiles if t[1] == Mt]
+    steps = [_translation(rows, Mt, len(full)) for rows in kc.in_rows + [kc.out_rows]]
+    rest = tiles
+    if len(full) >= 2 and all(s is not None for s in steps):
+        e(f"seti r{r_mt}, 0")
+        top = e.label("ewtile")
+        _ew_tile(e, kc, Mt, [rows[:Mt] for rows in kc.in_rows], kc.out_rows[:Mt], r_in, r_out)
+        for r, st in zip(r_in + [r_out], steps):
+            e(f"addi r{r}, r{r}, {st}")
+        e(f"addi r{r_mt}, r{r_mt}, 1")
+        e(f"seti r{r_tmp}, {len(full)}")
+        e(f"blt r{r_mt}, r{r_tmp}, {top}")
+        for r in [r_out] + r_in:
+            e(f"seti r{r}, 0")
+        rest = tiles[len(full):]
+    for m0, mrows in rest:
+        _ew_tile(e, kc, mrows, [rows[m0:m0 + mrows] for rows in kc.in_rows], kc.out_rows[m0:m0 + mrows],
+                 r_in, r_out)
+    e("dma.ld spm[0], dram[0], rows=0, wait=vpu")
+    e("vqcfg wait=store")
+    e("fence all")
+
+
+def _ew_tile(e: _Asm, kc: EwCode, mrows: int, in_rows: list, out_rows: np.ndarray, r_in: list, r_out: int) -> None:
+    Mt, k = kc.tiling.Mt, len(in_rows)
+    buf = [kc.spm_base + i * Mt for i in range(k)]
+    obuf = kc.spm_base + k * Mt
+    acc_r, acc_t = kc.acc_base, kc.acc_base + Mt
+    loads = [(i, g) for i in range(k) for g in groups(in_rows[i])]
+    for j, (i, g) in enumerate(loads):
+        w = ["vpu"] if j == 0 else []
+        s = ["vpu"] if j == len(loads) - 1 else []
+        rep = None
+        if g.count > 1:
+            e(f"loop l1, {g.count}, s0={g.lstride}, s1={g.dstride}")
+            rep = "l1:1"
+        e(f"dma.ld spm[{buf[i] + g.local}], dram[{g.dram}+r{r_in[i]}], rows={g.rows}, len={kc.L}, "
+          f"rstride={g.rstride}" + _mods(w, s, True, rep))
+    for i in range(k):
+        w = ["load"] if i == 0 else []
+        s = ["load"] if i == k - 1 else []
+        dst = acc_r if i == 0 else acc_t
+        e(f"vmul acc[{dst}], spm[{buf[i]}], {int(kc.coefs[i])}, n={mrows}" + _mods(w, s))
+        if i:
+            e(f"vadd acc[{acc_r}], acc[{acc_r}], acc[{acc_t}], n={mrows}")
+    e(f"vreq spm[{obuf}], acc[{acc_r}], 1, n={mrows}, wait=store, signal=store")
+    _stores(e, groups(out_rows), f"{obuf}", 0, "spm", kc.L, 1, ["vpu"], ["vpu"], dram_reg=r_out)

@@ -26,10 +26,10 @@ from isa.errors import TetrachipError
 from isa.program import Program
 
 from . import engine
-from .emit import SCALAR_REGS_NEEDED, KernelCode, emit_program
+from .emit import EW_MAX_INPUTS, SCALAR_REGS_NEEDED, EwCode, KernelCode, emit_program
 from .planner import Buffer, plan
 from .quantize import QSchedule, dequantize_outputs, input_ints, quantize, run_int, tensor_scale
-from .schedule import ChipCompileError, Schedule, base_to_mn, gather_base, lift
+from .schedule import ChipCompileError, EwKernel, Schedule, base_to_mn, gather_base, kernel_inputs, lift
 from .tiling import Tiling, choose, k_tiles, pad_lanes, period, tile_weights
 
 DRAM_ALIGN = 64
@@ -44,6 +44,7 @@ class KernelInfo:
     tiling: Tiling
     ktiles: int
     macs: int
+    kind: str = "gemm"
 
 
 @dataclass
@@ -101,6 +102,10 @@ class CompiledModel:
                  f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
         for k in self.kernels:
             t = k.tiling
+            if k.kind == "elementwise":
+                lines.append(f"  {k.name:<10} elementwise sum of {k.K} tensors: {k.M} rows of {k.N} lanes, "
+                             f"{t.MT} tile(s) of {t.Mt}")
+                continue
             lines.append(f"  {k.name:<10} GEMM {k.M}x{k.K}x{k.N}: {k.ktiles} K tiles, {t.NT} N tiles, "
                          f"{t.MT} M tile(s) of {t.Mt}")
         for name, p in self.plans.items():
@@ -185,7 +190,8 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
     # ---- DRAM plan: tensors as rectangles (kernel steps x bytes); padded ones live from the start
     last_use = {}
     for i, k in enumerate(s.kernels):
-        last_use[k.src] = i
+        for t in kernel_inputs(k):
+            last_use[t] = i
     for t, _ in s.outputs:
         last_use[t] = nk
     bufs = []
@@ -211,6 +217,13 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
 
     codes, infos, spm_bufs, acc_bufs = [], [], [], []
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
+        if isinstance(k, EwKernel):
+            ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
+            spm_bufs.append(Buffer(f"k{i}.A", ec.tiling.spm_rows, i, i))
+            acc_bufs.append(Buffer(f"k{i}.acc", ec.tiling.acc_rows, i, i))
+            codes.append(ec)
+            infos.append(info)
+            continue
         what = f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text})"
         src, out = s.tensors[k.src], s.tensors[k.out]
         P = src.phys_offsets(k.gather)                         # int8 elements = bytes
@@ -241,6 +254,9 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
         raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
                                f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
     for i, kc in enumerate(codes):
+        if isinstance(kc, EwCode):
+            kc.spm_base, kc.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
+            continue
         kc.spm_a = splan.offsets[f"k{i}.A"]
         kc.spm_w = splan.offsets[f"k{i}.W"]
         kc.spm_o = splan.offsets.get(f"k{i}.O", 0)
@@ -263,6 +279,35 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
     }
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
                          {"dram": dplan, "spm": splan, "acc": aplan}, 0.0)
+
+
+def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, KernelInfo]:
+    """Rows of L lanes, contiguous in every input and in the output, in the output's memory order."""
+    what = f"elementwise kernel {k.name}"
+    if len(k.srcs) > EW_MAX_INPUTS:
+        raise ChipCompileError(f"{what}: {len(k.srcs)} inputs, at most {EW_MAX_INPUTS} are supported")
+    out = s.tensors[k.out]
+    out_p = out.phys_offsets(out.identity()).reshape(-1)
+    order = np.argsort(out_p, kind="stable")
+    seqs = [out_p[order]] + [s.tensors[t].phys_offsets(idx).reshape(-1)[order] for t, idx in k.srcs]
+    n = len(order)
+    L = next(l for l in range(min(cfg.cols, n), 0, -1)
+             if n % l == 0 and all(np.all(np.diff(a.reshape(-1, l), axis=1) == 1) for a in seqs))
+    rows = n // L
+    out_rows = tensor_addr[k.out] + seqs[0].reshape(-1, L)[:, 0]
+    in_rows = [tensor_addr[t] + a.reshape(-1, L)[:, 0] for (t, _), a in zip(k.srcs, seqs[1:])]
+    nin = len(in_rows)
+    Mt = min(rows, cfg.spm_rows // (nin + 1), cfg.acc_rows // 2)
+    if Mt < 1:
+        raise ChipCompileError(f"{what}: {nin} inputs do not fit SPM on config {cfg.name!r}")
+    if Mt < rows:
+        p = _common_period(in_rows[0], out_rows)
+        if p > 1 and all(_common_period(r, out_rows) == p for r in in_rows) and Mt >= p:
+            Mt = Mt // p * p
+    MT = -(-rows // Mt)
+    tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt, 2 * Mt)
+    ec = EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0)
+    return ec, KernelInfo(k.name, rows, nin, L, tl, 0, 0, "elementwise")
 
 
 def _common_period(a_rows, out_rows) -> int:

@@ -24,7 +24,7 @@ import numpy as np
 from isa import semantics as sem
 from isa.table import Round
 
-from .schedule import ChipCompileError, Schedule, gather_base, mn_to_base, run_float
+from .schedule import ChipCompileError, EwKernel, Schedule, gather_base, kernel_inputs, mn_to_base, run_float
 
 ROUND = Round.HALF_UP
 #: Largest requantization scale (the VPU reads the low 16 bits, signed).
@@ -41,6 +41,19 @@ class QKernel:
     shift: int
     lo: int
     s_w: np.ndarray                 # (N,) float weight scales
+
+
+@dataclass
+class QEw:
+    """An elementwise kernel on integers: ``clamp(round_shift(sum_i c_i x_i, shift), lo, 127)``."""
+    coefs: np.ndarray               # int32 multipliers (|c| <= EW_COEF_MAX)
+    shift: int
+    lo: int
+    out_int8: bool = True
+
+
+#: Largest elementwise multiplier: sums of a few int8 x int15 products stay far inside int32.
+EW_COEF_MAX = 1 << 14
 
 
 @dataclass
@@ -89,14 +102,20 @@ def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> 
         run_float(s, feeds, vals)
         for t, v in vals.items():
             amax[t] = max(amax.get(t, 0.0), float(np.max(np.abs(v))) if v.size else 0.0)
-    consumed = {k.src for k in s.kernels}
+    consumed = {t for k in s.kernels for t in kernel_inputs(k)}
     q = QSchedule(s, [])
     for ti, t in enumerate(s.tensors):
-        if t.kind == "kernel" and ti not in consumed:
+        if t.kind == "kernel" and ti not in consumed and not isinstance(s.kernels[t.producer], EwKernel):
             q.int32.add(ti)
         else:
             q.scales[ti] = _scale_of(amax.get(ti, 0.0))
     for k in s.kernels:
+        if isinstance(k, EwKernel):
+            mult = np.array([c * q.scales[t] / q.scales[k.out] for (t, _), c in zip(k.srcs, k.coefs)])
+            top = float(np.max(np.abs(mult)))
+            shift = max(0, min(MAX_SHIFT, int(np.floor(np.log2(EW_COEF_MAX / top))))) if top > 0 else 0
+            q.qkernels.append(QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, 0 if k.relu else -128))
+            continue
         s_x = q.scales[k.src]
         wmax = np.max(np.abs(k.weight), axis=0) if per_channel else \
             np.full(k.N, np.max(np.abs(k.weight)) if k.weight.size else 0.0)
@@ -117,6 +136,8 @@ def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> 
 def kernel_int(q: QSchedule, i: int, x_q: np.ndarray) -> np.ndarray:
     """One kernel on integers: (M, N) int8 or int32, exactly what the chip computes."""
     k, qk = q.sched.kernels[i], q.qkernels[i]
+    if isinstance(k, EwKernel):
+        raise TypeError("kernel_int is for GEMM kernels; see ew_int")
     A = gather_base(x_q, q.sched.tensors[k.src], k.gather).astype(np.int64)
     acc = A @ qk.w_q.astype(np.int64)
     if qk.bias_q is not None:
@@ -125,6 +146,16 @@ def kernel_int(q: QSchedule, i: int, x_q: np.ndarray) -> np.ndarray:
     if qk.out_int8:
         return sem.requantize(acc, qk.scale[None, :], qk.shift, 0, qk.lo, 127, ROUND)
     return np.maximum(acc, 0) if k.relu else acc
+
+
+def ew_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
+    """One elementwise kernel on integers (output tensor's base shape), as the VPU computes it."""
+    k, qk = q.sched.kernels[i], q.qkernels[i]
+    acc = np.zeros(q.sched.tensors[k.out].shape, np.int64)
+    for (t, idx), c in zip(k.srcs, qk.coefs):
+        term = sem.wrap32(gather_base(vals[t], q.sched.tensors[t], idx).astype(np.int64) * int(c))
+        acc = sem.wrap32(acc + term).astype(np.int64)
+    return sem.requantize(acc, 1, qk.shift, 0, qk.lo, 127, ROUND)
 
 
 def input_ints(q: QSchedule, feeds: dict) -> dict[int, np.ndarray]:
@@ -145,7 +176,10 @@ def run_int(q: QSchedule, feeds: dict) -> tuple[list[np.ndarray], dict[int, np.n
     s = q.sched
     vals = input_ints(q, feeds)
     for i, k in enumerate(s.kernels):
-        vals[k.out] = mn_to_base(kernel_int(q, i, vals[k.src]), s.tensors[k.out], k)
+        if isinstance(k, EwKernel):
+            vals[k.out] = ew_int(q, i, vals)
+        else:
+            vals[k.out] = mn_to_base(kernel_int(q, i, vals[k.src]), s.tensors[k.out], k)
     return dequantize_outputs(q, vals), vals
 
 

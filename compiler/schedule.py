@@ -182,9 +182,29 @@ class Kernel:
 
 
 @dataclass
+class EwKernel:
+    """``out = act(sum_i coef_i * x_i)`` elementwise over views of several tensors: one VPU pass."""
+    name: str
+    srcs: list                      # (tensor index, margin-space index array of the output's shape)
+    coefs: list                     # float coefficient of each source
+    out: int
+    relu: bool = False
+    macs: int = 0
+
+    @property
+    def src(self) -> int:
+        return self.srcs[0][0]
+
+
+def kernel_inputs(k) -> list[int]:
+    """The tensors a kernel reads."""
+    return [t for t, _ in k.srcs] if isinstance(k, EwKernel) else [k.src]
+
+
+@dataclass
 class Schedule:
     tensors: list[TensorInfo]
-    kernels: list[Kernel]
+    kernels: list
     inputs: dict                    # input name -> tensor index
     outputs: list                   # (tensor index, margin-space index array of the output's shape)
 
@@ -192,6 +212,11 @@ class Schedule:
         lines = []
         for i, k in enumerate(self.kernels):
             t_in, t_out = self.tensors[k.src], self.tensors[k.out]
+            if isinstance(k, EwKernel):
+                names = " + ".join(self.tensors[t].name for t, _ in k.srcs)
+                lines.append(f"k{i} {k.name}: {names} -> {self.tensors[k.out].name} elementwise"
+                             f"{'+relu' if k.relu else ''}")
+                continue
             ep = "+bias" if k.bias is not None else ""
             ep += "+relu" if k.relu else ""
             lines.append(f"k{i} {k.name}: {t_in.name}{fmt_shape(t_in.shape)} -> {t_out.name}{fmt_shape(t_out.shape)} "
@@ -340,6 +365,8 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         if not isinstance(p, _Prod) or users.get(id(n.src[0]), 0) != 1:
             raise _op_err(n, "only a sum of a product with a constant (matmul, convolution) runs on the chip")
         return _contraction(n, p, tensors, kernels)
+    if op is Ops.ADD and isinstance(srcv[0], _Act) and isinstance(srcv[1], _Act):
+        return _elementwise_add(n, srcv, users, tensors, kernels)
     if op is Ops.ADD:
         a, b = srcv
         if isinstance(b, _Act) and isinstance(a, np.ndarray):
@@ -360,7 +387,8 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
                 and x.fusable and users.get(id(xn), 0) == 2 and users.get(id(cn), 0) == 1:
             kernels[tensors[x.t].producer].relu = True
             return _Act(x.t, x.idx, True)
-        raise _op_err(n, "only ReLU (where(x > 0, x, 0)) right after a matmul/convolution is supported on the chip")
+        raise _op_err(n, "only ReLU (where(x > 0, x, 0)) right after a matmul, convolution or sum is supported "
+                         "on the chip")
     raise _op_err(n, f"{op.name} of an activation is not supported on the chip "
                      f"(supported: matmul, convolution, bias, ReLU, movement)")
 
@@ -424,9 +452,37 @@ def _contraction(n: Node, p: _Prod, tensors, kernels) -> _Act:
     return _Act(ti, tensors[ti].identity(), True)
 
 
+def _elementwise_add(n: Node, srcv, users, tensors, kernels) -> _Act:
+    """``a + b`` of two activations: a new elementwise kernel, or one more term of the chain that
+    produced ``a`` (or ``b``) when nothing else reads that intermediate value."""
+    for i in (0, 1):
+        a, other = srcv[i], srcv[1 - i]
+        t = tensors[a.t]
+        k = kernels[t.producer] if t.producer is not None else None
+        if isinstance(k, EwKernel) and a.fusable and not k.relu and users.get(id(n.src[i]), 0) == 1 \
+                and _pure_view(a, t):
+            k.srcs.append((other.t, np.ascontiguousarray(np.reshape(other.idx, t.shape))))
+            k.coefs.append(1.0)
+            return _Act(a.t, a.idx, True)
+    a, b = srcv
+    shape = tuple(n.shape)
+    # the output is stored in the axis order of the first operand's memory layout
+    p0 = tensors[a.t].phys_offsets(np.ascontiguousarray(a.idx)) if a.idx.size else None
+    strides = [0 if d == 1 or p0 is None else abs(int(np.take(p0, [1], axis=ax).flat[0] - p0.flat[0]))
+               for ax, d in enumerate(shape)]
+    perm = tuple(sorted(range(len(shape)), key=lambda ax: -strides[ax]))
+    tensors.append(TensorInfo(f"t{len(tensors)}", shape, perm, "kernel", producer=len(kernels)))
+    ti = len(tensors) - 1
+    kernels.append(EwKernel(f"add{len(kernels)}", [(a.t, np.ascontiguousarray(a.idx)),
+                                                  (b.t, np.ascontiguousarray(b.idx))], [1.0, 1.0], ti))
+    return _Act(ti, tensors[ti].identity(), True)
+
+
 def _fuse_bias(n: Node, a: _Act, b: np.ndarray, tensors, kernels) -> _Act:
     t = tensors[a.t]
     k = kernels[t.producer]
+    if isinstance(k, EwKernel):
+        raise _op_err(n, "adding a constant to an elementwise sum is not supported on the chip")
     if not _pure_view(a, t) or k.relu:
         raise _op_err(n, "a bias must be added right after the matmul/convolution")
     bb = np.broadcast_to(b, n.shape).reshape(t.shape)
@@ -450,6 +506,10 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
             raise ChipCompileError(f"no value for input {name!r}")
         vals[ti] = np.asarray(feeds[name], np.float64).reshape(s.tensors[ti].shape)
     for k in s.kernels:
+        if isinstance(k, EwKernel):
+            y = sum(c * gather_base(vals[t], s.tensors[t], idx) for (t, idx), c in zip(k.srcs, k.coefs))
+            vals[k.out] = np.maximum(y, 0) if k.relu else y
+            continue
         A = gather_base(vals[k.src], s.tensors[k.src], k.gather)
         y = A @ k.weight
         if k.bias is not None:

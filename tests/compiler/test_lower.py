@@ -123,3 +123,40 @@ def test_invalid_config_is_a_clear_error():
     x = np.ones((2, 3), np.float32)
     with pytest.raises(TetrachipError, match="unknown config"):
         tc.compile(lambda a: a @ tc.Tensor(np.ones((3, 2), np.float32)), [x], config="nope")
+
+
+class _Block(tc.nn.Module):
+    """A ResNet basic block: conv+bias+ReLU, conv+bias, + identity, ReLU."""
+
+    def __init__(self, c):
+        self.a = tc.nn.Conv2d(c, c, 3, padding=1)
+        self.b = tc.nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        return (self.b(self.a(x).relu()) + x).relu()
+
+
+def test_residual_block_runs_with_an_elementwise_kernel():
+    tc.manual_seed(2)
+    stem, block = tc.nn.Conv2d(2, 8, 3, padding=1), _Block(8)
+    x = np.random.default_rng(4).standard_normal((2, 2, 5, 5)).astype(np.float32)
+    cm, res = _run(lambda a: block(stem(a).relu()), [x], "small")
+    assert [k.kind for k in cm.kernels] == ["gemm", "gemm", "gemm", "elementwise"]
+    assert np.array_equal(res.outputs[0], cm.reference(x)[0])
+    real = block(stem(tc.Tensor(x)).relu()).numpy()
+    assert np.abs(res.outputs[0] - real).max() < 0.05 * np.abs(real).max()
+
+
+def test_chain_of_adds_is_one_vpu_pass():
+    rng = np.random.default_rng(5)
+    ws = [rng.standard_normal((6, 6)).astype(np.float32) for _ in range(3)]
+
+    def fn(a):
+        y0, y1, y2 = (a @ tc.Tensor(w) for w in ws)
+        return (((y0 + y1).relu() @ tc.Tensor(ws[0])) + y2 + y1)
+
+    x = rng.standard_normal((7, 6)).astype(np.float32)
+    cm, res = _run(fn, [x], "tiny")
+    kinds = [k.kind for k in cm.kernels]
+    assert kinds.count("elementwise") == 2 and cm.kernels[-1].K == 3      # (.. + y2 + y1): one kernel, 3 inputs
+    assert np.array_equal(res.outputs[0], cm.reference(x)[0])
