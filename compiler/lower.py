@@ -110,7 +110,8 @@ class CompiledModel:
                          f"{t.MT} M tile(s) of {t.Mt}")
         for name, p in self.plans.items():
             lines.append(f"  {name:<5} footprint {p.footprint} vs live bound {p.bound} "
-                         f"({100 * (p.ratio - 1):+.1f}%), best ordering {p.best}")
+                         f"({100 * (p.ratio - 1):+.1f}%), best ordering {p.best}; per ordering: "
+                         + ", ".join(f"{o} {v}" for o, v in p.per_ordering.items()))
         return "\n".join(lines)
 
     def run_on(self, device, *inputs, **kw):
