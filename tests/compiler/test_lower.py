@@ -160,3 +160,15 @@ def test_chain_of_adds_is_one_vpu_pass():
     kinds = [k.kind for k in cm.kernels]
     assert kinds.count("elementwise") == 2 and cm.kernels[-1].K == 3      # (.. + y2 + y1): one kernel, 3 inputs
     assert np.array_equal(res.outputs[0], cm.reference(x)[0])
+
+
+def test_invalid_config_file_and_too_few_registers(tmp_path):
+    x = np.ones((2, 3), np.float32)
+    w = np.arange(6, dtype=np.float32).reshape(3, 2)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('preset = "base"\nrows = 32\n')
+    with pytest.raises(TetrachipError, match="rows \\(32\\) must be <= cols"):
+        tc.compile(lambda a: a @ tc.Tensor(w), [x], config=str(bad))
+    few = ChipConfig.preset("base").replace(name="fewregs", scalar_regs=8)
+    with pytest.raises(ChipCompileError, match="scalar"):
+        tc.compile(lambda a: a @ tc.Tensor(w), [x], config=few)
