@@ -137,12 +137,12 @@ def run_case(name, build, config):
 
 
 def table(rows) -> str:
-    head = (f"{'model':<32}{'config':<7}{'cycles':>10}{'MXU %':>8}{'ideal %':>8}{'DRAM rd':>11}{'DRAM wr':>10}"
+    head = (f"{'model':<36}{'config':<7}{'cycles':>10}{'MXU %':>8}{'ideal %':>8}{'DRAM rd':>11}{'DRAM wr':>10}"
             f"{'plan/bound':>12}{'compile s':>10}{'sim s':>7}  exact")
     out = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
-            out.append(f"{r['model']:<32}{r['config']:<7}  does not fit: {r['error'][:90]}")
+            out.append(f"{r['model']:<36}{r['config']:<7}  does not fit: {r['error'][:90]}")
             continue
         d = r["plans"]["dram"]
         acc = ""
@@ -150,10 +150,19 @@ def table(rows) -> str:
             fa = r["float_accuracy"]
             acc = (f"  acc chip {100 * r['chip_accuracy']:.2f}% float {100 * fa:.2f}%" if fa is not None
                    else "  (untrained weights)")
-        out.append(f"{r['model']:<32}{r['config']:<7}{r['cycles']:>10}{100 * r['mxu_utilization']:>8.1f}"
+        out.append(f"{r['model']:<36}{r['config']:<7}{r['cycles']:>10}{100 * r['mxu_utilization']:>8.1f}"
                    f"{100 * r['ideal_utilization']:>8.1f}{r['dram_read']:>11}{r['dram_write']:>10}"
                    f"{d['footprint'] / max(d['bound'], 1):>12.3f}{r['compile_s']:>10.2f}{r['sim_s']:>7.2f}  "
                    f"{'yes' if r['bit_exact'] else 'NO'}{acc}")
+    plans = [r for r in rows if "error" not in r]
+    if plans:
+        names = list(plans[0]["plans"]["dram"]["per_ordering"])
+        out += ["", "DRAM plan: footprint per ordering (bytes) vs the live-bytes bound",
+                f"{'model':<36}{'config':<7}{'bound':>10}" + "".join(f"{n:>11}" for n in names)]
+        for r in plans:
+            d = r["plans"]["dram"]
+            out.append(f"{r['model']:<36}{r['config']:<7}{d['bound']:>10}"
+                       + "".join(f"{d['per_ordering'][n]:>11}" for n in names))
     return "\n".join(out)
 
 
