@@ -4,7 +4,7 @@ link ports) and ``Ring(cfg, n)`` (n chips, port 0 of chip i joined to port 1 of 
 from __future__ import annotations
 
 from amaranth import Module, ResetInserter, Signal, unsigned
-from amaranth.lib import memory, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.table import WORD_BITS, Unit, clog2
@@ -13,10 +13,16 @@ from .dma import DmaLoad, DmaStore, DramSignature
 from .issue import QUEUED, IssueStage
 from .link import LinkRx, LinkSignature, LinkTx
 from .mxu import MxuUnit
-from .unit import ERR_BITS
+from .queue import INDEX_BITS
+from .unit import ERR_BITS, RETIRE_SLOTS
 from .vpu import VpuUnit
 
-__all__ = ["HostSignature", "Chip", "Ring"]
+__all__ = ["HostSignature", "TraceSignature", "Chip", "Ring", "TRACE_LANES", "RETIRE_LANES"]
+
+#: start lanes of the trace port: one per unit (``isa.table.Unit``)
+TRACE_LANES = len(Unit)
+#: retire lanes: one per unit, plus lane 7 for the MXU's second retire slot (mm/mma; lane 3 is lw)
+RETIRE_LANES = len(Unit) + 1
 
 
 def HostSignature(cfg) -> wiring.Signature:
@@ -38,6 +44,34 @@ def HostSignature(cfg) -> wiring.Signature:
         "reg_we": Out(1), "reg_addr": Out(clog2(cfg.scalar_regs)), "reg_wdata": Out(32), "reg_rdata": In(32)})
 
 
+def TraceSignature(cfg) -> wiring.Signature:
+    """Chip -> monitor: what happens in this cycle, for a per-instruction trace (chip's side).
+
+    Every field is 0 while the chip is not running.
+
+    cycle        Out(32)                       the current cycle t (0 = first cycle after start)
+    issue        Out(1), issue_pc Out(pc)      an instruction issues at t (any unit)
+    start        Out(7)                        bit u: an instance of unit u starts at t (scalar
+                                               instructions: bit 0, at their issue cycle)
+    start_pc     Out(ArrayLayout(pc, 7)), start_index Out(ArrayLayout(32, 7))
+                                               its pc and index in its loop nest (0 .. T-1)
+    start_issue  Out(ArrayLayout(32, 7))       the cycle its instruction issued
+    retire       Out(8)                        lane l: an instance retires at t (its cycle ``r``);
+                                               lane u < 7 is unit u, lane 7 the MXU's mm/mma
+                                               (lane 3 its lw): both may retire in one cycle
+    retire_pc    Out(ArrayLayout(pc, 8)), retire_index Out(ArrayLayout(32, 8))
+    Zero-trip entries (no instance) appear on neither start nor retire, as in the simulator's trace.
+    """
+    pcw = clog2(cfg.imem_words)
+    return wiring.Signature({
+        "cycle": Out(32), "issue": Out(1), "issue_pc": Out(pcw),
+        "start": Out(TRACE_LANES), "start_pc": Out(data.ArrayLayout(pcw, TRACE_LANES)),
+        "start_index": Out(data.ArrayLayout(INDEX_BITS, TRACE_LANES)),
+        "start_issue": Out(data.ArrayLayout(32, TRACE_LANES)),
+        "retire": Out(RETIRE_LANES), "retire_pc": Out(data.ArrayLayout(pcw, RETIRE_LANES)),
+        "retire_index": Out(data.ArrayLayout(INDEX_BITS, RETIRE_LANES))})
+
+
 class Chip(wiring.Component):
     """One tetrachip.
 
@@ -46,6 +80,7 @@ class Chip(wiring.Component):
       dram  Out(DramSignature(cfg))                 DRAM read and write channels
       ltx   Out(LinkSignature(cfg)).array(links)    link transmit channel of each port
       lrx   In(LinkSignature(cfg)).array(links)     link receive channel of each port
+      trace Out(TraceSignature(cfg))                instances issuing, starting and retiring (co-simulation)
     Memories (for test benches): ``spm``, ``acc``, ``imem`` (``amaranth.lib.memory.Memory``).
     """
 
@@ -53,7 +88,8 @@ class Chip(wiring.Component):
         self.cfg = cfg
         super().__init__({"host": In(HostSignature(cfg)), "dram": Out(DramSignature(cfg)),
                           "ltx": Out(LinkSignature(cfg)).array(cfg.links),
-                          "lrx": In(LinkSignature(cfg)).array(cfg.links)})
+                          "lrx": In(LinkSignature(cfg)).array(cfg.links),
+                          "trace": Out(TraceSignature(cfg))})
         C = cfg.cols
         self.spm = memory.Memory(shape=unsigned(8 * C), depth=cfg.spm_rows, init=[])
         self.acc = memory.Memory(shape=unsigned(32 * C), depth=cfg.acc_rows, init=[])
@@ -75,6 +111,21 @@ class Chip(wiring.Component):
             wiring.connect(m, getattr(iss, f"q_{u.name.lower()}"),
                            unit.push)
             wiring.connect(m, getattr(iss, f"t_{u.name.lower()}"), unit.tok)
+        # trace port
+        tr, run = self.trace, iss.running
+        m.d.comb += [tr.cycle.eq(iss.cycles), tr.issue.eq(run & iss.issued), tr.issue_pc.eq(iss.pc),
+                     tr.start[0].eq(run & iss.issued_scalar), tr.start_pc[0].eq(iss.pc), tr.start_issue[0].eq(iss.cycles),
+                     tr.retire[0].eq(run & iss.issued_scalar), tr.retire_pc[0].eq(iss.pc)]
+        for u, unit in units.items():
+            ut = unit.trace
+            m.d.comb += [tr.start[u].eq(run & ut.start), tr.start_pc[u].eq(ut.start_pc),
+                         tr.start_index[u].eq(ut.start_index), tr.start_issue[u].eq(ut.start_issue)]
+            for j in range(RETIRE_SLOTS):
+                lane = u if j == 0 else (TRACE_LANES if u == Unit.MXU else None)
+                if lane is None:
+                    continue
+                m.d.comb += [tr.retire[lane].eq(run & ut.retire[j]), tr.retire_pc[lane].eq(ut.retire_pc[j]),
+                             tr.retire_index[lane].eq(ut.retire_index[j])]
         # host
         imem_w = self.imem.write_port()
         imem_r = self.imem.read_port()
@@ -87,11 +138,10 @@ class Chip(wiring.Component):
         # DRAM: the load unit owns the read channel, the store unit the write channel
         ld, st = units[Unit.LOAD], units[Unit.STORE]
         d = self.dram
-        m.d.comb += [d.rd_valid.eq(ld.dram.rd_valid), d.rd_addr.eq(ld.dram.rd_addr), ld.dram.rd_ready.eq(d.rd_ready),
+        m.d.comb += [d.rd_valid.eq(ld.dram.rd_valid), d.rd_addr.eq(ld.dram.rd_addr),
                      ld.dram.rd_resp_valid.eq(d.rd_resp_valid), ld.dram.rd_resp_data.eq(d.rd_resp_data),
                      d.wr_valid.eq(st.dram.wr_valid), d.wr_addr.eq(st.dram.wr_addr), d.wr_data.eq(st.dram.wr_data),
-                     d.wr_strb.eq(st.dram.wr_strb), st.dram.wr_ready.eq(d.wr_ready),
-                     st.dram.wr_resp_valid.eq(d.wr_resp_valid)]
+                     d.wr_strb.eq(st.dram.wr_strb), st.dram.wr_resp_valid.eq(d.wr_resp_valid)]
         # links
         for p in range(cfg.links):
             wiring.connect(m, wiring.flipped(self.ltx[p]), units[Unit.LTX].tx[p])
@@ -133,7 +183,8 @@ class Chip(wiring.Component):
 class Ring(wiring.Component):
     """``n`` chips in a ring: port 0 of chip i is wired to port 1 of chip (i+1) mod n.
 
-    Ports: ``host{i}`` In(HostSignature), ``dram{i}`` Out(DramSignature) for each chip i.
+    Ports: ``host{i}`` In(HostSignature), ``dram{i}`` Out(DramSignature), ``trace{i}``
+    Out(TraceSignature) for each chip i.
     Chips: ``self.chips``.
     """
 
@@ -145,6 +196,7 @@ class Ring(wiring.Component):
         for i in range(n):
             sig[f"host{i}"] = In(HostSignature(cfg))
             sig[f"dram{i}"] = Out(DramSignature(cfg))
+            sig[f"trace{i}"] = Out(TraceSignature(cfg))
         super().__init__(sig)
         self.chips = [Chip(cfg) for _ in range(n)]
 
@@ -154,6 +206,7 @@ class Ring(wiring.Component):
             m.submodules[f"chip{i}"] = chip
             wiring.connect(m, wiring.flipped(getattr(self, f"host{i}")), chip.host)
             wiring.connect(m, wiring.flipped(getattr(self, f"dram{i}")), chip.dram)
+            wiring.connect(m, wiring.flipped(getattr(self, f"trace{i}")), chip.trace)
         n = self.n
         for i, chip in enumerate(self.chips):
             nxt = self.chips[(i + 1) % n]

@@ -18,8 +18,8 @@ from amaranth.lib.wiring import In, Out
 from isa.errors import ErrorCode
 from isa.table import BY_MNEMONIC, Space, Unit, clog2
 
-from .queue import UNITS
-from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
+from .queue import UNITS, event_width
+from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range, select
 
 __all__ = ["DramSignature", "DmaLoad", "DmaStore"]
 
@@ -28,17 +28,19 @@ def DramSignature(cfg) -> wiring.Signature:
     """Chip -> DRAM (initiator's side). Read and write channels are independent.
 
     rd_valid Out(1), rd_addr Out(32)        read request of one beat (byte address, any alignment)
-    rd_ready In(1)                          DRAM accepts (must be 1: the contract's DRAM takes a beat per cycle)
-    rd_resp_valid In(1), rd_resp_data In(8*beat)  the beat's bytes, ``dram_latency`` cycles later
-    wr_valid Out(1), wr_addr Out(32), wr_data Out(8*beat), wr_strb Out(beat)  write request
-    wr_ready In(1)                          DRAM accepts (must be 1)
-    wr_resp_valid In(1)                     write response, ``dram_latency`` cycles after the request
+    rd_resp_valid In(1), rd_resp_data In(8*beat)  the beat's bytes, exactly ``dram_latency`` cycles later
+    wr_valid Out(1), wr_addr Out(32), wr_data Out(8*beat), wr_strb Out(beat)  write request of one beat
+    wr_resp_valid In(1)                     write response, exactly ``dram_latency`` cycles after the request
+
+    There is no back-pressure: the DRAM of the timing contract (section 6) accepts one beat per
+    cycle per channel and answers every beat after the fixed latency. A memory system that can
+    stall must sit behind an adapter that keeps that promise (or stall the chip's clock).
     """
     B = cfg.dma_beat_bytes
     return wiring.Signature({
-        "rd_valid": Out(1), "rd_addr": Out(32), "rd_ready": In(1),
+        "rd_valid": Out(1), "rd_addr": Out(32),
         "rd_resp_valid": In(1), "rd_resp_data": In(8 * B),
-        "wr_valid": Out(1), "wr_addr": Out(32), "wr_data": Out(8 * B), "wr_strb": Out(B), "wr_ready": In(1),
+        "wr_valid": Out(1), "wr_addr": Out(32), "wr_data": Out(8 * B), "wr_strb": Out(B),
         "wr_resp_valid": In(1),
     })
 
@@ -85,7 +87,7 @@ class _DmaBase(UnitBase):
         row_addr, beat_addr = Signal(signed(32)), Signal(signed(32))
         local = Signal(signed(32))
         off = Signal(range(8 * cfg.cols + 8))
-        mask = Signal(UNITS)
+        mask = Signal(event_width(cfg))
         # the current beat: from the starting instance, or from the latched walk
         c = {}
         for name, sv, rv in (("space", s_space, space), ("contig", s_contig, contig), ("real", s_real, real),
@@ -93,7 +95,7 @@ class _DmaBase(UnitBase):
                              ("rstride", v.rstride, rstride), ("estride", v.estride, estride),
                              ("r", 0, r), ("b", 0, b), ("row_addr", s_dram, row_addr),
                              ("beat_addr", s_dram, beat_addr), ("local", s_local, local), ("off", 0, off),
-                             ("mask", q.signal_now, mask)):
+                             ("mask", q.event, mask)):
             sig = Signal.like(rv, name="cur_" + name)
             m.d.comb += sig.eq(Mux(go, sv, rv))
             c[name] = sig
@@ -109,7 +111,7 @@ class _DmaBase(UnitBase):
                 with m.If(go):
                     m.d.sync += [space.eq(s_space), contig.eq(s_contig), real.eq(s_real), rows.eq(v.rows),
                                  length.eq(v.len), rbeats.eq(s_rbeats), rstride.eq(v.rstride),
-                                 estride.eq(v.estride), mask.eq(q.signal_now)]
+                                 estride.eq(v.estride), mask.eq(q.event)]
                 with m.If(last_in_row):
                     m.d.sync += [r.eq(c["r"] + 1), b.eq(0), row_addr.eq(c["row_addr"] + c["rstride"]),
                                  beat_addr.eq(c["row_addr"] + c["rstride"]), local.eq(c["local"] + 1),
@@ -138,9 +140,10 @@ class _DmaBase(UnitBase):
         return v
 
 
-_TAG = data.StructLayout({"beat": 1, "real": 1, "space": 1, "local": signed(32), "off": unsigned(16),
-                          "nbytes": unsigned(8), "eol": 1, "len": unsigned(16), "retire": 1,
-                          "mask": UNITS})
+def _tag(cfg):
+    return data.StructLayout({"beat": 1, "real": 1, "space": 1, "local": signed(32), "off": unsigned(16),
+                              "nbytes": unsigned(8), "eol": 1, "len": unsigned(16), "retire": 1,
+                              "mask": event_width(cfg)})
 
 
 class DmaLoad(_DmaBase):
@@ -164,25 +167,26 @@ class DmaLoad(_DmaBase):
         w = self.walker(m, q, go)
         c = w["cur"]
         m.d.comb += [self.dram.rd_valid.eq(w["beat"] & c["real"]), self.dram.rd_addr.eq(c["beat_addr"])]
-        tag = Signal(_TAG)
+        tag = Signal(_tag(cfg))
         m.d.comb += [tag.beat.eq(w["beat"]), tag.real.eq(c["real"]), tag.space.eq(c["space"]),
                      tag.local.eq(c["local"]), tag.off.eq(c["off"]), tag.nbytes.eq(w["nbytes"]),
                      tag.eol.eq(w["last_in_row"]), tag.len.eq(c["len"]), tag.retire.eq(w["last"]),
                      tag.mask.eq(c["mask"])]
         t = self.delay(m, tag, cfg.dram_latency, "ldtag")
-        t = data.View(_TAG, t)
+        t = data.View(_tag(cfg), t)
         # merge the returning beat into the row buffer
         nb = 4 * cfg.cols
         buf = Signal(8 * nb)
-        shifted = Signal(8 * nb + 8 * cfg.dma_beat_bytes)
-        offw = (4 * cfg.cols).bit_length()
-        m.d.comb += shifted.eq(self.dram.rd_resp_data << (t.off[:offw] * 8))
+        B = cfg.dma_beat_bytes
+        resp = [self.dram.rd_resp_data[8 * k:8 * k + 8] for k in range(B)]
         eb = Mux(t.space == Space.ACC, 4, 1)
         row_end = t.len * eb
         merged = Signal(8 * nb)
-        for j in range(nb):
+        for j in range(nb):             # byte j of the row is byte j - off of the beat
             sel = (j >= t.off) & (j < t.off + t.nbytes) & (j < row_end)
-            m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(sel, shifted[8 * j:8 * j + 8], buf[8 * j:8 * j + 8]))
+            k = (j - t.off)[:max(1, (B - 1).bit_length())]
+            src = select(k, resp) if B > 1 else resp[0]
+            m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(sel, src, buf[8 * j:8 * j + 8]))
         write = t.beat & t.real
         with m.If(write):
             m.d.sync += buf.eq(Mux(t.eol, 0, merged))
@@ -223,15 +227,17 @@ class DmaStore(_DmaBase):
         nb = 4 * cfg.cols
         image = Signal(8 * nb)
         m.d.comb += image.eq(Mux(c["space"] == Space.ACC, self.acc_rd.data, self.spm_rd.data))
-        shifted = Signal(8 * nb)
-        m.d.comb += shifted.eq(image >> (c["off"] * 8))
+        shifted = Signal(8 * B)         # byte k of the beat is byte off + k of the row image
+        img = [image[8 * j:8 * j + 8] for j in range(nb)]
+        for k in range(B):
+            m.d.comb += shifted[8 * k:8 * k + 8].eq(select(c["off"] + k, img))
         row_end = c["len"] * w["eb"]
         strb = Signal(B)
         for j in range(B):
             m.d.comb += strb[j].eq((c["off"] + j < row_end) & (j < w["nbytes"]))
         m.d.comb += [self.dram.wr_valid.eq(w["beat"] & c["real"]), self.dram.wr_addr.eq(c["beat_addr"]),
                      self.dram.wr_data.eq(shifted[:8 * B]), self.dram.wr_strb.eq(strb)]
-        tag = Signal(UNITS + 1)
+        tag = Signal(event_width(cfg) + 1)
         m.d.comb += tag.eq(Cat(w["beat"] & w["last"], c["mask"]))
         t = self.delay(m, tag, cfg.dram_latency, "sttag")
         return w["ready"], [(t[0], t[1:])], w["errors"]

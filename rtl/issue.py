@@ -42,6 +42,7 @@ class IssueStage(wiring.Component):
       error     Out(4)                  ``ErrorCode`` of the stopped run (0: OK)
       cycles    Out(32)                 cycles of the current/last run
       pc        Out(pc)                 program counter; ``issued`` Out(1): an instruction issues now
+      issued_scalar Out(1)              ... and it is a scalar-unit instruction (its start and retire)
       reg_we In(1), reg_addr In(sreg), reg_wdata In(32), reg_rdata Out(32)  host access to scalar registers
       q_<unit>  Out(EntrySignature)     entry pushed to each unit queue
       t_<unit>  In(TokenSignature)      each unit's token/busy/error port
@@ -56,7 +57,7 @@ class IssueStage(wiring.Component):
         C = cfg.cols
         sig = {"fetch_addr": Out(pcw), "word": In(WORD_BITS), "prog_len": In(pcw + 1), "start": In(1),
                "running": Out(1), "done": Out(1), "error": Out(ERR_BITS), "cycles": Out(32),
-               "pc": Out(pcw), "issued": Out(1),
+               "pc": Out(pcw), "issued": Out(1), "issued_scalar": Out(1),
                "reg_we": In(1), "reg_addr": In(clog2(cfg.scalar_regs)), "reg_wdata": In(32), "reg_rdata": Out(32),
                "spm_rd": Out(RowReadSignature(aw, 8 * C)), "acc_rd": Out(RowReadSignature(aw, 32 * C)),
                "spm_wr": Out(RowWriteSignature(aw, 8 * C, C)), "acc_wr": Out(RowWriteSignature(aw, 32 * C, C))}
@@ -175,7 +176,8 @@ class IssueStage(wiring.Component):
             with m.If(running & toks[u].err):
                 m.d.comb += err.eq(toks[u].err_code)
         issue = Signal()
-        m.d.comb += [issue.eq(head_valid & can & (err == 0)), self.issued.eq(issue)]
+        m.d.comb += [issue.eq(head_valid & can & (err == 0)), self.issued.eq(issue),
+                     self.issued_scalar.eq(issue & ~dec.queued)]
         # a token overflow is found from this cycle's signals (which an issuing sld/sst adds to)
         err_all = Signal(ERR_BITS)
         m.d.comb += err_all.eq(Mux(running & overflow, ErrorCode.TOKEN_OVERFLOW, err))
@@ -236,7 +238,7 @@ class IssueStage(wiring.Component):
         # ---- queue entries -----------------------------------------------------------------------
         entry = Signal(entry_layout(cfg))
         hdr = w.dma
-        m.d.comb += [entry.word.eq(self.word), entry.depth.eq(hdr.rep_depth)]
+        m.d.comb += [entry.word.eq(self.word), entry.pc.eq(pc), entry.q.eq(self.cycles), entry.depth.eq(hdr.rep_depth)]
         for j in range(MAX_REPEAT_DEPTH):
             li = (hdr.rep_base + j)[:clog2(cfg.loop_regs)]
             m.d.comb += entry.cnt[j].eq(lcnt[li])

@@ -19,8 +19,8 @@ from isa.errors import ErrorCode
 from isa.table import Space, Unit, clog2
 from isa.timing import flits_per_row
 
-from .queue import UNITS
-from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
+from .queue import UNITS, event_width
+from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range, select
 
 __all__ = ["LinkSignature", "LinkTx", "LinkRx"]
 
@@ -66,12 +66,12 @@ class LinkTx(UnitBase):
         active = Signal()
         i, f, n = Signal(16), Signal(16), Signal(16)
         addr = Signal(signed(32))
-        space, port, mask = Signal(), Signal(range(cfg.links)), Signal(UNITS)
+        space, port, mask = Signal(), Signal(range(cfg.links)), Signal(event_width(cfg))
         cur = dict(i=Mux(go, 0, i), f=Mux(go, 0, f), n=Mux(go, v.n, n), addr=Mux(go, q.addr[0], addr),
-                   space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.signal_now, mask))
+                   space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.event, mask))
         with m.If(go):
             m.d.sync += [i.eq(0), f.eq(0), n.eq(v.n), addr.eq(q.addr[0]), space.eq(v.space), port.eq(v.port),
-                         mask.eq(q.signal_now)]
+                         mask.eq(q.event)]
         nflits = Mux(cur["space"] == Space.ACC, flits_per_row(cfg, Space.ACC), flits_per_row(cfg, Space.SPM))
         have = Signal()
         for p in range(cfg.links):
@@ -84,8 +84,8 @@ class LinkTx(UnitBase):
         last = empty | (send & eor & (cur["i"] + 1 == cur["n"]))
         m.d.comb += [self.spm_rd.addr.eq(cur["addr"]), self.acc_rd.addr.eq(cur["addr"])]
         image = Mux(cur["space"] == Space.ACC, self.acc_rd.data, self.spm_rd.data.as_unsigned())
-        fw = (4 * cfg.cols).bit_length()
-        flit = (image >> (cur["f"][:fw] * (8 * W)))[:8 * W]
+        nmax = flits_per_row(cfg, Space.ACC)
+        flit = select(cur["f"], [image[k * 8 * W:(k + 1) * 8 * W] for k in range(nmax)])[:8 * W]
         for p in range(cfg.links):
             port_if = self.tx[p]
             m.d.comb += [port_if.valid.eq(send & (cur["port"] == p)), port_if.data.eq(flit),
@@ -125,11 +125,11 @@ class LinkRx(UnitBase):
         active = Signal()
         i, f, n = Signal(16), Signal(16), Signal(16)
         addr = Signal(signed(32))
-        space, port, mask = Signal(), Signal(range(cfg.links)), Signal(UNITS)
+        space, port, mask = Signal(), Signal(range(cfg.links)), Signal(event_width(cfg))
         cur = dict(i=Mux(go, 0, i), f=Mux(go, 0, f), n=Mux(go, v.n, n), addr=Mux(go, q.addr[0], addr),
-                   space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.signal_now, mask))
+                   space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.event, mask))
         with m.If(go):
-            m.d.sync += [n.eq(v.n), space.eq(v.space), port.eq(v.port), mask.eq(q.signal_now)]
+            m.d.sync += [n.eq(v.n), space.eq(v.space), port.eq(v.port), mask.eq(q.event)]
         working = go | active
         empty = cur["n"] == 0
         nflits = Mux(cur["space"] == Space.ACC, flits_per_row(cfg, Space.ACC), flits_per_row(cfg, Space.SPM))
@@ -164,12 +164,10 @@ class LinkRx(UnitBase):
         last = empty | (take & eor & (cur["i"] + 1 == cur["n"]))
         C = cfg.cols
         buf = Signal(32 * C)
-        fw = (4 * cfg.cols).bit_length()
-        shifted = (head.data << (cur["f"][:fw] * (8 * W)))
         merged = Signal(32 * C)
-        for j in range(4 * C):
-            in_flit = (j >= cur["f"] * W) & (j < cur["f"] * W + W)
-            m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(in_flit, shifted[8 * j:8 * j + 8], buf[8 * j:8 * j + 8]))
+        for j in range(4 * C):          # byte j of the row image comes from flit j // W
+            src = head.data[8 * (j % W):8 * (j % W) + 8]
+            m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(cur["f"] == j // W, src, buf[8 * j:8 * j + 8]))
         m.d.comb += [self.spm_wr.addr.eq(cur["addr"]), self.spm_wr.data.eq(merged[:8 * C]),
                      self.acc_wr.addr.eq(cur["addr"]), self.acc_wr.data.eq(merged)]
         with m.If(take):

@@ -23,13 +23,15 @@ from isa.errors import ErrorCode
 from isa.table import BY_MNEMONIC, Unit, clog2
 from isa.timing import mxu_pipe, mxu_swap_delay
 
-from .queue import UNITS
+from .queue import UNITS, event_width
 from .systolic import SystolicArray
 from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
 
 __all__ = ["MxuUnit"]
 
-_TAG = data.StructLayout({"valid": 1, "write": 1, "acc": 1, "dst": unsigned(32), "retire": 1, "mask": UNITS})
+def _tag(cfg):
+    return data.StructLayout({"valid": 1, "write": 1, "acc": 1, "dst": unsigned(32), "retire": 1,
+                              "mask": event_width(cfg)})
 
 
 class MxuUnit(UnitBase):
@@ -85,7 +87,7 @@ class MxuUnit(UnitBase):
         mm_active = Signal()
         mm_i, mm_n = Signal.like(mm.n), Signal.like(mm.n)
         mm_src, mm_dst = Signal(signed(32)), Signal(signed(32))
-        mm_acc, mm_mask = Signal(), Signal(UNITS)
+        mm_acc, mm_mask = Signal(), Signal(event_width(cfg))
         mm_go = go & ~is_lw
         swap = mm_go & pending
         cur_i = Mux(mm_go, 0, mm_i)
@@ -93,14 +95,14 @@ class MxuUnit(UnitBase):
         cur_src = Mux(mm_go, q.addr[1], mm_src)
         cur_dst = Mux(mm_go, q.addr[0], mm_dst)
         cur_acc = Mux(mm_go, is_mma, mm_acc)
-        cur_mask = Mux(mm_go, q.signal_now, mm_mask)
+        cur_mask = Mux(mm_go, q.event, mm_mask)
         mm_beat = mm_go | mm_active
         mm_last = (cur_n == 0) | (cur_i + 1 == cur_n)
         with m.If(mm_beat):
             m.d.sync += [mm_i.eq(cur_i + 1), mm_src.eq(cur_src + 1), mm_dst.eq(cur_dst + 1),
                          mm_active.eq(~mm_last)]
             with m.If(mm_go):
-                m.d.sync += [mm_n.eq(mm.n), mm_acc.eq(is_mma), mm_mask.eq(q.signal_now)]
+                m.d.sync += [mm_n.eq(mm.n), mm_acc.eq(is_mma), mm_mask.eq(q.event)]
         m.d.comb += self.spm_x.addr.eq(cur_src)
         # the row (and swap bit) enters the array one cycle later
         x_valid, x_swap = Signal(), Signal()
@@ -118,12 +120,12 @@ class MxuUnit(UnitBase):
             m.d.sync += swap_timer.eq(swap_timer - 1)
 
         # ---- the row's tag travels beside the array to the ACC write stage --------------------
-        tag = Signal(_TAG)
+        tag = Signal(_tag(cfg))
         m.d.comb += [tag.valid.eq(mm_beat), tag.write.eq(cur_n != 0), tag.acc.eq(cur_acc), tag.dst.eq(cur_dst),
                      tag.retire.eq(mm_last), tag.mask.eq(cur_mask)]
         stages = [tag]
         for i in range(PIPE):
-            nt = Signal(_TAG, name=f"mxtag{i}")
+            nt = Signal(_tag(cfg), name=f"mxtag{i}")
             m.d.sync += nt.eq(stages[-1])
             stages.append(nt)
         t_rd, t_wr = stages[PIPE - 1], stages[PIPE]
@@ -144,10 +146,10 @@ class MxuUnit(UnitBase):
         with m.If(t_wr.valid & t_wr.write):
             m.d.comb += self.acc_wr.en.eq((1 << C) - 1)
         lw_retire = lw_beat & lw_last
-        lw_mask = Signal(UNITS)
+        lw_mask = Signal(event_width(cfg))
         with m.If(lw_go):
-            m.d.sync += lw_mask.eq(q.signal_now)
-        events = [(lw_retire, Mux(lw_go, q.signal_now, lw_mask)), (t_wr.valid & t_wr.retire, t_wr.mask)]
+            m.d.sync += lw_mask.eq(q.event)
+        events = [(lw_retire, Mux(lw_go, q.event, lw_mask)), (t_wr.valid & t_wr.retire, t_wr.mask)]
 
         # ---- start rules ---------------------------------------------------------------------
         ready_lw = ~lw_active & (swap_timer == 0)

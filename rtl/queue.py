@@ -15,19 +15,28 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from isa.table import MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, Sync, Unit
+from isa.table import MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, Sync, Unit, clog2
 from isa.timing import QUEUE_DEPTH
 
 from .decode import word_layout
 
-__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS"]
+__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width"]
 
 UNITS = len(Unit)
+#: width of an instance index on the trace port (wraps modulo 2**32)
+INDEX_BITS = 32
+
+
+def event_width(cfg) -> int:
+    """Bits a unit carries from an instance's start to its retire: the signal mask, pc and index."""
+    return UNITS + clog2(cfg.imem_words) + INDEX_BITS
 
 
 def entry_layout(cfg) -> data.StructLayout:
     return data.StructLayout({
         "word": word_layout(cfg),
+        "pc": unsigned(clog2(cfg.imem_words)),
+        "q": unsigned(32),
         "base": data.ArrayLayout(signed(32), STRIDE_SLOTS),
         "sval": signed(32),
         "depth": unsigned(3),
@@ -55,6 +64,11 @@ class RepeatQueue(wiring.Component):
       last      Out(1)                 current instance is the last (its start pops the entry)
       wait_now  Out(7)                 tokens this instance (or zero entry) consumes at start
       signal_now Out(7)                tokens it sends at retire
+      pc        Out(pc)                the head entry's instruction address
+      index     Out(32)                the current instance's index in its nest (0 .. T-1)
+      issued_at Out(32)                the head entry's issue cycle (for the trace port)
+      event     Out(event_width)       ``Cat(signal_now, pc, index)``: what a unit carries to the
+                                       instance's retire (token signals and the trace port)
       start     In(1)                  the unit starts the current instance (or pops a zero entry)
       level     Out(3)                 entries held
     """
@@ -66,6 +80,7 @@ class RepeatQueue(wiring.Component):
             "valid": Out(1), "zero": Out(1), "word": Out(word_layout(cfg)),
             "addr": Out(data.ArrayLayout(signed(32), STRIDE_SLOTS)), "sval": Out(signed(32)),
             "first": Out(1), "last": Out(1), "wait_now": Out(UNITS), "signal_now": Out(UNITS),
+            "pc": Out(clog2(cfg.imem_words)), "index": Out(INDEX_BITS), "issued_at": Out(32), "event": Out(event_width(cfg)),
             "start": In(1), "level": Out(range(QUEUE_DEPTH + 1)),
         })
 
@@ -114,6 +129,12 @@ class RepeatQueue(wiring.Component):
 
         pop = Signal()
         m.d.comb += pop.eq(nonempty & self.start & (zero_trip | last))
+        index = self.index
+        m.d.comb += [self.pc.eq(e.pc), self.issued_at.eq(e.q), self.event.eq(Cat(self.signal_now, e.pc, index))]
+        with m.If(pop):
+            m.d.sync += index.eq(0)
+        with m.Elif(self.start & nonempty):
+            m.d.sync += index.eq(index + 1)
         with m.If(self.start & nonempty):
             with m.If(pop):
                 for j in range(MAX_REPEAT_DEPTH):

@@ -16,7 +16,7 @@ from isa.errors import ErrorCode
 from isa.table import layout, BY_MNEMONIC, LUT_ENTRIES, Round, ScaleMode, Space, SrcMode, Unit, clog2
 from isa.timing import VPU_LATENCY, lut_rows
 
-from .queue import UNITS
+from .queue import UNITS, event_width
 from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
 
 __all__ = ["VpuAlu", "VpuUnit", "QCFG_RESET"]
@@ -57,16 +57,25 @@ class VpuAlu(wiring.Component):
         m = Module()
         C = self.cols
         a, b = self.a, self.b
-        # lane reductions
-        total = Const(0, signed(32))
-        mx, mn = a[0], a[0]
-        for n in range(C):
-            total = (total + a[n])[:32].as_signed()
-            if n:
-                mx = Mux(a[n] > mx, a[n], mx)
-                mn = Mux(a[n] < mn, a[n], mn)
+        # lane reductions: trees of named stages (an expression reused unnamed is elaborated twice)
+        def tree(vals, fn, name):
+            level = 0
+            while len(vals) > 1:
+                nxt = []
+                for i in range(0, len(vals) - 1, 2):
+                    v = Signal(signed(32), name=f"{name}{level}_{i // 2}")
+                    m.d.comb += v.eq(fn(vals[i], vals[i + 1]))
+                    nxt.append(v)
+                if len(vals) % 2:
+                    nxt.append(vals[-1])
+                vals, level = nxt, level + 1
+            return vals[0]
+
+        lanes = [a[n] for n in range(C)]
         rsum, rmax, rmin = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
-        m.d.comb += [rsum.eq(total), rmax.eq(mx), rmin.eq(mn)]
+        m.d.comb += [rsum.eq(tree(lanes, lambda x, y: (x + y)[:32].as_signed(), "rsum")),
+                     rmax.eq(tree(lanes, lambda x, y: Mux(x > y, x, y), "rmax")),
+                     rmin.eq(tree(lanes, lambda x, y: Mux(x < y, x, y), "rmin"))]
         for n in range(C):
             r = Signal(signed(32), name=f"r{n}")
             an, bn = a[n], b[n]
@@ -104,8 +113,9 @@ class VpuAlu(wiring.Component):
         return Mux(lo_c > self.hi, self.hi, lo_c)
 
 
-_TAG = data.StructLayout({"valid": 1, "write": 1, "dspace": 1, "dst": unsigned(32), "retire": 1, "mask": UNITS,
-                          "op": 8, "aspace": 1, "bmode": 2, "smode": 2, "sval": signed(32), "row": unsigned(16)})
+def _tag(cfg):
+    return data.StructLayout({"valid": 1, "write": 1, "dspace": 1, "dst": unsigned(32), "retire": 1, "mask": event_width(cfg),
+                              "op": 8, "aspace": 1, "bmode": 2, "smode": 2, "sval": signed(32), "row": unsigned(16)})
 
 
 class VpuUnit(UnitBase):
@@ -144,7 +154,7 @@ class VpuUnit(UnitBase):
         active = Signal()
         i, n = Signal(16), Signal(16)
         dst, aad, bad = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
-        st = Signal(_TAG)
+        st = Signal(_tag(cfg))
         cur_i = Mux(go, 0, i)
         cur_n = Mux(go, n0, n)
         cur_dst = Mux(go, q.addr[0], dst)
@@ -152,11 +162,11 @@ class VpuUnit(UnitBase):
         cur_b = Mux(go, q.addr[2], bad)
         last = (cur_n == 0) | (cur_i + 1 == cur_n)
         beat = go | active
-        tag0 = Signal(_TAG)
+        tag0 = Signal(_tag(cfg))
         m.d.comb += [tag0.eq(st), tag0.valid.eq(beat), tag0.dst.eq(cur_dst), tag0.retire.eq(last),
                      tag0.row.eq(cur_i), tag0.write.eq(Mux(go, writes0 & (n0 != 0), st.write))]
         with m.If(go):
-            m.d.comb += [tag0.dspace.eq(dspace0), tag0.mask.eq(q.signal_now), tag0.op.eq(op),
+            m.d.comb += [tag0.dspace.eq(dspace0), tag0.mask.eq(q.event), tag0.op.eq(op),
                          tag0.aspace.eq(aspace0), tag0.bmode.eq(vb.bmode), tag0.smode.eq(vr.smode),
                          tag0.sval.eq(q.sval)]
             m.d.sync += st.eq(tag0)
@@ -178,7 +188,7 @@ class VpuUnit(UnitBase):
         lut = Signal(data.ArrayLayout(signed(8), 256))
 
         # stage 1: operands arrive; compute
-        t1 = Signal(_TAG)
+        t1 = Signal(_tag(cfg))
         m.d.sync += t1.eq(tag0)
         spm_a = data.View(_lanes(C, signed(8)), self.spm_a.data)
         spm_b = data.View(_lanes(C, signed(8)), self.spm_b.data)
@@ -198,7 +208,7 @@ class VpuUnit(UnitBase):
                 with m.If(t1.row == r):
                     m.d.sync += lut[j].eq(spm_a[l])
         # stage 2, 3: hold, write
-        t2, t3 = Signal(_TAG), Signal(_TAG)
+        t2, t3 = Signal(_tag(cfg)), Signal(_tag(cfg))
         y2, y3 = Signal(32 * C), Signal(32 * C)
         m.d.sync += [t2.eq(t1), t3.eq(t2), y2.eq(alu.y.as_value()), y3.eq(y2)]
         assert VPU_LATENCY == 3

@@ -1,15 +1,19 @@
 """Whole-chip testbench: the host loads a Program and arguments, DRAM is played with the
-contract's model (fixed ``dram_latency`` per beat, one beat per cycle per channel)."""
+contract's model (fixed ``dram_latency`` per beat, one beat per cycle per channel), and a monitor
+on the trace port rebuilds the simulator's per-instance records (``sim.stats.Record``), so a run's
+line trace can be diffed against the simulator's."""
 
 from __future__ import annotations
 
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
 from amaranth.sim import Simulator
 
-from isa import ChipConfig, Program
-from rtl.chip import Chip, Ring
+from isa import Program
+from isa.asm import format_instruction
+from rtl.chip import RETIRE_LANES, TRACE_LANES, Chip, Ring
 from rtl_helpers import unpack
 
 
@@ -22,7 +26,20 @@ class RunResult:
     acc: np.ndarray
     regs: list[int]
     sim_cycles: int
-    issue_cycles: list = field(default_factory=list)
+    #: (chip, unit, pc, index, issue, start, retire) of every retired instance, in retire order
+    records: list = field(default_factory=list)
+    texts: dict = field(default_factory=dict)
+
+    def trace(self):
+        """The run as a simulator ``Trace`` (sim/stats.py), built from the trace port."""
+        from sim.stats import Record, Trace
+        tr = Trace()
+        for chip, unit, pc, index, issue, start, retire in self.records:
+            tr.records.append(Record(chip, unit, pc, index, self.texts.get(pc, "?"), issue, start, retire))
+        return tr
+
+    def line_trace(self) -> str:
+        return self.trace().line_trace()
 
 
 class DramModel:
@@ -61,61 +78,114 @@ class DramModel:
             self.acks.add(cycle + self.lat)
 
 
-def run_chip(prog: Program, dram: np.ndarray | None = None, regs: dict[int, int] | None = None,
-             *, max_cycles: int = 20000, spm_init: dict | None = None, vcd: str | None = None,
-             loopback: bool = False) -> RunResult:
-    """``loopback``: run inside ``Ring(cfg, 1)``, whose link port 0 transmits into port 1."""
-    cfg = prog.config
-    top = Ring(cfg, 1) if loopback else Chip(cfg)
-    chip = top.chips[0] if loopback else top
-    host, dport = (top.host0, top.dram0) if loopback else (chip.host, chip.dram)
+class TraceMonitor:
+    """Pairs each instance's start (pc, index, issue and start cycles) with its retire."""
+
+    def __init__(self, chip_index: int):
+        self.chip = chip_index
+        self.open: dict = defaultdict(deque)     # (unit, pc, index) -> [(issue, start)]
+        self.records: list = []
+
+    def sample(self, ctx, tr):
+        starts, retires = ctx.get(tr.start), ctx.get(tr.retire)
+        if not (starts or retires):
+            return
+        t = ctx.get(tr.cycle)
+        for u in range(TRACE_LANES):
+            if starts >> u & 1:
+                key = (u, ctx.get(tr.start_pc[u]), ctx.get(tr.start_index[u]))
+                self.open[key].append((ctx.get(tr.start_issue[u]), t))
+        done = []
+        for lane in range(RETIRE_LANES):
+            if retires >> lane & 1:
+                u = lane if lane < TRACE_LANES else 3     # lane 7: the MXU's mm/mma slot
+                key = (u, ctx.get(tr.retire_pc[lane]), ctx.get(tr.retire_index[lane]))
+                issue, start = self.open[key].popleft()
+                done.append((self.chip, u, key[1], key[2], issue, start, t))
+        self.records += sorted(done)
+
+
+def _load_host(ctx, h, prog, regs):
     words = prog.words()
-    if dram is None:
-        dram = np.zeros(cfg.dram_bytes, np.uint8)
-    dm = DramModel(dram, cfg.dma_beat_bytes, cfg.dram_latency)
+    for i, w in enumerate(words):          # program load through the host port
+        ctx.set(h.imem_we, 1)
+        ctx.set(h.imem_addr, i)
+        ctx.set(h.imem_data, w)
+        yield
+    ctx.set(h.imem_we, 0)
+    ctx.set(h.prog_len, len(words))
+    for r, v in (regs or {}).items():
+        ctx.set(h.reg_we, 1)
+        ctx.set(h.reg_addr, r)
+        ctx.set(h.reg_wdata, v & 0xFFFFFFFF)
+        yield
+    ctx.set(h.reg_we, 0)
+
+
+def _texts(prog) -> dict:
+    out = {}
+    for pc, ins in enumerate(getattr(prog, "instructions", []) or []):
+        try:
+            out[pc] = format_instruction(ins, prog.config)
+        except Exception:               # an undecodable word: the simulator prints "?"
+            out[pc] = "?"
+    return out
+
+
+def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *, max_cycles: int = 20000,
+             spm_init: list | None = None, vcd: str | None = None, ring: bool = True) -> list[RunResult]:
+    """Run one program per chip: ``Ring(cfg, len(progs))`` (``ring``), else one ``Chip``.
+
+    Every chip is loaded, then all start in the same cycle; the run ends when every chip is done
+    (halted or stopped by an error) or after ``max_cycles``.
+    """
+    cfg = progs[0].config
+    n = len(progs)
+    top = Ring(cfg, n) if ring else Chip(cfg)
+    chips = top.chips if ring else [top]
+    hosts = [getattr(top, f"host{i}") for i in range(n)] if ring else [top.host]
+    dports = [getattr(top, f"dram{i}") for i in range(n)] if ring else [top.dram]
+    traces = [getattr(top, f"trace{i}") for i in range(n)] if ring else [top.trace]
+    drams = drams or [None] * n
+    dms = [DramModel(d if d is not None else np.zeros(cfg.dram_bytes, np.uint8), cfg.dma_beat_bytes,
+                     cfg.dram_latency) for d in drams]
+    mons = [TraceMonitor(i if ring and n > 1 else 0) for i in range(n)]
+    regs = regs or [None] * n
     box = {}
 
     async def bench(ctx):
-        h, d = host, dport
-        ctx.set(d.rd_ready, 1)
-        ctx.set(d.wr_ready, 1)
-        for i, w in enumerate(words):          # program load through the host port
-            ctx.set(h.imem_we, 1)
-            ctx.set(h.imem_addr, i)
-            ctx.set(h.imem_data, w)
-            await ctx.tick()
-        ctx.set(h.imem_we, 0)
-        ctx.set(h.prog_len, len(words))
-        for r, v in (regs or {}).items():
-            ctx.set(h.reg_we, 1)
-            ctx.set(h.reg_addr, r)
-            ctx.set(h.reg_wdata, v & 0xFFFFFFFF)
-            await ctx.tick()
-        ctx.set(h.reg_we, 0)
-        for row, v in (spm_init or {}).items():
-            ctx.set(chip.spm.data[row], v)
-        ctx.set(h.start, 1)
+        for i in range(n):
+            for _ in _load_host(ctx, hosts[i], progs[i], regs[i]):
+                await ctx.tick()
+            for row, v in ((spm_init or [None] * n)[i] or {}).items():
+                ctx.set(chips[i].spm.data[row], v)
+        for h in hosts:
+            ctx.set(h.start, 1)
         await ctx.tick()
-        ctx.set(h.start, 0)
+        for h in hosts:
+            ctx.set(h.start, 0)
         cycle = 0
-        issued = []
         while cycle < max_cycles:
-            dm.step(ctx, d, cycle)
+            for i in range(n):
+                dms[i].step(ctx, dports[i], cycle)
+                mons[i].sample(ctx, traces[i])
             await ctx.tick()
             cycle += 1
-            if ctx.get(h.done):
+            if all(ctx.get(h.done) for h in hosts):
                 break
         box["sim_cycles"] = cycle
-        box["cycles"] = ctx.get(h.cycles)
-        box["error"] = ctx.get(h.error)
-        box["spm"] = np.array([unpack(ctx.get(chip.spm.data[i]), 8, cfg.cols) for i in range(cfg.spm_rows)])
-        box["acc"] = np.array([unpack(ctx.get(chip.acc.data[i]), 32, cfg.cols) for i in range(cfg.acc_rows)])
-        rr = []
-        for r in range(cfg.scalar_regs):
-            ctx.set(h.reg_addr, r)
-            v = ctx.get(h.reg_rdata)
-            rr.append(v - (1 << 32) if v >> 31 else v)
-        box["regs"] = rr
+        out = []
+        for i, (h, chip) in enumerate(zip(hosts, chips)):
+            spm = np.array([unpack(ctx.get(chip.spm.data[k]), 8, cfg.cols) for k in range(cfg.spm_rows)])
+            acc = np.array([unpack(ctx.get(chip.acc.data[k]), 32, cfg.cols) for k in range(cfg.acc_rows)])
+            rr = []
+            for r in range(cfg.scalar_regs):
+                ctx.set(h.reg_addr, r)
+                v = ctx.get(h.reg_rdata)
+                rr.append(v - (1 << 32) if v >> 31 else v)
+            out.append(RunResult(ctx.get(h.cycles), ctx.get(h.error), dms[i].mem, spm.astype(np.int8),
+                                 acc.astype(np.int32), rr, cycle, mons[i].records, _texts(progs[i])))
+        box["out"] = out
 
     sim = Simulator(top)
     sim.add_clock(1e-6)
@@ -125,5 +195,12 @@ def run_chip(prog: Program, dram: np.ndarray | None = None, regs: dict[int, int]
             sim.run()
     else:
         sim.run()
-    return RunResult(box["cycles"], box["error"], dm.mem, box["spm"].astype(np.int8),
-                     box["acc"].astype(np.int32), box["regs"], box["sim_cycles"])
+    return box["out"]
+
+
+def run_chip(prog: Program, dram: np.ndarray | None = None, regs: dict[int, int] | None = None,
+             *, max_cycles: int = 20000, spm_init: dict | None = None, vcd: str | None = None,
+             loopback: bool = False) -> RunResult:
+    """One chip; ``loopback``: inside ``Ring(cfg, 1)``, whose link port 0 transmits into port 1."""
+    return run_ring([prog], [dram], [regs], max_cycles=max_cycles, spm_init=[spm_init], vcd=vcd,
+                    ring=loopback)[0]
