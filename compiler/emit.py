@@ -35,6 +35,8 @@ from .tiling import Group, KTile, Tiling, groups
 # scalar registers of a kernel
 R_WSLOT, R_WCOL, R_ACC, R_OBUF, R_OCOL, R_BIAS, R_SCALE, R_NT, R_TMP, R_AOFF, R_OOFF, R_ABUF, R_MT = range(1, 14)
 SCALAR_REGS_NEEDED = 14
+#: rows of zeros a border store reads at once (the SPM zero block the planner reserves)
+ZERO_FILL_ROWS = 64
 
 
 @dataclass
@@ -265,10 +267,30 @@ def _stores(e: _Asm, gs: list[Group], base: str, reg: int, space: str, ncols: in
           f"rstride={gr.rstride}, estride={eb}" + _mods(w, s, True, rep))
 
 
-def emit_program(kernels: list, cfg) -> str:
+def emit_zero_fill(e: _Asm, zero_row: int, chunks: dict, zrows: int) -> None:
+    """Store zeros (SPM rows that are never written) over a padded tensor's border in DRAM.
+
+    Runs on the store unit ahead of the kernel that writes the tensor's interior (disjoint bytes);
+    the next kernel starts after ``fence all``."""
+    e.comment("zero the border of a padded output")
+    for n, addrs in sorted(chunks.items()):
+        for g in groups(addrs):
+            for c0 in range(0, g.rows, zrows):
+                rows = min(zrows, g.rows - c0)
+                dram = g.dram + c0 * g.rstride
+                rep = ""
+                if g.count > 1:
+                    e(f"loop l1, {g.count}, s0={g.dstride}, s1=0")
+                    rep = ", rep=l1:1"
+                e(f"dma.st dram[{dram}], spm[{zero_row}], rows={rows}, len={n}, rstride={g.rstride}{rep}")
+
+
+def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> str:
     e = _Asm()
     e.comment(f"tetrachip compiled model: {len(kernels)} kernel(s) for config {cfg.name}")
-    for kc in kernels:
+    for i, kc in enumerate(kernels):
+        for zero_row, chunks in (prefixes or {}).get(i, []):
+            emit_zero_fill(e, zero_row, chunks, ZERO_FILL_ROWS)
         if isinstance(kc, KernelCode):
             emit_kernel(e, kc, cfg)
         else:

@@ -197,7 +197,7 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
         last_use[t] = nk
     bufs = []
     for ti, t in enumerate(s.tensors):
-        start = 0 if (t.kind == "input" or t.padded) else t.producer
+        start = 0 if t.kind == "input" else t.producer       # borders are zeroed by the producer
         end = last_use.get(ti, start)
         bufs.append(Buffer(f"t{ti}", t.phys_size * q.elem_bytes(ti), start, end))
     dplan = plan(bufs, memory="dram", align=DRAM_ALIGN)
@@ -249,6 +249,12 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
     if cpos[0] > cfg.dram_bytes:
         raise ChipCompileError(f"the model needs {cpos[0]} bytes of DRAM (tensors {dplan.footprint}, constants "
                                f"{cpos[0] - const_base}); config {cfg.name!r} has {cfg.dram_bytes}")
+    borders = {i: [] for i in range(nk)}
+    for ti, t in enumerate(s.tensors):
+        if t.kind == "kernel" and t.padded:
+            borders[t.producer].append(_border_chunks(t, tensor_addr[ti], C))
+    if any(borders.values()):
+        spm_bufs.append(Buffer("zero", ZERO_ROWS, 0, nk))          # never written: reads as zeros
     splan = plan(spm_bufs, memory="spm")
     aplan = plan(acc_bufs, memory="acc")
     if splan.footprint > cfg.spm_rows or aplan.footprint > cfg.acc_rows:
@@ -262,7 +268,9 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
         kc.spm_w = splan.offsets[f"k{i}.W"]
         kc.spm_o = splan.offsets.get(f"k{i}.O", 0)
         kc.acc_base = aplan.offsets[f"k{i}.acc"]
-    text = emit_program(codes, cfg)
+    zero = splan.offsets.get("zero")
+    prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
+    text = emit_program(codes, cfg, prefixes)
     n_instr = sum(1 for ln in text.splitlines() if ln.startswith(" "))
     if n_instr > cfg.imem_words:
         raise ChipCompileError(f"the compiled program needs {n_instr} instructions; config {cfg.name!r} "
@@ -280,6 +288,27 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
     }
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
                          {"dram": dplan, "spm": splan, "acc": aplan}, 0.0)
+
+
+#: SPM rows reserved (never written) as the source of zero-border stores
+ZERO_ROWS = 64
+
+
+def _border_chunks(t, base: int, cols: int) -> dict[int, np.ndarray]:
+    """DRAM addresses of a padded tensor's zero border, in chunks of at most ``cols`` contiguous
+    bytes, grouped by chunk length: {length: addresses}."""
+    inner = np.zeros(t.phys_shape, bool)
+    inner[tuple(slice(t.pads[a][0], t.pads[a][0] + t.shape[a]) for a in t.perm)] = True
+    off = np.flatnonzero(~inner.reshape(-1))
+    out: dict[int, list] = {}
+    if not off.size:
+        return {}
+    cut = np.flatnonzero(np.diff(off) != 1) + 1
+    for seg in np.split(off, cut):
+        for i in range(0, len(seg), cols):
+            n = min(cols, len(seg) - i)
+            out.setdefault(n, []).append(base + int(seg[i]))
+    return {n: np.array(v, np.int64) for n, v in out.items()}
 
 
 def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, KernelInfo]:
