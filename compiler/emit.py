@@ -100,7 +100,10 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
     free_p = "vpu" if kc.out_int8 else "store"
     free_c = "load" if bias else "mxu"
     ep = "vpu" if (kc.out_int8 or kc.relu) else "store"        # the unit the last mma signals
+    # the A-buffer gate (store -> load); with int32 output and a bias, store -> load already means
+    # "ACC region free", and the bias load orders the next M tile's A loads behind it (two buffers)
     gate = tl.MT > 1 and not (not kc.out_int8 and bias)
+    assert gate or tl.nbuf == 2 or tl.MT == 1, "a single A buffer needs the gate"
     g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
@@ -113,10 +116,13 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
     e("loop l2, 2")
     if kc.out_int8:
         e(f"vqcfg shift={kc.shift}, zp=0, lo={kc.lo}, hi=127, round=half_up, rep=l2:1, signal={free_c}")
-        e(f"dma.st dram[0], spm[0], rows=0, rep=l2:1, signal=vpu{'|load' if gate else ''}")
+        e("dma.st dram[0], spm[0], rows=0, rep=l2:1, signal=vpu")
         e(f"dma.ld acc[{kc.acc_base + 2 * Mt}], dram[{kc.scale_addr}], rows={NT}, len={C}, rstride={4 * C}")
     else:
-        e(f"dma.st dram[0], acc[0], rows=0, rep=l2:1, signal={free_c}{'|load' if gate else ''}")
+        e(f"dma.st dram[0], acc[0], rows=0, rep=l2:1, signal={free_c}")
+    if gate:                                   # one token per free A buffer
+        e(f"loop l2, {tl.nbuf}")
+        e("dma.st dram[0], spm[0], rows=0, rep=l2:1, signal=load")
     tiles = tl.m_tiles()
     full = [t for t in tiles if t[1] == Mt]
     da, do = _translation(kc.a_rows, Mt, len(full)), _translation(kc.out_rows, Mt, len(full))
@@ -154,6 +160,7 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
     if kc.out_int8:
         e("vqcfg rep=l2:1, wait=store")
     if gate:
+        e(f"loop l2, {tl.nbuf}")
         e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=store")
     e("fence all")
 
@@ -206,6 +213,7 @@ def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_g
         e(f"loop l0, {KT}, s0={R}, s1={R * C}")
         e(f"dma.ld spm[{kc.spm_w}+r{R_WSLOT}], dram[{kc.w_addr}+r{R_WCOL}], rows={R}, len={C}, rstride={C}, "
           f"rep=l0:1, wait=mxu, signal=mxu")
+    l1 = None                                  # the nest l1 holds (set once when every K tile uses it)
     for kt, kti in enumerate(kc.ktiles):
         wrow = f"{kc.spm_w + kt * R}+r{R_WSLOT}"
         if first:
@@ -215,7 +223,9 @@ def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_g
                 sig = ("mxu",) if gi == len(a_groups) - 1 else ()
                 rep = None
                 if gr.count > 1:
-                    e(f"loop l1, {gr.count}, s0={gr.lstride}, s1={gr.dstride}")
+                    if l1 != (gr.count, gr.lstride, gr.dstride):
+                        l1 = (gr.count, gr.lstride, gr.dstride)
+                        e(f"loop l1, {gr.count}, s0={gr.lstride}, s1={gr.dstride}")
                     rep = "l1:1"
                 e(f"dma.ld spm[{a_buf + kt * Mt + gr.local}+r{R_ABUF}], dram[{gr.dram + kti.col}+r{R_AOFF}], "
                   f"rows={gr.rows}, "

@@ -142,7 +142,7 @@ class Tiling:
         return [(t * self.Mt, min(self.Mt, self.M - t * self.Mt), t % self.nbuf) for t in range(self.MT)]
 
 
-def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str) -> Tiling:
+def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, single_ok: bool = True) -> Tiling:
     """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip."""
     R, C = cfg.rows, cfg.cols
     NT = -(-N // C)
@@ -167,8 +167,15 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str) ->
         Mt = min((cfg.spm_rows - w_rows) // (2 * KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
         if Mt < 1:
             raise ChipCompileError(f"{what}: K = {KT} tiles do not fit SPM on config {cfg.name!r}")
-        if run > 1 and Mt >= run:
-            Mt = Mt // run * run                 # whole blocks: every full M tile runs the same code
+        mt1 = min((cfg.spm_rows - w_rows) // (KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
+        short = 2 * (2 * R + C)        # an mm shorter than this cannot hide the next weight load
+        if run > 1 and single_ok and run <= mt1 and (Mt < run or (Mt // run * run < short
+                                                                  and mt1 // run >= 2 * (Mt // run))):
+            # one A buffer (loads no longer overlap the previous M tile's matmuls) so that an M
+            # tile holds a whole block and one loop body serves every tile (instruction memory)
+            nbuf, Mt = 1, _blocks(M, run, mt1)
+        elif run > 1 and Mt >= run:
+            Mt = _blocks(M, run, Mt)             # whole blocks: every full M tile runs the same code
         else:
             MT = -(-M // Mt)
             Mt = -(-M // MT)                     # even tiles
@@ -177,6 +184,17 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str) ->
         nbuf = 1
     return Tiling(M, N, KT, NT, Mt, MT, NB, nbuf, nbuf * KT * Mt + w_rows + ostage * Mt,
                   2 * Mt + scale_rows)
+
+
+def _blocks(M: int, run: int, cap: int) -> int:
+    """Rows of an M tile: whole blocks of ``run`` rows, at most ``cap``; a count that divides the
+    number of blocks (no edge tile, so no second copy of the code) unless that halves the tile."""
+    k = cap // run
+    nblk = -(-M // run)
+    for d in range(k, 0, -1):
+        if nblk % d == 0:
+            return (d if 2 * d >= k else k) * run
+    return k * run
 
 
 def tile_weights(w_q: np.ndarray, order: np.ndarray, tiles: list[KTile], R: int, C: int) -> np.ndarray:
