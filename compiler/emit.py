@@ -93,7 +93,7 @@ def _mods(wait=(), signal=(), once=False, rep=None) -> str:
 
 def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
     tl = kc.tiling
-    R, C = cfg.rows, cfg.cols
+    C = cfg.cols
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
     bias = kc.bias_addr is not None
     # who frees an ACC region, and who waits for it

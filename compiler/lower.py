@@ -28,8 +28,8 @@ from isa.program import Program
 from . import engine
 from .emit import EW_MAX_INPUTS, SCALAR_REGS_NEEDED, EwCode, KernelCode, emit_program
 from .planner import Buffer, plan
-from .quantize import QSchedule, dequantize_outputs, input_ints, quantize, run_int, tensor_scale
-from .schedule import ChipCompileError, EwKernel, Schedule, base_to_mn, gather_base, kernel_inputs, lift
+from .quantize import QSchedule, dequantize_outputs, input_ints, quantize, run_int
+from .schedule import ChipCompileError, EwKernel, Schedule, base_to_mn, kernel_inputs, lift
 from .tiling import Tiling, choose, k_tiles, pad_lanes, period, tile_weights
 
 DRAM_ALIGN = 64
@@ -235,7 +235,8 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
         if k.N > 1 and not np.all(np.diff(offs, axis=1) == 1):
             raise ChipCompileError(f"{what}: output channels are not contiguous in DRAM")
         out_rows = tensor_addr[k.out] + offs[:, 0] * eb
-        tl = choose(cfg, k.M, len(kts), k.N, qk.out_int8, _common_period(a_rows, out_rows), what)
+        tl = choose(cfg, k.M, len(kts), k.N, qk.out_int8, _common_period(a_rows, out_rows), what,
+                    single_ok=qk.out_int8 or qk.bias_q is None)
         spm_bufs += [Buffer(f"k{i}.A", tl.nbuf * tl.KT * tl.Mt, i, i), Buffer(f"k{i}.W", tl.NB * R, i, i)]
         if qk.out_int8:
             spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, i, i))
@@ -350,7 +351,8 @@ def _common_period(a_rows, out_rows) -> int:
 
 
 def reference_tensors(cm: CompiledModel, feeds: dict) -> dict:
+    """Every tensor of the quantized reference (integers), by tensor index."""
     return run_int(cm.qsched, feeds)[1]
 
 
-__all__ = ["compile_model", "CompiledModel", "ChipCompileError", "trace", "gather_base", "tensor_scale"]
+__all__ = ["compile_model", "CompiledModel", "ChipCompileError", "trace", "reference_tensors"]
