@@ -277,22 +277,24 @@ def _stores(e: _Asm, gs: list[Group], base: str, reg: int, space: str, ncols: in
           f"rstride={gr.rstride}, estride={eb}" + _mods(w, s, True, rep))
 
 
-def emit_zero_fill(e: _Asm, zero_row: int, chunks: dict, zrows: int) -> None:
+def emit_zero_fill(e: _Asm, zero_row: int, border: tuple, zrows: int) -> None:
     """Store zeros (SPM rows that are never written) over a padded tensor's border in DRAM.
 
-    Runs on the store unit ahead of the kernel that writes the tensor's interior (disjoint bytes);
-    the next kernel starts after ``fence all``."""
+    ``border`` is ``({length: addresses of one slice}, slices, slice stride)``; the slices are
+    the outer level of a repeat nest. Runs on the store unit ahead of the kernel that writes the
+    tensor's interior (disjoint bytes); the next kernel starts after ``fence all``."""
+    chunks, outer, ostride = border
     e.comment("zero the border of a padded output")
     for n, addrs in sorted(chunks.items()):
         for g in groups(addrs):
             for c0 in range(0, g.rows, zrows):
                 rows = min(zrows, g.rows - c0)
-                dram = g.dram + c0 * g.rstride
-                rep = ""
-                if g.count > 1:
-                    e(f"loop l1, {g.count}, s0={g.dstride}, s1=0")
-                    rep = ", rep=l1:1"
-                e(f"dma.st dram[{dram}], spm[{zero_row}], rows={rows}, len={n}, rstride={g.rstride}{rep}")
+                levels = ([(outer, ostride)] if outer > 1 else []) + ([(g.count, g.dstride)] if g.count > 1 else [])
+                for lv, (cnt, st) in enumerate(levels):
+                    e(f"loop l{lv}, {cnt}, s0={st}, s1=0")
+                rep = f", rep=l0:{len(levels)}" if levels else ""
+                e(f"dma.st dram[{g.dram + c0 * g.rstride}], spm[{zero_row}], rows={rows}, len={n}, "
+                  f"rstride={g.rstride}{rep}")
 
 
 def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> str:

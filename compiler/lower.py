@@ -74,7 +74,8 @@ class CompiledModel:
     def dram_writes(self, feeds: dict) -> list[tuple[int, np.ndarray]]:
         """(address, bytes) the host writes before launch: constants, then the quantized inputs."""
         q = self.qsched
-        out = [(self.const_base, self.const_image)]
+        # the tensor arena starts zeroed (borders of padded tensors that no earlier tensor shared)
+        out = [(0, np.zeros(self.const_base, np.uint8)), (self.const_base, self.const_image)]
         for ti, xq in input_ints(q, feeds).items():
             out.append((self.tensor_addr[ti], q.sched.tensors[ti].to_phys(xq)))
         return out
@@ -253,7 +254,8 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
     borders = {i: [] for i in range(nk)}
     for ti, t in enumerate(s.tensors):
         if t.kind == "kernel" and t.padded:
-            borders[t.producer].append(_border_chunks(t, tensor_addr[ti], C))
+            if _reused(bufs[ti], bufs, dplan.offsets):     # else the zeroed arena already holds zeros
+                borders[t.producer].append(_border_chunks(t, tensor_addr[ti], C))
     if any(borders.values()):
         spm_bufs.append(Buffer("zero", ZERO_ROWS, 0, nk))          # never written: reads as zeros
     splan = plan(spm_bufs, memory="spm")
@@ -295,21 +297,35 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
 ZERO_ROWS = 64
 
 
-def _border_chunks(t, base: int, cols: int) -> dict[int, np.ndarray]:
-    """DRAM addresses of a padded tensor's zero border, in chunks of at most ``cols`` contiguous
-    bytes, grouped by chunk length: {length: addresses}."""
-    inner = np.zeros(t.phys_shape, bool)
-    inner[tuple(slice(t.pads[a][0], t.pads[a][0] + t.shape[a]) for a in t.perm)] = True
+def _reused(b: Buffer, bufs: list, offsets: dict) -> bool:
+    """Does a buffer that dies before ``b`` starts share some of ``b``'s bytes?"""
+    lo, hi = offsets[b.name], offsets[b.name] + b.size
+    return any(o.end < b.start and offsets[o.name] < hi and lo < offsets[o.name] + o.size for o in bufs)
+
+
+def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
+    """DRAM addresses of a padded tensor's zero border in chunks of at most ``cols`` contiguous
+    bytes, grouped by length ({length: addresses}), for one slice of the outermost unpadded axis;
+    with that axis' count and byte stride (the slices repeat: one nest level)."""
+    pshape = t.phys_shape
+    outer, ostride, lead = 1, 0, 0
+    for i, a in enumerate(t.perm):
+        if t.shape[a] > 1:
+            if t.pads[a] == [0, 0]:
+                outer, ostride, lead = pshape[i], int(np.prod(pshape[i + 1:])), i + 1
+            break
+    sub = pshape[lead:]
+    inner = np.zeros(sub, bool)
+    inner[tuple(slice(t.pads[a][0], t.pads[a][0] + t.shape[a]) for a in t.perm[lead:])] = True
     off = np.flatnonzero(~inner.reshape(-1))
     out: dict[int, list] = {}
-    if not off.size:
-        return {}
-    cut = np.flatnonzero(np.diff(off) != 1) + 1
-    for seg in np.split(off, cut):
-        for i in range(0, len(seg), cols):
-            n = min(cols, len(seg) - i)
-            out.setdefault(n, []).append(base + int(seg[i]))
-    return {n: np.array(v, np.int64) for n, v in out.items()}
+    if off.size:
+        cut = np.flatnonzero(np.diff(off) != 1) + 1
+        for seg in np.split(off, cut):
+            for i in range(0, len(seg), cols):
+                n = min(cols, len(seg) - i)
+                out.setdefault(n, []).append(base + int(seg[i]))
+    return {n: np.array(v, np.int64) for n, v in out.items()}, outer, ostride
 
 
 def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, KernelInfo]:
