@@ -82,10 +82,12 @@ class Chip(wiring.Component):
       lrx   In(LinkSignature(cfg)).array(links)     link receive channel of each port
       trace Out(TraceSignature(cfg))                instances issuing, starting and retiring (co-simulation)
     Memories (for test benches): ``spm``, ``acc``, ``imem`` (``amaranth.lib.memory.Memory``).
+    ``mac``: how the array's products are built, "dsp" | "lut" | "dsp:N" (``rtl/mac.py``); a build
+    option for FPGAs: cycles and results are the same for every value.
     """
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    def __init__(self, cfg, mac: str = "dsp"):
+        self.cfg, self.mac = cfg, mac      # mac: how the array multiplies (rtl/mac.py)
         super().__init__({"host": In(HostSignature(cfg)), "dram": Out(DramSignature(cfg)),
                           "ltx": Out(LinkSignature(cfg)).array(cfg.links),
                           "lrx": In(LinkSignature(cfg)).array(cfg.links),
@@ -105,6 +107,7 @@ class Chip(wiring.Component):
         m.d.comb += start.eq(h.start & ~iss.running)
         units = {Unit.LOAD: DmaLoad(cfg), Unit.STORE: DmaStore(cfg), Unit.MXU: MxuUnit(cfg),
                  Unit.VPU: VpuUnit(cfg), Unit.LTX: LinkTx(cfg), Unit.LRX: LinkRx(cfg)}
+        units[Unit.MXU].mac = self.mac
         for u, unit in units.items():
             # every unit starts a run from reset (queues, pipelines, weights, LUT, credits)
             m.submodules[u.name.lower()] = ResetInserter({"sync": start})(unit)

@@ -54,7 +54,7 @@ class MxuUnit(UnitBase):
         cfg = self.cfg
         R, C = cfg.rows, cfg.cols
         PIPE = mxu_pipe(cfg)
-        m.submodules.array = arr = SystolicArray(R, C)
+        m.submodules.array = arr = SystolicArray(R, C, mac=getattr(self, "mac", "dsp"))
         op = q.word.opcode
         is_lw = op == BY_MNEMONIC["mxu.lw"].opcode
         is_mma = op == BY_MNEMONIC["mxu.mma"].opcode

@@ -18,6 +18,8 @@ from amaranth.lib.wiring import In, Out
 
 from isa.table import clog2
 
+from .mac import pe_kinds, product
+
 __all__ = ["SystolicArray"]
 
 
@@ -34,8 +36,9 @@ class SystolicArray(wiring.Component):
       y        Out(ArrayLayout(signed(32), cols)) result of the row that entered LATENCY cycles ago
     """
 
-    def __init__(self, rows: int, cols: int):
+    def __init__(self, rows: int, cols: int, mac: str = "dsp"):
         self.rows, self.cols = rows, cols
+        self.kinds = pe_kinds(rows, cols, mac)      # per PE: "dsp" or "lut" (rtl/mac.py)
         self.LATENCY = rows + cols - 1
         super().__init__({
             "x": In(data.ArrayLayout(signed(8), rows)), "swap": In(1),
@@ -72,7 +75,7 @@ class SystolicArray(wiring.Component):
                 with m.If(self.w_we & (self.w_row == k)):
                     m.d.sync += shadow.eq(self.w_data[n])
                 p = Signal(signed(32), name=f"ps{k}_{n}")
-                m.d.sync += p.eq(psum[n] + a * w)
+                m.d.sync += p.eq(psum[n] + product(m, a, w, self.kinds[k][n], f"mul{k}_{n}"))
                 new_psum.append(p)
                 if n < C - 1:    # pass the input (and the swap bit) right
                     na, ns = Signal(signed(8), name=f"a{k}_{n}"), Signal(name=f"s{k}_{n}")

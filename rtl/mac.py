@@ -1,0 +1,82 @@
+"""How the systolic array builds its int8 x int8 products: in hard multipliers or in LUTs.
+
+An FPGA has a fixed number of multiplier blocks (ECP5-25k: 28 18x18, ECP5-85k: 156, iCE40 UP5K:
+8 16x16). A ``*`` in the RTL lets Yosys map each product into one of them; past the device's count
+the design does not fit. The build option ``mac`` (``Chip(cfg, mac=...)``) chooses per PE:
+
+``"dsp"``    ``a * w`` (Yosys maps it to a multiplier block; the default, as before)
+``"lut"``    a shift-and-add multiplier (Baugh-Wooley partial products, an adder tree) that Yosys
+             keeps in LUTs and carry chains
+``"dsp:N"``  the first N PEs (row-major) as ``"dsp"``, the others as ``"lut"``: fills the device's
+             multiplier blocks and spills the rest into LUTs
+
+All variants compute the same signed 16-bit product, so cycles and results do not change.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Signal, signed
+
+__all__ = ["MAC_KINDS", "parse_mac", "pe_kinds", "product"]
+
+MAC_KINDS = ("dsp", "lut")
+
+
+def parse_mac(mac: str) -> tuple[str, int | None]:
+    """``"dsp"`` -> ("dsp", None); ``"lut"`` -> ("lut", None); ``"dsp:N"`` -> ("dsp", N)."""
+    if not isinstance(mac, str):
+        raise ValueError(f"mac must be a string, got {mac!r}")
+    kind, _, n = mac.partition(":")
+    if kind not in MAC_KINDS or (n and kind != "dsp"):
+        raise ValueError(f"mac must be 'dsp', 'lut' or 'dsp:N', got {mac!r}")
+    if not n:
+        return kind, None
+    if not n.isdigit():
+        raise ValueError(f"mac 'dsp:N' needs a count N >= 0, got {mac!r}")
+    return kind, int(n)
+
+
+def pe_kinds(rows: int, cols: int, mac: str = "dsp") -> list[list[str]]:
+    """The kind ("dsp" or "lut") of each PE (k, n), row-major."""
+    kind, limit = parse_mac(mac)
+    out = []
+    for k in range(rows):
+        out.append([kind if limit is None or k * cols + n < limit else "lut" for n in range(cols)])
+    return out
+
+
+def product(m, a, w, kind: str, name: str):
+    """The signed 16-bit product of signed 8-bit ``a`` and ``w`` (combinational) built as ``kind``."""
+    if kind == "dsp":
+        return a * w
+    if kind != "lut":
+        raise ValueError(f"unknown MAC kind {kind!r}")
+    # Baugh-Wooley: a*w = sum_{i,j<7} a_i w_j 2^(i+j) + a7 w7 2^14
+    #                     - 2^7 (a7 * w[0:7] + w7 * a[0:7]) ; the negative terms as inverted rows + constants
+    rows = []
+    for j in range(8):
+        bits = []
+        for i in range(8):
+            b = a[i] & w[j]
+            if (i == 7) != (j == 7):       # one sign bit: negative weight -> invert
+                b = ~b
+            bits.append(b)
+        rows.append((Cat(*bits), j))
+    terms = [Signal(16, name=f"{name}_pp{j}") for j in range(8)]
+    for (bits, j), t in zip(rows, terms):
+        m.d.comb += t.eq(bits.as_unsigned() << j)
+    # constant of the inversions: 2^8 + 2^15 (mod 2^16)
+    level = [t for t in terms] + [Const((1 << 8) + (1 << 15), 16)]
+    d = 0
+    while len(level) > 1:           # balanced adder tree, 16 bits wide (mod 2^16)
+        nxt = []
+        for i in range(0, len(level) - 1, 2):
+            s = Signal(16, name=f"{name}_s{d}_{i // 2}")
+            m.d.comb += s.eq(level[i] + level[i + 1])
+            nxt.append(s)
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level, d = nxt, d + 1
+    p = Signal(signed(16), name=f"{name}_p")
+    m.d.comb += p.eq(level[0])
+    return p

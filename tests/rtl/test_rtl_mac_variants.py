@@ -1,0 +1,65 @@
+"""MAC variants (rtl/mac.py): LUT products against numpy, and the whole array built with each
+variant against numpy matmul (the same cases as test_rtl_systolic.py, only the DUT swapped)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from amaranth import Module, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+import test_rtl_systolic
+from rtl.mac import parse_mac, pe_kinds, product
+from rtl.systolic import SystolicArray
+from rtl_helpers import run
+
+pytestmark = pytest.mark.rtl
+
+
+class _Mul(wiring.Component):
+    def __init__(self, kind):
+        self.kind = kind
+        super().__init__({"a": In(signed(8)), "w": In(signed(8)), "p": Out(signed(16))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.p.eq(product(m, self.a, self.w, self.kind, "mul"))
+        return m
+
+
+@pytest.mark.parametrize("kind", ["dsp", "lut"])
+def test_product_matches_numpy(kind):
+    rng = np.random.default_rng(7)
+    corners = [-128, -127, -1, 0, 1, 127]
+    pairs = [(a, w) for a in corners for w in corners]
+    pairs += [tuple(int(v) for v in rng.integers(-128, 128, 2)) for _ in range(400)]
+    dut = _Mul(kind)
+
+    async def bench(ctx):
+        got = []
+        for a, w in pairs:
+            ctx.set(dut.a, a)
+            ctx.set(dut.w, w)
+            got.append(ctx.get(dut.p))
+        return got
+
+    got = run(dut, bench, clock=False)
+    assert got == [a * w for a, w in pairs]
+
+
+@pytest.mark.parametrize("mac,rows,cols", [("lut", 4, 4), ("lut", 3, 5), ("dsp:5", 4, 4), ("dsp:0", 2, 2)])
+def test_array_variant_matches_numpy(monkeypatch, mac, rows, cols):
+    monkeypatch.setattr(test_rtl_systolic, "SystolicArray", functools.partial(SystolicArray, mac=mac))
+    test_rtl_systolic.test_array_matches_numpy(rows, cols)
+
+
+def test_pe_kinds_and_bad_options():
+    assert pe_kinds(2, 3, "dsp:4") == [["dsp"] * 3, ["dsp", "lut", "lut"]]
+    assert pe_kinds(2, 2, "lut") == [["lut"] * 2] * 2
+    assert parse_mac("dsp") == ("dsp", None)
+    for bad in ("dsp2", "lut:3", "dsp:x", "", 3):
+        with pytest.raises(ValueError, match="mac"):
+            parse_mac(bad)
