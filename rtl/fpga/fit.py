@@ -1,0 +1,107 @@
+"""Will a config fit a device? A per-MAC / per-memory model, checked before a long build.
+
+The model counts what dominates ``FpgaTop(cfg)``:
+
+* the array: per PE one hard multiplier ("dsp") or ``LUT_PER_LUT_MAC`` LUTs ("lut"), plus
+  ``LUT_PER_PE`` LUTs (the 32-bit partial-sum adder) and ``FF_PER_PE`` flip-flops;
+* memories: one with a single write port and only registered reads maps to block RAM, one copy per
+  read port; the chip's SPM and ACC have several write ports (DMA, VPU, link, scalar unit, MXU)
+  and combinational read ports (DMA store, link transmit, scalar unit), which no FPGA block RAM
+  has: Yosys builds them from flip-flops (one per bit) and read multiplexers
+  (``LUT_PER_FF_MEM_BIT_PORT`` LUTs per bit per read port);
+* the rest (issue stage, queues, VPU, DMA): ``LUT_BASE + LUT_PER_LANE * cols`` LUTs,
+  ``FF_BASE + FF_PER_LANE * cols`` FFs, ``DSP_PER_LANE * cols`` multipliers (the VPU's lane
+  multiply and requantizer).
+
+Constants are calibrated on Yosys' synth_ecp5 results (docs/fpga.md lists them); the check refuses a
+build whose estimate exceeds the device, and names every resource over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from isa.errors import TetrachipError
+from isa.table import WORD_BITS
+
+from .devices import Device
+
+__all__ = ["Estimate", "estimate", "check", "FitError", "MEMORY_PORTS"]
+
+#: (write ports, registered read ports, combinational read ports) of the chip's memories (rtl/chip.py)
+MEMORY_PORTS = {"spm": (4, 4, 3), "acc": (5, 3, 3), "imem": (1, 1, 0)}
+
+LUT_PER_PE = 40
+FF_PER_PE = 60
+LUT_PER_LUT_MAC = 110
+LUT_PER_FF_MEM_BIT_PORT = 0.6
+LUT_BASE, LUT_PER_LANE = 6000, 700
+FF_BASE, FF_PER_LANE = 3000, 250
+DSP_PER_LANE = {"ecp5": 8, "ice40": 8}
+
+
+class FitError(TetrachipError, ValueError):
+    """The design does not fit the device (the message lists needed vs available)."""
+
+
+@dataclass
+class Estimate:
+    luts: int
+    ffs: int
+    dsps: int
+    brams: int
+
+    def over(self, dev: Device) -> list[str]:
+        out = []
+        for k, avail in (("luts", dev.luts), ("ffs", dev.ffs), ("dsps", dev.dsps), ("brams", dev.brams)):
+            need = getattr(self, k)
+            if need > avail:
+                out.append(f"{k[:-1].upper()} {need} needed > {avail} available")
+        return out
+
+
+def _bram_blocks(width: int, depth: int, dev: Device) -> int:
+    """Block RAMs for one width x depth copy (best aspect ratio)."""
+    if dev.family == "ecp5":
+        modes = [(16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)]
+    else:
+        modes = [(2048, 2), (1024, 4), (512, 8), (256, 16)]
+    return min(-(-width // w) * -(-depth // d) for d, w in modes)
+
+
+def _memory(width, depth, ports, dev):
+    """(luts, ffs, brams) of one memory."""
+    w, r_sync, r_comb = ports
+    if w == 1 and r_comb == 0:
+        return 0, 0, r_sync * _bram_blocks(width, depth, dev)
+    bits = width * depth
+    return int(bits * (r_sync + r_comb) * LUT_PER_FF_MEM_BIT_PORT), bits, 0
+
+
+def estimate(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -> Estimate:
+    from ..mac import pe_kinds
+    kinds = [k for row in pe_kinds(cfg.rows, cfg.cols, mac) for k in row]
+    n_dsp_pe = kinds.count("dsp")
+    pes = cfg.rows * cfg.cols
+    luts = LUT_BASE + LUT_PER_LANE * cfg.cols + LUT_PER_PE * pes + LUT_PER_LUT_MAC * (pes - n_dsp_pe)
+    ffs = FF_BASE + FF_PER_LANE * cfg.cols + FF_PER_PE * pes
+    dsps = DSP_PER_LANE[dev.family] * cfg.cols + n_dsp_pe
+    brams = 0
+    mems = {"spm": (8 * cfg.cols, cfg.spm_rows), "acc": (32 * cfg.cols, cfg.acc_rows),
+            "imem": (WORD_BITS, cfg.imem_words)}
+    for name, (width, depth) in mems.items():
+        lu, ff, br = _memory(width, depth, MEMORY_PORTS[name], dev)
+        luts, ffs, brams = luts + lu, ffs + ff, brams + br
+    dram = min(dram_bytes, cfg.dram_bytes)
+    brams += cfg.dma_beat_bytes * _bram_blocks(8, dram // cfg.dma_beat_bytes, dev)
+    return Estimate(int(luts), int(ffs), int(dsps), int(brams))
+
+
+def check(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -> Estimate:
+    """The estimate, or ``FitError`` naming each resource over the device."""
+    est = estimate(cfg, dev, mac=mac, dram_bytes=dram_bytes)
+    over = est.over(dev)
+    if over:
+        raise FitError(f"config {cfg.name!r} (mac={mac}) does not fit {dev.name}: " + "; ".join(over)
+                       + " (estimate; see docs/fpga.md)")
+    return est

