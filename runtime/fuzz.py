@@ -1,0 +1,532 @@
+"""Constrained-random programs for co-simulation (riscv-dv style), seeded and replayable.
+
+``generate(cfg, seed)`` returns a ``FuzzCase``: assembly text for chip 0 and chip 1 of a 2-chip
+ring, a DRAM image per chip, host-written scalar registers, and the coverage points it exercises.
+The same seed gives the same case.
+
+Legal programs are a sequence of blocks:
+
+* **phase**: up to five queued instructions of any unit, each on its own freshly allocated SPM/ACC
+  rows and DRAM bytes (so nothing races), some with a repeat nest (depth 0-4, trip counts from
+  immediates or from host-written registers, strides that keep instances apart), some joined as
+  producer -> consumer by a token (``signal=`` / ``wait=``, ``sync=once``) where the consumer reads
+  what the producer wrote; the phase ends with ``fence`` over the units it used.
+* **scalar**: ALU ops on scratch registers, ``sld``/``sst`` on rows no phase is touching.
+* **branch**: a forward conditional skip, or a counted loop around a phase (``bne`` back).
+* **link**: on chip 0 a ``link.send`` / ``link.recv``; chip 1 runs the matching recv/send.
+
+Illegal programs (``illegal=True``) are a legal prefix followed by one fault: a race, an address
+out of range, a token overflow, a jump out of the program, a reserved word, a link type mismatch.
+
+Registers: r1, r2 trip counts (host), r3 an address base (host), r4-r7 scratch, r8 loop counter,
+r9 a VPU/requantizer scalar operand (host).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from isa import ChipConfig
+from isa.table import INSTRUCTIONS, Unit
+
+UNIT_NAME = {Unit.SCALAR: "scalar", Unit.LOAD: "load", Unit.STORE: "store", Unit.MXU: "mxu", Unit.VPU: "vpu",
+             Unit.LTX: "ltx", Unit.LRX: "lrx"}
+VBIN = ("vadd", "vsub", "vmul", "vmin", "vmax", "vshl", "vsra")
+VUN = ("vmov", "vrelu", "vabs", "vrsum", "vrmax", "vrmin", "vlut")
+ALU = ("add", "sub", "mul", "and", "or", "xor", "sll", "srl", "sra", "slt")
+BRANCH = ("beq", "bne", "blt", "bge")
+ALL_OPCODES = tuple(i.mnemonic for i in INSTRUCTIONS)
+DRAM_IN = 0x4000          # bytes of random input data at DRAM 0 (read-only for the program)
+FAULTS = ("race", "spm_range", "acc_range", "dram_range", "token_overflow", "pc_range", "reserved",
+          "link_mismatch")
+
+
+@dataclass
+class FuzzCase:
+    seed: int
+    sources: list          # assembly text of chip 0 and chip 1
+    drams: list            # uint8 DRAM image per chip
+    regs: list             # {reg: value} per chip
+    illegal: bool = False
+    fault: str | None = None
+    #: (mnemonic, depth, mode) coverage points of chip 0 and chip 1
+    points: set = field(default_factory=set)
+    raw: dict = field(default_factory=dict)   # {chip: {pc: word}} words to patch after assembly
+
+
+class _Alloc:
+    """Bump allocator of rows / bytes; ``reset`` at a phase boundary."""
+
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi, self.at = lo, hi, lo
+
+    def reset(self):
+        self.at = self.lo
+
+    def take(self, n: int) -> int | None:
+        if self.at + n > self.hi:
+            return None
+        a, self.at = self.at, self.at + n
+        return a
+
+
+class Gen:
+    def __init__(self, cfg: ChipConfig, rng: random.Random, regs: dict):
+        self.cfg, self.r, self.regs = cfg, rng, regs
+        self.C, self.R = cfg.cols, cfg.rows
+        self.lines: list[str] = []
+        self.partner: list[str] = []         # chip 1's complement of chip 0's link traffic
+        self.points: set = set()
+        self.labels = 0
+        # scalar rows at the top of SPM/ACC: no queued instruction touches them
+        self.spm = _Alloc(0, cfg.spm_rows - 16)
+        self.acc = _Alloc(0, cfg.acc_rows - 8)
+        self.dram_out = _Alloc(DRAM_IN, cfg.dram_bytes)
+
+    # -- helpers ------------------------------------------------------------------------
+    def emit(self, s: str) -> None:
+        self.lines.append("        " + s)
+
+    def label(self) -> str:
+        self.labels += 1
+        return f"L{self.labels}"
+
+    def cover(self, mn: str, depth: int, mode: str) -> None:
+        self.points.add((mn, depth, mode))
+
+    def alloc(self, space: str, n: int) -> int | None:
+        return (self.spm if space == "spm" else self.acc).take(max(n, 1))
+
+    def addr(self, space: str, base: int) -> tuple[str, str]:
+        """``space[base]`` or, sometimes, ``space[r3+k]`` with r3 a host register (mode 'x')."""
+        v = self.regs.get(3, 0)
+        if base >= v and self.r.random() < 0.3:
+            return f"{space}[r3+{base - v}]", "x"
+        return f"{space}[{base}]", ""
+
+    def nest(self, rowspan: int, nslots: int):
+        """A repeat nest: (loop lines, rep text, depth, trip count, per-slot total offsets).
+
+        Stride of each slot at level j = rowspan * (product of inner trip counts) so instances
+        never overlap; trip counts from immediates or from r1/r2 (host-written)."""
+        d = self.r.choice([0, 0, 1, 1, 2, 3, 4][: 3 + self.cfg.loop_regs])
+        d = min(d, self.cfg.loop_regs)
+        if d == 0:
+            return [], "", 0, 1, "imm", rowspan
+        base = self.r.randint(0, self.cfg.loop_regs - d)
+        counts, modes = [], []
+        for _ in range(d):
+            if self.r.random() < 0.3:
+                rr = self.r.choice([1, 2])
+                counts.append(self.regs[rr])
+                modes.append(f"r{rr}")
+            else:
+                counts.append(self.r.choice([1, 2, 2, 3]))
+                modes.append(None)
+        lines, stride = [], rowspan
+        strides = [0] * d
+        for j in reversed(range(d)):
+            strides[j] = stride
+            stride *= max(counts[j], 1)
+        for j in range(d):
+            c = modes[j] or str(counts[j])
+            self.cover("loop", 0, "reg" if modes[j] else "imm")
+            ss = ", ".join(f"s{k}={strides[j]}" for k in range(nslots))
+            lines.append(f"loop l{base + j}, {c}" + (f", {ss}" if ss else ""))
+        total = 1
+        for c in counts:
+            total *= c
+        cm = "reg" if any(modes) else "imm"
+        return lines, f", rep=l{base}:{d}", d, total, cm, stride
+
+    # -- queued instructions --------------------------------------------------------------
+    def queued(self, kind: str, reads_from=None):
+        """One queued instruction (with its loop lines); returns (lines, unit, written region) or None.
+
+        Every operand has its own freshly allocated rows. ``reads_from``: (space, row, rows) a
+        producer wrote; the instruction reads those rows instead (a consumer, no repeat nest)."""
+        r, C = self.r, self.C
+        rf = reads_from
+        cap = rf[2] if rf else 4
+
+        def nest(rows, nslots):
+            if rf:
+                return [], "", 0, 1, "imm", max(rows, 1)
+            return self._nest_for(rows, nslots)
+
+        def src(space, span):
+            if rf and rf[0] == space:
+                return rf[1]
+            return self.alloc(space, span)
+
+        if kind == "dma.ld":
+            space = r.choice(["spm", "acc"])
+            rows = r.randint(1, 4)
+            esz = 1 if space == "spm" else 4
+            ln = r.choice([C, C, r.randint(1, C)])
+            rs = r.choice([C * esz, r.randint(0, 3 * C)])
+            es = r.choice([esz, esz, r.randint(1, 2 * esz)])
+            lines, rep, d, total, cm, span = nest(rows, 2)
+            dst = self.alloc(space, span)
+            if dst is None:
+                return None
+            lines = [re.sub(r"s1=-?\d+", f"s1={r.randint(0, 64)}", l) for l in lines]   # DRAM bytes
+            a, x = self.addr(space, dst)
+            self.cover(kind, d, f"{space}{x}/{cm}")
+            return lines + [f"dma.ld {a}, dram[{r.randint(0, DRAM_IN // 2)}], rows={rows}, len={ln}, "
+                            f"rstride={rs}, estride={es}{rep}"], Unit.LOAD, (space, dst, span)
+        if kind == "dma.st":
+            space = rf[0] if rf else r.choice(["spm", "acc"])
+            rows = min(cap, r.randint(1, 4))
+            esz = 1 if space == "spm" else 4
+            ln = r.choice([C, r.randint(1, C)])
+            rs = ln * esz + r.choice([0, 0, 4])
+            lines, rep, d, total, cm, span = nest(rows, 2)
+            if d:   # DRAM stride per level: the bytes one instance writes (instances stay apart)
+                lines = self._dram_strides(lines, rows * rs, d)
+            s = src(space, span)
+            if s is None:
+                return None
+            nbytes = rows * rs * max(total, 1) + 16
+            out = self.dram_out.take(nbytes)
+            if out is None:
+                self.dram_out.reset()
+                out = self.dram_out.take(nbytes)
+            a, x = self.addr(space, s)
+            self.cover(kind, d, f"{space}{x}/{cm}")
+            return lines + [f"dma.st dram[{out}], {a}, rows={rows}, len={ln}, rstride={rs}{rep}"], Unit.STORE, None
+        if kind == "mxu.lw":
+            k = r.randint(1, min(self.R, cap))
+            lines, rep, d, total, cm, _ = ([], "", 0, 1, "imm", 0) if rf else self.nest(0, 1)
+            s = src("spm", self.R)
+            if s is None:
+                return None
+            a, x = self.addr("spm", s)
+            self.cover(kind, d, f"spm{x}/{cm}")
+            return lines + [f"mxu.lw {a}, k={k}{rep}"], Unit.MXU, None
+        if kind in ("mxu.mm", "mxu.mma"):
+            n = r.randint(0 if not rf else 1, min(4, cap))
+            lines, rep, d, total, cm, span = nest(n, 2)
+            dst = self.alloc("acc", span)
+            s = src("spm", span)
+            if dst is None or s is None:
+                return None
+            a, x = self.addr("acc", dst)
+            self.cover(kind, d, f"acc{x}/{cm}")
+            return lines + [f"{kind} {a}, spm[{s}], n={n}{rep}"], Unit.MXU, ("acc", dst, span)
+        if kind in VBIN + VUN:
+            n = r.randint(1, min(4, cap))
+            dsp = r.choice(["spm", "acc"])
+            asp = rf[0] if rf else r.choice(["spm", "acc"])
+            lines, rep, d, total, cm, span = nest(n, 3 if kind in VBIN else 2)
+            dst = self.alloc(dsp, span)
+            asrc = src(asp, span)
+            if dst is None or asrc is None:
+                return None
+            da, x = self.addr(dsp, dst)
+            mode = f"{dsp}{x},{asp}"
+            text = f"{kind} {da}, {asp}[{asrc}]"
+            if kind in VBIN:
+                bm = r.choice(["spm", "acc", "reg", "imm"])
+                if bm in ("spm", "acc"):
+                    b = self.alloc(bm, span)
+                    if b is None:
+                        return None
+                    text += f", {bm}[{b}]"
+                elif bm == "reg":
+                    text += ", r9"
+                else:
+                    text += f", {r.randint(-40, 40) if kind not in ('vshl', 'vsra') else r.randint(0, 33)}"
+                mode += f",{bm}"
+            self.cover(kind, d, mode + f"/{cm}")
+            return lines + [f"{text}, n={n}{rep}"], Unit.VPU, (dsp, dst, span)
+        if kind == "vreq":
+            n = r.randint(1, min(4, cap))
+            lines, rep, d, total, cm, span = nest(n, 3)
+            dst = self.alloc("spm", span)
+            s = src("acc", span)
+            if dst is None or s is None:
+                return None
+            sm = r.choice(["imm", "reg", "row"])
+            sc = {"imm": str(r.randint(-300, 300)), "reg": "r9"}.get(sm)
+            if sm == "row":
+                row = self.alloc("acc", span)
+                if row is None:
+                    return None
+                sc = f"acc[{row}]"
+            self.cover(kind, d, f"{sm}/{cm}")
+            return lines + [f"vreq spm[{dst}], acc[{s}], {sc}, n={n}{rep}"], Unit.VPU, ("spm", dst, span)
+        if kind == "vqcfg":
+            rnd = r.choice(["floor", "half_up", "half_even"])
+            self.cover(kind, 0, rnd)
+            lo = r.randint(-128, 0)
+            return [f"vqcfg shift={r.randint(0, 12)}, zp={r.randint(-5, 5)}, lo={lo}, hi={r.randint(lo, 127)}, "
+                    f"round={rnd}"], Unit.VPU, None
+        if kind == "vlutld":
+            s = self.alloc("spm", -(-256 // C))
+            if s is None:
+                return None
+            self.cover(kind, 0, "spm")
+            return [f"vlutld spm[{s}]"], Unit.VPU, None
+        raise ValueError(kind)
+
+    def _nest_for(self, rows: int, nslots: int):
+        lines, rep, d, total, cm, span = self.nest(max(rows, 1), nslots)
+        return lines, rep, d, total, cm, (span if d else max(rows, 1))
+
+    def _dram_strides(self, lines, inst_bytes, d):
+        out, st = [], inst_bytes
+        strides = []
+        for _ in range(d):
+            strides.append(st)
+        # strides from inner to outer multiply by counts: recompute from the loop lines
+        counts = []
+        for l in lines:
+            c = l.split(",")[1].strip()
+            counts.append(self.regs[int(c[1:])] if c.startswith("r") else int(c))
+        s = inst_bytes
+        res = [0] * d
+        for j in reversed(range(d)):
+            res[j] = s
+            s *= max(counts[j], 1)
+        for j, l in enumerate(lines):
+            head = l.split(", s0=")[0]
+            s1 = l.split("s1=")[1].split(",")[0]
+            out.append(f"{head}, s0={res[j]}, s1={s1}")
+        return out
+
+    # -- blocks -----------------------------------------------------------------------------
+    def phase(self, link: bool):
+        r = self.r
+        self.spm.reset()
+        self.acc.reset()
+        kinds = ["dma.ld", "dma.st", "mxu.lw", "mxu.mm", "mxu.mma", "vreq", "vqcfg", "vlutld"] + list(VBIN + VUN)
+        used = set()
+        for _ in range(r.randint(1, 5)):
+            k = r.choice(kinds)
+            got = self.queued(k)
+            if got is None:
+                continue
+            lines, unit, wrote = got
+            consumer = None
+            if wrote and r.random() < 0.4:
+                # a consumer of what this instruction wrote, ordered by a token
+                ck = {"spm": ["dma.st", "mxu.lw", "mxu.mm", "vmov", "vadd"],
+                      "acc": ["dma.st", "vreq", "vrelu", "vsub"]}[wrote[0]]
+                c = r.choice(ck)
+                consumer = self.queued(c, reads_from=wrote)
+                if consumer and (UNIT_NAME[consumer[1]] == UNIT_NAME[unit]):
+                    consumer = None
+            if consumer:
+                cu = UNIT_NAME[consumer[1]]
+                lines[-1] += f", sync=once, signal={cu}"
+                consumer[0][-1] += f", sync=once, wait={UNIT_NAME[unit]}"
+                lines += consumer[0]
+                used.add(cu)
+                self.cover("token", 0, f"{UNIT_NAME[unit]}->{cu}")
+            elif wrote and r.random() < 0.2:
+                # the scalar unit waits for it and reads one lane of what it wrote
+                lines[-1] += ", sync=once, signal=scalar"
+                lines.append(f"sld r5, {wrote[0]}[{wrote[1]}], {r.randint(0, self.C - 1)}, wait={UNIT_NAME[unit]}")
+                self.cover("token", 0, f"{UNIT_NAME[unit]}->scalar")
+            used.add(UNIT_NAME[unit])
+            for l in lines:
+                self.emit(l)
+        if link:
+            self.link()
+            used |= {"ltx", "lrx"}
+        if used and r.random() < 0.5:
+            self.emit("fence " + "|".join(sorted(used)))
+            self.cover("fence", 0, "units")
+        else:
+            self.emit("fence all")
+            self.cover("fence", 0, "all")
+
+    def link(self):
+        r = self.r
+        space = r.choice(["spm", "acc"])
+        n = r.randint(1, 4)
+        mine = self.alloc(space, n)
+        if mine is None:
+            return
+        theirs = r.randint(0, 200 if space == "spm" else 100)
+        if r.random() < 0.5:
+            self.emit(f"link.send 0, {space}[{mine}], n={n}")
+            self.partner.append(f"link.recv 1, {space}[{theirs}], n={n}")
+            self.cover("link.send", 0, space)
+            self.cover("link.recv", 0, space)      # chip 1's side
+        else:
+            self.emit(f"link.recv 1, {space}[{mine}], n={n}")
+            self.partner.append(f"link.send 0, {space}[{theirs}], n={n}")
+            self.cover("link.recv", 0, space)
+            self.cover("link.send", 0, space)
+        self.partner.append("fence all")
+
+    def scalar(self):
+        r = self.r
+        for _ in range(r.randint(1, 4)):
+            op = r.choice(list(ALU) + ["addi", "seti", "sld", "sst", "nop"])
+            rd, a, b = (f"r{r.randint(4, 7)}" for _ in range(3))
+            if op in ALU:
+                self.emit(f"{op} {rd}, {a}, {r.choice([b, 'r9', 'r0'])}")
+            elif op == "addi":
+                self.emit(f"addi {rd}, {a}, {r.randint(-1000, 1000)}")
+            elif op == "seti":
+                self.emit(f"seti {rd}, {r.randint(-2**31, 2**31 - 1)}")
+            elif op == "nop":
+                self.emit("nop")
+            else:
+                space = r.choice(["spm", "acc"])
+                top = self.cfg.spm_rows if space == "spm" else self.cfg.acc_rows
+                row = r.randint(top - 8, top - 1)
+                self.emit(f"{op} {rd}, {space}[{row}], {r.randint(0, self.C - 1)}")
+                op = f"{op}"
+                self.cover(op, 0, space)
+                continue
+            self.cover(op, 0, "reg")
+
+    def branch(self, link_ok: bool):
+        r = self.r
+        if r.random() < 0.5:
+            op = r.choice(BRANCH)
+            skip = self.label()
+            self.emit(f"{op} r{r.randint(4, 7)}, r{r.choice([0, 1, 2, 9])}, {skip}")
+            self.cover(op, 0, "fwd")
+            self.scalar()
+            if r.random() < 0.3:
+                self.emit(f"jmp {skip}")
+                self.cover("jmp", 0, "fwd")
+                self.emit("nop")
+            self.lines.append(f"{skip}:")
+        else:
+            top = self.label()
+            self.emit(f"seti r8, {r.randint(1, 3)}")
+            self.lines.append(f"{top}:")
+            self.phase(link=False)
+            self.emit("addi r8, r8, -1")
+            self.emit(f"bne r8, r0, {top}")
+            self.cover("bne", 0, "back")
+
+
+def generate(cfg, seed: int, *, illegal: bool | None = None, link: bool = True, blocks: int | None = None) -> FuzzCase:
+    """A random program pair for a 2-chip ring (chip 1 runs ``halt`` unless chip 0 uses the link)."""
+    cfg = ChipConfig.load(cfg)
+    r = random.Random(seed)
+    if illegal is None:
+        illegal = r.random() < 0.15
+    regs = {1: r.randint(0, 3), 2: r.randint(0, 3), 3: r.randint(0, 7), 9: r.randint(-20, 20)}
+    g = Gen(cfg, r, regs)
+    for _ in range(blocks or r.randint(2, 7)):
+        k = r.random()
+        if k < 0.55:
+            g.phase(link=link and r.random() < 0.25)
+        elif k < 0.75:
+            g.scalar()
+        else:
+            g.branch(link)
+    fault = None
+    raw = {}
+    if illegal:
+        fault = r.choice(FAULTS if link else [f for f in FAULTS if f != "link_mismatch"])
+        _fault(g, fault, raw)
+    g.emit("halt")
+    g.cover("halt", 0, "")
+    partner = ["        " + l for l in g.partner] + ["        halt"]
+    rng = np.random.default_rng(seed)
+    drams = []
+    for _ in range(2):
+        d = np.zeros(cfg.dram_bytes, np.uint8)
+        d[:DRAM_IN] = rng.integers(0, 256, DRAM_IN, dtype=np.uint8)
+        drams.append(d)
+    return FuzzCase(seed, [f".config {cfg.name}\n" + "\n".join(g.lines) + "\n",
+                           f".config {cfg.name}\n" + "\n".join(partner) + "\n"],
+                    drams, [regs, {}], illegal, fault, g.points, raw)
+
+
+def _fault(g: Gen, fault: str, raw: dict) -> None:
+    cfg, r = g.cfg, g.r
+    g.emit("fence all")
+    if fault == "race":
+        g.emit(f"dma.ld spm[40], dram[0], rows=4")
+        g.emit(f"vadd spm[{r.randint(38, 43)}], acc[0], 1, n=2")
+    elif fault == "spm_range":
+        g.emit(f"seti r4, {cfg.spm_rows + r.randint(0, 5)}")
+        g.emit("sld r5, spm[r4], 0")
+    elif fault == "acc_range":
+        g.emit(f"mxu.mm acc[{cfg.acc_rows - 2}], spm[0], n=4")
+    elif fault == "dram_range":
+        g.emit(f"dma.ld spm[0], dram[{cfg.dram_bytes - 8}], rows=4, rstride={cfg.cols}")
+    elif fault == "token_overflow":
+        g.emit("loop l0, 300")
+        g.emit("vmov spm[0], spm[1], rep=l0:1, signal=scalar")
+    elif fault == "pc_range":
+        g.emit(f"jmp {len([l for l in g.lines if not l.endswith(':')]) + 50}")
+    elif fault == "reserved":
+        raw["reserved"] = True          # the word after this marker is replaced by a bad opcode
+        g.emit("nop")
+    elif fault == "link_mismatch":
+        g.emit("link.send 0, acc[0], n=1")
+        g.partner.append("link.recv 1, spm[0], n=1")
+    g.cover("fault", 0, fault)
+
+
+def coverage_table(points: set) -> dict:
+    """{mnemonic: {"depths": [...], "modes": [...], "points": n}} and the opcodes never covered."""
+    per: dict = {}
+    for mn, d, mode in points:
+        e = per.setdefault(mn, {"depths": set(), "modes": set(), "points": 0})
+        e["depths"].add(d)
+        e["modes"].add(mode)
+        e["points"] += 1
+    out = {k: {"depths": sorted(v["depths"]), "modes": sorted(v["modes"]), "points": v["points"]}
+           for k, v in sorted(per.items())}
+    missing = [m for m in ALL_OPCODES if m not in per]
+    return {"opcodes": out, "missing": missing, "points": len(points)}
+
+
+def case_job(cfg, case: FuzzCase, max_cycles: int = 20000):
+    """The co-simulation job of a case: both chips' words (a reserved word patched in)."""
+    from isa import assemble
+    from .cosim import Job
+    cfg = ChipConfig.load(cfg)
+    words = [assemble(src, cfg).words() for src in case.sources]
+    if case.fault == "reserved":
+        words[0][-2] = 0xFF                    # the nop before halt: an opcode the table lacks
+    return Job(words, case.drams, case.regs, max_cycles, case.seed, f"fuzz seed {case.seed}",
+               {"illegal": case.illegal, "fault": case.fault, "sources": case.sources})
+
+
+def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch: int = 100,
+             progress=None, require_all_opcodes: bool = True) -> dict:
+    """``count`` random cases (seeds ``seed .. seed+count-1``) on the Verilog of ``Ring(cfg, 2)``
+    against ``sim.System``; returns figures, mismatch reports and coverage."""
+    import time
+    from .cosim import Cosim, compare
+    cfg = ChipConfig.load(cfg)
+    t0 = time.perf_counter()
+    cs = Cosim(cfg, 2, simulator).build()
+    build_s = time.perf_counter() - t0
+    points, mismatches = set(), []
+    illegal = cycles = 0
+    for lo in range(seed, seed + count, batch):
+        cases = [generate(cfg, s) for s in range(lo, min(seed + count, lo + batch))]
+        jobs = [case_job(cfg, c) for c in cases]
+        results = cs.run(jobs)
+        for c, j, r in zip(cases, jobs, results):
+            points |= c.points
+            illegal += c.illegal
+            cycles += r["bench_cycles"]
+            rep = compare(cfg, j, r, ring=True)
+            if rep:
+                mismatches.append(rep + "\n--- program (chip 0)\n" + c.sources[0])
+        if progress:
+            progress(len(cases))
+    cov = coverage_table(points)
+    return {"config": cfg.name, "simulator": cs.simulator, "seed": seed, "programs": count, "illegal": illegal,
+            "mismatches": len(mismatches), "reports": mismatches, "rtl_cycles": cycles,
+            "build_s": round(build_s, 2), "wall_s": round(time.perf_counter() - t0, 2), "coverage": cov,
+            "ok": not mismatches and not (require_all_opcodes and cov["missing"])}
