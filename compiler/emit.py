@@ -58,6 +58,8 @@ class KernelCode:
     spm_w: int
     spm_o: int
     acc_base: int
+    #: symbolic batch (compiler.dynamic.DynTile): the M-tile loop's trip count comes from a register
+    dyn: object = None
 
 
 class _Asm:
@@ -126,9 +128,12 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
     tiles = tl.m_tiles()
     full = [t for t in tiles if t[1] == Mt]
     da, do = _translation(kc.a_rows, Mt, len(full)), _translation(kc.out_rows, Mt, len(full))
-    if len(full) >= 2 and da is not None and do is not None:
+    if kc.dyn is not None:
+        da, do = kc.dyn.a_step, kc.dyn.o_step
+    if kc.dyn is not None or (len(full) >= 2 and da is not None and do is not None):
         # identical full M tiles, DMA addresses shifted: one body in a scalar loop
-        e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop")
+        e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop"
+                  + (f" over r{kc.dyn.reg} batch elements" if kc.dyn is not None else ""))
         e(f"seti r{R_MT}, 0")
         top = e.label("mtile")
         _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt])
@@ -137,9 +142,13 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
         if tl.nbuf == 2:
             e(f"seti r{R_TMP}, {KT * Mt}")
             e(f"sub r{R_ABUF}, r{R_TMP}, r{R_ABUF}")
-        e(f"addi r{R_MT}, r{R_MT}, 1")
-        e(f"seti r{R_TMP}, {len(full)}")
-        e(f"blt r{R_MT}, r{R_TMP}, {top}")
+        if kc.dyn is not None:             # trip count ceil(n / per_tile), n written by the host
+            e(f"addi r{R_MT}, r{R_MT}, {kc.dyn.per_tile}")
+            e(f"blt r{R_MT}, r{kc.dyn.reg}, {top}")
+        else:
+            e(f"addi r{R_MT}, r{R_MT}, 1")
+            e(f"seti r{R_TMP}, {len(full)}")
+            e(f"blt r{R_MT}, r{R_TMP}, {top}")
         rest = tiles[len(full):]
         e(f"seti r{R_AOFF}, 0")
         e(f"seti r{R_OOFF}, 0")
@@ -324,6 +333,7 @@ class EwCode:
     lo: int
     spm_base: int
     acc_base: int
+    dyn: object = None        # compiler.dynamic.DynTile, as for KernelCode
 
 
 EW_MAX_INPUTS = 12
@@ -345,16 +355,22 @@ def emit_ew(e: _Asm, kc: EwCode, cfg) -> None:
     tiles = [(t * Mt, min(Mt, tl.M - t * Mt)) for t in range(tl.MT)]
     full = [t for t in tiles if t[1] == Mt]
     steps = [_translation(rows, Mt, len(full)) for rows in kc.in_rows + [kc.out_rows]]
+    if kc.dyn is not None:
+        steps = list(kc.dyn.ew_steps)
     rest = tiles
-    if len(full) >= 2 and all(s is not None for s in steps):
+    if kc.dyn is not None or (len(full) >= 2 and all(s is not None for s in steps)):
         e(f"seti r{r_mt}, 0")
         top = e.label("ewtile")
         _ew_tile(e, kc, Mt, [rows[:Mt] for rows in kc.in_rows], kc.out_rows[:Mt], r_in, r_out)
         for r, st in zip(r_in + [r_out], steps):
             e(f"addi r{r}, r{r}, {st}")
-        e(f"addi r{r_mt}, r{r_mt}, 1")
-        e(f"seti r{r_tmp}, {len(full)}")
-        e(f"blt r{r_mt}, r{r_tmp}, {top}")
+        if kc.dyn is not None:
+            e(f"addi r{r_mt}, r{r_mt}, {kc.dyn.per_tile}")
+            e(f"blt r{r_mt}, r{kc.dyn.reg}, {top}")
+        else:
+            e(f"addi r{r_mt}, r{r_mt}, 1")
+            e(f"seti r{r_tmp}, {len(full)}")
+            e(f"blt r{r_mt}, r{r_tmp}, {top}")
         for r in [r_out] + r_in:
             e(f"seti r{r}, 0")
         rest = tiles[len(full):]

@@ -62,6 +62,7 @@ class CompiledModel:
     plans: dict                      # "dram" -> Plan, "spm"/"acc" -> Plan
     compile_s: float
     timings: dict = field(default_factory=dict)
+    dynamic: object = None           # compiler.dynamic.DynSpec when a dimension is symbolic
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
@@ -95,8 +96,12 @@ class CompiledModel:
 
     def reference(self, *inputs) -> list[np.ndarray]:
         """The quantized model evaluated with numpy: what the chip must return, bit for bit."""
-        return run_int(self.qsched, self.feeds(inputs if len(inputs) != 1 or not isinstance(inputs[0], dict)
-                                                else inputs[0]))[0]
+        feeds = self.feeds(inputs if len(inputs) != 1 or not isinstance(inputs[0], dict) else inputs[0])
+        if self.dynamic is not None:
+            from .dynamic import cut, host_feeds
+            padded, n = host_feeds(self.dynamic, feeds)
+            return cut(self.dynamic, run_int(self.qsched, padded)[0], n)
+        return run_int(self.qsched, feeds)[0]
 
     def summary(self) -> str:
         lines = [f"compiled for {self.config.name}: {len(self.program)} instructions, "
@@ -151,9 +156,25 @@ def trace(model_or_fn, example_inputs) -> tuple[list, list[str], bool, list[dict
 # ---------------------------------------------------------------------------------------------- compile
 
 def compile_model(model_or_fn, example_inputs, config="base", *, calibration=None, per_channel: bool = True,
-                  ) -> CompiledModel:
-    """Quantize, fuse, tile, plan and emit ``model_or_fn`` for ``config``; see the module doc."""
+                  dynamic: dict | None = None, shapes: dict | None = None) -> CompiledModel:
+    """Quantize, fuse, tile, plan and emit ``model_or_fn`` for ``config``; see the module doc.
+
+    ``dynamic={"N": 64}`` declares a symbolic dimension with its maximum (axis 0 of every input,
+    or where ``shapes={"x": ("N", 5), ...}`` names it): one binary for every N (compiler.dynamic)."""
     t0 = time.perf_counter()
+    spec = None
+    if dynamic:
+        from . import dynamic as dyn
+        if isinstance(example_inputs, dict):
+            arrays = dict(example_inputs)
+        else:
+            lst = list(example_inputs) if isinstance(example_inputs, (list, tuple)) else [example_inputs]
+            arrays = {(f"x{i}" if len(lst) > 1 else "x"): a for i, a in enumerate(lst)}
+        sym, mx, axes = dyn.parse(dynamic, shapes, list(arrays))
+        example_inputs = dyn.examples_at_max(arrays, axes, mx)
+        if calibration is not None:
+            calibration = [{k: (dyn.pad_to(v, axes[k], mx) if k in axes else v)
+                            for k, v in _as_feeds(c, list(arrays)).items()} for c in calibration]
     try:
         cfg = ChipConfig.load(config)
     except TetrachipError:
@@ -165,6 +186,8 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
                                f"loop registers, it has {cfg.scalar_regs} and {cfg.loop_regs}")
     times = {}
     outputs, names, single, example = trace(model_or_fn, example_inputs)
+    if dynamic:
+        spec = dyn.DynSpec(sym, mx, axes, dyn.out_axes(model_or_fn, example_inputs, axes, mx, outputs))
     times["trace"] = time.perf_counter() - t0
     graph = engine.prepare(outputs)
     sched = lift(graph)
@@ -172,7 +195,10 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
     q = quantize(sched, calib, per_channel)
     times["quantize"] = time.perf_counter() - t0
-    cm = _lower(q, cfg, names, single, len(outputs))
+    cm = _lower(q, cfg, names, single, len(outputs), spec)
+    if spec is not None:
+        cm.dynamic = spec
+        cm.program.manifest["dynamic"] = spec.to_manifest()
     times["total"] = cm.compile_s = time.perf_counter() - t0
     cm.timings = times
     return cm
@@ -185,7 +211,7 @@ def _as_feeds(c, names) -> dict:
     return {n: np.asarray(v, np.float32) for n, v in zip(names, c)}
 
 
-def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel:
+def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None) -> CompiledModel:
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -221,6 +247,11 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, EwKernel):
             ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
+            if spec is not None:
+                from .dynamic import fit_ew
+                ec.tiling, ec.dyn = fit_ew(cfg, ec.tiling, ec.in_rows, ec.out_rows, spec.max,
+                                           f"elementwise kernel {k.name}")
+                info.tiling = ec.tiling
             spm_bufs.append(Buffer(f"k{i}.A", ec.tiling.spm_rows, i, i))
             acc_bufs.append(Buffer(f"k{i}.acc", ec.tiling.acc_rows, i, i))
             codes.append(ec)
@@ -238,6 +269,10 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
         out_rows = tensor_addr[k.out] + offs[:, 0] * eb
         tl = choose(cfg, k.M, len(kts), k.N, qk.out_int8, _common_period(a_rows, out_rows), what,
                     single_ok=qk.out_int8 or qk.bias_q is None)
+        dk = None
+        if spec is not None:
+            from .dynamic import fit_gemm
+            tl, dk = fit_gemm(cfg, tl, k.M, a_rows, out_rows, spec.max, what, qk.out_int8, qk.bias_q is not None)
         spm_bufs += [Buffer(f"k{i}.A", tl.nbuf * tl.KT * tl.Mt, i, i), Buffer(f"k{i}.W", tl.NB * R, i, i)]
         if qk.out_int8:
             spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, i, i))
@@ -246,7 +281,7 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out) -> CompiledModel
         b_addr = put(pad_lanes(qk.bias_q, C)) if qk.bias_q is not None else None
         sc_addr = put(pad_lanes(qk.scale, C)) if qk.out_int8 else None
         codes.append(KernelCode(k.name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
-                                qk.shift, qk.lo, k.relu, 0, 0, 0, 0))
+                                qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk))
         infos.append(KernelInfo(k.name, k.M, k.K, k.N, tl, len(kts), k.macs))
     if cpos[0] > cfg.dram_bytes:
         raise ChipCompileError(f"the model needs {cpos[0]} bytes of DRAM (tensors {dplan.footprint}, constants "

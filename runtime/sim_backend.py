@@ -49,13 +49,23 @@ class SimBackend:
             raise TetrachipError(f"the model was compiled for config {cm.config.name!r}; this device is "
                                  f"{self.config.name!r}")
         feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
+        spec = getattr(cm, "dynamic", None)
+        if spec is not None:                     # symbolic dimension: pad to the maximum, n in a register
+            from compiler.dynamic import host_feeds
+            feeds, n = host_feeds(spec, feeds)
         writes = cm.dram_writes(feeds)           # quantizes and checks the inputs before the chip starts
         chip = Chip(self.config, trace=self.trace if trace is None else trace)
         chip.load(cm.program)
         for addr, data in writes:
             chip.write_dram(addr, data)
+        if spec is not None:
+            from compiler.dynamic import DYN_REG
+            chip.set_args({DYN_REG: n})
         stats = chip.run(self.max_cycles)
         outs, ints = cm.read_outputs(chip.read_dram)
+        if spec is not None:
+            from compiler.dynamic import cut
+            outs = cut(spec, outs, n)
         return RunResult(outs, stats, chip.trace, ints)
 
     def execute(self, outputs, feeds) -> list[np.ndarray]:
