@@ -22,6 +22,22 @@ def _mac(mac: str, cfg, dev) -> str:
     return "dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}"
 
 
+def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words):
+    from rtl.fpga.fit import FPGA_MEMORY, fpga_config
+    d = dict(FPGA_MEMORY) if fpga_mem else {}
+    d.update({k: v for k, v in (("spm_rows", spm_rows), ("acc_rows", acc_rows), ("imem_words", imem_words)) if v})
+    return fpga_config(cfg, **d)
+
+
+def _mem_options(f):
+    f = click.option("--imem-words", type=click.IntRange(min=1), default=None, help="smaller instruction memory")(f)
+    f = click.option("--acc-rows", type=click.IntRange(min=1), default=None, help="smaller ACC (rows)")(f)
+    f = click.option("--spm-rows", type=click.IntRange(min=1), default=None, help="smaller SPM (rows)")(f)
+    f = click.option("--fpga-mem", is_flag=True,
+                     help="SPM 64 rows, ACC 16 rows, imem 1024 words (fits every ECP5; see docs/fpga.md)")(f)
+    return f
+
+
 def _done(rep, json_path: Path | None) -> None:
     click.echo(rep.table())
     if rep.critical_path:
@@ -45,12 +61,14 @@ def fpga_cmd() -> None:
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("build/fpga"), show_default=True)
 @click.option("--no-fit-check", is_flag=True, help="build even when the estimate exceeds the device")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="write the report here too")
-def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path) -> None:
+@_mem_options
+def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, fpga_mem, spm_rows,
+              acc_rows, imem_words) -> None:
     """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
     from rtl.fpga.board import build
     from rtl.fpga.devices import BOARDS, device
 
-    cfg = ChipConfig.load(config)
+    cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(BOARDS[board].device)
     rep = build(cfg, board, mac=_mac(mac, cfg, dev), freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
                 baud=baud, check_fit=not no_fit_check)
@@ -69,12 +87,14 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
 @click.option("--no-fit-check", is_flag=True, help="run even when the estimate exceeds the device")
 @click.option("--timeout", type=float, default=None, help="seconds per tool")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
-def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path) -> None:
+@_mem_options
+def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, fpga_mem,
+              spm_rows, acc_rows, imem_words) -> None:
     """Resources and Fmax of a config on a device, without a board (nextpnr out of context)."""
     from rtl.fpga.devices import device
     from rtl.fpga.flow import synth
 
-    cfg = ChipConfig.load(config)
+    cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(device_name)
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), out=out, pnr=not no_pnr, freq_mhz=freq,
                 dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check)

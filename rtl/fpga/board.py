@@ -14,7 +14,7 @@ from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Mo
 
 from .devices import board as get_board, device as get_device
 from .fit import check
-from .flow import FlowError, Report, apply_pnr, cell_resources, tool
+from .flow import FlowError, Report, _mems, apply_pnr, cell_resources, tool
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -102,13 +102,14 @@ def build(cfg, board: str, *, mac: str = "dsp", freq_mhz: float | None = None, o
     dev = get_device(b.device)
     if check_fit:
         check(cfg, dev, mac=mac, dram_bytes=dram_bytes)
-    for name in ("yosys", "nextpnr-ecp5", "ecppack"):
-        tool(name)
+    paths = {name: tool(name)[0] for name in ("yosys", "nextpnr-ecp5", "ecppack")}
     mod, cls = b.platform.split(":")
     platform = getattr(importlib.import_module(mod), cls)()
     top = BoardTop(cfg, board, mac=mac, freq_mhz=freq_mhz, dram_bytes=dram_bytes, baud=baud)
     out = Path(out)
     env = dict(os.environ, **TOOL_ENV)
+    env.update(YOSYS=paths["yosys"], NEXTPNR_ECP5=paths["nextpnr-ecp5"], ECPPACK=paths["ecppack"])
+    env["PATH"] = os.pathsep.join([str(Path(paths["yosys"]).parent), env.get("PATH", "")])
     old = dict(os.environ)
     t = time.monotonic()
     try:
@@ -128,7 +129,7 @@ def build(cfg, board: str, *, mac: str = "dsp", freq_mhz: float | None = None, o
     finally:
         os.environ.clear()
         os.environ.update(old)
-    rep = Report(cfg.name, dev.name, mac, target_mhz=top.pll["fout"] if top.pll else top.freq,
+    rep = Report(cfg.name, dev.name, mac, target_mhz=top.pll["fout"] if top.pll else top.freq, memories=_mems(cfg),
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     rep.seconds["build"] = round(time.monotonic() - t, 1)
     stat = json.loads((out / "stat.json").read_text())

@@ -26,7 +26,22 @@ from isa.table import WORD_BITS
 
 from .devices import Device
 
-__all__ = ["Estimate", "estimate", "check", "FitError", "MEMORY_PORTS"]
+__all__ = ["Estimate", "estimate", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY"]
+
+#: memory depths that fit every ECP5 the flow knows (``--fpga-mem``): SPM and ACC in flip-flops
+FPGA_MEMORY = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
+
+
+def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, imem_words: int | None = None):
+    """``cfg`` with smaller memories (only those given and smaller than the config's); same name.
+
+    The array, units, widths and timing are the config's; programs that address beyond the smaller
+    memories stop with the chip's address error."""
+    ch = {k: v for k, v in (("spm_rows", spm_rows), ("acc_rows", acc_rows), ("imem_words", imem_words))
+          if v is not None and v < getattr(cfg, k)}
+    if "spm_rows" in ch:
+        ch["spm_rows"] = max(ch["spm_rows"], -(-256 // cfg.cols))
+    return cfg.replace(**ch) if ch else cfg
 
 #: (write ports, registered read ports, combinational read ports) of the chip's memories (rtl/chip.py)
 MEMORY_PORTS = {"spm": (4, 4, 3), "acc": (5, 3, 3), "imem": (1, 1, 0)}
@@ -102,6 +117,7 @@ def check(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -> E
     est = estimate(cfg, dev, mac=mac, dram_bytes=dram_bytes)
     over = est.over(dev)
     if over:
-        raise FitError(f"config {cfg.name!r} (mac={mac}) does not fit {dev.name}: " + "; ".join(over)
-                       + " (estimate; see docs/fpga.md)")
+        mem = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words")
+        raise FitError(f"config {cfg.name!r} ({mem}, mac={mac}) does not fit {dev.name}: " + "; ".join(over)
+                       + " (estimate; SPM and ACC become flip-flops on an FPGA: try --fpga-mem, see docs/fpga.md)")
     return est

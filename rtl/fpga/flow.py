@@ -47,6 +47,7 @@ class Report:
     seconds: dict = field(default_factory=dict)
     critical_path: list = field(default_factory=list)
     bitstream: str | None = None
+    memories: dict = field(default_factory=dict)     #: SPM/ACC rows and imem words built
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,12 +57,17 @@ class Report:
         f = f"{self.fmax_mhz:.1f} MHz" if self.fmax_mhz else "--"
         rows = [("LUT", self.luts, a.get("luts")), ("FF", self.ffs, a.get("ffs")),
                 ("DSP", self.dsps, a.get("dsps")), ("BRAM", self.brams, a.get("brams"))]
-        lines = [f"{self.config} on {self.device} (mac={self.mac}, resources from {self.stage})"]
+        mem = ", ".join(f"{k} {v}" for k, v in self.memories.items())
+        lines = [f"{self.config} on {self.device} (mac={self.mac}; {mem}; resources from {self.stage})"]
         lines += [f"  {k:<5}{u:>8} / {v:<8} {100 * u / v:5.1f}%" for k, u, v in rows if v]
         lines.append(f"  Fmax {f}" + (f" (target {self.target_mhz:g} MHz)" if self.target_mhz else ""))
         if self.bitstream:
             lines.append(f"  bitstream {self.bitstream}")
         return "\n".join(lines)
+
+
+def _mems(cfg) -> dict:
+    return {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}
 
 
 def tool(name: str) -> list[str]:
@@ -173,7 +179,7 @@ def synth(cfg, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga",
         check(cfg, dev, mac=mac, dram_bytes=dram_bytes)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    rep = Report(cfg.name, dev.name, mac, target_mhz=freq_mhz if pnr else None,
+    rep = Report(cfg.name, dev.name, mac, target_mhz=freq_mhz if pnr else None, memories=_mems(cfg),
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     t = time.monotonic()
     (out / "top.il").write_text(rtlil_text(FpgaTop(cfg, mac=mac, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)))
