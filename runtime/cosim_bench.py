@@ -62,14 +62,19 @@ class Dram:
         self.beat, self.lat = beat, latency
         self.reads: dict[int, int] = {}
         self.acks: set[int] = set()
+        self.rv = self.wv = False          # both valids are 0 after the reset sequence
 
     def drive(self, cycle: int) -> None:
-        if cycle in self.reads:
-            self.p["rd_resp_valid"].value = 1
+        rv = cycle in self.reads
+        if rv:
             self.p["rd_resp_data"].value = self.reads.pop(cycle)
-        else:
-            self.p["rd_resp_valid"].value = 0
-        self.p["wr_resp_valid"].value = int(cycle in self.acks)
+        if rv != self.rv:                      # write a valid only when it changes
+            self.p["rd_resp_valid"].value = int(rv)
+            self.rv = rv
+        wv = cycle in self.acks
+        if wv != self.wv:
+            self.p["wr_resp_valid"].value = int(wv)
+            self.wv = wv
         self.acks.discard(cycle)
 
     def sample(self, cycle: int) -> None:
@@ -95,12 +100,11 @@ class Monitor:
         self.open: dict = defaultdict(deque)
         self.records: list = []
 
-    def sample(self) -> None:
+    def sample(self, cyc: int) -> None:
         t = self.t
         starts, retires = _int(t["start"]), _int(t["retire"])
         if not (starts or retires):
             return
-        cyc = _int(t["cycle"])
         pm = (1 << self.pcw) - 1
         if starts:
             spc, sidx, siss = _int(t["start_pc"]), _int(t["start_index"]), _int(t["start_issue"])
@@ -184,7 +188,7 @@ async def run_job(dut, ports: list[Port], cfg: dict, job: dict) -> dict:
         await ReadOnly()
         for d, m in zip(drams, mons):
             d.sample(cycle)
-            m.sample()
+            m.sample(cycle)
         await FallingEdge(dut.clk)
         cycle += 1
         if all(_int(p.h["done"]) for p in ports):

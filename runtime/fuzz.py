@@ -488,15 +488,16 @@ def coverage_table(points: set) -> dict:
     return {"opcodes": out, "missing": missing, "points": len(points)}
 
 
-def case_job(cfg, case: FuzzCase, max_cycles: int = 20000):
-    """The co-simulation job of a case: both chips' words (a reserved word patched in)."""
+def case_job(cfg, case: FuzzCase, max_cycles: int = 20000, chips: int = 2):
+    """The co-simulation job of a case: the chips' words (a reserved word patched in); ``chips=1``
+    for one ``Chip`` (cases generated with ``link=False``)."""
     from isa import assemble
     from .cosim import Job
     cfg = ChipConfig.load(cfg)
     words = [assemble(src, cfg).words() for src in case.sources]
     if case.fault == "reserved":
         words[0][-2] = 0xFF                    # the nop before halt: an opcode the table lacks
-    return Job(words, case.drams, case.regs, max_cycles, case.seed, f"fuzz seed {case.seed}",
+    return Job(words[:chips], case.drams[:chips], case.regs[:chips], max_cycles, case.seed, f"fuzz seed {case.seed}",
                {"illegal": case.illegal, "fault": case.fault, "sources": case.sources})
 
 
