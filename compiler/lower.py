@@ -63,6 +63,7 @@ class CompiledModel:
     compile_s: float
     timings: dict = field(default_factory=dict)
     dynamic: object = None           # compiler.dynamic.DynSpec when a dimension is symbolic
+    search_report: list | None = None  # compiler.search: per kernel, the winner and the default
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
@@ -156,11 +157,14 @@ def trace(model_or_fn, example_inputs) -> tuple[list, list[str], bool, list[dict
 # ---------------------------------------------------------------------------------------------- compile
 
 def compile_model(model_or_fn, example_inputs, config="base", *, calibration=None, per_channel: bool = True,
-                  dynamic: dict | None = None, shapes: dict | None = None) -> CompiledModel:
+                  dynamic: dict | None = None, shapes: dict | None = None, search: bool = False,
+                  search_budget_s: float = 20.0, cache_dir=None) -> CompiledModel:
     """Quantize, fuse, tile, plan and emit ``model_or_fn`` for ``config``; see the module doc.
 
     ``dynamic={"N": 64}`` declares a symbolic dimension with its maximum (axis 0 of every input,
-    or where ``shapes={"x": ("N", 5), ...}`` names it): one binary for every N (compiler.dynamic)."""
+    or where ``shapes={"x": ("N", 5), ...}`` names it): one binary for every N (compiler.dynamic).
+    ``search=True`` picks each GEMM kernel's tiling by simulated cycles, cached on disk in
+    ``cache_dir`` (compiler.search; ``search_budget_s`` per kernel)."""
     t0 = time.perf_counter()
     spec = None
     if dynamic:
@@ -195,7 +199,13 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
     q = quantize(sched, calib, per_channel)
     times["quantize"] = time.perf_counter() - t0
-    cm = _lower(q, cfg, names, single, len(outputs), spec)
+    searcher = None
+    if search:
+        from .search import Searcher
+        searcher = Searcher(cfg, search_budget_s, cache_dir)
+    cm = _lower(q, cfg, names, single, len(outputs), spec, searcher)
+    if searcher is not None:
+        cm.search_report = searcher.report
     if spec is not None:
         cm.dynamic = spec
         cm.program.manifest["dynamic"] = spec.to_manifest()
@@ -211,7 +221,7 @@ def _as_feeds(c, names) -> dict:
     return {n: np.asarray(v, np.float32) for n, v in zip(names, c)}
 
 
-def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None) -> CompiledModel:
+def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None) -> CompiledModel:
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -267,8 +277,15 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None) -> Co
         if k.N > 1 and not np.all(np.diff(offs, axis=1) == 1):
             raise ChipCompileError(f"{what}: output channels are not contiguous in DRAM")
         out_rows = tensor_addr[k.out] + offs[:, 0] * eb
-        tl = choose(cfg, k.M, len(kts), k.N, qk.out_int8, _common_period(a_rows, out_rows), what,
+        run = _common_period(a_rows, out_rows)
+        tl = choose(cfg, k.M, len(kts), k.N, qk.out_int8, run, what,
                     single_ok=qk.out_int8 or qk.bias_q is None)
+        w_addr = put(tile_weights(qk.w_q, order, kts, R, C))
+        b_addr = put(pad_lanes(qk.bias_q, C)) if qk.bias_q is not None else None
+        sc_addr = put(pad_lanes(qk.scale, C)) if qk.out_int8 else None
+        if searcher is not None:          # compiler.search: the simulator picks (Mt, nbuf, NB)
+            tl = searcher.pick(KernelCode(k.name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr,
+                                          sc_addr, qk.shift, qk.lo, k.relu, 0, 0, 0, 0), run)
         dk = None
         if spec is not None:
             from .dynamic import fit_gemm
@@ -277,9 +294,6 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None) -> Co
         if qk.out_int8:
             spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, i, i))
         acc_bufs.append(Buffer(f"k{i}.acc", tl.acc_rows, i, i))     # two regions, then the scale rows
-        w_addr = put(tile_weights(qk.w_q, order, kts, R, C))
-        b_addr = put(pad_lanes(qk.bias_q, C)) if qk.bias_q is not None else None
-        sc_addr = put(pad_lanes(qk.scale, C)) if qk.out_int8 else None
         codes.append(KernelCode(k.name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
                                 qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk))
         infos.append(KernelInfo(k.name, k.M, k.K, k.N, tl, len(kts), k.macs))

@@ -1,0 +1,184 @@
+"""Schedule search: per GEMM kernel, tilings scored by the simulator's cycle count, winners cached.
+
+    cm = tc.compile(model, [x], config="base", search=True)            # search, or a cache hit
+    cm = tc.compile(model, [x], search=True, search_budget_s=5.0, cache_dir="/tmp/tc-cache")
+
+A candidate is ``(Mt, nbuf, NB)``: the M tile's rows, one or two A buffers (double buffering),
+and the weight-tile slots in SPM (how far weight loads run ahead of the matmuls). The loop order
+is the emitter's (weight stationary: M tile, N tile, K tile); ``Mt`` decides how many weight
+loads each M tile repeats and how long each ``mm`` streams, ``nbuf`` whether A loads overlap the
+previous tile, ``NB`` the weight prefetch depth. Every candidate is checked against SPM/ACC and
+the emitter's rules (``Tiling``), emitted as a one-kernel program with the kernel's real DRAM
+address pattern, and run on ``sim.Chip`` (the cost model; timing does not depend on the data).
+
+Beam search: the beam starts from ``tiling.choose``'s default plus a coarse ladder of M tiles;
+each round scores every unscored neighbour of the beam (``Mt`` doubled/halved/one block
+more or less, ``nbuf`` toggled, ``NB`` one K group more or less) and keeps the best ``BEAM``;
+it stops when the beam no longer changes or the kernel's time budget is spent. The default is
+always a candidate, so the winner is never slower than it (per kernel, as measured).
+
+Cache: one JSON file per kernel in ``cache_dir`` (default ``$TETRACHIP_CACHE_DIR`` or
+``~/.cache/tetrachip``), named by the sha256 of the kernel signature (M, K tiles, N, epilogue,
+the relative DRAM row pattern of its input and output) and the ``ChipConfig`` digest. A cached
+kernel runs no simulation (``STATS["sim_runs"]`` counts them).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .tiling import Tiling
+
+BEAM = 3
+VERSION = 1
+#: simulator invocations and cache behaviour since import (tests read it)
+STATS = {"sim_runs": 0, "hits": 0, "misses": 0}
+
+
+def cache_dir(path=None) -> Path:
+    p = Path(path or os.environ.get("TETRACHIP_CACHE_DIR") or Path.home() / ".cache" / "tetrachip")
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf: int, NB: int) -> Tiling | None:
+    """A tiling with these knobs, or None if it breaks a memory limit or an emitter rule."""
+    R = cfg.rows
+    M, KT = base.M, base.KT
+    if not 1 <= Mt <= M or NB < KT or NB % KT or nbuf not in (1, 2):
+        return None
+    MT = -(-M // Mt)
+    if MT == 1:
+        nbuf = 1
+    elif run > 1 and Mt % run:
+        return None                               # full M tiles must be translations of the first
+    if MT > 1 and nbuf == 1 and not out_int8 and bias:
+        return None                               # a single A buffer needs the store->load gate
+    ostage = 2 if out_int8 else 0
+    scale_rows = base.acc_rows - 2 * base.Mt
+    spm = nbuf * KT * Mt + NB * R + ostage * Mt
+    acc = 2 * Mt + scale_rows
+    if spm > cfg.spm_rows or acc > cfg.acc_rows:
+        return None
+    return replace(base, Mt=Mt, MT=MT, nbuf=nbuf, NB=NB, spm_rows=spm, acc_rows=acc)
+
+
+def signature(kc, cfg, run: int) -> str:
+    a = np.asarray(kc.a_rows, np.int64)
+    o = np.asarray(kc.out_rows, np.int64)
+    sig = {"v": VERSION, "M": kc.tiling.M, "N": kc.tiling.N, "KT": kc.tiling.KT,
+           "k": [(t.klen, t.estride) for t in kc.ktiles], "int8": kc.out_int8,
+           "bias": kc.bias_addr is not None, "relu": kc.relu, "run": run,
+           "a": hashlib.sha256((a - a[0]).tobytes()).hexdigest(),
+           "o": hashlib.sha256((o - o[0]).tobytes()).hexdigest(), "cfg": cfg.digest()}
+    return hashlib.sha256(json.dumps(sig, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def score(kc, tl: Tiling, cfg) -> int | None:
+    """Cycles of the kernel alone with tiling ``tl`` on the simulator; None if it does not assemble."""
+    from isa.asm import assemble
+    from sim import Chip
+    from .emit import emit_program
+    R = cfg.rows
+    ostage = 2 if kc.out_int8 else 0
+    k2 = replace(kc, tiling=tl, spm_a=0, spm_w=tl.nbuf * tl.KT * tl.Mt,
+                 spm_o=tl.nbuf * tl.KT * tl.Mt + tl.NB * R, acc_base=0)
+    text = emit_program([k2], cfg)
+    if sum(1 for ln in text.splitlines() if ln.startswith(" ")) > cfg.imem_words:
+        return None
+    del ostage
+    chip = Chip(cfg)
+    chip.load(assemble(text, cfg, "<search candidate>"))
+    STATS["sim_runs"] += 1
+    return int(chip.run().cycles)
+
+
+class Searcher:
+    """``pick(kc, run)`` -> the best tiling for a kernel (cached); ``report`` per kernel."""
+
+    def __init__(self, cfg, budget_s: float = 20.0, path=None, beam: int = BEAM):
+        self.cfg, self.budget, self.beam = cfg, float(budget_s), beam
+        self.dir = cache_dir(path)
+        self.report: list[dict] = []
+
+    def pick(self, kc, run: int) -> Tiling:
+        key = signature(kc, self.cfg, run)
+        f = self.dir / f"search-{key}.json"
+        base = kc.tiling
+        bias = kc.bias_addr is not None
+        if f.exists():
+            try:
+                d = json.loads(f.read_text())
+                tl = make(self.cfg, base, kc.out_int8, bias, run, d["Mt"], d["nbuf"], d["NB"])
+                if tl is not None:
+                    STATS["hits"] += 1
+                    self.report.append({"kernel": kc.name, "cached": True, **d})
+                    return tl
+            except (ValueError, KeyError, TypeError):
+                pass
+        STATS["misses"] += 1
+        best, d = self._search(kc, run, bias)
+        f.write_text(json.dumps(d, indent=1) + "\n")
+        self.report.append({"kernel": kc.name, "cached": False, **d})
+        return best
+
+    def _search(self, kc, run: int, bias: bool):
+        cfg, base = self.cfg, kc.tiling
+        t0 = time.perf_counter()
+        scored: dict[tuple, int | None] = {}
+
+        def knobs(t: Tiling) -> tuple:
+            return (t.Mt, t.nbuf, t.NB)
+
+        def tiling(k: tuple) -> Tiling | None:
+            return make(cfg, base, kc.out_int8, bias, run, *k)
+
+        def ev(k: tuple):
+            if k not in scored:
+                t = tiling(k)
+                scored[k] = None if t is None else score(kc, t, cfg)
+            return scored[k]
+
+        d0 = knobs(base)
+        default = ev(d0)
+        step = run if run > 1 else max(1, cfg.rows)
+        mmax = max((m for m in range(step, base.M + step, step) if tiling((min(m, base.M), 2, base.NB))),
+                   default=base.Mt)
+        seeds = {d0, (min(mmax, base.M), 2, base.NB), (min(mmax, base.M), 1, base.NB)}
+        for frac in (2, 4):
+            m = max(step, (mmax // frac) // step * step)
+            seeds.add((min(m, base.M), 2, base.NB))
+        beam = [d0]
+        for s in seeds:
+            if time.perf_counter() - t0 > self.budget:
+                break
+            ev(s)
+        rounds = 0
+        while time.perf_counter() - t0 <= self.budget:
+            rounds += 1
+            ranked = sorted((k for k, v in scored.items() if v is not None), key=lambda k: (scored[k], k))
+            new_beam = ranked[:self.beam]
+            if new_beam == beam and rounds > 1:
+                break
+            beam = new_beam
+            for Mt, nb, NB in beam:
+                for nk in [(Mt * 2, nb, NB), (Mt // 2, nb, NB), (Mt + step, nb, NB), (Mt - step, nb, NB),
+                           (min(Mt * 2, base.M), nb, NB), (Mt, 3 - nb, NB), (Mt, nb, NB + base.KT),
+                           (Mt, nb, NB - base.KT)]:
+                    if time.perf_counter() - t0 > self.budget:
+                        break
+                    ev(nk)
+        ranked = sorted((k for k, v in scored.items() if v is not None), key=lambda k: (scored[k], k))
+        win = ranked[0] if ranked else d0
+        if default is not None and scored.get(win, default) >= default:
+            win = d0                                  # ties keep the default
+        d = {"Mt": win[0], "nbuf": win[1], "NB": win[2], "cycles": scored.get(win), "default": list(d0),
+             "default_cycles": default, "candidates": sum(v is not None for v in scored.values()),
+             "search_s": round(time.perf_counter() - t0, 3)}
+        return tiling(win) or base, d

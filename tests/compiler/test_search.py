@@ -1,0 +1,50 @@
+"""Schedule search: simulator-scored tilings, never slower than the default, cached on disk."""
+import numpy as np
+
+import tetrachip as tc
+from compiler import search
+
+
+def _mlp():
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((64, 48)).astype(np.float32)
+    w2 = rng.standard_normal((48, 10)).astype(np.float32)
+    x = rng.standard_normal((300, 64)).astype(np.float32)
+    return (lambda a: (a @ tc.Tensor(w1)).relu() @ tc.Tensor(w2)), x
+
+
+def test_search_exact_not_slower_and_cached(tmp_path):
+    f, x = _mlp()
+    dev = tc.Device("sim")
+    base = dev.run(tc.compile(f, [x]), x).stats.cycles
+    runs0 = search.STATS["sim_runs"]
+    cm = tc.compile(f, [x], search=True, search_budget_s=3.0, cache_dir=tmp_path)
+    runs1 = search.STATS["sim_runs"]
+    assert runs1 > runs0                                  # the first compile searched
+    res = dev.run(cm, x)
+    np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+    assert res.stats.cycles <= base
+    for r in cm.search_report:
+        assert not r["cached"] and r["cycles"] <= r["default_cycles"]
+    assert len(list(tmp_path.glob("search-*.json"))) == len(cm.search_report)
+    # the second compile reads the cache: no simulator run, same tilings, same binary
+    hits = search.STATS["hits"]
+    cm2 = tc.compile(f, [x], search=True, cache_dir=tmp_path)
+    assert search.STATS["sim_runs"] == runs1
+    assert search.STATS["hits"] == hits + len(cm.search_report)
+    assert all(r["cached"] for r in cm2.search_report)
+    assert cm2.program.code_bytes() == cm.program.code_bytes()
+
+
+def test_cache_dir_from_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TETRACHIP_CACHE_DIR", str(tmp_path / "c"))
+    assert search.cache_dir() == tmp_path / "c" and (tmp_path / "c").is_dir()
+
+
+def test_config_is_part_of_the_key(tmp_path):
+    f, x = _mlp()
+    cm = tc.compile(f, [x], search=True, search_budget_s=1.0, cache_dir=tmp_path)
+    kc_sig = {p.name for p in tmp_path.glob("search-*.json")}
+    tc.compile(f, [x], config="small", search=True, search_budget_s=1.0, cache_dir=tmp_path)
+    assert {p.name for p in tmp_path.glob("search-*.json")} > kc_sig
+    assert cm.search_report
