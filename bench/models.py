@@ -1,6 +1,12 @@
 """Compiled models on the simulated chip: cycles, MXU utilization, DRAM traffic, memory plans.
 
     python bench/models.py [--json FILE] [--quick] [--configs small,base,large]
+    python bench/models.py --search [--budget S] [--cache-dir DIR] [--quick] [--configs base]
+
+``--search`` compiles every case three times: the default schedule, ``search=True`` into an
+empty cache directory (the search runs), and ``search=True`` again (cache hits); it reports the
+cycles of the default and the searched binary, both bit-exact checks, the two search compile
+times and their ratio.
 
 Models: GEMMs (int8 x int8, int32 out), the digits MLP and CNN (trained on the reference backend;
 ``--quick`` uses untrained weights, same shapes and cycles), and ResNet-style 3x3 conv layers with
@@ -136,6 +142,49 @@ def run_case(name, build, config):
     return row
 
 
+def run_search_case(name, build, config, budget, cache):
+    cfg = ChipConfig.load(config)
+    model, x, calib, _ = build()
+    row = {"model": name, "config": cfg.name}
+    tp = time.perf_counter()
+    try:
+        cm0 = tc.compile(model, [x], config=cfg, calibration=calib)
+    except tc.ChipCompileError as e:
+        row["error"] = str(e)
+        return row
+    row["plain_compile_s"] = time.perf_counter() - tp
+    dev = tc.Device("sim", config=cfg)
+    r0 = dev.run(cm0, x)
+    t0 = time.perf_counter()
+    cm1 = tc.compile(model, [x], config=cfg, calibration=calib, search=True, search_budget_s=budget, cache_dir=cache)
+    t1 = time.perf_counter()
+    cm2 = tc.compile(model, [x], config=cfg, calibration=calib, search=True, search_budget_s=budget, cache_dir=cache)
+    t2 = time.perf_counter()
+    r1 = dev.run(cm1, x)
+    row.update(default_cycles=r0.stats.cycles, search_cycles=r1.stats.cycles,
+               first_compile_s=t1 - t0, cached_compile_s=t2 - t1, ratio=(t1 - t0) / max(t2 - t1, 1e-9),
+               cached_same_binary=cm2.program.code_bytes() == cm1.program.code_bytes(),
+               bit_exact=bool(all(np.array_equal(a, b) for a, b in zip(r1.outputs, cm1.reference(x)))
+                              and all(np.array_equal(a, b) for a, b in zip(r0.outputs, cm0.reference(x)))),
+               kernels=cm1.search_report)
+    return row
+
+
+def search_table(rows) -> str:
+    head = (f"{'model':<36}{'config':<7}{'default':>10}{'searched':>10}{'gain %':>8}{'1st s':>8}{'cached s':>9}"
+            f"{'ratio':>7}{'plain s':>9}  exact")
+    out = [head, "-" * len(head)]
+    for r in rows:
+        if "error" in r:
+            out.append(f"{r['model']:<36}{r['config']:<7}  does not fit: {r['error'][:90]}")
+            continue
+        gain = 100 * (1 - r["search_cycles"] / r["default_cycles"])
+        out.append(f"{r['model']:<36}{r['config']:<7}{r['default_cycles']:>10}{r['search_cycles']:>10}{gain:>8.2f}"
+                   f"{r['first_compile_s']:>8.2f}{r['cached_compile_s']:>9.3f}{r['ratio']:>7.1f}{r['plain_compile_s']:>9.3f}  "
+                   f"{'yes' if r['bit_exact'] else 'NO'}")
+    return "\n".join(out)
+
+
 def table(rows) -> str:
     head = (f"{'model':<36}{'config':<7}{'cycles':>10}{'MXU %':>8}{'ideal %':>8}{'DRAM rd':>11}{'DRAM wr':>10}"
             f"{'plan/bound':>12}{'compile s':>10}{'sim s':>7}  exact")
@@ -171,11 +220,25 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
     ap.add_argument("--quick", action="store_true", help="fewer, smaller cases; untrained digits models")
     ap.add_argument("--configs", default="small,base,large")
+    ap.add_argument("--search", action="store_true", help="default vs searched schedules, cache timing")
+    ap.add_argument("--budget", type=float, default=10.0, help="search time budget per kernel (s)")
+    ap.add_argument("--cache-dir", type=Path, default=None, help="search cache (default: a fresh temp dir)")
+    ap.add_argument("--only", default="", help="only the cases whose name contains this")
     args = ap.parse_args(argv)
     from tqdm import tqdm
     configs = args.configs.split(",")
-    todo = [(n, b, c) for n, b in cases(args.quick) for c in configs]
+    todo = [(n, b, c) for n, b in cases(args.quick) for c in configs if args.only in n]
     rows = []
+    if args.search:
+        import tempfile
+        cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="tetrachip-search-"))
+        for name, build, config in tqdm(todo, desc="search", unit="case"):
+            rows.append(run_search_case(name, build, config, args.budget, cache / config / name.replace(" ", "_")))
+        print(search_table(rows))
+        if args.json:
+            args.json.write_text(json.dumps({"rows": rows, "search": True, "budget_s": args.budget,
+                                             "loadavg": os.getloadavg()[0]}, indent=2, default=str) + "\n")
+        return 1 if any("error" not in r and not r["bit_exact"] for r in rows) else 0
     for name, build, config in tqdm(todo, desc="bench", unit="case"):
         rows.append(run_case(name, build, config))
     print(table(rows))
