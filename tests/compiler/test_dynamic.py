@@ -99,3 +99,17 @@ def test_errors():
         tc.Device("sim").run(cm, {"x": np.zeros((3, 5)), "y": np.zeros((4, 3))})
     with pytest.raises(ChipCompileError, match="one symbolic dimension"):
         tc.compile(f, {"x": x, "y": y}, dynamic={"N": 8, "T": 4})
+
+
+def test_dynamic_with_search(tmp_path):
+    """Search picks the tiling at the maximum; the dynamic cut keeps whole batch elements per tile."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((16, 4, 3, 3)).astype(np.float32) * 0.3
+
+    def f(x):
+        return tc.functional.conv2d(x, tc.Tensor(w)).relu()
+    cm = tc.compile(f, [rng.standard_normal((64, 4, 8, 8)).astype(np.float32)], dynamic={"N": 64},
+                    search=True, search_budget_s=2.0, cache_dir=tmp_path)
+    assert cm.search_report and cm.kernels[0].tiling.Mt % 36 == 0
+    cycles = _check(cm, lambda n: rng.standard_normal((n, 4, 8, 8)).astype(np.float32), tc.Device("sim"))
+    assert cycles[1] < cycles[64]
