@@ -194,9 +194,19 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
         spec = dyn.DynSpec(sym, mx, axes, dyn.out_axes(model_or_fn, example_inputs, axes, mx, outputs))
     times["trace"] = time.perf_counter() - t0
     graph = engine.prepare(outputs)
+    calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
+    mkey = None
+    if search:                         # a searched compile is cached whole (compiler.search)
+        from . import search as srch
+        mkey = srch.model_key(graph, calib, cfg, {"per_channel": per_channel, "names": tuple(names),
+                                                 "single": single, "dynamic": repr(spec)})
+        hit = srch.load_model(mkey, cache_dir)
+        if hit is not None:
+            hit.timings = {"cached": time.perf_counter() - t0}
+            hit.compile_s = hit.timings["total"] = time.perf_counter() - t0
+            return hit
     sched = lift(graph)
     times["lift"] = time.perf_counter() - t0
-    calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
     q = quantize(sched, calib, per_channel)
     times["quantize"] = time.perf_counter() - t0
     searcher = None
@@ -211,6 +221,8 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
         cm.program.manifest["dynamic"] = spec.to_manifest()
     times["total"] = cm.compile_s = time.perf_counter() - t0
     cm.timings = times
+    if searcher is not None:
+        srch.store_model(mkey, cm, cache_dir)
     return cm
 
 

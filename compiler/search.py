@@ -182,3 +182,81 @@ class Searcher:
              "default_cycles": default, "candidates": sum(v is not None for v in scored.values()),
              "search_s": round(time.perf_counter() - t0, 3)}
         return tiling(win) or base, d
+
+
+# ---------------------------------------------------------------------------------------------- whole models
+# A searched compile is also cached whole (``model-<key>.pkl``): the key covers the prepared graph
+# (ops, dtypes, edges, every constant's bytes), the calibration data, the flags, the config digest
+# and the source of the compiler and ISA packages, so a cached model is never stale. Graphs whose
+# node arguments are not plain data (control-flow bodies) are not cached whole.
+
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def _arg_digest(a, h) -> bool:
+    if isinstance(a, np.ndarray):
+        h.update(f"nd{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+        return True
+    if isinstance(a, (tuple, list)):
+        h.update(b"(")
+        ok = all(_arg_digest(x, h) for x in a)
+        h.update(b")")
+        return ok
+    if isinstance(a, _PLAIN) or type(a).__name__ in ("DType",) or isinstance(a, np.generic):
+        h.update(repr(a).encode())
+        return True
+    return False
+
+
+def _source_digest() -> str:
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for pkg in ("compiler", "isa"):
+        for f in sorted((root / pkg).glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def model_key(graph_outputs: list, calib: list, cfg, flags: dict) -> str | None:
+    from .ir import toposort
+    h = hashlib.sha256(f"model v{VERSION} {_source_digest()} {cfg.digest()!r} {sorted(flags.items())!r}".encode())
+    nodes = toposort(list(graph_outputs))
+    idx = {id(n): i for i, n in enumerate(nodes)}
+    for n in nodes:
+        h.update(f"|{n.op.name} {n.dtype!r} {[idx[id(s)] for s in n.src]}".encode())
+        if not _arg_digest(n.arg, h):
+            return None
+    h.update(repr([idx[id(o)] for o in graph_outputs]).encode())
+    for feeds in calib:
+        for k in sorted(feeds):
+            h.update(k.encode())
+            _arg_digest(np.asarray(feeds[k]), h)
+    return h.hexdigest()
+
+
+def load_model(key: str | None, path=None):
+    import pickle
+    if key is None:
+        return None
+    f = cache_dir(path) / f"model-{key}.pkl"
+    if not f.exists():
+        return None
+    try:
+        cm = pickle.loads(f.read_bytes())
+    except Exception:            # a damaged entry is recompiled and rewritten
+        return None
+    STATS["hits"] += len(cm.search_report or [])
+    cm.search_report = [dict(r, cached=True) for r in (cm.search_report or [])]
+    return cm
+
+
+def store_model(key: str | None, cm, path=None) -> None:
+    import pickle
+    if key is None:
+        return
+    f = cache_dir(path) / f"model-{key}.pkl"
+    tmp = f.with_suffix(".tmp")
+    tmp.write_bytes(pickle.dumps(cm, protocol=pickle.HIGHEST_PROTOCOL))
+    tmp.replace(f)

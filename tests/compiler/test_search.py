@@ -27,13 +27,39 @@ def test_search_exact_not_slower_and_cached(tmp_path):
     for r in cm.search_report:
         assert not r["cached"] and r["cycles"] <= r["default_cycles"]
     assert len(list(tmp_path.glob("search-*.json"))) == len(cm.search_report)
-    # the second compile reads the cache: no simulator run, same tilings, same binary
+    assert len(list(tmp_path.glob("model-*.pkl"))) == 1
+    # the second compile reads the cache (the whole model): no simulator run, same binary
     hits = search.STATS["hits"]
     cm2 = tc.compile(f, [x], search=True, cache_dir=tmp_path)
     assert search.STATS["sim_runs"] == runs1
     assert search.STATS["hits"] == hits + len(cm.search_report)
     assert all(r["cached"] for r in cm2.search_report)
     assert cm2.program.code_bytes() == cm.program.code_bytes()
+    np.testing.assert_array_equal(dev.run(cm2, x).outputs[0], res.outputs[0])
+    # without the whole-model entry the per-kernel entries still spare every simulation
+    for p in tmp_path.glob("model-*.pkl"):
+        p.unlink()
+    cm3 = tc.compile(f, [x], search=True, cache_dir=tmp_path)
+    assert search.STATS["sim_runs"] == runs1
+    assert all(r["cached"] for r in cm3.search_report)
+    assert cm3.program.code_bytes() == cm.program.code_bytes()
+
+
+def test_new_weights_miss_the_model_cache_hit_the_kernel_cache(tmp_path):
+    f, x = _mlp()
+    cm = tc.compile(f, [x], search=True, search_budget_s=1.0, cache_dir=tmp_path)
+    runs = search.STATS["sim_runs"]
+    w = np.random.default_rng(9).standard_normal((64, 10)).astype(np.float32)
+    g = (lambda a: a @ tc.Tensor(w))
+    tc.compile(g, [x], search=True, search_budget_s=1.0, cache_dir=tmp_path)
+    assert search.STATS["sim_runs"] > runs               # a new kernel shape: searched
+    runs = search.STATS["sim_runs"]
+    w2 = w + 1
+    cm2 = tc.compile(lambda a: a @ tc.Tensor(w2), [x], search=True, cache_dir=tmp_path)
+    assert search.STATS["sim_runs"] == runs              # same kernel signature, other weights
+    assert len(list(tmp_path.glob("model-*.pkl"))) == 3  # ... but a model of its own
+    np.testing.assert_array_equal(tc.Device("sim").run(cm2, x).outputs[0], cm2.reference(x)[0])
+    assert cm.search_report
 
 
 def test_cache_dir_from_env(tmp_path, monkeypatch):
