@@ -179,11 +179,12 @@ class DmaLoad(_DmaBase):
         buf = Signal(8 * nb)
         B = cfg.dma_beat_bytes
         resp = [self.dram.rd_resp_data[8 * k:8 * k + 8] for k in range(B)]
-        eb = Mux(t.space == Space.ACC, 4, 1)
-        row_end = t.len * eb
+        # named once: an expression used in every byte's logic would be built once per use
+        row_end, off_end = Signal(range(4 * (1 << 16))), Signal(17)
+        m.d.comb += [row_end.eq(t.len * Mux(t.space == Space.ACC, 4, 1)), off_end.eq(t.off + t.nbytes)]
         merged = Signal(8 * nb)
         for j in range(nb):             # byte j of the row is byte j - off of the beat
-            sel = (j >= t.off) & (j < t.off + t.nbytes) & (j < row_end)
+            sel = (j >= t.off) & (j < off_end) & (j < row_end)
             k = (j - t.off)[:max(1, (B - 1).bit_length())]
             src = select(k, resp) if B > 1 else resp[0]
             m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(sel, src, buf[8 * j:8 * j + 8]))
@@ -231,7 +232,8 @@ class DmaStore(_DmaBase):
         img = [image[8 * j:8 * j + 8] for j in range(nb)]
         for k in range(B):
             m.d.comb += shifted[8 * k:8 * k + 8].eq(select(c["off"] + k, img))
-        row_end = c["len"] * w["eb"]
+        row_end = Signal(range(4 * (1 << 16)))
+        m.d.comb += row_end.eq(c["len"] * w["eb"])
         strb = Signal(B)
         for j in range(B):
             m.d.comb += strb[j].eq((c["off"] + j < row_end) & (j < w["nbytes"]))

@@ -56,6 +56,9 @@ class VpuAlu(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         C = self.cols
+        # the requantizer's shift masks, shared by every lane
+        low, half = Signal(64, name="rq_low"), Signal(64, name="rq_half")
+        m.d.comb += [low.eq((Const(1, 64) << self.shift) - 1), half.eq((Const(1, 65) << self.shift) >> 1)]
         a, b = self.a, self.b
         # lane reductions: trees of named stages (an expression reused unnamed is elaborated twice)
         def tree(vals, fn, name):
@@ -84,7 +87,7 @@ class VpuAlu(wiring.Component):
                      "vmax": Mux(an > bn, an, bn), "vshl": an.as_unsigned() << sh, "vsra": an >> sh,
                      "vmov": an, "vrelu": Mux(an < 0, 0, an), "vabs": Mux(an < 0, -an, an), "vrsum": rsum,
                      "vrmax": rmax, "vrmin": rmin, "vlut": self.lut[an[:8]],
-                     "vreq": self._requant(m, an, self.scale[n], n)}
+                     "vreq": self._requant(m, an, self.scale[n], n, low, half)}
             val = an
             for name, expr in table.items():     # a mux chain (no case statement in the Verilog)
                 val = Mux(self.op == OP[name], expr, val)
@@ -94,16 +97,14 @@ class VpuAlu(wiring.Component):
             m.d.comb += self.y[n].eq(Mux((self.dspace == Space.SPM) & ~is_req, sat, r))
         return m
 
-    def _requant(self, m, x, scale, n):
+    def _requant(self, m, x, scale, n, low, half):
         """clamp(round_shift(x * scale, shift) + zp, lo, hi): an int8 value."""
         p = Signal(signed(64), name=f"rq_p{n}")
         m.d.comb += p.eq(x * scale)
         q = Signal(signed(64), name=f"rq_q{n}")
         m.d.comb += q.eq(p >> self.shift)
         rem = Signal(64, name=f"rq_rem{n}")
-        m.d.comb += rem.eq(p.as_unsigned() & ((Const(1, 64) << self.shift) - 1))
-        half = Signal(64, name=f"rq_half{n}")
-        m.d.comb += half.eq((Const(1, 65) << self.shift) >> 1)
+        m.d.comb += rem.eq(p.as_unsigned() & low)
         up = Signal(name=f"rq_up{n}")
         m.d.comb += up.eq((self.shift != 0) & Mux(self.rnd == Round.HALF_UP, rem >= half,
                                                   (self.rnd == Round.HALF_EVEN) & ((rem > half) | ((rem == half) & q[0]))))

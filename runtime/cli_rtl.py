@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import time
 from pathlib import Path
 
@@ -24,11 +25,17 @@ def verilog_cmd(config: str, chips: int, output: Path, name: str | None) -> None
     from rtl.verilog import generate
 
     cfg = ChipConfig.load(config)
-    t = time.monotonic()
+    t, c = time.monotonic(), _cpu()
     text = generate(cfg, chips, name)
     try:
         output.write_text(text)
     except OSError as e:
         raise TetrachipError(f"{output}: cannot write: {e.strerror}") from None
     click.echo(f"{output}: {'ring of %d chips' % chips if chips > 1 else 'chip'} for config {cfg.name}, "
-               f"{len(text.splitlines())} lines, {time.monotonic() - t:.1f} s", err=True)
+               f"{len(text.splitlines())} lines, {time.monotonic() - t:.1f} s ({_cpu() - c:.1f} CPU-s with Yosys)", err=True)
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its children (the builtin Yosys runs as a child)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
