@@ -11,6 +11,8 @@ index fastest, one instance per ``start``; addresses are kept as per-level runni
 
 from __future__ import annotations
 
+import os
+
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
@@ -108,6 +110,10 @@ class RepeatQueue(wiring.Component):
         for j in range(MAX_REPEAT_DEPTH):
             zero_trip = zero_trip | (cnt[j] == 0)
         at_end = [idx[j] + 1 == cnt[j] for j in range(MAX_REPEAT_DEPTH)]
+        if os.environ.get("TETRACHIP_RTL_BUG") == "repeat":
+            # injected fault for co-simulation (docs/cosim.md), off by default: the outermost
+            # level of a nest of depth >= 2 ends one iteration early when its trip count is >= 3
+            at_end[0] = at_end[0] | ((e.depth >= 2) & (cnt[0] >= 3) & (idx[0] + 2 == cnt[0]))
         first = Const(1)
         last = Const(1)
         for j in range(MAX_REPEAT_DEPTH):
