@@ -5,6 +5,7 @@ trace port). ``rtl/`` never imports ``sim``; only this test joins them."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -244,3 +245,22 @@ def test_link_mismatch():
     r = run_chip(prog, _rand_dram(7, 64), loopback=True, max_cycles=500)
     assert (r.error, r.cycles) == (e.value.code, e.value.cycle + 1)
     assert r.error == ErrorCode.LINK_MISMATCH
+
+
+FUZZ_COUNT = int(os.environ.get("TETRACHIP_RTL_FUZZ", "3"))
+
+
+@pytest.mark.parametrize("seed", range(FUZZ_COUNT))
+def test_random_programs(seed):
+    """Constrained-random single-chip programs (``runtime.fuzz``, the co-simulation generator):
+    every unit, repeat nests, register trip counts, tokens, fences, branches, faults. Programs the
+    simulator stops with a diagnostic the RTL does not make (RACE, DEADLOCK) are not compared."""
+    from runtime.fuzz import generate
+    case = generate(TINY, 1000 + seed, link=False)
+    if case.fault == "reserved":
+        pytest.skip("reserved-word faults are patched into the binary (covered by test_illegal_word)")
+    prog = assemble(case.sources[0], TINY)
+    chip, cycles, err = _sim_run(prog, case.drams[0], case.regs[0], 6000)
+    if err in (ErrorCode.RACE, ErrorCode.DEADLOCK, ErrorCode.CYCLE_LIMIT):
+        pytest.skip(f"simulator diagnostic {err.name}")
+    check(prog, case.drams[0], case.regs[0], max_cycles=6000, code=err, memories=err == ErrorCode.OK)
