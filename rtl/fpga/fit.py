@@ -47,8 +47,8 @@ def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, i
 MEMORY_PORTS = {"spm": (4, 4, 3), "acc": (5, 3, 3), "imem": (1, 1, 0)}
 
 LUT_PER_PE = 40
-FF_PER_PE = 60
-LUT_PER_LUT_MAC = 110
+FF_PER_PE = 69
+LUT_PER_LUT_MAC = 225
 LUT_PER_FF_MEM_BIT_PORT = 0.6
 LUT_BASE, LUT_PER_LANE = 6000, 700
 FF_BASE, FF_PER_LANE = 3000, 250
