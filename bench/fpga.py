@@ -4,7 +4,7 @@ Each (config, device) first goes through the fit model (rtl/fpga/fit.py); a pair
 is reported with its estimate and not built. The others run Yosys (synth_ecp5 / synth_ice40) and,
 unless --no-pnr, nextpnr out of context. Writes JSON (--json) and a Markdown table (--md).
 
-    python bench/fpga.py --quick --json out/fpga.json --md out/fpga.md     # tiny, Yosys only
+    python bench/fpga.py --quick --json out/fpga.json --md out/fpga.md     # fit model only, no tools
     python bench/fpga.py --json out/fpga.json --md out/fpga.md             # all, with nextpnr
 """
 
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from isa import ChipConfig  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
-from rtl.fpga.fit import DSP_PER_LANE, FitError, estimate  # noqa: E402
+from rtl.fpga.fit import DSP_PER_LANE, FPGA_MEMORY, estimate, fpga_config  # noqa: E402
 from rtl.fpga.flow import FlowError, synth  # noqa: E402
 
 CONFIGS = ["tiny", "small", "base"]
@@ -32,8 +32,10 @@ def auto_mac(cfg, dev) -> str:
     return "dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}"
 
 
-def run_one(name, devname, *, pnr, freq, out, timeout):
+def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True):
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
+    if fpga_mem:
+        cfg = fpga_config(cfg, **FPGA_MEMORY)
     mac = auto_mac(cfg, dev)
     row = {"config": name, "device": devname, "mac": mac}
     est = estimate(cfg, dev, mac=mac)
@@ -41,6 +43,9 @@ def run_one(name, devname, *, pnr, freq, out, timeout):
     over = est.over(dev)
     if over:
         row.update(status="does not fit (estimate)", reason="; ".join(over))
+        return row
+    if not tools:
+        row.update(status="fits (estimate)")
         return row
     t = time.monotonic()
     try:
@@ -74,7 +79,8 @@ def markdown(rows) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="tiny on ECP5-85k, Yosys only")
+    ap.add_argument("--quick", action="store_true", help="the fit model's estimates only (no tools)")
+    ap.add_argument("--full-mem", action="store_true", help="the presets' memories (default: --fpga-mem depths)")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--devices", default=",".join(TARGETS))
     ap.add_argument("--no-pnr", action="store_true")
@@ -85,12 +91,11 @@ def main(argv=None) -> int:
     ap.add_argument("--md", type=Path)
     a = ap.parse_args(argv)
     configs, devices, pnr = a.configs.split(","), a.devices.split(","), not a.no_pnr
-    if a.quick:
-        configs, devices, pnr = ["tiny"], ["ecp5-85k"], False
     rows = []
     for name in configs:
         for d in devices:
-            rows.append(run_one(name, d, pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout))
+            rows.append(run_one(name, d, pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout,
+                                fpga_mem=not a.full_mem, tools=not a.quick))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     md = markdown(rows)
     print(md)
