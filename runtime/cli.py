@@ -154,6 +154,7 @@ def sim(program: Path, config: str | None, dram: Path | None, args: str | None, 
 main.add_command(__import__("runtime.cli_rtl", fromlist=["verilog_cmd"]).verilog_cmd)
 main.add_command(__import__("runtime.cli_run", fromlist=["run_cmd"]).run_cmd)
 main.add_command(__import__("runtime.cli_fpga", fromlist=["fpga_cmd"]).fpga_cmd)
+main.add_command(__import__("runtime.cli_fuzz", fromlist=["fuzz_cmd"]).fuzz_cmd)
 
 if __name__ == "__main__":
     main()
