@@ -155,7 +155,8 @@ async def run_job(dut, ports: list[Port], cfg: dict, job: dict) -> dict:
     await FallingEdge(dut.clk)
     await FallingEdge(dut.clk)
     dut.rst.value = 0
-    pre = [read_mems(p, cfg) for p in ports]
+    # SPM/ACC before the job: the previous job's final contents (reset keeps memories), else read
+    pre = [p.last if getattr(p, "last", None) is not None else read_mems(p, cfg) for p in ports]
     # driver: program words, then every scalar register r1.. (0 unless the job names a value)
     for i, p in enumerate(ports):
         words = job["words"][i]
@@ -197,6 +198,7 @@ async def run_job(dut, ports: list[Port], cfg: dict, job: dict) -> dict:
     out = []
     for i, p in enumerate(ports):
         spm, acc = read_mems(p, cfg)
+        p.last = (spm, acc)
         out.append({"cycles": _int(p.h["cycles"]), "error": _int(p.h["error"]), "done": _int(p.h["done"]),
                     "dram": drams[i].mem, "spm": spm, "acc": acc, "pre_spm": pre[i][0], "pre_acc": pre[i][1],
                     "records": mons[i].records})
