@@ -80,7 +80,8 @@ class MxuUnit(UnitBase):
         # SPM data of row j arrives next cycle: write it into the shadow buffer
         we, wrow = Signal(), Signal(range(R + 1))
         m.d.sync += [we.eq(lw_beat & (cur_row < cur_k)), wrow.eq(cur_row)]
-        m.d.comb += [arr.w_clear.eq(lw_go), arr.w_we.eq(we), arr.w_row.eq(wrow),
+        # a new lw's clear drops the previous lw's last row, which would land in the same cycle
+        m.d.comb += [arr.w_clear.eq(lw_go), arr.w_we.eq(we & ~lw_go), arr.w_row.eq(wrow),
                      arr.w_data.eq(self.spm_w.data)]
 
         # ---- matmul streaming ----------------------------------------------------------------

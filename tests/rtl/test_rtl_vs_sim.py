@@ -264,3 +264,22 @@ def test_random_programs(seed):
     if err in (ErrorCode.RACE, ErrorCode.DEADLOCK, ErrorCode.CYCLE_LIMIT):
         pytest.skip(f"simulator diagnostic {err.name}")
     check(prog, case.drams[0], case.regs[0], max_cycles=6000, code=err, memories=err == ErrorCode.OK)
+
+
+def test_second_weight_load_before_a_matmul_replaces_the_first():
+    """Two mxu.lw in a row (the second partial): the mm uses the second tile, rows k.. zero."""
+    cycles, r = check("""
+        dma.ld spm[100], dram[0], rows=8, rstride=4
+        dma.ld spm[8], dram[64], rows=1
+        fence load
+        mxu.lw spm[100]
+        mxu.lw spm[104], k=2
+        mxu.mm acc[40], spm[8], n=1
+        fence all
+        dma.st dram[0x800], acc[40], rows=1
+        halt""", _rand_dram(11))
+    d = _rand_dram(11)
+    w = d[16:24].view(np.int8).reshape(2, 4).astype(np.int64)   # SPM rows 104, 105
+    x = d[64:66].view(np.int8).astype(np.int64)                  # lanes 0, 1 of SPM row 8
+    want = (x @ w).astype(np.int32)
+    np.testing.assert_array_equal(r.dram[0x800:0x810].view(np.int32), want)
