@@ -11,22 +11,37 @@ the design does not fit. The build option ``mac`` (``Chip(cfg, mac=...)``) choos
              multiplier blocks and spills the rest into LUTs
 
 All variants compute the same signed 16-bit product, so cycles and results do not change.
+
+A ``+reg`` suffix (``"dsp+reg"``, ``"dsp:28+reg"``, ``"lut+reg"``) registers each product before
+the PE's partial-sum add: one more array stage (``SystolicArray.LATENCY`` grows by one), which
+the MXU absorbs in the alignment stages it already has between the array and the ACC write
+(``isa.timing.MXU_EXTRA``), so the MXU's timing contract and every cycle count are unchanged.
+It takes the multiplier off the adder's carry chain (the FPGA's critical path).
 """
 
 from __future__ import annotations
 
 from amaranth import Cat, Const, Signal, signed
 
-__all__ = ["MAC_KINDS", "parse_mac", "pe_kinds", "product"]
+__all__ = ["MAC_KINDS", "parse_mac", "split_reg", "pe_kinds", "product"]
 
 MAC_KINDS = ("dsp", "lut")
 
 
-def parse_mac(mac: str) -> tuple[str, int | None]:
-    """``"dsp"`` -> ("dsp", None); ``"lut"`` -> ("lut", None); ``"dsp:N"`` -> ("dsp", N)."""
+def split_reg(mac: str) -> tuple[str, int]:
+    """``"dsp:28+reg"`` -> ("dsp:28", 1): the variant and its product register stages (0 or 1)."""
     if not isinstance(mac, str):
         raise ValueError(f"mac must be a string, got {mac!r}")
-    kind, _, n = mac.partition(":")
+    base, plus, suffix = mac.partition("+")
+    if plus and suffix != "reg":
+        raise ValueError(f"mac suffix must be '+reg' (a product register), got {mac!r}")
+    return base, int(bool(plus))
+
+
+def parse_mac(mac: str) -> tuple[str, int | None]:
+    """``"dsp"`` -> ("dsp", None); ``"lut"`` -> ("lut", None); ``"dsp:N"`` -> ("dsp", N); a ``+reg``
+    suffix is accepted and ignored here (``split_reg``)."""
+    kind, _, n = split_reg(mac)[0].partition(":")
     if kind not in MAC_KINDS or (n and kind != "dsp"):
         raise ValueError(f"mac must be 'dsp', 'lut' or 'dsp:N', got {mac!r}")
     if not n:

@@ -132,7 +132,10 @@ class MxuUnit(UnitBase):
         t_rd, t_wr = stages[PIPE - 1], stages[PIPE]
         # array output (valid LATENCY after entering at s+i+1) delayed to s+i+PIPE
         y = arr.y.as_value()
-        lag = PIPE - (1 + arr.LATENCY)
+        lag = PIPE - (1 + arr.LATENCY)          # alignment stages left (product registers use them)
+        if lag < 0:
+            raise ValueError(f"the array's latency {arr.LATENCY} does not fit the MXU pipeline "
+                             f"(isa.timing.mxu_pipe = {PIPE}): at most {PIPE - 1 - (R + C - 1)} extra array stages")
         for i in range(lag):
             ny = Signal(32 * C, name=f"mxy{i}")
             m.d.sync += ny.eq(y)

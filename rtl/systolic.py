@@ -8,6 +8,11 @@ whole output row leaves together ``LATENCY = rows + cols - 1`` cycles after its 
 The ``swap`` bit travels with lane data exactly like an input row: PE(k, n) uses the shadow
 weight for the row that carries it and copies shadow to front in the same cycle, so rows before
 it still use the old weights (the swap wavefront; ``isa.timing.mxu_swap_delay``).
+
+Partial sums are only as wide as they can grow: row k's sum of k+1 int8 x int8 products fits
+``16 + clog2(k+1)`` signed bits (no wrap is possible), and ``y`` sign-extends the last row's to 32.
+With ``mac="...+reg"`` (``rtl/mac.py``) each product is registered before the add: ``LATENCY`` is
+one cycle longer and the weight/swap timing is unchanged (the weight is used in the product stage).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from amaranth.lib.wiring import In, Out
 
 from isa.table import clog2
 
-from .mac import pe_kinds, product
+from .mac import pe_kinds, product, split_reg
 
 __all__ = ["SystolicArray"]
 
@@ -39,7 +44,8 @@ class SystolicArray(wiring.Component):
     def __init__(self, rows: int, cols: int, mac: str = "dsp"):
         self.rows, self.cols = rows, cols
         self.kinds = pe_kinds(rows, cols, mac)      # per PE: "dsp" or "lut" (rtl/mac.py)
-        self.LATENCY = rows + cols - 1
+        self.preg = split_reg(mac)[1]                # product register stages (0 or 1)
+        self.LATENCY = rows + cols - 1 + self.preg
         super().__init__({
             "x": In(data.ArrayLayout(signed(8), rows)), "swap": In(1),
             "w_we": In(1), "w_row": In(clog2(rows)), "w_data": In(data.ArrayLayout(signed(8), cols)),
@@ -60,8 +66,9 @@ class SystolicArray(wiring.Component):
                 a, s = na, ns
             a_in.append(a)
             s_in.append(s)
-        psum = [Signal(signed(32), name=f"top{n}") for n in range(C)]   # zeros into row 0
+        psum = [None] * C                                   # nothing above row 0
         for k in range(R):
+            width = 16 + (clog2(k + 1) if k else 0)         # |sum of k+1 products| <= (k+1) * 2^14
             a, s = a_in[k], s_in[k]
             new_psum = []
             for n in range(C):
@@ -74,8 +81,13 @@ class SystolicArray(wiring.Component):
                     m.d.sync += shadow.eq(0)
                 with m.If(self.w_we & (self.w_row == k)):
                     m.d.sync += shadow.eq(self.w_data[n])
-                p = Signal(signed(32), name=f"ps{k}_{n}")
-                m.d.sync += p.eq(psum[n] + product(m, a, w, self.kinds[k][n], f"mul{k}_{n}"))
+                prod = product(m, a, w, self.kinds[k][n], f"mul{k}_{n}")
+                if self.preg:
+                    pr = Signal(signed(16), name=f"pr{k}_{n}")
+                    m.d.sync += pr.eq(prod)
+                    prod = pr
+                p = Signal(signed(width), name=f"ps{k}_{n}")
+                m.d.sync += p.eq(prod if psum[n] is None else psum[n] + prod)
                 new_psum.append(p)
                 if n < C - 1:    # pass the input (and the swap bit) right
                     na, ns = Signal(signed(8), name=f"a{k}_{n}"), Signal(name=f"s{k}_{n}")
@@ -86,7 +98,7 @@ class SystolicArray(wiring.Component):
         for n in range(C):
             v = psum[n]
             for d in range(C - 1 - n):
-                nv = Signal(signed(32), name=f"dsk{n}_{d}")
+                nv = Signal.like(v, name=f"dsk{n}_{d}")
                 m.d.sync += nv.eq(v)
                 v = nv
             m.d.comb += self.y[n].eq(v)

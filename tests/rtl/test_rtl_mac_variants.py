@@ -12,7 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 import test_rtl_systolic
-from rtl.mac import parse_mac, pe_kinds, product
+from rtl.mac import parse_mac, pe_kinds, product, split_reg
 from rtl.systolic import SystolicArray
 from rtl_helpers import run
 
@@ -50,7 +50,9 @@ def test_product_matches_numpy(kind):
     assert got == [a * w for a, w in pairs]
 
 
-@pytest.mark.parametrize("mac,rows,cols", [("lut", 4, 4), ("lut", 3, 5), ("dsp:5", 4, 4), ("dsp:0", 2, 2)])
+@pytest.mark.parametrize("mac,rows,cols", [("lut", 4, 4), ("lut", 3, 5), ("dsp:5", 4, 4), ("dsp:0", 2, 2),
+                                             ("dsp+reg", 4, 4), ("dsp:5+reg", 3, 5), ("dsp+reg", 1, 1),
+                                             ("lut+reg", 8, 8)])
 def test_array_variant_matches_numpy(monkeypatch, mac, rows, cols):
     monkeypatch.setattr(test_rtl_systolic, "SystolicArray", functools.partial(SystolicArray, mac=mac))
     test_rtl_systolic.test_array_matches_numpy(rows, cols)
@@ -60,6 +62,9 @@ def test_pe_kinds_and_bad_options():
     assert pe_kinds(2, 3, "dsp:4") == [["dsp"] * 3, ["dsp", "lut", "lut"]]
     assert pe_kinds(2, 2, "lut") == [["lut"] * 2] * 2
     assert parse_mac("dsp") == ("dsp", None)
-    for bad in ("dsp2", "lut:3", "dsp:x", "", 3):
+    assert parse_mac("dsp:28+reg") == ("dsp", 28) and split_reg("dsp:28+reg") == ("dsp:28", 1)
+    assert split_reg("lut") == ("lut", 0)
+    assert SystolicArray(4, 4, "dsp+reg").LATENCY == SystolicArray(4, 4).LATENCY + 1
+    for bad in ("dsp2", "lut:3", "dsp:x", "", 3, "dsp+", "dsp+pipe", "reg+dsp"):
         with pytest.raises(ValueError, match="mac"):
             parse_mac(bad)
