@@ -16,7 +16,7 @@ from . import autograd as ag
 from .ir import Graph, Node, Ops, toposort
 from .tensor import Tensor, _as_tensor, _err, where
 
-__all__ = ["where", "cond", "loop"]
+__all__ = ["where", "cond", "loop", "while_loop"]
 
 
 def _placeholder(i: int, like: Node) -> Node:
@@ -168,6 +168,21 @@ def loop(body, init, *xs) -> Tensor:
                                       f"({xs[0].shape[0]}); compute under tc.no_grad()")
         out.requires_grad, out._ctx = True, _LoopGrad(body, init, xs)
     return out
+
+
+def while_loop(cond_fn, body_fn, init, max_iter: int) -> Tensor:
+    """``c = init; while cond_fn(c) (at most max_iter times): c = body_fn(c)``; returns ``c``.
+
+    Spelled with the two structured primitives: a ``loop`` of ``max_iter`` trips whose body is
+    ``cond(cond_fn(c), body_fn, identity, c)``. Once the predicate is false the carry no longer
+    changes, so every later trip is a no-op: the chip exits there (``compiler.control_lower``, a
+    data-dependent trip count), the reference backend runs the remaining no-op trips. A loop
+    "until converged" is ``while_loop(lambda h: (f(h) - h).abs().max() > tol, f, h0, 100)``.
+    """
+    if not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"while_loop: max_iter must be a positive int, got {max_iter!r}")
+    from .tensor import zeros
+    return loop(lambda c, _row: cond(cond_fn(c), body_fn, lambda v: v, c), _as_tensor(init), zeros(max_iter, 1))
 
 
 class _LoopGrad(ag.Function):

@@ -64,6 +64,7 @@ class CompiledModel:
     timings: dict = field(default_factory=dict)
     dynamic: object = None           # compiler.dynamic.DynSpec when a dimension is symbolic
     search_report: list | None = None  # compiler.search: per kernel, the winner and the default
+    asm: str = ""                    # the assembly text (compiler.control_lower stitches bodies)
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
@@ -193,6 +194,14 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     if dynamic:
         spec = dyn.DynSpec(sym, mx, axes, dyn.out_axes(model_or_fn, example_inputs, axes, mx, outputs))
     times["trace"] = time.perf_counter() - t0
+    from .ir import CONTROL, toposort
+    if any(n.op in CONTROL for n in toposort(outputs)):     # tc.cond / tc.loop: compiler.control_lower
+        if dynamic:
+            raise ChipCompileError("symbolic dimensions and control flow (cond/loop) in one model are not supported")
+        from .control_lower import compile_control
+        calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
+        return compile_control(outputs, names, single, calib, cfg, per_channel=per_channel,
+                               search=search, search_budget_s=search_budget_s, cache_dir=cache_dir, t0=t0)
     graph = engine.prepare(outputs)
     calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
     mkey = None
@@ -233,7 +242,9 @@ def _as_feeds(c, names) -> dict:
     return {n: np.asarray(v, np.float32) for n, v in zip(names, c)}
 
 
-def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None) -> CompiledModel:
+def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
+           dram_base: int = 0) -> CompiledModel:
+    """``dram_base``: where this program's DRAM region starts (control flow places bodies side by side)."""
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -250,8 +261,8 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searc
         end = last_use.get(ti, start)
         bufs.append(Buffer(f"t{ti}", t.phys_size * q.elem_bytes(ti), start, end))
     dplan = plan(bufs, memory="dram", align=DRAM_ALIGN)
-    tensor_addr = {ti: dplan.offsets[f"t{ti}"] for ti in range(len(s.tensors))}
-    const_base = -(-dplan.footprint // DRAM_ALIGN) * DRAM_ALIGN
+    tensor_addr = {ti: dram_base + dplan.offsets[f"t{ti}"] for ti in range(len(s.tensors))}
+    const_base = dram_base + -(-dplan.footprint // DRAM_ALIGN) * DRAM_ALIGN
     consts: list[np.ndarray] = []
     cpos = [const_base]
 
@@ -351,7 +362,7 @@ def _lower(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searc
         "kernels": [{"name": k.name, "M": k.M, "K": k.K, "N": k.N} for k in infos],
     }
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
-                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0)
+                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=text)
 
 
 #: SPM rows reserved (never written) as the source of zero-border stores

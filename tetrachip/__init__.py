@@ -3,7 +3,7 @@
 # --- tensor frontend and reference runtime ---------------------------------------------------------
 from compiler import functional, nn, optim  # noqa: F401
 from compiler.autograd import no_grad  # noqa: F401
-from compiler.control import cond, loop  # noqa: F401
+from compiler.control import cond, loop, while_loop  # noqa: F401
 from compiler.dtypes import DType, bool_, float32, int8, int32  # noqa: F401
 from compiler.dtypes import bool_ as bool  # noqa: F401,A001  (tc.bool, as torch.bool)
 from compiler.random import bernoulli, manual_seed, rand, randint, randn, randperm, uniform  # noqa: F401
