@@ -383,13 +383,9 @@ def _compile_body(g, calib: list, scales: dict, out_scale: float, cfg, base: int
                   what: str) -> _Body:
     from . import engine
     from .lower import DRAM_ALIGN, _lower
-    outs = engine.prepare([g.output])
-    try:
-        sched = lift(outs)
-    except ChipCompileError as e:
-        if "control flow" in str(e):
-            raise _err(f"{what}: nested control flow is not supported on the chip (only the while_loop form)") from None
-        raise
+    if any(n.op in CONTROL for n in toposort([g.output])):
+        raise _err(f"{what}: nested control flow is not supported on the chip (only the while_loop form)")
+    sched = lift(engine.prepare([g.output]))
     q = quantize(sched, calib, per_channel)
     fixed = {sched.inputs[f"arg{j}"]: sc for j, sc in scales.items() if f"arg{j}" in sched.inputs}
     out_t, out_idx = sched.outputs[0]

@@ -1,0 +1,128 @@
+"""Frontend control flow on the chip: tc.cond / tc.loop / tc.while_loop compiled with tc.compile and
+run on Device("sim"); results bit-exact against the quantized model, trip counts read back."""
+import numpy as np
+import pytest
+
+import tetrachip as tc
+from compiler.quantize import run_int
+
+
+def _step(seed=0, d=16):
+    rng = np.random.default_rng(seed)
+    W = (rng.standard_normal((d, d)) * 0.15).astype(np.float32)
+    b = (rng.standard_normal(d) * 0.5).astype(np.float32)
+    return lambda h: (h @ tc.Tensor(W) + tc.Tensor(b)).relu()
+
+
+def test_while_loop_until_converged_data_dependent_trips():
+    f = _step()
+    tol = 0.1
+    model = lambda h0: tc.while_loop(lambda h: (f(h) - h).abs().max() > tol, f, h0, 60)
+    rng = np.random.default_rng(3)
+    xs = [(rng.standard_normal((4, 16)) * s).astype(np.float32) for s in (0.1, 1.0, 4.0)]
+    cm = tc.compile(model, [xs[1]], calibration=[[x] for x in xs])
+    assert "sld" in cm.program.disassemble() and cm.kind == "while"
+    code = cm.program.code_bytes()
+    body = cm.bodies["body"]
+    s = cm.out_scale
+    trips, cycles = [], []
+    for x in xs:
+        res = tc.Device("sim").run(cm, x)
+        assert cm.program.code_bytes() == code
+        # independent reference: the body's quantized model (quantize.run_int), iterated here with the
+        # float predicate evaluated on the dequantized integers
+        c = np.clip(np.rint(x / s), -127, 127)
+        n = 0
+        while n < 60:
+            t = run_int(body.q, {"arg0": (c * s).astype(np.float32)})[1][body.out_t].reshape(c.shape)
+            if not np.float32(np.max(np.abs(t.astype(np.int64) - c)) * s) > np.float32(tol):
+                break
+            c, n = t, n + 1
+        np.testing.assert_array_equal(res.ints["out"], c)
+        np.testing.assert_array_equal(res.outputs[0], (c * s).astype(np.float32))
+        np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+        assert res.ints["trips"] == n == cm.reference_run({"x": x})[1]["trips"]
+        # close to the float model on the reference backend
+        np.testing.assert_allclose(res.outputs[0], model(tc.Tensor(x)).numpy(), atol=6 * s)
+        trips.append(n)
+        cycles.append(res.stats.cycles)
+    assert len(set(trips)) >= 2 and max(trips) < 60          # the data decides, and it converged
+    assert [c for _, c in sorted(zip(trips, cycles))] == sorted(cycles)
+
+
+def test_cond_data_dependent_predicate_runs_one_branch():
+    rng = np.random.default_rng(1)
+    W1, W2 = ((rng.standard_normal((16, 24)) * 0.3).astype(np.float32) for _ in range(2))
+    model = lambda x: tc.cond(x.sum() > 0, lambda v: (v @ tc.Tensor(W1)).relu(),
+                              lambda v: v @ tc.Tensor(W2) + 1.0, x)
+    xs = [(rng.standard_normal((5, 16)) + m).astype(np.float32) for m in (-0.5, 0.5, 0.3, -0.3)]
+    cm = tc.compile(model, [xs[0]], calibration=[[x] for x in xs])
+    sx = cm.operands[0].scale
+    seen = set()
+    for x in xs:
+        res = tc.Device("sim").run(cm, x)
+        want = bool(np.float32(np.clip(np.rint(x / sx), -127, 127).sum() * sx) > 0)   # the quantized predicate
+        assert res.ints["taken"] == int(want) == int(x.sum() > 0)
+        br = cm.bodies["then" if want else "else"]
+        ints = run_int(br.q, {"arg0": x})[1][br.out_t]
+        np.testing.assert_array_equal(res.ints["out"], ints.reshape(5, 24))
+        np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+        np.testing.assert_allclose(res.outputs[0], model(tc.Tensor(x)).numpy(), atol=4 * cm.out_scale)
+        seen.add(want)
+    assert seen == {True, False}
+
+
+def test_cond_with_identity_branch_and_max_predicate():
+    rng = np.random.default_rng(2)
+    half = np.eye(16, dtype=np.float32) * 0.5
+    model = lambda x: tc.cond(x.abs().max() >= 2.0, lambda v: v @ tc.Tensor(half), lambda v: v, x)
+    xs = [(rng.uniform(-1, 1, (3, 16)) * s).astype(np.float32) for s in (1.5, 3.0)]
+    cm = tc.compile(model, [xs[0]], calibration=[[x] for x in xs])
+    assert cm.identity == "else"
+    for x, want in zip(xs, (0, 1)):
+        res = tc.Device("sim").run(cm, x)
+        assert res.ints["taken"] == want
+        np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+        np.testing.assert_allclose(res.outputs[0], model(tc.Tensor(x)).numpy(), atol=2 * cm.out_scale)
+    q = np.clip(np.rint(xs[0] / cm.out_scale), -127, 127)
+    np.testing.assert_array_equal(tc.Device("sim").run(cm, xs[0]).ints["out"], q)   # untouched operand
+
+
+def test_scan_loop_rnn_odd_sizes():
+    rng = np.random.default_rng(4)
+    U = (rng.standard_normal((5, 11)) * 0.3).astype(np.float32)
+    Wh = (rng.standard_normal((11, 11)) * 0.2).astype(np.float32)
+    rnn = lambda h0, seq: tc.loop(lambda h, x: (h @ tc.Tensor(Wh) + x @ tc.Tensor(U)).relu(), h0, seq)
+    h0 = rng.standard_normal((3, 11)).astype(np.float32)
+    seq = rng.standard_normal((7, 3, 5)).astype(np.float32)
+    cm = tc.compile(rnn, [h0, seq])
+    res = tc.Device("sim").run(cm, h0, seq)
+    assert res.ints["trips"] == 7
+    body, s = cm.bodies["body"], cm.out_scale
+    c = np.clip(np.rint(h0 / s), -127, 127)
+    for i in range(7):                                  # the body's quantized reference, row by row
+        xq = np.clip(np.rint(seq[i] / cm.operands[1].scale), -127, 127)
+        v = run_int(body.q, {"arg0": c * s, "arg1": xq * cm.operands[1].scale})[1]
+        c = v[body.out_t].reshape(3, 11)
+    np.testing.assert_array_equal(res.ints["out"], c)
+    np.testing.assert_array_equal(res.outputs[0], cm.reference(h0, seq)[0])
+    np.testing.assert_allclose(res.outputs[0], rnn(tc.Tensor(h0), tc.Tensor(seq)).numpy(), atol=8 * s)
+
+
+@pytest.mark.parametrize("model, msg", [
+    (lambda x: tc.loop(lambda h, r: h @ tc.Tensor(np.eye(8, dtype=np.float32)), x, tc.zeros(3, 1)) + 1.0,
+     "result is the model's"),
+    (lambda x: tc.cond(x.sum() > 0, lambda v: v @ tc.Tensor(np.eye(8, dtype=np.float32)), lambda v: v, x * 2.0),
+     "computed from the model's inputs"),
+    (lambda x: tc.cond((x.sum() - 1.0).abs() > 0.5, lambda v: v @ tc.Tensor(np.eye(8, dtype=np.float32)),
+                       lambda v: v, x), "not a threshold"),
+    (lambda x: tc.cond((x.exp()).sum() > 1, lambda v: v @ tc.Tensor(np.eye(8, dtype=np.float32)),
+                       lambda v: v, x), "predicate must be"),
+    (lambda x: tc.loop(lambda h, r: tc.cond(h.sum() > 0, lambda v: v @ tc.Tensor(np.eye(8, dtype=np.float32)),
+                                            lambda v: v @ tc.Tensor(-np.eye(8, dtype=np.float32)), h),
+                       x, tc.zeros(3, 1)), "nested control flow"),
+])
+def test_not_lowerable_is_a_clear_error(model, msg):
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    with pytest.raises(tc.ChipCompileError, match=msg):
+        tc.compile(model, [x])
