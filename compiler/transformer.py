@@ -1,0 +1,709 @@
+"""A transformer block on the chip: int8 GEMMs, integer LayerNorm/GELU/softmax, fused attention.
+
+    block = tc.nn.TransformerBlock(64, 4)                       # pre-norm, GELU MLP (4 x 64)
+    cm = tc.compile(block, x, dynamic={"T": 64})                # x: (1, T, 64); T <= 64 at run time
+    res = tc.Device("sim").run(cm, x17)                         # any T in 1..64, same Program bytes
+    cm.reference(x17)                                           # integer numpy model: equal bit for bit
+
+``tc.compile`` recognises a ``TransformerBlock`` module and hands it to ``compile_block`` here
+(its ops are not pattern-matched in the graph IR). The block is quantized from a float forward
+pass on the calibration data (``quantize_block``) and emitted as one program (``emit``), in
+phases separated by ``fence all``:
+
+1. load ``x`` (int8, ``Tmax`` rows) into SPM as column blocks (block ``c``: rows ``t``, lanes
+   ``16c..16c+15``): the layout every GEMM reads as its K tiles and writes as its N tiles;
+2. LayerNorm 1 (``intmath.layernorm`` on the VPU: lane sums ``vrsum``, ``rsqrt`` by Newton);
+3. Q, K, V projection: one weight-stationary GEMM (bias preloaded into ACC by a DMA with
+   row stride 0, ``mxu.mma`` per weight tile), ``vreq`` per group; K is stored to DRAM transposed
+   (``dma.st`` with ``estride = Tmax``), V per head;
+4. fused attention (``intmath.attention_head``, all heads and query rows at once): a scalar loop
+   over key blocks of ``cols`` keys, ``ceil(T / cols)`` trips from the run-time register ``r15``;
+   per block the K^T and V tiles stream in from DRAM, ``mxu.mm`` gives the scores, the VPU keeps
+   the running max / sum and rescales the accumulator, ``mxu.mma`` adds ``P V``. Keys past ``T``
+   are masked with a lane index row compared to ``T - 16 kb`` (register operand). The ``T x T``
+   scores never leave the chip; ``fused=False`` stores S and P to DRAM and reads them back
+   between the stages (the traffic of an unfused kernel sequence, same arithmetic);
+5. output projection + residual, LayerNorm 2, FC1 + i-GELU, FC2 + residual, store.
+
+Every phase processes the ``Tmax`` rows (rows past ``T`` are zeros in, discarded out, and never
+reach a valid row: attention masks their keys); the attention's key loop runs ``ceil(T/16)``
+times. The numpy model ``reference_int`` is ``compiler.intmath`` applied to the quantized
+weights, written without looking at the emitted program.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from isa.asm import assemble
+from isa.config import ChipConfig
+
+from . import intmath as im
+from .dynamic import DynSpec, host_feeds, pad_to
+from .schedule import ChipCompileError
+
+DYN_REG = 15          # the run-time T (the same register compiler.dynamic uses)
+
+
+# ------------------------------------------------------------------------------------------------
+# float weights and the float block
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class BlockWeights:
+    d: int
+    heads: int
+    ff: int
+    ln1: tuple          # gamma, beta, eps
+    ln2: tuple
+    wqkv: np.ndarray    # (d, 3d), x @ W
+    bqkv: np.ndarray
+    wo: np.ndarray
+    bo: np.ndarray
+    w1: np.ndarray
+    b1: np.ndarray
+    w2: np.ndarray
+    b2: np.ndarray
+
+
+def weights_of(block) -> BlockWeights:
+    def a(t):
+        return np.asarray(t.numpy(), np.float64)
+    at = block.attn
+    for lin in (at.q_proj, at.k_proj, at.v_proj, at.out_proj, block.fc1, block.fc2):
+        if lin.bias is None:
+            raise ChipCompileError("TransformerBlock on the chip: every Linear needs a bias")
+    if block.ln1.weight is None or block.ln2.weight is None:
+        raise ChipCompileError("TransformerBlock on the chip: LayerNorms need elementwise_affine=True")
+    return BlockWeights(
+        d=a(at.q_proj.weight).shape[1], heads=at.num_heads, ff=a(block.fc1.weight).shape[0],
+        ln1=(a(block.ln1.weight), a(block.ln1.bias), block.ln1.eps),
+        ln2=(a(block.ln2.weight), a(block.ln2.bias), block.ln2.eps),
+        wqkv=np.concatenate([a(l.weight).T for l in (at.q_proj, at.k_proj, at.v_proj)], 1),
+        bqkv=np.concatenate([a(l.bias) for l in (at.q_proj, at.k_proj, at.v_proj)]),
+        wo=a(at.out_proj.weight).T, bo=a(at.out_proj.bias),
+        w1=a(block.fc1.weight).T, b1=a(block.fc1.bias), w2=a(block.fc2.weight).T, b2=a(block.fc2.bias))
+
+
+def _ln(x, g, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(x.var(-1, keepdims=True) + eps) * g + b
+
+
+def float_block(w: BlockWeights, x) -> tuple[np.ndarray, dict]:
+    """The float block on ``x (T, d)`` (float64) and its intermediates (for calibration)."""
+    x = np.asarray(x, np.float64)
+    T, d, H = x.shape[0], w.d, w.heads
+    dh = d // H
+    a1 = _ln(x, *w.ln1)
+    qkv = a1 @ w.wqkv + w.bqkv
+    q, k, v = qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:]
+    att = np.zeros_like(q)
+    for h in range(H):
+        sl = slice(h * dh, (h + 1) * dh)
+        s = q[:, sl] @ k[:, sl].T / math.sqrt(dh)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        att[:, sl] = (p / p.sum(-1, keepdims=True)) @ v[:, sl]
+    x1 = x + att @ w.wo + w.bo
+    a2 = _ln(x1, *w.ln2)
+    hpre = a2 @ w.w1 + w.b1
+    erf = np.vectorize(math.erf)
+    g = 0.5 * hpre * (1 + erf(hpre / math.sqrt(2)))
+    out = x1 + g @ w.w2 + w.b2
+    return out, dict(x=x, a1=a1, q=q, k=k, v=v, x1=x1, a2=a2, h=hpre, g=g, out=out)
+
+
+# ------------------------------------------------------------------------------------------------
+# quantization
+# ------------------------------------------------------------------------------------------------
+def _qw(w, per_channel=True):
+    s = (np.abs(w).max(0) if per_channel else np.full(w.shape[1], np.abs(w).max())) / 127
+    s = np.where(s == 0, 1.0, s)
+    return np.clip(np.round(w / s), -127, 127).astype(np.int64), s
+
+
+@dataclass
+class QBlock:
+    d: int
+    heads: int
+    ff: int
+    s: dict                    # activation scales: x a1 q k v x1 a2 g out
+    ln1: im.LNParams
+    ln2: im.LNParams
+    wqkv: np.ndarray
+    bqkv: np.ndarray
+    m_qkv: np.ndarray          # per output channel multiplier; one shift per group (q, k, v)
+    sh_qkv: tuple
+    ep: im.ExpParams
+    wo: np.ndarray
+    bo: np.ndarray
+    res1: tuple                # (mx, shx, m_o (d,), sh_o)
+    w1: np.ndarray
+    b1: np.ndarray
+    gelu: im.GeluParams
+    g_req: tuple               # (m, shift)
+    w2: np.ndarray
+    b2: np.ndarray
+    res2: tuple
+
+
+def quantize_block(w: BlockWeights, calib: list) -> QBlock:
+    acts = [float_block(w, c)[1] for c in calib]
+
+    def sc(k):
+        return max(max(float(np.abs(a[k]).max()) for a in acts), 1e-6) / 127
+
+    s = {k: sc(k) for k in ("x", "a1", "q", "k", "v", "x1", "a2", "g", "out")}
+    d, H = w.d, w.heads
+    wqkv, swqkv = _qw(w.wqkv)
+    bqkv = np.round(w.bqkv / (s["a1"] * swqkv)).astype(np.int64)
+    m_qkv, shs = [], []
+    for i, k in enumerate("qkv"):
+        m, sh = im.mult_shift(s["a1"] * swqkv[i * d:(i + 1) * d] / s[k])
+        m_qkv.append(m)
+        shs.append(sh)
+    ep = im.ExpParams.for_scale(s["q"] * s["k"] / math.sqrt(d // H))
+    wo, swo = _qw(w.wo)
+    bo = np.round(w.bo / (s["v"] * swo)).astype(np.int64)
+    mx, shx = im.mult_shift(s["x"] / s["x1"])
+    mo, sho = im.mult_shift(s["v"] * swo / s["x1"])
+    w1, sw1 = _qw(w.w1, per_channel=False)
+    s_acc1 = s["a2"] * float(sw1[0])
+    b1 = np.round(w.b1 / s_acc1).astype(np.int64)
+    amax = max(float(np.abs(a["h"]).max()) for a in acts) / s_acc1
+    gp = im.GeluParams.make(s_acc1, amax)
+    gm, gsh = im.mult_shift(gp.s_out / s["g"])
+    w2, sw2 = _qw(w.w2)
+    b2 = np.round(w.b2 / (s["g"] * sw2)).astype(np.int64)
+    mx2, shx2 = im.mult_shift(s["x1"] / s["out"])
+    m2, sh2 = im.mult_shift(s["g"] * sw2 / s["out"])
+    return QBlock(d, H, w.ff, s,
+                  im.LNParams.make(*w.ln1, s["x"], s["a1"]), im.LNParams.make(*w.ln2, s["x1"], s["a2"]),
+                  wqkv, bqkv, np.concatenate(m_qkv), tuple(shs), ep, wo, bo,
+                  (int(mx[0]), shx, mo, sho), w1, b1, gp, (int(gm[0]), gsh), w2, b2,
+                  (int(mx2[0]), shx2, m2, sh2))
+
+
+# ------------------------------------------------------------------------------------------------
+# the integer reference (numpy, compiler.intmath)
+# ------------------------------------------------------------------------------------------------
+def reference_int(qb: QBlock, xq, blk: int) -> np.ndarray:
+    """int8 ``x (T, d)`` -> int8 block output: the quantized block in integer numpy."""
+    x = np.asarray(xq, np.int64)
+    d, H = qb.d, qb.heads
+    dh = d // H
+    a1 = im.layernorm(x, qb.ln1)
+    acc = a1 @ qb.wqkv + qb.bqkv
+    qkv = [im.requant(acc[:, i * d:(i + 1) * d], qb.m_qkv[i * d:(i + 1) * d], qb.sh_qkv[i]) for i in range(3)]
+    att = np.concatenate([im.attention_head(*(t[:, h * dh:(h + 1) * dh] for t in qkv), qb.ep, blk)
+                          for h in range(H)], 1)
+    mx, shx, mo, sho = qb.res1
+    x1 = np.clip(im.requant(x, mx, shx) + im.requant(att @ qb.wo + qb.bo, mo, sho), -128, 127)
+    a2 = im.layernorm(x1, qb.ln2)
+    g8 = im.requant(im.i_gelu(a2 @ qb.w1 + qb.b1, qb.gelu), *qb.g_req)
+    mx2, shx2, m2, sh2 = qb.res2
+    return np.clip(im.requant(x1, mx2, shx2) + im.requant(g8 @ qb.w2 + qb.b2, m2, sh2), -128, 127)
+
+
+# ------------------------------------------------------------------------------------------------
+# emission
+# ------------------------------------------------------------------------------------------------
+class _Alloc:
+    def __init__(self, limit: int, what: str, cfg):
+        self.limit, self.what, self.cfg, self.top = limit, what, cfg, 0
+
+    def __call__(self, n: int) -> int:
+        a, self.top = self.top, self.top + n
+        if self.top > self.limit:
+            raise ChipCompileError(f"TransformerBlock: {self.what} needs more than its {self.limit} rows on "
+                                   f"config {self.cfg.name!r} (lower the maximum T)")
+        return a
+
+
+class _Consts:
+    """Constants packed into DRAM from ``base`` (64-byte aligned entries)."""
+
+    def __init__(self, base: int):
+        self.base, self.parts, self.top = base, [], base
+
+    def add(self, arr) -> int:
+        b = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        a = self.top
+        self.parts.append((a, b.copy()))
+        self.top = -(-(a + b.size) // 64) * 64
+        return a
+
+
+class _Emitter:
+    def __init__(self, cfg: ChipConfig, qb: QBlock, TM: int, fused: bool):
+        self.cfg, self.qb, self.TM, self.fused = cfg, qb, TM, fused
+        self.L: list[str] = []
+        self.C = cfg.cols
+        self.spm = _Alloc(cfg.spm_rows, "SPM", cfg)
+        self.acc = None
+
+    def e(self, s: str) -> None:
+        self.L.append("    " + s)
+
+    def phase(self, name: str) -> "_Alloc":
+        self.L.append(f"; --- {name}")
+        self.acc = _Alloc(self.cfg.acc_rows, f"ACC ({name})", self.cfg)
+        return self.acc
+
+    # --- VPU sequences (each mirrors a function of compiler.intmath) ---------------------------
+    def ilog2(self, E, V, n):
+        W, T = self.acc(n), self.acc(n)
+        self.e(f"vmov acc[{W}], acc[{V}], n={n}")
+        self.e(f"vmul acc[{E}], acc[{V}], 0, n={n}")
+        for k in (16, 8, 4, 2, 1):
+            self.e(f"vsra acc[{T}], acc[{W}], {k}, n={n}")
+            self.e(f"vmin acc[{T}], acc[{T}], 1, n={n}")
+            self.e(f"vmul acc[{T}], acc[{T}], {k}, n={n}")
+            self.e(f"vsra acc[{W}], acc[{W}], acc[{T}], n={n}")
+            self.e(f"vadd acc[{E}], acc[{E}], acc[{T}], n={n}")
+
+    def recip(self, Y, E, V, n):
+        A, U = self.acc(n), self.acc(n)
+        self.ilog2(E, V, n)
+        q = im.RECIP_Q
+        self.e(f"vshl acc[{A}], acc[{V}], {q}, n={n}")
+        self.e(f"vsra acc[{A}], acc[{A}], acc[{E}], n={n}")
+        self.e(f"vsra acc[{Y}], acc[{A}], 1, n={n}")
+        self.e(f"vmul acc[{Y}], acc[{Y}], -1, n={n}")
+        self.e(f"vadd acc[{Y}], acc[{Y}], {im.RECIP_Y0}, n={n}")
+        for _ in range(im.NEWTON_STEPS):
+            self.e(f"vmul acc[{U}], acc[{A}], acc[{Y}], n={n}")
+            self.e(f"vsra acc[{U}], acc[{U}], {q}, n={n}")
+            self.e(f"vmul acc[{U}], acc[{U}], -1, n={n}")
+            self.e(f"vadd acc[{U}], acc[{U}], {2 << q}, n={n}")
+            self.e(f"vmul acc[{Y}], acc[{Y}], acc[{U}], n={n}")
+            self.e(f"vsra acc[{Y}], acc[{Y}], {q}, n={n}")
+
+    def rsqrt(self, Y, H, V, n):
+        E, E2, SL, SR, A, T = (self.acc(n) for _ in range(6))
+        qa, qy = im.RSQRT_QA, im.RSQRT_QY
+        self.ilog2(E, V, n)
+        self.e(f"vsra acc[{H}], acc[{E}], 1, n={n}")
+        self.e(f"vshl acc[{E2}], acc[{H}], 1, n={n}")
+        self.e(f"vmul acc[{SL}], acc[{E2}], -1, n={n}")
+        self.e(f"vadd acc[{SL}], acc[{SL}], {qa}, n={n}")
+        self.e(f"vmax acc[{SL}], acc[{SL}], 0, n={n}")
+        self.e(f"vsub acc[{SR}], acc[{E2}], {qa}, n={n}")
+        self.e(f"vmax acc[{SR}], acc[{SR}], 0, n={n}")
+        self.e(f"vshl acc[{A}], acc[{V}], acc[{SL}], n={n}")
+        self.e(f"vsra acc[{A}], acc[{A}], acc[{SR}], n={n}")
+        self.e(f"vmul acc[{Y}], acc[{A}], {im.RSQRT_K}, n={n}")
+        self.e(f"vsra acc[{Y}], acc[{Y}], 15, n={n}")
+        self.e(f"vmul acc[{Y}], acc[{Y}], -1, n={n}")
+        self.e(f"vadd acc[{Y}], acc[{Y}], {im.RSQRT_Y0}, n={n}")
+        for _ in range(im.NEWTON_STEPS):
+            self.e(f"vmul acc[{T}], acc[{Y}], acc[{Y}], n={n}")
+            self.e(f"vsra acc[{T}], acc[{T}], {qy}, n={n}")
+            self.e(f"vmul acc[{T}], acc[{T}], acc[{A}], n={n}")
+            self.e(f"vsra acc[{T}], acc[{T}], {qa}, n={n}")
+            self.e(f"vmul acc[{T}], acc[{T}], -1, n={n}")
+            self.e(f"vadd acc[{T}], acc[{T}], {3 << qy}, n={n}")
+            self.e(f"vmul acc[{Y}], acc[{Y}], acc[{T}], n={n}")
+            self.e(f"vsra acc[{Y}], acc[{Y}], {qy + 1}, n={n}")
+
+    def iexp(self, U, Z, G, n):
+        """``G = i_exp(U)`` (``U`` holds ``d``, destroyed; ``Z`` a temporary)."""
+        p = self.qb.ep
+        F = im.EXP_F
+        self.e(f"vmax acc[{U}], acc[{U}], {-p.lim}, n={n}")
+        self.e(f"vmul acc[{U}], acc[{U}], {p.nc}, n={n}")
+        self.e(f"vsra acc[{U}], acc[{U}], {im.EXP_SC}, n={n}")
+        self.e(f"vsra acc[{Z}], acc[{U}], {F}, n={n}")
+        self.e(f"vshl acc[{G}], acc[{Z}], {F}, n={n}")
+        self.e(f"vsub acc[{U}], acc[{U}], acc[{G}], n={n}")
+        self.e(f"vsub acc[{U}], acc[{U}], {im.EXP_B}, n={n}")
+        self.e(f"vmul acc[{G}], acc[{U}], acc[{U}], n={n}")
+        self.e(f"vmul acc[{G}], acc[{G}], {im.EXP_A}, n={n}")
+        self.e(f"vsra acc[{G}], acc[{G}], {im.EXP_PS}, n={n}")
+        self.e(f"vadd acc[{G}], acc[{G}], {im.EXP_C}, n={n}")
+        self.e(f"vmin acc[{Z}], acc[{Z}], 31, n={n}")
+        self.e(f"vsra acc[{G}], acc[{G}], acc[{Z}], n={n}")
+
+    # --- phases -------------------------------------------------------------------------------
+    def rows_block(self, dst_acc, dram, nblk):
+        """ACC rows dst + c*TM (c < nblk) = int32 row c at ``dram``, repeated TM times (stride 0)."""
+        C, TM = self.C, self.TM
+        for c in range(nblk):
+            self.e(f"dma.ld acc[{dst_acc + c * TM}], dram[{dram + c * C * 4}], rows={TM}, len={C}, "
+                   f"rstride=0, estride=4")
+
+    def layernorm(self, X8, OUT8, p: im.LNParams, g_dram, b_dram):
+        TM, C, d = self.TM, self.C, self.qb.d
+        nb, n = d // C, d // C * TM
+        a = self.phase("LayerNorm")
+        GB, BB, XC, SS, SUM, V, Y, H = a(n), a(n), a(n), a(n), a(TM), a(TM), a(TM), a(TM)
+        self.rows_block(GB, g_dram, nb)
+        self.rows_block(BB, b_dram, nb)
+        lg = int(math.log2(d))
+        self.e(f"vrsum acc[{SS}], spm[{X8}], n={n}")
+        self.e(f"vmov acc[{SUM}], acc[{SS}], n={TM}")
+        for c in range(1, nb):
+            self.e(f"vadd acc[{SUM}], acc[{SUM}], acc[{SS + c * TM}], n={TM}")
+        self.e(f"vsra acc[{SUM}], acc[{SUM}], {lg - im.LN_XB}, n={TM}")
+        self.e(f"vshl acc[{XC}], spm[{X8}], {im.LN_XB}, n={n}")
+        for c in range(nb):
+            self.e(f"vsub acc[{XC + c * TM}], acc[{XC + c * TM}], acc[{SUM}], n={TM}")
+        self.e(f"vmul acc[{SS}], acc[{XC}], acc[{XC}], n={n}")
+        self.e(f"vrsum acc[{SS}], acc[{SS}], n={n}")
+        self.e(f"vmov acc[{V}], acc[{SS}], n={TM}")
+        for c in range(1, nb):
+            self.e(f"vadd acc[{V}], acc[{V}], acc[{SS + c * TM}], n={TM}")
+        self.e(f"vsra acc[{V}], acc[{V}], {lg}, n={TM}")
+        self.e(f"vadd acc[{V}], acc[{V}], {p.eps_q}, n={TM}")
+        self.rsqrt(Y, H, V, TM)
+        self.e(f"vadd acc[{H}], acc[{H}], {im.RSQRT_QY - im.LN_R}, n={TM}")
+        for c in range(nb):
+            self.e(f"vmul acc[{XC + c * TM}], acc[{XC + c * TM}], acc[{Y}], n={TM}")
+            self.e(f"vsra acc[{XC + c * TM}], acc[{XC + c * TM}], acc[{H}], n={TM}")
+        self.e("fence load")
+        self.e(f"vmul acc[{XC}], acc[{XC}], acc[{GB}], n={n}")
+        self.e(f"vadd acc[{XC}], acc[{XC}], acc[{BB}], n={n}")
+        self.e(f"vqcfg shift={im.LN_R + p.gs}, zp=0, lo=-128, hi=127, round=half_up")
+        self.e(f"vreq spm[{OUT8}], acc[{XC}], 1, n={n}")
+        self.e("fence all")
+
+    def gemm(self, A8, K, N, w_dram, b_dram, s_dram, name):
+        """ACC ``OUT`` (N/C blocks of TM rows) = A8 @ W + b; returns (OUT, scale rows)."""
+        C, R, TM = self.C, self.cfg.rows, self.TM
+        KT, NT = K // R, N // C
+        a = self.phase(name)
+        OUT, SC = a(NT * TM), a(NT)
+        WS = self.spm(NT * KT * R)
+        self.e(f"dma.ld spm[{WS}], dram[{w_dram}], rows={NT * KT * R}, len={C}, rstride={C}")
+        self.rows_block(OUT, b_dram, NT)
+        if s_dram is not None:
+            self.e(f"dma.ld acc[{SC}], dram[{s_dram}], rows={NT}, len={C}, rstride={C * 4}, estride=4")
+        self.e("fence all")
+        for nt in range(NT):
+            for kt in range(KT):
+                self.e(f"mxu.lw spm[{WS + (nt * KT + kt) * R}]")
+                self.e(f"mxu.mma acc[{OUT + nt * TM}], spm[{A8 + kt * TM}], n={TM}")
+        self.e("fence all")
+        return OUT, SC
+
+    def requant_blocks(self, dst8, OUT, SC, nt0, nt1, shift):
+        TM = self.TM
+        self.e(f"vqcfg shift={shift}, zp=0, lo=-128, hi=127, round=half_up")
+        for nt in range(nt0, nt1):
+            self.e(f"vreq spm[{dst8 + nt * TM}], acc[{OUT + nt * TM}], acc[{SC + nt}], n={TM}")
+
+    def residual(self, X8, OUT, SC, mx, shx, sho, dst8):
+        TM, n = self.TM, self.qb.d // self.C * self.TM
+        XA = self.acc(n)
+        R1, R2 = self.tmp8a, self.tmp8b
+        self.e(f"vmov acc[{XA}], spm[{X8}], n={n}")
+        self.e(f"vqcfg shift={shx}, zp=0, lo=-128, hi=127, round=half_up")
+        self.e(f"vreq spm[{R1}], acc[{XA}], {mx}, n={n}")
+        self.requant_blocks(R2, OUT, SC, 0, n // TM, sho)
+        self.e(f"vadd spm[{dst8}], spm[{R1}], spm[{R2}], n={n}")
+        self.e("fence all")
+
+    def attention(self, Q8, O8, kt_dram, v_dram, lane_dram, s_dram, p_dram):
+        cfg, TM, C, R = self.cfg, self.TM, self.C, self.cfg.rows
+        H, dh = self.qb.heads, self.qb.d // self.qb.heads
+        n = H * TM
+        a = self.phase("attention")
+        S, O, M, L, MN, U, Z, G, AL, MB, LANE = tuple(a(n) for _ in range(9)) + (a(TM), a(TM))
+        KTS, VS = self.spm(H * R), self.spm(H * R)
+        P8 = self.spm(n)
+        self.e(f"dma.ld acc[{LANE}], dram[{lane_dram}], rows={TM}, len={C}, rstride=0, estride=4")
+        for r in (O, L, M):
+            self.e(f"vmul acc[{r}], acc[{r}], 0, n={n}")
+        self.e(f"vadd acc[{M}], acc[{M}], {im.NEG}, n={n}")
+        self.e(f"add r4, r{DYN_REG}, r0")                 # T - 16 kb: the valid lanes of this block
+        self.e(f"addi r2, r{DYN_REG}, {C - 1}")
+        self.e(f"seti r3, {int(math.log2(C))}")
+        self.e("sra r2, r2, r3")                          # ceil(T / C) key blocks
+        self.e("seti r1, 0")
+        self.e("seti r5, 0")                              # byte offset of the block in K^T
+        self.e("seti r6, 0")                              # ... in V
+        self.e("fence all")
+        self.L.append("kblock:")
+        for h in range(H):
+            self.e(f"dma.ld spm[{KTS + h * R}], dram[r5 + {kt_dram + h * dh * TM}], rows={dh}, len={C}, "
+                   f"rstride={TM}")
+            self.e(f"dma.ld spm[{VS + h * R}], dram[r6 + {v_dram + h * TM * dh}], rows={C}, len={dh}, "
+                   f"rstride={dh}")
+        self.e(f"vsub acc[{MB}], acc[{LANE}], r4, n={TM}")
+        self.e(f"vsra acc[{MB}], acc[{MB}], 31, n={TM}")
+        self.e(f"vadd acc[{MB}], acc[{MB}], 1, n={TM}")
+        self.e(f"vmul acc[{MB}], acc[{MB}], {im.NEG}, n={TM}")
+        self.e("fence all")
+        for h in range(H):
+            self.e(f"mxu.lw spm[{KTS + h * R}], k={dh}")
+            self.e(f"mxu.mm acc[{S + h * TM}], spm[{Q8 + h * TM}], n={TM}")
+        self.e("fence all")
+        if not self.fused:                                # scores through DRAM
+            self.e(f"dma.st dram[{s_dram}], acc[{S}], rows={n}, len={C}, rstride={C * 4}, estride=4")
+            self.e("fence all")
+            self.e(f"dma.ld acc[{S}], dram[{s_dram}], rows={n}, len={C}, rstride={C * 4}, estride=4")
+            self.e("fence all")
+        self.e(f"loop l0, {H}, s0={TM}, s1={TM}, s2=0")
+        self.e(f"vadd acc[{S}], acc[{S}], acc[{MB}], n={TM}, rep=l0:1")
+        self.e(f"vrmax acc[{MN}], acc[{S}], n={n}")
+        self.e(f"vmax acc[{MN}], acc[{MN}], acc[{M}], n={n}")
+        self.e(f"vsub acc[{U}], acc[{S}], acc[{MN}], n={n}")
+        self.iexp(U, Z, G, n)
+        self.e(f"vqcfg shift={im.EXP_E}, zp=0, lo=0, hi=127, round=half_up")
+        self.e(f"vreq spm[{P8}], acc[{G}], 127, n={n}")
+        self.e(f"vsub acc[{U}], acc[{M}], acc[{MN}], n={n}")
+        self.iexp(U, Z, G, n)
+        self.e(f"vsra acc[{AL}], acc[{G}], {im.EXP_E - im.ALPHA_BITS}, n={n}")
+        self.e(f"vmov acc[{M}], acc[{MN}], n={n}")
+        self.e(f"vmul acc[{L}], acc[{L}], acc[{AL}], n={n}")
+        self.e(f"vsra acc[{L}], acc[{L}], {im.ALPHA_BITS}, n={n}")
+        self.e(f"vrsum acc[{U}], spm[{P8}], n={n}")
+        self.e(f"vadd acc[{L}], acc[{L}], acc[{U}], n={n}")
+        self.e(f"vmul acc[{O}], acc[{O}], acc[{AL}], n={n}")
+        self.e(f"vsra acc[{O}], acc[{O}], {im.ALPHA_BITS}, n={n}")
+        self.e("fence all")
+        if not self.fused:                                # probabilities through DRAM
+            self.e(f"dma.st dram[{p_dram}], spm[{P8}], rows={n}, len={C}, rstride={C}")
+            self.e("fence all")
+            self.e(f"dma.ld spm[{P8}], dram[{p_dram}], rows={n}, len={C}, rstride={C}")
+            self.e("fence all")
+        for h in range(H):
+            self.e(f"mxu.lw spm[{VS + h * R}], k={C}")
+            self.e(f"mxu.mma acc[{O + h * TM}], spm[{P8 + h * TM}], n={TM}")
+        self.e("addi r1, r1, 1")
+        self.e(f"addi r4, r4, {-C}")
+        self.e(f"addi r5, r5, {C}")
+        self.e(f"addi r6, r6, {C * dh}")
+        self.e("fence all")
+        self.e("blt r1, r2, kblock")
+        # O / l: reciprocal of l by Newton, O << (13 - e), one requantization per row (scale = y)
+        Y, E = S, MN
+        self.recip(Y, E, L, n)
+        self.e(f"vmul acc[{E}], acc[{E}], -1, n={n}")
+        self.e(f"vadd acc[{E}], acc[{E}], 13, n={n}")
+        self.e(f"vshl acc[{O}], acc[{O}], acc[{E}], n={n}")
+        self.e("vqcfg shift=27, zp=0, lo=-128, hi=127, round=half_up")
+        self.e(f"loop l0, {n}, s0=1, s1=1, s2=1")
+        self.e(f"vreq spm[{O8}], acc[{O}], acc[{Y}], n=1, rep=l0:1")
+        self.e("fence all")
+
+    def gelu(self, Hh, nrows, G8):
+        p, n = self.qb.gelu, nrows
+        A, T = self.acc(n), self.acc(n)
+        self.e(f"vsra acc[{Hh}], acc[{Hh}], {p.sh}, n={n}")
+        self.e(f"vmin acc[{Hh}], acc[{Hh}], {p.hc}, n={n}")
+        self.e(f"vmax acc[{Hh}], acc[{Hh}], {-p.hc}, n={n}")
+        self.e(f"vabs acc[{A}], acc[{Hh}], n={n}")
+        self.e(f"vmin acc[{T}], acc[{A}], {-p.qb}, n={n}")
+        self.e(f"vadd acc[{T}], acc[{T}], {p.qb}, n={n}")
+        self.e(f"vmul acc[{T}], acc[{T}], acc[{T}], n={n}")
+        self.e(f"vadd acc[{T}], acc[{T}], {p.qc}, n={n}")
+        self.e(f"vmul acc[{A}], acc[{A}], acc[{T}], n={n}")
+        self.e(f"vmul acc[{Hh}], acc[{Hh}], {p.q1}, n={n}")
+        self.e(f"vadd acc[{A}], acc[{A}], acc[{Hh}], n={n}")
+        gm, gsh = self.qb.g_req
+        self.e(f"vqcfg shift={gsh}, zp=0, lo=-128, hi=127, round=half_up")
+        self.e(f"vreq spm[{G8}], acc[{A}], {gm}, n={n}")
+        self.e("fence all")
+
+
+@dataclass
+class Layout:
+    x: int
+    out: int
+    kt: int
+    v: int
+    s: int
+    p: int
+    const_base: int
+    consts: list = field(default_factory=list)
+
+
+def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
+    """The block's program for ``TM`` rows (a multiple of ``cols``): (Program, Layout, asm text)."""
+    C, R = cfg.cols, cfg.rows
+    d, H, ff = qb.d, qb.heads, qb.ff
+    dh = d // H
+    if dh != R or R != C or d % C or ff % C:
+        raise ChipCompileError(f"TransformerBlock on config {cfg.name!r}: the head size ({dh}) must equal the "
+                               f"array ({R}x{C}) and d_model ({d}) / ff ({ff}) be multiples of {C}")
+    if d & (d - 1) or d < 16:
+        raise ChipCompileError(f"TransformerBlock: d_model must be a power of two >= 16, got {d}")
+    n = H * TM
+    lay = Layout(x=0, out=TM * d, kt=2 * TM * d, v=3 * TM * d, s=4 * TM * d,
+                 p=4 * TM * d + n * C * 4, const_base=0)
+    base = -(-(lay.p + n * C) // 64) * 64
+    k = _Consts(base)
+    lay.const_base = base
+
+    def tiles(w):                                   # (K, N) -> tiles [nt][kt], R rows of C lanes
+        K, N = w.shape
+        t = w.reshape(K // R, R, N // C, C).transpose(2, 0, 1, 3)
+        return k.add(t.astype(np.int8))
+
+    def rows32(v):
+        return k.add(np.asarray(v, np.int64).astype(np.int32).reshape(-1, C))
+
+    ad = dict(
+        ln1g=rows32(qb.ln1.g), ln1b=rows32(qb.ln1.b), ln2g=rows32(qb.ln2.g), ln2b=rows32(qb.ln2.b),
+        wqkv=tiles(qb.wqkv), bqkv=rows32(qb.bqkv), sqkv=rows32(qb.m_qkv),
+        wo=tiles(qb.wo), bo=rows32(qb.bo), so=rows32(qb.res1[2]),
+        w1=tiles(qb.w1), b1=rows32(qb.b1),
+        w2=tiles(qb.w2), b2=rows32(qb.b2), s2=rows32(qb.res2[2]),
+        lane=rows32(np.arange(C)))
+    if k.top > cfg.dram_bytes:
+        raise ChipCompileError(f"TransformerBlock: {k.top} bytes of DRAM needed, config {cfg.name!r} has "
+                               f"{cfg.dram_bytes}")
+    lay.consts = k.parts
+    em = _Emitter(cfg, qb, TM, fused)
+    sp = em.spm
+    nd = d // C * TM
+    X8, A1, QKV8, O8, X1, A2, G8, OUT8 = sp(nd), sp(nd), sp(3 * nd), sp(nd), sp(nd), sp(nd), sp(ff // C * TM), sp(nd)
+    em.tmp8a, em.tmp8b = sp(nd), sp(nd)
+    L = em.L
+    L.append(f"; transformer block d={d} heads={H} ff={ff}, T <= {TM} (r{DYN_REG}), "
+             f"{'fused' if fused else 'unfused'} attention")
+    em.phase("load x")
+    for c in range(d // C):
+        em.e(f"dma.ld spm[{X8 + c * TM}], dram[{lay.x + c * C}], rows={TM}, len={C}, rstride={d}")
+    em.e("fence all")
+    em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"])
+    OUT, SC = em.gemm(A1, d, 3 * d, ad["wqkv"], ad["bqkv"], ad["sqkv"], "QKV projection")
+    for i in range(3):
+        em.requant_blocks(QKV8, OUT, SC, i * d // C, (i + 1) * d // C, qb.sh_qkv[i])
+    em.e("fence all")
+    for h in range(H):
+        em.e(f"dma.st dram[{lay.kt + h * dh * TM}], spm[{QKV8 + (H + h) * TM}], rows={TM}, len={dh}, "
+             f"rstride=1, estride={TM}")
+        em.e(f"dma.st dram[{lay.v + h * TM * dh}], spm[{QKV8 + (2 * H + h) * TM}], rows={TM}, len={dh}, "
+             f"rstride={dh}")
+    em.e("fence all")
+    em.attention(QKV8, O8, lay.kt, lay.v, ad["lane"], lay.s, lay.p)
+    OUT, SC = em.gemm(O8, d, d, ad["wo"], ad["bo"], ad["so"], "output projection")
+    mx, shx, _, sho = qb.res1
+    em.residual(X8, OUT, SC, mx, shx, sho, X1)
+    em.layernorm(X1, A2, qb.ln2, ad["ln2g"], ad["ln2b"])
+    OUT, _ = em.gemm(A2, d, ff, ad["w1"], ad["b1"], None, "FC1")
+    em.gelu(OUT, ff // C * TM, G8)
+    OUT, SC = em.gemm(G8, ff, d, ad["w2"], ad["b2"], ad["s2"], "FC2")
+    mx2, shx2, _, sh2 = qb.res2
+    em.residual(X1, OUT, SC, mx2, shx2, sh2, OUT8)
+    for c in range(d // C):
+        em.e(f"dma.st dram[{lay.out + c * C}], spm[{OUT8 + c * TM}], rows={TM}, len={C}, rstride={d}")
+    em.e("fence all")
+    em.e("halt")
+    text = "\n".join(L) + "\n"
+    prog = assemble(text, cfg, "<transformer>")
+    if len(prog) > cfg.imem_words:
+        raise ChipCompileError(f"TransformerBlock: {len(prog)} instructions exceed imem ({cfg.imem_words})")
+    return prog, lay, text
+
+
+# ------------------------------------------------------------------------------------------------
+# the compiled block (the interface runtime.sim_backend uses)
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class CompiledTransformer:
+    config: ChipConfig
+    program: object
+    qblock: QBlock
+    weights: BlockWeights
+    tmax: int
+    tm: int
+    layout: Layout
+    dynamic: DynSpec
+    fused: bool
+    compile_s: float
+    asm: str = ""
+    input_names: tuple = ("x",)
+
+    def feeds(self, inputs) -> dict:
+        if isinstance(inputs, dict):
+            x = inputs["x"]
+        else:
+            if len(inputs) != 1:
+                raise ChipCompileError(f"the transformer block takes one input, given {len(inputs)}")
+            x = inputs[0]
+        x = np.asarray(x.numpy() if hasattr(x, "numpy") else x, np.float32)
+        if x.ndim == 2:
+            x = x[None]
+        if x.ndim != 3 or x.shape[0] != 1 or x.shape[2] != self.qblock.d:
+            raise ChipCompileError(f"the transformer block takes x of shape (1, T, {self.qblock.d}), got {x.shape}")
+        return {"x": x}
+
+    def quantize_x(self, x) -> np.ndarray:
+        return np.clip(np.round(np.asarray(x, np.float64) / self.qblock.s["x"]), -127, 127).astype(np.int8)
+
+    def dram_writes(self, feeds: dict) -> list:
+        x = pad_to(feeds["x"][0], 0, self.tm)
+        return list(self.layout.consts) + [(self.layout.x, self.quantize_x(x).reshape(-1).view(np.uint8))]
+
+    def read_outputs(self, read) -> tuple[list, dict]:
+        q = read(self.layout.out, self.tm * self.qblock.d, np.int8).reshape(1, self.tm, self.qblock.d)
+        q = q[:, :self.tmax]
+        return [q.astype(np.float32) * np.float32(self.qblock.s["out"])], {"out": q}
+
+    def reference_int(self, x) -> np.ndarray:
+        """int8 output ``(1, T, d)`` of the integer numpy model (``intmath``)."""
+        f = self.feeds([x])
+        host_feeds(self.dynamic, f)                      # checks 1 <= T <= max
+        return reference_int(self.qblock, self.quantize_x(f["x"][0]), self.config.cols)[None].astype(np.int8)
+
+    def reference(self, *inputs) -> list:
+        r = self.reference_int(inputs[0] if len(inputs) == 1 else inputs)
+        return [r.astype(np.float32) * np.float32(self.qblock.s["out"])]
+
+    def float_reference(self, x) -> np.ndarray:
+        return float_block(self.weights, self.feeds([x])["x"][0])[0][None]
+
+    def run_on(self, device, *inputs, **kw):
+        """``Device.run(compiled, x)`` lands here (``Device("sim")``)."""
+        runner = getattr(device.backend, "run_compiled", None)
+        if runner is None:
+            raise ChipCompileError(f"device {device.name!r} cannot run a compiled chip program")
+        return runner(self, *inputs, **kw)
+
+    def summary(self) -> str:
+        return (f"transformer block on {self.config.name}: d={self.qblock.d}, heads={self.qblock.heads}, "
+                f"ff={self.qblock.ff}, T <= {self.tmax}, {'fused' if self.fused else 'unfused'} attention, "
+                f"{len(self.program)} instructions, compile {self.compile_s:.2f} s")
+
+
+def compile_block(block, example_inputs, config="base", *, calibration=None, dynamic=None, shapes=None,
+                  fused: bool = True) -> CompiledTransformer:
+    """Compile a ``tc.nn.TransformerBlock`` (see the module doc). ``dynamic={"T": max}``; the sequence
+    axis is axis 1 of ``x (1, T, d)`` (or axis 0 of ``x (T, d)``)."""
+    t0 = time.perf_counter()
+    cfg = ChipConfig.load(config)
+    w = weights_of(block)
+    ex = example_inputs["x"] if isinstance(example_inputs, dict) else (
+        example_inputs[0] if isinstance(example_inputs, (list, tuple)) else example_inputs)
+    ex = np.asarray(ex.numpy() if hasattr(ex, "numpy") else ex, np.float64)
+    ex = ex[0] if ex.ndim == 3 else ex
+    if ex.ndim != 2 or ex.shape[1] != w.d:
+        raise ChipCompileError(f"TransformerBlock: example input must be (1, T, {w.d}), got {ex.shape}")
+    if dynamic:
+        if len(dynamic) != 1:
+            raise ChipCompileError(f"one symbolic dimension (T) is supported, got {sorted(dynamic)}")
+        (sym, tmax), = dynamic.items()
+    else:
+        sym, tmax = "T", ex.shape[0]
+    tmax = int(tmax)
+    if not 1 <= tmax or tmax * 127 >= 1 << 14:
+        raise ChipCompileError(f"TransformerBlock: maximum T must be in 1..{((1 << 14) - 1) // 127}, got {tmax} "
+                               "(the softmax denominator's fixed point)")
+    tm = -(-tmax // cfg.cols) * cfg.cols
+    calib = [ex] if calibration is None else [
+        (lambda a: a[0] if a.ndim == 3 else a)(np.asarray(c[0] if isinstance(c, (list, tuple)) else
+                                                          (c["x"] if isinstance(c, dict) else c), np.float64))
+        for c in calibration]
+    qb = quantize_block(w, calib)
+    prog, lay, text = emit(cfg, qb, tm, fused)
+    spec = DynSpec(sym, tmax, {"x": 1}, [1])
+    return CompiledTransformer(cfg, prog, qb, w, tmax, tm, lay, spec, fused, time.perf_counter() - t0, text)
+
+
+__all__ = ["compile_block", "CompiledTransformer", "quantize_block", "reference_int", "float_block",
+           "weights_of", "emit"]
