@@ -10,16 +10,18 @@ import click
 from isa import ChipConfig
 
 CONFIG_HELP = "config preset (tiny, small, base, large, tpu) or a .toml/.json file"
-MAC_HELP = ("array multipliers: dsp (hard multipliers), lut, dsp:N (N in DSPs, the rest in LUTs), "
-            "auto (dsp:N filling the device's DSPs after the VPU's)")
+MAC_HELP = ("array multipliers: dsp (hard multipliers), lut, dsp:N (N in DSPs, the rest in LUTs), each with an "
+            "optional +reg (a product register: faster, same cycles); auto = dsp:N+reg filling the device's "
+            "DSPs after the VPU's (auto-noreg: without the register)")
 
 
 def _mac(mac: str, cfg, dev) -> str:
-    if mac != "auto":
+    if mac not in ("auto", "auto-noreg"):
         return mac
     from rtl.fpga.fit import DSP_PER_LANE
     free = max(0, dev.dsps - DSP_PER_LANE[dev.family] * cfg.cols)
-    return "dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}"
+    kind = "dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}"
+    return kind + ("+reg" if mac == "auto" else "")
 
 
 def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words):

