@@ -78,7 +78,7 @@ class ExpParams:
         nc = -round(scale / math.log(2) * (1 << (EXP_F + EXP_SC)))
         if nc > -16:
             raise ValueError(f"i-exp: score scale {scale:g} too small for {EXP_F + EXP_SC} fraction bits")
-        if -nc >= 1 << 20:
+        if -nc >= 1 << 30:
             raise ValueError(f"i-exp: score scale {scale:g} too large")
         lim = -(-(31 << (EXP_F + EXP_SC)) // -nc)
         return cls(nc, lim)

@@ -243,12 +243,14 @@ class _Emitter:
         self.C = cfg.cols
         self.spm = _Alloc(cfg.spm_rows, "SPM", cfg)
         self.acc = None
+        self.marks: list[tuple[str, int]] = []     # (phase, pc of its first instruction)
 
     def e(self, s: str) -> None:
         self.L.append("    " + s)
 
     def phase(self, name: str) -> "_Alloc":
         self.L.append(f"; --- {name}")
+        self.marks.append((name, sum(1 for ln in self.L if ln.startswith("    "))))
         self.acc = _Alloc(self.cfg.acc_rows, f"ACC ({name})", self.cfg)
         return self.acc
 
@@ -519,6 +521,17 @@ class Layout:
     p: int
     const_base: int
     consts: list = field(default_factory=list)
+    phases: list = field(default_factory=list)    # (name, first pc)
+
+
+def check_shapes(cfg: ChipConfig, d: int, H: int, ff: int) -> None:
+    C, R = cfg.cols, cfg.rows
+    dh = d // H
+    if dh != R or R != C or d % C or ff % C:
+        raise ChipCompileError(f"TransformerBlock on config {cfg.name!r}: the head size ({dh}) must equal the "
+                               f"array ({R}x{C}) and d_model ({d}) / ff ({ff}) be multiples of {C}")
+    if d & (d - 1) or d < 16:
+        raise ChipCompileError(f"TransformerBlock: d_model must be a power of two >= 16, got {d}")
 
 
 def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
@@ -526,11 +539,7 @@ def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
     C, R = cfg.cols, cfg.rows
     d, H, ff = qb.d, qb.heads, qb.ff
     dh = d // H
-    if dh != R or R != C or d % C or ff % C:
-        raise ChipCompileError(f"TransformerBlock on config {cfg.name!r}: the head size ({dh}) must equal the "
-                               f"array ({R}x{C}) and d_model ({d}) / ff ({ff}) be multiples of {C}")
-    if d & (d - 1) or d < 16:
-        raise ChipCompileError(f"TransformerBlock: d_model must be a power of two >= 16, got {d}")
+    check_shapes(cfg, d, H, ff)
     n = H * TM
     lay = Layout(x=0, out=TM * d, kt=2 * TM * d, v=3 * TM * d, s=4 * TM * d,
                  p=4 * TM * d + n * C * 4, const_base=0)
@@ -594,11 +603,28 @@ def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
         em.e(f"dma.st dram[{lay.out + c * C}], spm[{OUT8 + c * TM}], rows={TM}, len={C}, rstride={d}")
     em.e("fence all")
     em.e("halt")
+    lay.phases = list(em.marks)
     text = "\n".join(L) + "\n"
     prog = assemble(text, cfg, "<transformer>")
     if len(prog) > cfg.imem_words:
         raise ChipCompileError(f"TransformerBlock: {len(prog)} instructions exceed imem ({cfg.imem_words})")
     return prog, lay, text
+
+
+def dram_bytes_by_phase(program, layout: Layout, trace) -> dict:
+    """DRAM bytes (read + written) of each phase, from a run's trace (``Device("sim", trace=True)``)."""
+    from isa.encoding import decode
+    from isa.table import Unit
+    words = program.words()
+    starts = [pc for _, pc in layout.phases]
+    out = {name: 0 for name, _ in layout.phases}
+    for r in trace.records:
+        if r.unit not in (int(Unit.LOAD), int(Unit.STORE)):
+            continue
+        ins = decode(words[r.pc], program.config)
+        k = max(i for i, pc in enumerate(starts) if pc <= r.pc)
+        out[layout.phases[k][0]] += ins["rows"] * ins["len"] * (4 if ins["space"] else 1)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -699,7 +725,11 @@ def compile_block(block, example_inputs, config="base", *, calibration=None, dyn
         (lambda a: a[0] if a.ndim == 3 else a)(np.asarray(c[0] if isinstance(c, (list, tuple)) else
                                                           (c["x"] if isinstance(c, dict) else c), np.float64))
         for c in calibration]
-    qb = quantize_block(w, calib)
+    check_shapes(cfg, w.d, w.heads, w.ff)
+    try:
+        qb = quantize_block(w, calib)
+    except ValueError as e:
+        raise ChipCompileError(f"TransformerBlock: {e} (calibration data of a useful range needed)") from None
     prog, lay, text = emit(cfg, qb, tm, fused)
     spec = DynSpec(sym, tmax, {"x": 1}, [1])
     return CompiledTransformer(cfg, prog, qb, w, tmax, tm, lay, spec, fused, time.perf_counter() - t0, text)

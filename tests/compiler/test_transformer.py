@@ -1,0 +1,109 @@
+"""A transformer block (d_model 64, 4 heads, GELU MLP) on the simulated chip, T symbolic.
+
+One binary (``tc.compile(block, x, dynamic={"T": 64})``) runs for T in {1, 17, 64}: the int8
+output equals the integer numpy model (compiler.intmath on the quantized weights) bit for bit,
+the Program bytes never change, the output is close to the float block, and the fused attention
+moves less DRAM traffic than the same arithmetic with scores and probabilities through DRAM.
+"""
+import hashlib
+import math
+
+import numpy as np
+import pytest
+
+import tetrachip as tc
+from compiler.transformer import CompiledTransformer, compile_block, dram_bytes_by_phase
+
+TS = (1, 17, 64)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tc.manual_seed(3)
+    block = tc.nn.TransformerBlock(64, 4)
+    rng = np.random.default_rng(3)
+    calib = [rng.standard_normal((1, 64, 64)).astype(np.float32) for _ in range(2)]
+    cm = tc.compile(block, calib[0], config="base", calibration=[[c] for c in calib], dynamic={"T": 64})
+    xs = {T: rng.standard_normal((1, T, 64)).astype(np.float32) for T in TS}
+    runs = {T: tc.Device("sim", config="base").run(cm, xs[T]) for T in TS}
+    return block, calib, cm, xs, runs
+
+
+def _sha(cm):
+    return hashlib.sha256(cm.program.to_bytes()).hexdigest()
+
+
+def test_compiles_through_tc_compile(setup):
+    _, _, cm, _, _ = setup
+    assert isinstance(cm, CompiledTransformer)
+    assert cm.fused and cm.tmax == 64 and cm.dynamic.symbol == "T"
+
+
+@pytest.mark.parametrize("T", TS)
+def test_bit_exact_vs_integer_reference(setup, T):
+    _, _, cm, xs, runs = setup
+    got = runs[T].ints["out"][:, :T]
+    want = cm.reference_int(xs[T])
+    assert got.shape == want.shape == (1, T, 64)
+    assert np.array_equal(got, want), f"T={T}: {(got != want).sum()} elements differ"
+    assert runs[T].outputs[0].shape == (1, T, 64)
+    assert np.array_equal(runs[T].outputs[0], cm.reference(xs[T])[0])
+
+
+def test_one_binary_for_every_T(setup):
+    block, calib, cm, xs, runs = setup
+    h = _sha(cm)
+    # compiled again from an example of another length: the same bytes (nothing depends on T)
+    cm2 = tc.compile(block, xs[17], config="base", calibration=[[c] for c in calib], dynamic={"T": 64})
+    assert _sha(cm2) == h
+    # the key-block loop runs ceil(T / 16) times: cycles grow with T, from the same binary
+    cyc = [runs[T].stats.cycles for T in TS]
+    assert cyc[0] < cyc[1] < cyc[2]
+
+
+def test_close_to_float_block(setup):
+    block, _, cm, xs, runs = setup
+    s = cm.qblock.s
+    # a few LSBs of the int8 residual stream (x1) and of the output: each requantization rounds
+    # by half an LSB, the integer kernels add their polynomial/fixed-point errors on top
+    bound_max, bound_mean = 3 * (s["out"] + s["x1"]), 0.5 * (s["out"] + s["x1"])
+    for T in TS:
+        want = cm.float_reference(xs[T])
+        # the float model here is the frontend's block
+        front = block(tc.Tensor(xs[T])).numpy()
+        assert np.abs(want - front).max() < 1e-4
+        err = np.abs(runs[T].outputs[0] - want)
+        assert err.max() < bound_max, (T, err.max(), bound_max)
+        assert err.mean() < bound_mean, (T, err.mean(), bound_mean)
+
+
+def test_fused_attention_moves_less_dram_traffic(setup):
+    block, calib, cm, xs, _ = setup
+    un = compile_block(block, calib[0], "base", calibration=[[c] for c in calib], dynamic={"T": 64}, fused=False)
+    x = xs[64]
+    rf = tc.Device("sim", trace=True).run(cm, x)
+    ru = tc.Device("sim", trace=True).run(un, x)
+    assert np.array_equal(rf.ints["out"], ru.ints["out"])          # same arithmetic
+    tot = [r.stats.bytes["dram_read"] + r.stats.bytes["dram_write"] for r in (rf, ru)]
+    pf = dram_bytes_by_phase(cm.program, cm.layout, rf.trace)
+    pu = dram_bytes_by_phase(un.program, un.layout, ru.trace)
+    assert sum(pf.values()) == tot[0] and sum(pu.values()) == tot[1]
+    # fused: K^T and V tiles once per key block; unfused adds H*T*T int32 scores and int8 probs twice
+    H, T, C = 4, 64, tc.ChipConfig.preset("base").cols
+    extra = 2 * H * T * T * 4 + 2 * H * T * T
+    assert pu["attention"] - pf["attention"] == extra
+    assert pf["attention"] < pu["attention"] and tot[0] < tot[1]
+    assert pf["attention"] <= 2 * H * T * (64 // H) + T * C * 4     # K and V once + the lane row
+
+
+def test_clear_errors(setup):
+    block, _, cm, _, _ = setup
+    with pytest.raises(tc.ChipCompileError, match="outside 1..64"):
+        tc.Device("sim").run(cm, np.zeros((1, 65, 64), np.float32))
+    with pytest.raises(tc.ChipCompileError, match="shape"):
+        tc.Device("sim").run(cm, np.zeros((1, 8, 32), np.float32))
+    with pytest.raises(tc.ChipCompileError, match="head size"):
+        tc.compile(tc.nn.TransformerBlock(48, 4), np.zeros((1, 8, 48), np.float32), dynamic={"T": 16})
+    with pytest.raises(tc.ChipCompileError, match="maximum T"):
+        tc.compile(block, np.zeros((1, 8, 64), np.float32), dynamic={"T": 1000})
+    assert math.isfinite(cm.compile_s)
