@@ -165,7 +165,13 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     ``dynamic={"N": 64}`` declares a symbolic dimension with its maximum (axis 0 of every input,
     or where ``shapes={"x": ("N", 5), ...}`` names it): one binary for every N (compiler.dynamic).
     ``search=True`` picks each GEMM kernel's tiling by simulated cycles, cached on disk in
-    ``cache_dir`` (compiler.search; ``search_budget_s`` per kernel)."""
+    ``cache_dir`` (compiler.search; ``search_budget_s`` per kernel).
+    A ``nn.TransformerBlock`` goes to ``compiler.transformer.compile_block`` (integer kernels,
+    fused attention; ``dynamic={"T": max}`` on axis 1 of ``x``)."""
+    from .nn import TransformerBlock
+    if isinstance(model_or_fn, TransformerBlock):
+        from .transformer import compile_block
+        return compile_block(model_or_fn, example_inputs, config, calibration=calibration, dynamic=dynamic)
     t0 = time.perf_counter()
     spec = None
     if dynamic:
