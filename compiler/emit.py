@@ -26,7 +26,7 @@ over a nest; the middle N tiles run as a scalar loop over register-indexed addre
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -94,6 +94,31 @@ def _mods(wait=(), signal=(), once=False, rep=None) -> str:
 
 
 def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
+    """The kernel in its tiling's loop order (``Tiling.order``, see ``compiler.tiling``): ``mnk``
+    runs M tiles outermost; ``nmk`` runs one column kernel per N tile (N outermost), each loading
+    its weight tiles once for all M tiles, and, when every M tile has its own A buffer
+    (``nbuf >= MT``), the columns after the first reuse the A tiles the first one loaded."""
+    tl = kc.tiling
+    if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
+        kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
+        tl = kc.tiling
+    if tl.order == "mnk":
+        return _emit_kernel(e, kc, cfg, False, False)
+    C, R = cfg.cols, cfg.rows
+    eb = 1 if kc.out_int8 else 4
+    resident = tl.nbuf >= tl.MT
+    for n in range(tl.NT):
+        col = replace(tl, N=min(C, tl.N - n * C), NT=1, acc_rows=2 * tl.Mt + (1 if kc.out_int8 else 0))
+        kn = replace(kc, name=f"{kc.name}.n{n}", tiling=col, w_addr=kc.w_addr + n * tl.KT * R * C,
+                     bias_addr=None if kc.bias_addr is None else kc.bias_addr + 4 * C * n,
+                     scale_addr=None if kc.scale_addr is None else kc.scale_addr + 4 * C * n,
+                     out_rows=np.asarray(kc.out_rows) + n * C * eb)
+        _emit_kernel(e, kn, cfg, True, resident and n > 0)
+
+
+def _emit_kernel(e: _Asm, kc: KernelCode, cfg, w_once: bool, a_skip: bool) -> None:
+    """``w_once``: weight tiles are loaded in the first M tile only (one N tile, ``NB == KT``);
+    ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them)."""
     tl = kc.tiling
     C = cfg.cols
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
@@ -105,8 +130,9 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
     # the A-buffer gate (store -> load); with int32 output and a bias, store -> load already means
     # "ACC region free", and the bias load orders the next M tile's A loads behind it (two buffers)
     gate = tl.MT > 1 and not (not kc.out_int8 and bias)
-    assert gate or tl.nbuf == 2 or tl.MT == 1, "a single A buffer needs the gate"
-    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias)
+    assert gate or tl.nbuf >= 2 or tl.MT == 1, "a single A buffer needs the gate"
+    assert not w_once or (tl.NT == 1 and tl.NB == tl.KT), "resident weights: one N tile, no slot ring"
+    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
@@ -135,13 +161,22 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
         e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop"
                   + (f" over r{kc.dyn.reg} batch elements" if kc.dyn is not None else ""))
         e(f"seti r{R_MT}, 0")
+
+        def step():
+            e(f"addi r{R_AOFF}, r{R_AOFF}, {da}")
+            e(f"addi r{R_OOFF}, r{R_OOFF}, {do}")
+            if tl.nbuf == 2:
+                e(f"seti r{R_TMP}, {KT * Mt}")
+                e(f"sub r{R_ABUF}, r{R_TMP}, r{R_ABUF}")
+            elif tl.nbuf > 2:                  # every M tile has its own A buffer
+                e(f"addi r{R_ABUF}, r{R_ABUF}, {KT * Mt}")
+        if w_once:                             # M tile 0 loads the weight tiles, the loop reuses them
+            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True)
+            step()
+            e(f"seti r{R_MT}, 1")
         top = e.label("mtile")
-        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt])
-        e(f"addi r{R_AOFF}, r{R_AOFF}, {da}")
-        e(f"addi r{R_OOFF}, r{R_OOFF}, {do}")
-        if tl.nbuf == 2:
-            e(f"seti r{R_TMP}, {KT * Mt}")
-            e(f"sub r{R_ABUF}, r{R_TMP}, r{R_ABUF}")
+        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once)
+        step()
         if kc.dyn is not None:             # trip count ceil(n / per_tile), n written by the host
             e(f"addi r{R_MT}, r{R_MT}, {kc.dyn.per_tile}")
             e(f"blt r{R_MT}, r{kc.dyn.reg}, {top}")
@@ -157,7 +192,7 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
     for (m0, mrows, buf) in rest:
         e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
         e(f"seti r{R_ABUF}, {buf * KT * Mt}")
-        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows])
+        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0)
     # drains: take the seed tokens back so the next kernel starts from zero counters
     e(f"loop l2, {tl.NB}")
     e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=mxu")
@@ -184,7 +219,7 @@ def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
     return step if np.array_equal(blk, want) else None
 
 
-def _m_tile(e: _Asm, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray) -> None:
+def _m_tile(e: _Asm, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray, load_w: bool = True) -> None:
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     NT, C = tl.NT, cfg.cols
@@ -196,7 +231,7 @@ def _m_tile(e: _Asm, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarr
     a_groups, o_groups = groups(a_rows), groups(out_rows)
     last_nc = tl.N - (NT - 1) * C
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
-            ncols=last_nc if NT == 1 else C)
+            ncols=last_nc if NT == 1 else C, load_w=load_w)
     if NT > 2:
         e(f"seti r{R_NT}, 1")
         top = e.label("ntile")
@@ -209,15 +244,17 @@ def _m_tile(e: _Asm, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarr
 
 
 def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
-            first: bool, last: bool, ncols: int) -> None:
+            first: bool, last: bool, ncols: int, load_w: bool = True) -> None:
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
     KT, Mt = tl.KT, tl.Mt
     acc = f"{kc.acc_base}+r{R_ACC}"
+    # with no weight or A load in this N tile, the first mma waits for the bias load itself
+    bias_tok = g["bias"] and first and not load_w and not g["load_a"]
     if g["bias"]:
         e(f"dma.ld acc[{acc}], dram[{kc.bias_addr}+r{R_BIAS}], rows={mrows}, len={C}, rstride=0, "
-          f"wait={g['free_p']}")
+          f"wait={g['free_p']}" + (", signal=mxu" if bias_tok else ""))
     if not first:
         e(f"loop l0, {KT}, s0={R}, s1={R * C}")
         e(f"dma.ld spm[{kc.spm_w}+r{R_WSLOT}], dram[{kc.w_addr}+r{R_WCOL}], rows={R}, len={C}, rstride={C}, "
@@ -225,9 +262,11 @@ def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_g
     l1 = None                                  # the nest l1 holds (set once when every K tile uses it)
     for kt, kti in enumerate(kc.ktiles):
         wrow = f"{kc.spm_w + kt * R}+r{R_WSLOT}"
-        if first:
+        load_a = first and g["load_a"]
+        if first and load_w:
             e(f"dma.ld spm[{wrow}], dram[{kc.w_addr + kt * R * C}+r{R_WCOL}], rows={R}, len={C}, rstride={C}, "
               f"wait=mxu, signal=mxu")
+        if load_a:
             for gi, gr in enumerate(a_groups):
                 sig = ("mxu",) if gi == len(a_groups) - 1 else ()
                 rep = None
@@ -239,8 +278,10 @@ def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_g
                 e(f"dma.ld spm[{a_buf + kt * Mt + gr.local}+r{R_ABUF}], dram[{gr.dram + kti.col}+r{R_AOFF}], "
                   f"rows={gr.rows}, "
                   f"len={kti.klen}, rstride={gr.rstride}, estride={kti.estride}" + _mods((), sig, True, rep))
-        e(f"mxu.lw spm[{wrow}], k={kti.klen}, wait=load, signal=load")
-        waits = (["load"] if first else []) + ([g["free_p"]] if kt == 0 and not g["bias"] else [])
+        wtok = ["load"] if load_w else []          # a resident weight tile: no load to wait for, no slot to free
+        e(f"mxu.lw spm[{wrow}], k={kti.klen}" + _mods(wtok, wtok))
+        waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
+            ([g["free_p"]] if kt == 0 and not g["bias"] else [])
         sig = [g["ep"]] if kt == KT - 1 else []
         op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
         e(f"{op} acc[{acc}], spm[{a_buf + kt * Mt}+r{R_ABUF}], n={mrows}" + _mods(waits, sig))

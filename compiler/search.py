@@ -36,7 +36,9 @@ import numpy as np
 from .tiling import Tiling
 
 BEAM = 3
-VERSION = 1
+VERSION = 2
+#: loop orders the search tries (``Tiling.order``); ``("mnk",)`` searches tilings only
+ORDERS = ("mnk", "nmk")
 #: simulator invocations and cache behaviour since import (tests read it)
 STATS = {"sim_runs": 0, "hits": 0, "misses": 0}
 
@@ -47,13 +49,20 @@ def cache_dir(path=None) -> Path:
     return p
 
 
-def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf: int, NB: int) -> Tiling | None:
-    """A tiling with these knobs, or None if it breaks a memory limit or an emitter rule."""
+def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf: int, NB: int,
+         order: str = "mnk") -> Tiling | None:
+    """A tiling with these knobs, or None if it breaks a memory limit or an emitter rule.
+    ``order`` "nmk" keeps a column's weight tiles resident (``NB == KT``); its ``nbuf`` may also be
+    ``MT`` (every M tile its own A buffer: later columns reuse the A tiles)."""
     R = cfg.rows
     M, KT = base.M, base.KT
-    if not 1 <= Mt <= M or NB < KT or NB % KT or nbuf not in (1, 2):
+    if not 1 <= Mt <= M or NB < KT or NB % KT or order not in ("mnk", "nmk"):
         return None
     MT = -(-M // Mt)
+    if order == "nmk" and NB != KT:
+        return None
+    if nbuf not in (1, 2) and not (order == "nmk" and nbuf == MT):
+        return None
     if MT == 1:
         nbuf = 1
     elif run > 1 and Mt % run:
@@ -66,17 +75,17 @@ def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf:
     acc = 2 * Mt + scale_rows
     if spm > cfg.spm_rows or acc > cfg.acc_rows:
         return None
-    return replace(base, Mt=Mt, MT=MT, nbuf=nbuf, NB=NB, spm_rows=spm, acc_rows=acc)
+    return replace(base, Mt=Mt, MT=MT, nbuf=nbuf, NB=NB, spm_rows=spm, acc_rows=acc, order=order)
 
 
-def signature(kc, cfg, run: int) -> str:
+def signature(kc, cfg, run: int, orders=None) -> str:
     a = np.asarray(kc.a_rows, np.int64)
     o = np.asarray(kc.out_rows, np.int64)
     sig = {"v": VERSION, "M": kc.tiling.M, "N": kc.tiling.N, "KT": kc.tiling.KT,
            "k": [(t.klen, t.estride) for t in kc.ktiles], "int8": kc.out_int8,
            "bias": kc.bias_addr is not None, "relu": kc.relu, "run": run,
            "a": hashlib.sha256((a - a[0]).tobytes()).hexdigest(),
-           "o": hashlib.sha256((o - o[0]).tobytes()).hexdigest(), "cfg": cfg.digest()}
+           "o": hashlib.sha256((o - o[0]).tobytes()).hexdigest(), "cfg": cfg.digest(), "orders": list(orders or ORDERS)}
     return hashlib.sha256(json.dumps(sig, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -90,7 +99,8 @@ def score(kc, tl: Tiling, cfg) -> int | None:
     k2 = replace(kc, tiling=tl, spm_a=0, spm_w=tl.nbuf * tl.KT * tl.Mt,
                  spm_o=tl.nbuf * tl.KT * tl.Mt + tl.NB * R, acc_base=0)
     text = emit_program([k2], cfg)
-    if sum(1 for ln in text.splitlines() if ln.startswith(" ")) > cfg.imem_words:
+    limit = cfg.imem_words if tl.order == "mnk" else cfg.imem_words // 8   # nmk unrolls one kernel per column
+    if sum(1 for ln in text.splitlines() if ln.startswith(" ")) > limit:
         return None
     del ostage
     chip = Chip(cfg)
@@ -102,20 +112,21 @@ def score(kc, tl: Tiling, cfg) -> int | None:
 class Searcher:
     """``pick(kc, run)`` -> the best tiling for a kernel (cached); ``report`` per kernel."""
 
-    def __init__(self, cfg, budget_s: float = 20.0, path=None, beam: int = BEAM):
+    def __init__(self, cfg, budget_s: float = 20.0, path=None, beam: int = BEAM, orders=None):
         self.cfg, self.budget, self.beam = cfg, float(budget_s), beam
+        self.orders = tuple(orders or ORDERS)
         self.dir = cache_dir(path)
         self.report: list[dict] = []
 
     def pick(self, kc, run: int) -> Tiling:
-        key = signature(kc, self.cfg, run)
+        key = signature(kc, self.cfg, run, self.orders)
         f = self.dir / f"search-{key}.json"
         base = kc.tiling
         bias = kc.bias_addr is not None
         if f.exists():
             try:
                 d = json.loads(f.read_text())
-                tl = make(self.cfg, base, kc.out_int8, bias, run, d["Mt"], d["nbuf"], d["NB"])
+                tl = make(self.cfg, base, kc.out_int8, bias, run, d["Mt"], d["nbuf"], d["NB"], d.get("order", "mnk"))
                 if tl is not None:
                     STATS["hits"] += 1
                     self.report.append({"kernel": kc.name, "cached": True, **d})
@@ -132,9 +143,10 @@ class Searcher:
         cfg, base = self.cfg, kc.tiling
         t0 = time.perf_counter()
         scored: dict[tuple, int | None] = {}
+        KT = base.KT
 
         def knobs(t: Tiling) -> tuple:
-            return (t.Mt, t.nbuf, t.NB)
+            return (t.Mt, t.nbuf, t.NB, t.order)
 
         def tiling(k: tuple) -> Tiling | None:
             return make(cfg, base, kc.out_int8, bias, run, *k)
@@ -148,38 +160,51 @@ class Searcher:
         d0 = knobs(base)
         default = ev(d0)
         step = run if run > 1 else max(1, cfg.rows)
-        mmax = max((m for m in range(step, base.M + step, step) if tiling((min(m, base.M), 2, base.NB))),
+        mmax = max((m for m in range(step, base.M + step, step) if tiling((min(m, base.M), 2, base.NB, "mnk"))),
                    default=base.Mt)
-        seeds = {d0, (min(mmax, base.M), 2, base.NB), (min(mmax, base.M), 1, base.NB)}
+        seeds = {d0, (min(mmax, base.M), 2, base.NB, "mnk"), (min(mmax, base.M), 1, base.NB, "mnk")}
         for frac in (2, 4):
             m = max(step, (mmax // frac) // step * step)
-            seeds.add((min(m, base.M), 2, base.NB))
+            seeds.add((min(m, base.M), 2, base.NB, "mnk"))
+        if "nmk" in self.orders:       # the default's M tile with resident weights / resident A
+            MT0 = -(-base.M // base.Mt)
+            seeds |= {(base.Mt, base.nbuf, KT, "nmk"), (base.Mt, MT0, KT, "nmk")}
+        seeds = {k for k in seeds if k[3] in self.orders}
         beam = [d0]
-        for s in seeds:
+        for s in sorted(seeds, key=str):
             if time.perf_counter() - t0 > self.budget:
                 break
             ev(s)
         rounds = 0
         while time.perf_counter() - t0 <= self.budget:
             rounds += 1
-            ranked = sorted((k for k, v in scored.items() if v is not None), key=lambda k: (scored[k], k))
+            ranked = sorted((k for k, v in scored.items() if v is not None), key=lambda k: (scored[k], str(k)))
             new_beam = ranked[:self.beam]
             if new_beam == beam and rounds > 1:
                 break
             beam = new_beam
-            for Mt, nb, NB in beam:
-                for nk in [(Mt * 2, nb, NB), (Mt // 2, nb, NB), (Mt + step, nb, NB), (Mt - step, nb, NB),
-                           (min(Mt * 2, base.M), nb, NB), (Mt, 3 - nb, NB), (Mt, nb, NB + base.KT),
-                           (Mt, nb, NB - base.KT)]:
+            for Mt, nb, NB, od in beam:
+                near = [(Mt * 2, nb, NB, od), (Mt // 2, nb, NB, od), (Mt + step, nb, NB, od),
+                        (Mt - step, nb, NB, od), (min(Mt * 2, base.M), nb, NB, od), (Mt, 3 - nb, NB, od),
+                        (Mt, nb, NB + KT, od), (Mt, nb, NB - KT, od)]
+                if od == "nmk":            # the same M tile with every A tile resident, or streamed
+                    near += [(Mt, -(-base.M // Mt), NB, od), (Mt, 2, NB, od)]
+                for other in self.orders:  # the same tiles in the other loop order
+                    if other != od:
+                        near.append((Mt, min(nb, 2), KT if other == "nmk" else max(NB, base.NB), other))
+                for nk in near:
                     if time.perf_counter() - t0 > self.budget:
                         break
                     ev(nk)
-        ranked = sorted((k for k, v in scored.items() if v is not None), key=lambda k: (scored[k], k))
+        ranked = sorted((k for k, v in scored.items() if v is not None), key=lambda k: (scored[k], str(k)))
         win = ranked[0] if ranked else d0
         if default is not None and scored.get(win, default) >= default:
             win = d0                                  # ties keep the default
-        d = {"Mt": win[0], "nbuf": win[1], "NB": win[2], "cycles": scored.get(win), "default": list(d0),
-             "default_cycles": default, "candidates": sum(v is not None for v in scored.values()),
+        by_order = {o: min((v for k, v in scored.items() if v is not None and k[3] == o), default=None)
+                    for o in self.orders}
+        d = {"Mt": win[0], "nbuf": win[1], "NB": win[2], "order": win[3], "cycles": scored.get(win),
+             "default": list(d0), "default_cycles": default, "best_per_order": by_order,
+             "candidates": sum(v is not None for v in scored.values()),
              "search_s": round(time.perf_counter() - t0, 3)}
         return tiling(win) or base, d
 
@@ -221,7 +246,8 @@ def _source_digest() -> str:
 
 def model_key(graph_outputs: list, calib: list, cfg, flags: dict) -> str | None:
     from .ir import toposort
-    h = hashlib.sha256(f"model v{VERSION} {_source_digest()} {cfg.digest()!r} {sorted(flags.items())!r}".encode())
+    h = hashlib.sha256(f"model v{VERSION} {_source_digest()} {cfg.digest()!r} {sorted(flags.items())!r} "
+                       f"{ORDERS!r}".encode())
     nodes = toposort(list(graph_outputs))
     idx = {id(n): i for i, n in enumerate(nodes)}
     for n in nodes:

@@ -136,6 +136,12 @@ class Tiling:
     nbuf: int        # A buffers
     spm_rows: int    # SPM rows the kernel uses (A + weights + output staging)
     acc_rows: int
+    #: loop order (compiler.emit): "mnk" M tiles outermost (an M tile's A tiles are loaded once and
+    #: reused across N, weight tiles stream per M tile); "nmk" N tiles outermost (a column's weight
+    #: tiles are loaded once and reused across M, ``NB == KT``; A streams per column unless every
+    #: M tile has its own buffer, ``nbuf >= MT``, when later columns reuse them). K is innermost
+    #: (accumulation in ACC) in both.
+    order: str = "mnk"
 
     def m_tiles(self):
         """(first row, rows, A buffer) of every M tile."""
