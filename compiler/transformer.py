@@ -237,16 +237,29 @@ class _Consts:
 
 
 class _Emitter:
+    """Assembly for the block. Activations live in SPM/ACC *query-block major*: the row of token
+    ``t``, column block ``c`` of a tensor with ``nb`` blocks is ``(t // Q) * nb * Q + c * Q + t % Q``
+    (``Q = cols``), so the rows of the first ``ceil(T / Q)`` query blocks are a prefix. Every
+    instruction that touches activations repeats over the query blocks with a loop register whose
+    trip count is ``r14 = ceil(T / Q)`` (set from ``r15 = T`` at launch)."""
+
+    NQ = 14                                      # scalar register: active query blocks
+
     def __init__(self, cfg: ChipConfig, qb: QBlock, TM: int, fused: bool):
         self.cfg, self.qb, self.TM, self.fused = cfg, qb, TM, fused
         self.L: list[str] = []
-        self.C = cfg.cols
+        self.C = self.Q = cfg.cols
         self.spm = _Alloc(cfg.spm_rows, "SPM", cfg)
         self.acc = None
         self.marks: list[tuple[str, int]] = []     # (phase, pc of its first instruction)
+        self._loops: dict = {}
 
     def e(self, s: str) -> None:
         self.L.append("    " + s)
+
+    def label(self, name: str) -> None:
+        self.L.append(f"{name}:")
+        self._loops = {}
 
     def phase(self, name: str) -> "_Alloc":
         self.L.append(f"; --- {name}")
@@ -254,260 +267,301 @@ class _Emitter:
         self.acc = _Alloc(self.cfg.acc_rows, f"ACC ({name})", self.cfg)
         return self.acc
 
+    def loop(self, k: int, count, strides) -> None:
+        key = (count, tuple(strides))
+        if self._loops.get(k) == key:
+            return
+        self._loops[k] = key
+        s = list(strides) + [0] * (3 - len(strides))
+        self.e(f"loop l{k}, {count}, s0={s[0]}, s1={s[1]}, s2={s[2]}")
+
+    def rep(self, ins: str, strides, inner=None) -> None:
+        """``ins`` once per active query block (operand k advances by ``strides[k]`` rows/bytes), and
+        per ``inner = (count, strides)`` inside it."""
+        self.loop(1, f"r{self.NQ}", strides)
+        if inner is None:
+            self.e(f"{ins}, rep=l1:1")
+        else:
+            self.loop(2, inner[0], inner[1])
+            self.e(f"{ins}, rep=l1:2")
+
+    def vv(self, ins: str, n: int, st: int) -> None:
+        """A VPU op over ``n`` rows per query block, every memory operand in the same layout."""
+        self.rep(f"{ins}, n={n}", (st, st, st))
+
     # --- VPU sequences (each mirrors a function of compiler.intmath) ---------------------------
-    def ilog2(self, E, V, n):
-        W, T = self.acc(n), self.acc(n)
-        self.e(f"vmov acc[{W}], acc[{V}], n={n}")
-        self.e(f"vmul acc[{E}], acc[{V}], 0, n={n}")
+    def ilog2(self, E, V, n, st):
+        W, T = self.acc(st * self.TM // self.Q), self.acc(st * self.TM // self.Q)
+        self.vv(f"vmov acc[{W}], acc[{V}]", n, st)
+        self.vv(f"vmul acc[{E}], acc[{V}], 0", n, st)
         for k in (16, 8, 4, 2, 1):
-            self.e(f"vsra acc[{T}], acc[{W}], {k}, n={n}")
-            self.e(f"vmin acc[{T}], acc[{T}], 1, n={n}")
-            self.e(f"vmul acc[{T}], acc[{T}], {k}, n={n}")
-            self.e(f"vsra acc[{W}], acc[{W}], acc[{T}], n={n}")
-            self.e(f"vadd acc[{E}], acc[{E}], acc[{T}], n={n}")
+            self.vv(f"vsra acc[{T}], acc[{W}], {k}", n, st)
+            self.vv(f"vmin acc[{T}], acc[{T}], 1", n, st)
+            self.vv(f"vmul acc[{T}], acc[{T}], {k}", n, st)
+            self.vv(f"vsra acc[{W}], acc[{W}], acc[{T}]", n, st)
+            self.vv(f"vadd acc[{E}], acc[{E}], acc[{T}]", n, st)
 
-    def recip(self, Y, E, V, n):
-        A, U = self.acc(n), self.acc(n)
-        self.ilog2(E, V, n)
+    def recip(self, Y, E, V, n, st):
+        A, U = self.acc(st * self.TM // self.Q), self.acc(st * self.TM // self.Q)
+        self.ilog2(E, V, n, st)
         q = im.RECIP_Q
-        self.e(f"vshl acc[{A}], acc[{V}], {q}, n={n}")
-        self.e(f"vsra acc[{A}], acc[{A}], acc[{E}], n={n}")
-        self.e(f"vsra acc[{Y}], acc[{A}], 1, n={n}")
-        self.e(f"vmul acc[{Y}], acc[{Y}], -1, n={n}")
-        self.e(f"vadd acc[{Y}], acc[{Y}], {im.RECIP_Y0}, n={n}")
+        v = self.vv
+        v(f"vshl acc[{A}], acc[{V}], {q}", n, st)
+        v(f"vsra acc[{A}], acc[{A}], acc[{E}]", n, st)
+        v(f"vsra acc[{Y}], acc[{A}], 1", n, st)
+        v(f"vmul acc[{Y}], acc[{Y}], -1", n, st)
+        v(f"vadd acc[{Y}], acc[{Y}], {im.RECIP_Y0}", n, st)
         for _ in range(im.NEWTON_STEPS):
-            self.e(f"vmul acc[{U}], acc[{A}], acc[{Y}], n={n}")
-            self.e(f"vsra acc[{U}], acc[{U}], {q}, n={n}")
-            self.e(f"vmul acc[{U}], acc[{U}], -1, n={n}")
-            self.e(f"vadd acc[{U}], acc[{U}], {2 << q}, n={n}")
-            self.e(f"vmul acc[{Y}], acc[{Y}], acc[{U}], n={n}")
-            self.e(f"vsra acc[{Y}], acc[{Y}], {q}, n={n}")
+            v(f"vmul acc[{U}], acc[{A}], acc[{Y}]", n, st)
+            v(f"vsra acc[{U}], acc[{U}], {q}", n, st)
+            v(f"vmul acc[{U}], acc[{U}], -1", n, st)
+            v(f"vadd acc[{U}], acc[{U}], {2 << q}", n, st)
+            v(f"vmul acc[{Y}], acc[{Y}], acc[{U}]", n, st)
+            v(f"vsra acc[{Y}], acc[{Y}], {q}", n, st)
 
-    def rsqrt(self, Y, H, V, n):
-        E, E2, SL, SR, A, T = (self.acc(n) for _ in range(6))
+    def rsqrt(self, Y, H, V, n, st):
+        E, E2, SL, SR, A, T = (self.acc(st * self.TM // self.Q) for _ in range(6))
         qa, qy = im.RSQRT_QA, im.RSQRT_QY
-        self.ilog2(E, V, n)
-        self.e(f"vsra acc[{H}], acc[{E}], 1, n={n}")
-        self.e(f"vshl acc[{E2}], acc[{H}], 1, n={n}")
-        self.e(f"vmul acc[{SL}], acc[{E2}], -1, n={n}")
-        self.e(f"vadd acc[{SL}], acc[{SL}], {qa}, n={n}")
-        self.e(f"vmax acc[{SL}], acc[{SL}], 0, n={n}")
-        self.e(f"vsub acc[{SR}], acc[{E2}], {qa}, n={n}")
-        self.e(f"vmax acc[{SR}], acc[{SR}], 0, n={n}")
-        self.e(f"vshl acc[{A}], acc[{V}], acc[{SL}], n={n}")
-        self.e(f"vsra acc[{A}], acc[{A}], acc[{SR}], n={n}")
-        self.e(f"vmul acc[{Y}], acc[{A}], {im.RSQRT_K}, n={n}")
-        self.e(f"vsra acc[{Y}], acc[{Y}], 15, n={n}")
-        self.e(f"vmul acc[{Y}], acc[{Y}], -1, n={n}")
-        self.e(f"vadd acc[{Y}], acc[{Y}], {im.RSQRT_Y0}, n={n}")
+        v = self.vv
+        self.ilog2(E, V, n, st)
+        v(f"vsra acc[{H}], acc[{E}], 1", n, st)
+        v(f"vshl acc[{E2}], acc[{H}], 1", n, st)
+        v(f"vmul acc[{SL}], acc[{E2}], -1", n, st)
+        v(f"vadd acc[{SL}], acc[{SL}], {qa}", n, st)
+        v(f"vmax acc[{SL}], acc[{SL}], 0", n, st)
+        v(f"vsub acc[{SR}], acc[{E2}], {qa}", n, st)
+        v(f"vmax acc[{SR}], acc[{SR}], 0", n, st)
+        v(f"vshl acc[{A}], acc[{V}], acc[{SL}]", n, st)
+        v(f"vsra acc[{A}], acc[{A}], acc[{SR}]", n, st)
+        v(f"vmul acc[{Y}], acc[{A}], {im.RSQRT_K}", n, st)
+        v(f"vsra acc[{Y}], acc[{Y}], 15", n, st)
+        v(f"vmul acc[{Y}], acc[{Y}], -1", n, st)
+        v(f"vadd acc[{Y}], acc[{Y}], {im.RSQRT_Y0}", n, st)
         for _ in range(im.NEWTON_STEPS):
-            self.e(f"vmul acc[{T}], acc[{Y}], acc[{Y}], n={n}")
-            self.e(f"vsra acc[{T}], acc[{T}], {qy}, n={n}")
-            self.e(f"vmul acc[{T}], acc[{T}], acc[{A}], n={n}")
-            self.e(f"vsra acc[{T}], acc[{T}], {qa}, n={n}")
-            self.e(f"vmul acc[{T}], acc[{T}], -1, n={n}")
-            self.e(f"vadd acc[{T}], acc[{T}], {3 << qy}, n={n}")
-            self.e(f"vmul acc[{Y}], acc[{Y}], acc[{T}], n={n}")
-            self.e(f"vsra acc[{Y}], acc[{Y}], {qy + 1}, n={n}")
+            v(f"vmul acc[{T}], acc[{Y}], acc[{Y}]", n, st)
+            v(f"vsra acc[{T}], acc[{T}], {qy}", n, st)
+            v(f"vmul acc[{T}], acc[{T}], acc[{A}]", n, st)
+            v(f"vsra acc[{T}], acc[{T}], {qa}", n, st)
+            v(f"vmul acc[{T}], acc[{T}], -1", n, st)
+            v(f"vadd acc[{T}], acc[{T}], {3 << qy}", n, st)
+            v(f"vmul acc[{Y}], acc[{Y}], acc[{T}]", n, st)
+            v(f"vsra acc[{Y}], acc[{Y}], {qy + 1}", n, st)
 
-    def iexp(self, U, Z, G, n):
+    def iexp(self, U, Z, G, n, st):
         """``G = i_exp(U)`` (``U`` holds ``d``, destroyed; ``Z`` a temporary)."""
-        p = self.qb.ep
-        F = im.EXP_F
-        self.e(f"vmax acc[{U}], acc[{U}], {-p.lim}, n={n}")
-        self.e(f"vmul acc[{U}], acc[{U}], {p.nc}, n={n}")
-        self.e(f"vsra acc[{U}], acc[{U}], {im.EXP_SC}, n={n}")
-        self.e(f"vsra acc[{Z}], acc[{U}], {F}, n={n}")
-        self.e(f"vshl acc[{G}], acc[{Z}], {F}, n={n}")
-        self.e(f"vsub acc[{U}], acc[{U}], acc[{G}], n={n}")
-        self.e(f"vsub acc[{U}], acc[{U}], {im.EXP_B}, n={n}")
-        self.e(f"vmul acc[{G}], acc[{U}], acc[{U}], n={n}")
-        self.e(f"vmul acc[{G}], acc[{G}], {im.EXP_A}, n={n}")
-        self.e(f"vsra acc[{G}], acc[{G}], {im.EXP_PS}, n={n}")
-        self.e(f"vadd acc[{G}], acc[{G}], {im.EXP_C}, n={n}")
-        self.e(f"vmin acc[{Z}], acc[{Z}], 31, n={n}")
-        self.e(f"vsra acc[{G}], acc[{G}], acc[{Z}], n={n}")
+        p, F, v = self.qb.ep, im.EXP_F, self.vv
+        v(f"vmax acc[{U}], acc[{U}], {-p.lim}", n, st)
+        v(f"vmul acc[{U}], acc[{U}], {p.nc}", n, st)
+        v(f"vsra acc[{U}], acc[{U}], {im.EXP_SC}", n, st)
+        v(f"vsra acc[{Z}], acc[{U}], {F}", n, st)
+        v(f"vshl acc[{G}], acc[{Z}], {F}", n, st)
+        v(f"vsub acc[{U}], acc[{U}], acc[{G}]", n, st)
+        v(f"vsub acc[{U}], acc[{U}], {im.EXP_B}", n, st)
+        v(f"vmul acc[{G}], acc[{U}], acc[{U}]", n, st)
+        v(f"vmul acc[{G}], acc[{G}], {im.EXP_A}", n, st)
+        v(f"vsra acc[{G}], acc[{G}], {im.EXP_PS}", n, st)
+        v(f"vadd acc[{G}], acc[{G}], {im.EXP_C}", n, st)
+        v(f"vmin acc[{Z}], acc[{Z}], 31", n, st)
+        v(f"vsra acc[{G}], acc[{G}], acc[{Z}]", n, st)
 
     # --- phases -------------------------------------------------------------------------------
-    def rows_block(self, dst_acc, dram, nblk):
-        """ACC rows dst + c*TM (c < nblk) = int32 row c at ``dram``, repeated TM times (stride 0)."""
-        C, TM = self.C, self.TM
+    def const_rows(self, dst_acc, dram, nblk):
+        """ACC rows ``dst + c*Q + i`` (c < nblk, i < Q) = int32 row c at ``dram`` (row stride 0)."""
+        Q = self.Q
         for c in range(nblk):
-            self.e(f"dma.ld acc[{dst_acc + c * TM}], dram[{dram + c * C * 4}], rows={TM}, len={C}, "
+            self.e(f"dma.ld acc[{dst_acc + c * Q}], dram[{dram + c * self.C * 4}], rows={Q}, len={self.C}, "
                    f"rstride=0, estride=4")
 
+    def row_sum(self, DST, SRC, nb):
+        """Per-row array ``DST`` (Q rows per query block) = sum over the ``nb`` blocks of ``SRC``."""
+        Q = self.Q
+        self.rep(f"vmov acc[{DST}], acc[{SRC}], n={Q}", (Q, nb * Q))
+        for c in range(1, nb):
+            self.rep(f"vadd acc[{DST}], acc[{DST}], acc[{SRC + c * Q}], n={Q}", (Q, Q, nb * Q))
+
+    def per_row(self, ins, BIG, ROW, nb):
+        """``ins`` on every block of ``BIG`` (nb blocks) with a per-row array ``ROW`` as operand b."""
+        Q = self.Q
+        self.rep(f"{ins.format(a=f'acc[{BIG}]', r=f'acc[{ROW}]')}, n={Q}", (nb * Q, nb * Q, Q),
+                 inner=(nb, (Q, Q, 0)))
+
     def layernorm(self, X8, OUT8, p: im.LNParams, g_dram, b_dram):
-        TM, C, d = self.TM, self.C, self.qb.d
-        nb, n = d // C, d // C * TM
+        TM, Q, d = self.TM, self.Q, self.qb.d
+        nb = d // Q
+        N, S = nb * Q, nb * Q                     # rows per query block of a d-wide tensor
         a = self.phase("LayerNorm")
-        GB, BB, XC, SS, SUM, V, Y, H = a(n), a(n), a(n), a(n), a(TM), a(TM), a(TM), a(TM)
-        self.rows_block(GB, g_dram, nb)
-        self.rows_block(BB, b_dram, nb)
+        GB, BB, XC, SS = a(N), a(N), a(nb * TM), a(nb * TM)
+        SUM, V, Y, H = a(TM), a(TM), a(TM), a(TM)
+        self.const_rows(GB, g_dram, nb)
+        self.const_rows(BB, b_dram, nb)
         lg = int(math.log2(d))
-        self.e(f"vrsum acc[{SS}], spm[{X8}], n={n}")
-        self.e(f"vmov acc[{SUM}], acc[{SS}], n={TM}")
-        for c in range(1, nb):
-            self.e(f"vadd acc[{SUM}], acc[{SUM}], acc[{SS + c * TM}], n={TM}")
-        self.e(f"vsra acc[{SUM}], acc[{SUM}], {lg - im.LN_XB}, n={TM}")
-        self.e(f"vshl acc[{XC}], spm[{X8}], {im.LN_XB}, n={n}")
-        for c in range(nb):
-            self.e(f"vsub acc[{XC + c * TM}], acc[{XC + c * TM}], acc[{SUM}], n={TM}")
-        self.e(f"vmul acc[{SS}], acc[{XC}], acc[{XC}], n={n}")
-        self.e(f"vrsum acc[{SS}], acc[{SS}], n={n}")
-        self.e(f"vmov acc[{V}], acc[{SS}], n={TM}")
-        for c in range(1, nb):
-            self.e(f"vadd acc[{V}], acc[{V}], acc[{SS + c * TM}], n={TM}")
-        self.e(f"vsra acc[{V}], acc[{V}], {lg}, n={TM}")
-        self.e(f"vadd acc[{V}], acc[{V}], {p.eps_q}, n={TM}")
-        self.rsqrt(Y, H, V, TM)
-        self.e(f"vadd acc[{H}], acc[{H}], {im.RSQRT_QY - im.LN_R}, n={TM}")
-        for c in range(nb):
-            self.e(f"vmul acc[{XC + c * TM}], acc[{XC + c * TM}], acc[{Y}], n={TM}")
-            self.e(f"vsra acc[{XC + c * TM}], acc[{XC + c * TM}], acc[{H}], n={TM}")
+        self.rep(f"vrsum acc[{SS}], spm[{X8}], n={N}", (S, S))
+        self.row_sum(SUM, SS, nb)
+        self.vv(f"vsra acc[{SUM}], acc[{SUM}], {lg - im.LN_XB}", Q, Q)
+        self.rep(f"vshl acc[{XC}], spm[{X8}], {im.LN_XB}, n={N}", (S, S))
+        self.per_row("vsub {a}, {a}, {r}", XC, SUM, nb)
+        self.rep(f"vmul acc[{SS}], acc[{XC}], acc[{XC}], n={N}", (S, S, S))
+        self.rep(f"vrsum acc[{SS}], acc[{SS}], n={N}", (S, S))
+        self.row_sum(V, SS, nb)
+        self.vv(f"vsra acc[{V}], acc[{V}], {lg}", Q, Q)
+        self.vv(f"vadd acc[{V}], acc[{V}], {p.eps_q}", Q, Q)
+        self.rsqrt(Y, H, V, Q, Q)
+        self.vv(f"vadd acc[{H}], acc[{H}], {im.RSQRT_QY - im.LN_R}", Q, Q)
+        self.per_row("vmul {a}, {a}, {r}", XC, Y, nb)
+        self.per_row("vsra {a}, {a}, {r}", XC, H, nb)
         self.e("fence load")
-        self.e(f"vmul acc[{XC}], acc[{XC}], acc[{GB}], n={n}")
-        self.e(f"vadd acc[{XC}], acc[{XC}], acc[{BB}], n={n}")
+        self.rep(f"vmul acc[{XC}], acc[{XC}], acc[{GB}], n={N}", (S, S, 0))
+        self.rep(f"vadd acc[{XC}], acc[{XC}], acc[{BB}], n={N}", (S, S, 0))
         self.e(f"vqcfg shift={im.LN_R + p.gs}, zp=0, lo=-128, hi=127, round=half_up")
-        self.e(f"vreq spm[{OUT8}], acc[{XC}], 1, n={n}")
+        self.rep(f"vreq spm[{OUT8}], acc[{XC}], 1, n={N}", (S, S))
         self.e("fence all")
 
     def gemm(self, A8, K, N, w_dram, b_dram, s_dram, name):
-        """ACC ``OUT`` (N/C blocks of TM rows) = A8 @ W + b; returns (OUT, scale rows)."""
-        C, R, TM = self.C, self.cfg.rows, self.TM
+        """ACC ``OUT`` (N/C blocks) = A8 (K/R blocks) @ W + b; returns (OUT, scale rows)."""
+        C, R, TM, Q = self.C, self.cfg.rows, self.TM, self.Q
         KT, NT = K // R, N // C
         a = self.phase(name)
         OUT, SC = a(NT * TM), a(NT)
         WS = self.spm(NT * KT * R)
         self.e(f"dma.ld spm[{WS}], dram[{w_dram}], rows={NT * KT * R}, len={C}, rstride={C}")
-        self.rows_block(OUT, b_dram, NT)
+        self.rep(f"dma.ld acc[{OUT}], dram[{b_dram}], rows={Q}, len={C}, rstride=0, estride=4",
+                 (NT * Q, 0), inner=(NT, (Q, C * 4)))
         if s_dram is not None:
             self.e(f"dma.ld acc[{SC}], dram[{s_dram}], rows={NT}, len={C}, rstride={C * 4}, estride=4")
         self.e("fence all")
         for nt in range(NT):
             for kt in range(KT):
                 self.e(f"mxu.lw spm[{WS + (nt * KT + kt) * R}]")
-                self.e(f"mxu.mma acc[{OUT + nt * TM}], spm[{A8 + kt * TM}], n={TM}")
+                self.rep(f"mxu.mma acc[{OUT + nt * Q}], spm[{A8 + kt * Q}], n={Q}", (NT * Q, KT * Q))
         self.e("fence all")
         return OUT, SC
 
-    def requant_blocks(self, dst8, OUT, SC, nt0, nt1, shift):
-        TM = self.TM
+    def requant_blocks(self, dst8, nbd, OUT, nbo, SC, nt0, nt1, shift):
+        Q = self.Q
         self.e(f"vqcfg shift={shift}, zp=0, lo=-128, hi=127, round=half_up")
-        for nt in range(nt0, nt1):
-            self.e(f"vreq spm[{dst8 + nt * TM}], acc[{OUT + nt * TM}], acc[{SC + nt}], n={TM}")
+        self.rep(f"vreq spm[{dst8 + nt0 * Q}], acc[{OUT + nt0 * Q}], acc[{SC + nt0}], n={Q}",
+                 (nbd * Q, nbo * Q, 0), inner=(nt1 - nt0, (Q, Q, 1)))
 
     def residual(self, X8, OUT, SC, mx, shx, sho, dst8):
-        TM, n = self.TM, self.qb.d // self.C * self.TM
-        XA = self.acc(n)
+        Q, nb = self.Q, self.qb.d // self.C
+        S = nb * Q
+        XA = self.acc(nb * self.TM)
         R1, R2 = self.tmp8a, self.tmp8b
-        self.e(f"vmov acc[{XA}], spm[{X8}], n={n}")
+        self.rep(f"vmov acc[{XA}], spm[{X8}], n={S}", (S, S))
         self.e(f"vqcfg shift={shx}, zp=0, lo=-128, hi=127, round=half_up")
-        self.e(f"vreq spm[{R1}], acc[{XA}], {mx}, n={n}")
-        self.requant_blocks(R2, OUT, SC, 0, n // TM, sho)
-        self.e(f"vadd spm[{dst8}], spm[{R1}], spm[{R2}], n={n}")
+        self.rep(f"vreq spm[{R1}], acc[{XA}], {mx}, n={S}", (S, S))
+        self.requant_blocks(R2, nb, OUT, nb, SC, 0, nb, sho)
+        self.rep(f"vadd spm[{dst8}], spm[{R1}], spm[{R2}], n={S}", (S, S, S))
         self.e("fence all")
 
-    def attention(self, Q8, O8, kt_dram, v_dram, lane_dram, s_dram, p_dram):
-        cfg, TM, C, R = self.cfg, self.TM, self.C, self.cfg.rows
+    def attention(self, QKV8, O8, kt_dram, v_dram, lane_dram, s_dram, p_dram):
+        cfg, TM, C, R, Q = self.cfg, self.TM, self.C, self.cfg.rows, self.Q
         H, dh = self.qb.heads, self.qb.d // self.qb.heads
-        n = H * TM
+        n = H * Q                                   # rows per query block (all heads)
+        nq3 = 3 * H * Q                             # ... of the QKV tensor
         a = self.phase("attention")
-        S, O, M, L, MN, U, Z, G, AL, MB, LANE = tuple(a(n) for _ in range(9)) + (a(TM), a(TM))
+        S, O, M, L, MN, U, Z, G, AL = (a(H * TM) for _ in range(9))
+        MB, LANE = a(n), a(n)
         KTS, VS = self.spm(H * R), self.spm(H * R)
-        P8 = self.spm(n)
-        self.e(f"dma.ld acc[{LANE}], dram[{lane_dram}], rows={TM}, len={C}, rstride=0, estride=4")
+        P8 = self.spm(H * TM)
+        v = self.vv
+        self.const_rows(LANE, lane_dram, H)
         for r in (O, L, M):
-            self.e(f"vmul acc[{r}], acc[{r}], 0, n={n}")
-        self.e(f"vadd acc[{M}], acc[{M}], {im.NEG}, n={n}")
-        self.e(f"add r4, r{DYN_REG}, r0")                 # T - 16 kb: the valid lanes of this block
-        self.e(f"addi r2, r{DYN_REG}, {C - 1}")
-        self.e(f"seti r3, {int(math.log2(C))}")
-        self.e("sra r2, r2, r3")                          # ceil(T / C) key blocks
+            v(f"vmul acc[{r}], acc[{r}], 0", n, n)
+        v(f"vadd acc[{M}], acc[{M}], {im.NEG}", n, n)
+        self.e(f"add r4, r{DYN_REG}, r0")                 # T - Q kb: the valid lanes of this block
         self.e("seti r1, 0")
         self.e("seti r5, 0")                              # byte offset of the block in K^T
         self.e("seti r6, 0")                              # ... in V
         self.e("fence all")
-        self.L.append("kblock:")
+        self.label("kblock")
         for h in range(H):
             self.e(f"dma.ld spm[{KTS + h * R}], dram[r5 + {kt_dram + h * dh * TM}], rows={dh}, len={C}, "
                    f"rstride={TM}")
             self.e(f"dma.ld spm[{VS + h * R}], dram[r6 + {v_dram + h * TM * dh}], rows={C}, len={dh}, "
                    f"rstride={dh}")
-        self.e(f"vsub acc[{MB}], acc[{LANE}], r4, n={TM}")
-        self.e(f"vsra acc[{MB}], acc[{MB}], 31, n={TM}")
-        self.e(f"vadd acc[{MB}], acc[{MB}], 1, n={TM}")
-        self.e(f"vmul acc[{MB}], acc[{MB}], {im.NEG}, n={TM}")
+        self.e(f"vsub acc[{MB}], acc[{LANE}], r4, n={n}")
+        self.e(f"vsra acc[{MB}], acc[{MB}], 31, n={n}")
+        self.e(f"vadd acc[{MB}], acc[{MB}], 1, n={n}")
+        self.e(f"vmul acc[{MB}], acc[{MB}], {im.NEG}, n={n}")
         self.e("fence all")
         for h in range(H):
             self.e(f"mxu.lw spm[{KTS + h * R}], k={dh}")
-            self.e(f"mxu.mm acc[{S + h * TM}], spm[{Q8 + h * TM}], n={TM}")
+            self.rep(f"mxu.mm acc[{S + h * Q}], spm[{QKV8 + h * Q}], n={Q}", (n, nq3))
         self.e("fence all")
         if not self.fused:                                # scores through DRAM
-            self.e(f"dma.st dram[{s_dram}], acc[{S}], rows={n}, len={C}, rstride={C * 4}, estride=4")
+            self.rep(f"dma.st dram[{s_dram}], acc[{S}], rows={n}, len={C}, rstride={C * 4}, estride=4",
+                     (n * C * 4, n))
             self.e("fence all")
-            self.e(f"dma.ld acc[{S}], dram[{s_dram}], rows={n}, len={C}, rstride={C * 4}, estride=4")
+            self.rep(f"dma.ld acc[{S}], dram[{s_dram}], rows={n}, len={C}, rstride={C * 4}, estride=4",
+                     (n, n * C * 4))
             self.e("fence all")
-        self.e(f"loop l0, {H}, s0={TM}, s1={TM}, s2=0")
-        self.e(f"vadd acc[{S}], acc[{S}], acc[{MB}], n={TM}, rep=l0:1")
-        self.e(f"vrmax acc[{MN}], acc[{S}], n={n}")
-        self.e(f"vmax acc[{MN}], acc[{MN}], acc[{M}], n={n}")
-        self.e(f"vsub acc[{U}], acc[{S}], acc[{MN}], n={n}")
-        self.iexp(U, Z, G, n)
+        self.rep(f"vadd acc[{S}], acc[{S}], acc[{MB}], n={n}", (n, n, 0))
+        v(f"vrmax acc[{MN}], acc[{S}]", n, n)
+        v(f"vmax acc[{MN}], acc[{MN}], acc[{M}]", n, n)
+        v(f"vsub acc[{U}], acc[{S}], acc[{MN}]", n, n)
+        self.iexp(U, Z, G, n, n)
         self.e(f"vqcfg shift={im.EXP_E}, zp=0, lo=0, hi=127, round=half_up")
-        self.e(f"vreq spm[{P8}], acc[{G}], 127, n={n}")
-        self.e(f"vsub acc[{U}], acc[{M}], acc[{MN}], n={n}")
-        self.iexp(U, Z, G, n)
-        self.e(f"vsra acc[{AL}], acc[{G}], {im.EXP_E - im.ALPHA_BITS}, n={n}")
-        self.e(f"vmov acc[{M}], acc[{MN}], n={n}")
-        self.e(f"vmul acc[{L}], acc[{L}], acc[{AL}], n={n}")
-        self.e(f"vsra acc[{L}], acc[{L}], {im.ALPHA_BITS}, n={n}")
-        self.e(f"vrsum acc[{U}], spm[{P8}], n={n}")
-        self.e(f"vadd acc[{L}], acc[{L}], acc[{U}], n={n}")
-        self.e(f"vmul acc[{O}], acc[{O}], acc[{AL}], n={n}")
-        self.e(f"vsra acc[{O}], acc[{O}], {im.ALPHA_BITS}, n={n}")
+        v(f"vreq spm[{P8}], acc[{G}], 127", n, n)
+        v(f"vsub acc[{U}], acc[{M}], acc[{MN}]", n, n)
+        self.iexp(U, Z, G, n, n)
+        v(f"vsra acc[{AL}], acc[{G}], {im.EXP_E - im.ALPHA_BITS}", n, n)
+        v(f"vmov acc[{M}], acc[{MN}]", n, n)
+        v(f"vmul acc[{L}], acc[{L}], acc[{AL}]", n, n)
+        v(f"vsra acc[{L}], acc[{L}], {im.ALPHA_BITS}", n, n)
+        v(f"vrsum acc[{U}], spm[{P8}]", n, n)
+        v(f"vadd acc[{L}], acc[{L}], acc[{U}]", n, n)
+        v(f"vmul acc[{O}], acc[{O}], acc[{AL}]", n, n)
+        v(f"vsra acc[{O}], acc[{O}], {im.ALPHA_BITS}", n, n)
         self.e("fence all")
         if not self.fused:                                # probabilities through DRAM
-            self.e(f"dma.st dram[{p_dram}], spm[{P8}], rows={n}, len={C}, rstride={C}")
+            self.rep(f"dma.st dram[{p_dram}], spm[{P8}], rows={n}, len={C}, rstride={C}", (n * C, n))
             self.e("fence all")
-            self.e(f"dma.ld spm[{P8}], dram[{p_dram}], rows={n}, len={C}, rstride={C}")
+            self.rep(f"dma.ld spm[{P8}], dram[{p_dram}], rows={n}, len={C}, rstride={C}", (n, n * C))
             self.e("fence all")
         for h in range(H):
             self.e(f"mxu.lw spm[{VS + h * R}], k={C}")
-            self.e(f"mxu.mma acc[{O + h * TM}], spm[{P8 + h * TM}], n={TM}")
+            self.rep(f"mxu.mma acc[{O + h * Q}], spm[{P8 + h * Q}], n={Q}", (n, n))
         self.e("addi r1, r1, 1")
         self.e(f"addi r4, r4, {-C}")
         self.e(f"addi r5, r5, {C}")
         self.e(f"addi r6, r6, {C * dh}")
         self.e("fence all")
-        self.e("blt r1, r2, kblock")
+        self.e(f"blt r1, r{self.NQ}, kblock")             # ceil(T / C) key blocks
+        self._loops = {}
         # O / l: reciprocal of l by Newton, O << (13 - e), one requantization per row (scale = y)
         Y, E = S, MN
-        self.recip(Y, E, L, n)
-        self.e(f"vmul acc[{E}], acc[{E}], -1, n={n}")
-        self.e(f"vadd acc[{E}], acc[{E}], 13, n={n}")
-        self.e(f"vshl acc[{O}], acc[{O}], acc[{E}], n={n}")
+        self.recip(Y, E, L, n, n)
+        v(f"vmul acc[{E}], acc[{E}], -1", n, n)
+        v(f"vadd acc[{E}], acc[{E}], 13", n, n)
+        v(f"vshl acc[{O}], acc[{O}], acc[{E}]", n, n)
         self.e("vqcfg shift=27, zp=0, lo=-128, hi=127, round=half_up")
-        self.e(f"loop l0, {n}, s0=1, s1=1, s2=1")
-        self.e(f"vreq spm[{O8}], acc[{O}], acc[{Y}], n=1, rep=l0:1")
+        self.e(f"seti r12, {n}")
+        self.e(f"mul r13, r{self.NQ}, r12")
+        self.e("loop l1, r13, s0=1, s1=1, s2=1")
+        self._loops = {}
+        self.e(f"vreq spm[{O8}], acc[{O}], acc[{Y}], n=1, rep=l1:1")
         self.e("fence all")
 
-    def gelu(self, Hh, nrows, G8):
-        p, n = self.qb.gelu, nrows
-        A, T = self.acc(n), self.acc(n)
-        self.e(f"vsra acc[{Hh}], acc[{Hh}], {p.sh}, n={n}")
-        self.e(f"vmin acc[{Hh}], acc[{Hh}], {p.hc}, n={n}")
-        self.e(f"vmax acc[{Hh}], acc[{Hh}], {-p.hc}, n={n}")
-        self.e(f"vabs acc[{A}], acc[{Hh}], n={n}")
-        self.e(f"vmin acc[{T}], acc[{A}], {-p.qb}, n={n}")
-        self.e(f"vadd acc[{T}], acc[{T}], {p.qb}, n={n}")
-        self.e(f"vmul acc[{T}], acc[{T}], acc[{T}], n={n}")
-        self.e(f"vadd acc[{T}], acc[{T}], {p.qc}, n={n}")
-        self.e(f"vmul acc[{A}], acc[{A}], acc[{T}], n={n}")
-        self.e(f"vmul acc[{Hh}], acc[{Hh}], {p.q1}, n={n}")
-        self.e(f"vadd acc[{A}], acc[{A}], acc[{Hh}], n={n}")
+    def gelu(self, Hh, nb, G8):
+        p, Q = self.qb.gelu, self.Q
+        n = nb * Q
+        A, T = self.acc(nb * self.TM), self.acc(nb * self.TM)
+        v = self.vv
+        v(f"vsra acc[{Hh}], acc[{Hh}], {p.sh}", n, n)
+        v(f"vmin acc[{Hh}], acc[{Hh}], {p.hc}", n, n)
+        v(f"vmax acc[{Hh}], acc[{Hh}], {-p.hc}", n, n)
+        v(f"vabs acc[{A}], acc[{Hh}]", n, n)
+        v(f"vmin acc[{T}], acc[{A}], {-p.qb}", n, n)
+        v(f"vadd acc[{T}], acc[{T}], {p.qb}", n, n)
+        v(f"vmul acc[{T}], acc[{T}], acc[{T}]", n, n)
+        v(f"vadd acc[{T}], acc[{T}], {p.qc}", n, n)
+        v(f"vmul acc[{A}], acc[{A}], acc[{T}]", n, n)
+        v(f"vmul acc[{Hh}], acc[{Hh}], {p.q1}", n, n)
+        v(f"vadd acc[{A}], acc[{A}], acc[{Hh}]", n, n)
         gm, gsh = self.qb.g_req
         self.e(f"vqcfg shift={gsh}, zp=0, lo=-128, hi=127, round=half_up")
-        self.e(f"vreq spm[{G8}], acc[{A}], {gm}, n={n}")
+        v(f"vreq spm[{G8}], acc[{A}], {gm}", n, n)
         self.e("fence all")
 
 
@@ -561,33 +615,36 @@ def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
         wo=tiles(qb.wo), bo=rows32(qb.bo), so=rows32(qb.res1[2]),
         w1=tiles(qb.w1), b1=rows32(qb.b1),
         w2=tiles(qb.w2), b2=rows32(qb.b2), s2=rows32(qb.res2[2]),
-        lane=rows32(np.arange(C)))
+        lane=rows32(np.tile(np.arange(C), H)))
     if k.top > cfg.dram_bytes:
         raise ChipCompileError(f"TransformerBlock: {k.top} bytes of DRAM needed, config {cfg.name!r} has "
                                f"{cfg.dram_bytes}")
     lay.consts = k.parts
     em = _Emitter(cfg, qb, TM, fused)
-    sp = em.spm
-    nd = d // C * TM
-    X8, A1, QKV8, O8, X1, A2, G8, OUT8 = sp(nd), sp(nd), sp(3 * nd), sp(nd), sp(nd), sp(nd), sp(ff // C * TM), sp(nd)
+    sp, Q = em.spm, em.Q
+    nb, nbf = d // C, ff // C
+    nd = nb * TM
+    X8, A1, QKV8, O8, X1, A2, G8, OUT8 = sp(nd), sp(nd), sp(3 * nd), sp(nd), sp(nd), sp(nd), sp(nbf * TM), sp(nd)
     em.tmp8a, em.tmp8b = sp(nd), sp(nd)
     L = em.L
     L.append(f"; transformer block d={d} heads={H} ff={ff}, T <= {TM} (r{DYN_REG}), "
              f"{'fused' if fused else 'unfused'} attention")
     em.phase("load x")
-    for c in range(d // C):
-        em.e(f"dma.ld spm[{X8 + c * TM}], dram[{lay.x + c * C}], rows={TM}, len={C}, rstride={d}")
+    em.e(f"addi r{em.NQ}, r{DYN_REG}, {Q - 1}")
+    em.e(f"seti r3, {int(math.log2(Q))}")
+    em.e(f"sra r{em.NQ}, r{em.NQ}, r3")                # ceil(T / Q) query (and key) blocks
+    em.rep(f"dma.ld spm[{X8}], dram[{lay.x}], rows={Q}, len={C}, rstride={d}", (nb * Q, Q * d),
+           inner=(nb, (Q, C)))
     em.e("fence all")
     em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"])
     OUT, SC = em.gemm(A1, d, 3 * d, ad["wqkv"], ad["bqkv"], ad["sqkv"], "QKV projection")
     for i in range(3):
-        em.requant_blocks(QKV8, OUT, SC, i * d // C, (i + 1) * d // C, qb.sh_qkv[i])
+        em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, i * nb, (i + 1) * nb, qb.sh_qkv[i])
     em.e("fence all")
-    for h in range(H):
-        em.e(f"dma.st dram[{lay.kt + h * dh * TM}], spm[{QKV8 + (H + h) * TM}], rows={TM}, len={dh}, "
-             f"rstride=1, estride={TM}")
-        em.e(f"dma.st dram[{lay.v + h * TM * dh}], spm[{QKV8 + (2 * H + h) * TM}], rows={TM}, len={dh}, "
-             f"rstride={dh}")
+    em.rep(f"dma.st dram[{lay.kt}], spm[{QKV8 + H * Q}], rows={Q}, len={dh}, rstride=1, estride={TM}",
+           (Q, 3 * H * Q), inner=(H, (dh * TM, Q)))
+    em.rep(f"dma.st dram[{lay.v}], spm[{QKV8 + 2 * H * Q}], rows={Q}, len={dh}, rstride={dh}",
+           (Q * dh, 3 * H * Q), inner=(H, (TM * dh, Q)))
     em.e("fence all")
     em.attention(QKV8, O8, lay.kt, lay.v, ad["lane"], lay.s, lay.p)
     OUT, SC = em.gemm(O8, d, d, ad["wo"], ad["bo"], ad["so"], "output projection")
@@ -595,12 +652,12 @@ def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
     em.residual(X8, OUT, SC, mx, shx, sho, X1)
     em.layernorm(X1, A2, qb.ln2, ad["ln2g"], ad["ln2b"])
     OUT, _ = em.gemm(A2, d, ff, ad["w1"], ad["b1"], None, "FC1")
-    em.gelu(OUT, ff // C * TM, G8)
+    em.gelu(OUT, nbf, G8)
     OUT, SC = em.gemm(G8, ff, d, ad["w2"], ad["b2"], ad["s2"], "FC2")
     mx2, shx2, _, sh2 = qb.res2
     em.residual(X1, OUT, SC, mx2, shx2, sh2, OUT8)
-    for c in range(d // C):
-        em.e(f"dma.st dram[{lay.out + c * C}], spm[{OUT8 + c * TM}], rows={TM}, len={C}, rstride={d}")
+    em.rep(f"dma.st dram[{lay.out}], spm[{OUT8}], rows={Q}, len={C}, rstride={d}", (Q * d, nb * Q),
+           inner=(nb, (C, Q)))
     em.e("fence all")
     em.e("halt")
     lay.phases = list(em.marks)
