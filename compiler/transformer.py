@@ -421,14 +421,15 @@ class _Emitter:
         C, R, TM, Q = self.C, self.cfg.rows, self.TM, self.Q
         KT, NT = K // R, N // C
         a = self.phase(name)
-        OUT, SC = a(NT * TM), a(NT)
+        OUT, SC, BB = a(NT * TM), a(NT), a(NT * Q)
         WS = self.spm(NT * KT * R)
         self.e(f"dma.ld spm[{WS}], dram[{w_dram}], rows={NT * KT * R}, len={C}, rstride={C}")
-        self.rep(f"dma.ld acc[{OUT}], dram[{b_dram}], rows={Q}, len={C}, rstride=0, estride=4",
-                 (NT * Q, 0), inner=(NT, (Q, C * 4)))
+        self.const_rows(BB, b_dram, NT)                   # the bias rows, each repeated Q times
         if s_dram is not None:
             self.e(f"dma.ld acc[{SC}], dram[{s_dram}], rows={NT}, len={C}, rstride={C * 4}, estride=4")
         self.e("fence all")
+        self.rep(f"vmov acc[{OUT}], acc[{BB}], n={NT * Q}", (NT * Q, 0))     # ACC starts at the bias
+        self.e("fence vpu")
         for nt in range(NT):
             for kt in range(KT):
                 self.e(f"mxu.lw spm[{WS + (nt * KT + kt) * R}]")
