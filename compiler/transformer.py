@@ -262,6 +262,8 @@ class _Emitter:
         self._loops = {}
 
     def phase(self, name: str) -> "_Alloc":
+        if self.acc is not None:
+            self.acc_peak = max(getattr(self, "acc_peak", 0), self.acc.top)
         self.L.append(f"; --- {name}")
         self.marks.append((name, sum(1 for ln in self.L if ln.startswith("    "))))
         self.acc = _Alloc(self.cfg.acc_rows, f"ACC ({name})", self.cfg)
@@ -577,6 +579,17 @@ class Layout:
     const_base: int
     consts: list = field(default_factory=list)
     phases: list = field(default_factory=list)    # (name, first pc)
+    usage: dict = field(default_factory=dict)     # memory -> (used, capacity)
+
+
+@dataclass
+class _Usage:
+    used: int
+    capacity: int
+    unit: str
+
+    def to_dict(self) -> dict:
+        return {"used": self.used, "capacity": self.capacity, "unit": self.unit}
 
 
 def check_shapes(cfg: ChipConfig, d: int, H: int, ff: int) -> None:
@@ -662,6 +675,9 @@ def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
     em.e("fence all")
     em.e("halt")
     lay.phases = list(em.marks)
+    em.phase("end")
+    lay.usage = {"spm": _Usage(em.spm.top, cfg.spm_rows, "rows"), "acc": _Usage(em.acc_peak, cfg.acc_rows, "rows"),
+                 "dram": _Usage(k.top, cfg.dram_bytes, "bytes")}
     text = "\n".join(L) + "\n"
     prog = assemble(text, cfg, "<transformer>")
     if len(prog) > cfg.imem_words:
@@ -742,6 +758,11 @@ class CompiledTransformer:
     def float_reference(self, x) -> np.ndarray:
         return float_block(self.weights, self.feeds([x])["x"][0])[0][None]
 
+    @property
+    def plans(self) -> dict:
+        """Memory used: SPM rows, the largest phase's ACC rows, DRAM bytes (with constants)."""
+        return dict(self.layout.usage)
+
     def run_on(self, device, *inputs, **kw):
         """``Device.run(compiled, x)`` lands here (``Device("sim")``)."""
         runner = getattr(device.backend, "run_compiled", None)
@@ -752,7 +773,8 @@ class CompiledTransformer:
     def summary(self) -> str:
         return (f"transformer block on {self.config.name}: d={self.qblock.d}, heads={self.qblock.heads}, "
                 f"ff={self.qblock.ff}, T <= {self.tmax}, {'fused' if self.fused else 'unfused'} attention, "
-                f"{len(self.program)} instructions, compile {self.compile_s:.2f} s")
+                f"{len(self.program)} instructions, compile {self.compile_s:.2f} s; "
+                + ", ".join(f"{k} {u.used}/{u.capacity} {u.unit}" for k, u in self.plans.items()))
 
 
 def compile_block(block, example_inputs, config="base", *, calibration=None, dynamic=None, shapes=None,
