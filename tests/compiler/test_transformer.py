@@ -107,3 +107,22 @@ def test_clear_errors(setup):
     with pytest.raises(tc.ChipCompileError, match="maximum T"):
         tc.compile(block, np.zeros((1, 8, 64), np.float32), dynamic={"T": 1000})
     assert math.isfinite(cm.compile_s)
+
+
+def test_other_lengths_and_saturating_inputs(setup):
+    """Any T, and inputs far outside the calibration range (int8 saturation everywhere): still
+    bit exact (every integer intermediate is bounded by construction: no int32 wrap)."""
+    _, _, cm, _, _ = setup
+    rng = np.random.default_rng(9)
+    dev = tc.Device("sim")
+    for T, scale in ((5, 1.0), (16, 1.0), (33, 8.0), (48, 0.01)):
+        x = (rng.standard_normal((1, T, 64)) * scale).astype(np.float32)
+        res = dev.run(cm, x)
+        assert np.array_equal(res.ints["out"][:, :T], cm.reference_int(x)), (T, scale)
+
+
+def test_unfused_is_bit_exact_too(setup):
+    block, calib, _, xs, _ = setup
+    un = compile_block(block, calib[0], "base", calibration=[[c] for c in calib], dynamic={"T": 64}, fused=False)
+    res = tc.Device("sim").run(un, xs[17])
+    assert np.array_equal(res.ints["out"][:, :17], un.reference_int(xs[17]))
