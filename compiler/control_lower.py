@@ -3,9 +3,11 @@ scalar unit's branches (``compile_control``, reached from ``tc.compile``), and a
 that runs until a value converges (``until_converged``, below).
 
 **Frontend control flow** (``compile_control``). The model's output must be one ``cond`` or
-``loop`` node whose operands are model inputs or constants; each body (a branch, a loop body) is
-compiled by the ordinary pipeline (lift, quantize, tile, plan, emit) into its own DRAM region,
-and the glue here stitches the bodies' assembly with scalar branches:
+``loop`` node; its operands are model inputs, constants, or computed from the inputs by chip
+kernels (compiled together as the ``pre`` body, which runs first; its results are copied to
+where the bodies read them). Each body (a branch, a loop body) is compiled by the ordinary
+pipeline (lift, quantize, tile, plan, emit) into its own DRAM region, and the glue here stitches
+the bodies' assembly with scalar branches:
 
 * ``cond(pred, f, g, *xs)``: the predicate is evaluated on the chip, then only the taken branch
   runs (``blt``/``bge`` around the other one); both write one result buffer.
@@ -28,7 +30,7 @@ numpy and the chip's result is bit-exact against it. Carry and body result share
 (calibrated over every trip), as do a cond's two results.
 
 Not lowered (``ChipCompileError``): control nodes that are not the model's output, operands
-computed from inputs, nested control flow (other than the while form), captured non-constant
+computed by ops the chip cannot run, nested control flow (other than the while form), captured non-constant
 tensors, loops over dynamic lengths, padded (convolution) carries, bodies whose result layout
 differs from the carry's, predicates that are not a threshold on such a reduction.
 
@@ -352,6 +354,7 @@ class _Body:
     out_idx: np.ndarray
     out_addr: int
     end: int                 # first DRAM byte after the region
+    outs: list = field(default_factory=list)     # every result: (tensor index, view, DRAM address)
 
     @property
     def q(self):
@@ -368,6 +371,9 @@ class _Body:
 
     def run(self, ints: dict) -> np.ndarray:
         """The quantized body in numpy (``quantize.kernel_int``/``ew_int``): argument ints -> result ints."""
+        return self.run_all(ints)[0]
+
+    def run_all(self, ints: dict) -> list:
         from .schedule import mn_to_base
         s = self.q.sched
         vals = {t: ints[j] for j, (t, _) in self.ins.items()}
@@ -376,31 +382,38 @@ class _Body:
                 vals[k.out] = ew_int(self.q, i, vals)
             else:
                 vals[k.out] = mn_to_base(kernel_int(self.q, i, vals[k.src]), s.tensors[k.out], k)
-        return gather_base(vals[self.out_t], s.tensors[self.out_t], self.out_idx)
+        return [gather_base(vals[t], s.tensors[t], idx) for t, idx, _ in self.outs]
 
 
-def _compile_body(g, calib: list, scales: dict, out_scale: float, cfg, base: int, searcher, per_channel: bool,
-                  what: str) -> _Body:
+def _compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, searcher, per_channel: bool,
+                  what: str, outputs: list | None = None) -> _Body:
+    """A body graph ``g`` (inputs ``arg0..``; ``scales`` by argument index, ``out_scale`` its
+    result's), or with ``outputs`` a top-level subgraph (inputs by model input name, one scale per
+    output in ``out_scale``), compiled by the ordinary pipeline at DRAM ``base``."""
     from . import engine
     from .lower import DRAM_ALIGN, _lower
-    if any(n.op in CONTROL for n in toposort([g.output])):
+    nodes = [g.output] if outputs is None else list(outputs)
+    out_scales = [out_scale] if outputs is None else list(out_scale)
+    key = (lambda n: int(n[3:])) if outputs is None else (lambda n: n)
+    if any(n.op in CONTROL for n in toposort(nodes)):
         raise _err(f"{what}: nested control flow is not supported on the chip (only the while_loop form)")
-    sched = lift(engine.prepare([g.output]))
+    sched = lift(engine.prepare(nodes))
     q = quantize(sched, calib, per_channel)
-    fixed = {sched.inputs[f"arg{j}"]: sc for j, sc in scales.items() if f"arg{j}" in sched.inputs}
-    out_t, out_idx = sched.outputs[0]
-    t = sched.tensors[out_t]
-    if t.kind != "kernel" or t.padded or not np.array_equal(np.ravel(out_idx), np.ravel(t.identity())):
-        raise _err(f"{what}: the result must be a whole kernel output (not a view or slice of one)")
-    fixed[out_t] = out_scale
-    _retie(q, fixed)
     names = list(sched.inputs)
-    cm = _lower(q, cfg, names, True, 1, None, searcher, dram_base=base)
+    fixed = {sched.inputs[n]: scales[key(n)] for n in names if key(n) in scales}
+    for (out_t, out_idx), sc in zip(sched.outputs, out_scales):
+        t = sched.tensors[out_t]
+        if t.kind != "kernel" or t.padded or not np.array_equal(np.ravel(out_idx), np.ravel(t.identity())):
+            raise _err(f"{what}: the result must be a whole kernel output (not a view or slice of one)")
+        fixed[out_t] = sc
+    _retie(q, fixed)
+    cm = _lower(q, cfg, names, True, len(nodes), None, searcher, dram_base=base)
     if re.search(rf"\br{R_TRIP}\b", cm.asm):
         raise _err(f"{what}: the body needs scalar register r{R_TRIP}, which the control flow keeps")
-    ins = {int(n[3:]): (sched.inputs[n], cm.tensor_addr[sched.inputs[n]]) for n in names}
+    ins = {key(n): (sched.inputs[n], cm.tensor_addr[sched.inputs[n]]) for n in names}
     end = cm.const_base + len(cm.const_image)
-    return _Body(cm, ins, out_t, out_idx, cm.tensor_addr[out_t], -(-end // DRAM_ALIGN) * DRAM_ALIGN)
+    outs = [(t, idx, cm.tensor_addr[t]) for t, idx in sched.outputs]
+    return _Body(cm, ins, outs[0][0], outs[0][1], outs[0][2], -(-end // DRAM_ALIGN) * DRAM_ALIGN, outs)
 
 
 def _phys(t: TensorInfo, idx=None) -> np.ndarray:
@@ -511,7 +524,8 @@ class _Operand:
     const: np.ndarray | None
     info: TensorInfo         # layout the host writes (unpadded, default order)
     scale: float
-    addrs: list              # DRAM addresses the host writes it to
+    addrs: list              # DRAM addresses the host writes it to (a computed operand: the chip copies it)
+    pre: int | None = None   # computed from the inputs: output ``pre`` of the model's ``pre`` body
 
 
 @dataclass
@@ -534,6 +548,8 @@ class ControlModel:
     trips: int = 0                     # loop: static trips; while: max_iter
     identity: str | None = None        # cond: which branch is the identity
     arena: int = 0
+    pre: _Body | None = None           # kernels computing operands from the inputs (run first)
+    pre_inputs: list = field(default_factory=list)   # host writes of the pre kernels' inputs
     compile_s: float = 0.0
     timings: dict = field(default_factory=dict)
     search_report: list | None = None
@@ -546,27 +562,20 @@ class ControlModel:
 
     def dram_writes(self, feeds: dict) -> list:
         out = [(0, np.zeros(self.arena, np.uint8))]
-        for b in self.bodies.values():
+        for b in list(self.bodies.values()) + ([self.pre] if self.pre else []):
             out.append((b.cm.const_base, b.cm.const_image))
+        for op in self.pre_inputs:                     # the inputs of the kernels that compute operands
+            out += [(a, op.info.to_phys(_host_int(op, feeds))) for a in op.addrs]
         for op, xq in zip(self.operands, self._operand_ints(feeds)):
-            for a in op.addrs:
-                out.append((a, op.info.to_phys(xq)))
+            if op.pre is None:
+                out += [(a, op.info.to_phys(xq)) for a in op.addrs]
         return out
 
     def _operand_ints(self, feeds: dict) -> list:
-        vals = []
-        for op in self.operands:
-            if op.name is None:
-                x = op.const
-            else:
-                if op.name not in feeds:
-                    raise ChipCompileError(f"no value for input {op.name!r}")
-                x = np.asarray(feeds[op.name])
-                if x.shape != op.info.shape:
-                    raise ChipCompileError(f"input {op.name!r}: shape {x.shape}, the model was compiled for "
-                                           f"{op.info.shape}")
-            vals.append(quantize_array(x, op.scale))
-        return vals
+        pre = None
+        if self.pre is not None:
+            pre = self.pre.run_all({op.name: _host_int(op, feeds) for op in self.pre_inputs})
+        return [pre[op.pre] if op.pre is not None else _host_int(op, feeds) for op in self.operands]
 
     def read_outputs(self, read) -> tuple:
         flat = read(self.out_addr, self.out_info.nbytes, np.int8)
@@ -627,13 +636,57 @@ class ControlModel:
         return runner(self, *inputs, **kw)
 
 
-def _operand(node: Node, names: list) -> tuple[str | None, np.ndarray | None]:
+def _host_int(op: _Operand, feeds: dict) -> np.ndarray:
+    if op.name is None:
+        x = op.const
+    else:
+        if op.name not in feeds:
+            raise ChipCompileError(f"no value for input {op.name!r}")
+        x = np.asarray(feeds[op.name])
+        if x.shape != op.info.shape:
+            raise ChipCompileError(f"input {op.name!r}: shape {x.shape}, the model was compiled for "
+                                   f"{op.info.shape}")
+    return quantize_array(x, op.scale)
+
+
+def _operand(node: Node, names: list) -> tuple:
+    """(input name, constant value, computed): an operand is a model input, a constant, or computed
+    from the inputs by chip kernels (the ``pre`` body)."""
     if node.op is Ops.INPUT and node.arg[0] in names:
-        return node.arg[0], None
+        return node.arg[0], None, False
     if not _inputs(node):
-        return None, np.asarray(_np_eval(node, {}), np.float32)
-    raise _err(f"an operand {node.op.name}{tuple(node.shape)} is computed from the model's inputs; the chip "
-               "lowers control flow whose operands are model inputs or constants (compute it inside the body)")
+        return None, np.asarray(_np_eval(node, {}), np.float32), False
+    return None, None, True
+
+
+def _value(op: tuple, node: Node, feeds: dict) -> np.ndarray:
+    name, c, computed = op
+    if computed:
+        return np.asarray(_np_eval(node, {k: v for k, v in feeds.items()}), np.float32)
+    return feeds[name] if name is not None else c
+
+
+def _pre_kernels(cm, nodes: list, ops: list, calib: list, cfg, searcher, per_channel: bool, L: list) -> None:
+    """Compile the operands computed from the inputs (one ``pre`` body at ``cm.arena``), emit it
+    and the copies of its results to each operand's destinations into ``L``."""
+    idx = [j for j, o in enumerate(ops) if o[2]]
+    if not idx:
+        return
+    pre = _compile_body(None, calib, {}, [cm.operands[j].scale for j in idx], cfg, cm.arena, searcher, per_channel,
+                        "the kernels computing the cond/loop operands", outputs=[nodes[j] for j in idx])
+    cm.pre, cm.arena = pre, pre.end
+    for name, (t, addr) in pre.ins.items():
+        cm.pre_inputs.append(_Operand(name, None, pre.tensor(t), pre.q.scales[t], [addr]))
+    L.append(_text(pre, "pre"))
+    for i, j in enumerate(idx):
+        op = cm.operands[j]
+        t, view, addr = pre.outs[i]
+        if not _lay(pre.tensor(t), view).same(_lay(op.info)):
+            raise _err(f"operand {j} is computed in another layout than its uses read (a padded or reordered "
+                       "tensor): not lowered")
+        op.pre = i
+        for a in op.addrs:
+            _copy(L, addr, a, op.info.phys_size, cfg)
 
 
 def _amax(vals) -> float:
@@ -685,7 +738,7 @@ def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     if len(then_g.inputs) != n_ops or len(else_g.inputs) != n_ops:
         raise _err("a cond whose branches capture non-constant tensors is not lowered")
     fl = [{k: np.asarray(v, np.float32) for k, v in f.items()} for f in calib]
-    vals = [[f[nm] if nm is not None else c for nm, c in ops] for f in fl]
+    vals = [[_value(o, x, f) for o, x in zip(ops, node.src[1:])] for f in fl]
     argf = [{f"arg{j}": v for j, v in enumerate(vs)} for vs in vals]
     ident = {k: g.output is g.inputs[0] for k, g in (("then", then_g), ("else", else_g))}
     if any(g.output in g.inputs[1:] for g in (then_g, else_g)):
@@ -728,7 +781,7 @@ def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     res_addr, base = base, base + -(-res_info.nbytes // DRAM_ALIGN) * DRAM_ALIGN
     cnt, base = base, base + DRAM_ALIGN
     operands = []
-    for j, ((nm, c), inf) in enumerate(zip(ops, infos)):
+    for j, ((nm, c, _), inf) in enumerate(zip(ops, infos)):
         dests = [addr[j]]
         for b in bodies.values():
             if j in b.ins:
@@ -752,10 +805,13 @@ def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
             L.append("    jmp cond_end")
     L.append("cond_end:")
     _store_counter(L, cnt)
-    prog = _finish(cfg, L, "cond")
-    prog.manifest = {"kind": "control-model", "control": "cond", "counter": cnt, "result": res_addr}
-    return ControlModel(cfg, prog, "cond", bodies, operands, res_info, res_addr, out_scale, tuple(node.shape),
-                        cnt, names, True, pred, 0, next((k for k, v in ident.items() if v), None), base)
+    cm = ControlModel(cfg, None, "cond", bodies, operands, res_info, res_addr, out_scale, tuple(node.shape),
+                      cnt, names, True, pred, 0, next((k for k, v in ident.items() if v), None), base)
+    pre: list = []
+    _pre_kernels(cm, list(node.src[1:]), ops, fl, cfg, searcher, per_channel, pre)
+    cm.program = _finish(cfg, L[:1] + pre + L[1:], "cond")
+    cm.program.manifest = {"kind": "control-model", "control": "cond", "counter": cnt, "result": res_addr}
+    return cm
 
 
 def _while_form(g) -> tuple | None:
@@ -780,8 +836,8 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     trips = int(node.src[1].shape[0])
     wf = _while_form(g)
     fl = [{k: np.asarray(v, np.float32) for k, v in f.items()} for f in calib]
-    init_vals = [f[ops[0][0]] if ops[0][0] is not None else ops[0][1] for f in fl]
-    scans = [[f[nm] if nm is not None else c for nm, c in ops[1:]] for f in fl]
+    init_vals = [_value(ops[0], node.src[0], f) for f in fl]
+    scans = [[_value(o, x, f) for o, x in zip(ops[1:], node.src[1:])] for f in fl]
     if wf is not None:
         ifn, fg, f_is_then = wf
         feeds, seen = [], []
@@ -857,10 +913,13 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     cnt, base = base, base + DRAM_ALIGN
     _store_counter(L, cnt)
     kind = "while" if wf else "loop"
-    prog = _finish(cfg, L, kind)
-    prog.manifest = {"kind": "control-model", "control": kind, "counter": cnt, "result": c_addr}
-    return ControlModel(cfg, prog, kind, {"body": body}, operands, c_info, c_addr, s_c, tuple(node.shape), cnt,
-                        names, True, pred, trips, None, base)
+    cm = ControlModel(cfg, None, kind, {"body": body}, operands, c_info, c_addr, s_c, tuple(node.shape), cnt,
+                      names, True, pred, trips, None, base)
+    pre: list = []
+    _pre_kernels(cm, list(node.src), ops, fl, cfg, searcher, per_channel, pre)
+    cm.program = _finish(cfg, L[:1] + pre + L[1:], kind)
+    cm.program.manifest = {"kind": "control-model", "control": kind, "counter": cnt, "result": c_addr}
+    return cm
 
 
 __all__ = ["until_converged", "ConvergeLoop", "compile_control", "ControlModel"]
