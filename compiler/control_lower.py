@@ -374,6 +374,11 @@ class _Body:
         return self.run_all(ints)[0]
 
     def run_all(self, ints: dict) -> list:
+        s, vals = self.q.sched, self.run_vals(ints)
+        return [gather_base(vals[t], s.tensors[t], idx) for t, idx, _ in self.outs]
+
+    def run_vals(self, ints: dict) -> dict:
+        """Every tensor's integers (by tensor index) from the arguments' (by argument key)."""
         from .schedule import mn_to_base
         s = self.q.sched
         vals = {t: ints[j] for j, (t, _) in self.ins.items()}
@@ -382,7 +387,7 @@ class _Body:
                 vals[k.out] = ew_int(self.q, i, vals)
             else:
                 vals[k.out] = mn_to_base(kernel_int(self.q, i, vals[k.src]), s.tensors[k.out], k)
-        return [gather_base(vals[t], s.tensors[t], idx) for t, idx, _ in self.outs]
+        return vals
 
 
 def _compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, searcher, per_channel: bool,
@@ -393,7 +398,7 @@ def _compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, searc
     from . import engine
     from .lower import DRAM_ALIGN, _lower
     nodes = [g.output] if outputs is None else list(outputs)
-    out_scales = [out_scale] if outputs is None else list(out_scale)
+    out_scales = [out_scale] if outputs is None else (None if out_scale is None else list(out_scale))
     key = (lambda n: int(n[3:])) if outputs is None else (lambda n: n)
     if any(n.op in CONTROL for n in toposort(nodes)):
         raise _err(f"{what}: nested control flow is not supported on the chip (only the while_loop form)")
@@ -401,7 +406,7 @@ def _compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, searc
     q = quantize(sched, calib, per_channel)
     names = list(sched.inputs)
     fixed = {sched.inputs[n]: scales[key(n)] for n in names if key(n) in scales}
-    for (out_t, out_idx), sc in zip(sched.outputs, out_scales):
+    for (out_t, out_idx), sc in zip(sched.outputs, out_scales or []):   # None: the model's own outputs
         t = sched.tensors[out_t]
         if t.kind != "kernel" or t.padded or not np.array_equal(np.ravel(out_idx), np.ravel(t.identity())):
             raise _err(f"{what}: the result must be a whole kernel output (not a view or slice of one)")
@@ -550,6 +555,8 @@ class ControlModel:
     arena: int = 0
     pre: _Body | None = None           # kernels computing operands from the inputs (run first)
     pre_inputs: list = field(default_factory=list)   # host writes of the pre kernels' inputs
+    post: _Body | None = None          # kernels after the cond/loop (their outputs are the model's)
+    post_inputs: list = field(default_factory=list)
     compile_s: float = 0.0
     timings: dict = field(default_factory=dict)
     search_report: list | None = None
@@ -562,9 +569,9 @@ class ControlModel:
 
     def dram_writes(self, feeds: dict) -> list:
         out = [(0, np.zeros(self.arena, np.uint8))]
-        for b in list(self.bodies.values()) + ([self.pre] if self.pre else []):
+        for b in list(self.bodies.values()) + [b for b in (self.pre, self.post) if b is not None]:
             out.append((b.cm.const_base, b.cm.const_image))
-        for op in self.pre_inputs:                     # the inputs of the kernels that compute operands
+        for op in self.pre_inputs + self.post_inputs:  # the inputs of the kernels before/after
             out += [(a, op.info.to_phys(_host_int(op, feeds))) for a in op.addrs]
         for op, xq in zip(self.operands, self._operand_ints(feeds)):
             if op.pre is None:
@@ -581,8 +588,12 @@ class ControlModel:
         flat = read(self.out_addr, self.out_info.nbytes, np.int8)
         q = np.asarray(flat).reshape(-1)[self.out_info.offsets].reshape(self.out_shape)
         n = int(read(self.counter_addr, 1, np.int32)[0])
-        out = (q.astype(np.float64) * self.out_scale).astype(np.float32).reshape(self.out_shape)
-        return [out], {"out": q, ("taken" if self.kind == "cond" else "trips"): n}
+        out = [(q.astype(np.float64) * self.out_scale).astype(np.float32).reshape(self.out_shape)]
+        ints = {"out": q, ("taken" if self.kind == "cond" else "trips"): n}
+        if self.post is not None:
+            out, post_ints = self.post.cm.read_outputs(read)
+            ints["post"] = post_ints
+        return out, ints
 
     def reference_run(self, feeds: dict) -> tuple:
         """The quantized model in numpy: (outputs, {"trips" | "taken": n, "out": ints})."""
@@ -612,7 +623,13 @@ class ControlModel:
                     c, n = t, n + 1
             res, info = c, {"trips": n}
         res = np.asarray(res, np.int8).reshape(self.out_shape)
-        return [(res.astype(np.float64) * self.out_scale).astype(np.float32)], dict(info, out=res)
+        outs = [(res.astype(np.float64) * self.out_scale).astype(np.float32)]
+        if self.post is not None:
+            from .quantize import dequantize_outputs
+            ints = {op.name: _host_int(op, feeds) for op in self.post_inputs}
+            vals = self.post.run_vals(dict(ints, ctl=res))
+            outs = dequantize_outputs(self.post.q, vals)
+        return outs, dict(info, out=res)
 
     def reference(self, *inputs) -> list:
         return self.reference_run(self._feeds(inputs))[0]
@@ -697,11 +714,10 @@ def _amax(vals) -> float:
 def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, *, per_channel=True,
                     search=False, search_budget_s=20.0, cache_dir=None, t0=None) -> ControlModel:
     t0 = time.perf_counter() if t0 is None else t0
-    if len(outputs) != 1 or outputs[0].op not in CONTROL:
-        raise _err("the chip lowers one tc.cond / tc.loop whose result is the model's (only) output")
-    node = outputs[0]
-    if any(n.op in CONTROL for n in toposort(list(node.src))):
-        raise _err("control flow feeding a cond/loop's operands is not supported")
+    ctl = [n for n in toposort(list(outputs)) if n.op in CONTROL]
+    node = ctl[-1]
+    if any(n.op in CONTROL for n in toposort(list(node.src))) or len(ctl) != 1:
+        raise _err(f"the chip lowers one tc.cond / tc.loop per model, this one has {len(ctl)}")
     if not all(isinstance(d, int) for d in node.shape) or any(
             not all(isinstance(d, int) for d in s.shape) for s in node.src):
         raise _err("dynamic dimensions (a loop over a run-time length) are not lowered yet")
@@ -710,12 +726,46 @@ def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, 
         from .search import Searcher
         searcher = Searcher(cfg, search_budget_s, cache_dir)
     build = _build_cond if node.op is Ops.IF else _build_loop
-    cm = build(node, names, calib, cfg, per_channel, searcher)
+    cm, L = build(node, names, calib, cfg, per_channel, searcher)
+    if list(outputs) != [node]:
+        L = L[:-1] + _post_kernels(cm, node, list(outputs), names, calib, cfg, searcher, per_channel) + L[-1:]
+    cm.program = _finish(cfg, L, cm.kind)
+    cm.program.manifest = {"kind": "control-model", "control": cm.kind, "counter": cm.counter_addr,
+                           "result": cm.out_addr}
     cm.input_names, cm.single = names, single
     cm.search_report = searcher.report if searcher else None
     cm.compile_s = time.perf_counter() - t0
     cm.timings = {"total": cm.compile_s}
     return cm
+
+
+def _post_kernels(cm, node, outputs: list, names: list, calib: list, cfg, searcher, per_channel) -> list:
+    """The kernels after the cond/loop (its result is the INPUT ``ctl`` of a ``post`` body, copied
+    in from the result buffer; the post body's outputs are the model's)."""
+    ph = Node(Ops.INPUT, node.dtype, (), ("ctl", node.shape))
+    new: dict = {id(node): ph}
+    for n in toposort(outputs):
+        if id(n) not in new:
+            src = tuple(new.get(id(x), x) for x in n.src)
+            new[id(n)] = n if all(a is b for a, b in zip(src, n.src)) else Node(n.op, n.dtype, src, n.arg)
+    outs = [new[id(o)] for o in outputs]
+    fl = [{k: np.asarray(v, np.float32) for k, v in f.items()} for f in calib]
+    feeds = [dict(f, ctl=np.asarray(_np_eval(node, f), np.float32)) for f in fl]
+    post = _compile_body(None, feeds, {"ctl": cm.out_scale}, None, cfg, cm.arena, searcher, per_channel,
+                         "the kernels after the cond/loop", outputs=outs)
+    cm.post, cm.arena = post, post.end
+    L = [_text(post, "post")]
+    if "ctl" in post.ins:
+        t, addr = post.ins["ctl"]
+        if not _lay(post.tensor(t)).same(cm.out_info):
+            raise _err("the kernels after the cond/loop read its result padded or reordered: not lowered")
+        L = []
+        _copy(L, cm.out_addr, addr, cm.out_info.nbytes, cfg)
+        L.append(_text(post, "post"))
+    for name, (t, addr) in post.ins.items():
+        if name != "ctl":
+            cm.post_inputs.append(_Operand(name, None, post.tensor(t), post.q.scales[t], [addr]))
+    return L
 
 
 def _host_info(name: str, shape) -> TensorInfo:
@@ -809,9 +859,7 @@ def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
                       cnt, names, True, pred, 0, next((k for k, v in ident.items() if v), None), base)
     pre: list = []
     _pre_kernels(cm, list(node.src[1:]), ops, fl, cfg, searcher, per_channel, pre)
-    cm.program = _finish(cfg, L[:1] + pre + L[1:], "cond")
-    cm.program.manifest = {"kind": "control-model", "control": "cond", "counter": cnt, "result": res_addr}
-    return cm
+    return cm, L[:1] + pre + L[1:]
 
 
 def _while_form(g) -> tuple | None:
@@ -917,9 +965,7 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
                       names, True, pred, trips, None, base)
     pre: list = []
     _pre_kernels(cm, list(node.src), ops, fl, cfg, searcher, per_channel, pre)
-    cm.program = _finish(cfg, L[:1] + pre + L[1:], kind)
-    cm.program.manifest = {"kind": "control-model", "control": kind, "counter": cnt, "result": c_addr}
-    return cm
+    return cm, L[:1] + pre + L[1:]
 
 
 __all__ = ["until_converged", "ConvergeLoop", "compile_control", "ControlModel"]

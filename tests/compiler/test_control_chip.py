@@ -109,6 +109,29 @@ def test_scan_loop_rnn_odd_sizes():
     np.testing.assert_allclose(res.outputs[0], rnn(tc.Tensor(h0), tc.Tensor(seq)).numpy(), atol=8 * s)
 
 
+def test_kernels_after_the_loop_read_its_result_and_an_input():
+    """An RNN, then a residual add of h0 and a linear head: the post kernels run after the loop."""
+    rng = np.random.default_rng(4)
+    U = (rng.standard_normal((5, 11)) * 0.3).astype(np.float32)
+    Wh = (rng.standard_normal((11, 11)) * 0.2).astype(np.float32)
+    Wo = rng.standard_normal((11, 4)).astype(np.float32)
+
+    def rnn(h0, seq):
+        h = tc.loop(lambda h, x: (h @ tc.Tensor(Wh) + x @ tc.Tensor(U)).relu(), h0, seq)
+        return (h + h0) @ tc.Tensor(Wo) + 0.25
+    h0 = rng.standard_normal((3, 11)).astype(np.float32)
+    seq = rng.standard_normal((6, 3, 5)).astype(np.float32)
+    cm = tc.compile(rnn, [h0, seq])
+    res = tc.Device("sim").run(cm, h0, seq)
+    assert res.ints["trips"] == 6 and cm.post is not None
+    post = cm.post
+    want = run_int(post.q, {"ctl": res.ints["out"] * cm.out_scale, "x0": h0})[0][0]   # the head's own reference
+    np.testing.assert_array_equal(res.outputs[0], want)
+    np.testing.assert_array_equal(res.outputs[0], cm.reference(h0, seq)[0])
+    fl = rnn(tc.Tensor(h0), tc.Tensor(seq)).numpy()
+    assert np.abs(res.outputs[0] - fl).max() < 0.03 * np.abs(fl).max()
+
+
 def test_operands_computed_by_kernels_before_the_loop():
     """init = relu(x @ W0 + b0) runs on the chip first (the "pre" kernels), then the while_loop."""
     rng = np.random.default_rng(6)
@@ -135,8 +158,8 @@ def test_operands_computed_by_kernels_before_the_loop():
 
 
 @pytest.mark.parametrize("model, msg", [
-    (lambda x: tc.loop(lambda h, r: h @ tc.Tensor(np.eye(8, dtype=np.float32)), x, tc.zeros(3, 1)) + 1.0,
-     "result is the model's"),
+    (lambda x: tc.loop(lambda h, r: h @ tc.Tensor(np.eye(8, dtype=np.float32)), x, tc.zeros(3, 1))
+     + tc.loop(lambda h, r: h @ tc.Tensor(np.eye(8, dtype=np.float32)), x, tc.zeros(2, 1)), "one tc.cond"),
     (lambda x: (lambda y: tc.cond(y.sum() > 0, lambda v: v @ tc.Tensor(np.eye(8, dtype=np.float32)), lambda v: v,
                                   y))(x.exp()), "EXP .* not supported on the chip"),
     (lambda x: tc.cond((x.sum() - 1.0).abs() > 0.5, lambda v: v @ tc.Tensor(np.eye(8, dtype=np.float32)),
