@@ -370,9 +370,8 @@ class _Emitter:
     def const_rows(self, dst_acc, dram, nblk):
         """ACC rows ``dst + c*Q + i`` (c < nblk, i < Q) = int32 row c at ``dram`` (row stride 0)."""
         Q = self.Q
-        for c in range(nblk):
-            self.e(f"dma.ld acc[{dst_acc + c * Q}], dram[{dram + c * self.C * 4}], rows={Q}, len={self.C}, "
-                   f"rstride=0, estride=4")
+        self.loop(3, nblk, (Q, self.C * 4))
+        self.e(f"dma.ld acc[{dst_acc}], dram[{dram}], rows={Q}, len={self.C}, rstride=0, estride=4, rep=l3:1")
 
     def row_sum(self, DST, SRC, nb):
         """Per-row array ``DST`` (Q rows per query block) = sum over the ``nb`` blocks of ``SRC``."""
@@ -387,7 +386,7 @@ class _Emitter:
         self.rep(f"{ins.format(a=f'acc[{BIG}]', r=f'acc[{ROW}]')}, n={Q}", (nb * Q, nb * Q, Q),
                  inner=(nb, (Q, Q, 0)))
 
-    def layernorm(self, X8, OUT8, p: im.LNParams, g_dram, b_dram):
+    def layernorm(self, X8, OUT8, p: im.LNParams, g_dram, b_dram, hook=None):
         TM, Q, d = self.TM, self.Q, self.qb.d
         nb = d // Q
         N, S = nb * Q, nb * Q                     # rows per query block of a d-wide tensor
@@ -396,6 +395,8 @@ class _Emitter:
         SUM, V, Y, H = a(TM), a(TM), a(TM), a(TM)
         self.const_rows(GB, g_dram, nb)
         self.const_rows(BB, b_dram, nb)
+        if hook is not None:
+            hook()
         lg = int(math.log2(d))
         self.rep(f"vrsum acc[{SS}], spm[{X8}], n={N}", (S, S))
         self.row_sum(SUM, SS, nb)
@@ -418,21 +419,24 @@ class _Emitter:
         self.rep(f"vreq spm[{OUT8}], acc[{XC}], 1, n={N}", (S, S))
         self.e("fence all")
 
-    def gemm(self, A8, K, N, w_dram, b_dram, s_dram, name):
-        """ACC ``OUT`` (N/C blocks) = A8 (K/R blocks) @ W + b; returns (OUT, scale rows)."""
+    def gemm(self, A8, K, N, WS, b_dram, s_dram, name, order=None, after=None):
+        """ACC ``OUT`` (N/C blocks) = A8 (K/R blocks) @ W + b, the weight tiles already in SPM at ``WS``
+        (``[nt][kt]``); returns (OUT, scale rows). N tiles in ``order``; ``after = (k, fn)`` emits
+        ``fn()`` once the first ``k`` N tiles are done (the rest of the matmuls overlap it)."""
         C, R, TM, Q = self.C, self.cfg.rows, self.TM, self.Q
         KT, NT = K // R, N // C
         a = self.phase(name)
         OUT, SC, BB = a(NT * TM), a(NT), a(NT * Q)
-        WS = self.spm(NT * KT * R)
-        self.e(f"dma.ld spm[{WS}], dram[{w_dram}], rows={NT * KT * R}, len={C}, rstride={C}")
         self.const_rows(BB, b_dram, NT)                   # the bias rows, each repeated Q times
         if s_dram is not None:
             self.e(f"dma.ld acc[{SC}], dram[{s_dram}], rows={NT}, len={C}, rstride={C * 4}, estride=4")
         self.e("fence all")
         self.rep(f"vmov acc[{OUT}], acc[{BB}], n={NT * Q}", (NT * Q, 0))     # ACC starts at the bias
         self.e("fence vpu")
-        for nt in range(NT):
+        for i, nt in enumerate(order or range(NT)):
+            if after is not None and i == after[0]:
+                self.e("fence mxu")
+                after[1](OUT, SC)
             for kt in range(KT):
                 self.e(f"mxu.lw spm[{WS + (nt * KT + kt) * R}]")
                 self.rep(f"mxu.mma acc[{OUT + nt * Q}], spm[{A8 + kt * Q}], n={Q}", (NT * Q, KT * Q))
@@ -650,24 +654,37 @@ def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
     em.rep(f"dma.ld spm[{X8}], dram[{lay.x}], rows={Q}, len={C}, rstride={d}", (nb * Q, Q * d),
            inner=(nb, (Q, C)))
     em.e("fence all")
-    em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"])
-    OUT, SC = em.gemm(A1, d, 3 * d, ad["wqkv"], ad["bqkv"], ad["sqkv"], "QKV projection")
-    for i in range(3):
+    WS = {}
+
+    def prefetch():                                 # every weight matrix, loaded under LayerNorm 1
+        for key, (K, N) in (("wqkv", (d, 3 * d)), ("wo", (d, d)), ("w1", (d, ff)), ("w2", (ff, d))):
+            WS[key] = sp(K * N // C)
+            em.e(f"dma.ld spm[{WS[key]}], dram[{ad[key]}], rows={K * N // C}, len={C}, rstride={C}")
+
+    em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"], prefetch)
+
+    def store_kt(OUT, SC):                          # K first: its transposing store overlaps Q, V
+        em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, nb, 2 * nb, qb.sh_qkv[1])
+        em.e("fence vpu")
+        em.rep(f"dma.st dram[{lay.kt}], spm[{QKV8 + H * Q}], rows={Q}, len={dh}, rstride=1, estride={TM}",
+               (Q, 3 * H * Q), inner=(H, (dh * TM, Q)))
+
+    order = list(range(nb, 2 * nb)) + list(range(nb)) + list(range(2 * nb, 3 * nb))
+    OUT, SC = em.gemm(A1, d, 3 * d, WS["wqkv"], ad["bqkv"], ad["sqkv"], "QKV projection", order, (nb, store_kt))
+    for i in (0, 2):
         em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, i * nb, (i + 1) * nb, qb.sh_qkv[i])
     em.e("fence all")
-    em.rep(f"dma.st dram[{lay.kt}], spm[{QKV8 + H * Q}], rows={Q}, len={dh}, rstride=1, estride={TM}",
-           (Q, 3 * H * Q), inner=(H, (dh * TM, Q)))
     em.rep(f"dma.st dram[{lay.v}], spm[{QKV8 + 2 * H * Q}], rows={Q}, len={dh}, rstride={dh}",
            (Q * dh, 3 * H * Q), inner=(H, (TM * dh, Q)))
     em.e("fence all")
     em.attention(QKV8, O8, lay.kt, lay.v, ad["lane"], lay.s, lay.p)
-    OUT, SC = em.gemm(O8, d, d, ad["wo"], ad["bo"], ad["so"], "output projection")
+    OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection")
     mx, shx, _, sho = qb.res1
     em.residual(X8, OUT, SC, mx, shx, sho, X1)
     em.layernorm(X1, A2, qb.ln2, ad["ln2g"], ad["ln2b"])
-    OUT, _ = em.gemm(A2, d, ff, ad["w1"], ad["b1"], None, "FC1")
+    OUT, _ = em.gemm(A2, d, ff, WS["w1"], ad["b1"], None, "FC1")
     em.gelu(OUT, nbf, G8)
-    OUT, SC = em.gemm(G8, ff, d, ad["w2"], ad["b2"], ad["s2"], "FC2")
+    OUT, SC = em.gemm(G8, ff, d, WS["w2"], ad["b2"], ad["s2"], "FC2")
     mx2, shx2, _, sh2 = qb.res2
     em.residual(X1, OUT, SC, mx2, shx2, sh2, OUT8)
     em.rep(f"dma.st dram[{lay.out}], spm[{OUT8}], rows={Q}, len={C}, rstride={d}", (Q * d, nb * Q),
