@@ -239,6 +239,8 @@ def attention_head(q, k, v, ep: ExpParams, blk: int) -> np.ndarray:
     ``m``, ``p = i_exp(s - m)``, int8 probabilities ``p8 = rq(p * 127 >> E)``, rescale
     ``alpha = i_exp(m_old - m) >> (E - 10)``, ``l = (l alpha >> 10) + sum p8``,
     ``O = (O alpha >> 10) + p8 @ v``. Finally ``O / l`` with ``recip`` and one requantization.
+    ``127 <= l <= 127 T``: a row's largest probability is 127 in the block where its maximum
+    appears (``i_exp(0) = 32796``), and ``alpha = 1024`` exactly while the maximum stays.
     """
     q, k, v = (np.asarray(a, np.int64) for a in (q, k, v))
     T = q.shape[0]
@@ -253,6 +255,8 @@ def attention_head(q, k, v, ep: ExpParams, blk: int) -> np.ndarray:
         l = (_fit(l * alpha, "attention l*alpha") >> ALPHA_BITS) + p8.sum(-1, keepdims=True)
         o = (_fit(o * alpha, "attention O*alpha") >> ALPHA_BITS) + p8 @ v[j:j + blk]
         m = m_new
+    if l.min() < 64:          # the chip's log2 search starts at 2^6 (l >= 127: see the docstring)
+        raise IntRangeError(f"attention: softmax denominator {int(l.min())} below 64")
     y, e = recip(l)
     o2 = _fit(o << (13 - e), "attention O shifted")
     return requant(o2, y, 27)

@@ -292,20 +292,28 @@ class _Emitter:
         self.rep(f"{ins}, n={n}", (st, st, st))
 
     # --- VPU sequences (each mirrors a function of compiler.intmath) ---------------------------
-    def ilog2(self, E, V, n, st):
+    def ilog2(self, E, V, n, st, lo: int = 0, steps=(16, 8, 4, 2, 1)):
+        """``E = floor(log2 V)`` for ``2^lo <= V < 2^(lo + sum(steps) + 1)``."""
         W, T = self.acc(st * self.TM // self.Q), self.acc(st * self.TM // self.Q)
-        self.vv(f"vmov acc[{W}], acc[{V}]", n, st)
+        self.vv(f"vsra acc[{W}], acc[{V}], {lo}", n, st)
         self.vv(f"vmul acc[{E}], acc[{V}], 0", n, st)
-        for k in (16, 8, 4, 2, 1):
+        if lo:
+            self.vv(f"vadd acc[{E}], acc[{E}], {lo}", n, st)
+        for k in steps:
             self.vv(f"vsra acc[{T}], acc[{W}], {k}", n, st)
             self.vv(f"vmin acc[{T}], acc[{T}], 1", n, st)
             self.vv(f"vmul acc[{T}], acc[{T}], {k}", n, st)
             self.vv(f"vsra acc[{W}], acc[{W}], acc[{T}]", n, st)
             self.vv(f"vadd acc[{E}], acc[{E}], acc[{T}]", n, st)
 
-    def recip(self, Y, E, V, n, st):
+    def recip(self, Y, E, V, n, st, lo: int, hi: int):
+        """``1/V`` for ``2^lo <= V < 2^hi`` (the bounds shorten the log2 search)."""
         A, U = self.acc(st * self.TM // self.Q), self.acc(st * self.TM // self.Q)
-        self.ilog2(E, V, n, st)
+        steps, k = [], 1
+        while sum(steps) < hi - 1 - lo:
+            steps.insert(0, k)
+            k *= 2
+        self.ilog2(E, V, n, st, lo, tuple(steps))
         q = im.RECIP_Q
         v = self.vv
         v(f"vshl acc[{A}], acc[{V}], {q}", n, st)
@@ -538,7 +546,9 @@ class _Emitter:
         self._loops = {}
         # O / l: reciprocal of l by Newton, O << (13 - e), one requantization per row (scale = y)
         Y, E = S, MN
-        self.recip(Y, E, L, n, n)
+        # 127 <= l <= 127 T: the largest probability of a row is 127 in the block where its
+        # maximum appears, and later blocks keep l (alpha = 1024 exactly when m does not change)
+        self.recip(Y, E, L, n, n, 6, (127 * TM).bit_length())
         v(f"vmul acc[{E}], acc[{E}], -1", n, n)
         v(f"vadd acc[{E}], acc[{E}], 13", n, n)
         v(f"vshl acc[{O}], acc[{O}], acc[{E}]", n, n)
