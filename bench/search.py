@@ -58,9 +58,10 @@ def run(name, build, config, budget, cache: Path) -> dict:
             search.ORDERS = orders
             d = cache / key
             t0 = time.perf_counter()
-            cm = tc.compile(model, [x], config=cfg, calibration=calib, search=True, search_budget_s=budget, cache_dir=d)
+            kw = dict(config=cfg, calibration=calib, search=True, search_budget_s=budget, cache_dir=d)
+            cm = tc.compile(model, [x], **kw)
             t1 = time.perf_counter()
-            cm2 = tc.compile(model, [x], config=cfg, calibration=calib, search=True, search_budget_s=budget, cache_dir=d)
+            cm2 = tc.compile(model, [x], **kw)
             t2 = time.perf_counter()
             res = dev.run(cm, x)
             out[key] = (cm, res)
