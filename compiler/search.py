@@ -3,23 +3,28 @@
     cm = tc.compile(model, [x], config="base", search=True)            # search, or a cache hit
     cm = tc.compile(model, [x], search=True, search_budget_s=5.0, cache_dir="/tmp/tc-cache")
 
-A candidate is ``(Mt, nbuf, NB)``: the M tile's rows, one or two A buffers (double buffering),
-and the weight-tile slots in SPM (how far weight loads run ahead of the matmuls). The loop order
-is the emitter's (weight stationary: M tile, N tile, K tile); ``Mt`` decides how many weight
-loads each M tile repeats and how long each ``mm`` streams, ``nbuf`` whether A loads overlap the
-previous tile, ``NB`` the weight prefetch depth. Every candidate is checked against SPM/ACC and
-the emitter's rules (``Tiling``), emitted as a one-kernel program with the kernel's real DRAM
-address pattern, and run on ``sim.Chip`` (the cost model; timing does not depend on the data).
+A candidate is ``(Mt, nbuf, NB, order)``: the M tile's rows, the A buffers (1, 2: double
+buffering, or with ``nmk`` one per M tile), the weight-tile slots in SPM (how far weight loads
+run ahead of the matmuls) and the loop order (``Tiling.order``): ``mnk`` (M tile, N tile, K tile:
+an M tile's A tiles reused across N, weights re-streamed per M tile) or ``nmk`` (N tile, M tile,
+K tile: a column's weight tiles loaded once and reused across M; A re-streamed per column unless
+every M tile keeps its buffer). ``Mt`` decides how many weight loads each M tile repeats and how
+long each ``mm`` streams, ``nbuf`` whether A loads overlap the previous tile, ``NB`` the weight
+prefetch depth. Every candidate is checked against SPM/ACC and the emitter's rules (``make``),
+emitted as a one-kernel program with the kernel's real DRAM address pattern, and run on
+``sim.Chip`` (the cost model; timing does not depend on the data).
 
-Beam search: the beam starts from ``tiling.choose``'s default plus a coarse ladder of M tiles;
-each round scores every unscored neighbour of the beam (``Mt`` doubled/halved/one block
-more or less, ``nbuf`` toggled, ``NB`` one K group more or less) and keeps the best ``BEAM``;
-it stops when the beam no longer changes or the kernel's time budget is spent. The default is
-always a candidate, so the winner is never slower than it (per kernel, as measured).
+Beam search: the beam starts from ``tiling.choose``'s default, a coarse ladder of M tiles and
+the default's M tile in ``nmk``; each round scores every unscored neighbour of the beam (``Mt``
+doubled/halved/one block more or less, ``nbuf`` toggled or one per M tile, ``NB`` one K group
+more or less, the same tiles in the other order) and keeps the best ``BEAM``; it stops when the
+beam no longer changes or the kernel's time budget is spent. The default is always a candidate,
+so the winner is never slower than it (per kernel, as measured). ``ORDERS`` lists the orders
+tried (``("mnk",)``: tilings only).
 
 Cache: one JSON file per kernel in ``cache_dir`` (default ``$TETRACHIP_CACHE_DIR`` or
 ``~/.cache/tetrachip``), named by the sha256 of the kernel signature (M, K tiles, N, epilogue,
-the relative DRAM row pattern of its input and output) and the ``ChipConfig`` digest. A cached
+the relative DRAM row pattern of its input and output), the orders and the ``ChipConfig`` digest. A cached
 kernel runs no simulation (``STATS["sim_runs"]`` counts them).
 """
 from __future__ import annotations
