@@ -166,11 +166,11 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     or where ``shapes={"x": ("N", 5), ...}`` names it): one binary for every N (compiler.dynamic).
     ``search=True`` picks each GEMM kernel's tiling by simulated cycles, cached on disk in
     ``cache_dir`` (compiler.search; ``search_budget_s`` per kernel).
-    A ``nn.TransformerBlock`` goes to ``compiler.transformer.compile_block`` (integer kernels,
-    fused attention; ``dynamic={"T": max}`` on axis 1 of ``x``)."""
-    from .nn import TransformerBlock
-    if isinstance(model_or_fn, TransformerBlock):
-        from .transformer import compile_block
+    A ``nn.TransformerBlock`` (or a ``nn.Sequential`` of them) goes to
+    ``compiler.transformer.compile_block`` (integer kernels, fused attention; ``dynamic={"T": max}``
+    on axis 1 of ``x``)."""
+    from .transformer import blocks_of, compile_block
+    if blocks_of(model_or_fn) is not None:
         return compile_block(model_or_fn, example_inputs, config, calibration=calibration, dynamic=dynamic)
     t0 = time.perf_counter()
     spec = None

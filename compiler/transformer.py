@@ -264,6 +264,7 @@ class _Emitter:
     def phase(self, name: str) -> "_Alloc":
         if self.acc is not None:
             self.acc_peak = max(getattr(self, "acc_peak", 0), self.acc.top)
+        name = getattr(self, "prefix", "") + name
         self.L.append(f"; --- {name}")
         self.marks.append((name, sum(1 for ln in self.L if ln.startswith("    "))))
         self.acc = _Alloc(self.cfg.acc_rows, f"ACC ({name})", self.cfg)
@@ -469,7 +470,7 @@ class _Emitter:
         self.rep(f"vadd spm[{dst8}], spm[{R1}], spm[{R2}], n={S}", (S, S, S))
         self.e("fence all")
 
-    def attention(self, QKV8, O8, kt_dram, v_dram, lane_dram, s_dram, p_dram):
+    def attention(self, QKV8, O8, kt_dram, v_dram, lane_dram, s_dram, p_dram, label="kblock"):
         cfg, TM, C, R, Q = self.cfg, self.TM, self.C, self.cfg.rows, self.Q
         H, dh = self.qb.heads, self.qb.d // self.qb.heads
         n = H * Q                                   # rows per query block (all heads)
@@ -489,7 +490,7 @@ class _Emitter:
         self.e("seti r5, 0")                              # byte offset of the block in K^T
         self.e("seti r6, 0")                              # ... in V
         self.e("fence all")
-        self.label("kblock")
+        self.label(label)
         for h in range(H):
             self.e(f"dma.ld spm[{KTS + h * R}], dram[r5 + {kt_dram + h * dh * TM}], rows={dh}, len={C}, "
                    f"rstride={TM}")
@@ -542,7 +543,7 @@ class _Emitter:
         self.e(f"addi r5, r5, {C}")
         self.e(f"addi r6, r6, {C * dh}")
         self.e("fence all")
-        self.e(f"blt r1, r{self.NQ}, kblock")             # ceil(T / C) key blocks
+        self.e(f"blt r1, r{self.NQ}, {label}")             # ceil(T / C) key blocks
         self._loops = {}
         # O / l: reciprocal of l by Newton, O << (13 - e), one requantization per row (scale = y)
         Y, E = S, MN
@@ -616,12 +617,18 @@ def check_shapes(cfg: ChipConfig, d: int, H: int, ff: int) -> None:
         raise ChipCompileError(f"TransformerBlock: d_model must be a power of two >= 16, got {d}")
 
 
-def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
-    """The block's program for ``TM`` rows (a multiple of ``cols``): (Program, Layout, asm text)."""
+def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
+    """The program of a stack of blocks (``qbs``: QBlocks, or one) for ``TM`` rows (a multiple of
+    ``cols``): (Program, Layout, asm text)."""
+    qbs = [qbs] if isinstance(qbs, QBlock) else list(qbs)
     C, R = cfg.cols, cfg.rows
-    d, H, ff = qb.d, qb.heads, qb.ff
+    qb0 = qbs[0]
+    d, H, ff = qb0.d, qb0.heads, qb0.ff
     dh = d // H
-    check_shapes(cfg, d, H, ff)
+    for qb in qbs:
+        check_shapes(cfg, qb.d, qb.heads, qb.ff)
+        if (qb.d, qb.heads, qb.ff) != (d, H, ff):
+            raise ChipCompileError("a stack of TransformerBlocks must have one d_model, head count and ff width")
     n = H * TM
     lay = Layout(x=0, out=TM * d, kt=2 * TM * d, v=3 * TM * d, s=4 * TM * d,
                  p=4 * TM * d + n * C * 4, const_base=0)
@@ -637,25 +644,27 @@ def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
     def rows32(v):
         return k.add(np.asarray(v, np.int64).astype(np.int32).reshape(-1, C))
 
-    ad = dict(
+    lane = rows32(np.tile(np.arange(C), H))
+    ads = [dict(
         ln1g=rows32(qb.ln1.g), ln1b=rows32(qb.ln1.b), ln2g=rows32(qb.ln2.g), ln2b=rows32(qb.ln2.b),
         wqkv=tiles(qb.wqkv), bqkv=rows32(qb.bqkv), sqkv=rows32(qb.m_qkv),
         wo=tiles(qb.wo), bo=rows32(qb.bo), so=rows32(qb.res1[2]),
         w1=tiles(qb.w1), b1=rows32(qb.b1),
-        w2=tiles(qb.w2), b2=rows32(qb.b2), s2=rows32(qb.res2[2]),
-        lane=rows32(np.tile(np.arange(C), H)))
+        w2=tiles(qb.w2), b2=rows32(qb.b2), s2=rows32(qb.res2[2])) for qb in qbs]
     if k.top > cfg.dram_bytes:
         raise ChipCompileError(f"TransformerBlock: {k.top} bytes of DRAM needed, config {cfg.name!r} has "
                                f"{cfg.dram_bytes}")
     lay.consts = k.parts
-    em = _Emitter(cfg, qb, TM, fused)
+    em = _Emitter(cfg, qb0, TM, fused)
     sp, Q = em.spm, em.Q
     nb, nbf = d // C, ff // C
     nd = nb * TM
     X8, A1, QKV8, O8, X1, A2, G8, OUT8 = sp(nd), sp(nd), sp(3 * nd), sp(nd), sp(nd), sp(nd), sp(nbf * TM), sp(nd)
     em.tmp8a, em.tmp8b = sp(nd), sp(nd)
+    WS = {key: sp(K * N // C) for key, (K, N) in
+          (("wqkv", (d, 3 * d)), ("wo", (d, d)), ("w1", (d, ff)), ("w2", (ff, d)))}
     L = em.L
-    L.append(f"; transformer block d={d} heads={H} ff={ff}, T <= {TM} (r{DYN_REG}), "
+    L.append(f"; {len(qbs)} transformer block(s) d={d} heads={H} ff={ff}, T <= {TM} (r{DYN_REG}), "
              f"{'fused' if fused else 'unfused'} attention")
     em.phase("load x")
     em.e(f"addi r{em.NQ}, r{DYN_REG}, {Q - 1}")
@@ -664,40 +673,45 @@ def emit(cfg: ChipConfig, qb: QBlock, TM: int, fused: bool = True):
     em.rep(f"dma.ld spm[{X8}], dram[{lay.x}], rows={Q}, len={C}, rstride={d}", (nb * Q, Q * d),
            inner=(nb, (Q, C)))
     em.e("fence all")
-    WS = {}
+    for bi, qb in enumerate(qbs):
+        em.qb, ad = qb, ads[bi]
+        em.prefix = f"block {bi}: " if len(qbs) > 1 else ""
 
-    def prefetch():                                 # every weight matrix, loaded under LayerNorm 1
-        for key, (K, N) in (("wqkv", (d, 3 * d)), ("wo", (d, d)), ("w1", (d, ff)), ("w2", (ff, d))):
-            WS[key] = sp(K * N // C)
-            em.e(f"dma.ld spm[{WS[key]}], dram[{ad[key]}], rows={K * N // C}, len={C}, rstride={C}")
+        def prefetch(ad=ad):                        # the block's weights, loaded under its LayerNorm 1
+            for key, (K, N) in (("wqkv", (d, 3 * d)), ("wo", (d, d)), ("w1", (d, ff)), ("w2", (ff, d))):
+                em.e(f"dma.ld spm[{WS[key]}], dram[{ad[key]}], rows={K * N // C}, len={C}, rstride={C}")
 
-    em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"], prefetch)
+        em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"], prefetch)
 
-    def store_kt(OUT, SC):                          # K first: its transposing store overlaps Q, V
-        em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, nb, 2 * nb, qb.sh_qkv[1])
-        em.e("fence vpu")
-        em.rep(f"dma.st dram[{lay.kt}], spm[{QKV8 + H * Q}], rows={Q}, len={dh}, rstride=1, estride={TM}",
-               (Q, 3 * H * Q), inner=(H, (dh * TM, Q)))
+        def store_kt(OUT, SC, qb=qb):               # K first: its transposing store overlaps Q, V
+            em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, nb, 2 * nb, qb.sh_qkv[1])
+            em.e("fence vpu")
+            em.rep(f"dma.st dram[{lay.kt}], spm[{QKV8 + H * Q}], rows={Q}, len={dh}, rstride=1, estride={TM}",
+                   (Q, 3 * H * Q), inner=(H, (dh * TM, Q)))
 
-    order = list(range(nb, 2 * nb)) + list(range(nb)) + list(range(2 * nb, 3 * nb))
-    OUT, SC = em.gemm(A1, d, 3 * d, WS["wqkv"], ad["bqkv"], ad["sqkv"], "QKV projection", order, (nb, store_kt))
-    for i in (0, 2):
-        em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, i * nb, (i + 1) * nb, qb.sh_qkv[i])
-    em.e("fence all")
-    em.rep(f"dma.st dram[{lay.v}], spm[{QKV8 + 2 * H * Q}], rows={Q}, len={dh}, rstride={dh}",
-           (Q * dh, 3 * H * Q), inner=(H, (TM * dh, Q)))
-    em.e("fence all")
-    em.attention(QKV8, O8, lay.kt, lay.v, ad["lane"], lay.s, lay.p)
-    OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection")
-    mx, shx, _, sho = qb.res1
-    em.residual(X8, OUT, SC, mx, shx, sho, X1)
-    em.layernorm(X1, A2, qb.ln2, ad["ln2g"], ad["ln2b"])
-    OUT, _ = em.gemm(A2, d, ff, WS["w1"], ad["b1"], None, "FC1")
-    em.gelu(OUT, nbf, G8)
-    OUT, SC = em.gemm(G8, ff, d, WS["w2"], ad["b2"], ad["s2"], "FC2")
-    mx2, shx2, _, sh2 = qb.res2
-    em.residual(X1, OUT, SC, mx2, shx2, sh2, OUT8)
-    em.rep(f"dma.st dram[{lay.out}], spm[{OUT8}], rows={Q}, len={C}, rstride={d}", (Q * d, nb * Q),
+        order = list(range(nb, 2 * nb)) + list(range(nb)) + list(range(2 * nb, 3 * nb))
+        OUT, SC = em.gemm(A1, d, 3 * d, WS["wqkv"], ad["bqkv"], ad["sqkv"], "QKV projection", order,
+                          (nb, store_kt))
+        for i in (0, 2):
+            em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, i * nb, (i + 1) * nb, qb.sh_qkv[i])
+        em.e("fence all")
+        em.rep(f"dma.st dram[{lay.v}], spm[{QKV8 + 2 * H * Q}], rows={Q}, len={dh}, rstride={dh}",
+               (Q * dh, 3 * H * Q), inner=(H, (TM * dh, Q)))
+        em.e("fence all")
+        em.attention(QKV8, O8, lay.kt, lay.v, lane, lay.s, lay.p, f"kblock{bi}")
+        OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection")
+        mx, shx, _, sho = qb.res1
+        em.residual(X8, OUT, SC, mx, shx, sho, X1)
+        em.layernorm(X1, A2, qb.ln2, ad["ln2g"], ad["ln2b"])
+        OUT, _ = em.gemm(A2, d, ff, WS["w1"], ad["b1"], None, "FC1")
+        em.gelu(OUT, nbf, G8)
+        OUT, SC = em.gemm(G8, ff, d, WS["w2"], ad["b2"], ad["s2"], "FC2")
+        mx2, shx2, _, sh2 = qb.res2
+        em.residual(X1, OUT, SC, mx2, shx2, sh2, OUT8)
+        X8, OUT8 = OUT8, X8                          # the next block reads this one's output
+    em.prefix = ""
+    em.phase("store")
+    em.rep(f"dma.st dram[{lay.out}], spm[{X8}], rows={Q}, len={C}, rstride={d}", (Q * d, nb * Q),
            inner=(nb, (C, Q)))
     em.e("fence all")
     em.e("halt")
@@ -731,12 +745,23 @@ def dram_bytes_by_phase(program, layout: Layout, trace) -> dict:
 # ------------------------------------------------------------------------------------------------
 # the compiled block (the interface runtime.sim_backend uses)
 # ------------------------------------------------------------------------------------------------
+def blocks_of(model) -> list | None:
+    """The TransformerBlocks of ``model`` (one block, or an ``nn.Sequential`` of blocks); else None."""
+    from .nn import Sequential, TransformerBlock
+    if isinstance(model, TransformerBlock):
+        return [model]
+    if isinstance(model, Sequential) and len(model) and all(isinstance(m, TransformerBlock) for m in model.layers):
+        return list(model.layers)
+    return None
+
+
 @dataclass
 class CompiledTransformer:
+    """One program for a block or a stack of blocks; the interface ``Device("sim").run`` uses."""
     config: ChipConfig
     program: object
-    qblock: QBlock
-    weights: BlockWeights
+    qblocks: list
+    weights: list
     tmax: int
     tm: int
     layout: Layout
@@ -745,6 +770,14 @@ class CompiledTransformer:
     compile_s: float
     asm: str = ""
     input_names: tuple = ("x",)
+
+    @property
+    def qblock(self) -> QBlock:
+        return self.qblocks[0]
+
+    @property
+    def s_out(self) -> float:
+        return self.qblocks[-1].s["out"]
 
     def feeds(self, inputs) -> dict:
         if isinstance(inputs, dict):
@@ -770,20 +803,26 @@ class CompiledTransformer:
     def read_outputs(self, read) -> tuple[list, dict]:
         q = read(self.layout.out, self.tm * self.qblock.d, np.int8).reshape(1, self.tm, self.qblock.d)
         q = q[:, :self.tmax]
-        return [q.astype(np.float32) * np.float32(self.qblock.s["out"])], {"out": q}
+        return [q.astype(np.float32) * np.float32(self.s_out)], {"out": q}
 
     def reference_int(self, x) -> np.ndarray:
-        """int8 output ``(1, T, d)`` of the integer numpy model (``intmath``)."""
+        """int8 output ``(1, T, d)`` of the integer numpy model (``intmath``), block after block."""
         f = self.feeds([x])
         host_feeds(self.dynamic, f)                      # checks 1 <= T <= max
-        return reference_int(self.qblock, self.quantize_x(f["x"][0]), self.config.cols)[None].astype(np.int8)
+        y = self.quantize_x(f["x"][0])
+        for qb in self.qblocks:                          # block i's output scale is block i+1's input's
+            y = reference_int(qb, y, self.config.cols)
+        return y[None].astype(np.int8)
 
     def reference(self, *inputs) -> list:
         r = self.reference_int(inputs[0] if len(inputs) == 1 else inputs)
-        return [r.astype(np.float32) * np.float32(self.qblock.s["out"])]
+        return [r.astype(np.float32) * np.float32(self.s_out)]
 
     def float_reference(self, x) -> np.ndarray:
-        return float_block(self.weights, self.feeds([x])["x"][0])[0][None]
+        y = self.feeds([x])["x"][0]
+        for w in self.weights:
+            y = float_block(w, y)[0]
+        return y[None]
 
     @property
     def plans(self) -> dict:
@@ -798,19 +837,25 @@ class CompiledTransformer:
         return runner(self, *inputs, **kw)
 
     def summary(self) -> str:
-        return (f"transformer block on {self.config.name}: d={self.qblock.d}, heads={self.qblock.heads}, "
-                f"ff={self.qblock.ff}, T <= {self.tmax}, {'fused' if self.fused else 'unfused'} attention, "
+        q = self.qblock
+        return (f"{len(self.qblocks)} transformer block(s) on {self.config.name}: d={q.d}, heads={q.heads}, "
+                f"ff={q.ff}, T <= {self.tmax}, {'fused' if self.fused else 'unfused'} attention, "
                 f"{len(self.program)} instructions, compile {self.compile_s:.2f} s; "
                 + ", ".join(f"{k} {u.used}/{u.capacity} {u.unit}" for k, u in self.plans.items()))
 
 
-def compile_block(block, example_inputs, config="base", *, calibration=None, dynamic=None, shapes=None,
+def compile_block(model, example_inputs, config="base", *, calibration=None, dynamic=None, shapes=None,
                   fused: bool = True) -> CompiledTransformer:
-    """Compile a ``tc.nn.TransformerBlock`` (see the module doc). ``dynamic={"T": max}``; the sequence
-    axis is axis 1 of ``x (1, T, d)`` (or axis 0 of ``x (T, d)``)."""
+    """Compile a ``tc.nn.TransformerBlock`` or an ``nn.Sequential`` of them (see the module doc).
+    ``dynamic={"T": max}``; the sequence axis is axis 1 of ``x (1, T, d)`` (or axis 0 of ``x (T, d)``)."""
     t0 = time.perf_counter()
     cfg = ChipConfig.load(config)
-    w = weights_of(block)
+    blocks = blocks_of(model)
+    if blocks is None:
+        raise ChipCompileError(f"compile_block takes a TransformerBlock or a Sequential of them, got "
+                               f"{type(model).__name__}")
+    ws = [weights_of(b) for b in blocks]
+    w = ws[0]
     ex = example_inputs["x"] if isinstance(example_inputs, dict) else (
         example_inputs[0] if isinstance(example_inputs, (list, tuple)) else example_inputs)
     ex = np.asarray(ex.numpy() if hasattr(ex, "numpy") else ex, np.float64)
@@ -832,15 +877,18 @@ def compile_block(block, example_inputs, config="base", *, calibration=None, dyn
         (lambda a: a[0] if a.ndim == 3 else a)(np.asarray(c[0] if isinstance(c, (list, tuple)) else
                                                           (c["x"] if isinstance(c, dict) else c), np.float64))
         for c in calibration]
-    check_shapes(cfg, w.d, w.heads, w.ff)
-    try:
-        qb = quantize_block(w, calib)
-    except ValueError as e:
-        raise ChipCompileError(f"TransformerBlock: {e} (calibration data of a useful range needed)") from None
-    prog, lay, text = emit(cfg, qb, tm, fused)
+    qbs = []
+    for wi in ws:
+        check_shapes(cfg, wi.d, wi.heads, wi.ff)
+        try:
+            qbs.append(quantize_block(wi, calib))
+        except ValueError as e:
+            raise ChipCompileError(f"TransformerBlock: {e} (calibration data of a useful range needed)") from None
+        calib = [float_block(wi, c)[0] for c in calib]  # the next block calibrates on this one's output
+    prog, lay, text = emit(cfg, qbs, tm, fused)
     spec = DynSpec(sym, tmax, {"x": 1}, [1])
-    return CompiledTransformer(cfg, prog, qb, w, tmax, tm, lay, spec, fused, time.perf_counter() - t0, text)
+    return CompiledTransformer(cfg, prog, qbs, ws, tmax, tm, lay, spec, fused, time.perf_counter() - t0, text)
 
 
 __all__ = ["compile_block", "CompiledTransformer", "quantize_block", "reference_int", "float_block",
-           "weights_of", "emit"]
+           "weights_of", "emit", "blocks_of"]

@@ -126,3 +126,26 @@ def test_unfused_is_bit_exact_too(setup):
     un = compile_block(block, calib[0], "base", calibration=[[c] for c in calib], dynamic={"T": 64}, fused=False)
     res = tc.Device("sim").run(un, xs[17])
     assert np.array_equal(res.ints["out"][:, :17], un.reference_int(xs[17]))
+
+
+def test_stack_of_blocks():
+    """``nn.Sequential`` of two blocks: one program, block 1 reads block 0's int8 output on chip."""
+    tc.manual_seed(5)
+    model = tc.nn.Sequential(tc.nn.TransformerBlock(64, 4), tc.nn.TransformerBlock(64, 4))
+    rng = np.random.default_rng(5)
+    calib = [[rng.standard_normal((1, 64, 64)).astype(np.float32)] for _ in range(2)]
+    cm = tc.compile(model, calib[0][0], calibration=calib, dynamic={"T": 64})
+    assert len(cm.qblocks) == 2
+    assert cm.qblocks[1].s["x"] == cm.qblocks[0].s["out"]          # chained scales
+    h = _sha(cm)
+    for T in (1, 17, 64):
+        x = rng.standard_normal((1, T, 64)).astype(np.float32)
+        res = tc.Device("sim").run(cm, x)
+        assert np.array_equal(res.ints["out"][:, :T], cm.reference_int(x)), T
+        want = cm.float_reference(x)
+        assert np.abs(want - model(tc.Tensor(x)).numpy()).max() < 1e-4
+        s1, s2 = cm.qblocks[0].s, cm.qblocks[1].s
+        assert np.abs(res.outputs[0] - want).max() < 3 * (s1["out"] + s1["x1"] + s2["out"] + s2["x1"])
+    assert _sha(cm) == h
+    phases = [name for name, _ in cm.layout.phases]
+    assert "block 0: attention" in phases and "block 1: attention" in phases
