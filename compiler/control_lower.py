@@ -2,10 +2,11 @@
 scalar unit's branches (``compile_control``, reached from ``tc.compile``), and a hand-built loop
 that runs until a value converges (``until_converged``, below).
 
-**Frontend control flow** (``compile_control``). The model's output must be one ``cond`` or
-``loop`` node; its operands are model inputs, constants, or computed from the inputs by chip
-kernels (compiled together as the ``pre`` body, which runs first; its results are copied to
-where the bodies read them). Each body (a branch, a loop body) is compiled by the ordinary
+**Frontend control flow** (``compile_control``). The model holds one ``cond`` or ``loop`` node;
+its operands are model inputs, constants, or computed from the inputs by chip kernels (compiled
+together as the ``pre`` body, which runs first; its results are copied to where the bodies read
+them); kernels after it (the ``post`` body) read its result and the inputs and give the model's
+outputs. Each body (a branch, a loop body) is compiled by the ordinary
 pipeline (lift, quantize, tile, plan, emit) into its own DRAM region, and the glue here stitches
 the bodies' assembly with scalar branches:
 
@@ -14,6 +15,8 @@ the bodies' assembly with scalar branches:
 * ``loop(body, init, *xs)``: ``r14`` counts trips (``blt r14, rT, top``); row ``i`` of each
   scanned tensor is copied (``dram[base + r1]``, ``r1 = r14 * row bytes``) into the body's input
   and the body's result is copied over the carry after each trip.
+* ``loop`` whose body is ``cond(p(carry), f, g, carry, *rows)``: per trip the predicate on the
+  carry picks the branch (``r15`` counts the trips that took ``f``).
 * ``while_loop(p, f, c0, max_iter)`` (a ``loop`` whose body is ``cond(p(c), f, identity, c)``):
   once ``p`` is false the carry never changes again, so the chip exits at the first false
   predicate: a data-dependent trip count, read back from DRAM (``res.ints["trips"]``).
@@ -29,8 +32,8 @@ float predicate evaluated at ``R * scale`` for every integer reduction ``R`` is 
 numpy and the chip's result is bit-exact against it. Carry and body result share one int8 scale
 (calibrated over every trip), as do a cond's two results.
 
-Not lowered (``ChipCompileError``): control nodes that are not the model's output, operands
-computed by ops the chip cannot run, nested control flow (other than the while form), captured non-constant
+Not lowered (``ChipCompileError``): more than one control node, operands computed by ops the
+chip cannot run, deeper nesting than a cond as a loop body (or the while form), captured non-constant
 tensors, loops over dynamic lengths, padded (convolution) carries, bodies whose result layout
 differs from the carry's, predicates that are not a threshold on such a reduction.
 
@@ -557,6 +560,7 @@ class ControlModel:
     pre_inputs: list = field(default_factory=list)   # host writes of the pre kernels' inputs
     post: _Body | None = None          # kernels after the cond/loop (their outputs are the model's)
     post_inputs: list = field(default_factory=list)
+    branch_args: list = field(default_factory=list)  # loop-cond: loop argument of each branch argument
     compile_s: float = 0.0
     timings: dict = field(default_factory=dict)
     search_report: list | None = None
@@ -590,6 +594,8 @@ class ControlModel:
         n = int(read(self.counter_addr, 1, np.int32)[0])
         out = [(q.astype(np.float64) * self.out_scale).astype(np.float32).reshape(self.out_shape)]
         ints = {"out": q, ("taken" if self.kind == "cond" else "trips"): n}
+        if self.kind == "loop-cond":
+            ints["then_trips"] = int(read(self.counter_addr + 4, 1, np.int32)[0])
         if self.post is not None:
             out, post_ints = self.post.cm.read_outputs(read)
             ints["post"] = post_ints
@@ -605,6 +611,15 @@ class ControlModel:
             br = "then" if flag else "else"
             res = xs[0] if self.identity == br else self.bodies[br].run(dict(enumerate(xs)))
             info = {"taken": int(flag)}
+        elif self.kind == "loop-cond":
+            c, nthen = xs[0], 0
+            for i in range(self.trips):
+                flag = self.pred.value(self.pred.reduce(c, None))
+                br = "then" if flag else "else"
+                nthen += int(flag)
+                if self.identity != br:
+                    c = self.bodies[br].run({k: (c if j == 0 else xs[j][i]) for k, j in enumerate(self.branch_args)})
+            res, info = c, {"trips": self.trips, "then_trips": nthen}
         else:
             body = self.bodies["body"]
             c, n = xs[0], 0
@@ -886,6 +901,8 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     fl = [{k: np.asarray(v, np.float32) for k, v in f.items()} for f in calib]
     init_vals = [_value(ops[0], node.src[0], f) for f in fl]
     scans = [[_value(o, x, f) for o, x in zip(ops[1:], node.src[1:])] for f in fl]
+    if wf is None and g.output.op is Ops.IF:
+        return _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_channel, searcher)
     if wf is not None:
         ifn, fg, f_is_then = wf
         feeds, seen = [], []
@@ -963,6 +980,103 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     kind = "while" if wf else "loop"
     cm = ControlModel(cfg, None, kind, {"body": body}, operands, c_info, c_addr, s_c, tuple(node.shape), cnt,
                       names, True, pred, trips, None, base)
+    pre: list = []
+    _pre_kernels(cm, list(node.src), ops, fl, cfg, searcher, per_channel, pre)
+    return cm, L[:1] + pre + L[1:]
+
+
+def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_channel, searcher):
+    """A loop whose body is ``cond(p(carry), f, g, *args)`` (args: the carry and scanned rows):
+    per trip the predicate on the carry picks the branch; the carry lives in its own buffer, is
+    copied into the taken branch's input and its result copied back; ``r15`` counts the trips
+    that took ``f``."""
+    from .lower import DRAM_ALIGN
+    ifn = g.output
+    then_g, else_g = ifn.arg
+    args = list(ifn.src[1:])
+    ids = [id(x) for x in g.inputs]
+    if any(id(a) not in ids for a in args) or len(then_g.inputs) != len(args) or len(else_g.inputs) != len(args):
+        raise _err("a cond inside a loop body must take the loop's carry and rows directly (no captured or "
+                   "computed operands)")
+    amap = [ids.index(id(a)) for a in args]
+    if 0 not in amap:
+        raise _err("a cond inside a loop body must take the loop's carry")
+    nscan = len(node.src) - 1
+    ident = {k: (bg.output in bg.inputs) for k, bg in (("then", then_g), ("else", else_g))}
+    for k, bg in (("then", then_g), ("else", else_g)):
+        if ident[k] and amap[list(bg.inputs).index(bg.output)] != 0:
+            raise _err("a branch inside a loop that returns a row instead of the carry is not lowered")
+    bfeeds, seen = [], []
+    for c, xs in zip(init_vals, scans):          # the float loop: carries and each branch's arguments
+        seen.append(c)
+        for i in range(trips):
+            f = {"arg0": c, **{f"arg{j + 1}": np.asarray(x[i], np.float32) for j, x in enumerate(xs)}}
+            bfeeds.append({f"arg{k}": f[f"arg{j}"] for k, j in enumerate(amap)})
+            c = np.asarray(_np_eval(g.output, f), np.float32)
+            seen.append(c)
+    s_c = _amax(seen)
+    scan_scales = [_amax([xs[j] for xs in scans]) for j in range(nscan)]
+    arg_scale = {k: (s_c if j == 0 else scan_scales[j - 1]) for k, j in enumerate(amap)}
+    base, bodies = 0, {}
+    for k, bg in (("then", then_g), ("else", else_g)):
+        if not ident[k]:
+            bodies[k] = _compile_body(bg, bfeeds, arg_scale, s_c, cfg, base, searcher, per_channel,
+                                      f"loop's cond {k}-branch")
+            base = bodies[k].end
+            if re.search(r"\br15\b", bodies[k].cm.asm):
+                raise _err(f"the loop's cond {k}-branch needs scalar register r15, which counts its trips")
+    red, form, leaves, h, rph = _match_pred(ifn.src[0], {("role", "c"): "c"}, {id(g.inputs[0]): "c"})
+    c_info = _host_info("carry", node.src[0].shape)
+    n = c_info.numel
+    T, hi = _threshold(h, rph, red, form, n, s_c)
+    pred = _Pred(red, form, tuple(leaves), T, hi, s_c)
+    cm_addr, base = base, base + -(-c_info.phys_size // DRAM_ALIGN) * DRAM_ALIGN
+    operands = [_Operand(ops[0][0], ops[0][1], c_info, s_c, [cm_addr])]
+    rows = []
+    for j in range(nscan):
+        shape = node.src[1 + j].shape
+        inf = _host_info(f"scan{j}", shape)
+        operands.append(_Operand(ops[1 + j][0], ops[1 + j][1], inf, scan_scales[j], [base]))
+        rows.append((inf, base, inf.phys_size // shape[0]))
+        base += -(-inf.phys_size // DRAM_ALIGN) * DRAM_ALIGN
+    cnt, base = base, base + DRAM_ALIGN
+    L = [f"; tetrachip loop over a cond: {trips} trips; then-branch when {red}({form}) "
+         f"{'>=' if hi else '<'} {T}; r{R_TRIP} trips, r15 then-trips",
+         f"    seti r{R_TRIP}, 0", "    seti r15, 0", "loop_top:", f"    seti r1, {trips}",
+         f"    bge r{R_TRIP}, r1, loop_done"]
+    _pred_code(L, pred, [cm_addr], n, cfg, "br_else")
+    for k in ("then", "else"):
+        if k == "else":
+            L.append("br_else:")
+        if not ident[k]:
+            b = bodies[k]
+            for a, j in enumerate(amap):
+                if a not in b.ins:
+                    continue
+                if j == 0:
+                    if not _lay(c_info).same(b.in_layout(a)):
+                        raise _err(f"the {k}-branch reads the carry padded or reordered: not lowered")
+                    _copy(L, cm_addr, b.ins[a][1], c_info.phys_size, cfg)
+                else:
+                    inf, addr, rowb = rows[j - 1]
+                    t = b.tensor(b.ins[a][0])
+                    if inf.perm[0] != 0 or t.phys_size != rowb or \
+                            not np.array_equal(_phys(t).reshape(-1), _phys(inf)[0].reshape(-1)):
+                        raise _err(f"scanned tensor {j - 1}: a row is not stored like the {k}-branch's input")
+                    L += [f"    seti r2, {rowb}", f"    mul r1, r{R_TRIP}, r2"]
+                    _copy(L, addr, b.ins[a][1], rowb, cfg, src_reg=1)
+            L.append(_text(b, k))
+            if not b.out_layout().same(_lay(c_info)):
+                raise _err(f"the {k}-branch stores its result in another layout than the carry: not lowered")
+            _copy(L, b.out_addr, cm_addr, c_info.phys_size, cfg)
+        if k == "then":
+            L += ["    addi r15, r15, 1", "    jmp br_join"]
+    L += ["br_join:", f"    addi r{R_TRIP}, r{R_TRIP}, 1", "    jmp loop_top", "loop_done:", "    fence all",
+          f"    sst r{R_TRIP}, acc[0], 0", "    sst r15, acc[0], 1",
+          f"    dma.st dram[{cnt}], acc[0], rows=1, len=2, rstride=8, estride=4", "    fence all", "    halt"]
+    cm = ControlModel(cfg, None, "loop-cond", bodies, operands, _lay(c_info), cm_addr, s_c, tuple(node.shape), cnt,
+                      names, True, pred, trips, next((k for k, v in ident.items() if v), None), base)
+    cm.branch_args = amap
     pre: list = []
     _pre_kernels(cm, list(node.src), ops, fl, cfg, searcher, per_channel, pre)
     return cm, L[:1] + pre + L[1:]

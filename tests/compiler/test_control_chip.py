@@ -157,6 +157,38 @@ def test_operands_computed_by_kernels_before_the_loop():
         np.testing.assert_allclose(res.outputs[0], model(tc.Tensor(x)).numpy(), atol=8 * s)
 
 
+def test_loop_whose_body_branches_on_the_carry():
+    """loop(cond(|h|.sum() > 24, f, g, h, x)) over 9 rows: per trip the chip picks the branch."""
+    rng = np.random.default_rng(8)
+    A = (np.eye(12) * 0.5).astype(np.float32)
+    B = (rng.standard_normal((12, 12)) * 0.6).astype(np.float32)
+    U = (rng.standard_normal((4, 12)) * 0.5).astype(np.float32)
+
+    def model(h0, seq):
+        return tc.loop(lambda h, x: tc.cond(h.abs().sum() > 24.0, lambda c, r: c @ tc.Tensor(A) + r @ tc.Tensor(U),
+                                            lambda c, r: c @ tc.Tensor(B) + r @ tc.Tensor(U), h, x), h0, seq)
+    data = [(rng.standard_normal((2, 12)).astype(np.float32), rng.standard_normal((9, 2, 4)).astype(np.float32))
+            for _ in range(3)]
+    cm = tc.compile(model, list(data[0]), calibration=[list(d) for d in data])
+    assert cm.kind == "loop-cond"
+    s, sx = cm.out_scale, cm.operands[1].scale
+    both = set()
+    for h0, seq in data:
+        res = tc.Device("sim").run(cm, h0, seq)
+        c, nthen = np.clip(np.rint(h0 / s), -127, 127), 0          # the branches' own quantized references
+        for i in range(9):
+            take = bool(np.float32(np.abs(c).sum() * s) > np.float32(24.0))
+            br = cm.bodies["then" if take else "else"]
+            xq = np.clip(np.rint(seq[i] / sx), -127, 127)
+            c = run_int(br.q, {"arg0": c * s, "arg1": xq * sx})[1][br.out_t].reshape(2, 12)
+            nthen += take
+            both.add(take)
+        np.testing.assert_array_equal(res.ints["out"], c)
+        assert (res.ints["trips"], res.ints["then_trips"]) == (9, nthen)
+        np.testing.assert_array_equal(res.outputs[0], cm.reference(h0, seq)[0])
+    assert both == {True, False}
+
+
 @pytest.mark.parametrize("model, msg", [
     (lambda x: tc.loop(lambda h, r: h @ tc.Tensor(np.eye(8, dtype=np.float32)), x, tc.zeros(3, 1))
      + tc.loop(lambda h, r: h @ tc.Tensor(np.eye(8, dtype=np.float32)), x, tc.zeros(2, 1)), "one tc.cond"),
@@ -166,9 +198,9 @@ def test_operands_computed_by_kernels_before_the_loop():
                        lambda v: v, x), "not a threshold"),
     (lambda x: tc.cond((x.exp()).sum() > 1, lambda v: v @ tc.Tensor(np.eye(8, dtype=np.float32)),
                        lambda v: v, x), "predicate must be"),
-    (lambda x: tc.loop(lambda h, r: tc.cond(h.sum() > 0, lambda v: v @ tc.Tensor(np.eye(8, dtype=np.float32)),
-                                            lambda v: v @ tc.Tensor(-np.eye(8, dtype=np.float32)), h),
-                       x, tc.zeros(3, 1)), "nested control flow"),
+    (lambda x: tc.loop(lambda h, r: tc.cond(h.sum() > 0, lambda v: tc.cond(v.sum() > 1, lambda u: u @ tc.Tensor(
+        np.eye(8, dtype=np.float32)), lambda u: u, v), lambda v: v @ tc.Tensor(-np.eye(8, dtype=np.float32)), h),
+        x, tc.zeros(3, 1)), "nested control flow"),
 ])
 def test_not_lowerable_is_a_clear_error(model, msg):
     x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
