@@ -45,7 +45,7 @@ def main(argv=None) -> dict:
     print(cm.summary())
     print(f"binary sha256 {sha}...  (one binary for every T <= {TMAX})")
     rng = np.random.default_rng(1)
-    rows, report = [], {"config": a.config, "compile_s": compile_s, "instructions": len(cm.program), "runs": []}
+    report = {"config": a.config, "compile_s": compile_s, "instructions": len(cm.program), "runs": []}
     print(f"{'T':>4} {'bit exact':>9} {'max err':>9} {'mean err':>9} {'out LSB':>8} {'cycles':>9} "
           f"{'MXU util':>8} {'DRAM bytes':>11}")
     for T in (1, 17, 64):
