@@ -291,31 +291,55 @@ class _Emitter:
         self.e("fence all")
 
     def attention(self, QKV8, O8, kt_dram, v_dram, lane_dram, s_dram, p_dram, label="kblock"):
-        TM, C, R, Q = self.TM, self.C, self.cfg.rows, self.Q
-        H, dh = self.qb.heads, self.qb.d // self.qb.heads
+        """The fused attention. The first key block is peeled: with ``m = -inf`` its ``alpha`` is 0,
+        so it sets ``m``, ``l`` and ``O`` directly (the same values the general step gives)."""
+        TM, R, Q = self.TM, self.cfg.rows, self.Q
+        H = self.qb.heads
         n = H * Q                                   # rows per query block (all heads)
-        nq3 = 3 * H * Q                             # ... of the QKV tensor
         a = self.phase("attention")
-        S, O, M, L, MN, U, Z, G, AL = (a(H * TM) for _ in range(9))
-        MB, LANE = a(n), a(n)
-        KTS, VS = self.spm(H * R), self.spm(H * R)
-        P8 = self.spm(H * TM)
-        v = self.vv
-        self.const_rows(LANE, lane_dram, H)
-        for r in (O, L, M):
-            v(f"vmul acc[{r}], acc[{r}], 0", n, n)
-        v(f"vadd acc[{M}], acc[{M}], {im.NEG}", n, n)
+        r = dict(zip("S O M L MN U Z G AL".split(), (a(H * TM) for _ in range(9))))
+        r["MB"], r["LANE"] = a(n), a(n)
+        r["KTS"], r["VS"], r["P8"] = self.spm(H * R), self.spm(H * R), self.spm(H * TM)
+        self.const_rows(r["LANE"], lane_dram, H)
         self.e(f"add r4, r{DYN_REG}, r0")                 # T - Q kb: the valid lanes of this block
         self.e("seti r1, 0")
         self.e("seti r5, 0")                              # byte offset of the block in K^T
         self.e("seti r6, 0")                              # ... in V
         self.e("fence all")
+        self.key_block(r, QKV8, kt_dram, v_dram, s_dram, p_dram, first=True)
+        self.e(f"bge r1, r{self.NQ}, {label}_done")
         self.label(label)
-        for h in range(H):
-            self.e(f"dma.ld spm[{KTS + h * R}], dram[r5 + {kt_dram + h * dh * TM}], rows={dh}, len={C}, "
-                   f"rstride={TM}")
-            self.e(f"dma.ld spm[{VS + h * R}], dram[r6 + {v_dram + h * TM * dh}], rows={C}, len={dh}, "
-                   f"rstride={dh}")
+        self.key_block(r, QKV8, kt_dram, v_dram, s_dram, p_dram, first=False)
+        self.e(f"blt r1, r{self.NQ}, {label}")             # ceil(T / C) key blocks
+        self.label(f"{label}_done")
+        # O / l: reciprocal of l by Newton, O << (13 - e), one requantization per row (scale = y)
+        O, v = r["O"], self.vv
+        Y, E = r["S"], r["MN"]
+        # 127 <= l <= 127 T: the largest probability of a row is 127 in the block where its
+        # maximum appears, and later blocks keep l (alpha = 1024 exactly when m does not change)
+        self.recip(Y, E, r["L"], n, n, 6, (127 * TM).bit_length())
+        v(f"vmul acc[{E}], acc[{E}], -1", n, n)
+        v(f"vadd acc[{E}], acc[{E}], 13", n, n)
+        v(f"vshl acc[{O}], acc[{O}], acc[{E}]", n, n)
+        self.e("vqcfg shift=27, zp=0, lo=-128, hi=127, round=half_up")
+        self.e(f"seti r12, {n}")
+        self.e(f"mul r13, r{self.NQ}, r12")
+        self.e("loop l1, r13, s0=1, s1=1, s2=1")
+        self._loops = {}
+        self.e(f"vreq spm[{O8}], acc[{O}], acc[{Y}], n=1, rep=l1:1")
+        self.e("fence all")
+
+    def key_block(self, r, QKV8, kt_dram, v_dram, s_dram, p_dram, first: bool):
+        TM, C, R, Q = self.TM, self.C, self.cfg.rows, self.Q
+        H, dh = self.qb.heads, self.qb.d // self.qb.heads
+        n, nq3 = H * Q, 3 * H * Q
+        S, O, M, L, MN, U, Z, G, AL, MB, LANE = (r[k] for k in "S O M L MN U Z G AL MB LANE".split())
+        KTS, VS, P8 = r["KTS"], r["VS"], r["P8"]
+        v = self.vv
+        self.loop(3, H, (R, dh * TM))
+        self.e(f"dma.ld spm[{KTS}], dram[r5 + {kt_dram}], rows={dh}, len={C}, rstride={TM}, rep=l3:1")
+        self.loop(3, H, (R, TM * dh))
+        self.e(f"dma.ld spm[{VS}], dram[r6 + {v_dram}], rows={C}, len={dh}, rstride={dh}, rep=l3:1")
         self.e(f"vsub acc[{MB}], acc[{LANE}], r4, n={n}")
         self.e(f"vsra acc[{MB}], acc[{MB}], 31, n={n}")
         self.e(f"vadd acc[{MB}], acc[{MB}], 1, n={n}")
@@ -333,52 +357,44 @@ class _Emitter:
                      (n, n * C * 4))
             self.e("fence all")
         self.rep(f"vadd acc[{S}], acc[{S}], acc[{MB}], n={n}", (n, n, 0))
-        v(f"vrmax acc[{MN}], acc[{S}]", n, n)
-        v(f"vmax acc[{MN}], acc[{MN}], acc[{M}]", n, n)
-        v(f"vsub acc[{U}], acc[{S}], acc[{MN}]", n, n)
-        self.iexp(U, Z, G, n, n)
-        self.e(f"vqcfg shift={im.EXP_E}, zp=0, lo=0, hi=127, round=half_up")
-        v(f"vreq spm[{P8}], acc[{G}], 127", n, n)
-        v(f"vsub acc[{U}], acc[{M}], acc[{MN}]", n, n)
-        self.iexp(U, Z, G, n, n)
-        v(f"vsra acc[{AL}], acc[{G}], {im.EXP_E - im.ALPHA_BITS}", n, n)
-        v(f"vmov acc[{M}], acc[{MN}]", n, n)
-        v(f"vmul acc[{L}], acc[{L}], acc[{AL}]", n, n)
-        v(f"vsra acc[{L}], acc[{L}], {im.ALPHA_BITS}", n, n)
-        v(f"vrsum acc[{U}], spm[{P8}]", n, n)
-        v(f"vadd acc[{L}], acc[{L}], acc[{U}]", n, n)
-        v(f"vmul acc[{O}], acc[{O}], acc[{AL}]", n, n)
-        v(f"vsra acc[{O}], acc[{O}], {im.ALPHA_BITS}", n, n)
+        if first:                                        # m = rowmax, p = exp(s - m), l = sum p8
+            v(f"vrmax acc[{M}], acc[{S}]", n, n)
+            v(f"vsub acc[{U}], acc[{S}], acc[{M}]", n, n)
+            self.iexp(U, Z, G, n, n)
+            self.e(f"vqcfg shift={im.EXP_E}, zp=0, lo=0, hi=127, round=half_up")
+            v(f"vreq spm[{P8}], acc[{G}], 127", n, n)
+            v(f"vrsum acc[{L}], spm[{P8}]", n, n)
+        else:
+            v(f"vrmax acc[{MN}], acc[{S}]", n, n)
+            v(f"vmax acc[{MN}], acc[{MN}], acc[{M}]", n, n)
+            v(f"vsub acc[{U}], acc[{S}], acc[{MN}]", n, n)
+            self.iexp(U, Z, G, n, n)
+            self.e(f"vqcfg shift={im.EXP_E}, zp=0, lo=0, hi=127, round=half_up")
+            v(f"vreq spm[{P8}], acc[{G}], 127", n, n)
+            v(f"vsub acc[{U}], acc[{M}], acc[{MN}]", n, n)
+            self.iexp(U, Z, G, n, n)
+            v(f"vsra acc[{AL}], acc[{G}], {im.EXP_E - im.ALPHA_BITS}", n, n)
+            v(f"vmov acc[{M}], acc[{MN}]", n, n)
+            v(f"vmul acc[{L}], acc[{L}], acc[{AL}]", n, n)
+            v(f"vsra acc[{L}], acc[{L}], {im.ALPHA_BITS}", n, n)
+            v(f"vrsum acc[{U}], spm[{P8}]", n, n)
+            v(f"vadd acc[{L}], acc[{L}], acc[{U}]", n, n)
+            v(f"vmul acc[{O}], acc[{O}], acc[{AL}]", n, n)
+            v(f"vsra acc[{O}], acc[{O}], {im.ALPHA_BITS}", n, n)
         self.e("fence all")
         if not self.fused:                                # probabilities through DRAM
             self.rep(f"dma.st dram[{p_dram}], spm[{P8}], rows={n}, len={C}, rstride={C}", (n * C, n))
             self.e("fence all")
             self.rep(f"dma.ld spm[{P8}], dram[{p_dram}], rows={n}, len={C}, rstride={C}", (n, n * C))
             self.e("fence all")
+        mm = "mxu.mm" if first else "mxu.mma"            # the first block writes O, later ones add
         for h in range(H):
             self.e(f"mxu.lw spm[{VS + h * R}], k={C}")
-            self.rep(f"mxu.mma acc[{O + h * Q}], spm[{P8 + h * Q}], n={Q}", (n, n))
+            self.rep(f"{mm} acc[{O + h * Q}], spm[{P8 + h * Q}], n={Q}", (n, n))
         self.e("addi r1, r1, 1")
         self.e(f"addi r4, r4, {-C}")
         self.e(f"addi r5, r5, {C}")
         self.e(f"addi r6, r6, {C * dh}")
-        self.e("fence all")
-        self.e(f"blt r1, r{self.NQ}, {label}")             # ceil(T / C) key blocks
-        self._loops = {}
-        # O / l: reciprocal of l by Newton, O << (13 - e), one requantization per row (scale = y)
-        Y, E = S, MN
-        # 127 <= l <= 127 T: the largest probability of a row is 127 in the block where its
-        # maximum appears, and later blocks keep l (alpha = 1024 exactly when m does not change)
-        self.recip(Y, E, L, n, n, 6, (127 * TM).bit_length())
-        v(f"vmul acc[{E}], acc[{E}], -1", n, n)
-        v(f"vadd acc[{E}], acc[{E}], 13", n, n)
-        v(f"vshl acc[{O}], acc[{O}], acc[{E}]", n, n)
-        self.e("vqcfg shift=27, zp=0, lo=-128, hi=127, round=half_up")
-        self.e(f"seti r12, {n}")
-        self.e(f"mul r13, r{self.NQ}, r12")
-        self.e("loop l1, r13, s0=1, s1=1, s2=1")
-        self._loops = {}
-        self.e(f"vreq spm[{O8}], acc[{O}], acc[{Y}], n=1, rep=l1:1")
         self.e("fence all")
 
     def gelu(self, Hh, nb, G8):
