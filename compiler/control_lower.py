@@ -34,7 +34,8 @@ numpy and the chip's result is bit-exact against it. Carry and body result share
 
 Not lowered (``ChipCompileError``): more than one control node, operands computed by ops the
 chip cannot run, deeper nesting than a cond as a loop body (or the while form), captured non-constant
-tensors, loops over dynamic lengths, padded (convolution) carries, bodies whose result layout
+tensors, a symbolic dimension other than a scan loop's length (``dynamic={"T": max}``: the trip
+count is ``r15``, written at launch), padded (convolution) carries, bodies whose result layout
 differs from the carry's, predicates that are not a threshold on such a reduction.
 
 **until_converged** (the hand-built mechanism):
@@ -603,6 +604,7 @@ class ControlModel:
 
     def reference_run(self, feeds: dict) -> tuple:
         """The quantized model in numpy: (outputs, {"trips" | "taken": n, "out": ints})."""
+        feeds, dyn_n = self._launch_feeds(feeds)
         xs = self._operand_ints(feeds)
         if self.kind == "cond":
             p = self.pred
@@ -624,7 +626,7 @@ class ControlModel:
             body = self.bodies["body"]
             c, n = xs[0], 0
             if self.kind == "loop":
-                for i in range(self.trips):
+                for i in range(self.trips if dyn_n is None else dyn_n):
                     c = body.run({0: c, **{j + 1: x[i] for j, x in enumerate(xs[1:])}})
                     n += 1
             else:
@@ -648,6 +650,13 @@ class ControlModel:
 
     def reference(self, *inputs) -> list:
         return self.reference_run(self._feeds(inputs))[0]
+
+    def _launch_feeds(self, feeds: dict) -> tuple:
+        """Feeds padded to the symbolic maximum and the length (``None`` without a symbol)."""
+        if self.dynamic is None:
+            return feeds, None
+        from .dynamic import host_feeds
+        return host_feeds(self.dynamic, feeds)
 
     def _feeds(self, inputs) -> dict:
         if len(inputs) == 1 and isinstance(inputs[0], dict):
@@ -727,7 +736,9 @@ def _amax(vals) -> float:
 
 
 def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, *, per_channel=True,
-                    search=False, search_budget_s=20.0, cache_dir=None, t0=None) -> ControlModel:
+                    search=False, search_budget_s=20.0, cache_dir=None, t0=None, spec=None) -> ControlModel:
+    """``spec`` (compiler.dynamic.DynSpec): a ``loop`` over a symbolic length (axis 0 of its scanned
+    inputs) runs ``n`` trips, ``n`` written by the host into ``DYN_REG``: one binary for every length."""
     t0 = time.perf_counter() if t0 is None else t0
     ctl = [n for n in toposort(list(outputs)) if n.op in CONTROL]
     node = ctl[-1]
@@ -735,13 +746,28 @@ def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, 
         raise _err(f"the chip lowers one tc.cond / tc.loop per model, this one has {len(ctl)}")
     if not all(isinstance(d, int) for d in node.shape) or any(
             not all(isinstance(d, int) for d in s.shape) for s in node.src):
-        raise _err("dynamic dimensions (a loop over a run-time length) are not lowered yet")
+        raise _err("dynamic dimensions in the graph: declare them with tc.compile(..., dynamic={...})")
+    if spec is not None:
+        scanned = node.src[1:1 + node.arg[1]] if node.op is Ops.LOOP else []
+        if node.op is not Ops.LOOP or list(outputs) != [node] or not scanned or any(
+                s.op is not Ops.INPUT or spec.in_axes.get(s.arg[0]) != 0 for s in scanned) or any(
+                n.op is Ops.INPUT and n.arg[0] in spec.in_axes and n not in scanned for n in toposort([node])):
+            raise _err(f"a symbolic dimension ({spec.symbol}) with control flow is lowered only as the length of a "
+                       "loop's scanned inputs (axis 0, model inputs, the loop being the model's output)")
     searcher = None
     if search:
         from .search import Searcher
         searcher = Searcher(cfg, search_budget_s, cache_dir)
     build = _build_cond if node.op is Ops.IF else _build_loop
     cm, L = build(node, names, calib, cfg, per_channel, searcher)
+    if spec is not None:
+        from .dynamic import DYN_REG
+        if cm.kind != "loop" or cm.pre is not None:
+            raise _err(f"a symbolic length ({spec.symbol}) is lowered for a plain scan loop only")
+        i = L.index("loop_top:")
+        assert L[i + 1].startswith("    seti r1,") and L[i + 2].startswith(f"    bge r{R_TRIP}, r1,")
+        L[i + 1:i + 3] = [f"    bge r{R_TRIP}, r{DYN_REG}, loop_done"]      # n trips, n set at launch
+        cm.dynamic = spec
     if list(outputs) != [node]:
         L = L[:-1] + _post_kernels(cm, node, list(outputs), names, calib, cfg, searcher, per_channel) + L[-1:]
     cm.program = _finish(cfg, L, cm.kind)

@@ -202,12 +202,10 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     times["trace"] = time.perf_counter() - t0
     from .ir import CONTROL, toposort
     if any(n.op in CONTROL for n in toposort(outputs)):     # tc.cond / tc.loop: compiler.control_lower
-        if dynamic:
-            raise ChipCompileError("symbolic dimensions and control flow (cond/loop) in one model are not supported")
         from .control_lower import compile_control
         calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
-        return compile_control(outputs, names, single, calib, cfg, per_channel=per_channel,
-                               search=search, search_budget_s=search_budget_s, cache_dir=cache_dir, t0=t0)
+        return compile_control(outputs, names, single, calib, cfg, per_channel=per_channel, search=search,
+                               search_budget_s=search_budget_s, cache_dir=cache_dir, t0=t0, spec=spec)
     graph = engine.prepare(outputs)
     calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
     mkey = None

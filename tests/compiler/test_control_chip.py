@@ -189,6 +189,34 @@ def test_loop_whose_body_branches_on_the_carry():
     assert both == {True, False}
 
 
+def test_loop_over_a_symbolic_length_one_binary():
+    """tc.compile(..., dynamic={"T": 16}): the trip count is the length the host writes at launch."""
+    rng = np.random.default_rng(4)
+    U = (rng.standard_normal((5, 11)) * 0.3).astype(np.float32)
+    Wh = (rng.standard_normal((11, 11)) * 0.2).astype(np.float32)
+    rnn = lambda h0, seq: tc.loop(lambda h, x: (h @ tc.Tensor(Wh) + x @ tc.Tensor(U)).relu(), h0, seq)
+    h0 = rng.standard_normal((3, 11)).astype(np.float32)
+    seq = rng.standard_normal((16, 3, 5)).astype(np.float32)
+    cm = tc.compile(rnn, {"h0": h0, "seq": seq}, dynamic={"T": 16}, shapes={"seq": ("T", 3, 5)})
+    code = cm.program.code_bytes()
+    body, s, sx = cm.bodies["body"], cm.out_scale, cm.operands[1].scale
+    cycles = []
+    for T in (1, 7, 16):
+        res = tc.Device("sim").run(cm, {"h0": h0, "seq": seq[:T]})
+        assert cm.program.code_bytes() == code and res.ints["trips"] == T
+        c = np.clip(np.rint(h0 / s), -127, 127)
+        for i in range(T):
+            xq = np.clip(np.rint(seq[i] / sx), -127, 127)
+            c = run_int(body.q, {"arg0": c * s, "arg1": xq * sx})[1][body.out_t].reshape(3, 11)
+        np.testing.assert_array_equal(res.ints["out"], c)
+        np.testing.assert_array_equal(res.outputs[0], cm.reference({"h0": h0, "seq": seq[:T]})[0])
+        cycles.append(res.stats.cycles)
+    assert cycles == sorted(cycles) and len(set(cycles)) == 3
+    with pytest.raises(tc.ChipCompileError, match="symbolic"):
+        tc.compile(lambda x: tc.cond(x.sum() > 0, lambda v: v @ tc.Tensor(Wh), lambda v: v, x), [h0],
+                   dynamic={"N": 3})
+
+
 @pytest.mark.parametrize("model, msg", [
     (lambda x: tc.loop(lambda h, r: h @ tc.Tensor(np.eye(8, dtype=np.float32)), x, tc.zeros(3, 1))
      + tc.loop(lambda h, r: h @ tc.Tensor(np.eye(8, dtype=np.float32)), x, tc.zeros(2, 1)), "one tc.cond"),
