@@ -149,3 +149,15 @@ def test_stack_of_blocks():
     assert _sha(cm) == h
     phases = [name for name, _ in cm.layout.phases]
     assert "block 0: attention" in phases and "block 1: attention" in phases
+
+
+def test_maximum_not_a_multiple_of_the_array(setup):
+    block, calib, _, _, _ = setup
+    cm = tc.compile(block, calib[0][:, :40], calibration=[[c] for c in calib], dynamic={"T": 40})
+    assert cm.tm == 48
+    rng = np.random.default_rng(11)
+    for T in (1, 33, 40):
+        x = rng.standard_normal((1, T, 64)).astype(np.float32)
+        assert np.array_equal(tc.Device("sim").run(cm, x).ints["out"][:, :T], cm.reference_int(x)), T
+    with pytest.raises(tc.ChipCompileError, match="outside 1..40"):
+        cm.reference_int(np.zeros((1, 41, 64), np.float32))
