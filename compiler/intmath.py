@@ -232,7 +232,7 @@ def i_gelu(acc, p: GeluParams) -> np.ndarray:
 
 
 # --- attention -----------------------------------------------------------------------------------
-def attention_head(q, k, v, ep: ExpParams, blk: int) -> np.ndarray:
+def attention_head(q, k, v, ep: ExpParams, blk: int, causal: bool = False) -> np.ndarray:
     """One head: int8 ``q (T, dh)``, ``k, v (T, dh)`` -> int8 ``(T, dh)`` at v's scale.
 
     Key blocks of ``blk`` keys in order; per block: scores ``s = q k^T`` (int32), running max
@@ -241,6 +241,7 @@ def attention_head(q, k, v, ep: ExpParams, blk: int) -> np.ndarray:
     ``O = (O alpha >> 10) + p8 @ v``. Finally ``O / l`` with ``recip`` and one requantization.
     ``127 <= l <= 127 T``: a row's largest probability is 127 in the block where its maximum
     appears (``i_exp(0) = 32796``), and ``alpha = 1024`` exactly while the maximum stays.
+    ``causal``: scores of keys after the query get ``NEG`` added (their ``exp`` is exactly 0).
     """
     q, k, v = (np.asarray(a, np.int64) for a in (q, k, v))
     T = q.shape[0]
@@ -249,6 +250,8 @@ def attention_head(q, k, v, ep: ExpParams, blk: int) -> np.ndarray:
     o = np.zeros((T, v.shape[1]), np.int64)
     for j in range(0, k.shape[0], blk):
         s = q @ k[j:j + blk].T
+        if causal:
+            s = s + np.where(np.arange(j, j + s.shape[1])[None, :] > np.arange(T)[:, None], NEG, 0)
         m_new = np.maximum(m, s.max(-1, keepdims=True))
         p8 = requant(i_exp(s - m_new, ep), 127, EXP_E, 0, 127)
         alpha = i_exp(m - m_new, ep) >> (EXP_E - ALPHA_BITS)

@@ -90,8 +90,9 @@ def _ln(x, g, b, eps):
     return (x - mu) / np.sqrt(x.var(-1, keepdims=True) + eps) * g + b
 
 
-def float_block(w: BlockWeights, x) -> tuple[np.ndarray, dict]:
-    """The float block on ``x (T, d)`` (float64) and its intermediates (for calibration)."""
+def float_block(w: BlockWeights, x, causal: bool = False) -> tuple[np.ndarray, dict]:
+    """The float block on ``x (T, d)`` (float64) and its intermediates (for calibration);
+    ``causal``: query ``i`` attends to keys ``<= i`` (``block(x, is_causal=True)``)."""
     x = np.asarray(x, np.float64)
     d, H = w.d, w.heads
     dh = d // H
@@ -102,6 +103,8 @@ def float_block(w: BlockWeights, x) -> tuple[np.ndarray, dict]:
     for h in range(H):
         sl = slice(h * dh, (h + 1) * dh)
         s = q[:, sl] @ k[:, sl].T / math.sqrt(dh)
+        if causal:
+            s = np.where(np.arange(len(s))[None, :] > np.arange(len(s))[:, None], -np.inf, s)
         p = np.exp(s - s.max(-1, keepdims=True))
         att[:, sl] = (p / p.sum(-1, keepdims=True)) @ v[:, sl]
     x1 = x + att @ w.wo + w.bo
@@ -145,10 +148,11 @@ class QBlock:
     w2: np.ndarray
     b2: np.ndarray
     res2: tuple
+    causal: bool = False
 
 
-def quantize_block(w: BlockWeights, calib: list) -> QBlock:
-    acts = [float_block(w, c)[1] for c in calib]
+def quantize_block(w: BlockWeights, calib: list, causal: bool = False) -> QBlock:
+    acts = [float_block(w, c, causal)[1] for c in calib]
 
     def sc(k):
         return max(max(float(np.abs(a[k]).max()) for a in acts), 1e-6) / 127
@@ -181,7 +185,7 @@ def quantize_block(w: BlockWeights, calib: list) -> QBlock:
                   im.LNParams.make(*w.ln1, s["x"], s["a1"]), im.LNParams.make(*w.ln2, s["x1"], s["a2"]),
                   wqkv, bqkv, np.concatenate(m_qkv), tuple(shs), ep, wo, bo,
                   (int(mx[0]), shx, mo, sho), w1, b1, gp, (int(gm[0]), gsh), w2, b2,
-                  (int(mx2[0]), shx2, m2, sh2))
+                  (int(mx2[0]), shx2, m2, sh2), causal)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -195,8 +199,8 @@ def reference_int(qb: QBlock, xq, blk: int) -> np.ndarray:
     a1 = im.layernorm(x, qb.ln1)
     acc = a1 @ qb.wqkv + qb.bqkv
     qkv = [im.requant(acc[:, i * d:(i + 1) * d], qb.m_qkv[i * d:(i + 1) * d], qb.sh_qkv[i]) for i in range(3)]
-    att = np.concatenate([im.attention_head(*(t[:, h * dh:(h + 1) * dh] for t in qkv), qb.ep, blk)
-                          for h in range(H)], 1)
+    att = np.concatenate([im.attention_head(*(t[:, h * dh:(h + 1) * dh] for t in qkv), qb.ep, blk,
+                                            qb.causal) for h in range(H)], 1)
     mx, shx, mo, sho = qb.res1
     x1 = np.clip(im.requant(x, mx, shx) + im.requant(att @ qb.wo + qb.bo, mo, sho), -128, 127)
     a2 = im.layernorm(x1, qb.ln2)
@@ -284,7 +288,7 @@ class CompiledTransformer:
     def float_reference(self, x) -> np.ndarray:
         y = self.feeds([x])["x"][0]
         for w in self.weights:
-            y = float_block(w, y)[0]
+            y = float_block(w, y, self.qblock.causal)[0]
         return y[None]
 
     @property
@@ -308,9 +312,10 @@ class CompiledTransformer:
 
 
 def compile_block(model, example_inputs, config="base", *, calibration=None, dynamic=None, shapes=None,
-                  fused: bool = True) -> CompiledTransformer:
+                  fused: bool = True, causal: bool = False) -> CompiledTransformer:
     """Compile a ``tc.nn.TransformerBlock`` or an ``nn.Sequential`` of them (see the module doc).
-    ``dynamic={"T": max}``; the sequence axis is axis 1 of ``x (1, T, d)`` (or axis 0 of ``x (T, d)``)."""
+    ``dynamic={"T": max}``; the sequence axis is axis 1 of ``x (1, T, d)`` (or axis 0 of ``x (T, d)``).
+    ``causal=True``: the blocks as called with ``is_causal=True`` (a decoder)."""
     t0 = time.perf_counter()
     cfg = ChipConfig.load(config)
     blocks = blocks_of(model)
@@ -344,10 +349,10 @@ def compile_block(model, example_inputs, config="base", *, calibration=None, dyn
     for wi in ws:
         check_shapes(cfg, wi.d, wi.heads, wi.ff)
         try:
-            qbs.append(quantize_block(wi, calib))
+            qbs.append(quantize_block(wi, calib, causal))
         except ValueError as e:
             raise ChipCompileError(f"TransformerBlock: {e} (calibration data of a useful range needed)") from None
-        calib = [float_block(wi, c)[0] for c in calib]  # the next block calibrates on this one's output
+        calib = [float_block(wi, c, causal)[0] for c in calib]  # the next block calibrates on this one's output
     prog, lay, text = emit(cfg, qbs, tm, fused)
     spec = DynSpec(sym, tmax, {"x": 1}, [1])
     return CompiledTransformer(cfg, prog, qbs, ws, tmax, tm, lay, spec, fused, time.perf_counter() - t0, text)

@@ -290,9 +290,11 @@ class _Emitter:
         self.rep(f"vadd spm[{dst8}], spm[{R1}], spm[{R2}], n={S}", (S, S, S))
         self.e("fence all")
 
-    def attention(self, QKV8, O8, kt_dram, v_dram, lane_dram, s_dram, p_dram, label="kblock"):
+    def attention(self, QKV8, O8, kt_dram, v_dram, lane_dram, s_dram, p_dram, label="kblock", qidx=None):
         """The fused attention. The first key block is peeled: with ``m = -inf`` its ``alpha`` is 0,
-        so it sets ``m``, ``l`` and ``O`` directly (the same values the general step gives)."""
+        so it sets ``m``, ``l`` and ``O`` directly (the same values the general step gives).
+        Causal blocks mask key ``16 kb + lane`` of row ``(qb, h, i)`` when it exceeds the query
+        ``16 qb + i`` (a constant row block ``QIDX``); the length mask is then implied for valid rows."""
         TM, R, Q = self.TM, self.cfg.rows, self.Q
         H = self.qb.heads
         n = H * Q                                   # rows per query block (all heads)
@@ -301,6 +303,11 @@ class _Emitter:
         r["MB"], r["LANE"] = a(n), a(n)
         r["KTS"], r["VS"], r["P8"] = self.spm(H * R), self.spm(H * R), self.spm(H * TM)
         self.const_rows(r["LANE"], lane_dram, H)
+        if self.qb.causal:
+            r["QIDX"], r["CM"] = a(H * TM), a(H * TM)
+            self.rep(f"dma.ld acc[{r['QIDX']}], dram[{qidx}], rows={n}, len={self.C}, rstride={self.C * 4}, "
+                     f"estride=4", (n, n * self.C * 4))
+            self.e("seti r7, 0")                          # Q kb: the first key of the block
         self.e(f"add r4, r{DYN_REG}, r0")                 # T - Q kb: the valid lanes of this block
         self.e("seti r1, 0")
         self.e("seti r5, 0")                              # byte offset of the block in K^T
@@ -340,10 +347,17 @@ class _Emitter:
         self.e(f"dma.ld spm[{KTS}], dram[r5 + {kt_dram}], rows={dh}, len={C}, rstride={TM}, rep=l3:1")
         self.loop(3, H, (R, TM * dh))
         self.e(f"dma.ld spm[{VS}], dram[r6 + {v_dram}], rows={C}, len={dh}, rstride={dh}, rep=l3:1")
-        self.e(f"vsub acc[{MB}], acc[{LANE}], r4, n={n}")
-        self.e(f"vsra acc[{MB}], acc[{MB}], 31, n={n}")
-        self.e(f"vadd acc[{MB}], acc[{MB}], 1, n={n}")
-        self.e(f"vmul acc[{MB}], acc[{MB}], {im.NEG}, n={n}")
+        if not self.qb.causal:                           # keys >= T: -2^30
+            self.e(f"vsub acc[{MB}], acc[{LANE}], r4, n={n}")
+            self.e(f"vsra acc[{MB}], acc[{MB}], 31, n={n}")
+            self.e(f"vadd acc[{MB}], acc[{MB}], 1, n={n}")
+            self.e(f"vmul acc[{MB}], acc[{MB}], {im.NEG}, n={n}")
+        else:                                            # keys after the query: -2^30
+            CM = r["CM"]
+            self.rep(f"vsub acc[{CM}], acc[{r['QIDX']}], acc[{LANE}], n={n}", (n, n, 0))
+            v(f"vsub acc[{CM}], acc[{CM}], r7", n, n)
+            v(f"vsra acc[{CM}], acc[{CM}], 31", n, n)
+            v(f"vmul acc[{CM}], acc[{CM}], {-im.NEG}", n, n)
         self.e("fence all")
         for h in range(H):
             self.e(f"mxu.lw spm[{KTS + h * R}], k={dh}")
@@ -356,7 +370,10 @@ class _Emitter:
             self.rep(f"dma.ld acc[{S}], dram[{s_dram}], rows={n}, len={C}, rstride={C * 4}, estride=4",
                      (n, n * C * 4))
             self.e("fence all")
-        self.rep(f"vadd acc[{S}], acc[{S}], acc[{MB}], n={n}", (n, n, 0))
+        if not self.qb.causal:
+            self.rep(f"vadd acc[{S}], acc[{S}], acc[{MB}], n={n}", (n, n, 0))
+        else:
+            v(f"vadd acc[{S}], acc[{S}], acc[{r['CM']}]", n, n)
         if first:                                        # m = rowmax, p = exp(s - m), l = sum p8
             v(f"vrmax acc[{M}], acc[{S}]", n, n)
             v(f"vsub acc[{U}], acc[{S}], acc[{M}]", n, n)
@@ -395,6 +412,8 @@ class _Emitter:
         self.e(f"addi r4, r4, {-C}")
         self.e(f"addi r5, r5, {C}")
         self.e(f"addi r6, r6, {C * dh}")
+        if self.qb.causal:
+            self.e(f"addi r7, r7, {C}")
         self.e("fence all")
 
     def gelu(self, Hh, nb, G8):
@@ -481,6 +500,9 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
         return k.add(np.asarray(v, np.int64).astype(np.int32).reshape(-1, C))
 
     lane = rows32(np.tile(np.arange(C), H))
+    # causal: the query index of every attention row (query block, head, row), in all lanes
+    qidx = rows32(np.repeat((np.arange(TM // C)[:, None, None] * C + np.arange(C)[None, None, :])
+                            .repeat(H, 1).reshape(-1), C)) if any(q.causal for q in qbs) else None
     ads = [dict(
         ln1g=rows32(qb.ln1.g), ln1b=rows32(qb.ln1.b), ln2g=rows32(qb.ln2.g), ln2b=rows32(qb.ln2.b),
         wqkv=tiles(qb.wqkv), bqkv=rows32(qb.bqkv), sqkv=rows32(qb.m_qkv),
@@ -534,7 +556,7 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
         em.rep(f"dma.st dram[{lay.v}], spm[{QKV8 + 2 * H * Q}], rows={Q}, len={dh}, rstride={dh}",
                (Q * dh, 3 * H * Q), inner=(H, (TM * dh, Q)))
         em.e("fence all")
-        em.attention(QKV8, O8, lay.kt, lay.v, lane, lay.s, lay.p, f"kblock{bi}")
+        em.attention(QKV8, O8, lay.kt, lay.v, lane, lay.s, lay.p, f"kblock{bi}", qidx)
         OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection")
         mx, shx, _, sho = qb.res1
         em.residual(X8, OUT, SC, mx, shx, sho, X1)

@@ -161,3 +161,28 @@ def test_maximum_not_a_multiple_of_the_array(setup):
         assert np.array_equal(tc.Device("sim").run(cm, x).ints["out"][:, :T], cm.reference_int(x)), T
     with pytest.raises(tc.ChipCompileError, match="outside 1..40"):
         cm.reference_int(np.zeros((1, 41, 64), np.float32))
+
+
+def test_causal_block(setup):
+    """``compile_block(..., causal=True)``: the block as ``block(x, is_causal=True)`` (a decoder);
+    keys after the query are masked on the chip from a query-index row block."""
+    block, calib, _, _, _ = setup
+    cm = compile_block(block, calib[0], "base", calibration=[[c] for c in calib], dynamic={"T": 64}, causal=True)
+    rng = np.random.default_rng(13)
+    s = cm.qblock.s
+    for T in TS:
+        # inputs inside the calibrated range (clipping at the input scale is not what is measured)
+        x = np.clip(rng.standard_normal((1, T, 64)), -127 * s["x"], 127 * s["x"]).astype(np.float32)
+        res = tc.Device("sim").run(cm, x)
+        assert np.array_equal(res.ints["out"][:, :T], cm.reference_int(x)), T
+        want = cm.float_reference(x)
+        assert np.abs(want - block(tc.Tensor(x), is_causal=True).numpy()).max() < 1e-4
+        assert np.abs(res.outputs[0] - want).max() < 3 * (s["out"] + s["x1"])
+    # on the chip, token 0 ignores every later token (and the non-causal block does not)
+    x = rng.standard_normal((1, 5, 64)).astype(np.float32)
+    y = np.concatenate([x[:, :1], rng.standard_normal((1, 4, 64)).astype(np.float32)], 1)
+    a, b = (tc.Device("sim").run(cm, z).ints["out"] for z in (x, y))
+    assert np.array_equal(a[:, 0], b[:, 0]) and not np.array_equal(a[:, 1:5], b[:, 1:5])
+    _, _, full, _, _ = setup
+    a, b = (tc.Device("sim").run(full, z).ints["out"] for z in (x, y))
+    assert not np.array_equal(a[:, 0], b[:, 0])
