@@ -10,8 +10,8 @@ Activations live in SPM/ACC *query-block major* (see ``_Emitter``), so every pha
 ``r14 = ceil(T / cols)`` query blocks: the work scales with T from one binary.
 
 Registers: r15 = T (written by the host), r14 = ceil(T / cols); the attention loop uses r1 (key
-block), r4 (T - cols * block: the valid lanes), r5/r6 (DRAM byte offsets of the K^T / V tiles);
-r3, r12, r13 are temporaries. Loop registers: l1 (query blocks), l2 (an inner level), l3 (constant
+block), r4 (T - cols * block: the valid lanes), r5/r6 (DRAM byte offsets of the K^T / V tiles),
+r7 (causal: the block's first key); r3, r12, r13 are temporaries. Loop registers: l1 (query blocks), l2 (an inner level), l3 (constant
 row blocks).
 """
 from __future__ import annotations
