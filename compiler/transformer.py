@@ -215,9 +215,12 @@ def reference_int(qb: QBlock, xq, blk: int) -> np.ndarray:
 def blocks_of(model) -> list | None:
     """The TransformerBlocks of ``model`` (one block, or an ``nn.Sequential`` of blocks); else None."""
     from .nn import Sequential, TransformerBlock
-    if isinstance(model, TransformerBlock):
+
+    def exact(m):          # a subclass may change forward (e.g. is_causal): not recognised
+        return type(m) is TransformerBlock
+    if exact(model):
         return [model]
-    if isinstance(model, Sequential) and len(model) and all(isinstance(m, TransformerBlock) for m in model.layers):
+    if type(model) is Sequential and len(model) and all(exact(m) for m in model.layers):
         return list(model.layers)
     return None
 

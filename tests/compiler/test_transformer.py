@@ -186,3 +186,12 @@ def test_causal_block(setup):
     _, _, full, _, _ = setup
     a, b = (tc.Device("sim").run(full, z).ints["out"] for z in (x, y))
     assert not np.array_equal(a[:, 0], b[:, 0])
+
+
+def test_subclass_with_another_forward_is_not_taken_for_a_block():
+    class Decoder(tc.nn.TransformerBlock):
+        def forward(self, x):
+            return super().forward(x, is_causal=True)
+
+    with pytest.raises(tc.ChipCompileError):       # the generic pipeline: no softmax in the graph IR
+        tc.compile(Decoder(64, 4), np.random.default_rng(0).standard_normal((1, 8, 64)).astype(np.float32))
