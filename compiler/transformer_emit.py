@@ -113,9 +113,9 @@ class _Emitter:
         self.rep(f"{ins}, n={n}", (st, st, st))
 
     # --- VPU sequences (each mirrors a function of compiler.intmath) ---------------------------
-    def ilog2(self, E, V, n, st, lo: int = 0, steps=(16, 8, 4, 2, 1)):
+    def ilog2(self, E, V, n, st, lo: int = 0, steps=(16, 8, 4, 2, 1), temps=None):
         """``E = floor(log2 V)`` for ``2^lo <= V < 2^(lo + sum(steps) + 1)``."""
-        W, T = self.acc(st * self.TM // self.Q), self.acc(st * self.TM // self.Q)
+        W, T = temps or (self.acc(st * self.TM // self.Q), self.acc(st * self.TM // self.Q))
         self.vv(f"vsra acc[{W}], acc[{V}], {lo}", n, st)
         self.vv(f"vmul acc[{E}], acc[{V}], 0", n, st)
         if lo:
@@ -127,14 +127,14 @@ class _Emitter:
             self.vv(f"vsra acc[{W}], acc[{W}], acc[{T}]", n, st)
             self.vv(f"vadd acc[{E}], acc[{E}], acc[{T}]", n, st)
 
-    def recip(self, Y, E, V, n, st, lo: int, hi: int):
-        """``1/V`` for ``2^lo <= V < 2^hi`` (the bounds shorten the log2 search)."""
-        A, U = self.acc(st * self.TM // self.Q), self.acc(st * self.TM // self.Q)
+    def recip(self, Y, E, V, n, st, lo: int, hi: int, temps):
+        """``1/V`` for ``2^lo <= V < 2^hi`` (the bounds shorten the log2 search); 4 temporaries."""
+        A, U = temps[:2]
         steps, k = [], 1
         while sum(steps) < hi - 1 - lo:
             steps.insert(0, k)
             k *= 2
-        self.ilog2(E, V, n, st, lo, tuple(steps))
+        self.ilog2(E, V, n, st, lo, tuple(steps), temps[2:])
         q = im.RECIP_Q
         v = self.vv
         v(f"vshl acc[{A}], acc[{V}], {q}", n, st)
@@ -299,12 +299,13 @@ class _Emitter:
         H = self.qb.heads
         n = H * Q                                   # rows per query block (all heads)
         a = self.phase("attention")
-        r = dict(zip("S O M L MN U Z G AL".split(), (a(H * TM) for _ in range(9))))
+        r = dict(zip("S O M L U Z G".split(), (a(H * TM) for _ in range(7))))
+        r["AL"] = r["Z"]                # alpha: Z is free once i_exp has shifted by it
         r["MB"], r["LANE"] = a(n), a(n)
         r["KTS"], r["VS"], r["P8"] = self.spm(H * R), self.spm(H * R), self.spm(H * TM)
         self.const_rows(r["LANE"], lane_dram, H)
         if self.qb.causal:
-            r["QIDX"], r["CM"] = a(H * TM), a(H * TM)
+            r["QIDX"], r["CM"] = a(H * TM), r["U"]      # the mask is added before U is used
             self.rep(f"dma.ld acc[{r['QIDX']}], dram[{qidx}], rows={n}, len={self.C}, rstride={self.C * 4}, "
                      f"estride=4", (n, n * self.C * 4))
             self.e("seti r7, 0")                          # Q kb: the first key of the block
@@ -321,10 +322,10 @@ class _Emitter:
         self.label(f"{label}_done")
         # O / l: reciprocal of l by Newton, O << (13 - e), one requantization per row (scale = y)
         O, v = r["O"], self.vv
-        Y, E = r["S"], r["MN"]
+        Y, E = r["S"], r["M"]
         # 127 <= l <= 127 T: the largest probability of a row is 127 in the block where its
         # maximum appears, and later blocks keep l (alpha = 1024 exactly when m does not change)
-        self.recip(Y, E, r["L"], n, n, 6, (127 * TM).bit_length())
+        self.recip(Y, E, r["L"], n, n, 6, (127 * TM).bit_length(), (r["U"], r["Z"], r["Z"], r["G"]))
         v(f"vmul acc[{E}], acc[{E}], -1", n, n)
         v(f"vadd acc[{E}], acc[{E}], 13", n, n)
         v(f"vshl acc[{O}], acc[{O}], acc[{E}]", n, n)
@@ -340,7 +341,7 @@ class _Emitter:
         TM, C, R, Q = self.TM, self.C, self.cfg.rows, self.Q
         H, dh = self.qb.heads, self.qb.d // self.qb.heads
         n, nq3 = H * Q, 3 * H * Q
-        S, O, M, L, MN, U, Z, G, AL, MB, LANE = (r[k] for k in "S O M L MN U Z G AL MB LANE".split())
+        S, O, M, L, U, Z, G, AL, MB, LANE = (r[k] for k in "S O M L U Z G AL MB LANE".split())
         KTS, VS, P8 = r["KTS"], r["VS"], r["P8"]
         v = self.vv
         self.loop(3, H, (R, dh * TM))
@@ -376,22 +377,22 @@ class _Emitter:
             v(f"vadd acc[{S}], acc[{S}], acc[{r['CM']}]", n, n)
         if first:                                        # m = rowmax, p = exp(s - m), l = sum p8
             v(f"vrmax acc[{M}], acc[{S}]", n, n)
-            v(f"vsub acc[{U}], acc[{S}], acc[{M}]", n, n)
-            self.iexp(U, Z, G, n, n)
+            v(f"vsub acc[{S}], acc[{S}], acc[{M}]", n, n)
+            self.iexp(S, Z, G, n, n)
             self.e(f"vqcfg shift={im.EXP_E}, zp=0, lo=0, hi=127, round=half_up")
             v(f"vreq spm[{P8}], acc[{G}], 127", n, n)
             v(f"vrsum acc[{L}], spm[{P8}]", n, n)
-        else:
-            v(f"vrmax acc[{MN}], acc[{S}]", n, n)
-            v(f"vmax acc[{MN}], acc[{MN}], acc[{M}]", n, n)
-            v(f"vsub acc[{U}], acc[{S}], acc[{MN}]", n, n)
-            self.iexp(U, Z, G, n, n)
+        else:                                            # U = m_new; S: s - m_new, then m - m_new
+            v(f"vrmax acc[{U}], acc[{S}]", n, n)
+            v(f"vmax acc[{U}], acc[{U}], acc[{M}]", n, n)
+            v(f"vsub acc[{S}], acc[{S}], acc[{U}]", n, n)
+            self.iexp(S, Z, G, n, n)
             self.e(f"vqcfg shift={im.EXP_E}, zp=0, lo=0, hi=127, round=half_up")
             v(f"vreq spm[{P8}], acc[{G}], 127", n, n)
-            v(f"vsub acc[{U}], acc[{M}], acc[{MN}]", n, n)
-            self.iexp(U, Z, G, n, n)
+            v(f"vsub acc[{S}], acc[{M}], acc[{U}]", n, n)
+            self.iexp(S, Z, G, n, n)
             v(f"vsra acc[{AL}], acc[{G}], {im.EXP_E - im.ALPHA_BITS}", n, n)
-            v(f"vmov acc[{M}], acc[{MN}]", n, n)
+            v(f"vmov acc[{M}], acc[{U}]", n, n)
             v(f"vmul acc[{L}], acc[{L}], acc[{AL}]", n, n)
             v(f"vsra acc[{L}], acc[{L}], {im.ALPHA_BITS}", n, n)
             v(f"vrsum acc[{U}], spm[{P8}]", n, n)
@@ -417,24 +418,34 @@ class _Emitter:
         self.e("fence all")
 
     def gelu(self, Hh, nb, G8):
-        p, Q = self.qb.gelu, self.Q
-        n = nb * Q
-        A, T = self.acc(nb * self.TM), self.acc(nb * self.TM)
-        v = self.vv
-        v(f"vsra acc[{Hh}], acc[{Hh}], {p.sh}", n, n)
-        v(f"vmin acc[{Hh}], acc[{Hh}], {p.hc}", n, n)
-        v(f"vmax acc[{Hh}], acc[{Hh}], {-p.hc}", n, n)
-        v(f"vabs acc[{A}], acc[{Hh}]", n, n)
-        v(f"vmin acc[{T}], acc[{A}], {-p.qb}", n, n)
-        v(f"vadd acc[{T}], acc[{T}], {p.qb}", n, n)
-        v(f"vmul acc[{T}], acc[{T}], acc[{T}]", n, n)
-        v(f"vadd acc[{T}], acc[{T}], {p.qc}", n, n)
-        v(f"vmul acc[{A}], acc[{A}], acc[{T}]", n, n)
-        v(f"vmul acc[{Hh}], acc[{Hh}], {p.q1}", n, n)
-        v(f"vadd acc[{A}], acc[{A}], acc[{Hh}]", n, n)
+        """``intmath.i_gelu`` then ``vreq`` to int8, in chunks of column blocks sized to the free ACC."""
+        p, Q, TM = self.qb.gelu, self.Q, self.TM
+        free = self.cfg.acc_rows - self.acc.top
+        ch = max((c for c in range(1, nb + 1) if nb % c == 0 and 2 * c * TM <= free), default=0)
+        if not ch:
+            raise ChipCompileError(f"TransformerBlock: GELU temporaries do not fit ACC on config "
+                                   f"{self.cfg.name!r} (lower the maximum T)")
+        A, T = self.acc(ch * TM), self.acc(ch * TM)
+        S, n = nb * Q, ch * Q                             # rows per query block: H region, chunk
         gm, gsh = self.qb.g_req
         self.e(f"vqcfg shift={gsh}, zp=0, lo=-128, hi=127, round=half_up")
-        v(f"vreq spm[{G8}], acc[{A}], {gm}", n, n)
+        for c in range(nb // ch):
+            h = Hh + c * n
+            ops = [  # (text, strides of the memory operands)
+                (f"vsra acc[{h}], acc[{h}], {p.sh}", (S, S)),
+                (f"vmin acc[{h}], acc[{h}], {p.hc}", (S, S)),
+                (f"vmax acc[{h}], acc[{h}], {-p.hc}", (S, S)),
+                (f"vabs acc[{A}], acc[{h}]", (n, S)),
+                (f"vmin acc[{T}], acc[{A}], {-p.qb}", (n, n)),
+                (f"vadd acc[{T}], acc[{T}], {p.qb}", (n, n)),
+                (f"vmul acc[{T}], acc[{T}], acc[{T}]", (n, n, n)),
+                (f"vadd acc[{T}], acc[{T}], {p.qc}", (n, n)),
+                (f"vmul acc[{A}], acc[{A}], acc[{T}]", (n, n, n)),
+                (f"vmul acc[{h}], acc[{h}], {p.q1}", (S, S)),
+                (f"vadd acc[{A}], acc[{A}], acc[{h}]", (n, n, S)),
+                (f"vreq spm[{G8 + c * n}], acc[{A}], {gm}", (S, n))]
+            for text, st in ops:
+                self.rep(f"{text}, n={n}", st)
         self.e("fence all")
 
 

@@ -195,3 +195,14 @@ def test_subclass_with_another_forward_is_not_taken_for_a_block():
 
     with pytest.raises(tc.ChipCompileError):       # the generic pipeline: no softmax in the graph IR
         tc.compile(Decoder(64, 4), np.random.default_rng(0).standard_normal((1, 8, 64)).astype(np.float32))
+
+
+def test_longest_sequence_on_base(setup):
+    """T up to 128 (the softmax denominator's fixed point, 127 T < 2^14) fits base's ACC."""
+    block, calib, _, _, _ = setup
+    cm = tc.compile(block, calib[0], calibration=[[c] for c in calib], dynamic={"T": 128})
+    x = np.random.default_rng(17).standard_normal((1, 128, 64)).astype(np.float32)
+    res = tc.Device("sim").run(cm, x)
+    assert np.array_equal(res.ints["out"], cm.reference_int(x))
+    with pytest.raises(tc.ChipCompileError, match="maximum T"):
+        tc.compile(block, calib[0], dynamic={"T": 130})
