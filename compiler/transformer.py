@@ -43,7 +43,7 @@ from isa.config import ChipConfig
 from . import intmath as im
 from .dynamic import DynSpec, host_feeds, pad_to
 from .schedule import ChipCompileError
-from .transformer_emit import DYN_REG, Layout, check_shapes, dram_bytes_by_phase, emit  # noqa: F401
+from .transformer_emit import DYN_REG, Layout, check_shapes, cycles_by_phase, dram_bytes_by_phase, emit  # noqa: F401
 
 
 # ------------------------------------------------------------------------------------------------

@@ -215,11 +215,11 @@ class _Emitter:
         self.rep(f"{ins.format(a=f'acc[{BIG}]', r=f'acc[{ROW}]')}, n={Q}", (nb * Q, nb * Q, Q),
                  inner=(nb, (Q, Q, 0)))
 
-    def layernorm(self, X8, OUT8, p: im.LNParams, g_dram, b_dram, hook=None):
+    def layernorm(self, X8, OUT8, p: im.LNParams, g_dram, b_dram, hook=None, name="LayerNorm"):
         TM, Q, d = self.TM, self.Q, self.qb.d
         nb = d // Q
         N, S = nb * Q, nb * Q                     # rows per query block of a d-wide tensor
-        a = self.phase("LayerNorm")
+        a = self.phase(name)
         GB, BB, XC, SS = a(N), a(N), a(nb * TM), a(nb * TM)
         SUM, V, Y, H = a(TM), a(TM), a(TM), a(TM)
         self.const_rows(GB, g_dram, nb)
@@ -550,7 +550,7 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
             for key, (K, N) in (("wqkv", (d, 3 * d)), ("wo", (d, d)), ("w1", (d, ff)), ("w2", (ff, d))):
                 em.e(f"dma.ld spm[{WS[key]}], dram[{ad[key]}], rows={K * N // C}, len={C}, rstride={C}")
 
-        em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"], prefetch)
+        em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"], prefetch, "LayerNorm 1")
 
         def store_kt(OUT, SC, qb=qb):               # K first: its transposing store overlaps Q, V
             em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, nb, 2 * nb, qb.sh_qkv[1])
@@ -568,13 +568,13 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
                (Q * dh, 3 * H * Q), inner=(H, (TM * dh, Q)))
         em.e("fence all")
         em.attention(QKV8, O8, lay.kt, lay.v, lane, lay.s, lay.p, f"kblock{bi}", qidx)
-        OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection")
+        OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection + residual")
         mx, shx, _, sho = qb.res1
         em.residual(X8, OUT, SC, mx, shx, sho, X1)
-        em.layernorm(X1, A2, qb.ln2, ad["ln2g"], ad["ln2b"])
-        OUT, _ = em.gemm(A2, d, ff, WS["w1"], ad["b1"], None, "FC1")
+        em.layernorm(X1, A2, qb.ln2, ad["ln2g"], ad["ln2b"], name="LayerNorm 2")
+        OUT, _ = em.gemm(A2, d, ff, WS["w1"], ad["b1"], None, "FC1 + GELU")
         em.gelu(OUT, nbf, G8)
-        OUT, SC = em.gemm(G8, ff, d, WS["w2"], ad["b2"], ad["s2"], "FC2")
+        OUT, SC = em.gemm(G8, ff, d, WS["w2"], ad["b2"], ad["s2"], "FC2 + residual")
         mx2, shx2, _, sh2 = qb.res2
         em.residual(X1, OUT, SC, mx2, shx2, sh2, OUT8)
         X8, OUT8 = OUT8, X8                          # the next block reads this one's output
@@ -611,4 +611,15 @@ def dram_bytes_by_phase(program, layout: Layout, trace) -> dict:
     return out
 
 
-__all__ = ["emit", "check_shapes", "dram_bytes_by_phase", "Layout", "DYN_REG"]
+def cycles_by_phase(layout: Layout, trace) -> dict:
+    """Cycles from each phase's first issue to its last retire (phases are fenced, so they tile the run)."""
+    starts = [pc for _, pc in layout.phases]
+    span: dict = {}
+    for r in trace.records:
+        k = max(i for i, pc in enumerate(starts) if pc <= r.pc)
+        lo, hi = span.get(k, (r.issue, r.retire or r.issue))
+        span[k] = (min(lo, r.issue), max(hi, r.retire if r.retire is not None else r.issue))
+    return {layout.phases[k][0]: hi - lo + 1 for k, (lo, hi) in sorted(span.items())}
+
+
+__all__ = ["emit", "check_shapes", "dram_bytes_by_phase", "cycles_by_phase", "Layout", "DYN_REG"]

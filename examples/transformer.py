@@ -36,7 +36,7 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     net = model if a.blocks == 1 else tc.nn.Sequential(model, *(tc.nn.TransformerBlock(D, HEADS)
                                                                for _ in range(a.blocks - 1)))
-    from compiler.transformer import compile_block, dram_bytes_by_phase
+    from compiler.transformer import compile_block, cycles_by_phase, dram_bytes_by_phase
 
     t0 = time.perf_counter()
     cm = tc.compile(net, calibration[0][0], config=a.config, calibration=calibration, dynamic={"T": TMAX})
@@ -74,6 +74,11 @@ def main(argv=None) -> dict:
               f"cycles {r.stats.cycles:>9,}")
         report[name] = dict(attention_bytes=att, total_bytes=tot, cycles=r.stats.cycles, phases=ph)
     print(f"  ratio    {report['unfused']['attention_bytes'] / report['fused']['attention_bytes']:.1f}x")
+    r = tc.Device("sim", config=a.config, trace=True).run(cm, x)
+    report["phase_cycles"] = cycles_by_phase(cm.layout, r.trace)
+    print(f"\ncycles per phase at T = {TMAX} (fused; VPU busy {100 * r.stats.busy['vpu'] / r.stats.cycles:.0f}%)")
+    for name, c in report["phase_cycles"].items():
+        print(f"  {name:<30} {c:>9,}")
     print(f"compile {compile_s:.2f} s")
     if a.json:
         with open(a.json, "w") as f:
