@@ -1,11 +1,19 @@
-"""FPGA resources and Fmax of tiny, small, base on ECP5-25k, ECP5-85k and iCE40 UP5K.
+"""FPGA resources and Fmax of tiny, small, base (and their systolic arrays alone) on ECP5-25k,
+ECP5-85k and iCE40 UP5K.
 
-Each (config, device) first goes through the fit model (rtl/fpga/fit.py); a pair the model refuses
-is reported with its estimate and not built. The others run Yosys (synth_ecp5 / synth_ice40) and,
-unless --no-pnr, nextpnr out of context. Writes JSON (--json) and a Markdown table (--md).
+Each whole-chip (config, device) first goes through the fit model (rtl/fpga/fit.py); a pair the
+model refuses is reported with its estimate (marked "estimate") and not built. The others run Yosys
+(synth_ecp5 without `share` / synth_ice40) and, unless --no-pnr, nextpnr out of context: those
+rows are measured. ``array RxC`` rows are the systolic array alone (rtl/systolic.py), the part the
+Fmax targets are about. Writes JSON (--json) and a Markdown table (--md).
 
     python bench/fpga.py --quick --json out/fpga.json --md out/fpga.md     # fit model only, no tools
-    python bench/fpga.py --json out/fpga.json --md out/fpga.md             # all, with nextpnr
+    python bench/fpga.py --json out/fpga.json --md out/fpga.md             # all, with nextpnr (hours)
+    python bench/fpga.py --reuse --json out/fpga.json --md out/fpga.md     # reuse OUT/*/report.json
+
+``--reuse`` takes a run's ``report.json`` from an earlier invocation (or from ``tetrachip fpga
+synth -o OUT/NAME-DEVICE``) when its config, device and mac match, so a long table can be built
+piece by piece on a slow machine.
 """
 
 from __future__ import annotations
@@ -20,69 +28,119 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from isa import ChipConfig  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
-from rtl.fpga.fit import DSP_PER_LANE, FPGA_MEMORY, estimate, fpga_config  # noqa: E402
-from rtl.fpga.flow import FlowError, synth  # noqa: E402
+from rtl.fpga.fit import DSP_PER_LANE, FPGA_MEMORY, estimate, estimate_array, fpga_config  # noqa: E402
+from rtl.fpga.flow import FlowError, synth, synth_array  # noqa: E402
 
 CONFIGS = ["tiny", "small", "base"]
 TARGETS = ["ecp5-25k", "ecp5-85k", "ice40-up5k"]
+#: (rows, cols, device, mac) of the array-alone rows: the Fmax targets' arrays
+ARRAYS = [(8, 8, "ecp5-25k", "dsp:28+reg"), (8, 8, "ecp5-25k", "dsp:28"), (16, 16, "ecp5-85k", "dsp:28+reg")]
 
 
-def auto_mac(cfg, dev) -> str:
+def auto_mac(cfg, dev, reg: bool = True) -> str:
     free = max(0, dev.dsps - DSP_PER_LANE[dev.family] * cfg.cols)
-    return "dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}"
+    return ("dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}") + ("+reg" if reg else "")
 
 
-def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True):
+def _reused(path: Path, name: str, devname: str, mac: str):
+    if not path.exists():
+        return None
+    rep = json.loads(path.read_text())
+    return rep if (rep.get("config"), rep.get("device"), rep.get("mac")) == (name, devname, mac) else None
+
+
+def _measured(row, rep: dict, seconds=None):
+    row.update(status="measured, placed" if rep["placed"] else "measured, Yosys only",
+               luts=rep["luts"], ffs=rep["ffs"], dsps=rep["dsps"], brams=rep["brams"],
+               fmax_mhz=rep["fmax_mhz"], tool_seconds=rep.get("seconds", {}),
+               critical_path=rep.get("critical_path", []), available=rep["available"])
+    if seconds is not None:
+        row["seconds"] = seconds
+    return row
+
+
+def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True, reuse=False):
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
     if fpga_mem:
         cfg = fpga_config(cfg, **FPGA_MEMORY)
-    mac = auto_mac(cfg, dev)
-    row = {"config": name, "device": devname, "mac": mac}
+    mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
+    row = {"config": name, "device": devname, "mac": mac,
+           "memories": {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}}
     est = estimate(cfg, dev, mac=mac)
     row["estimate"] = est.__dict__
     over = est.over(dev)
     if over:
         row.update(status="does not fit (estimate)", reason="; ".join(over))
         return row
+    d = out / f"{name}-{devname}"
+    rep = _reused(d / "report.json", name, devname, mac) if reuse else None
+    if rep is not None and (rep["placed"] or not pnr):
+        return _measured(row, rep)
     if not tools:
         row.update(status="fits (estimate)")
         return row
     t = time.monotonic()
     try:
-        rep = synth(cfg, devname, mac=mac, out=out / f"{name}-{devname}", pnr=pnr, freq_mhz=freq,
-                    timeout=timeout, check_fit=False)
+        rep = synth(cfg, devname, mac=mac, out=d, pnr=pnr, freq_mhz=freq, timeout=timeout, check_fit=False)
     except FlowError as e:
         row.update(status="tool failed", reason=str(e))
         return row
-    row.update(status="placed" if rep.placed else "synthesised", luts=rep.luts, ffs=rep.ffs, dsps=rep.dsps,
-               brams=rep.brams, fmax_mhz=rep.fmax_mhz, seconds=round(time.monotonic() - t, 1),
-               critical_path=rep.critical_path, available=rep.available)
-    return row
+    return _measured(row, rep.to_dict(), round(time.monotonic() - t, 1))
+
+
+def run_array(rows, cols, devname, mac, *, pnr, freq, out, timeout, tools=True, reuse=False):
+    dev = DEVICES[devname]
+    name = f"array {rows}x{cols}"
+    row = {"config": name, "device": devname, "mac": mac, "estimate": estimate_array(rows, cols, dev, mac).__dict__}
+    d = out / f"array{rows}x{cols}-{devname}-{mac.replace(':', '').replace('+', '-')}"
+    rep = _reused(d / "report.json", name, devname, mac) if reuse else None
+    if rep is not None and (rep["placed"] or not pnr):
+        return _measured(row, rep)
+    if not tools:
+        row.update(status="fits (estimate)" if not row_over(row, dev) else "does not fit (estimate)")
+        return row
+    t = time.monotonic()
+    try:
+        rep = synth_array(rows, cols, devname, mac=mac, out=d, pnr=pnr, freq_mhz=freq, timeout=timeout)
+    except FlowError as e:
+        row.update(status="tool failed", reason=str(e))
+        return row
+    return _measured(row, rep.to_dict(), round(time.monotonic() - t, 1))
+
+
+def row_over(row, dev) -> bool:
+    e = row["estimate"]
+    return any(e[k] > getattr(dev, k) for k in ("luts", "ffs", "dsps", "brams"))
 
 
 def markdown(rows) -> str:
-    out = ["| config | device | mac | LUT | FF | DSP | BRAM | Fmax (MHz) | status |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| design | device | mac | LUT | FF | DSP | BRAM | Fmax (MHz) | Yosys / nextpnr (s) | status |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "luts" in r:
             a = r["available"]
             cells = [f"{r[k]} / {a[k]}" for k in ("luts", "ffs", "dsps", "brams")]
             f = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "--"
+            s = r.get("tool_seconds", {})
+            secs = f"{s.get('yosys', '--')} / {s.get('nextpnr', '--')}"
         else:
             e = r["estimate"]
             cells = [f"~{e[k]}" for k in ("luts", "ffs", "dsps", "brams")]
-            f = "--"
+            f, secs = "--", "--"
         status = r["status"] + (f": {r['reason']}" if r.get("reason") else "")
-        out.append(f"| {r['config']} | {r['device']} | {r['mac']} | " + " | ".join(cells) + f" | {f} | {status} |")
+        out.append(f"| {r['config']} | {r['device']} | {r['mac']} | " + " | ".join(cells)
+                   + f" | {f} | {secs} | {status} |")
     return "\n".join(out)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the fit model's estimates only (no tools)")
+    ap.add_argument("--reuse", action="store_true", help="reuse OUT/*/report.json of matching earlier runs")
     ap.add_argument("--full-mem", action="store_true", help="the presets' memories (default: --fpga-mem depths)")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--devices", default=",".join(TARGETS))
+    ap.add_argument("--no-arrays", action="store_true", help="skip the array-alone rows")
     ap.add_argument("--no-pnr", action="store_true")
     ap.add_argument("--freq", type=float, default=100.0)
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per tool run")
@@ -90,12 +148,16 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
     a = ap.parse_args(argv)
-    configs, devices, pnr = a.configs.split(","), a.devices.split(","), not a.no_pnr
+    configs, devices, pnr = [c for c in a.configs.split(",") if c], a.devices.split(","), not a.no_pnr
+    kw = dict(pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout, tools=not a.quick, reuse=a.reuse)
     rows = []
     for name in configs:
         for d in devices:
-            rows.append(run_one(name, d, pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout,
-                                fpga_mem=not a.full_mem, tools=not a.quick))
+            rows.append(run_one(name, d, fpga_mem=not a.full_mem, **kw))
+            print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+    if not a.no_arrays:
+        for r, c, d, mac in ARRAYS:
+            rows.append(run_array(r, c, d, mac, **kw))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     md = markdown(rows)
     print(md)

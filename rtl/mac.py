@@ -16,12 +16,15 @@ A ``+reg`` suffix (``"dsp+reg"``, ``"dsp:28+reg"``, ``"lut+reg"``) registers eac
 the PE's partial-sum add: one more array stage (``SystolicArray.LATENCY`` grows by one), which
 the MXU absorbs in the alignment stages it already has between the array and the ACC write
 (``isa.timing.MXU_EXTRA``), so the MXU's timing contract and every cycle count are unchanged.
-It takes the multiplier off the adder's carry chain (the FPGA's critical path).
+It takes the multiplier off the adder's carry chain (the FPGA's critical path). ``+reg2`` adds a
+second stage: a LUT product is also registered in the middle of its adder tree, a hard multiplier
+gets registered operands (so it sits between two registers the placer can put beside it); the MXU
+has room for exactly two such stages.
 """
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Signal, signed
+from amaranth import Cat, Const, Signal, Value, signed
 
 __all__ = ["MAC_KINDS", "parse_mac", "split_reg", "pe_kinds", "product"]
 
@@ -29,13 +32,14 @@ MAC_KINDS = ("dsp", "lut")
 
 
 def split_reg(mac: str) -> tuple[str, int]:
-    """``"dsp:28+reg"`` -> ("dsp:28", 1): the variant and its product register stages (0 or 1)."""
+    """``"dsp:28+reg"`` -> ("dsp:28", 1): the variant and its product register stages (0, 1, 2)."""
     if not isinstance(mac, str):
         raise ValueError(f"mac must be a string, got {mac!r}")
     base, plus, suffix = mac.partition("+")
-    if plus and suffix != "reg":
-        raise ValueError(f"mac suffix must be '+reg' (a product register), got {mac!r}")
-    return base, int(bool(plus))
+    stages = {"reg": 1, "reg2": 2}.get(suffix)
+    if plus and stages is None:
+        raise ValueError(f"mac suffix must be '+reg' or '+reg2' (product register stages), got {mac!r}")
+    return base, stages if plus else 0
 
 
 def parse_mac(mac: str) -> tuple[str, int | None]:
@@ -60,10 +64,24 @@ def pe_kinds(rows: int, cols: int, mac: str = "dsp") -> list[list[str]]:
     return out
 
 
-def product(m, a, w, kind: str, name: str):
-    """The signed 16-bit product of signed 8-bit ``a`` and ``w`` (combinational) built as ``kind``."""
+def _reg(m, v, name):
+    r = Signal(Value.cast(v).shape(), name=name)
+    m.d.sync += r.eq(v)
+    return r
+
+
+def product(m, a, w, kind: str, name: str, stages: int = 0):
+    """The signed 16-bit product of signed 8-bit ``a`` and ``w`` built as ``kind``, ``stages``
+    cycles after its operands (0: combinational; 1: registered; 2: a LUT product is also
+    registered in the middle of its adder tree, a hard multiplier's operands are registered)."""
+    if stages not in (0, 1, 2):
+        raise ValueError(f"product register stages must be 0, 1 or 2, got {stages}")
     if kind == "dsp":
-        return a * w
+        if stages == 2:             # operands registered too: the multiplier sits between two registers
+            a, w = _reg(m, a, f"{name}_a"), _reg(m, w, f"{name}_w")
+        p = Signal(signed(16), name=f"{name}_p")
+        m.d.comb += p.eq(a * w)
+        return _reg(m, p, f"{name}_r") if stages else p
     if kind != "lut":
         raise ValueError(f"unknown MAC kind {kind!r}")
     # Baugh-Wooley: a*w = sum_{i,j<7} a_i w_j 2^(i+j) + a7 w7 2^14
@@ -92,6 +110,8 @@ def product(m, a, w, kind: str, name: str):
         if len(level) % 2:
             nxt.append(level[-1])
         level, d = nxt, d + 1
+        if stages == 2 and d == 2:  # 9 terms -> 5 -> 3 | register | -> 2 -> 1
+            level = [_reg(m, v, f"{name}_m{i}") if isinstance(v, Signal) else v for i, v in enumerate(level)]
     p = Signal(signed(16), name=f"{name}_p")
     m.d.comb += p.eq(level[0])
-    return p
+    return _reg(m, p, f"{name}_r") if stages else p

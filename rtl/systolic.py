@@ -11,8 +11,9 @@ it still use the old weights (the swap wavefront; ``isa.timing.mxu_swap_delay``)
 
 Partial sums are only as wide as they can grow: row k's sum of k+1 int8 x int8 products fits
 ``16 + clog2(k+1)`` signed bits (no wrap is possible), and ``y`` sign-extends the last row's to 32.
-With ``mac="...+reg"`` (``rtl/mac.py``) each product is registered before the add: ``LATENCY`` is
-one cycle longer and the weight/swap timing is unchanged (the weight is used in the product stage).
+With ``mac="...+reg"`` (``+reg2``; ``rtl/mac.py``) each product is registered before the add:
+``LATENCY`` is one (two) cycles longer and the weight/swap timing is unchanged (the weight is used
+in the first product stage).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class SystolicArray(wiring.Component):
     def __init__(self, rows: int, cols: int, mac: str = "dsp"):
         self.rows, self.cols = rows, cols
         self.kinds = pe_kinds(rows, cols, mac)      # per PE: "dsp" or "lut" (rtl/mac.py)
-        self.preg = split_reg(mac)[1]                # product register stages (0 or 1)
+        self.preg = split_reg(mac)[1]                # product register stages (0, 1, 2)
         self.LATENCY = rows + cols - 1 + self.preg
         super().__init__({
             "x": In(data.ArrayLayout(signed(8), rows)), "swap": In(1),
@@ -81,11 +82,7 @@ class SystolicArray(wiring.Component):
                     m.d.sync += shadow.eq(0)
                 with m.If(self.w_we & (self.w_row == k)):
                     m.d.sync += shadow.eq(self.w_data[n])
-                prod = product(m, a, w, self.kinds[k][n], f"mul{k}_{n}")
-                if self.preg:
-                    pr = Signal(signed(16), name=f"pr{k}_{n}")
-                    m.d.sync += pr.eq(prod)
-                    prod = pr
+                prod = product(m, a, w, self.kinds[k][n], f"mul{k}_{n}", stages=self.preg)
                 p = Signal(signed(width), name=f"ps{k}_{n}")
                 m.d.sync += p.eq(prod if psum[n] is None else psum[n] + prod)
                 new_psum.append(p)

@@ -26,7 +26,7 @@ from isa.table import WORD_BITS
 
 from .devices import Device
 
-__all__ = ["Estimate", "estimate", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY"]
+__all__ = ["Estimate", "estimate", "estimate_array", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY"]
 
 #: memory depths that fit every ECP5 the flow knows (``--fpga-mem``): SPM and ACC in flip-flops
 FPGA_MEMORY = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
@@ -48,6 +48,7 @@ MEMORY_PORTS = {"spm": (4, 4, 3), "acc": (5, 3, 3), "imem": (1, 1, 0)}
 
 LUT_PER_PE = 40
 FF_PER_PE = 69
+FF_PER_PE_REG = 16            #: the product register (``mac="...+reg"``)
 LUT_PER_LUT_MAC = 225
 LUT_PER_FF_MEM_BIT_PORT = 0.6
 LUT_BASE, LUT_PER_LANE = 6000, 700
@@ -93,14 +94,22 @@ def _memory(width, depth, ports, dev):
     return int(bits * (r_sync + r_comb) * LUT_PER_FF_MEM_BIT_PORT), bits, 0
 
 
-def estimate(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -> Estimate:
-    from ..mac import pe_kinds
-    kinds = [k for row in pe_kinds(cfg.rows, cfg.cols, mac) for k in row]
+def estimate_array(rows: int, cols: int, dev: Device, mac: str = "dsp") -> Estimate:
+    """The systolic array alone (``rtl/systolic.py``)."""
+    from ..mac import pe_kinds, split_reg
+    kinds = [k for row in pe_kinds(rows, cols, mac) for k in row]
     n_dsp_pe = kinds.count("dsp")
-    pes = cfg.rows * cfg.cols
-    luts = LUT_BASE + LUT_PER_LANE * cfg.cols + LUT_PER_PE * pes + LUT_PER_LUT_MAC * (pes - n_dsp_pe)
-    ffs = FF_BASE + FF_PER_LANE * cfg.cols + FF_PER_PE * pes
-    dsps = DSP_PER_LANE[dev.family] * cfg.cols + n_dsp_pe
+    pes = rows * cols
+    luts = LUT_PER_PE * pes + LUT_PER_LUT_MAC * (pes - n_dsp_pe)
+    ffs = (FF_PER_PE + FF_PER_PE_REG * split_reg(mac)[1]) * pes
+    return Estimate(int(luts), int(ffs), n_dsp_pe, 0)
+
+
+def estimate(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -> Estimate:
+    arr = estimate_array(cfg.rows, cfg.cols, dev, mac)
+    luts = LUT_BASE + LUT_PER_LANE * cfg.cols + arr.luts
+    ffs = FF_BASE + FF_PER_LANE * cfg.cols + arr.ffs
+    dsps = DSP_PER_LANE[dev.family] * cfg.cols + arr.dsps
     brams = 0
     mems = {"spm": (8 * cfg.cols, cfg.spm_rows), "acc": (32 * cfg.cols, cfg.acc_rows),
             "imem": (WORD_BITS, cfg.imem_words)}

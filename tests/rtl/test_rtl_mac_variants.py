@@ -52,7 +52,7 @@ def test_product_matches_numpy(kind):
 
 @pytest.mark.parametrize("mac,rows,cols", [("lut", 4, 4), ("lut", 3, 5), ("dsp:5", 4, 4), ("dsp:0", 2, 2),
                                              ("dsp+reg", 4, 4), ("dsp:5+reg", 3, 5), ("dsp+reg", 1, 1),
-                                             ("lut+reg", 8, 8)])
+                                             ("lut+reg", 8, 8), ("lut+reg2", 4, 4), ("dsp:7+reg2", 3, 5)])
 def test_array_variant_matches_numpy(monkeypatch, mac, rows, cols):
     monkeypatch.setattr(test_rtl_systolic, "SystolicArray", functools.partial(SystolicArray, mac=mac))
     test_rtl_systolic.test_array_matches_numpy(rows, cols)
@@ -63,8 +63,8 @@ def test_pe_kinds_and_bad_options():
     assert pe_kinds(2, 2, "lut") == [["lut"] * 2] * 2
     assert parse_mac("dsp") == ("dsp", None)
     assert parse_mac("dsp:28+reg") == ("dsp", 28) and split_reg("dsp:28+reg") == ("dsp:28", 1)
-    assert split_reg("lut") == ("lut", 0)
+    assert split_reg("lut") == ("lut", 0) and split_reg("dsp:3+reg2") == ("dsp:3", 2)
     assert SystolicArray(4, 4, "dsp+reg").LATENCY == SystolicArray(4, 4).LATENCY + 1
-    for bad in ("dsp2", "lut:3", "dsp:x", "", 3, "dsp+", "dsp+pipe", "reg+dsp"):
+    for bad in ("dsp2", "lut:3", "dsp:x", "", 3, "dsp+", "dsp+pipe", "reg+dsp", "dsp+reg3"):
         with pytest.raises(ValueError, match="mac"):
             parse_mac(bad)
