@@ -74,7 +74,6 @@ def test_search_over_orders_is_cached_and_exact(tmp_path):
         assert r["cycles"] <= r["default_cycles"]
         assert r["cycles"] == min(v for v in r["best_per_order"].values() if v is not None)
     runs = search.STATS["sim_runs"]
-    (tmp_path / "m").mkdir()
     for p in tmp_path.glob("model-*.pkl"):
         p.unlink()
     cm2 = tc.compile(f, [xs], search=True, cache_dir=tmp_path)
