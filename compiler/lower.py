@@ -166,7 +166,7 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     or where ``shapes={"x": ("N", 5), ...}`` names it): one binary for every N (compiler.dynamic).
     ``search=True`` picks each GEMM kernel's tiling by simulated cycles, cached on disk in
     ``cache_dir`` (compiler.search; ``search_budget_s`` per kernel).
-    A ``nn.TransformerBlock`` (or a ``nn.Sequential`` of them) goes to
+    A ``nn.TransformerBlock`` / ``nn.TransformerEncoderLayer`` (or a ``nn.Sequential`` of them) goes to
     ``compiler.transformer.compile_block`` (integer kernels, fused attention; ``dynamic={"T": max}``
     on axis 1 of ``x``)."""
     from .transformer import blocks_of, compile_block

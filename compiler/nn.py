@@ -279,3 +279,38 @@ class TransformerBlock(Module):
     def forward(self, x, mask=None, is_causal=False):
         x = x + self.drop(self.attn(self.ln1(x), mask=mask, is_causal=is_causal))
         return x + self.drop(self.fc2(self.fc1(self.ln2(x)).gelu()))
+
+
+class TransformerEncoderLayer(Module):
+    """PyTorch's ``nn.TransformerEncoderLayer``: self-attention then a feed-forward network, each
+    with a residual, LayerNorm after (``norm_first=False``, the default) or before the sublayer.
+    ``activation`` is ``"relu"`` or ``"gelu"``; inputs ``(T, B, d)``, or ``(B, T, d)`` with
+    ``batch_first=True``. (Parameters are this package's: ``self_attn`` is a ``MultiHeadAttention``.)"""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: str = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True):
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"TransformerEncoderLayer: activation must be 'relu' or 'gelu', got {activation!r}")
+        self.self_attn = MultiHeadAttention(d_model, nhead, bias)
+        self.linear1, self.linear2 = Linear(d_model, dim_feedforward, bias), Linear(dim_feedforward, d_model, bias)
+        self.norm1, self.norm2 = LayerNorm(d_model, eps=layer_norm_eps), LayerNorm(d_model, eps=layer_norm_eps)
+        self.dropout = Dropout(dropout)
+        self.activation, self.batch_first, self.norm_first = activation, batch_first, norm_first
+
+    def _sa(self, x, mask, is_causal):
+        return self.dropout(self.self_attn(x, mask=mask, is_causal=is_causal))
+
+    def _ff(self, x):
+        h = self.linear1(x)
+        return self.dropout(self.linear2(self.dropout(h.relu() if self.activation == "relu" else h.gelu())))
+
+    def forward(self, src, src_mask=None, is_causal: bool = False):
+        x = src if self.batch_first else src.transpose(0, 1)
+        if self.norm_first:
+            x = x + self._sa(self.norm1(x), src_mask, is_causal)
+            x = x + self._ff(self.norm2(x))
+        else:
+            x = self.norm1(x + self._sa(x, src_mask, is_causal))
+            x = self.norm2(x + self._ff(x))
+        return x if self.batch_first else x.transpose(0, 1)

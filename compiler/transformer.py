@@ -64,25 +64,39 @@ class BlockWeights:
     b1: np.ndarray
     w2: np.ndarray
     b2: np.ndarray
+    norm_first: bool = True     # pre-LN (x + f(LN(x))) or post-LN (LN(x + f(x)))
+    act: str = "gelu"           # "gelu" or "relu"
+    batch_first: bool = True    # input (B, T, d) or (T, B, d)
 
 
 def weights_of(block) -> BlockWeights:
+    """The float weights of a ``TransformerBlock`` or a ``TransformerEncoderLayer``."""
+    from .nn import TransformerBlock
+
     def a(t):
         return np.asarray(t.numpy(), np.float64)
-    at = block.attn
-    for lin in (at.q_proj, at.k_proj, at.v_proj, at.out_proj, block.fc1, block.fc2):
+    if isinstance(block, TransformerBlock):
+        at, ln1, ln2, fc1, fc2, drop = block.attn, block.ln1, block.ln2, block.fc1, block.fc2, block.drop
+        flags = dict(norm_first=True, act="gelu", batch_first=True)
+    else:                                   # nn.TransformerEncoderLayer
+        at, ln1, ln2, fc1, fc2, drop = (block.self_attn, block.norm1, block.norm2, block.linear1, block.linear2,
+                                        block.dropout)
+        flags = dict(norm_first=block.norm_first, act=block.activation, batch_first=block.batch_first)
+    for lin in (at.q_proj, at.k_proj, at.v_proj, at.out_proj, fc1, fc2):
         if lin.bias is None:
             raise ChipCompileError("TransformerBlock on the chip: every Linear needs a bias")
-    if block.ln1.weight is None or block.ln2.weight is None:
+    if ln1.weight is None or ln2.weight is None:
         raise ChipCompileError("TransformerBlock on the chip: LayerNorms need elementwise_affine=True")
+    if drop.training and drop.p > 0:
+        raise ChipCompileError(f"TransformerBlock on the chip: dropout {drop.p} is active (training mode); "
+                               "call .eval() (the chip runs inference)")
     return BlockWeights(
-        d=a(at.q_proj.weight).shape[1], heads=at.num_heads, ff=a(block.fc1.weight).shape[0],
-        ln1=(a(block.ln1.weight), a(block.ln1.bias), block.ln1.eps),
-        ln2=(a(block.ln2.weight), a(block.ln2.bias), block.ln2.eps),
+        d=a(at.q_proj.weight).shape[1], heads=at.num_heads, ff=a(fc1.weight).shape[0],
+        ln1=(a(ln1.weight), a(ln1.bias), ln1.eps), ln2=(a(ln2.weight), a(ln2.bias), ln2.eps),
         wqkv=np.concatenate([a(l.weight).T for l in (at.q_proj, at.k_proj, at.v_proj)], 1),
         bqkv=np.concatenate([a(l.bias) for l in (at.q_proj, at.k_proj, at.v_proj)]),
         wo=a(at.out_proj.weight).T, bo=a(at.out_proj.bias),
-        w1=a(block.fc1.weight).T, b1=a(block.fc1.bias), w2=a(block.fc2.weight).T, b2=a(block.fc2.bias))
+        w1=a(fc1.weight).T, b1=a(fc1.bias), w2=a(fc2.weight).T, b2=a(fc2.bias), **flags)
 
 
 def _ln(x, g, b, eps):
@@ -92,11 +106,16 @@ def _ln(x, g, b, eps):
 
 def float_block(w: BlockWeights, x, causal: bool = False) -> tuple[np.ndarray, dict]:
     """The float block on ``x (T, d)`` (float64) and its intermediates (for calibration);
-    ``causal``: query ``i`` attends to keys ``<= i`` (``block(x, is_causal=True)``)."""
+    ``causal``: query ``i`` attends to keys ``<= i`` (``block(x, is_causal=True)``).
+
+    Names: ``a1`` the attention's input, ``r1`` the first residual sum, ``x1`` the stream between
+    the sublayers, ``a2`` FC1's input, ``h`` FC1's output, ``g`` the activation, ``r2`` the second
+    residual sum. Pre-LN: ``a1 = LN1(x)``, ``x1 = r1``, ``a2 = LN2(x1)``, ``out = r2``; post-LN:
+    ``a1 = x``, ``x1 = LN1(r1)``, ``a2 = x1``, ``out = LN2(r2)``."""
     x = np.asarray(x, np.float64)
     d, H = w.d, w.heads
     dh = d // H
-    a1 = _ln(x, *w.ln1)
+    a1 = _ln(x, *w.ln1) if w.norm_first else x
     qkv = a1 @ w.wqkv + w.bqkv
     q, k, v = qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:]
     att = np.zeros_like(q)
@@ -107,13 +126,17 @@ def float_block(w: BlockWeights, x, causal: bool = False) -> tuple[np.ndarray, d
             s = np.where(np.arange(len(s))[None, :] > np.arange(len(s))[:, None], -np.inf, s)
         p = np.exp(s - s.max(-1, keepdims=True))
         att[:, sl] = (p / p.sum(-1, keepdims=True)) @ v[:, sl]
-    x1 = x + att @ w.wo + w.bo
-    a2 = _ln(x1, *w.ln2)
+    r1 = x + att @ w.wo + w.bo
+    x1 = r1 if w.norm_first else _ln(r1, *w.ln1)
+    a2 = _ln(x1, *w.ln2) if w.norm_first else x1
     hpre = a2 @ w.w1 + w.b1
-    erf = np.vectorize(math.erf)
-    g = 0.5 * hpre * (1 + erf(hpre / math.sqrt(2)))
-    out = x1 + g @ w.w2 + w.b2
-    return out, dict(x=x, a1=a1, q=q, k=k, v=v, x1=x1, a2=a2, h=hpre, g=g, out=out)
+    if w.act == "gelu":
+        g = 0.5 * hpre * (1 + np.vectorize(math.erf)(hpre / math.sqrt(2)))
+    else:
+        g = np.maximum(hpre, 0)
+    r2 = x1 + g @ w.w2 + w.b2
+    out = r2 if w.norm_first else _ln(r2, *w.ln2)
+    return out, dict(x=x, a1=a1, q=q, k=k, v=v, r1=r1, x1=x1, a2=a2, h=hpre, g=g, r2=r2, out=out)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -130,7 +153,7 @@ class QBlock:
     d: int
     heads: int
     ff: int
-    s: dict                    # activation scales: x a1 q k v x1 a2 g out
+    s: dict                    # activation scales: x a1 q k v r1 x1 a2 g r2 out (float_block's names)
     ln1: im.LNParams
     ln2: im.LNParams
     wqkv: np.ndarray
@@ -149,6 +172,8 @@ class QBlock:
     b2: np.ndarray
     res2: tuple
     causal: bool = False
+    norm_first: bool = True
+    act: str = "gelu"
 
 
 def quantize_block(w: BlockWeights, calib: list, causal: bool = False) -> QBlock:
@@ -157,7 +182,7 @@ def quantize_block(w: BlockWeights, calib: list, causal: bool = False) -> QBlock
     def sc(k):
         return max(max(float(np.abs(a[k]).max()) for a in acts), 1e-6) / 127
 
-    s = {k: sc(k) for k in ("x", "a1", "q", "k", "v", "x1", "a2", "g", "out")}
+    s = {k: sc(k) for k in ("x", "a1", "q", "k", "v", "r1", "x1", "a2", "g", "r2", "out")}
     d, H = w.d, w.heads
     wqkv, swqkv = _qw(w.wqkv)
     bqkv = np.round(w.bqkv / (s["a1"] * swqkv)).astype(np.int64)
@@ -169,23 +194,30 @@ def quantize_block(w: BlockWeights, calib: list, causal: bool = False) -> QBlock
     ep = im.ExpParams.for_scale(s["q"] * s["k"] / math.sqrt(d // H))
     wo, swo = _qw(w.wo)
     bo = np.round(w.bo / (s["v"] * swo)).astype(np.int64)
-    mx, shx = im.mult_shift(s["x"] / s["x1"])
-    mo, sho = im.mult_shift(s["v"] * swo / s["x1"])
+    mx, shx = im.mult_shift(s["x"] / s["r1"])
+    mo, sho = im.mult_shift(s["v"] * swo / s["r1"])
     w1, sw1 = _qw(w.w1, per_channel=False)
     s_acc1 = s["a2"] * float(sw1[0])
     b1 = np.round(w.b1 / s_acc1).astype(np.int64)
     amax = max(float(np.abs(a["h"]).max()) for a in acts) / s_acc1
-    gp = im.GeluParams.make(s_acc1, amax)
-    gm, gsh = im.mult_shift(gp.s_out / s["g"])
+    if w.act == "gelu":
+        gp = im.GeluParams.make(s_acc1, amax)
+        gm, gsh = im.mult_shift(gp.s_out / s["g"])
+    else:                                               # ReLU: the requantization clamps at 0
+        gp = None
+        gm, gsh = im.mult_shift(s_acc1 / s["g"])
     w2, sw2 = _qw(w.w2)
     b2 = np.round(w.b2 / (s["g"] * sw2)).astype(np.int64)
-    mx2, shx2 = im.mult_shift(s["x1"] / s["out"])
-    m2, sh2 = im.mult_shift(s["g"] * sw2 / s["out"])
-    return QBlock(d, H, w.ff, s,
-                  im.LNParams.make(*w.ln1, s["x"], s["a1"]), im.LNParams.make(*w.ln2, s["x1"], s["a2"]),
+    mx2, shx2 = im.mult_shift(s["x1"] / s["r2"])
+    m2, sh2 = im.mult_shift(s["g"] * sw2 / s["r2"])
+    if w.norm_first:
+        ln1, ln2 = im.LNParams.make(*w.ln1, s["x"], s["a1"]), im.LNParams.make(*w.ln2, s["x1"], s["a2"])
+    else:
+        ln1, ln2 = im.LNParams.make(*w.ln1, s["r1"], s["x1"]), im.LNParams.make(*w.ln2, s["r2"], s["out"])
+    return QBlock(d, H, w.ff, s, ln1, ln2,
                   wqkv, bqkv, np.concatenate(m_qkv), tuple(shs), ep, wo, bo,
                   (int(mx[0]), shx, mo, sho), w1, b1, gp, (int(gm[0]), gsh), w2, b2,
-                  (int(mx2[0]), shx2, m2, sh2), causal)
+                  (int(mx2[0]), shx2, m2, sh2), causal, w.norm_first, w.act)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -196,28 +228,35 @@ def reference_int(qb: QBlock, xq, blk: int) -> np.ndarray:
     x = np.asarray(xq, np.int64)
     d, H = qb.d, qb.heads
     dh = d // H
-    a1 = im.layernorm(x, qb.ln1)
+    a1 = im.layernorm(x, qb.ln1) if qb.norm_first else x
     acc = a1 @ qb.wqkv + qb.bqkv
     qkv = [im.requant(acc[:, i * d:(i + 1) * d], qb.m_qkv[i * d:(i + 1) * d], qb.sh_qkv[i]) for i in range(3)]
     att = np.concatenate([im.attention_head(*(t[:, h * dh:(h + 1) * dh] for t in qkv), qb.ep, blk,
                                             qb.causal) for h in range(H)], 1)
     mx, shx, mo, sho = qb.res1
-    x1 = np.clip(im.requant(x, mx, shx) + im.requant(att @ qb.wo + qb.bo, mo, sho), -128, 127)
-    a2 = im.layernorm(x1, qb.ln2)
-    g8 = im.requant(im.i_gelu(a2 @ qb.w1 + qb.b1, qb.gelu), *qb.g_req)
+    r1 = np.clip(im.requant(x, mx, shx) + im.requant(att @ qb.wo + qb.bo, mo, sho), -128, 127)
+    x1 = r1 if qb.norm_first else im.layernorm(r1, qb.ln1)
+    a2 = im.layernorm(x1, qb.ln2) if qb.norm_first else x1
+    h = a2 @ qb.w1 + qb.b1
+    if qb.act == "gelu":
+        g8 = im.requant(im.i_gelu(h, qb.gelu), *qb.g_req)
+    else:
+        g8 = im.requant(h, *qb.g_req, lo=0)
     mx2, shx2, m2, sh2 = qb.res2
-    return np.clip(im.requant(x1, mx2, shx2) + im.requant(g8 @ qb.w2 + qb.b2, m2, sh2), -128, 127)
+    r2 = np.clip(im.requant(x1, mx2, shx2) + im.requant(g8 @ qb.w2 + qb.b2, m2, sh2), -128, 127)
+    return r2 if qb.norm_first else im.layernorm(r2, qb.ln2)
 
 
 # ------------------------------------------------------------------------------------------------
 # the compiled block (the interface runtime.sim_backend uses)
 # ------------------------------------------------------------------------------------------------
 def blocks_of(model) -> list | None:
-    """The TransformerBlocks of ``model`` (one block, or an ``nn.Sequential`` of blocks); else None."""
-    from .nn import Sequential, TransformerBlock
+    """The blocks of ``model``: one ``TransformerBlock`` or ``TransformerEncoderLayer``, or an
+    ``nn.Sequential`` of them; else None."""
+    from .nn import Sequential, TransformerBlock, TransformerEncoderLayer
 
     def exact(m):          # a subclass may change forward (e.g. is_causal): not recognised
-        return type(m) is TransformerBlock
+        return type(m) in (TransformerBlock, TransformerEncoderLayer)
     if exact(model):
         return [model]
     if type(model) is Sequential and len(model) and all(exact(m) for m in model.layers):
@@ -227,7 +266,9 @@ def blocks_of(model) -> list | None:
 
 @dataclass
 class CompiledTransformer:
-    """One program for a block or a stack of blocks; the interface ``Device("sim").run`` uses."""
+    """One program for a block or a stack of blocks; the interface ``Device("sim").run`` uses.
+    Inputs and outputs are in the module's layout: ``(1, T, d)``, or ``(T, 1, d)`` for a
+    ``TransformerEncoderLayer`` with ``batch_first=False`` (``(T, d)`` is accepted too)."""
     config: ChipConfig
     program: object
     qblocks: list
@@ -249,6 +290,17 @@ class CompiledTransformer:
     def s_out(self) -> float:
         return self.qblocks[-1].s["out"]
 
+    @property
+    def seq_axis(self) -> int:
+        return self.dynamic.in_axes["x"]
+
+    def _tokens(self, x) -> np.ndarray:
+        """``(T, d)`` from an input in the module's layout."""
+        return x[0] if self.seq_axis == 1 else x[:, 0]
+
+    def _module_layout(self, y) -> np.ndarray:
+        return y[None] if self.seq_axis == 1 else y[:, None]
+
     def feeds(self, inputs) -> dict:
         if isinstance(inputs, dict):
             x = inputs["x"]
@@ -258,41 +310,42 @@ class CompiledTransformer:
             x = inputs[0]
         x = np.asarray(x.numpy() if hasattr(x, "numpy") else x, np.float32)
         if x.ndim == 2:
-            x = x[None]
-        if x.ndim != 3 or x.shape[0] != 1 or x.shape[2] != self.qblock.d:
-            raise ChipCompileError(f"the transformer block takes x of shape (1, T, {self.qblock.d}), got {x.shape}")
+            x = self._module_layout(x)
+        want = (1, "T", self.qblock.d) if self.seq_axis == 1 else ("T", 1, self.qblock.d)
+        if x.ndim != 3 or x.shape[1 - self.seq_axis] != 1 or x.shape[2] != self.qblock.d:
+            raise ChipCompileError(f"the transformer block takes x of shape {want} (batch 1), got {x.shape}")
         return {"x": x}
 
     def quantize_x(self, x) -> np.ndarray:
         return np.clip(np.round(np.asarray(x, np.float64) / self.qblock.s["x"]), -127, 127).astype(np.int8)
 
     def dram_writes(self, feeds: dict) -> list:
-        x = pad_to(feeds["x"][0], 0, self.tm)
+        x = pad_to(self._tokens(feeds["x"]), 0, self.tm)
         return list(self.layout.consts) + [(self.layout.x, self.quantize_x(x).reshape(-1).view(np.uint8))]
 
     def read_outputs(self, read) -> tuple[list, dict]:
-        q = read(self.layout.out, self.tm * self.qblock.d, np.int8).reshape(1, self.tm, self.qblock.d)
-        q = q[:, :self.tmax]
+        q = read(self.layout.out, self.tm * self.qblock.d, np.int8).reshape(self.tm, self.qblock.d)
+        q = self._module_layout(q[:self.tmax])
         return [q.astype(np.float32) * np.float32(self.s_out)], {"out": q}
 
     def reference_int(self, x) -> np.ndarray:
-        """int8 output ``(1, T, d)`` of the integer numpy model (``intmath``), block after block."""
+        """int8 output of the integer numpy model (``intmath``), block after block, module layout."""
         f = self.feeds([x])
         host_feeds(self.dynamic, f)                      # checks 1 <= T <= max
-        y = self.quantize_x(f["x"][0])
+        y = self.quantize_x(self._tokens(f["x"]))
         for qb in self.qblocks:                          # block i's output scale is block i+1's input's
             y = reference_int(qb, y, self.config.cols)
-        return y[None].astype(np.int8)
+        return self._module_layout(y).astype(np.int8)
 
     def reference(self, *inputs) -> list:
         r = self.reference_int(inputs[0] if len(inputs) == 1 else inputs)
         return [r.astype(np.float32) * np.float32(self.s_out)]
 
     def float_reference(self, x) -> np.ndarray:
-        y = self.feeds([x])["x"][0]
+        y = self._tokens(self.feeds([x])["x"])
         for w in self.weights:
             y = float_block(w, y, self.qblock.causal)[0]
-        return y[None]
+        return self._module_layout(y)
 
     @property
     def plans(self) -> dict:
@@ -308,31 +361,46 @@ class CompiledTransformer:
 
     def summary(self) -> str:
         q = self.qblock
+        kind = f"{'pre' if q.norm_first else 'post'}-LN, {q.act}{', causal' if q.causal else ''}"
         return (f"{len(self.qblocks)} transformer block(s) on {self.config.name}: d={q.d}, heads={q.heads}, "
-                f"ff={q.ff}, T <= {self.tmax}, {'fused' if self.fused else 'unfused'} attention, "
+                f"ff={q.ff}, {kind}, T <= {self.tmax}, {'fused' if self.fused else 'unfused'} attention, "
                 f"{len(self.program)} instructions, compile {self.compile_s:.2f} s; "
                 + ", ".join(f"{k} {u.used}/{u.capacity} {u.unit}" for k, u in self.plans.items()))
 
 
 def compile_block(model, example_inputs, config="base", *, calibration=None, dynamic=None, shapes=None,
                   fused: bool = True, causal: bool = False) -> CompiledTransformer:
-    """Compile a ``tc.nn.TransformerBlock`` or an ``nn.Sequential`` of them (see the module doc).
-    ``dynamic={"T": max}``; the sequence axis is axis 1 of ``x (1, T, d)`` (or axis 0 of ``x (T, d)``).
-    ``causal=True``: the blocks as called with ``is_causal=True`` (a decoder)."""
+    """Compile a ``TransformerBlock`` / ``TransformerEncoderLayer`` or an ``nn.Sequential`` of them
+    (see the module doc). ``dynamic={"T": max}`` names the sequence axis (axis 1 of ``(1, T, d)``;
+    axis 0 of ``(T, 1, d)`` for ``batch_first=False``). ``causal=True``: the blocks as called with
+    ``is_causal=True`` (a decoder)."""
     t0 = time.perf_counter()
     cfg = ChipConfig.load(config)
     blocks = blocks_of(model)
     if blocks is None:
-        raise ChipCompileError(f"compile_block takes a TransformerBlock or a Sequential of them, got "
-                               f"{type(model).__name__}")
+        raise ChipCompileError(f"compile_block takes a TransformerBlock / TransformerEncoderLayer or a "
+                               f"Sequential of them, got {type(model).__name__}")
     ws = [weights_of(b) for b in blocks]
     w = ws[0]
-    ex = example_inputs["x"] if isinstance(example_inputs, dict) else (
-        example_inputs[0] if isinstance(example_inputs, (list, tuple)) else example_inputs)
-    ex = np.asarray(ex.numpy() if hasattr(ex, "numpy") else ex, np.float64)
-    ex = ex[0] if ex.ndim == 3 else ex
-    if ex.ndim != 2 or ex.shape[1] != w.d:
-        raise ChipCompileError(f"TransformerBlock: example input must be (1, T, {w.d}), got {ex.shape}")
+    if len({wi.batch_first for wi in ws}) != 1:
+        raise ChipCompileError("a stack of blocks must agree on batch_first")
+    seq = 1 if w.batch_first else 0
+
+    def tokens(a):
+        a = np.asarray(a.numpy() if hasattr(a, "numpy") else a, np.float64)
+        if a.ndim == 3:
+            if a.shape[1 - seq] != 1:
+                raise ChipCompileError(f"TransformerBlock on the chip: batch 1 only, got an input of shape "
+                                       f"{a.shape}")
+            a = a[0] if seq == 1 else a[:, 0]
+        if a.ndim != 2 or a.shape[1] != w.d:
+            raise ChipCompileError(f"TransformerBlock: example input must be (1, T, {w.d}) or (T, 1, {w.d}), "
+                                   f"got {a.shape}")
+        return a
+
+    def first(c):
+        return c["x"] if isinstance(c, dict) else (c[0] if isinstance(c, (list, tuple)) else c)
+    ex = tokens(first(example_inputs))
     if dynamic:
         if len(dynamic) != 1:
             raise ChipCompileError(f"one symbolic dimension (T) is supported, got {sorted(dynamic)}")
@@ -344,10 +412,7 @@ def compile_block(model, example_inputs, config="base", *, calibration=None, dyn
         raise ChipCompileError(f"TransformerBlock: maximum T must be in 1..{((1 << 14) - 1) // 127}, got {tmax} "
                                "(the softmax denominator's fixed point)")
     tm = -(-tmax // cfg.cols) * cfg.cols
-    calib = [ex] if calibration is None else [
-        (lambda a: a[0] if a.ndim == 3 else a)(np.asarray(c[0] if isinstance(c, (list, tuple)) else
-                                                          (c["x"] if isinstance(c, dict) else c), np.float64))
-        for c in calibration]
+    calib = [ex] if calibration is None else [tokens(first(c)) for c in calibration]
     qbs = []
     for wi in ws:
         check_shapes(cfg, wi.d, wi.heads, wi.ff)
@@ -357,7 +422,7 @@ def compile_block(model, example_inputs, config="base", *, calibration=None, dyn
             raise ChipCompileError(f"TransformerBlock: {e} (calibration data of a useful range needed)") from None
         calib = [float_block(wi, c, causal)[0] for c in calib]  # the next block calibrates on this one's output
     prog, lay, text = emit(cfg, qbs, tm, fused)
-    spec = DynSpec(sym, tmax, {"x": 1}, [1])
+    spec = DynSpec(sym, tmax, {"x": seq}, [seq])
     return CompiledTransformer(cfg, prog, qbs, ws, tmax, tm, lay, spec, fused, time.perf_counter() - t0, text)
 
 

@@ -417,6 +417,14 @@ class _Emitter:
             self.e(f"addi r7, r7, {C}")
         self.e("fence all")
 
+    def relu(self, Hh, nb, G8):
+        """FC1's int32 output to int8 with a requantization clamped at 0."""
+        gm, gsh = self.qb.g_req
+        S = nb * self.Q
+        self.e(f"vqcfg shift={gsh}, zp=0, lo=0, hi=127, round=half_up")
+        self.rep(f"vreq spm[{G8}], acc[{Hh}], {gm}, n={S}", (S, S))
+        self.e("fence all")
+
     def gelu(self, Hh, nb, G8):
         """``intmath.i_gelu`` then ``vreq`` to int8, in chunks of column blocks sized to the free ACC."""
         p, Q, TM = self.qb.gelu, self.Q, self.TM
@@ -550,7 +558,13 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
             for key, (K, N) in (("wqkv", (d, 3 * d)), ("wo", (d, d)), ("w1", (d, ff)), ("w2", (ff, d))):
                 em.e(f"dma.ld spm[{WS[key]}], dram[{ad[key]}], rows={K * N // C}, len={C}, rstride={C}")
 
-        em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"], prefetch, "LayerNorm 1")
+        if qb.norm_first:                           # pre-LN: x + f(LN(x))
+            em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"], prefetch, "LayerNorm 1")
+            QIN, R1, R2 = A1, X1, OUT8
+        else:                                       # post-LN: LN(x + f(x))
+            em.phase("weights")
+            prefetch()
+            QIN, R1, R2 = X8, A1, A2
 
         def store_kt(OUT, SC, qb=qb):               # K first: its transposing store overlaps Q, V
             em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, nb, 2 * nb, qb.sh_qkv[1])
@@ -559,7 +573,7 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
                    (Q, 3 * H * Q), inner=(H, (dh * TM, Q)))
 
         order = list(range(nb, 2 * nb)) + list(range(nb)) + list(range(2 * nb, 3 * nb))
-        OUT, SC = em.gemm(A1, d, 3 * d, WS["wqkv"], ad["bqkv"], ad["sqkv"], "QKV projection", order,
+        OUT, SC = em.gemm(QIN, d, 3 * d, WS["wqkv"], ad["bqkv"], ad["sqkv"], "QKV projection", order,
                           (nb, store_kt))
         for i in (0, 2):
             em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, i * nb, (i + 1) * nb, qb.sh_qkv[i])
@@ -570,13 +584,24 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
         em.attention(QKV8, O8, lay.kt, lay.v, lane, lay.s, lay.p, f"kblock{bi}", qidx)
         OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection + residual")
         mx, shx, _, sho = qb.res1
-        em.residual(X8, OUT, SC, mx, shx, sho, X1)
-        em.layernorm(X1, A2, qb.ln2, ad["ln2g"], ad["ln2b"], name="LayerNorm 2")
-        OUT, _ = em.gemm(A2, d, ff, WS["w1"], ad["b1"], None, "FC1 + GELU")
-        em.gelu(OUT, nbf, G8)
+        em.residual(X8, OUT, SC, mx, shx, sho, R1)
+        if qb.norm_first:
+            em.layernorm(X1, A2, qb.ln2, ad["ln2g"], ad["ln2b"], name="LayerNorm 2")
+            FIN = A2
+        else:
+            em.layernorm(A1, X1, qb.ln1, ad["ln1g"], ad["ln1b"], name="LayerNorm 1")
+            FIN = X1
+        act = {"gelu": "GELU", "relu": "ReLU"}[qb.act]
+        OUT, _ = em.gemm(FIN, d, ff, WS["w1"], ad["b1"], None, f"FC1 + {act}")
+        if qb.act == "gelu":
+            em.gelu(OUT, nbf, G8)
+        else:
+            em.relu(OUT, nbf, G8)
         OUT, SC = em.gemm(G8, ff, d, WS["w2"], ad["b2"], ad["s2"], "FC2 + residual")
         mx2, shx2, _, sh2 = qb.res2
-        em.residual(X1, OUT, SC, mx2, shx2, sh2, OUT8)
+        em.residual(X1, OUT, SC, mx2, shx2, sh2, R2)
+        if not qb.norm_first:
+            em.layernorm(A2, OUT8, qb.ln2, ad["ln2g"], ad["ln2b"], name="LayerNorm 2")
         X8, OUT8 = OUT8, X8                          # the next block reads this one's output
     em.prefix = ""
     em.phase("store")

@@ -1,0 +1,52 @@
+"""tc.nn.TransformerEncoderLayer (PyTorch's signature) on the chip: post-LN and pre-LN, ReLU and
+GELU, sequence-first and batch-first inputs, T symbolic; bit exact against the integer model and
+close to the float layer (the frontend's own forward)."""
+import hashlib
+
+import numpy as np
+import pytest
+
+import tetrachip as tc
+
+CASES = [dict(norm_first=False, activation="relu", batch_first=False),     # PyTorch's defaults
+         dict(norm_first=False, activation="gelu", batch_first=True),
+         dict(norm_first=True, activation="relu", batch_first=True)]
+
+
+@pytest.mark.parametrize("kw", CASES, ids=lambda kw: f"{'pre' if kw['norm_first'] else 'post'}-{kw['activation']}"
+                         f"-{'bf' if kw['batch_first'] else 'sf'}")
+def test_encoder_layer_on_the_chip(kw):
+    tc.manual_seed(7)
+    layer = tc.nn.TransformerEncoderLayer(64, 4, 256, **kw).eval()
+    rng = np.random.default_rng(7)
+    shape = (lambda T: (1, T, 64)) if kw["batch_first"] else (lambda T: (T, 1, 64))
+    xs = {T: rng.standard_normal(shape(T)).astype(np.float32) for T in (1, 17, 64)}
+    # calibration covers the inputs (else the error measured is int8 saturation, not the kernels)
+    calib = [[rng.standard_normal(shape(64)).astype(np.float32)]] + [[x] for x in xs.values()]
+    cm = tc.compile(layer, calib[0][0], calibration=calib, dynamic={"T": 64})
+    assert cm.qblock.norm_first == kw["norm_first"] and cm.qblock.act == kw["activation"]
+    sha = hashlib.sha256(cm.program.to_bytes()).hexdigest()
+    s = cm.qblock.s
+    for T, x in xs.items():
+        res = tc.Device("sim").run(cm, x)
+        assert res.outputs[0].shape == shape(T)
+        got = res.ints["out"][:, :T] if kw["batch_first"] else res.ints["out"][:T]
+        assert np.array_equal(got, cm.reference_int(x)), T
+        want = cm.float_reference(x)
+        assert np.abs(want - layer(tc.Tensor(x)).numpy()).max() < 1e-4      # the frontend's layer
+        assert np.abs(res.outputs[0] - want).max() < 3 * (s["out"] + s["x1"])
+        assert np.abs(res.outputs[0] - want).mean() < 0.5 * (s["out"] + s["x1"])
+    assert hashlib.sha256(cm.program.to_bytes()).hexdigest() == sha
+
+
+def test_encoder_layer_errors():
+    layer = tc.nn.TransformerEncoderLayer(64, 4, 256)                        # training mode, dropout 0.1
+    x = np.random.default_rng(0).standard_normal((8, 1, 64)).astype(np.float32)
+    with pytest.raises(tc.ChipCompileError, match="eval"):
+        tc.compile(layer, x)
+    layer.eval()
+    cm = tc.compile(layer, x)
+    with pytest.raises(tc.ChipCompileError, match="batch 1"):
+        tc.Device("sim").run(cm, np.zeros((8, 2, 64), np.float32))
+    with pytest.raises(ValueError, match="activation"):
+        tc.nn.TransformerEncoderLayer(64, 4, activation="tanh")
