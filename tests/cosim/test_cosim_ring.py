@@ -21,9 +21,6 @@ from cosim_directed import chip_jobs, ring_jobs  # noqa: E402
 pytestmark = pytest.mark.cosim
 SIM = os.environ.get("SIM", "verilator")
 TINY = ChipConfig.preset("tiny")
-#: known RTL/simulator divergences (docs/cosim.md "Open divergences"), by job name
-KNOWN = {"nests 1,0": "two mxu.lw before one mxu.mm: the RTL's mm does not use the second tile "
-                      "(the simulator does, as the ISA says); visible once SPM rows hold nonzero data"}
 
 
 def test_cosim_ring_tiny_directed_and_random():
@@ -35,7 +32,7 @@ def test_cosim_ring_tiny_directed_and_random():
     jobs = chip_jobs(TINY, 2) + ring_jobs(TINY, 2) + [case_job(TINY, c) for c in cases]
     results = Cosim(TINY, 2, SIM).run(jobs)
     reports = [compare(TINY, j, r, ring=True) for j, r in zip(jobs, results)]
-    bad = [r for j, r in zip(jobs, reports) if r and j.name not in KNOWN]
+    bad = [r for r in reports if r]
     assert not bad, f"{len(bad)} of {len(jobs)} jobs differ; first:\n{bad[0]}"
     cov = coverage_table(set().union(*(c.points for c in cases)))
     assert cov["missing"] == [], f"opcodes never covered: {cov['missing']}"
