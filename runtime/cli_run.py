@@ -10,7 +10,8 @@ FILE.py is plain Python that defines, at module level:
 
 ``--device numpy`` evaluates the float model with the numpy reference; ``--device sim`` compiles
 it for ``--config`` and runs it on the cycle-level simulator (Stats printed, ``--trace`` writes
-a Perfetto trace); ``--device rtl`` needs the RTL co-simulation runner (not built yet).
+a Perfetto trace); ``--device rtl`` runs the same program on the chip's Verilog under cocotb
+(Verilator, ``Device("rtl")``, runtime/cosim.py).
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def run_cmd(file: Path, device: str, config: str, trace: Path | None, json_out: 
     report: dict = {"file": str(file), "device": device, "config": config}
     t0 = time.perf_counter()
     if device == "rtl":
-        tc.Device("rtl", config=config)               # raises: names what is missing
+        tc.Device("rtl", config=config)               # before compiling: one line if no HDL simulator
     if device == "numpy":
         args = list(inputs.values()) if isinstance(inputs, dict) else inputs
         out = model(*[tc.Tensor(np.asarray(a, np.float32)) for a in args])
@@ -72,7 +73,7 @@ def run_cmd(file: Path, device: str, config: str, trace: Path | None, json_out: 
     else:
         cm = tc.compile(model, inputs, config=config, calibration=ns.get("calibration"))
         click.echo(cm.summary())
-        dev = tc.Device("sim", config=config, trace=bool(trace))
+        dev = tc.Device(device, config=config, trace=bool(trace))
         res = dev.run(cm, *([inputs] if isinstance(inputs, dict) else inputs))
         outs = res.outputs
         click.echo(res.stats.table())

