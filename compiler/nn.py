@@ -314,3 +314,19 @@ class TransformerEncoderLayer(Module):
             x = self.norm1(x + self._sa(x, src_mask, is_causal))
             x = self.norm2(x + self._ff(x))
         return x if self.batch_first else x.transpose(0, 1)
+
+
+class TransformerEncoder(Module):
+    """PyTorch's ``nn.TransformerEncoder``: ``num_layers`` copies of ``encoder_layer`` (each with its
+    own parameters, initially equal), then an optional final ``norm``."""
+
+    def __init__(self, encoder_layer: Module, num_layers: int, norm: Module | None = None):
+        import copy
+        self.layers = [copy.deepcopy(encoder_layer) for _ in range(num_layers)]
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, src, mask=None, is_causal: bool = False):
+        x = src
+        for layer in self.layers:
+            x = layer(x, mask, is_causal)
+        return self.norm(x) if self.norm is not None else x

@@ -252,13 +252,15 @@ def reference_int(qb: QBlock, xq, blk: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 def blocks_of(model) -> list | None:
     """The blocks of ``model``: one ``TransformerBlock`` or ``TransformerEncoderLayer``, or an
-    ``nn.Sequential`` of them; else None."""
-    from .nn import Sequential, TransformerBlock, TransformerEncoderLayer
+    ``nn.Sequential`` of them, or an ``nn.TransformerEncoder`` without a final norm; else None."""
+    from .nn import Sequential, TransformerBlock, TransformerEncoder, TransformerEncoderLayer
 
     def exact(m):          # a subclass may change forward (e.g. is_causal): not recognised
         return type(m) in (TransformerBlock, TransformerEncoderLayer)
     if exact(model):
         return [model]
+    if type(model) is TransformerEncoder and model.norm is None and all(exact(m) for m in model.layers):
+        return list(model.layers)
     if type(model) is Sequential and len(model) and all(exact(m) for m in model.layers):
         return list(model.layers)
     return None

@@ -50,3 +50,21 @@ def test_encoder_layer_errors():
         tc.Device("sim").run(cm, np.zeros((8, 2, 64), np.float32))
     with pytest.raises(ValueError, match="activation"):
         tc.nn.TransformerEncoderLayer(64, 4, activation="tanh")
+
+
+def test_transformer_encoder_stack():
+    """nn.TransformerEncoder(layer, 2): one program, bit exact, the frontend's float stack."""
+    tc.manual_seed(8)
+    enc = tc.nn.TransformerEncoder(tc.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 2).eval()
+    rng = np.random.default_rng(8)
+    xs = [rng.standard_normal((1, T, 64)).astype(np.float32) for T in (5, 30)]
+    cm = tc.compile(enc, xs[1], calibration=[[x] for x in xs], dynamic={"T": 32})
+    assert len(cm.qblocks) == 2
+    for x in xs:
+        res = tc.Device("sim").run(cm, x)
+        T = x.shape[1]
+        assert np.array_equal(res.ints["out"][:, :T], cm.reference_int(x))
+        want = cm.float_reference(x)
+        assert np.abs(want - enc(tc.Tensor(x)).numpy()).max() < 1e-4
+        s1, s2 = cm.qblocks[0].s, cm.qblocks[1].s
+        assert np.abs(res.outputs[0] - want).max() < 3 * (s1["out"] + s1["x1"] + s2["out"] + s2["x1"])
