@@ -5,10 +5,12 @@
     res = tc.Device("sim").run(cm, x17)                         # any T in 1..64, same Program bytes
     cm.reference(x17)                                           # integer numpy model: equal bit for bit
 
-``tc.compile`` recognises a ``TransformerBlock`` module (or an ``nn.Sequential`` of them) and
-hands it to ``compile_block`` here (its ops are not pattern-matched in the graph IR). The block is
-quantized from a float forward pass on the calibration data (``quantize_block``) and emitted as
-one program by ``compiler.transformer_emit`` in phases separated by ``fence all``:
+``tc.compile`` recognises a ``TransformerBlock`` or ``TransformerEncoderLayer`` module (or an
+``nn.Sequential`` / ``nn.TransformerEncoder`` of them) and hands it to ``compile_block`` here (its
+ops are not pattern-matched in the graph IR). The block is quantized from a float forward pass on
+the calibration data (``quantize_block``) and emitted as one program by
+``compiler.transformer_emit`` in phases separated by ``fence all`` (pre-LN order below; post-LN
+puts each LayerNorm after its residual):
 
 1. load ``x`` (int8) into SPM in column blocks of ``cols`` lanes, query-block major;
 2. LayerNorm 1 (``intmath.layernorm`` on the VPU: lane sums ``vrsum``, ``rsqrt`` by Newton), with
