@@ -178,22 +178,23 @@ def _pred_code(L: list, p: _Pred, addrs: list, nbytes: int, cfg, false_label: st
     if len(addrs) * rows > cfg.spm_rows or rows > cfg.acc_rows:
         raise _err(f"a predicate over {nbytes} elements does not fit SPM/ACC on config {cfg.name!r}")
     bufs = [i * rows for i in range(len(addrs))]
-    pad = -128 if (p.red == "max" and p.form == "a") else 0       # neutral for the reduction
     L.append(f"; predicate: {p.red}({p.form}) over {nbytes} elements, threshold {p.T}")
-    for i, b in enumerate(bufs):
-        last = i == len(bufs) - 1 and not pad
-        L.append(f"    vmul spm[{b}], spm[{b}], 0, n={rows}" + (", signal=load" if last else ""))
-        if pad:
-            L.append(f"    vadd spm[{b}], spm[{b}], {pad}, n={rows}" + (", signal=load" if i == len(bufs) - 1 else ""))
     full, rem = divmod(nbytes, C)
+    # a DMA zeroes the lanes past ``len``: neutral for sums and for max of |x|, |x - y| (>= 0); for
+    # max(x) the last row is instead the tensor's last ``cols`` bytes (repeats are harmless to a max)
+    overlap = rem and p.red == "max" and p.form == "a"
+    if overlap and nbytes < C:
+        raise _err(f"max(x) over {nbytes} elements (fewer than the {C} lanes of a row) is not lowered")
     loads = []
     for b, a in zip(bufs, addrs):
         if full:
             loads.append(f"dma.ld spm[{b}], dram[{a}], rows={full}, len={C}, rstride={C}")
-        if rem:
+        if overlap:
+            loads.append(f"dma.ld spm[{b + full}], dram[{a + nbytes - C}], rows=1, len={C}, rstride={C}")
+        elif rem:
             loads.append(f"dma.ld spm[{b + full}], dram[{a + full * C}], rows=1, len={rem}, rstride={C}")
     for j, ld in enumerate(loads):
-        L.append("    " + ld + (", wait=vpu" if j == 0 else "") + (", signal=vpu" if j == len(loads) - 1 else ""))
+        L.append("    " + ld + (", signal=vpu" if j == len(loads) - 1 else ""))
     D = 0
     if p.form == "a":
         L.append(f"    vadd acc[{D}], spm[{bufs[0]}], 0, n={rows}, wait=load")

@@ -88,6 +88,21 @@ def test_cond_with_identity_branch_and_max_predicate():
     np.testing.assert_array_equal(tc.Device("sim").run(cm, xs[0]).ints["out"], q)   # untouched operand
 
 
+def test_cond_on_max_of_negative_values_partial_row():
+    """max(x) over 21 elements (a partial last row of lanes) when every element is negative."""
+    model = lambda x: tc.cond(x.max() > -0.5, lambda v: v @ tc.Tensor(np.eye(7, dtype=np.float32) * 0.5),
+                              lambda v: v, x)
+    xs = [np.full((3, 7), v, np.float32) + np.linspace(-0.3, 0, 21, dtype=np.float32).reshape(3, 7)
+          for v in (-2.0, -0.3)]
+    cm = tc.compile(model, [xs[0]], calibration=[[x] for x in xs])
+    for x, want in zip(xs, (0, 1)):                     # max = -2.0 and -0.3
+        res = tc.Device("sim").run(cm, x)
+        assert res.ints["taken"] == want
+        np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+    with pytest.raises(tc.ChipCompileError, match="fewer than"):
+        tc.compile(model, [xs[0][:2]])
+
+
 def test_scan_loop_rnn_odd_sizes():
     rng = np.random.default_rng(4)
     U = (rng.standard_normal((5, 11)) * 0.3).astype(np.float32)
