@@ -24,7 +24,8 @@ the bodies' assembly with scalar branches:
 A predicate is a threshold on a full reduction (``sum``/``max``) of an elementwise function of
 one or two tensors the chip holds (``x``, ``|x|``, ``x - y``, ``|x - y|``; found by probing the
 graph numerically, so any spelling works); ``x``/``y`` are the operands, or for ``while_loop`` the
-carry and ``f(carry)``. On the chip: SPM rows (unused lanes filled with a neutral value), ``vsub``/
+carry and ``f(carry)``. On the chip: SPM rows (lanes past a row's length zeroed by the DMA; for ``max(x)`` the
+last row overlaps the previous one instead), ``vsub``/
 ``vabs`` into ACC, a ``vmax``/``vadd`` chain over rows, ``vrmax``/``vrsum`` with
 ``signal=scalar``, ``sld`` into ``r1`` and a branch against the integer threshold ``T``: the
 float predicate evaluated at ``R * scale`` for every integer reduction ``R`` is a step at ``T``
