@@ -69,14 +69,26 @@ class BlockWeights:
     norm_first: bool = True     # pre-LN (x + f(LN(x))) or post-LN (LN(x + f(x)))
     act: str = "gelu"           # "gelu" or "relu"
     batch_first: bool = True    # input (B, T, d) or (T, B, d)
+    kind: str = "block"         # "block", or "mha": self-attention and its projections only
 
 
 def weights_of(block) -> BlockWeights:
-    """The float weights of a ``TransformerBlock`` or a ``TransformerEncoderLayer``."""
-    from .nn import TransformerBlock
+    """The float weights of a ``TransformerBlock``, ``TransformerEncoderLayer`` or (self-attention)
+    ``MultiHeadAttention``."""
+    from .nn import MultiHeadAttention, TransformerBlock
 
     def a(t):
         return np.asarray(t.numpy(), np.float64)
+    if isinstance(block, MultiHeadAttention):
+        for lin in (block.q_proj, block.k_proj, block.v_proj, block.out_proj):
+            if lin.bias is None:
+                raise ChipCompileError("MultiHeadAttention on the chip: every Linear needs a bias")
+        lins = (block.q_proj, block.k_proj, block.v_proj)
+        return BlockWeights(
+            d=a(block.q_proj.weight).shape[1], heads=block.num_heads, ff=0, ln1=None, ln2=None,
+            wqkv=np.concatenate([a(l.weight).T for l in lins], 1), bqkv=np.concatenate([a(l.bias) for l in lins]),
+            wo=a(block.out_proj.weight).T, bo=a(block.out_proj.bias), w1=None, b1=None, w2=None, b2=None,
+            kind="mha")
     if isinstance(block, TransformerBlock):
         at, ln1, ln2, fc1, fc2, drop = block.attn, block.ln1, block.ln2, block.fc1, block.fc2, block.drop
         flags = dict(norm_first=True, act="gelu", batch_first=True)
@@ -117,7 +129,7 @@ def float_block(w: BlockWeights, x, causal: bool = False) -> tuple[np.ndarray, d
     x = np.asarray(x, np.float64)
     d, H = w.d, w.heads
     dh = d // H
-    a1 = _ln(x, *w.ln1) if w.norm_first else x
+    a1 = _ln(x, *w.ln1) if w.norm_first and w.kind == "block" else x
     qkv = a1 @ w.wqkv + w.bqkv
     q, k, v = qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:]
     att = np.zeros_like(q)
@@ -128,6 +140,9 @@ def float_block(w: BlockWeights, x, causal: bool = False) -> tuple[np.ndarray, d
             s = np.where(np.arange(len(s))[None, :] > np.arange(len(s))[:, None], -np.inf, s)
         p = np.exp(s - s.max(-1, keepdims=True))
         att[:, sl] = (p / p.sum(-1, keepdims=True)) @ v[:, sl]
+    if w.kind == "mha":
+        out = att @ w.wo + w.bo
+        return out, dict(x=x, a1=a1, q=q, k=k, v=v, out=out)
     r1 = x + att @ w.wo + w.bo
     x1 = r1 if w.norm_first else _ln(r1, *w.ln1)
     a2 = _ln(x1, *w.ln2) if w.norm_first else x1
@@ -176,6 +191,7 @@ class QBlock:
     causal: bool = False
     norm_first: bool = True
     act: str = "gelu"
+    kind: str = "block"
 
 
 def quantize_block(w: BlockWeights, calib: list, causal: bool = False) -> QBlock:
@@ -184,7 +200,8 @@ def quantize_block(w: BlockWeights, calib: list, causal: bool = False) -> QBlock
     def sc(k):
         return max(max(float(np.abs(a[k]).max()) for a in acts), 1e-6) / 127
 
-    s = {k: sc(k) for k in ("x", "a1", "q", "k", "v", "r1", "x1", "a2", "g", "r2", "out")}
+    s = {k: sc(k) for k in acts[0]
+         if k not in ("h",)}                            # x a1 q k v r1 x1 a2 g r2 out (mha: x a1 q k v out)
     d, H = w.d, w.heads
     wqkv, swqkv = _qw(w.wqkv)
     bqkv = np.round(w.bqkv / (s["a1"] * swqkv)).astype(np.int64)
@@ -196,6 +213,10 @@ def quantize_block(w: BlockWeights, calib: list, causal: bool = False) -> QBlock
     ep = im.ExpParams.for_scale(s["q"] * s["k"] / math.sqrt(d // H))
     wo, swo = _qw(w.wo)
     bo = np.round(w.bo / (s["v"] * swo)).astype(np.int64)
+    if w.kind == "mha":                                 # the output projection requantized to int8
+        mo, sho = im.mult_shift(s["v"] * swo / s["out"])
+        return QBlock(d, H, 0, s, None, None, wqkv, bqkv, np.concatenate(m_qkv), tuple(shs), ep, wo, bo,
+                      (0, 0, mo, sho), None, None, None, None, None, None, None, causal, kind="mha")
     mx, shx = im.mult_shift(s["x"] / s["r1"])
     mo, sho = im.mult_shift(s["v"] * swo / s["r1"])
     w1, sw1 = _qw(w.w1, per_channel=False)
@@ -230,12 +251,14 @@ def reference_int(qb: QBlock, xq, blk: int) -> np.ndarray:
     x = np.asarray(xq, np.int64)
     d, H = qb.d, qb.heads
     dh = d // H
-    a1 = im.layernorm(x, qb.ln1) if qb.norm_first else x
+    a1 = im.layernorm(x, qb.ln1) if qb.norm_first and qb.kind == "block" else x
     acc = a1 @ qb.wqkv + qb.bqkv
     qkv = [im.requant(acc[:, i * d:(i + 1) * d], qb.m_qkv[i * d:(i + 1) * d], qb.sh_qkv[i]) for i in range(3)]
     att = np.concatenate([im.attention_head(*(t[:, h * dh:(h + 1) * dh] for t in qkv), qb.ep, blk,
                                             qb.causal) for h in range(H)], 1)
     mx, shx, mo, sho = qb.res1
+    if qb.kind == "mha":
+        return im.requant(att @ qb.wo + qb.bo, mo, sho)
     r1 = np.clip(im.requant(x, mx, shx) + im.requant(att @ qb.wo + qb.bo, mo, sho), -128, 127)
     x1 = r1 if qb.norm_first else im.layernorm(r1, qb.ln1)
     a2 = im.layernorm(x1, qb.ln2) if qb.norm_first else x1
@@ -255,11 +278,11 @@ def reference_int(qb: QBlock, xq, blk: int) -> np.ndarray:
 def blocks_of(model) -> list | None:
     """The blocks of ``model``: one ``TransformerBlock`` or ``TransformerEncoderLayer``, or an
     ``nn.Sequential`` of them, or an ``nn.TransformerEncoder`` without a final norm; else None."""
-    from .nn import Sequential, TransformerBlock, TransformerEncoder, TransformerEncoderLayer
+    from .nn import MultiHeadAttention, Sequential, TransformerBlock, TransformerEncoder, TransformerEncoderLayer
 
     def exact(m):          # a subclass may change forward (e.g. is_causal): not recognised
         return type(m) in (TransformerBlock, TransformerEncoderLayer)
-    if exact(model):
+    if exact(model) or type(model) is MultiHeadAttention:     # self-attention alone: forward(x)
         return [model]
     if type(model) is TransformerEncoder and model.norm is None and all(exact(m) for m in model.layers):
         return list(model.layers)
@@ -365,7 +388,8 @@ class CompiledTransformer:
 
     def summary(self) -> str:
         q = self.qblock
-        kind = f"{'pre' if q.norm_first else 'post'}-LN, {q.act}{', causal' if q.causal else ''}"
+        kind = (f"{'pre' if q.norm_first else 'post'}-LN, {q.act}" if q.kind == "block" else "self-attention") + \
+            (", causal" if q.causal else "")
         return (f"{len(self.qblocks)} transformer block(s) on {self.config.name}: d={q.d}, heads={q.heads}, "
                 f"ff={q.ff}, {kind}, T <= {self.tmax}, {'fused' if self.fused else 'unfused'} attention, "
                 f"{len(self.program)} instructions, compile {self.compile_s:.2f} s; "

@@ -522,12 +522,14 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     # causal: the query index of every attention row (query block, head, row), in all lanes
     qidx = rows32(np.repeat((np.arange(TM // C)[:, None, None] * C + np.arange(C)[None, None, :])
                             .repeat(H, 1).reshape(-1), C)) if any(q.causal for q in qbs) else None
-    ads = [dict(
-        ln1g=rows32(qb.ln1.g), ln1b=rows32(qb.ln1.b), ln2g=rows32(qb.ln2.g), ln2b=rows32(qb.ln2.b),
-        wqkv=tiles(qb.wqkv), bqkv=rows32(qb.bqkv), sqkv=rows32(qb.m_qkv),
-        wo=tiles(qb.wo), bo=rows32(qb.bo), so=rows32(qb.res1[2]),
-        w1=tiles(qb.w1), b1=rows32(qb.b1),
-        w2=tiles(qb.w2), b2=rows32(qb.b2), s2=rows32(qb.res2[2])) for qb in qbs]
+    def consts(qb):
+        c = dict(wqkv=tiles(qb.wqkv), bqkv=rows32(qb.bqkv), sqkv=rows32(qb.m_qkv),
+                 wo=tiles(qb.wo), bo=rows32(qb.bo), so=rows32(qb.res1[2]))
+        if qb.kind == "block":
+            c.update(ln1g=rows32(qb.ln1.g), ln1b=rows32(qb.ln1.b), ln2g=rows32(qb.ln2.g), ln2b=rows32(qb.ln2.b),
+                     w1=tiles(qb.w1), b1=rows32(qb.b1), w2=tiles(qb.w2), b2=rows32(qb.b2), s2=rows32(qb.res2[2]))
+        return c
+    ads = [consts(qb) for qb in qbs]
     if k.top > cfg.dram_bytes:
         raise ChipCompileError(f"TransformerBlock: {k.top} bytes of DRAM needed, config {cfg.name!r} has "
                                f"{cfg.dram_bytes}")
@@ -538,8 +540,8 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     nd = nb * TM
     X8, A1, QKV8, O8, X1, A2, G8, OUT8 = sp(nd), sp(nd), sp(3 * nd), sp(nd), sp(nd), sp(nd), sp(nbf * TM), sp(nd)
     em.tmp8a, em.tmp8b = sp(nd), sp(nd)
-    WS = {key: sp(K * N // C) for key, (K, N) in
-          (("wqkv", (d, 3 * d)), ("wo", (d, d)), ("w1", (d, ff)), ("w2", (ff, d)))}
+    mats = (("wqkv", (d, 3 * d)), ("wo", (d, d))) + ((("w1", (d, ff)), ("w2", (ff, d))) if ff else ())
+    WS = {key: sp(K * N // C) for key, (K, N) in mats}
     L = em.L
     L.append(f"; {len(qbs)} transformer block(s) d={d} heads={H} ff={ff}, T <= {TM} (r{DYN_REG}), "
              f"{'fused' if fused else 'unfused'} attention")
@@ -555,10 +557,14 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
         em.prefix = f"block {bi}: " if len(qbs) > 1 else ""
 
         def prefetch(ad=ad):                        # the block's weights, loaded under its LayerNorm 1
-            for key, (K, N) in (("wqkv", (d, 3 * d)), ("wo", (d, d)), ("w1", (d, ff)), ("w2", (ff, d))):
+            for key, (K, N) in mats:
                 em.e(f"dma.ld spm[{WS[key]}], dram[{ad[key]}], rows={K * N // C}, len={C}, rstride={C}")
 
-        if qb.norm_first:                           # pre-LN: x + f(LN(x))
+        if qb.kind == "mha":                        # self-attention alone (no residual)
+            em.phase("weights")
+            prefetch()
+            QIN = X8
+        elif qb.norm_first:                         # pre-LN: x + f(LN(x))
             em.layernorm(X8, A1, qb.ln1, ad["ln1g"], ad["ln1b"], prefetch, "LayerNorm 1")
             QIN, R1, R2 = A1, X1, OUT8
         else:                                       # post-LN: LN(x + f(x))
@@ -582,6 +588,12 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
                (Q * dh, 3 * H * Q), inner=(H, (TM * dh, Q)))
         em.e("fence all")
         em.attention(QKV8, O8, lay.kt, lay.v, lane, lay.s, lay.p, f"kblock{bi}", qidx)
+        if qb.kind == "mha":
+            OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection")
+            em.requant_blocks(OUT8, nb, OUT, nb, SC, 0, nb, qb.res1[3])
+            em.e("fence all")
+            X8, OUT8 = OUT8, X8
+            continue
         OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection + residual")
         mx, shx, _, sho = qb.res1
         em.residual(X8, OUT, SC, mx, shx, sho, R1)

@@ -206,3 +206,24 @@ def test_longest_sequence_on_base(setup):
     assert np.array_equal(res.ints["out"], cm.reference_int(x))
     with pytest.raises(tc.ChipCompileError, match="maximum T"):
         tc.compile(block, calib[0], dynamic={"T": 130})
+
+
+def test_multihead_attention_alone():
+    """``tc.compile(nn.MultiHeadAttention)`` (self-attention, ``forward(x)``): projections and the
+    fused attention only; bit exact for T in {1, 17, 64} from one binary, close to the frontend's."""
+    tc.manual_seed(2)
+    mha = tc.nn.MultiHeadAttention(64, 4)
+    rng = np.random.default_rng(2)
+    xs = {T: rng.standard_normal((1, T, 64)).astype(np.float32) for T in TS}
+    cm = tc.compile(mha, xs[64], calibration=[[x] for x in xs.values()], dynamic={"T": 64})
+    assert cm.qblock.kind == "mha"
+    h = _sha(cm)
+    for T, x in xs.items():
+        res = tc.Device("sim").run(cm, x)
+        assert np.array_equal(res.ints["out"][:, :T], cm.reference_int(x)), T
+        want = cm.float_reference(x)
+        assert np.abs(want - mha(tc.Tensor(x)).numpy()).max() < 1e-4
+        s = cm.qblock.s
+        assert np.abs(res.outputs[0] - want).max() < 4 * s["out"]      # v's and the output's rounding
+        assert np.abs(res.outputs[0] - want).mean() < 1 * s["out"]
+    assert _sha(cm) == h
