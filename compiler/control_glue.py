@@ -136,6 +136,16 @@ class _Layout:
     def same(self, o: "_Layout") -> bool:
         return self.nbytes == o.nbytes and np.array_equal(self.offsets.reshape(-1), o.offsets.reshape(-1))
 
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.offsets.shape)
+
+    def to_phys(self, x: np.ndarray) -> np.ndarray:
+        """The buffer's bytes holding ``x`` (zeros elsewhere, e.g. a convolution input's border)."""
+        out = np.zeros(self.nbytes, np.asarray(x).dtype)
+        out[self.offsets.reshape(-1)] = np.asarray(x).reshape(-1)
+        return out
+
 
 def _lay(t: TensorInfo, idx=None) -> _Layout:
     return _Layout(_phys(t, idx), t.phys_size)
@@ -167,6 +177,41 @@ def _copy(L: list, src: int, dst: int, nbytes: int, cfg, src_reg: int | None = N
                  + ("wait=store, " if i else "") + "signal=store")
         L.append(f"    dma.st dram[{dst + off}], spm[0], rows={rows}, len={ln}, rstride={C}, wait=load"
                  + (", signal=load" if i < len(pieces) - 1 else ""))
+    L.append("    fence all")
+
+
+def _move(L: list, src: int, src_lay: _Layout, dst: int, dst_lay: _Layout, cfg) -> None:
+    """Copy a value between two DRAM buffers of its layouts: a byte copy when they agree, else
+    runs contiguous in both, cut to ``cols`` bytes and grouped into strided DMAs (e.g. into the
+    interior of a convolution input's zero border)."""
+    if src_lay.same(dst_lay):
+        return _copy(L, src, dst, src_lay.nbytes, cfg)
+    C = cfg.cols
+    s, d = src_lay.offsets.reshape(-1), dst_lay.offsets.reshape(-1)
+    o = np.argsort(d, kind="stable")
+    s, d = s[o], d[o]
+    cut = np.flatnonzero((np.diff(s) != 1) | (np.diff(d) != 1)) + 1
+    pieces = []                               # (offset in its run, run, src, dst, length)
+    for r, (a, b) in enumerate(zip(np.r_[0, cut], np.r_[cut, len(s)])):
+        for k in range(a, b, C):
+            pieces.append((k - a, r, int(s[k]), int(d[k]), min(C, b - k)))
+    pieces.sort()
+    groups: list = []                         # [src, dst, length, count, src stride, dst stride]
+    for _, _, s0, d0, ln in pieces:
+        g = groups[-1] if groups else None
+        if g is not None and g[2] == ln and g[3] < cfg.spm_rows:
+            if g[3] == 1 and s0 > g[0] and d0 > g[1]:
+                g[4], g[5], g[3] = s0 - g[0], d0 - g[1], 2
+                continue
+            if g[3] > 1 and s0 == g[0] + g[4] * g[3] and d0 == g[1] + g[5] * g[3]:
+                g[3] += 1
+                continue
+        groups.append([s0, d0, ln, 1, C, C])
+    for i, (s0, d0, ln, n, ss, ds) in enumerate(groups):
+        L.append(f"    dma.ld spm[0], dram[{src + s0}], rows={n}, len={ln}, rstride={ss}, "
+                 + ("wait=store, " if i else "") + "signal=store")
+        L.append(f"    dma.st dram[{dst + d0}], spm[0], rows={n}, len={ln}, rstride={ds}, wait=load"
+                 + (", signal=load" if i < len(groups) - 1 else ""))
     L.append("    fence all")
 
 

@@ -36,8 +36,9 @@ numpy and the chip's result is bit-exact against it. Carry and body result share
 Not lowered (``ChipCompileError``): more than one control node, operands computed by ops the
 chip cannot run, deeper nesting than a cond as a loop body (or the while form), captured non-constant
 tensors, a symbolic dimension other than a scan loop's length (``dynamic={"T": max}``: the trip
-count is ``r15``, written at launch), padded (convolution) carries, bodies whose result layout
-differs from the carry's, predicates that are not a threshold on such a reduction.
+count is ``r15``, written at launch), scanned rows stored padded or reordered in the body's
+input, predicates that are not a threshold on such a reduction. Values move between buffers of
+different layouts (a convolution's bordered input) with ``control_glue._move``.
 
 The predicate machinery is ``compiler.control_pred``, the bodies and glue code
 ``compiler.control_glue``; ``until_converged`` (``compiler.control_converge``) is the hand-built
@@ -55,7 +56,7 @@ from isa.asm import assemble
 from isa.config import ChipConfig
 
 from .control_converge import ConvergeLoop, until_converged  # noqa: F401  (re-exported)
-from .control_glue import (R_TRIP, _Body, _compile_body, _copy, _Layout, _lay, _phys, _pred_code,
+from .control_glue import (R_TRIP, _Body, _compile_body, _copy, _Layout, _lay, _move, _phys, _pred_code,
                            _store_counter, _text)
 from .control_pred import _err, _inputs, _match_pred, _np_eval, _Pred, _skeys, _threshold
 from .ir import CONTROL, Node, Ops, toposort
@@ -260,12 +261,10 @@ def _pre_kernels(cm, nodes: list, ops: list, calib: list, cfg, searcher, per_cha
     for i, j in enumerate(idx):
         op = cm.operands[j]
         t, view, addr = pre.outs[i]
-        if not _lay(pre.tensor(t), view).same(_lay(op.info)):
-            raise _err(f"operand {j} is computed in another layout than its uses read (a padded or reordered "
-                       "tensor): not lowered")
         op.pre = i
+        dst = op.info if isinstance(op.info, _Layout) else _lay(op.info)
         for a in op.addrs:
-            _copy(L, addr, a, op.info.phys_size, cfg)
+            _move(L, addr, _lay(pre.tensor(t), view), a, dst, cfg)
 
 
 def _amax(vals) -> float:
@@ -401,23 +400,19 @@ def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     for j, inf in enumerate(infos):
         addr[j] = base
         base += -(-inf.phys_size // DRAM_ALIGN) * DRAM_ALIGN
-    res_info = _lay(infos[0]) if ident["then"] or ident["else"] else None
-    for k, b in bodies.items():
-        if res_info is None:
-            res_info = b.out_layout()
-        if not res_info.same(b.out_layout()):
-            raise _err("the two branches store their results in different layouts")
+    # the result buffer takes the first branch's layout; the other one's result is moved into it
+    res_info = _lay(infos[0]) if ident["then"] or ident["else"] else next(iter(bodies.values())).out_layout()
     res_addr, base = base, base + -(-res_info.nbytes // DRAM_ALIGN) * DRAM_ALIGN
     cnt, base = base, base + DRAM_ALIGN
-    operands = []
+    operands, moves = [], {k: [] for k in bodies}
     for j, ((nm, c, _), inf) in enumerate(zip(ops, infos)):
         dests = [addr[j]]
-        for b in bodies.values():
+        for k, b in bodies.items():
             if j in b.ins:
-                if not _lay(inf).same(b.in_layout(j)):
-                    raise _err(f"operand {j} is stored padded or reordered in a branch (a padded convolution "
-                               "input): not lowered")
-                dests.append(b.ins[j][1])
+                if _lay(inf).same(b.in_layout(j)):
+                    dests.append(b.ins[j][1])           # the host writes it there too
+                else:                                   # e.g. a padded convolution input: the taken branch moves it
+                    moves[k].append((addr[j], _lay(inf), b.ins[j][1], b.in_layout(j)))
         operands.append(_Operand(nm, c, inf, op_scale[j], dests))
     L = [f"; tetrachip cond: {'then' if hi else 'else'}-branch when {red}({form}) >= {T}"]
     _pred_code(L, pred, [addr[j] for j in lf], n, cfg, "cond_else")
@@ -425,10 +420,12 @@ def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
         if k == "else":
             L.append("cond_else:")
         if ident[k]:
-            _copy(L, addr[0], res_addr, res_info.nbytes, cfg)
+            _move(L, addr[0], _lay(infos[0]), res_addr, res_info, cfg)
         else:
+            for src, src_lay, dst, dst_lay in moves[k]:
+                _move(L, src, src_lay, dst, dst_lay, cfg)
             L.append(_text(bodies[k], k))
-            _copy(L, bodies[k].out_addr, res_addr, res_info.nbytes, cfg)
+            _move(L, bodies[k].out_addr, bodies[k].out_layout(), res_addr, res_info, cfg)
         L.append(f"    seti r{R_TRIP}, {1 if k == 'then' else 0}")
         if k == "then":
             L.append("    jmp cond_end")
@@ -508,14 +505,18 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     if 0 not in body.ins:
         raise _err("the loop body does not read its carry")
     c_t, c_addr = body.ins[0]
-    c_info = body.in_layout(0)
-    if not c_info.same(body.out_layout()):
-        raise _err("the body stores its result in another layout than its carry (or the carry is a padded "
-                   "convolution input): not lowered")
+    c_info, t_lay = body.in_layout(0), body.out_layout()     # the carry as the body reads / writes it
     base = body.end
-    operands = [_Operand(ops[0][0], ops[0][1], _host_info("init", node.src[0].shape), s_c, [c_addr])]
+    operands = [_Operand(ops[0][0], ops[0][1], c_info, s_c, [c_addr])]
+    cu = None
     L = [f"; tetrachip {'while_loop' if wf else 'loop'}: at most {trips} trips, counter r{R_TRIP}",
-         f"    seti r{R_TRIP}, 0", "loop_top:", f"    seti r1, {trips}", f"    bge r{R_TRIP}, r1, loop_done"]
+         f"    seti r{R_TRIP}, 0"]
+    if wf is not None and not c_info.same(t_lay):
+        # a padded carry (a convolution input): the predicate compares f(c) with a copy of the
+        # carry in f(c)'s layout
+        cu, base = base, base + -(-t_lay.nbytes // DRAM_ALIGN) * DRAM_ALIGN
+        _move(L, c_addr, c_info, cu, t_lay, cfg)
+    L += ["loop_top:", f"    seti r1, {trips}", f"    bge r{R_TRIP}, r1, loop_done"]
     copies = []
     for j in range(nscan if wf is None else 0):
         shape = node.src[1 + j].shape
@@ -533,11 +534,12 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
         L += [f"    seti r2, {rowb}", f"    mul r1, r{R_TRIP}, r2"]
         _copy(L, src, dst, rowb, cfg, src_reg=1)
     L.append(_text(body, "body"))
-    nbytes = c_info.nbytes
     if wf is not None:
-        addrs = [{"c": c_addr, "f": body.out_addr}[x] for x in pred.leaves]
-        _pred_code(L, pred, addrs, nbytes, cfg, "loop_done")
-    _copy(L, body.out_addr, c_addr, nbytes, cfg)
+        addrs = [{"c": c_addr if cu is None else cu, "f": body.out_addr}[x] for x in pred.leaves]
+        _pred_code(L, pred, addrs, t_lay.nbytes, cfg, "loop_done")
+        if cu is not None:
+            _copy(L, body.out_addr, cu, t_lay.nbytes, cfg)
+    _move(L, body.out_addr, t_lay, c_addr, c_info, cfg)
     L += [f"    addi r{R_TRIP}, r{R_TRIP}, 1", "    jmp loop_top", "loop_done:"]
     cnt, base = base, base + DRAM_ALIGN
     _store_counter(L, cnt)
@@ -618,9 +620,7 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
                 if a not in b.ins:
                     continue
                 if j == 0:
-                    if not _lay(c_info).same(b.in_layout(a)):
-                        raise _err(f"the {k}-branch reads the carry padded or reordered: not lowered")
-                    _copy(L, cm_addr, b.ins[a][1], c_info.phys_size, cfg)
+                    _move(L, cm_addr, _lay(c_info), b.ins[a][1], b.in_layout(a), cfg)
                 else:
                     inf, addr, rowb = rows[j - 1]
                     t = b.tensor(b.ins[a][0])
@@ -630,9 +630,7 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
                     L += [f"    seti r2, {rowb}", f"    mul r1, r{R_TRIP}, r2"]
                     _copy(L, addr, b.ins[a][1], rowb, cfg, src_reg=1)
             L.append(_text(b, k))
-            if not b.out_layout().same(_lay(c_info)):
-                raise _err(f"the {k}-branch stores its result in another layout than the carry: not lowered")
-            _copy(L, b.out_addr, cm_addr, c_info.phys_size, cfg)
+            _move(L, b.out_addr, b.out_layout(), cm_addr, _lay(c_info), cfg)
         if k == "then":
             L += ["    addi r15, r15, 1", "    jmp br_join"]
     L += ["br_join:", f"    addi r{R_TRIP}, r{R_TRIP}, 1", "    jmp loop_top", "loop_done:", "    fence all",

@@ -50,6 +50,62 @@ def test_while_loop_until_converged_data_dependent_trips():
     assert [c for _, c in sorted(zip(trips, cycles))] == sorted(cycles)
 
 
+def test_while_loop_with_a_padded_convolution_carry():
+    """h <- relu(conv3x3(h, padding=1)) until converged: the carry is stored with a zero border
+    (the convolution's input layout); the body's result is copied into its interior."""
+    tc.manual_seed(3)
+    conv = tc.nn.Conv2d(4, 4, 3, padding=1)
+    conv.weight = tc.Tensor((conv.weight.numpy() * 0.3).astype(np.float32))
+    f = lambda h: conv(h).relu()
+    model = lambda h0: tc.while_loop(lambda h: (f(h) - h).abs().max() > 0.05, f, h0, 40)
+    rng = np.random.default_rng(0)
+    xs = [(rng.standard_normal((1, 4, 6, 6)) * s).astype(np.float32) for s in (0.3, 1.0, 4.0)]
+    cm = tc.compile(model, [xs[0]], calibration=[[x] for x in xs])
+    body, s = cm.bodies["body"], cm.out_scale
+    assert cm.out_info.nbytes > 4 * 6 * 6                     # the carry buffer has its border
+    trips = []
+    for x in xs:
+        res = tc.Device("sim").run(cm, x)
+        c, n = np.clip(np.rint(x / s), -127, 127), 0
+        while n < 40:
+            t = run_int(body.q, {"arg0": (c * s).astype(np.float32)})[0][0] / s
+            t = np.rint(t).astype(np.int64)
+            if not np.float32(np.max(np.abs(t - c)) * s) > np.float32(0.05):
+                break
+            c, n = t, n + 1
+        np.testing.assert_array_equal(res.ints["out"], c)
+        assert res.ints["trips"] == n
+        np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+        trips.append(n)
+    assert len(set(trips)) == 2
+
+
+def test_cond_and_loop_cond_over_convolutions():
+    """Branches that are padded 3x3 convolutions: the operand is moved into the taken branch's
+    bordered input; a loop whose body is such a cond picks a branch per trip."""
+    tc.manual_seed(3)
+    conv, conv2 = tc.nn.Conv2d(4, 4, 3, padding=1), tc.nn.Conv2d(4, 4, 3, padding=1)
+    rng = np.random.default_rng(0)
+    xs = [(rng.standard_normal((1, 4, 6, 6)) + m).astype(np.float32) for m in (-0.5, 0.5)]
+    model = lambda x: tc.cond(x.sum() > 0, lambda v: conv(v).relu(), lambda v: conv2(v), x)
+    cm = tc.compile(model, [xs[0]], calibration=[[x] for x in xs])
+    for x, want in zip(xs, (0, 1)):
+        res = tc.Device("sim").run(cm, x)
+        assert res.ints["taken"] == want
+        br = cm.bodies["then" if want else "else"]
+        np.testing.assert_array_equal(res.outputs[0], run_int(br.q, {"arg0": x})[0][0])
+        np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+    seq = np.zeros((4, 1), np.float32)
+    lc = lambda h0, r: tc.loop(lambda h, _: tc.cond(h.sum() > 0, lambda c: conv(c).relu(), lambda c: conv2(c), h),
+                               h0, r)
+    cm = tc.compile(lc, [xs[0], seq], calibration=[[x, seq] for x in xs])
+    for x in xs:
+        res = tc.Device("sim").run(cm, x, seq)
+        ref, info = cm.reference_run({"x0": x, "x1": seq})
+        assert res.ints["trips"] == 4 and res.ints["then_trips"] == info["then_trips"]
+        np.testing.assert_array_equal(res.outputs[0], ref[0])
+
+
 def test_cond_data_dependent_predicate_runs_one_branch():
     rng = np.random.default_rng(1)
     W1, W2 = ((rng.standard_normal((16, 24)) * 0.3).astype(np.float32) for _ in range(2))
