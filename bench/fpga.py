@@ -28,17 +28,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from isa import ChipConfig  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
-from rtl.fpga.fit import DSP_PER_LANE, FPGA_MEMORY, estimate, estimate_array, fpga_config  # noqa: E402
+from rtl.fpga.fit import DSP_BASE, DSP_PER_LANE, FPGA_MEMORY, estimate, estimate_array, fpga_config  # noqa: E402
 from rtl.fpga.flow import FlowError, synth, synth_array  # noqa: E402
 
 CONFIGS = ["tiny", "small", "base"]
 TARGETS = ["ecp5-25k", "ecp5-85k", "ice40-up5k"]
 #: (rows, cols, device, mac) of the array-alone rows: the Fmax targets' arrays
-ARRAYS = [(8, 8, "ecp5-25k", "dsp:28+reg"), (8, 8, "ecp5-25k", "dsp:28"), (16, 16, "ecp5-85k", "dsp:28+reg")]
+ARRAYS = [(8, 8, "ecp5-25k", "dsp:28+reg"), (8, 8, "ecp5-25k", "dsp:28+reg2"), (8, 8, "ecp5-85k", "dsp+reg"),
+          (8, 8, "ecp5-85k", "lut+reg"), (16, 16, "ecp5-85k", "dsp:156+reg2")]
 
 
 def auto_mac(cfg, dev, reg: bool = True) -> str:
-    free = max(0, dev.dsps - DSP_PER_LANE[dev.family] * cfg.cols)
+    free = max(0, dev.dsps - DSP_BASE - DSP_PER_LANE[dev.family] * cfg.cols)
     return ("dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}") + ("+reg" if reg else "")
 
 
@@ -94,7 +95,7 @@ def run_array(rows, cols, devname, mac, *, pnr, freq, out, timeout, tools=True, 
     row = {"config": name, "device": devname, "mac": mac, "estimate": estimate_array(rows, cols, dev, mac).__dict__}
     d = out / f"array{rows}x{cols}-{devname}-{mac.replace(':', '').replace('+', '-')}"
     rep = _reused(d / "report.json", name, devname, mac) if reuse else None
-    if rep is not None and (rep["placed"] or not pnr):
+    if rep is not None:                 # an array run, placed or Yosys only
         return _measured(row, rep)
     if not tools:
         row.update(status="fits (estimate)" if not row_over(row, dev) else "does not fit (estimate)")

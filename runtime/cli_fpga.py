@@ -18,8 +18,8 @@ MAC_HELP = ("array multipliers: dsp (hard multipliers), lut, dsp:N (N in DSPs, t
 def _mac(mac: str, cfg, dev) -> str:
     if mac not in ("auto", "auto-noreg"):
         return mac
-    from rtl.fpga.fit import DSP_PER_LANE
-    free = max(0, dev.dsps - DSP_PER_LANE[dev.family] * cfg.cols)
+    from rtl.fpga.fit import DSP_BASE, DSP_PER_LANE
+    free = max(0, dev.dsps - DSP_BASE - DSP_PER_LANE[dev.family] * cfg.cols)
     kind = "dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}"
     return kind + ("+reg" if mac == "auto" else "")
 

@@ -14,7 +14,7 @@ from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Mo
 
 from .devices import board as get_board, device as get_device
 from .fit import check
-from .flow import ECP5_COARSE_NOSHARE, ECP5_MAP_OPTS, FlowError, Report, _mems, apply_pnr, cell_resources, tool
+from .flow import ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, FlowError, Report, _mems, apply_pnr, cell_resources, tool
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -123,7 +123,7 @@ def build(cfg, board: str, *, mac: str = "dsp", freq_mhz: float | None = None, o
         with fast():
             platform.build(top, name="top", build_dir=str(out), do_program=False,
                            script_after_read=ECP5_COARSE_NOSHARE, synth_opts=ECP5_MAP_OPTS,
-                           script_after_synth="tee -q -o stat.json stat -json",
+                           script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",
                            nextpnr_opts=f"--report pnr.json --timing-allow-fail --seed {seed}")
     except Exception as e:      # amaranth raises on a failed tool; name the log
         raise FlowError(f"board build failed ({e}); logs in {out}/top.rpt (yosys), {out}/top.tim (nextpnr)") from None

@@ -46,13 +46,19 @@ def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, i
 #: (write ports, registered read ports, combinational read ports) of the chip's memories (rtl/chip.py)
 MEMORY_PORTS = {"spm": (4, 4, 3), "acc": (5, 3, 3), "imem": (1, 1, 0)}
 
-LUT_PER_PE = 40
-FF_PER_PE = 69
-FF_PER_PE_REG = 16            #: the product register (``mac="...+reg"``)
-LUT_PER_LUT_MAC = 225
+# The array's constants are measured (Yosys synth_ecp5, docs/fpga.md): 8x8 "dsp+reg" 2624 LUT /
+# 4426 FF / 64 DSP; 8x8 "lut+reg" 16434 LUT; 8x8 "dsp:28+reg" 10155 LUT.
+LUT_PER_PE = 41               #: partial-sum adder (16 + clog2(k+1) bits) and weight mux
+FF_PER_PE = 53                #: input, swap, front/shadow weights, partial sum, skew/deskew share
+FF_PER_PE_REG = 16            #: per product register stage (``mac="...+reg"`` / ``+reg2``)
+LUT_PER_LUT_MAC = 215         #: a LUT product (rtl/mac.py, Baugh-Wooley)
 LUT_PER_FF_MEM_BIT_PORT = 0.6
-LUT_BASE, LUT_PER_LANE = 6000, 700
-FF_BASE, FF_PER_LANE = 3000, 250
+# The rest of the chip, calibrated on the whole FpgaTop(tiny --fpga-mem) (76229 LUT, 14372 FF,
+# 49 DSP with mac="dsp"): the split between LUT_BASE and LUT_PER_LANE is not measured (every
+# --fpga-mem memory scales with cols too); LUT_BASE is a guess for the issue stage, DMA and host link.
+LUT_BASE, LUT_PER_LANE = 6000, 13400
+FF_BASE, FF_PER_LANE = 3000, 1600
+DSP_BASE = 1                  #: the issue stage's address multiply
 DSP_PER_LANE = {"ecp5": 8, "ice40": 8}
 
 
@@ -109,7 +115,7 @@ def estimate(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -
     arr = estimate_array(cfg.rows, cfg.cols, dev, mac)
     luts = LUT_BASE + LUT_PER_LANE * cfg.cols + arr.luts
     ffs = FF_BASE + FF_PER_LANE * cfg.cols + arr.ffs
-    dsps = DSP_PER_LANE[dev.family] * cfg.cols + arr.dsps
+    dsps = DSP_BASE + DSP_PER_LANE[dev.family] * cfg.cols + arr.dsps
     brams = 0
     mems = {"spm": (8 * cfg.cols, cfg.spm_rows), "acc": (32 * cfg.cols, cfg.acc_rows),
             "imem": (WORD_BITS, cfg.imem_words)}

@@ -148,7 +148,17 @@ opt
 memory -nomap
 opt_clean
 """
-ECP5_MAP_OPTS = "-run map_ram:"
+ECP5_MAP_OPTS = "-run map_ram:map_luts"
+#: ``synth_ecp5``'s ``map_luts`` step with a shorter ABC script (no ``&scorr; &sweep; &dc2; &dch``):
+#: the default script did not finish on the whole tiny chip in 20 minutes here (233k AIG nodes),
+#: this one took about 6 CPU-minutes; then ``synth_ecp5 -run map_cells:`` finishes as usual.
+ECP5_MAP_LUTS = """
+check -latchonly -assert
+techmap -map +/lattice/latches_map.v
+abc9 -W 300 -script +&st;&if,-W,300,-v;&mfs
+clean
+synth_ecp5 -top top -run map_cells:
+"""
 
 
 def yosys_script(dev: Device, json_out: str = "top.json", share: bool = False) -> str:
@@ -157,7 +167,8 @@ def yosys_script(dev: Device, json_out: str = "top.json", share: bool = False) -
         return f"synth_ice40 -dsp -top top -json {json_out}"
     if share:
         return f"synth_ecp5 -top top -json {json_out}"
-    return ECP5_COARSE_NOSHARE.strip() + f"\nsynth_ecp5 -top top {ECP5_MAP_OPTS} -json {json_out}"
+    return (ECP5_COARSE_NOSHARE.strip() + f"\nsynth_ecp5 -top top {ECP5_MAP_OPTS}\n"
+            + ECP5_MAP_LUTS.strip() + f"\nwrite_json {json_out}")
 
 
 def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str = "",
