@@ -129,8 +129,8 @@ flatten
 tribuf -logic
 deminout
 opt_expr
-check
 opt_clean
+check
 opt -nodffe -nosdff
 fsm
 opt

@@ -84,3 +84,27 @@ def test_pll_params_in_range():
     p = pll_params(25.0, 100.0)
     assert abs(p["fout"] - 100.0) < 0.5
     assert 400 <= p["fout"] * p["CLKOP_DIV"] <= 800
+
+
+def _coarse_commands(text: str) -> list[str]:
+    return [ln.split()[0] for ln in text.strip().splitlines() if ln.strip()]
+
+
+@needs_yosys
+def test_ecp5_script_is_synth_ecp5_without_share():
+    """The flow's own coarse step (rtl/fpga/flow.py) must be the installed Yosys' synth_ecp5 coarse
+    step minus ``share``: a Yosys upgrade that changes synth_ecp5 fails here."""
+    import subprocess
+
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.flow import ECP5_COARSE_NOSHARE, yosys_script
+    help_text = subprocess.run(tool("yosys") + ["-p", "help synth_ecp5; help synth_lattice"], capture_output=True,
+                               text=True, timeout=600).stdout
+    section = help_text.split("    coarse:")[1].split("    map_ram:")[0]
+    theirs = [ln.split()[0] for ln in section.splitlines() if ln.strip() and "(only if" not in ln]
+    ours = [c for c in _coarse_commands(ECP5_COARSE_NOSHARE)[1:] if c != "chtype"]
+    assert "share" in theirs and "share" not in ours
+    assert ours == [c for c in theirs if c != "share"], (ours, theirs)
+    script = yosys_script(DEVICES["ecp5-85k"])
+    assert "synth_ecp5 -top top -run begin:coarse" in script and "-run map_cells:" in script
+    assert "share" not in _coarse_commands(script)
