@@ -43,11 +43,14 @@ def auto_mac(cfg, dev, reg: bool = True) -> str:
     return ("dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}") + ("+reg" if reg else "")
 
 
-def _reused(path: Path, name: str, devname: str, mac: str):
+def _reused(path: Path, name: str, devname: str, mac: str | None):
+    """An earlier run's report for (name, device) (and mac, unless None)."""
     if not path.exists():
         return None
     rep = json.loads(path.read_text())
-    return rep if (rep.get("config"), rep.get("device"), rep.get("mac")) == (name, devname, mac) else None
+    if (rep.get("config"), rep.get("device")) != (name, devname) or (mac is not None and rep.get("mac") != mac):
+        return None
+    return rep
 
 
 def _measured(row, rep: dict, seconds=None):
@@ -69,14 +72,15 @@ def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True
            "memories": {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}}
     est = estimate(cfg, dev, mac=mac)
     row["estimate"] = est.__dict__
+    d = out / f"{name}-{devname}"
+    rep = _reused(d / "report.json", name, devname, None) if reuse else None
+    if rep is not None:                 # the earlier run's mac and memories are what the row shows
+        row.update(mac=rep["mac"], memories=rep.get("memories", row["memories"]))
+        return _measured(row, rep)
     over = est.over(dev)
     if over:
         row.update(status="does not fit (estimate)", reason="; ".join(over))
         return row
-    d = out / f"{name}-{devname}"
-    rep = _reused(d / "report.json", name, devname, mac) if reuse else None
-    if rep is not None and (rep["placed"] or not pnr):
-        return _measured(row, rep)
     if not tools:
         row.update(status="fits (estimate)")
         return row
