@@ -24,9 +24,12 @@ has room for exactly two such stages.
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Signal, Value, signed
+import contextlib
+import contextvars
 
-__all__ = ["MAC_KINDS", "parse_mac", "split_reg", "pe_kinds", "product"]
+from amaranth import Cat, ClockSignal, Const, Instance, ResetSignal, Signal, Value, signed
+
+__all__ = ["MAC_KINDS", "parse_mac", "split_reg", "pe_kinds", "product", "fpga_primitives"]
 
 MAC_KINDS = ("dsp", "lut")
 
@@ -64,6 +67,46 @@ def pe_kinds(rows: int, cols: int, mac: str = "dsp") -> list[list[str]]:
     return out
 
 
+_PRIMITIVES: contextvars.ContextVar = contextvars.ContextVar("tetrachip_fpga_primitives", default=None)
+
+
+@contextlib.contextmanager
+def fpga_primitives(family: str | None):
+    """While active (``"ecp5"``), elaboration builds a ``dsp`` product with 2 stages as an ECP5
+    ``MULT18X18D`` using its own input and output registers (same two-cycle latency, no general
+    routing inside the multiplier path). Only for FPGA builds: the block has no simulation model
+    here, the behavioural ``+reg2`` product is what the simulators and tests run."""
+    tok = _PRIMITIVES.set(family)
+    try:
+        yield
+    finally:
+        _PRIMITIVES.reset(tok)
+
+
+def _mult18x18d(m, a, w, name):
+    """signed 8 x 8 product in an ECP5 MULT18X18D with registered inputs and output (2 cycles)."""
+    p = Signal(36, name=f"{name}_P")
+    wv = Signal(signed(8), name=f"{name}_wv")
+    m.d.comb += wv.eq(w)
+    ports = {}
+    for i in range(18):
+        ports[f"i_A{i}"], ports[f"i_B{i}"], ports[f"i_C{i}"] = a[min(i, 7)], wv[min(i, 7)], Const(0)
+        ports[f"o_P{i}"], ports[f"o_P{i + 18}"] = p[i], p[i + 18]
+    for k in range(4):
+        ports[f"i_CLK{k}"] = ClockSignal("sync") if k == 0 else Const(0)
+        ports[f"i_CE{k}"] = Const(1)
+        ports[f"i_RST{k}"] = ResetSignal("sync") if k == 0 else Const(0)
+    regs = {f"p_REG_{r}_{x}": f"{x}0" for r in ("INPUTA", "INPUTB", "OUTPUT") for x in ("CLK", "CE", "RST")}
+    m.submodules[f"{name}_dsp"] = Instance(
+        "MULT18X18D", p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE", p_GSR="DISABLED",
+        p_RESETMODE="SYNC", p_CLK0_DIV="ENABLED", p_SOURCEB_MODE="B_SHIFT", p_MULT_BYPASS="DISABLED",
+        p_CAS_MATCH_REG="FALSE", i_SIGNEDA=Const(1), i_SIGNEDB=Const(1), i_SOURCEA=Const(0),
+        i_SOURCEB=Const(0), **regs, **ports)
+    out = Signal(signed(16), name=f"{name}_r")
+    m.d.comb += out.eq(p[:16])
+    return out
+
+
 def _reg(m, v, name):
     r = Signal(Value.cast(v).shape(), name=name)
     m.d.sync += r.eq(v)
@@ -77,6 +120,8 @@ def product(m, a, w, kind: str, name: str, stages: int = 0):
     if stages not in (0, 1, 2):
         raise ValueError(f"product register stages must be 0, 1 or 2, got {stages}")
     if kind == "dsp":
+        if stages == 2 and _PRIMITIVES.get() == "ecp5":
+            return _mult18x18d(m, a, w, name)
         if stages == 2:             # operands registered too: the multiplier sits between two registers
             a, w = _reg(m, a, f"{name}_a"), _reg(m, w, f"{name}_w")
         p = Signal(signed(16), name=f"{name}_p")

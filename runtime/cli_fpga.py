@@ -31,6 +31,12 @@ def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words):
     return fpga_config(cfg, **d)
 
 
+def _dsp_regs_option(f):
+    return click.option("--dsp-regs", is_flag=True,
+                        help="two-stage hard products (mac ...+reg2) as ECP5 MULT18X18D with their own registers "
+                             "(FPGA only: no simulation model; see docs/fpga.md)")(f)
+
+
 def _mem_options(f):
     f = click.option("--imem-words", type=click.IntRange(min=1), default=None, help="smaller instruction memory")(f)
     f = click.option("--acc-rows", type=click.IntRange(min=1), default=None, help="smaller ACC (rows)")(f)
@@ -64,8 +70,9 @@ def fpga_cmd() -> None:
 @click.option("--no-fit-check", is_flag=True, help="build even when the estimate exceeds the device")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="write the report here too")
 @_mem_options
+@_dsp_regs_option
 def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, fpga_mem, spm_rows,
-              acc_rows, imem_words) -> None:
+              acc_rows, imem_words, dsp_regs) -> None:
     """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
     from rtl.fpga.board import build
     from rtl.fpga.devices import BOARDS, device
@@ -73,7 +80,7 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
     cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(BOARDS[board].device)
     rep = build(cfg, board, mac=_mac(mac, cfg, dev), freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
-                baud=baud, check_fit=not no_fit_check)
+                baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs)
     _done(rep, json_path)
 
 
@@ -90,8 +97,9 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
 @click.option("--timeout", type=float, default=None, help="seconds per tool")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @_mem_options
+@_dsp_regs_option
 def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, fpga_mem,
-              spm_rows, acc_rows, imem_words) -> None:
+              spm_rows, acc_rows, imem_words, dsp_regs) -> None:
     """Resources and Fmax of a config on a device, without a board (nextpnr out of context)."""
     from rtl.fpga.devices import device
     from rtl.fpga.flow import synth
@@ -99,5 +107,5 @@ def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_chec
     cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(device_name)
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), out=out, pnr=not no_pnr, freq_mhz=freq,
-                dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check)
+                dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check, dsp_regs=dsp_regs)
     _done(rep, json_path)

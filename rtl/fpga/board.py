@@ -96,7 +96,8 @@ class BoardTop(Elaboratable):
 
 
 def build(cfg, board: str, *, mac: str = "dsp", freq_mhz: float | None = None, out: Path | str = "build/fpga",
-          dram_bytes: int = 1 << 14, baud: int = 115200, check_fit: bool = True, seed: int = 1) -> Report:
+          dram_bytes: int = 1 << 14, baud: int = 115200, check_fit: bool = True, seed: int = 1,
+          dsp_regs: bool = False) -> Report:
     """Bitstream of ``cfg`` for ``board`` in ``out`` (``top.bit``) and its ``report.json``."""
     b = get_board(board)
     dev = get_device(b.device)
@@ -120,7 +121,8 @@ def build(cfg, board: str, *, mac: str = "dsp", freq_mhz: float | None = None, o
         except ImportError:
             import contextlib
             fast = contextlib.nullcontext
-        with fast():
+        from ..mac import fpga_primitives
+        with fast(), fpga_primitives("ecp5" if dsp_regs else None):
             platform.build(top, name="top", build_dir=str(out), do_program=False,
                            script_after_read=ECP5_COARSE_NOSHARE, synth_opts=ECP5_MAP_OPTS,
                            script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",

@@ -95,13 +95,17 @@ def _run(cmd: list[str], log: Path, timeout: float | None, what: str) -> float:
     return time.monotonic() - t
 
 
-def rtlil_text(top, name: str = "top") -> str:
+def rtlil_text(top, name: str = "top", dsp_regs: bool = False) -> str:
+    """RTLIL of ``top``; ``dsp_regs``: two-stage hard products as ECP5 MULT18X18D with their own
+    registers (``rtl.mac.fpga_primitives``)."""
     from amaranth.back import rtlil
+
+    from ..mac import fpga_primitives
     try:
         from ..verilog import _fast_zero_meminit as fast
     except ImportError:                  # older rtl/verilog.py: plain emission
         fast = contextlib.nullcontext
-    with fast():
+    with fast(), fpga_primitives("ecp5" if dsp_regs else None):
         return rtlil.convert(top, name=name, emit_src=False)
 
 
@@ -227,7 +231,7 @@ def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
 
 def synth(cfg, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga", pnr: bool = True,
           freq_mhz: float = 100.0, dram_bytes: int = 1 << 14, timeout: float | None = None,
-          check_fit: bool = True) -> Report:
+          check_fit: bool = True, dsp_regs: bool = False) -> Report:
     """Resource and Fmax estimate of ``FpgaTop(cfg)`` on ``device`` (no board: nextpnr out of context)."""
     from .fit import check
     from .top import FpgaTop
@@ -239,11 +243,12 @@ def synth(cfg, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga",
     rep = Report(cfg.name, dev.name, mac, target_mhz=freq_mhz if pnr else None, memories=_mems(cfg),
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     top = FpgaTop(cfg, mac=mac, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)
-    return _flow(top, rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout)
+    return _flow(top, rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout, dsp_regs=dsp_regs)
 
 
 def synth_array(rows: int, cols: int, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga-array",
-                pnr: bool = True, freq_mhz: float = 100.0, timeout: float | None = None) -> Report:
+                pnr: bool = True, freq_mhz: float = 100.0, timeout: float | None = None,
+                dsp_regs: bool = False) -> Report:
     """The systolic array alone (``rtl/systolic.py``) on ``device``: the array's resources and Fmax
     without the rest of the chip (nextpnr out of context). ``Report.config`` is ``array RxC``."""
     from ..systolic import SystolicArray
@@ -252,12 +257,16 @@ def synth_array(rows: int, cols: int, device: str, *, mac: str = "dsp", out: Pat
     out.mkdir(parents=True, exist_ok=True)
     rep = Report(f"array {rows}x{cols}", dev.name, mac, target_mhz=freq_mhz if pnr else None,
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
-    return _flow(SystolicArray(rows, cols, mac=mac), rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout)
+    return _flow(SystolicArray(rows, cols, mac=mac), rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout,
+                 dsp_regs=dsp_regs)
 
 
-def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: float, timeout: float | None) -> Report:
+def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: float, timeout: float | None,
+          dsp_regs: bool = False) -> Report:
     t = time.monotonic()
-    (out / "top.il").write_text(rtlil_text(top))
+    if dsp_regs:
+        rep.mac += " dsp-regs"
+    (out / "top.il").write_text(rtlil_text(top, dsp_regs=dsp_regs and dev.family == "ecp5"))
     rep.seconds["rtlil"] = round(time.monotonic() - t, 1)
     cells, secs = yosys_synth(out / "top.il", dev, timeout)
     rep.seconds["yosys"] = round(secs, 1)

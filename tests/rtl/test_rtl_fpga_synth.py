@@ -108,3 +108,26 @@ def test_ecp5_script_is_synth_ecp5_without_share():
     script = yosys_script(DEVICES["ecp5-85k"])
     assert "synth_ecp5 -top top -run begin:coarse" in script and "-run map_cells:" in script
     assert "share" not in _coarse_commands(script)
+
+
+@needs_yosys
+def test_dsp_regs_use_the_multipliers_own_registers(tmp_path):
+    """--dsp-regs: a two-stage hard product is one MULT18X18D with registered inputs and output
+    (its flip-flops leave the fabric); the behavioural +reg2 array (what simulation runs) has them
+    as TRELLIS_FF."""
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.flow import cell_resources, rtlil_text, yosys_synth
+    from rtl.systolic import SystolicArray
+
+    dev, res = DEVICES["ecp5-85k"], {}
+    for regs in (False, True):
+        d = tmp_path / f"regs{int(regs)}"
+        d.mkdir()
+        il = rtlil_text(SystolicArray(4, 4, mac="dsp:8+reg2"), dsp_regs=regs)
+        assert il.count("cell \\MULT18X18D ") == (8 if regs else 0)
+        (d / "top.il").write_text(il)
+        cells, _ = yosys_synth(d / "top.il", dev, timeout=1200)
+        res[regs] = cell_resources(cells, dev.family)
+    assert res[True]["dsps"] == res[False]["dsps"] == 8
+    # 8 PEs x (8 + 8 operand + 16 product) flip-flops move into the blocks
+    assert res[False]["ffs"] - res[True]["ffs"] >= 8 * 16, res
