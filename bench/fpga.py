@@ -40,7 +40,7 @@ ARRAYS = [(8, 8, "ecp5-25k", "dsp:28+reg"), (8, 8, "ecp5-25k", "dsp:28+reg2"), (
 
 def auto_mac(cfg, dev, reg: bool = True) -> str:
     free = max(0, dev.dsps - DSP_BASE - DSP_PER_LANE[dev.family] * cfg.cols)
-    return ("dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}") + ("+reg" if reg else "")
+    return ("dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}") + ("+reg2" if reg else "")
 
 
 def _reused(path: Path, name: str, devname: str, mac: str | None):

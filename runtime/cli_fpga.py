@@ -11,8 +11,8 @@ from isa import ChipConfig
 
 CONFIG_HELP = "config preset (tiny, small, base, large, tpu) or a .toml/.json file"
 MAC_HELP = ("array multipliers: dsp (hard multipliers), lut, dsp:N (N in DSPs, the rest in LUTs), each with an "
-            "optional +reg (a product register: faster, same cycles); auto = dsp:N+reg filling the device's "
-            "DSPs after the VPU's (auto-noreg: without the register)")
+            "optional +reg or +reg2 (product register stages: faster, same cycles); auto = dsp:N+reg2 filling "
+            "the device's DSPs after the VPU's (auto-noreg: without the registers)")
 
 
 def _mac(mac: str, cfg, dev) -> str:
@@ -21,7 +21,7 @@ def _mac(mac: str, cfg, dev) -> str:
     from rtl.fpga.fit import DSP_BASE, DSP_PER_LANE
     free = max(0, dev.dsps - DSP_BASE - DSP_PER_LANE[dev.family] * cfg.cols)
     kind = "dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}"
-    return kind + ("+reg" if mac == "auto" else "")
+    return kind + ("+reg2" if mac == "auto" else "")
 
 
 def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words):
