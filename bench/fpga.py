@@ -34,8 +34,10 @@ from rtl.fpga.flow import FlowError, synth, synth_array  # noqa: E402
 CONFIGS = ["tiny", "small", "base"]
 TARGETS = ["ecp5-25k", "ecp5-85k", "ice40-up5k"]
 #: (rows, cols, device, mac) of the array-alone rows: the Fmax targets' arrays
-ARRAYS = [(8, 8, "ecp5-25k", "dsp:28+reg"), (8, 8, "ecp5-25k", "dsp:28+reg2"), (8, 8, "ecp5-85k", "dsp+reg"),
-          (8, 8, "ecp5-85k", "lut+reg"), (16, 16, "ecp5-85k", "dsp:156+reg2")]
+#: a " dsp-regs" suffix: --dsp-regs (the hard multipliers' own registers)
+ARRAYS = [(8, 8, "ecp5-25k", "dsp:28+reg"), (8, 8, "ecp5-25k", "dsp:28+reg2"),
+          (8, 8, "ecp5-25k", "dsp:28+reg2 dsp-regs"), (8, 8, "ecp5-85k", "dsp+reg"), (8, 8, "ecp5-85k", "lut+reg"),
+          (16, 16, "ecp5-85k", "dsp:156+reg2"), (16, 16, "ecp5-85k", "dsp:156+reg2 dsp-regs")]
 
 
 def auto_mac(cfg, dev, reg: bool = True) -> str:
@@ -96,8 +98,9 @@ def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True
 def run_array(rows, cols, devname, mac, *, pnr, freq, out, timeout, tools=True, reuse=False):
     dev = DEVICES[devname]
     name = f"array {rows}x{cols}"
-    row = {"config": name, "device": devname, "mac": mac, "estimate": estimate_array(rows, cols, dev, mac).__dict__}
-    d = out / f"array{rows}x{cols}-{devname}-{mac.replace(':', '').replace('+', '-')}"
+    row = {"config": name, "device": devname, "mac": mac,
+           "estimate": estimate_array(rows, cols, dev, mac.split()[0]).__dict__}
+    d = out / f"array{rows}x{cols}-{devname}-{mac.replace(':', '').replace('+', '-').replace(' dsp-regs', '-dspregs')}"
     rep = _reused(d / "report.json", name, devname, mac) if reuse else None
     if rep is not None:                 # an array run, placed or Yosys only
         return _measured(row, rep)
@@ -106,7 +109,8 @@ def run_array(rows, cols, devname, mac, *, pnr, freq, out, timeout, tools=True, 
         return row
     t = time.monotonic()
     try:
-        rep = synth_array(rows, cols, devname, mac=mac, out=d, pnr=pnr, freq_mhz=freq, timeout=timeout)
+        rep = synth_array(rows, cols, devname, mac=mac.split()[0], out=d, pnr=pnr, freq_mhz=freq, timeout=timeout,
+                          dsp_regs=mac.endswith(" dsp-regs"))
     except FlowError as e:
         row.update(status="tool failed", reason=str(e))
         return row
