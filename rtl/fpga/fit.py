@@ -52,6 +52,7 @@ LUT_PER_PE = 41               #: partial-sum adder (16 + clog2(k+1) bits) and we
 FF_PER_PE = 53                #: input, swap, front/shadow weights, partial sum, skew/deskew share
 FF_PER_PE_REG = 16            #: per product register stage (``mac="...+reg"`` / ``+reg2``)
 LUT_PER_LUT_MAC = 215         #: a LUT product (rtl/mac.py, Baugh-Wooley)
+LUT_PER_LUT_MAC_REG2 = 25     #: ... more with its mid-tree register (8x8 dsp:28+reg2: 11287 LUT)
 LUT_PER_FF_MEM_BIT_PORT = 0.6
 # The rest of the chip, calibrated on the whole FpgaTop(tiny --fpga-mem) (76229 LUT, 14372 FF,
 # 49 DSP with mac="dsp"): the split between LUT_BASE and LUT_PER_LANE is not measured (every
@@ -106,8 +107,9 @@ def estimate_array(rows: int, cols: int, dev: Device, mac: str = "dsp") -> Estim
     kinds = [k for row in pe_kinds(rows, cols, mac) for k in row]
     n_dsp_pe = kinds.count("dsp")
     pes = rows * cols
-    luts = LUT_PER_PE * pes + LUT_PER_LUT_MAC * (pes - n_dsp_pe)
-    ffs = (FF_PER_PE + FF_PER_PE_REG * split_reg(mac)[1]) * pes
+    stages = split_reg(mac)[1]
+    luts = LUT_PER_PE * pes + (LUT_PER_LUT_MAC + LUT_PER_LUT_MAC_REG2 * (stages == 2)) * (pes - n_dsp_pe)
+    ffs = (FF_PER_PE + FF_PER_PE_REG * stages) * pes
     return Estimate(int(luts), int(ffs), n_dsp_pe, 0)
 
 
