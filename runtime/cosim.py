@@ -142,7 +142,7 @@ class Cosim:
         tag = f"{self.cfg.name}_{'ring' if self.ring else 'chip'}{chips}_{self.simulator}" + (f"_bug_{bug}" if bug else "")
         if self.simulator == "verilator" and _opt() != "1":
             tag += f"_O{_opt()}"
-        self.dir = Path(build_root or ROOT / "build" / "cosim") / tag
+        self.dir = Path(build_root or os.environ.get("TETRACHIP_COSIM_BUILD") or ROOT / "build" / "cosim") / tag
         self.top = f"tetrachip_ring{chips}_{self.cfg.name}" if self.ring else f"tetrachip_{self.cfg.name}"
         self.hdl_top = f"cosim_{self.top}"
         self.build_s = 0.0
@@ -175,7 +175,14 @@ class Cosim:
         if self.simulator == "verilator":
             os.environ["MAKEFLAGS"] = _makeflags()
         try:
-            runner.build(sources=[src, self.dir / f"{self.hdl_top}.v"], hdl_toplevel=self.hdl_top, build_dir=self.dir / "model", **kw)
+            log = self.dir / "build.log"
+            try:
+                runner.build(sources=[src, self.dir / f"{self.hdl_top}.v"], hdl_toplevel=self.hdl_top,
+                             build_dir=self.dir / "model", log_file=log, **kw)
+            except Exception as e:
+                tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+                raise RuntimeError(f"building the {self.simulator} model of {self.top} failed ({e}); "
+                                   f"log {log}:\n{tail}") from None
         finally:
             if old is None:
                 os.environ.pop("MAKEFLAGS", None)
