@@ -54,13 +54,14 @@ FF_PER_PE_REG = 16            #: per product register stage (``mac="...+reg"`` /
 LUT_PER_LUT_MAC = 215         #: a LUT product (rtl/mac.py, Baugh-Wooley)
 LUT_PER_LUT_MAC_REG2 = 25     #: ... more with its mid-tree register (8x8 dsp:28+reg2: 11287 LUT)
 LUT_PER_FF_MEM_BIT_PORT = 0.6
-# The rest of the chip, calibrated on the whole FpgaTop(tiny --fpga-mem) (76229 LUT, 14372 FF,
-# 49 DSP with mac="dsp"): the split between LUT_BASE and LUT_PER_LANE is not measured (every
-# --fpga-mem memory scales with cols too); LUT_BASE is a guess for the issue stage, DMA and host link.
-LUT_BASE, LUT_PER_LANE = 6000, 13400
-FF_BASE, FF_PER_LANE = 3000, 1600
+# The rest of the chip, calibrated on two whole-chip runs: FpgaTop(tiny --fpga-mem) mac="dsp"
+# (76229 LUT, 14372 FF, 49 DSP) and FpgaTop(small --fpga-mem) mac="dsp+reg" (133279 LUT, 24668 FF,
+# 117 DSP). Their difference gives the per-lane part, given the flip-flop memories' term below
+# (LUT_PER_FF_MEM_BIT_PORT is not separately measured: --fpga-mem memories scale with cols too).
+LUT_BASE, LUT_PER_LANE = 20500, 9800
+FF_BASE, FF_PER_LANE = 6800, 660
 DSP_BASE = 1                  #: the issue stage's address multiply
-DSP_PER_LANE = {"ecp5": 8, "ice40": 8}
+DSP_PER_LANE = {"ecp5": 8, "ice40": 8}   #: measured 8 (tiny) and 6.5 (small): the upper one
 
 
 class FitError(TetrachipError, ValueError):
