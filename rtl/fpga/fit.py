@@ -136,6 +136,10 @@ def check(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -> E
     over = est.over(dev)
     if over:
         mem = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words")
+        small_mem = all(getattr(cfg, k) <= v for k, v in FPGA_MEMORY.items())
+        hint = ("the memories are already --fpga-mem's: the array and units alone are too big; "
+                "a smaller config or a larger device" if small_mem else
+                "SPM and ACC become flip-flops on an FPGA: try --fpga-mem")
         raise FitError(f"config {cfg.name!r} ({mem}, mac={mac}) does not fit {dev.name}: " + "; ".join(over)
-                       + " (estimate; SPM and ACC become flip-flops on an FPGA: try --fpga-mem, see docs/fpga.md)")
+                       + f" (estimate; {hint}; see docs/fpga.md)")
     return est

@@ -77,6 +77,17 @@ def test_fpga_cli_refuses_too_big_before_building(tmp_path):
     assert r.exit_code == 1
     assert "does not fit ecp5-25k" in r.output and "needed >" in r.output
     assert not (tmp_path / "b" / "top.il").exists()      # refused before any tool ran
+    assert "try --fpga-mem" in r.output                   # full-depth memories: the hint applies
+
+
+def test_fpga_cli_too_big_with_fpga_mem_does_not_suggest_it(tmp_path):
+    from runtime.cli import main
+    r = CliRunner().invoke(main, ["fpga", "build", "--config", "small", "--board", "ulx3s-85f",
+                                  "--fpga-mem", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 1
+    assert "does not fit ecp5-85k" in r.output and "LUT" in r.output
+    assert "try --fpga-mem" not in r.output and "already --fpga-mem" in r.output
+    assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
 
 
 def test_pll_params_in_range():
