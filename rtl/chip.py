@@ -12,17 +12,21 @@ from isa.table import WORD_BITS, Unit, clog2
 from .dma import DmaLoad, DmaStore, DramSignature
 from .issue import QUEUED, IssueStage
 from .link import LinkRx, LinkSignature, LinkTx
+from .mem import RowMemory
 from .mxu import MxuUnit
 from .queue import INDEX_BITS
 from .unit import ERR_BITS, RETIRE_SLOTS
 from .vpu import VpuUnit
 
-__all__ = ["HostSignature", "TraceSignature", "Chip", "Ring", "TRACE_LANES", "RETIRE_LANES"]
+__all__ = ["HostSignature", "TraceSignature", "Chip", "Ring", "TRACE_LANES", "RETIRE_LANES", "MEMORY_PORTS"]
 
 #: start lanes of the trace port: one per unit (``isa.table.Unit``)
 TRACE_LANES = len(Unit)
 #: retire lanes: one per unit, plus lane 7 for the MXU's second retire slot (mm/mma; lane 3 is lw)
 RETIRE_LANES = len(Unit) + 1
+#: (write ports, registered read ports, combinational read ports) of SPM and ACC (``Chip.elaborate``
+#: checks that it builds these; the FPGA fit model counts with them)
+MEMORY_PORTS = {"spm": (4, 4, 3), "acc": (5, 3, 3)}
 
 
 def HostSignature(cfg) -> wiring.Signature:
@@ -81,20 +85,23 @@ class Chip(wiring.Component):
       ltx   Out(LinkSignature(cfg)).array(links)    link transmit channel of each port
       lrx   In(LinkSignature(cfg)).array(links)     link receive channel of each port
       trace Out(TraceSignature(cfg))                instances issuing, starting and retiring (co-simulation)
-    Memories (for test benches): ``spm``, ``acc``, ``imem`` (``amaranth.lib.memory.Memory``).
-    ``mac``: how the array's products are built, "dsp" | "lut" | "dsp:N" (``rtl/mac.py``); a build
-    option for FPGAs: cycles and results are the same for every value.
+    Memories (for test benches): ``spm``, ``acc`` (``rtl.mem.RowMemory``: ``peek``/``poke`` a row),
+    ``imem`` (``amaranth.lib.memory.Memory``).
+    ``mac``: how the array's products are built, "dsp" | "lut" | "dsp:N" (``rtl/mac.py``); ``mem``:
+    how SPM and ACC are built, "flat" (one memory with every port) or "lvt" (banks of one write and
+    one read port and a live-value table, which FPGAs can map to RAM: ``rtl/mem.py``). Both are
+    build options: cycles and results are the same for every value.
     """
 
-    def __init__(self, cfg, mac: str = "dsp"):
-        self.cfg, self.mac = cfg, mac      # mac: how the array multiplies (rtl/mac.py)
+    def __init__(self, cfg, mac: str = "dsp", mem: str = "flat"):
+        self.cfg, self.mac, self.mem = cfg, mac, mem      # mac: how the array multiplies (rtl/mac.py)
         super().__init__({"host": In(HostSignature(cfg)), "dram": Out(DramSignature(cfg)),
                           "ltx": Out(LinkSignature(cfg)).array(cfg.links),
                           "lrx": In(LinkSignature(cfg)).array(cfg.links),
                           "trace": Out(TraceSignature(cfg))})
         C = cfg.cols
-        self.spm = memory.Memory(shape=unsigned(8 * C), depth=cfg.spm_rows, init=[])
-        self.acc = memory.Memory(shape=unsigned(32 * C), depth=cfg.acc_rows, init=[])
+        self.spm = RowMemory("spm", 8, C, cfg.spm_rows, impl=mem)
+        self.acc = RowMemory("acc", 32, C, cfg.acc_rows, impl=mem)
         self.imem = memory.Memory(shape=unsigned(WORD_BITS), depth=cfg.imem_words, init=[])
 
     def elaborate(self, platform):
@@ -149,28 +156,36 @@ class Chip(wiring.Component):
         for p in range(cfg.links):
             wiring.connect(m, wiring.flipped(self.ltx[p]), units[Unit.LTX].tx[p])
             wiring.connect(m, wiring.flipped(self.lrx[p]), units[Unit.LRX].rx[p])
-        # memory ports
+        # memory ports (the scalar unit's sst writes one lane: its whole row is merged from its
+        # combinational read port, which reads the same row)
         mx, vp = units[Unit.MXU], units[Unit.VPU]
         lt, lr = units[Unit.LTX], units[Unit.LRX]
-        acc_mxu_w = self._write(m, self.acc, mx.acc_wr, 32)
-        for wr in (ld.acc_wr, vp.acc_wr, lr.acc_wr, iss.acc_wr):
-            self._write(m, self.acc, wr, 32)
-        for wr in (ld.spm_wr, vp.spm_wr, lr.spm_wr, iss.spm_wr):
-            self._write(m, self.spm, wr, 8)
         for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b):
             self._read(m, self.spm, rd, "sync")
-        for rd in (st.spm_rd, lt.spm_rd, iss.spm_rd):
+        for rd in (st.spm_rd, lt.spm_rd):
             self._read(m, self.spm, rd, "comb")
+        iss_spm = self._read(m, self.spm, iss.spm_rd, "comb")
+        for wr in (ld.spm_wr, vp.spm_wr, lr.spm_wr):
+            self._write(m, self.spm, wr)
+        self._write(m, self.spm, iss.spm_wr, merge=iss_spm)
+        acc_mxu_w = self._write(m, self.acc, mx.acc_wr)
         self._read(m, self.acc, mx.acc_rd, "sync", transparent_for=(acc_mxu_w,))
         for rd in (vp.acc_a, vp.acc_b):
             self._read(m, self.acc, rd, "sync")
-        for rd in (st.acc_rd, lt.acc_rd, iss.acc_rd):
+        for rd in (st.acc_rd, lt.acc_rd):
             self._read(m, self.acc, rd, "comb")
+        iss_acc = self._read(m, self.acc, iss.acc_rd, "comb")
+        for wr in (ld.acc_wr, vp.acc_wr, lr.acc_wr):
+            self._write(m, self.acc, wr)
+        self._write(m, self.acc, iss.acc_wr, merge=iss_acc)
+        for name, mem in (("spm", self.spm), ("acc", self.acc)):
+            built = (len(mem.writes), sum(r.domain == "sync" for r in mem.reads), sum(r.domain == "comb" for r in mem.reads))
+            assert built == MEMORY_PORTS[name], f"{name} ports {built} != MEMORY_PORTS {MEMORY_PORTS[name]}"
         return m
 
     @staticmethod
-    def _write(m, mem, port, gran):
-        wp = mem.write_port(granularity=gran)
+    def _write(m, mem, port, merge=None):
+        wp = mem.write_port(merge=merge)
         aw = len(wp.addr)
         m.d.comb += [wp.addr.eq(port.addr[:aw]), wp.data.eq(port.data), wp.en.eq(port.en)]
         return wp
@@ -191,7 +206,7 @@ class Ring(wiring.Component):
     Chips: ``self.chips``.
     """
 
-    def __init__(self, cfg, n: int):
+    def __init__(self, cfg, n: int, mem: str = "flat"):
         if cfg.links < 2 and n > 1:
             raise ValueError(f"a ring needs 2 link ports per chip; config {cfg.name!r} has {cfg.links}")
         self.cfg, self.n = cfg, n
@@ -201,7 +216,7 @@ class Ring(wiring.Component):
             sig[f"dram{i}"] = Out(DramSignature(cfg))
             sig[f"trace{i}"] = Out(TraceSignature(cfg))
         super().__init__(sig)
-        self.chips = [Chip(cfg) for _ in range(n)]
+        self.chips = [Chip(cfg, mem=mem) for _ in range(n)]
 
     def elaborate(self, platform):
         m = Module()

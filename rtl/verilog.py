@@ -46,11 +46,12 @@ def _fast_zero_meminit():
         emitter.emit_memory = orig
 
 
-def generate(cfg, chips: int = 1, name: str | None = None) -> str:
-    """Verilog text of ``Chip(cfg)`` (chips == 1) or ``Ring(cfg, chips)``; top module ``name``."""
+def generate(cfg, chips: int = 1, name: str | None = None, mem: str = "flat") -> str:
+    """Verilog text of ``Chip(cfg)`` (chips == 1) or ``Ring(cfg, chips)``; top module ``name``;
+    ``mem``: how SPM and ACC are built (``rtl/mem.py``)."""
     if chips < 1:
         raise ValueError(f"chips must be >= 1, got {chips}")
-    top = Chip(cfg) if chips == 1 else Ring(cfg, chips)
+    top = Chip(cfg, mem=mem) if chips == 1 else Ring(cfg, chips, mem=mem)
     name = name or (f"tetrachip_{cfg.name}" if chips == 1 else f"tetrachip_ring{chips}_{cfg.name}")
     with _fast_zero_meminit():
         return verilog.convert(top, name=name, emit_src=False)

@@ -38,6 +38,9 @@ def _dsp_regs_option(f):
 
 
 def _mem_options(f):
+    f = click.option("--mem", "mem_impl", type=click.Choice(["lvt", "flat"]), default="lvt", show_default=True,
+                     help="SPM/ACC: lvt = a bank of block or LUT RAM per write/read port pair and a live-value "
+                          "table; flat = one memory with every port (flip-flops on an FPGA; see docs/fpga.md)")(f)
     f = click.option("--imem-words", type=click.IntRange(min=1), default=None, help="smaller instruction memory")(f)
     f = click.option("--acc-rows", type=click.IntRange(min=1), default=None, help="smaller ACC (rows)")(f)
     f = click.option("--spm-rows", type=click.IntRange(min=1), default=None, help="smaller SPM (rows)")(f)
@@ -72,14 +75,14 @@ def fpga_cmd() -> None:
 @_mem_options
 @_dsp_regs_option
 def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, fpga_mem, spm_rows,
-              acc_rows, imem_words, dsp_regs) -> None:
+              acc_rows, imem_words, mem_impl, dsp_regs) -> None:
     """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
     from rtl.fpga.board import build
     from rtl.fpga.devices import BOARDS, device
 
     cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(BOARDS[board].device)
-    rep = build(cfg, board, mac=_mac(mac, cfg, dev), freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
+    rep = build(cfg, board, mac=_mac(mac, cfg, dev), mem=mem_impl, freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
                 baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs)
     _done(rep, json_path)
 
@@ -99,13 +102,13 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
 @_mem_options
 @_dsp_regs_option
 def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, fpga_mem,
-              spm_rows, acc_rows, imem_words, dsp_regs) -> None:
+              spm_rows, acc_rows, imem_words, mem_impl, dsp_regs) -> None:
     """Resources and Fmax of a config on a device, without a board (nextpnr out of context)."""
     from rtl.fpga.devices import device
     from rtl.fpga.flow import synth
 
     cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(device_name)
-    rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), out=out, pnr=not no_pnr, freq_mhz=freq,
+    rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), mem=mem_impl, out=out, pnr=not no_pnr, freq_mhz=freq,
                 dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check, dsp_regs=dsp_regs)
     _done(rep, json_path)

@@ -98,13 +98,22 @@ def _runner(simulator: str):
     return _Verilator()
 
 
-def _rtl_digest(cfg: ChipConfig, chips: int, simulator: str) -> str:
+def _mem() -> str:
+    """How SPM and ACC are built in the model (``TETRACHIP_COSIM_MEM``: flat, the default, or lvt)."""
+    from rtl.mem import IMPLS
+    m = os.environ.get("TETRACHIP_COSIM_MEM", "flat")
+    if m not in IMPLS:
+        raise ValueError(f"TETRACHIP_COSIM_MEM={m!r}: one of {', '.join(IMPLS)}")
+    return m
+
+
+def _rtl_digest(cfg: ChipConfig, chips: int, simulator: str, mem: str = "flat") -> str:
     h = hashlib.sha256()
     for d in ("rtl", "isa"):
         for p in sorted((ROOT / d).glob("*.py")):
             h.update(p.name.encode() + p.read_bytes())
     h.update(repr((cfg.to_dict(), chips, simulator, os.environ.get("TETRACHIP_RTL_BUG", ""), _build_args(simulator),
-                   _makeflags())).encode())
+                   _makeflags(), mem)).encode())
     h.update(inspect.getsource(wrapper).encode() + inspect.getsource(_runner).encode())
     return h.hexdigest()[:16]
 
@@ -130,7 +139,7 @@ class Cosim:
     """The HDL model of one config (one chip, or a ring of ``chips``), built once."""
 
     def __init__(self, cfg, chips: int = 1, simulator: str | None = None, *, ring: bool | None = None,
-                 build_root: Path | None = None):
+                 build_root: Path | None = None, mem: str | None = None):
         self.cfg = ChipConfig.load(cfg)
         self.chips = chips
         self.ring = chips > 1 if ring is None else ring
@@ -139,7 +148,10 @@ class Cosim:
         if why:
             raise CosimUnavailable(why)
         bug = os.environ.get("TETRACHIP_RTL_BUG", "")
+        self.mem = mem or _mem()
         tag = f"{self.cfg.name}_{'ring' if self.ring else 'chip'}{chips}_{self.simulator}" + (f"_bug_{bug}" if bug else "")
+        if self.mem != "flat":
+            tag += f"_{self.mem}"
         if self.simulator == "verilator" and _opt() != "1":
             tag += f"_O{_opt()}"
         self.dir = Path(build_root or os.environ.get("TETRACHIP_COSIM_BUILD") or ROOT / "build" / "cosim") / tag
@@ -152,7 +164,7 @@ class Cosim:
     def build(self) -> "Cosim":
         """Generate the Verilog and build the model unless the cached one matches."""
         from cocotb_tools.runner import get_runner
-        digest = _rtl_digest(self.cfg, self.chips, self.simulator)
+        digest = _rtl_digest(self.cfg, self.chips, self.simulator, self.mem)
         stamp = self.dir / "stamp"
         if stamp.exists() and stamp.read_text() == digest:
             return self
@@ -160,9 +172,10 @@ class Cosim:
         self.dir.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
         src = self.dir / f"{self.top}.v"
-        text = generate(self.cfg, self.chips if self.ring else 1, name=self.top)
+        text = generate(self.cfg, self.chips if self.ring else 1, name=self.top, mem=self.mem)
         src.write_text(text)
         name, bench = wrapper(text, self.top, self.cfg, self.chips, self.ring)
+        (self.dir / "mem_parts.pkl").write_bytes(pickle.dumps(memory_parts(text, self.top, self.ring)))
         assert name == self.hdl_top
         (self.dir / f"{name}.v").write_text(bench)
         self.generate_s = time.perf_counter() - t
@@ -200,6 +213,7 @@ class Cosim:
         spec = {"config": {k: getattr(cfg, k) for k in ("cols", "spm_rows", "acc_rows", "imem_words", "scalar_regs",
                                                           "dma_beat_bytes", "dram_latency", "links", "dram_bytes")},
                 "chips": self.chips, "ring": self.ring,
+                "mem": pickle.loads((self.dir / "mem_parts.pkl").read_bytes()),
                 "jobs": [{"words": [j.words(i) for i in range(self.chips)],
                           "drams": [d if d is not None else np.zeros(cfg.dram_bytes, np.uint8) for d in j.drams],
                           "regs": j.regs, "max_cycles": j.max_cycles} for j in jobs]}
@@ -233,6 +247,35 @@ def top_ports(verilog: str, top: str) -> list[tuple[str, int, str]]:
         raise ValueError(f"module {top} not found in the generated Verilog")
     body = verilog[m.end():verilog.index("endmodule", m.end())]
     return [(d, int(w) + 1 if w else 1, n) for d, w, n in _PORT.findall(body)]
+
+
+def memory_parts(verilog: str, top: str, ring: bool) -> dict:
+    """How SPM and ACC are stored in the Verilog (``rtl/mem.py``): ``{"spm": None, "acc": None}``
+    for flat memories (one array ``mem``), else the number of write ports, whose banks
+    ``bank_w<k>_r0`` and live-value table ``lvt`` hold the rows."""
+    out = {}
+    for name in ("spm", "acc"):
+        mod = f"{top}.chip0.{name}" if ring else f"{top}.{name}"
+        m = re.search(rf"^module \\{re.escape(mod)} \(", verilog, re.M)
+        if m is None:
+            raise ValueError(f"module {mod} not found in the generated Verilog")
+        body = verilog[m.end():verilog.index("endmodule", m.end())]
+        banks = {int(k) for k in re.findall(r"^\s*reg \[\d+:0\] bank_w(\d+)_r0 \[", body, re.M)}
+        out[name] = len(banks) or None
+    return out
+
+
+def _dumps(parts: dict, scope: str, i: int) -> list[str]:
+    """``$writememh`` of chip i's SPM and ACC storage (see ``memory_parts``)."""
+    out = []
+    for name, banks in parts.items():
+        if banks is None:
+            out.append(f'$writememh("{name}{i}.hex", {scope}.{name}.mem);')
+            continue
+        if banks > 1:
+            out.append(f'$writememh("{name}{i}_lvt.hex", {scope}.{name}.lvt);')
+        out += [f'$writememh("{name}{i}_b{k}.hex", {scope}.{name}.bank_w{k}_r0);' for k in range(banks)]
+    return out
 
 
 def wrapper(verilog: str, top: str, cfg: ChipConfig, chips: int, ring: bool, log: str = "cosim.log") -> tuple[str, str]:
@@ -279,10 +322,10 @@ def wrapper(verilog: str, top: str, cfg: ChipConfig, chips: int, ring: bool, log
           "    else if (running) bench_cycle <= bench_cycle + 1;",
           "    if (bench_flush) $fflush(fd);",
           "  end"]
+    parts = memory_parts(verilog, top, ring)
     for i, s in enumerate(sfx):
         scope = "u" if not ring else f"u.chip{i}"
-        L += ["  always @(posedge clk)",
-              f'    if (bench_dump) begin $writememh("spm{i}.hex", {scope}.spm); $writememh("acc{i}.hex", {scope}.acc); end']
+        L += ["  always @(posedge clk)", "    if (bench_dump) begin " + " ".join(_dumps(parts, scope, i)) + " end"]
     W = 8 * beat
     for i, s in enumerate(sfx):
         d = f"dram{s}__"

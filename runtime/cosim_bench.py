@@ -141,17 +141,32 @@ def _readhex(path: str, rows: int, row_bytes: int) -> np.ndarray:
     return np.frombuffer(bytes.fromhex(text), np.uint8).reshape(rows, row_bytes)[:, ::-1]
 
 
-def read_mems(cfg: dict, i: int) -> tuple[np.ndarray, np.ndarray]:
+def _readmem(name: str, i: int, rows: int, row_bytes: int, banks: int | None) -> np.ndarray:
+    """One memory's rows: the flat array, or each row from the bank of the write port the live-value
+    table names (``runtime.cosim.memory_parts``, ``rtl/mem.py``)."""
+    if banks is None:
+        return _readhex(f"{name}{i}.hex", rows, row_bytes)
+    data = np.stack([_readhex(f"{name}{i}_b{k}.hex", rows, row_bytes) for k in range(banks)])
+    if banks == 1:
+        return data[0]
+    sel = _readhex(f"{name}{i}_lvt.hex", rows, 1)[:, 0].astype(np.int64)
+    if (sel >= banks).any():
+        raise RuntimeError(f"{name}{i}_lvt.hex names a write port >= {banks}")
+    return data[sel, np.arange(rows)]
+
+
+def read_mems(cfg: dict, i: int, parts: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Chip i's SPM (int8 lanes) and ACC (int32 lanes) from the files ``bench_dump`` wrote."""
     c = cfg["cols"]
-    spm = _readhex(f"spm{i}.hex", cfg["spm_rows"], c).copy().view(np.int8)
-    acc = _readhex(f"acc{i}.hex", cfg["acc_rows"], 4 * c).copy().view("<i4")
+    parts = parts or {"spm": None, "acc": None}
+    spm = _readmem("spm", i, cfg["spm_rows"], c, parts["spm"]).copy().view(np.int8)
+    acc = _readmem("acc", i, cfg["acc_rows"], 4 * c, parts["acc"]).copy().view("<i4")
     return spm, acc.astype(np.int32)
 
 
 class Bench:
-    def __init__(self, dut, ports: list[Port], cfg: dict):
-        self.dut, self.ports, self.cfg = dut, ports, cfg
+    def __init__(self, dut, ports: list[Port], cfg: dict, parts: dict | None = None):
+        self.dut, self.ports, self.cfg, self.parts = dut, ports, cfg, parts
         self.log = Log(LOG)
         self.images = [np.zeros(cfg["dram_bytes"], np.uint8) for _ in ports]    # the HDL DRAMs' contents
         self.pcw = max(1, (cfg["imem_words"] - 1).bit_length())
@@ -162,7 +177,7 @@ class Bench:
         self.dut.bench_dump.value = 1
         await FallingEdge(self.dut.clk)
         self.dut.bench_dump.value = 0
-        return [read_mems(self.cfg, i) for i in range(len(self.ports))]
+        return [read_mems(self.cfg, i, self.parts) for i in range(len(self.ports))]
 
     async def flush(self) -> list[list[str]]:
         """Every complete log line written so far (two clock edges: flush, then read)."""
@@ -277,7 +292,7 @@ async def run_jobs(dut):
     else:
         ports = [Port(dut, i) for i in range(chips)]
     Clock(dut.clk, PERIOD_NS, unit="ns", impl="gpi").start()
-    bench = Bench(dut, ports, cfg)
+    bench = Bench(dut, ports, cfg, spec.get("mem"))
     prof = None
     if os.environ.get("TETRACHIP_COSIM_PROFILE"):          # Python's share of the run, by function
         import cProfile

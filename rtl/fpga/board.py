@@ -14,7 +14,7 @@ from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Mo
 
 from .devices import board as get_board, device as get_device
 from .fit import check
-from .flow import ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, FlowError, Report, _mems, apply_pnr, cell_resources, tool
+from .flow import ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, RACE_FREE_BANKS, FlowError, Report, _mems, apply_pnr, cell_resources, tool
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -47,13 +47,13 @@ def pll_params(fin: float, fout: float) -> dict:
 
 
 class BoardTop(Elaboratable):
-    def __init__(self, cfg, board: str, *, mac: str = "dsp", freq_mhz: float | None = None,
+    def __init__(self, cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: float | None = None,
                  dram_bytes: int = 1 << 14, baud: int = 115200):
         self.board = get_board(board)
         self.freq = freq_mhz or self.board.clk_mhz
         self.pll = None if abs(self.freq - self.board.clk_mhz) < 1e-6 else pll_params(self.board.clk_mhz, self.freq)
         f = self.pll["fout"] if self.pll else self.freq
-        self.top = FpgaTop(cfg, mac=mac, dram_bytes=dram_bytes, clk_hz=f * 1e6, baud=baud)
+        self.top = FpgaTop(cfg, mac=mac, mem=mem, dram_bytes=dram_bytes, clk_hz=f * 1e6, baud=baud)
 
     def elaborate(self, platform):
         m = Module()
@@ -95,18 +95,18 @@ class BoardTop(Elaboratable):
         return m
 
 
-def build(cfg, board: str, *, mac: str = "dsp", freq_mhz: float | None = None, out: Path | str = "build/fpga",
-          dram_bytes: int = 1 << 14, baud: int = 115200, check_fit: bool = True, seed: int = 1,
-          dsp_regs: bool = False) -> Report:
+def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: float | None = None,
+          out: Path | str = "build/fpga", dram_bytes: int = 1 << 14, baud: int = 115200, check_fit: bool = True,
+          seed: int = 1, dsp_regs: bool = False) -> Report:
     """Bitstream of ``cfg`` for ``board`` in ``out`` (``top.bit``) and its ``report.json``."""
     b = get_board(board)
     dev = get_device(b.device)
     if check_fit:
-        check(cfg, dev, mac=mac, dram_bytes=dram_bytes)
+        check(cfg, dev, mac=mac, mem=mem, dram_bytes=dram_bytes)
     paths = {name: tool(name)[0] for name in ("yosys", "nextpnr-ecp5", "ecppack")}
     mod, cls = b.platform.split(":")
     platform = getattr(importlib.import_module(mod), cls)()
-    top = BoardTop(cfg, board, mac=mac, freq_mhz=freq_mhz, dram_bytes=dram_bytes, baud=baud)
+    top = BoardTop(cfg, board, mac=mac, mem=mem, freq_mhz=freq_mhz, dram_bytes=dram_bytes, baud=baud)
     out = Path(out)
     env = dict(os.environ, **TOOL_ENV)
     env.update(YOSYS=paths["yosys"], NEXTPNR_ECP5=paths["nextpnr-ecp5"], ECPPACK=paths["ecppack"])
@@ -124,7 +124,7 @@ def build(cfg, board: str, *, mac: str = "dsp", freq_mhz: float | None = None, o
         from ..mac import fpga_primitives
         with fast(), fpga_primitives("ecp5" if dsp_regs else None):
             platform.build(top, name="top", build_dir=str(out), do_program=False,
-                           script_after_read=ECP5_COARSE_NOSHARE, synth_opts=ECP5_MAP_OPTS,
+                           script_after_read=RACE_FREE_BANKS + "\n" + ECP5_COARSE_NOSHARE, synth_opts=ECP5_MAP_OPTS,
                            script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",
                            nextpnr_opts=f"--report pnr.json --timing-allow-fail --seed {seed}")
     except Exception as e:      # amaranth raises on a failed tool; name the log
@@ -132,7 +132,7 @@ def build(cfg, board: str, *, mac: str = "dsp", freq_mhz: float | None = None, o
     finally:
         os.environ.clear()
         os.environ.update(old)
-    rep = Report(cfg.name, dev.name, mac, target_mhz=top.pll["fout"] if top.pll else top.freq, memories=_mems(cfg),
+    rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=top.pll["fout"] if top.pll else top.freq, memories=_mems(cfg),
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     rep.seconds["build"] = round(time.monotonic() - t, 1)
     stat = json.loads((out / "stat.json").read_text())

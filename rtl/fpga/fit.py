@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from isa.errors import TetrachipError
 from isa.table import WORD_BITS
 
+from ..chip import MEMORY_PORTS as CHIP_MEMORY_PORTS
+from ..mem import IMPLS
 from .devices import Device
 
 __all__ = ["Estimate", "estimate", "estimate_array", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY"]
@@ -44,7 +46,7 @@ def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, i
     return cfg.replace(**ch) if ch else cfg
 
 #: (write ports, registered read ports, combinational read ports) of the chip's memories (rtl/chip.py)
-MEMORY_PORTS = {"spm": (4, 4, 3), "acc": (5, 3, 3), "imem": (1, 1, 0)}
+MEMORY_PORTS = {**CHIP_MEMORY_PORTS, "imem": (1, 1, 0)}
 
 # The array's constants are measured (Yosys synth_ecp5, docs/fpga.md): 8x8 "dsp+reg" 2624 LUT /
 # 4426 FF / 64 DSP; 8x8 "lut+reg" 16434 LUT; 8x8 "dsp:28+reg" 10155 LUT.
@@ -54,6 +56,9 @@ FF_PER_PE_REG = 16            #: per product register stage (``mac="...+reg"`` /
 LUT_PER_LUT_MAC = 215         #: a LUT product (rtl/mac.py, Baugh-Wooley)
 LUT_PER_LUT_MAC_REG2 = 25     #: ... more with its mid-tree register (8x8 dsp:28+reg2: 11287 LUT)
 LUT_PER_FF_MEM_BIT_PORT = 0.6
+LUT_PER_RAM16X4 = 2           #: a TRELLIS_DPR16X4 counts as 2 LUTs (the flow's count, rtl/fpga/flow.py)
+LUT_PER_SEL_INPUT = 0.75      #: lvt: bank select, per read port, bit and extra write port
+LUT_PER_LVT_BIT_PORT = 0.5    #: lvt: the table's flip-flops, per bit and port
 # The rest of the chip, calibrated on two whole-chip runs: FpgaTop(tiny --fpga-mem) mac="dsp"
 # (76229 LUT, 14372 FF, 49 DSP) and FpgaTop(small --fpga-mem) mac="dsp+reg" (133279 LUT, 24668 FF,
 # 117 DSP). Their difference gives the per-lane part, given the flip-flop memories' term below
@@ -93,13 +98,25 @@ def _bram_blocks(width: int, depth: int, dev: Device) -> int:
     return min(-(-width // w) * -(-depth // d) for d, w in modes)
 
 
-def _memory(width, depth, ports, dev):
+def _lutram(width: int, depth: int) -> int:
+    """LUTs of one LUT-RAM copy with a combinational read: 16x4 RAM cells plus the depth multiplexer."""
+    cells = -(-width // 4) * -(-depth // 16)
+    return LUT_PER_RAM16X4 * cells + width * (-(-depth // 16) - 1)
+
+
+def _memory(width, depth, ports, dev, mem="flat"):
     """(luts, ffs, brams) of one memory."""
     w, r_sync, r_comb = ports
     if w == 1 and r_comb == 0:
         return 0, 0, r_sync * _bram_blocks(width, depth, dev)
     bits = width * depth
-    return int(bits * (r_sync + r_comb) * LUT_PER_FF_MEM_BIT_PORT), bits, 0
+    if mem == "flat":
+        return int(bits * (r_sync + r_comb) * LUT_PER_FF_MEM_BIT_PORT), bits, 0
+    # lvt (rtl/mem.py): a bank per (write, read) port pair, a live-value table, a bank select per read
+    sel = max(1, (w - 1).bit_length())
+    luts = w * r_comb * _lutram(width, depth) + (r_sync + r_comb) * width * LUT_PER_SEL_INPUT * (w - 1)
+    luts += depth * sel * (r_sync + r_comb + w) * LUT_PER_LVT_BIT_PORT
+    return int(luts), depth * sel, w * r_sync * _bram_blocks(width, depth, dev)
 
 
 def estimate_array(rows: int, cols: int, dev: Device, mac: str = "dsp") -> Estimate:
@@ -114,7 +131,9 @@ def estimate_array(rows: int, cols: int, dev: Device, mac: str = "dsp") -> Estim
     return Estimate(int(luts), int(ffs), n_dsp_pe, 0)
 
 
-def estimate(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -> Estimate:
+def estimate(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: int = 1 << 14) -> Estimate:
+    if mem not in IMPLS:
+        raise ValueError(f"memory implementation {mem!r}: one of {', '.join(IMPLS)}")
     arr = estimate_array(cfg.rows, cfg.cols, dev, mac)
     luts = LUT_BASE + LUT_PER_LANE * cfg.cols + arr.luts
     ffs = FF_BASE + FF_PER_LANE * cfg.cols + arr.ffs
@@ -123,23 +142,23 @@ def estimate(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -
     mems = {"spm": (8 * cfg.cols, cfg.spm_rows), "acc": (32 * cfg.cols, cfg.acc_rows),
             "imem": (WORD_BITS, cfg.imem_words)}
     for name, (width, depth) in mems.items():
-        lu, ff, br = _memory(width, depth, MEMORY_PORTS[name], dev)
+        lu, ff, br = _memory(width, depth, MEMORY_PORTS[name], dev, mem if name != "imem" else "flat")
         luts, ffs, brams = luts + lu, ffs + ff, brams + br
     dram = min(dram_bytes, cfg.dram_bytes)
     brams += cfg.dma_beat_bytes * _bram_blocks(8, dram // cfg.dma_beat_bytes, dev)
     return Estimate(int(luts), int(ffs), int(dsps), int(brams))
 
 
-def check(cfg, dev: Device, *, mac: str = "dsp", dram_bytes: int = 1 << 14) -> Estimate:
+def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: int = 1 << 14) -> Estimate:
     """The estimate, or ``FitError`` naming each resource over the device."""
-    est = estimate(cfg, dev, mac=mac, dram_bytes=dram_bytes)
+    est = estimate(cfg, dev, mac=mac, mem=mem, dram_bytes=dram_bytes)
     over = est.over(dev)
     if over:
-        mem = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words")
+        mems = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words")
         small_mem = all(getattr(cfg, k) <= v for k, v in FPGA_MEMORY.items())
         hint = ("the memories are already --fpga-mem's: the array and units alone are too big; "
                 "a smaller config or a larger device" if small_mem else
                 "SPM and ACC become flip-flops on an FPGA: try --fpga-mem")
-        raise FitError(f"config {cfg.name!r} ({mem}, mac={mac}) does not fit {dev.name}: " + "; ".join(over)
+        raise FitError(f"config {cfg.name!r} ({mems}, mac={mac}, mem={mem}) does not fit {dev.name}: " + "; ".join(over)
                        + f" (estimate; {hint}; see docs/fpga.md)")
     return est

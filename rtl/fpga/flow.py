@@ -35,6 +35,7 @@ class Report:
     config: str
     device: str
     mac: str
+    mem: str = "flat"                      #: SPM/ACC implementation (rtl/mem.py)
     luts: int = 0
     ffs: int = 0
     dsps: int = 0
@@ -59,7 +60,7 @@ class Report:
         rows = [("LUT", self.luts, a.get("luts")), ("FF", self.ffs, a.get("ffs")),
                 ("DSP", self.dsps, a.get("dsps")), ("BRAM", self.brams, a.get("brams"))]
         mem = ", ".join(f"{k} {v}" for k, v in self.memories.items())
-        lines = [f"{self.config} on {self.device} (mac={self.mac}; {mem}; resources from {self.stage})"]
+        lines = [f"{self.config} on {self.device} (mac={self.mac}, mem={self.mem}; {mem}; resources from {self.stage})"]
         lines += [f"  {k:<5}{u:>8} / {v:<8} {100 * u / v:5.1f}%" for k, u, v in rows if v]
         lines.append(f"  Fmax {f}" + (f" (target {self.target_mhz:g} MHz)" if self.target_mhz else ""))
         if self.bitstream:
@@ -152,6 +153,13 @@ opt
 memory -nomap
 opt_clean
 """
+#: The banks of a live-value-table memory (``rtl/mem.py``) are read while another unit may write
+#: the same row only in a race, whose result the timing contract leaves undefined (section 4):
+#: marking those reads "collision gives X" lets block RAM read them without the soft
+#: read-before-write logic (a register and a comparator per bank) Yosys adds otherwise. Reads
+#: declared transparent (the MXU's accumulate read) keep their semantics.
+RACE_FREE_BANKS = ("setparam -set COLLISION_X_MASK 1'1 t:$memrd_v2 r:MEMID=*bank_w* %i "
+                   "r:TRANSPARENCY_MASK=1'0 %i r:CLK_ENABLE=1 %i")
 ECP5_MAP_OPTS = "-run map_ram:map_luts"
 #: ``synth_ecp5``'s ``map_luts`` step with a shorter ABC script (no ``&scorr; &sweep; &dc2; &dch``):
 #: the default script did not finish on the whole tiny chip in 20 minutes here (233k AIG nodes),
@@ -165,22 +173,25 @@ synth_ecp5 -top top -run map_cells:
 """
 
 
-def yosys_script(dev: Device, json_out: str = "top.json", share: bool = False) -> str:
+def yosys_script(dev: Device, json_out: str = "top.json", share: bool = False, race_free_banks: bool = True) -> str:
     """The Yosys commands after ``read_rtlil`` (one per line)."""
+    pre = RACE_FREE_BANKS + "\n" if race_free_banks else ""
     if dev.family != "ecp5":
-        return f"synth_ice40 -dsp -top top -json {json_out}"
+        return f"{pre}synth_ice40 -dsp -top top -json {json_out}"
     if share:
-        return f"synth_ecp5 -top top -json {json_out}"
-    return (ECP5_COARSE_NOSHARE.strip() + f"\nsynth_ecp5 -top top {ECP5_MAP_OPTS}\n"
+        return f"{pre}synth_ecp5 -top top -json {json_out}"
+    return (pre + ECP5_COARSE_NOSHARE.strip() + f"\nsynth_ecp5 -top top {ECP5_MAP_OPTS}\n"
             + ECP5_MAP_LUTS.strip() + f"\nwrite_json {json_out}")
 
 
 def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str = "",
-                share: bool = False) -> tuple[dict, float]:
+                share: bool = False, race_free_banks: bool = True) -> tuple[dict, float]:
     """Synthesise ``il`` (top module ``top``) for ``dev``; returns (cell counts, seconds).
-    ``share``: run Yosys' stock ``synth_ecp5`` (with ``share``: very slow on the whole chip)."""
+    ``share``: run Yosys' stock ``synth_ecp5`` (with ``share``: very slow on the whole chip);
+    ``race_free_banks``: the ``RACE_FREE_BANKS`` step."""
     out = il.parent
-    (out / "synth.ys").write_text(f"read_rtlil {il.name}\n{extra}\n{yosys_script(dev, share=share)}\n"
+    script = yosys_script(dev, share=share, race_free_banks=race_free_banks)
+    (out / "synth.ys").write_text(f"read_rtlil {il.name}\n{extra}\n{script}\n"
                                   "tee -q -o stat.json stat -json\n")
     script = "script synth.ys"
     secs = _run(tool("yosys") + ["-q", "-p", script], out / "yosys.log", timeout, "yosys")
@@ -229,7 +240,7 @@ def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
     rep.placed, rep.stage = True, "pnr"
 
 
-def synth(cfg, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga", pnr: bool = True,
+def synth(cfg, device: str, *, mac: str = "dsp", mem: str = "lvt", out: Path | str = "build/fpga", pnr: bool = True,
           freq_mhz: float = 100.0, dram_bytes: int = 1 << 14, timeout: float | None = None,
           check_fit: bool = True, dsp_regs: bool = False) -> Report:
     """Resource and Fmax estimate of ``FpgaTop(cfg)`` on ``device`` (no board: nextpnr out of context)."""
@@ -237,12 +248,12 @@ def synth(cfg, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga",
     from .top import FpgaTop
     dev = get_device(device)
     if check_fit:
-        check(cfg, dev, mac=mac, dram_bytes=dram_bytes)
+        check(cfg, dev, mac=mac, mem=mem, dram_bytes=dram_bytes)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    rep = Report(cfg.name, dev.name, mac, target_mhz=freq_mhz if pnr else None, memories=_mems(cfg),
+    rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=freq_mhz if pnr else None, memories=_mems(cfg),
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
-    top = FpgaTop(cfg, mac=mac, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)
+    top = FpgaTop(cfg, mac=mac, mem=mem, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)
     return _flow(top, rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout, dsp_regs=dsp_regs)
 
 

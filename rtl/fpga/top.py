@@ -273,17 +273,17 @@ class HostCore(wiring.Component):
     rx_data In(8), rx_valid In(1); tx_data Out(8), tx_valid Out(1), tx_ready In(1); busy, done Out(1)
     """
 
-    def __init__(self, cfg, *, mac: str = "dsp", dram_bytes: int = 1 << 14):
+    def __init__(self, cfg, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: int = 1 << 14):
         if dram_bytes & (dram_bytes - 1) or dram_bytes < cfg.dma_beat_bytes:
             raise ValueError(f"dram_bytes must be a power of two >= the DMA beat, got {dram_bytes}")
-        self.cfg, self.mac, self.dram_bytes = cfg, mac, min(dram_bytes, cfg.dram_bytes)
+        self.cfg, self.mac, self.mem, self.dram_bytes = cfg, mac, mem, min(dram_bytes, cfg.dram_bytes)
         super().__init__({"rx_data": In(8), "rx_valid": In(1), "tx_data": Out(8), "tx_valid": Out(1),
                           "tx_ready": In(1), "busy": Out(1), "done": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        m.submodules.chip = chip = Chip(cfg, mac=self.mac)
+        m.submodules.chip = chip = Chip(cfg, mac=self.mac, mem=self.mem)
         m.submodules.dram = dram = BramDram(cfg, self.dram_bytes)
         m.submodules.link = link = HostLink(cfg)
         wiring.connect(m, link.host, chip.host)
@@ -301,14 +301,15 @@ class HostCore(wiring.Component):
 class FpgaTop(wiring.Component):
     """HostCore + UART. rx In(1), tx Out(1); ``busy`` Out(1), ``done`` Out(1) for LEDs.
 
-    ``mac``: the array's multipliers (``rtl/mac.py``); ``dram_bytes``: DRAM in block RAM (capped at
-    the config's); ``clk_hz``/``baud``: the UART divisor.
+    ``mac``: the array's multipliers (``rtl/mac.py``); ``mem``: how SPM and ACC are built
+    (``rtl/mem.py``: "lvt", block and LUT RAM banks, by default); ``dram_bytes``: DRAM in block RAM
+    (capped at the config's); ``clk_hz``/``baud``: the UART divisor.
     """
 
-    def __init__(self, cfg, *, mac: str = "dsp", dram_bytes: int = 1 << 14, clk_hz: float = 25e6,
+    def __init__(self, cfg, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: int = 1 << 14, clk_hz: float = 25e6,
                  baud: int = 115200):
-        self.core = HostCore(cfg, mac=mac, dram_bytes=dram_bytes)
-        self.cfg, self.mac, self.dram_bytes = cfg, mac, self.core.dram_bytes
+        self.core = HostCore(cfg, mac=mac, mem=mem, dram_bytes=dram_bytes)
+        self.cfg, self.mac, self.mem, self.dram_bytes = cfg, mac, mem, self.core.dram_bytes
         self.divisor = max(2, round(clk_hz / baud))
         super().__init__({"rx": In(1, init=1), "tx": Out(1), "busy": Out(1), "done": Out(1)})
 

@@ -158,7 +158,7 @@ def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *
             for _ in _load_host(ctx, hosts[i], progs[i], regs[i]):
                 await ctx.tick()
             for row, v in ((spm_init or [None] * n)[i] or {}).items():
-                ctx.set(chips[i].spm.data[row], v)
+                chips[i].spm.poke(ctx, row, v)
         for h in hosts:
             ctx.set(h.start, 1)
         await ctx.tick()
@@ -176,8 +176,8 @@ def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *
         box["sim_cycles"] = cycle
         out = []
         for i, (h, chip) in enumerate(zip(hosts, chips)):
-            spm = np.array([unpack(ctx.get(chip.spm.data[k]), 8, cfg.cols) for k in range(cfg.spm_rows)])
-            acc = np.array([unpack(ctx.get(chip.acc.data[k]), 32, cfg.cols) for k in range(cfg.acc_rows)])
+            spm = np.array([unpack(chip.spm.peek(ctx, k), 8, cfg.cols) for k in range(cfg.spm_rows)])
+            acc = np.array([unpack(chip.acc.peek(ctx, k), 32, cfg.cols) for k in range(cfg.acc_rows)])
             rr = []
             for r in range(cfg.scalar_regs):
                 ctx.set(h.reg_addr, r)

@@ -51,6 +51,66 @@ def test_array_and_dram_synthesise_for_ecp5(tmp_path):
         assert check(res), (name, res, cells)
 
 
+class _MemTop:
+    """A RowMemory with 3 write ports, 2 registered reads (the second transparent for write port 0)
+    and a combinational read, every port on the top's pins."""
+
+    def __init__(self, impl):
+        from amaranth.lib import wiring
+        from amaranth.lib.wiring import In, Out
+
+        from rtl.mem import RowMemory
+        ports = {}
+        for i in range(3):
+            ports.update({f"w{i}_addr": In(6), f"w{i}_data": In(32), f"w{i}_en": In(4)})
+        for j in range(3):
+            ports.update({f"r{j}_addr": In(6), f"r{j}_data": Out(32)})
+        self.impl = impl
+
+        class Top(wiring.Component):
+            def elaborate(inner, platform):
+                from amaranth import Module
+                m = Module()
+                m.submodules.mem = mem = RowMemory("spm", 8, 4, 64, impl=impl)
+                ws = [mem.write_port() for _ in range(3)]
+                rs = [mem.read_port("sync"), mem.read_port("sync", transparent_for=(ws[0],)), mem.read_port("comb")]
+                for i, w in enumerate(ws):
+                    m.d.comb += [w.addr.eq(getattr(inner, f"w{i}_addr")), w.data.eq(getattr(inner, f"w{i}_data")),
+                                 w.en.eq(getattr(inner, f"w{i}_en"))]
+                for j, r in enumerate(rs):
+                    m.d.comb += [r.addr.eq(getattr(inner, f"r{j}_addr")), getattr(inner, f"r{j}_data").eq(r.data)]
+                return m
+
+        self.top = Top(ports)
+
+
+@needs_yosys
+def test_lvt_memory_maps_to_ram(tmp_path):
+    """rtl/mem.py's live-value-table memory on the ECP5: the registered-read banks in block RAM,
+    the combinational ones in LUT RAM, the table in a few flip-flops; the flat memory of the same
+    ports is flip-flops. Without the flow's RACE_FREE_BANKS step Yosys adds a register per bank bit
+    to emulate read-before-write on block RAM; with it only the transparent read keeps one."""
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.flow import cell_resources, rtlil_text, yosys_synth
+
+    dev = DEVICES["ecp5-85k"]
+    res = {}
+    for tag, impl, race_free in (("lvt", "lvt", True), ("lvt-plain", "lvt", False), ("flat", "flat", True)):
+        d = tmp_path / tag
+        d.mkdir()
+        (d / "top.il").write_text(rtlil_text(_MemTop(impl).top))
+        cells, _ = yosys_synth(d / "top.il", dev, timeout=1200, race_free_banks=race_free)
+        res[tag] = (cell_resources(cells, dev.family), cells)
+    lvt, cells = res["lvt"]
+    assert lvt["brams"] == 3 * 2, cells                 # one 64 x 32 block per (write, registered read) pair
+    assert cells.get("TRELLIS_DPR16X4", 0) == 3 * 4 * 8, cells   # (write, comb read) pairs: 4 deep x 8 wide
+    assert lvt["ffs"] < 2 * 64 * 2 + 32 + 40, cells    # the table (64 x 2 bits, written from 3 ports) + a bypass
+    flat, _ = res["flat"]
+    assert flat["brams"] == 0 and flat["ffs"] >= 64 * 32 and flat["luts"] > 3 * lvt["luts"], (flat, lvt)
+    plain, _ = res["lvt-plain"]
+    assert plain["ffs"] >= lvt["ffs"] + 5 * 32, (plain, lvt)    # read-before-write emulated on 5 more banks
+
+
 @needs_yosys
 @pytest.mark.skipif(os.environ.get("TETRACHIP_FPGA_FULL") != "1" and os.environ.get("TETRACHIP_FPGA_PNR") != "1",
                     reason="whole-top synthesis takes minutes: TETRACHIP_FPGA_FULL=1")
