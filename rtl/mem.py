@@ -12,7 +12,8 @@ two implementations with the same ports and the same cycle behaviour:
 ``impl="lvt"`` (FPGA builds)
     a live-value-table memory (LaForest and Steffan, "Efficient Multi-Ported Memories for FPGAs",
     FPGA 2010): one bank per (write port, read port) pair, each a memory with one write and one
-    read port, which FPGAs have (LUT RAM for combinational reads, block RAM for registered ones);
+    read port, which FPGAs have (LUT RAM for combinational reads, block RAM for registered ones
+    unless the memory is at most ``LUTRAM_DEPTH`` rows deep);
     a small table of ``clog2(write ports)`` bits per row (the LVT) remembers which write port wrote
     each row last, and every read port picks that port's bank. A write port whose lane enables may
     cover only part of a row (the scalar unit's ``sst``) merges the rest of the row from a
@@ -37,9 +38,11 @@ from amaranth.lib import memory
 
 from isa.table import clog2
 
-__all__ = ["RowMemory", "IMPLS"]
+__all__ = ["RowMemory", "IMPLS", "LUTRAM_DEPTH"]
 
 IMPLS = ("flat", "lvt")
+#: rows of an FPGA LUT RAM cell (ECP5 DPR16X4): registered-read banks this shallow use LUT RAM
+LUTRAM_DEPTH = 16
 
 
 class _WritePort:
@@ -68,14 +71,15 @@ class RowMemory(Elaboratable):
     ``read_port(domain="sync"|"comb", transparent_for=())`` -> port with ``addr``, ``data``.
     """
 
-    def __init__(self, name: str, lane_bits: int, lanes: int, depth: int, impl: str = "flat",
-                 bram_sync: bool = True):
+    def __init__(self, name: str, lane_bits: int, lanes: int, depth: int, impl: str = "flat"):
         if impl not in IMPLS:
             raise ValueError(f"memory implementation {impl!r}: one of {', '.join(IMPLS)}")
         self.name, self.lane_bits, self.lanes, self.depth, self.impl = name, lane_bits, lanes, depth, impl
         self.row_bits = lane_bits * lanes
         self.addr_w = clog2(depth)
-        self.bram_sync = bram_sync          # lvt: ask for block RAM for the registered-read banks
+        # lvt: registered-read banks in block RAM, unless one 16-row LUT RAM cell is deep enough
+        # (a block would then be mostly empty); combinational reads are LUT RAM in any case
+        self.sync_ram = "distributed" if depth <= LUTRAM_DEPTH else "block"
         self.writes: list[_WritePort] = []
         self.reads: list[_ReadPort] = []
         self._frozen = False
@@ -153,7 +157,7 @@ class RowMemory(Elaboratable):
             m.d.comb += sel.addr.eq(r.addr)
             outs = []
             for i, w in enumerate(self.writes):
-                attrs = {"ram_style": "block"} if (r.domain == "sync" and self.bram_sync) else None
+                attrs = {"ram_style": self.sync_ram} if r.domain == "sync" else None
                 bank = memory.Memory(shape=unsigned(self.row_bits), depth=self.depth, init=[], attrs=attrs)
                 m.submodules[f"bank_w{i}_r{j}"] = bank
                 self.banks[i, j] = bank
