@@ -20,7 +20,7 @@ from isa.table import layout, BY_MNEMONIC, LUT_ENTRIES, Round, ScaleMode, Space,
 from isa.timing import VPU_LATENCY, lut_rows
 
 from .queue import UNITS, event_width
-from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
+from .unit import RowReadSignature, RowWriteSignature, UnitBase
 
 __all__ = ["VpuAlu", "VpuUnit", "QCFG_RESET", "ALU_OPS"]
 
@@ -309,7 +309,8 @@ class VpuAlu(wiring.Component):
 
 
 def _tag(cfg):
-    return data.StructLayout({"valid": 1, "write": 1, "dspace": 1, "dst": unsigned(32), "retire": 1, "mask": event_width(cfg),
+    aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
+    return data.StructLayout({"valid": 1, "write": 1, "dspace": 1, "dst": aw, "retire": 1, "mask": event_width(cfg),
                               "op": 8, "ops": data.StructLayout({k: 1 for k in ALU_OPS}), "aspace": 1, "bmode": 2,
                               "sval": signed(32), "row": unsigned(16)})
 
@@ -349,7 +350,8 @@ class VpuUnit(UnitBase):
         # streaming state (one instance at a time)
         active = Signal()
         i, n = Signal(16), Signal(16)
-        dst, aad, bad = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
+        aw = len(self.spm_a.addr)     # row addresses: only the memory ports' bits are used
+        dst, aad, bad = Signal(aw), Signal(aw), Signal(aw)
         st = Signal(_tag(cfg))
         cur_i = Mux(go, 0, i)
         cur_n = Mux(go, n0, n)
@@ -418,22 +420,39 @@ class VpuUnit(UnitBase):
         events = [(t3.valid & t3.retire, t3.mask)]
 
         # checks at start: rows inside their memories, no partial overlap of destination and a source
-        def lim(space):
-            return Mux(space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
-
         nn = Mux(is_cfg, 0, n0)
+        none = nn == 0
+        wmax = max(cfg.spm_rows, cfg.acc_rows).bit_length()
+
+        def fits(k):
+            """{limit: rows addr[k] .. addr[k]+nn-1 lie in 0 .. limit-1} for both memories (nn > 0)."""
+            lo = q.addr[k]
+            end = Signal(max(wmax, len(nn)) + 1, name=f"end{k}")
+            m.d.comb += end.eq(lo[:wmax] + nn)
+            return {lim: (lo[lim.bit_length():] == 0) & (end <= lim) for lim in (cfg.spm_rows, cfg.acc_rows)}
+
+        def space(ok, sp):
+            return Mux(sp == Space.ACC, ok[cfg.acc_rows], ok[cfg.spm_rows])
+
+        f0, f1, f2 = fits(0), fits(1), fits(2)
         d0, b0 = q.addr[0], q.addr[2]
         brow = is_bin & ((vb.bmode == SrcMode.SPM) | (vb.bmode == SrcMode.ACC))
         bspace = vb.bmode[0]
-        ok = Mux(is_ld, in_range(q.addr[0], nn, cfg.spm_rows),
-                 (~writes0 | in_range(d0, nn, lim(dspace0))) & (~writes0 | in_range(a0, nn, lim(aspace0)))
-                 & (~brow | in_range(b0, nn, lim(bspace)))
-                 & (~(is_req & (vr.smode == ScaleMode.ROW)) | in_range(b0, 1, cfg.acc_rows)))
+        scale_ok = (b0[cfg.acc_rows.bit_length():] == 0) & (b0[:wmax] < cfg.acc_rows)
+        ok = Mux(is_ld, none | f0[cfg.spm_rows],
+                 (~writes0 | none | (space(f0, dspace0) & space(f1, aspace0)))
+                 & (~brow | none | space(f2, bspace))
+                 & (~(is_req & (vr.smode == ScaleMode.ROW)) | scale_ok))
+
+        # (only looked at when every row is inside its memory: ADDRESS_RANGE takes precedence)
+        w = wmax + 1
+        dn, nw = d0[:w], nn[:w]
 
         def partial(x0, xspace):
-            over = (x0 < d0 + nn) & (d0 < x0 + nn) & (nn != 0)
-            return (xspace == dspace0) & over & (x0 != d0)
+            xn = x0[:w]
+            over = (xn < dn + nw) & (dn < xn + nw) & ~none
+            return (xspace == dspace0) & over & (xn != dn)
 
-        overlap = (is_bin | is_un) & partial(a0, aspace0) | brow & partial(b0, bspace)
+        overlap = (is_bin | is_un) & partial(q.addr[1], aspace0) | brow & partial(b0, bspace)
         errors = [(overlap, ErrorCode.OVERLAP), (~ok, ErrorCode.ADDRESS_RANGE)]
         return ready, events, errors
