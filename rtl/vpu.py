@@ -1,15 +1,18 @@
 """The vector unit: lane-wise ops on SPM/ACC rows, requantization, lookup table, lane reductions.
 
-``VpuAlu`` is the combinational datapath of one row (tested alone against ``isa.semantics``);
-``VpuUnit`` runs one instance at a time (contract section 3, VPU): row i is read at ``s+i``,
-computed at ``s+i+1``, held at ``s+i+2`` and written at ``s+i+VPU_LATENCY`` (3); the next instance
-starts after the previous one retired.
+``VpuAlu`` is the datapath of one row, a three-stage pipeline (tested alone against
+``isa.semantics``); ``VpuUnit`` runs one instance at a time (contract section 3, VPU): row i is read
+at ``s+i``, its operands arrive at ``s+i+1`` (ALU stage 1), are worked on at ``s+i+1`` and
+``s+i+2`` (stages 1 and 2) and its result is written at ``s+i+VPU_LATENCY`` (3, stage 3); the next
+instance starts after the previous one retired.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
@@ -17,50 +20,148 @@ from isa.table import layout, BY_MNEMONIC, LUT_ENTRIES, Round, ScaleMode, Space,
 from isa.timing import VPU_LATENCY, lut_rows
 
 from .queue import UNITS, event_width
-from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
+from .unit import RowReadSignature, RowWriteSignature, UnitBase
 
-__all__ = ["VpuAlu", "VpuUnit", "QCFG_RESET"]
+__all__ = ["VpuAlu", "VpuUnit", "QCFG_RESET", "ALU_OPS"]
 
 #: requantizer registers at reset: shift, zero point, lo, hi, rounding (docs/isa.md)
 QCFG_RESET = dict(shift=0, zp=0, lo=-128, hi=127, rnd=int(Round.FLOOR))
-OP = {n: BY_MNEMONIC[n].opcode for n in ("vadd", "vsub", "vmul", "vmin", "vmax", "vshl", "vsra", "vmov", "vrelu",
-                                         "vabs", "vrsum", "vrmax", "vrmin", "vlut", "vlutld", "vqcfg", "vreq")}
+#: the operations of ``VpuAlu``: its ``op`` port has one bit per name
+ALU_OPS = ("vadd", "vsub", "vmul", "vmin", "vmax", "vshl", "vsra", "vmov", "vrelu", "vabs", "vrsum", "vrmax", "vrmin",
+           "vlut", "vreq")
+OP = {n: BY_MNEMONIC[n].opcode for n in ALU_OPS + ("vlutld", "vqcfg")}
 
 
 def _lanes(cols, shape):
     return data.ArrayLayout(shape, cols)
 
 
-class VpuAlu(wiring.Component):
-    """One row of VPU arithmetic, combinational.
+def _any(bits):
+    """OR of a list of 1-bit values (0 when empty)."""
+    out = Const(0, 1)
+    for b in bits:
+        out = out | b
+    return out
 
-    Ports:
-      op     In(8)                          opcode of a vbin, vun or vreq instruction
+
+class VpuAlu(wiring.Component):
+    """One row of VPU arithmetic: a three-stage pipeline taking one row per cycle.
+
+    The operands presented in cycle ``t`` (stage 1) give ``y`` in cycle ``t+2`` (stage 3, from
+    registers through a little logic: ``VpuUnit`` writes it to memory in that cycle).
+
+    Ports (stage 1):
+      op     In(StructLayout({name: 1 for name in ALU_OPS}))  the operation, one-hot (none: a bubble)
       a      In(ArrayLayout(signed(32), cols))  operand a (SPM lanes already sign-extended)
-      b      In(ArrayLayout(signed(32), cols))  operand b (row, or a broadcast scalar)
-      scale  In(ArrayLayout(signed(16), cols))  vreq scale per lane
-      shift  In(6), zp In(signed(8)), lo In(signed(8)), hi In(signed(8)), rnd In(2)  requantizer
-      lut    In(ArrayLayout(signed(8), 256))    lookup table
-      dspace In(1)                          destination memory: SPM results saturate to int8
-      y      Out(ArrayLayout(signed(32), cols)) the row written
+      b      In(ArrayLayout(signed(32), cols))  operand b (row, or a broadcast scalar); vreq: its scale,
+                                                the low 16 bits of each lane (register or ACC row)
+      dspace In(1)                              destination memory: SPM results saturate to int8
+      lut_we In(1), lut_addr In(clog2(lut_rows)), lut_data In(8*cols)
+                                                vlutld: write table entries ``lut_addr*cols ..`` (one
+                                                SPM row); no vlut row may be in stage 1 meanwhile
+    Requantizer configuration (steady from the cycle before a vreq row enters until it leaves):
+      shift In(6), zp In(signed(8)), lo In(signed(8)), hi In(signed(8)), rnd In(2)
+    Result (stage 3):
+      y      Out(ArrayLayout(signed(32), cols)) the row written: int32 lanes for ACC; for SPM only bits
+                                                0..7 of each lane are defined (the saturated int8)
+
+    Where the work goes (per lane; the reductions are shared):
+
+    * stage 1: one add/subtract (``vadd``, ``vsub``, the ``vmin``/``vmax`` comparison); the
+      reduction trees; one multiplier of three 18x18 DSPs computing ``a * m`` (48 bits), which
+      serves ``vmul``, ``vreq`` and, with ``m`` a power of two, 1, 0 or ``-2**15``, ``vshl``,
+      ``vsra``, ``vmov``, ``vrelu`` and ``vabs`` (``_product``); the lookup table read (one
+      ``Memory`` copy per lane, read synchronously: block RAM or LUT RAM on an FPGA).
+    * stage 2: the result of every op but ``vreq`` selected from the registered adder result, three
+      bit windows of the product and the table entry; ``vreq``'s right shift, kept to the bits an
+      int8 result depends on (``_requant``).
+    * stage 3: ``vreq``'s rounding, zero point and clamp; saturation of SPM results.
+
+    The table reads as zeros until the first ``vlutld`` after reset (as the simulator's).
     """
 
     def __init__(self, cols: int):
         self.cols = cols
+        self.lut_rows = -(-LUT_ENTRIES // cols)
         L = lambda s: _lanes(cols, s)
-        super().__init__({"op": In(8), "a": In(L(signed(32))), "b": In(L(signed(32))), "scale": In(L(signed(16))),
+        super().__init__({"op": In(data.StructLayout({k: 1 for k in ALU_OPS})), "a": In(L(signed(32))),
+                          "b": In(L(signed(32))), "dspace": In(1), "lut_we": In(1),
+                          "lut_addr": In(max(1, clog2(self.lut_rows))), "lut_data": In(8 * cols),
                           "shift": In(6), "zp": In(signed(8)), "lo": In(signed(8)), "hi": In(signed(8)),
-                          "rnd": In(2), "lut": In(data.ArrayLayout(signed(8), LUT_ENTRIES)), "dspace": In(1),
-                          "y": Out(L(signed(32)))})
+                          "rnd": In(2), "y": Out(L(signed(32)))})
 
     def elaborate(self, platform):
         m = Module()
         C = self.cols
-        # the requantizer's shift masks, shared by every lane
-        low, half = Signal(64, name="rq_low"), Signal(64, name="rq_half")
-        m.d.comb += [low.eq((Const(1, 64) << self.shift) - 1), half.eq((Const(1, 65) << self.shift) >> 1)]
         a, b = self.a, self.b
-        # lane reductions: trees of named stages (an expression reused unnamed is elaborated twice)
+        op = {k: self.op[k] for k in ALU_OPS}
+        qc = self._qcfg(m)
+
+        # controls of stages 2 and 3
+        s2 = {k: Signal(name=f"s2_{k}") for k in ("r1", "lut", "req", "spm")}
+        m.d.sync += [s2["r1"].eq(op["vadd"] | op["vsub"] | op["vmin"] | op["vmax"] | op["vrsum"] | op["vrmax"]
+                                 | op["vrmin"]),
+                     s2["lut"].eq(op["vlut"]), s2["req"].eq(op["vreq"]), s2["spm"].eq(self.dspace == Space.SPM)]
+        req3, spm3 = Signal(), Signal()
+        m.d.sync += [req3.eq(s2["req"]), spm3.eq(s2["spm"])]
+
+        red = self._reductions(m, op)
+        loaded = Signal()              # a vlutld wrote the table since reset
+        with m.If(self.lut_we):
+            m.d.sync += loaded.eq(1)
+
+        for n in range(C):
+            an, bn = a[n], b[n]
+            # --- stage 1: add/subtract (vadd, vsub, the vmin/vmax comparison), lane reductions ---
+            sub = ~op["vadd"]
+            bx = Signal(signed(32), name=f"bx{n}")
+            d = Signal(signed(33), name=f"d{n}")
+            m.d.comb += [bx.eq(bn ^ sub.replicate(32)), d.eq(an + bx + sub)]
+            pick_a = Mux(op["vmax"], ~d[32], d[32])
+            r1 = Signal(signed(32), name=f"r1_{n}")
+            m.d.sync += r1.eq(Mux(op["vadd"] | op["vsub"], d[:32],
+                                  Mux(op["vmin"] | op["vmax"], Mux(pick_a, an, bn), red)))
+
+            # --- stage 1: the product, and which of its bits the result is ---
+            p2 = Signal(signed(48), name=f"p2_{n}")
+            m.d.sync += p2.eq(self._product(m, op, an, bn, n))
+            w0, w15, w31 = Signal(name=f"w0_{n}"), Signal(name=f"w15_{n}"), Signal(name=f"w31_{n}")
+            m.d.sync += [w0.eq(op["vmul"] | op["vshl"] | op["vmov"] | op["vrelu"] | (op["vabs"] & ~an[31])),
+                         w15.eq((op["vsra"] & ~bn[4]) | (op["vabs"] & an[31])), w31.eq(op["vsra"] & bn[4])]
+            # --- stage 1 -> 2: the lookup table ---
+            lut8 = self._lut(m, an, loaded, n)
+
+            # --- stage 2: the result of every op but vreq; vreq's shift ---
+            r = Signal(signed(32), name=f"r{n}")
+            m.d.comb += r.eq((r1 & s2["r1"].replicate(32)) | (p2[:32] & w0.replicate(32))
+                             | (p2[15:47] & w15.replicate(32)) | (p2[31:47].as_signed() & w31.replicate(32))
+                             | (lut8 & s2["lut"].replicate(32)))
+            r3 = Signal(signed(32), name=f"r3_{n}")
+            m.d.sync += r3.eq(r)
+            rq = self._requant(m, qc, p2, n)
+
+            # --- stage 3: vreq's rounding and clamp; saturation for SPM (only the low byte is written there) ---
+            over = r3[7:] != r3[31].replicate(25)
+            sat = Mux(over, Mux(r3[31], 0x80, 0x7F), r3[:8])
+            m.d.comb += self.y[n].eq(Cat(Mux(req3, rq, Mux(spm3, sat, r3[:8]))[:8], r3[8:32]))
+        return m
+
+    def _qcfg(self, m):
+        """Registered copies of the requantizer configuration and values derived from it."""
+        qc = SimpleNamespace(
+            shift=Signal(6, name="q_shift"), zp=Signal(signed(8), name="q_zp"),
+            lo=Signal(signed(8), name="q_lo"), hi=Signal(signed(8), name="q_hi"),
+            up=Signal(2, name="q_up"),              # rounding: [half up, half to even]
+            nlo=Signal(signed(10), name="q_nlo"),   # zp - lo: q + up < lo - zp   <=>  q + up + nlo < 0
+            nhi=Signal(signed(10), name="q_nhi"),   # zp - hi: q + up >= hi - zp  <=>  q + up + nhi >= 0
+            empty=Signal(name="q_empty"))           # lo > hi: every value clamps to hi
+        m.d.sync += [qc.shift.eq(self.shift), qc.zp.eq(self.zp), qc.lo.eq(self.lo), qc.hi.eq(self.hi),
+                     qc.up.eq(Cat(self.rnd == Round.HALF_UP, self.rnd == Round.HALF_EVEN)),
+                     qc.nlo.eq(self.zp - self.lo), qc.nhi.eq(self.zp - self.hi), qc.empty.eq(self.lo > self.hi)]
+        return qc
+
+    def _reductions(self, m, op):
+        """``vrsum``/``vrmax``/``vrmin`` of the lanes of ``a`` (stage 1): trees of named stages."""
         def tree(vals, fn, name):
             level = 0
             while len(vals) > 1:
@@ -74,49 +175,144 @@ class VpuAlu(wiring.Component):
                 vals, level = nxt, level + 1
             return vals[0]
 
-        lanes = [a[n] for n in range(C)]
-        rsum, rmax, rmin = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
-        m.d.comb += [rsum.eq(tree(lanes, lambda x, y: (x + y)[:32].as_signed(), "rsum")),
-                     rmax.eq(tree(lanes, lambda x, y: Mux(x > y, x, y), "rmax")),
-                     rmin.eq(tree(lanes, lambda x, y: Mux(x < y, x, y), "rmin"))]
-        for n in range(C):
-            r = Signal(signed(32), name=f"r{n}")
-            an, bn = a[n], b[n]
-            sh = bn[:5]
-            table = {"vadd": an + bn, "vsub": an - bn, "vmul": an * bn, "vmin": Mux(an < bn, an, bn),
-                     "vmax": Mux(an > bn, an, bn), "vshl": an.as_unsigned() << sh, "vsra": an >> sh,
-                     "vmov": an, "vrelu": Mux(an < 0, 0, an), "vabs": Mux(an < 0, -an, an), "vrsum": rsum,
-                     "vrmax": rmax, "vrmin": rmin, "vlut": self.lut[an[:8]],
-                     "vreq": self._requant(m, an, self.scale[n], n, low, half)}
-            val = an
-            for name, expr in table.items():     # a mux chain (no case statement in the Verilog)
-                val = Mux(self.op == OP[name], expr, val)
-            m.d.comb += r.eq(val)
-            sat = Mux(r > 127, 127, Mux(r < -128, -128, r))
-            is_req = self.op == OP["vreq"]
-            m.d.comb += self.y[n].eq(Mux((self.dspace == Space.SPM) & ~is_req, sat, r))
-        return m
+        lanes = [self.a[n] for n in range(self.cols)]
+        rsum, rext, red = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
+        want_min = op["vrmin"]
+        # each partial sum's bit 0 is also used on its own (bit 0 of a sum is the XOR of the bits 0):
+        # a partial sum used only by the next adder would let Yosys' alumacc merge the whole tree into
+        # one multi-operand sum built from LUT full adders, about twice the LUTs of the adder tree
+        def add(x, y):
+            return Cat(x[0] ^ y[0], (x + y)[1:32]).as_signed()
 
-    def _requant(self, m, x, scale, n, low, half):
-        """clamp(round_shift(x * scale, shift) + zp, lo, hi): an int8 value."""
-        p = Signal(signed(64), name=f"rq_p{n}")
-        m.d.comb += p.eq(x * scale)
-        q = Signal(signed(64), name=f"rq_q{n}")
-        m.d.comb += q.eq(p >> self.shift)
-        rem = Signal(64, name=f"rq_rem{n}")
-        m.d.comb += rem.eq(p.as_unsigned() & low)
-        up = Signal(name=f"rq_up{n}")
-        m.d.comb += up.eq((self.shift != 0) & Mux(self.rnd == Round.HALF_UP, rem >= half,
-                                                  (self.rnd == Round.HALF_EVEN) & ((rem > half) | ((rem == half) & q[0]))))
-        y = Signal(signed(66), name=f"rq_y{n}")
-        m.d.comb += y.eq(q + up + self.zp)
-        lo_c = Mux(y < self.lo, self.lo, y)
-        return Mux(lo_c > self.hi, self.hi, lo_c)
+        m.d.comb += [rsum.eq(tree(lanes, add, "rsum")),
+                     rext.eq(tree(lanes, lambda x, y: Mux((y - x)[32] ^ want_min, x, y), "rext")),
+                     red.eq(Mux(op["vrsum"], rsum, rext))]
+        return red
+
+    def _product(self, m, op, an, bn, n):
+        """``a * m`` (stage 1) as 48 bits: three 18x18 multipliers ``aL*mL``, ``aH*mL``, ``aL*mH``, with
+        ``m = {mh, ml}`` (``ml`` 18-bit signed, ``mh`` 16 bits, used by vmul and vshl only).
+
+        ``m``: vmul ``b``; vreq ``b``'s low 16 bits, signed; vshl ``2**sh``; vsra ``2**(15 - sh%16)``;
+        vmov 1; vrelu 1 or 0; vabs 1 or ``-2**15``. The powers of two are one-hot decodes of
+        ``e = sh%16`` (vsra: ``15 - sh%16``, the same bits inverted) from two 2-bit predecodes.
+        """
+        sh, sign = bn[:5], an[31]
+        mr = op["vmul"] | op["vreq"]
+        neg = op["vabs"] & sign
+        e = Signal(4, name=f"e{n}")
+        m.d.comb += e.eq(sh[:4] ^ op["vsra"].replicate(4))
+        en_l = (op["vshl"] & ~sh[4]) | op["vsra"]     # 2**e in ml
+        en_h = op["vshl"] & sh[4]                      # 2**e in mh
+        lo = [Signal(name=f"e_lo{n}_{i}") for i in range(4)]
+        hl = [Signal(name=f"e_hl{n}_{i}") for i in range(4)]
+        hh = [Signal(name=f"e_hh{n}_{i}") for i in range(4)]
+        for i in range(4):
+            m.d.comb += [lo[i].eq(e[:2] == i), hl[i].eq(en_l & (e[2:] == i)), hh[i].eq(en_h & (e[2:] == i))]
+        ml = Signal(signed(18), name=f"ml{n}")
+        mh = Signal(16, name=f"mh{n}")
+        bits = [(mr & bn[j]) | (lo[j % 4] & hl[j // 4]) for j in range(16)]
+        bits[0] = bits[0] | op["vmov"] | ((op["vrelu"] | op["vabs"]) & ~sign)
+        bits[15] = bits[15] | neg
+        ext = (op["vreq"] & bn[15]) | neg
+        m.d.comb += [ml.eq(Cat(*bits, ext, ext)),
+                     mh.eq(Cat(*[(op["vmul"] & bn[16 + j]) | (lo[j % 4] & hh[j // 4]) for j in range(16)]))]
+        al, ah = an[:16], an[16:32].as_signed()
+        p1 = Signal(signed(34), name=f"p1_{n}")
+        p2 = Signal(signed(34), name=f"p2_{n}")
+        p3 = Signal(16, name=f"p3_{n}")
+        m.d.comb += [p1.eq(al * ml), p2.eq(ah * ml), p3.eq(al * mh)]
+        s = Signal(signed(32), name=f"s{n}")
+        m.d.comb += s.eq(Cat((p2[:16] + p3)[:16], p2[16:32]))
+        hi32 = Signal(signed(32), name=f"ph{n}")
+        m.d.comb += hi32.eq(p1[16:].as_signed() + s)
+        p = Signal(signed(48), name=f"p{n}")
+        m.d.comb += p.eq(Cat(p1[:16], hi32))
+        return p
+
+    def _requant(self, m, qc, p, n):
+        """``clamp(round_shift(p, shift) + zp, lo, hi)`` for the 48-bit product ``p`` of stage 2: the
+        shift in stage 2, the rest in stage 3 (returns the stage-3 int8).
+
+        ``v = 2*p`` is shifted right by ``shift`` keeping only the bits an int8 result depends on:
+        ``v >> shift`` is ``(p >> shift) * 2 + guard``, and ``p >> shift`` matters only in 9 bits
+        (``q + zp + up`` outside -128..127 clamps whatever ``zp``). First a 25-bit window at
+        ``16 * (shift // 16)``, then steps of 8, 4, 2, 1. The bits shifted out at the bottom form
+        the sticky bit (half to even); those cut at the top must all equal the sign, else the
+        shifted value is out of 9-bit range and the result is ``hi`` or the clamped ``lo``.
+        """
+        sign = p[47]
+        v = Cat(Const(0, 1), p)                  # 49 bits
+        ext = lambda j: v[j] if j < len(v) else sign
+        # the 25-bit window at 16 * shift[4:6]
+        c = qc.shift[4:6]
+        W = 25
+        x = Signal(W, name=f"rq_win{n}")
+        m.d.comb += x.eq(Cat(*[Mux(c[1], Mux(c[0], ext(i + 48), ext(i + 32)), Mux(c[0], ext(i + 16), v[i]))
+                               for i in range(W)]))
+        or16 = [Signal(name=f"rq_or{k}_{n}") for k in range(3)]
+        for k in range(3):
+            m.d.comb += or16[k].eq(v[16 * k:16 * k + 16] != 0)
+        sticky = [Mux(c[1], or16[0] | or16[1] | (c[0] & or16[2]), c[0] & or16[0])]
+        ovf = [~c[1] & Mux(c[0], (v[W + 16:] ^ sign.replicate(len(v) - W - 16)) != 0,
+                           (v[W:] ^ sign.replicate(len(v) - W)) != 0)]
+        steps = [8, 4, 2, 1]
+        widths, w = [], 10                       # output widths, from the last step back
+        for k in reversed(steps):
+            widths.append(w)
+            w = w + k
+        widths.reverse()
+        for k, wout in zip(steps, widths):
+            sel = qc.shift[k.bit_length() - 1]
+            win = len(x)
+            y = Signal(wout, name=f"rq_sh{k}_{n}")
+            m.d.comb += y.eq(Cat(*[Mux(sel, x[i + k] if i + k < win else sign, x[i]) for i in range(wout)]))
+            sticky.append(sel & (x[:k] != 0))
+            if wout < win:
+                ovf.append(~sel & ((x[wout:win] ^ sign.replicate(win - wout)) != 0))
+            x = y
+        guard, q = x[0], x[1:10].as_signed()     # q: (p >> shift), 9 bits when it fits
+        ovf.append(x[9] ^ sign)
+        up = guard & (qc.up[0] | (qc.up[1] & (_any(sticky) | q[0])))
+        # stage 3
+        q3, up3, of3, sg3 = (Signal(signed(9), name=f"rq_q{n}"), Signal(name=f"rq_up{n}"),
+                             Signal(name=f"rq_of{n}"), Signal(name=f"rq_sg{n}"))
+        m.d.sync += [q3.eq(q), up3.eq(up), of3.eq(_any(ovf)), sg3.eq(sign)]
+        y = Signal(signed(10), name=f"rq_y{n}")
+        below, above = Signal(name=f"rq_below{n}"), Signal(name=f"rq_above{n}")
+        m.d.comb += [y.eq(q3 + qc.zp + up3),
+                     below.eq(Mux(of3, sg3, (q3 + qc.nlo + up3)[10])),
+                     above.eq(qc.empty | Mux(of3, ~sg3, ~(q3 + qc.nhi + up3)[10]))]
+        return Mux(above, qc.hi, Mux(below, qc.lo, y[:8]))[:8]
+
+    def _lut(self, m, an, loaded, n):
+        """The lookup table entry ``a & 0xff`` (addressed in stage 1, an int8 in stage 2): this lane's
+        copy of the table, row ``r`` holding entries ``r*cols ..``."""
+        C = self.cols
+        mem = memory.Memory(shape=unsigned(8 * C), depth=self.lut_rows, init=[])
+        m.submodules[f"lut{n}"] = mem
+        wp = mem.write_port()
+        rp = mem.read_port(domain="sync", transparent_for=(wp,))     # (reads and writes never meet)
+        entry = an[:8]
+        pow2 = (C & (C - 1)) == 0 and C <= LUT_ENTRIES
+        lb = C.bit_length() - 1
+        m.d.comb += [wp.addr.eq(self.lut_addr), wp.data.eq(self.lut_data), wp.en.eq(self.lut_we),
+                     rp.addr.eq(entry[lb:] if pow2 else entry // C)]
+        # the entry's byte in the row read, one-hot (none before the first vlutld)
+        byte = entry[:lb] if pow2 else entry % C
+        pick = Signal(C, name=f"lut_pick{n}")
+        m.d.sync += pick.eq(Cat(*[loaded & (byte == k) for k in range(C)]))
+        v = Const(0, 8)
+        for k in range(C):
+            v = v | (rp.data[8 * k:8 * k + 8] & pick[k].replicate(8))
+        return v.as_signed()
 
 
 def _tag(cfg):
-    return data.StructLayout({"valid": 1, "write": 1, "dspace": 1, "dst": unsigned(32), "retire": 1, "mask": event_width(cfg),
-                              "op": 8, "aspace": 1, "bmode": 2, "smode": 2, "sval": signed(32), "row": unsigned(16)})
+    aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
+    return data.StructLayout({"valid": 1, "write": 1, "dspace": 1, "dst": aw, "retire": 1, "mask": event_width(cfg),
+                              "op": 8, "ops": data.StructLayout({k: 1 for k in ALU_OPS}), "aspace": 1, "bmode": 2,
+                              "sval": signed(32), "row": unsigned(16)})
 
 
 class VpuUnit(UnitBase):
@@ -154,7 +350,8 @@ class VpuUnit(UnitBase):
         # streaming state (one instance at a time)
         active = Signal()
         i, n = Signal(16), Signal(16)
-        dst, aad, bad = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
+        aw = len(self.spm_a.addr)     # row addresses: only the memory ports' bits are used
+        dst, aad, bad = Signal(aw), Signal(aw), Signal(aw)
         st = Signal(_tag(cfg))
         cur_i = Mux(go, 0, i)
         cur_n = Mux(go, n0, n)
@@ -166,10 +363,12 @@ class VpuUnit(UnitBase):
         tag0 = Signal(_tag(cfg))
         m.d.comb += [tag0.eq(st), tag0.valid.eq(beat), tag0.dst.eq(cur_dst), tag0.retire.eq(last),
                      tag0.row.eq(cur_i), tag0.write.eq(Mux(go, writes0 & (n0 != 0), st.write))]
+        # vreq's scale comes in as operand b: the scale row (ACC) or the scalar
+        bmode0 = Mux(is_req, Mux(vr.smode == ScaleMode.ROW, SrcMode.ACC, SrcMode.IMM), vb.bmode)
         with m.If(go):
             m.d.comb += [tag0.dspace.eq(dspace0), tag0.mask.eq(q.event), tag0.op.eq(op),
-                         tag0.aspace.eq(aspace0), tag0.bmode.eq(vb.bmode), tag0.smode.eq(vr.smode),
-                         tag0.sval.eq(q.sval)]
+                         tag0.ops.eq(Cat(*[op == OP[k] for k in ALU_OPS])),
+                         tag0.aspace.eq(aspace0), tag0.bmode.eq(bmode0), tag0.sval.eq(q.sval)]
             m.d.sync += st.eq(tag0)
         with m.If(beat):
             m.d.sync += [i.eq(cur_i + 1), dst.eq(cur_dst + 1), aad.eq(cur_a + 1),
@@ -186,9 +385,8 @@ class VpuUnit(UnitBase):
         with m.If(go & is_cfg):
             c = q.word.vqcfg
             m.d.sync += [shift.eq(c.shift), zp.eq(c.zp), lo.eq(c.lo), hi.eq(c.hi), rnd.eq(c.round)]
-        lut = Signal(data.ArrayLayout(signed(8), 256))
 
-        # stage 1: operands arrive; compute
+        # stage 1: operands arrive; ALU stage 1 (operands, lookup-table write and read address)
         t1 = Signal(_tag(cfg))
         m.d.sync += t1.eq(tag0)
         spm_a = data.View(_lanes(C, signed(8)), self.spm_a.data)
@@ -196,23 +394,20 @@ class VpuUnit(UnitBase):
         acc_a = data.View(_lanes(C, signed(32)), self.acc_a.data)
         acc_b = data.View(_lanes(C, signed(32)), self.acc_b.data)
         m.submodules.alu = alu = VpuAlu(C)
-        m.d.comb += [alu.op.eq(t1.op), alu.shift.eq(shift), alu.zp.eq(zp), alu.lo.eq(lo), alu.hi.eq(hi),
-                     alu.rnd.eq(rnd), alu.lut.eq(lut), alu.dspace.eq(t1.dspace)]
+        assert alu.lut_rows == lut_rows(cfg)
+        m.d.comb += [alu.op.eq(t1.ops), alu.shift.eq(shift), alu.zp.eq(zp), alu.lo.eq(lo), alu.hi.eq(hi),
+                     alu.rnd.eq(rnd), alu.dspace.eq(t1.dspace),
+                     alu.lut_we.eq(t1.valid & (t1.op == OP["vlutld"])), alu.lut_addr.eq(t1.row),
+                     alu.lut_data.eq(self.spm_a.data)]
         row_b = (t1.bmode == SrcMode.SPM) | (t1.bmode == SrcMode.ACC)
         for l in range(C):
             m.d.comb += [alu.a[l].eq(Mux(t1.aspace == Space.ACC, acc_a[l], spm_a[l])),
-                         alu.b[l].eq(Mux(row_b, Mux(t1.bmode == SrcMode.ACC, acc_b[l], spm_b[l]), t1.sval)),
-                         alu.scale[l].eq(Mux(t1.smode == ScaleMode.ROW, acc_b[l][:16], t1.sval[:16]))]
-        with m.If(t1.valid & (t1.op == OP["vlutld"])):
-            for j in range(256):
-                r, l = divmod(j, C)
-                with m.If(t1.row == r):
-                    m.d.sync += lut[j].eq(spm_a[l])
-        # stage 2, 3: hold, write
+                         alu.b[l].eq(Mux(row_b, Mux(t1.bmode == SrcMode.ACC, acc_b[l], spm_b[l]), t1.sval))]
+        # stage 2: ALU stage 2; stage 3: write the ALU's result
         t2, t3 = Signal(_tag(cfg)), Signal(_tag(cfg))
-        y2, y3 = Signal(32 * C), Signal(32 * C)
-        m.d.sync += [t2.eq(t1), t3.eq(t2), y2.eq(alu.y.as_value()), y3.eq(y2)]
+        m.d.sync += [t2.eq(t1), t3.eq(t2)]
         assert VPU_LATENCY == 3
+        y3 = alu.y.as_value()
         y3v = data.View(_lanes(C, signed(32)), y3)
         m.d.comb += [self.acc_wr.addr.eq(t3.dst), self.acc_wr.data.eq(y3), self.spm_wr.addr.eq(t3.dst),
                      self.spm_wr.data.eq(Cat(*[y3v[l][:8] for l in range(C)]))]
@@ -225,22 +420,39 @@ class VpuUnit(UnitBase):
         events = [(t3.valid & t3.retire, t3.mask)]
 
         # checks at start: rows inside their memories, no partial overlap of destination and a source
-        def lim(space):
-            return Mux(space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
-
         nn = Mux(is_cfg, 0, n0)
+        none = nn == 0
+        wmax = max(cfg.spm_rows, cfg.acc_rows).bit_length()
+
+        def fits(k):
+            """{limit: rows addr[k] .. addr[k]+nn-1 lie in 0 .. limit-1} for both memories (nn > 0)."""
+            lo = q.addr[k]
+            end = Signal(max(wmax, len(nn)) + 1, name=f"end{k}")
+            m.d.comb += end.eq(lo[:wmax] + nn)
+            return {lim: (lo[lim.bit_length():] == 0) & (end <= lim) for lim in (cfg.spm_rows, cfg.acc_rows)}
+
+        def space(ok, sp):
+            return Mux(sp == Space.ACC, ok[cfg.acc_rows], ok[cfg.spm_rows])
+
+        f0, f1, f2 = fits(0), fits(1), fits(2)
         d0, b0 = q.addr[0], q.addr[2]
         brow = is_bin & ((vb.bmode == SrcMode.SPM) | (vb.bmode == SrcMode.ACC))
         bspace = vb.bmode[0]
-        ok = Mux(is_ld, in_range(q.addr[0], nn, cfg.spm_rows),
-                 (~writes0 | in_range(d0, nn, lim(dspace0))) & (~writes0 | in_range(a0, nn, lim(aspace0)))
-                 & (~brow | in_range(b0, nn, lim(bspace)))
-                 & (~(is_req & (vr.smode == ScaleMode.ROW)) | in_range(b0, 1, cfg.acc_rows)))
+        scale_ok = (b0[cfg.acc_rows.bit_length():] == 0) & (b0[:wmax] < cfg.acc_rows)
+        ok = Mux(is_ld, none | f0[cfg.spm_rows],
+                 (~writes0 | none | (space(f0, dspace0) & space(f1, aspace0)))
+                 & (~brow | none | space(f2, bspace))
+                 & (~(is_req & (vr.smode == ScaleMode.ROW)) | scale_ok))
+
+        # (only looked at when every row is inside its memory: ADDRESS_RANGE takes precedence)
+        w = wmax + 1
+        dn, nw = d0[:w], nn[:w]
 
         def partial(x0, xspace):
-            over = (x0 < d0 + nn) & (d0 < x0 + nn) & (nn != 0)
-            return (xspace == dspace0) & over & (x0 != d0)
+            xn = x0[:w]
+            over = (xn < dn + nw) & (dn < xn + nw) & ~none
+            return (xspace == dspace0) & over & (xn != dn)
 
-        overlap = (is_bin | is_un) & partial(a0, aspace0) | brow & partial(b0, bspace)
+        overlap = (is_bin | is_un) & partial(q.addr[1], aspace0) | brow & partial(b0, bspace)
         errors = [(overlap, ErrorCode.OVERLAP), (~ok, ErrorCode.ADDRESS_RANGE)]
         return ready, events, errors

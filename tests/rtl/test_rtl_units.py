@@ -14,7 +14,7 @@ from isa.table import BY_MNEMONIC, INSTRUCTIONS, Round, Space, layout
 from isa.timing import QUEUE_DEPTH
 from rtl.decode import Decoder
 from rtl.queue import RepeatQueue
-from rtl.vpu import OP, VpuAlu
+from rtl.vpu import ALU_OPS, VpuAlu
 from rtl_helpers import pack, run, unpack
 
 TINY = ChipConfig.preset("tiny")
@@ -124,27 +124,60 @@ def test_repeat_queue_matches_expand_nest():
             assert sig == (0b100 if sync == 0 or i == T - 1 else 0)
 
 
-def _alu_eval(ctx, dut, op, a, b, dspace, scale=None, qcfg=(0, 0, -128, 127, 0), lut=None):
-    ctx.set(dut.op, OP[op])
-    ctx.set(dut.a.as_value(), pack(a, 32))
-    ctx.set(dut.b.as_value(), pack(b, 32))
-    ctx.set(dut.dspace, dspace)
-    if scale is not None:
-        ctx.set(dut.scale.as_value(), pack(scale, 16))
-    sh, zp, lo, hi, rnd = qcfg
-    ctx.set(dut.shift, sh)
-    ctx.set(dut.zp, zp)
-    ctx.set(dut.lo, lo)
-    ctx.set(dut.hi, hi)
-    ctx.set(dut.rnd, rnd)
-    if lut is not None:
-        ctx.set(dut.lut.as_value(), pack(lut, 8))
-    return unpack(ctx.get(dut.y.as_value()), 32, len(a))
+class _AluStream:
+    """Feeds ``VpuAlu`` one row per cycle and checks each row's result when it leaves stage 3, two
+    cycles later (SPM: bits 0..7 of each lane, as int8, the byte written; ACC: int32)."""
+
+    def __init__(self, ctx, dut):
+        self.ctx, self.dut = ctx, dut
+        self.flight = [None]
+
+    async def row(self, op, a, b, dspace, want=None, what=""):
+        ctx, dut = self.ctx, self.dut
+        ctx.set(dut.op.as_value(), 1 << ALU_OPS.index(op) if op else 0)
+        ctx.set(dut.a.as_value(), pack(a, 32))
+        ctx.set(dut.b.as_value(), pack(b, 32))
+        ctx.set(dut.dspace, dspace)
+        self.flight.append(None if want is None else (np.asarray(want), dspace, what or op))
+        await ctx.tick()
+        done = self.flight.pop(0)
+        if done is not None:
+            want, ds, what = done
+            y = unpack(ctx.get(dut.y.as_value()), 32, dut.cols)
+            got = y.astype(np.int32).astype(np.int8) if ds == Space.SPM else y
+            np.testing.assert_array_equal(got, want, err_msg=what)
+
+    async def drain(self):
+        zeros = [0] * self.dut.cols
+        for _ in range(2):
+            await self.row(None, zeros, zeros, 0)
+
+    async def qcfg(self, shift, zp, lo, hi, rnd):
+        """Like ``vqcfg``: new requantizer registers once the pipeline is empty."""
+        await self.drain()
+        dut = self.dut
+        for port, v in zip((dut.shift, dut.zp, dut.lo, dut.hi, dut.rnd), (shift, zp, lo, hi, rnd)):
+            self.ctx.set(port, v)
+        await self.drain()
+
+    async def load_lut(self, table):
+        """Like ``vlutld``: the table written one SPM row (cols entries) per cycle."""
+        ctx, dut, C = self.ctx, self.dut, self.dut.cols
+        await self.drain()
+        flat = np.zeros(dut.lut_rows * C, np.int64)
+        flat[:len(table)] = table
+        ctx.set(dut.lut_we, 1)
+        for r in range(dut.lut_rows):
+            ctx.set(dut.lut_addr, r)
+            ctx.set(dut.lut_data, pack(flat[r * C:(r + 1) * C], 8))
+            await self.row(None, [0] * C, [0] * C, 0)
+        ctx.set(dut.lut_we, 0)
 
 
-def test_vpu_alu_matches_semantics():
-    C = 4
-    rng = np.random.default_rng(11)
+@pytest.mark.parametrize("C,rounds", [(4, 300), (3, 40)])
+def test_vpu_alu_matches_semantics(C, rounds):
+    """Every vbin/vun op and vreq against isa.semantics, rows streamed one per cycle."""
+    rng = np.random.default_rng(11 + C)
     dut = VpuAlu(C)
 
     def rand_row():
@@ -153,26 +186,42 @@ def test_vpu_alu_matches_semantics():
             return rng.integers(-128, 128, C)
         if kind == 1:
             return rng.integers(-2**31, 2**31, C)
-        return rng.choice([0, 1, -1, 2**31 - 1, -2**31, 127, -128, 31, 32], C)
+        return rng.choice([0, 1, -1, 2**31 - 1, -2**31, 127, -128, 31, 32, 15, 16, 17], C)
 
     async def bench(ctx):
-        for _ in range(300):
+        st = _AluStream(ctx, dut)
+        lut = np.zeros(256, np.int64)           # the table reads as zeros before the first vlutld
+        for k in range(rounds):
             a, b = rand_row(), rand_row()
             ds = int(rng.integers(2))
+            if k == 0:
+                await st.row("vlut", a, b, ds, sem.vpu_unary("vlut", a.reshape(1, -1), ds, lut_table=lut)[0])
+            if k % 10 == 0:
+                lut = rng.integers(-128, 128, 256)
+                await st.load_lut(lut)
             for op in sem.VPU_BINARY:
-                got = _alu_eval(ctx, dut, op, a, b, ds)
-                np.testing.assert_array_equal(got, sem.vpu_binary(op, a, b, ds), err_msg=op)
-            lut = rng.integers(-128, 128, 256)
+                await st.row(op, a, b, ds, sem.vpu_binary(op, a, b, ds))
             for op in sem.VPU_UNARY:
-                got = _alu_eval(ctx, dut, op, a, b, ds, lut=lut)
-                want = sem.vpu_unary(op, a.reshape(1, -1), ds, lut_table=lut)[0]
-                np.testing.assert_array_equal(got, want, err_msg=op)
-            scale = rng.integers(-2**15, 2**15, C)
-            sh = int(rng.choice([0, 1, 2, 7, 15, 31, 40, 63]))
+                await st.row(op, a, b, ds, sem.vpu_unary(op, a.reshape(1, -1), ds, lut_table=lut)[0])
+            sh = int(rng.choice([0, 1, 2, 7, 15, 16, 17, 30, 31, 32, 40, 46, 47, 48, 49, 63]))
             zp, lo, hi = (int(x) for x in rng.integers(-128, 128, 3))
             rnd = int(rng.integers(3))
-            got = _alu_eval(ctx, dut, "vreq", a, b, Space.SPM, scale=scale, qcfg=(sh, zp, lo, hi, rnd))
-            want = sem.requantize(a.reshape(1, -1), scale, sh, zp, lo, hi, rnd)[0]
-            np.testing.assert_array_equal(got, want, err_msg=f"vreq shift={sh} rnd={rnd}")
+            await st.qcfg(sh, zp, lo, hi, rnd)
+            for _ in range(3):
+                scale = rng.integers(-2**15, 2**15, C)
+                if rng.random() < 0.2:
+                    scale = rng.choice([-2**15, 2**15 - 1, -1, 1, 0], C)
+                x = rand_row()
+                if rng.random() < 0.4 and 1 <= sh <= 30:  # rounding ties (or one bit off) near the clamp bounds
+                    scale = rng.choice([1, -1], C)
+                    off = np.array([0 if sh < 2 or rng.random() < 0.4
+                                    else int(rng.choice([1, -1])) << int(rng.integers(sh - 1)) for _ in range(C)])
+                    x = np.clip((rng.integers(-300, 300, C) << sh) + (1 << (sh - 1)) + off, -2**31, 2**31 - 1)
+                # the scale is b's low 16 bits (upper bits random: they must not matter)
+                bs = (scale & 0xFFFF) | (rng.integers(0, 2**16, C) << 16)
+                bs = np.where(bs >= 2**31, bs - 2**32, bs)
+                want = sem.requantize(x.reshape(1, -1), sem.scale16(bs), sh, zp, lo, hi, rnd)[0]
+                await st.row("vreq", x, bs, Space.SPM, want, f"vreq shift={sh} rnd={rnd}")
+        await st.drain()
 
-    run(dut, bench, clock=False)
+    run(dut, bench)
