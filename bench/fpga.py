@@ -45,12 +45,14 @@ def auto_mac(cfg, dev, reg: bool = True) -> str:
     return ("dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}") + ("+reg2" if reg else "")
 
 
-def _reused(path: Path, name: str, devname: str, mac: str | None):
-    """An earlier run's report for (name, device) (and mac, unless None)."""
+def _reused(path: Path, name: str, devname: str, mac: str | None, mem: str | None = None):
+    """An earlier run's report for (name, device) (and mac, memory implementation, unless None)."""
     if not path.exists():
         return None
     rep = json.loads(path.read_text())
     if (rep.get("config"), rep.get("device")) != (name, devname) or (mac is not None and rep.get("mac") != mac):
+        return None
+    if mem is not None and rep.get("mem", "flat") != mem:
         return None
     return rep
 
@@ -65,17 +67,17 @@ def _measured(row, rep: dict, seconds=None):
     return row
 
 
-def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True, reuse=False):
+def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True, reuse=False, mem="lvt"):
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
     if fpga_mem:
         cfg = fpga_config(cfg, **FPGA_MEMORY)
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
-    row = {"config": name, "device": devname, "mac": mac,
+    row = {"config": name, "device": devname, "mac": mac, "mem": mem,
            "memories": {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}}
-    est = estimate(cfg, dev, mac=mac)
+    est = estimate(cfg, dev, mac=mac, mem=mem)
     row["estimate"] = est.__dict__
     d = out / f"{name}-{devname}"
-    rep = _reused(d / "report.json", name, devname, None) if reuse else None
+    rep = _reused(d / "report.json", name, devname, None, mem) if reuse else None
     if rep is not None:                 # the earlier run's mac and memories are what the row shows
         row.update(mac=rep["mac"], memories=rep.get("memories", row["memories"]))
         return _measured(row, rep)
@@ -88,7 +90,7 @@ def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True
         return row
     t = time.monotonic()
     try:
-        rep = synth(cfg, devname, mac=mac, out=d, pnr=pnr, freq_mhz=freq, timeout=timeout, check_fit=False)
+        rep = synth(cfg, devname, mac=mac, mem=mem, out=d, pnr=pnr, freq_mhz=freq, timeout=timeout, check_fit=False)
     except FlowError as e:
         row.update(status="tool failed", reason=str(e))
         return row
@@ -123,8 +125,8 @@ def row_over(row, dev) -> bool:
 
 
 def markdown(rows) -> str:
-    out = ["| design | device | mac | LUT | FF | DSP | BRAM | Fmax (MHz) | Yosys / nextpnr (s) | status |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| design | device | mac | mem | LUT | FF | DSP | BRAM | Fmax (MHz) | Yosys / nextpnr (s) | status |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "luts" in r:
             a = r["available"]
@@ -137,7 +139,7 @@ def markdown(rows) -> str:
             cells = [f"~{e[k]}" for k in ("luts", "ffs", "dsps", "brams")]
             f, secs = "--", "--"
         status = r["status"] + (f": {r['reason']}" if r.get("reason") else "")
-        out.append(f"| {r['config']} | {r['device']} | {r['mac']} | " + " | ".join(cells)
+        out.append(f"| {r['config']} | {r['device']} | {r['mac']} | {r.get('mem', '--')} | " + " | ".join(cells)
                    + f" | {f} | {secs} | {status} |")
     return "\n".join(out)
 
@@ -147,6 +149,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the fit model's estimates only (no tools)")
     ap.add_argument("--reuse", action="store_true", help="reuse OUT/*/report.json of matching earlier runs")
     ap.add_argument("--full-mem", action="store_true", help="the presets' memories (default: --fpga-mem depths)")
+    ap.add_argument("--mem", choices=["lvt", "flat"], default="lvt", help="SPM/ACC implementation (rtl/mem.py)")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--devices", default=",".join(TARGETS))
     ap.add_argument("--no-arrays", action="store_true", help="skip the array-alone rows")
@@ -162,7 +165,7 @@ def main(argv=None) -> int:
     rows = []
     for name in configs:
         for d in devices:
-            rows.append(run_one(name, d, fpga_mem=not a.full_mem, **kw))
+            rows.append(run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, **kw))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     if not a.no_arrays:
         for r, c, d, mac in ARRAYS:
