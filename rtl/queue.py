@@ -5,8 +5,10 @@ resolved base address of every stride slot, a scalar operand, and the trip count
 its loop nest, level 0 outermost). The queue holds ``QUEUE_DEPTH`` entries; an entry leaves the
 queue in the cycle its last instance starts (so it occupies the queue from its issue cycle to
 that start cycle, as the contract counts). The sequencer walks the head entry's nest, innermost
-index fastest, one instance per ``start``; addresses are kept as per-level running offsets
-(no multiplier): ``addr_k = base_k + sum_j off_{j,k}``.
+index fastest, one instance per ``start``; addresses are kept as running offsets (no
+multiplier): ``addr_k = base_k + run_{D-1,k}`` where ``run_{j,k}`` sums the offsets of levels
+``0..j``; the level that advances adds its stride to its own running offset and the levels inside
+it restart from that sum (so the address is one addition, not a sum over the levels).
 """
 
 from __future__ import annotations
@@ -100,24 +102,25 @@ class RepeatQueue(wiring.Component):
         push = self.push.valid & self.push.ready
         m.d.comb += wp.en.eq(push)
 
-        # nest state of the head entry
-        idx = [Signal(32, name=f"idx{j}") for j in range(MAX_REPEAT_DEPTH)]
-        off = [[Signal(signed(32), name=f"off{j}_{k}") for k in range(STRIDE_SLOTS)]
-               for j in range(MAX_REPEAT_DEPTH)]
-        cnt = [Mux(j < e.depth, e.cnt[j], 1) for j in range(MAX_REPEAT_DEPTH)]
+        # nest state of the head entry: per level its index and the running offset of every slot
+        # up to and including that level (``run[j][k] = sum over levels l <= j of i_l * stride_{l,k}``,
+        # so the innermost one is the instance's whole offset)
+        D = MAX_REPEAT_DEPTH
+        idx = [Signal(32, name=f"idx{j}") for j in range(D)]
+        run = [[Signal(signed(32), name=f"run{j}_{k}") for k in range(STRIDE_SLOTS)] for j in range(D)]
+        first = Signal(init=1)      # no instance of the head entry has started yet
+        cnt = [Mux(j < e.depth, e.cnt[j], 1) for j in range(D)]
         nonempty = level != 0
         zero_trip = Const(0)
-        for j in range(MAX_REPEAT_DEPTH):
+        for j in range(D):
             zero_trip = zero_trip | (cnt[j] == 0)
-        at_end = [idx[j] + 1 == cnt[j] for j in range(MAX_REPEAT_DEPTH)]
+        at_end = [idx[j] + 1 == cnt[j] for j in range(D)]
         if os.environ.get("TETRACHIP_RTL_BUG") == "repeat":
             # injected fault for co-simulation (docs/cosim.md), off by default: the outermost
             # level of a nest of depth >= 2 ends one iteration early when its trip count is >= 3
             at_end[0] = at_end[0] | ((e.depth >= 2) & (cnt[0] >= 3) & (idx[0] + 2 == cnt[0]))
-        first = Const(1)
         last = Const(1)
-        for j in range(MAX_REPEAT_DEPTH):
-            first = first & (idx[j] == 0)
+        for j in range(D):
             last = last & at_end[j]
         hdr = e.word.dma      # every queued format starts with the same header (rep_base .. signal)
         each = hdr.sync == Sync.EACH
@@ -128,10 +131,7 @@ class RepeatQueue(wiring.Component):
             self.signal_now.eq(Mux(zero_trip, Mux(each, 0, hdr.signal), Mux(each | last, hdr.signal, 0))),
         ]
         for k in range(STRIDE_SLOTS):
-            a = e.base[k]
-            for j in range(MAX_REPEAT_DEPTH):
-                a = a + off[j][k]
-            m.d.comb += self.addr[k].eq(a)
+            m.d.comb += self.addr[k].eq(e.base[k] + run[D - 1][k])
 
         pop = Signal()
         m.d.comb += pop.eq(nonempty & self.start & (zero_trip | last))
@@ -141,22 +141,37 @@ class RepeatQueue(wiring.Component):
             m.d.sync += index.eq(0)
         with m.Elif(self.start & nonempty):
             m.d.sync += index.eq(index + 1)
+        # the level that advances: the innermost one not at its end (levels inside it restart)
+        step = [Signal(name=f"step{j}") for j in range(D)]
+        carry = Const(1)
+        for j in reversed(range(D)):
+            m.d.comb += step[j].eq(carry & ~at_end[j])
+            carry = carry & at_end[j]
+        # per slot: every level's running offset plus its stride; a level inside the one that
+        # advances takes the advancing level's sum (a chain of 2-way muxes, no wide selector)
+        moved = [[None] * STRIDE_SLOTS for _ in range(D)]
+        for k in range(STRIDE_SLOTS):
+            for j in range(D):
+                sm = Signal(signed(32), name=f"adv{j}_{k}")
+                m.d.comb += sm.eq(run[j][k] + e.stride[j][k])
+                moved[j][k] = sm if j == 0 else Mux(step[j], sm, moved[j - 1][k])
         with m.If(self.start & nonempty):
             with m.If(pop):
-                for j in range(MAX_REPEAT_DEPTH):
+                m.d.sync += first.eq(1)
+                for j in range(D):
                     m.d.sync += idx[j].eq(0)
-                    m.d.sync += [o.eq(0) for o in off[j]]
+                    m.d.sync += [r.eq(0) for r in run[j]]
             with m.Else():
-                # increment the innermost level that is not at its end; reset the ones inside it
-                carry = Const(1)
-                for j in reversed(range(MAX_REPEAT_DEPTH)):
-                    with m.If(carry & at_end[j]):
-                        m.d.sync += idx[j].eq(0)
-                        m.d.sync += [o.eq(0) for o in off[j]]
-                    with m.Elif(carry):
+                m.d.sync += first.eq(0)
+                inner = Const(0)            # a level outside this one advances: restart
+                for j in range(D):
+                    with m.If(step[j]):
                         m.d.sync += idx[j].eq(idx[j] + 1)
-                        m.d.sync += [off[j][k].eq(off[j][k] + e.stride[j][k]) for k in range(STRIDE_SLOTS)]
-                    carry = carry & at_end[j]
+                    with m.Elif(inner):
+                        m.d.sync += idx[j].eq(0)
+                    inner = inner | step[j]
+                    with m.If(inner):
+                        m.d.sync += [run[j][k].eq(moved[j][k]) for k in range(STRIDE_SLOTS)]
         with m.If(pop):
             m.d.sync += head.eq(Mux(head == QUEUE_DEPTH - 1, 0, head + 1))
         with m.If(push):
