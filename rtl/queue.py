@@ -109,16 +109,18 @@ class RepeatQueue(wiring.Component):
         idx = [Signal(32, name=f"idx{j}") for j in range(D)]
         run = [[Signal(signed(32), name=f"run{j}_{k}") for k in range(STRIDE_SLOTS)] for j in range(D)]
         first = Signal(init=1)      # no instance of the head entry has started yet
-        cnt = [Mux(j < e.depth, e.cnt[j], 1) for j in range(D)]
+        # a level outside the nest (j >= depth) has one iteration: it is always at its end, its
+        # index stays 0 and its count is not looked at
+        used = [e.depth > j for j in range(D)]
         nonempty = level != 0
         zero_trip = Const(0)
         for j in range(D):
-            zero_trip = zero_trip | (cnt[j] == 0)
-        at_end = [idx[j] + 1 == cnt[j] for j in range(D)]
+            zero_trip = zero_trip | (used[j] & (e.cnt[j] == 0))
+        at_end = [~used[j] | (idx[j] + 1 == e.cnt[j]) for j in range(D)]
         if os.environ.get("TETRACHIP_RTL_BUG") == "repeat":
             # injected fault for co-simulation (docs/cosim.md), off by default: the outermost
             # level of a nest of depth >= 2 ends one iteration early when its trip count is >= 3
-            at_end[0] = at_end[0] | ((e.depth >= 2) & (cnt[0] >= 3) & (idx[0] + 2 == cnt[0]))
+            at_end[0] = at_end[0] | ((e.depth >= 2) & (e.cnt[0] >= 3) & (idx[0] + 2 == e.cnt[0]))
         last = Const(1)
         for j in range(D):
             last = last & at_end[j]
