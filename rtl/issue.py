@@ -343,17 +343,24 @@ class IssueStage(wiring.Component):
         m.d.comb += [scalar_take.eq(issue & is_smem), scalar_sig.eq(Mux(issue & is_smem, smem.signal, 0))]
 
         # ---- loop registers: a memory with one read port per nest level ----------------------------
-        # (a count of 0 until written in this run: ``lvalid``; strides of a zero count are not used)
+        # Each holds its count, its strides and its *rewinds* (count - 1) * stride, taken when the
+        # ``loop`` instruction issues; a queued instruction turns them into its nest's jumps
+        # (rtl/queue.py). A count reads 0 until written in this run (``lvalid``: a zero count
+        # makes the nest empty, so its strides are not used). Word ``loop_regs`` is never written:
+        # a level outside the nest reads it (count, strides and rewinds 0).
         lp = w.loop
-        lrec = data.StructLayout({"cnt": unsigned(32), "stride": data.ArrayLayout(signed(32), STRIDE_SLOTS)})
-        m.submodules.loops = lmem = memory.Memory(shape=lrec, depth=cfg.loop_regs, init=[],
-                                                      attrs={"ram_style": "distributed"})
+        lrec = data.StructLayout({"cnt": unsigned(32), "stride": data.ArrayLayout(signed(32), STRIDE_SLOTS),
+                                  "rew": data.ArrayLayout(signed(32), STRIDE_SLOTS)})
+        m.submodules.loops = lmem = memory.Memory(shape=lrec, depth=cfg.loop_regs + 1, init=[],
+                                                  attrs={"ram_style": "distributed"})
         lwp = lmem.write_port()
         lvalid = Signal(cfg.loop_regs)
         lwrite = issue & is_("loop")
-        m.d.comb += [lwp.addr.eq(lp.lr), lwp.en.eq(lwrite),
-                     lwp.data.cnt.eq(Mux(lp.cmode == CountMode.REG, A, lp.count)),
-                     lwp.data.stride[0].eq(lp.s0), lwp.data.stride[1].eq(lp.s1), lwp.data.stride[2].eq(lp.s2)]
+        lcount = Signal(32)
+        m.d.comb += lcount.eq(Mux(lp.cmode == CountMode.REG, A, lp.count))
+        m.d.comb += [lwp.addr.eq(lp.lr), lwp.en.eq(lwrite), lwp.data.cnt.eq(lcount)]
+        for k, sk in enumerate((lp.s0, lp.s1, lp.s2)):
+            m.d.comb += [lwp.data.stride[k].eq(sk), lwp.data.rew[k].eq((lcount - 1)[:32] * sk)]
         for i in range(cfg.loop_regs):
             with m.If(lwrite & (lp.lr == i)):
                 m.d.sync += lvalid[i].eq(1)
@@ -369,13 +376,28 @@ class IssueStage(wiring.Component):
         entry = Signal(entry_layout(cfg))
         hdr = w.dma
         m.d.comb += [entry.word.eq(self.word), entry.pc.eq(pc), entry.q.eq(self.cycles), entry.depth.eq(hdr.rep_depth)]
-        lw_ = clog2(cfg.loop_regs)
+        nest = []
+        zero = Const(0)
         for j in range(MAX_REPEAT_DEPTH):
             rp = lmem.read_port(domain="comb")
-            li = (hdr.rep_base + j)[:lw_]
-            m.d.comb += [rp.addr.eq(li), entry.cnt[j].eq(Mux(lvalid.bit_select(li, 1), rp.data.cnt, 0))]
-            for k in range(STRIDE_SLOTS):
-                m.d.comb += entry.stride[j][k].eq(rp.data.stride[k])
+            used = hdr.rep_depth > j
+            li = hdr.rep_base + j
+            cnt = Signal(32, name=f"nest_cnt{j}")
+            m.d.comb += [rp.addr.eq(Mux(used, li, cfg.loop_regs)),
+                         cnt.eq(Mux(lvalid.bit_select(li, 1), rp.data.cnt, 0)), entry.cnt[j].eq(cnt)]
+            zero = zero | (used & (cnt == 0))
+            nest.append(rp.data)
+        m.d.comb += entry.zero.eq(zero)
+        # jump_j = stride_j - (the rewinds of the levels inside j)
+        for k in range(STRIDE_SLOTS):
+            inside = Const(0, signed(32))
+            for j in reversed(range(MAX_REPEAT_DEPTH)):
+                jump = Signal(signed(32), name=f"jump{j}_{k}")
+                m.d.comb += [jump.eq(nest[j].stride[k] - inside), entry.jump[j][k].eq(jump)]
+                if j:
+                    acc = Signal(signed(32), name=f"inside{j}_{k}")
+                    m.d.comb += acc.eq(inside + nest[j].rew[k])
+                    inside = acc
         for k in range(STRIDE_SLOTS):
             m.d.comb += entry.base[k].eq(sums[k][:32])
         svals = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]

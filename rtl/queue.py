@@ -1,14 +1,19 @@
 """A unit's instruction queue and its repeat sequencer (docs/microarchitecture.md sections 1-2).
 
 The issue stage pushes an *entry*: the instruction word plus what it snapshots at issue (the
-resolved base address of every stride slot, a scalar operand, and the trip counts and strides of
-its loop nest, level 0 outermost). The queue holds ``QUEUE_DEPTH`` entries; an entry leaves the
-queue in the cycle its last instance starts (so it occupies the queue from its issue cycle to
-that start cycle, as the contract counts). The sequencer walks the head entry's nest, innermost
-index fastest, one instance per ``start``; addresses are kept as running offsets (no
-multiplier): ``addr_k = base_k + run_{D-1,k}`` where ``run_{j,k}`` sums the offsets of levels
-``0..j``; the level that advances adds its stride to its own running offset and the levels inside
-it restart from that sum (so the address is one addition, not a sum over the levels).
+resolved base address of every stride slot, a scalar operand, and the trip counts of its loop
+nest, level 0 outermost, with the nest's *jumps*, see below). The queue holds ``QUEUE_DEPTH``
+entries; an entry leaves the queue in the cycle its last instance starts (so it occupies the
+queue from its issue cycle to that start cycle, as the contract counts). The sequencer walks the
+head entry's nest, innermost index fastest, one instance per ``start``.
+
+Addresses without a multiplier or a sum over the levels: when level j advances, every level
+inside it is at its last iteration and restarts, so the instance's address moves by
+``jump_{j,k} = stride_{j,k} - sum over levels l > j of (count_l - 1) * stride_{l,k}`` whatever the
+other indices are (levels outside the nest count 1 and add nothing). The issue stage computes the
+jumps (``nest_jumps`` is the same in Python); the sequencer keeps one running offset per slot,
+``addr_k = base_k + off_k``, and adds the advancing level's jump to it (all modulo 2**32, as the
+addresses are).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from isa.timing import QUEUE_DEPTH
 
 from .decode import word_layout
 
-__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width"]
+__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width", "nest_jumps"]
 
 UNITS = len(Unit)
 #: width of an instance index on the trace port (wraps modulo 2**32)
@@ -36,7 +41,22 @@ def event_width(cfg) -> int:
     return UNITS + clog2(cfg.imem_words) + INDEX_BITS
 
 
+def nest_jumps(counts, strides) -> list[list[int]]:
+    """``jump[j][k]`` (signed 32-bit) of a nest given its levels' trip counts and strides (level 0
+    outermost): how far slot k's address moves when level j advances (see the module docstring)."""
+    def s32(v):
+        v &= (1 << 32) - 1
+        return v - (1 << 32) if v >> 31 else v
+    out = []
+    for j in range(len(counts)):
+        out.append([s32(strides[j][k] - sum((counts[l] - 1) * strides[l][k] for l in range(j + 1, len(counts))))
+                    for k in range(STRIDE_SLOTS)])
+    return out
+
+
 def entry_layout(cfg) -> data.StructLayout:
+    """``cnt[j]``/``jump[j]`` mean something for the levels of the nest only (j < depth); ``zero``:
+    some level of the nest counts 0 (the entry has no instance)."""
     return data.StructLayout({
         "word": word_layout(cfg),
         "pc": unsigned(clog2(cfg.imem_words)),
@@ -44,8 +64,9 @@ def entry_layout(cfg) -> data.StructLayout:
         "base": data.ArrayLayout(signed(32), STRIDE_SLOTS),
         "sval": signed(32),
         "depth": unsigned(3),
+        "zero": unsigned(1),
         "cnt": data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH),
-        "stride": data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH),
+        "jump": data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH),
     })
 
 
@@ -102,20 +123,16 @@ class RepeatQueue(wiring.Component):
         push = self.push.valid & self.push.ready
         m.d.comb += wp.en.eq(push)
 
-        # nest state of the head entry: per level its index and the running offset of every slot
-        # up to and including that level (``run[j][k] = sum over levels l <= j of i_l * stride_{l,k}``,
-        # so the innermost one is the instance's whole offset)
+        # nest state of the head entry: every level's index, every slot's running offset
         D = MAX_REPEAT_DEPTH
         idx = [Signal(32, name=f"idx{j}") for j in range(D)]
-        run = [[Signal(signed(32), name=f"run{j}_{k}") for k in range(STRIDE_SLOTS)] for j in range(D)]
+        off = [Signal(signed(32), name=f"off{k}") for k in range(STRIDE_SLOTS)]
         first = Signal(init=1)      # no instance of the head entry has started yet
-        # a level outside the nest (j >= depth) has one iteration: it is always at its end, its
-        # index stays 0 and its count is not looked at
+        # a level outside the nest (j >= depth) has one iteration: it is always at its end and its
+        # index stays 0
         used = [e.depth > j for j in range(D)]
         nonempty = level != 0
-        zero_trip = Const(0)
-        for j in range(D):
-            zero_trip = zero_trip | (used[j] & (e.cnt[j] == 0))
+        zero_trip = e.zero
         at_end = [~used[j] | (idx[j] + 1 == e.cnt[j]) for j in range(D)]
         if os.environ.get("TETRACHIP_RTL_BUG") == "repeat":
             # injected fault for co-simulation (docs/cosim.md), off by default: the outermost
@@ -133,7 +150,7 @@ class RepeatQueue(wiring.Component):
             self.signal_now.eq(Mux(zero_trip, Mux(each, 0, hdr.signal), Mux(each | last, hdr.signal, 0))),
         ]
         for k in range(STRIDE_SLOTS):
-            m.d.comb += self.addr[k].eq(e.base[k] + run[D - 1][k])
+            m.d.comb += self.addr[k].eq(e.base[k] + off[k])
 
         pop = Signal()
         m.d.comb += pop.eq(nonempty & self.start & (zero_trip | last))
@@ -145,26 +162,20 @@ class RepeatQueue(wiring.Component):
             m.d.sync += index.eq(index + 1)
         # the level that advances: the innermost one not at its end (levels inside it restart)
         step = [Signal(name=f"step{j}") for j in range(D)]
+        lvl = Signal(range(D))      # its number
         carry = Const(1)
         for j in reversed(range(D)):
             m.d.comb += step[j].eq(carry & ~at_end[j])
+            with m.If(step[j]):
+                m.d.comb += lvl.eq(j)
             carry = carry & at_end[j]
-        # per slot: every level's running offset plus its stride; a level inside the one that
-        # advances takes the advancing level's sum (a chain of 2-way muxes, no wide selector)
-        moved = [[None] * STRIDE_SLOTS for _ in range(D)]
-        for k in range(STRIDE_SLOTS):
-            for j in range(D):
-                sm = Signal(signed(32), name=f"adv{j}_{k}")
-                m.d.comb += sm.eq(run[j][k] + e.stride[j][k])
-                moved[j][k] = sm if j == 0 else Mux(step[j], sm, moved[j - 1][k])
         with m.If(self.start & nonempty):
             with m.If(pop):
                 m.d.sync += first.eq(1)
-                for j in range(D):
-                    m.d.sync += idx[j].eq(0)
-                    m.d.sync += [r.eq(0) for r in run[j]]
+                m.d.sync += [i.eq(0) for i in idx] + [o.eq(0) for o in off]
             with m.Else():
                 m.d.sync += first.eq(0)
+                m.d.sync += [off[k].eq(off[k] + e.jump[lvl][k]) for k in range(STRIDE_SLOTS)]
                 inner = Const(0)            # a level outside this one advances: restart
                 for j in range(D):
                     with m.If(step[j]):
@@ -172,8 +183,6 @@ class RepeatQueue(wiring.Component):
                     with m.Elif(inner):
                         m.d.sync += idx[j].eq(0)
                     inner = inner | step[j]
-                    with m.If(inner):
-                        m.d.sync += [run[j][k].eq(moved[j][k]) for k in range(STRIDE_SLOTS)]
         with m.If(pop):
             m.d.sync += head.eq(Mux(head == QUEUE_DEPTH - 1, 0, head + 1))
         with m.If(push):

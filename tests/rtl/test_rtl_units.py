@@ -13,7 +13,7 @@ from isa.errors import DecodeError
 from isa.table import BY_MNEMONIC, INSTRUCTIONS, Round, Space, layout
 from isa.timing import QUEUE_DEPTH
 from rtl.decode import Decoder
-from rtl.queue import RepeatQueue
+from rtl.queue import RepeatQueue, nest_jumps
 from rtl.vpu import OP, VpuAlu
 from rtl_helpers import pack, run, unpack
 
@@ -100,10 +100,12 @@ def test_repeat_queue_matches_expand_nest():
                 e = dut.push.entry
                 ctx.set(e.word.as_value(), word | (depth << layout(TINY).formats["mm"][1].lo))
                 ctx.set(e.depth, depth)
+                ctx.set(e.zero, int(0 in counts))
+                jumps = nest_jumps(counts, strides)
                 for j in range(4):
                     ctx.set(e.cnt[j], counts[j] if j < depth else 0)
                     for k in range(3):
-                        ctx.set(e.stride[j][k], strides[j][k] if j < depth else 0)
+                        ctx.set(e.jump[j][k], jumps[j][k] if j < depth else 0)
                 for k in range(3):
                     ctx.set(e.base[k], bases[k])
                 pushed += 1
