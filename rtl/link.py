@@ -11,7 +11,7 @@ added to the counter) is usable the next cycle, ``link_latency`` cycles after it
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -64,8 +64,8 @@ class LinkTx(UnitBase):
         credits = [Signal(range(cfg.link_credits + 1), init=cfg.link_credits, name=f"credits{p}")
                    for p in range(cfg.links)]
         active = Signal()
-        i, f, n = Signal(16), Signal(16), Signal(16)
-        addr = Signal(signed(32))
+        i, f, n = Signal.like(v.n), Signal(range(max(2, flits_per_row(cfg, Space.ACC)))), Signal.like(v.n)
+        addr = Signal(clog2(max(cfg.spm_rows, cfg.acc_rows)))      # the row ports' bits (range checked at start)
         space, port, mask = Signal(), Signal(range(cfg.links)), Signal(event_width(cfg))
         cur = dict(i=Mux(go, 0, i), f=Mux(go, 0, f), n=Mux(go, v.n, n), addr=Mux(go, q.addr[0], addr),
                    space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.event, mask))
@@ -123,8 +123,8 @@ class LinkRx(UnitBase):
         D = cfg.link_credits
         v = q.word.link
         active = Signal()
-        i, f, n = Signal(16), Signal(16), Signal(16)
-        addr = Signal(signed(32))
+        i, f, n = Signal.like(v.n), Signal(range(max(2, flits_per_row(cfg, Space.ACC)))), Signal.like(v.n)
+        addr = Signal(clog2(max(cfg.spm_rows, cfg.acc_rows)))      # the row ports' bits (range checked at start)
         space, port, mask = Signal(), Signal(range(cfg.links)), Signal(event_width(cfg))
         cur = dict(i=Mux(go, 0, i), f=Mux(go, 0, f), n=Mux(go, v.n, n), addr=Mux(go, q.addr[0], addr),
                    space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.event, mask))
