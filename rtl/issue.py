@@ -194,8 +194,8 @@ class IssueStage(wiring.Component):
                     inc = inc + scalar_sig[c]
                 else:
                     t = toks[Unit(p)]
-                    for e in range(3):
-                        inc = inc + (t.sig_valid[e] & t.sig_mask[e][c])
+                    for e in range(3):              # (a slot without an event has a zero mask)
+                        inc = inc + t.sig_mask[e][c]
                 if c == Unit.SCALAR:
                     dec_ = scalar_take & scalar_wait[p]
                 else:
