@@ -18,10 +18,10 @@ from amaranth.lib.wiring import In, Out
 from isa.errors import ErrorCode
 from isa.table import BY_MNEMONIC, Space, Unit, clog2, derived_widths
 
-from .queue import UNITS, event_width
+from .queue import UNITS, WINDOW_BITS, event_width
 from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
 
-__all__ = ["DramSignature", "DmaLoad", "DmaStore"]
+__all__ = ["DramSignature", "DmaLoad", "DmaStore", "dram_window", "WINDOW_BITS"]
 
 
 def DramSignature(cfg) -> wiring.Signature:
@@ -45,21 +45,39 @@ def DramSignature(cfg) -> wiring.Signature:
     })
 
 
-def _dram_span_ok(m, dram, rows, length, rstride, estride, eb, limit):
-    """Every byte of the instance's bounding range lies inside DRAM (true when nothing moves).
+
+
+def dram_window(m, cfg, v):
+    """``(lo, hi)``, signed ``WINDOW_BITS``: a DMA instance of the instruction ``v`` (the ``dma``
+    format's view) that moves something and whose DRAM operand is ``dram`` keeps every byte of
+    its bounding range inside DRAM exactly when ``dram + lo >= 0`` and ``dram + hi < 0``.
 
     The range's corners are ``dram + {0, r1} + {0, e1}`` with ``r1 = (rows-1)*rstride`` and
-    ``e1 = (len-1)*estride``, each product as wide as its operands make it (no wider).
+    ``e1 = (len-1)*estride``: the lowest must be ``>= 0``, so ``lo = min(0, r1) + min(0, e1)``; the
+    highest plus the element's bytes must be ``<= dram_bytes``, so ``hi = max(0, r1) + max(0, e1)
+    + eb - dram_bytes - 1``. Only the instruction's fields enter: the issue stage computes the
+    window once per instruction (one multiplier for both DMA units) and the unit adds each
+    instance's 32-bit address to it. A bound whose sum with any 32-bit address fails anyway is
+    saturated to ``WINDOW_BITS`` (the answer is the same).
     """
-    rm1, lm1 = Signal(len(rows), name="span_rows1"), Signal(len(length), name="span_len1")
-    m.d.comb += [rm1.eq(rows - 1), lm1.eq(length - 1)]       # (rows or len 0: answered below)
-    r1 = Signal(signed(len(rm1) + len(rstride) + 1), name="span_r1")
-    e1 = Signal(signed(len(lm1) + len(estride) + 1), name="span_e1")
-    m.d.comb += [r1.eq(rm1 * rstride), e1.eq(lm1 * estride)]
-    ok = Const(1)
-    for c in (dram, dram + r1, dram + e1, dram + r1 + e1):
-        ok = ok & (c >= 0) & (c + eb <= limit)
-    return (rows == 0) | (length == 0) | ok
+    limit = cfg.dram_bytes
+    rm1, lm1 = Signal(len(v.rows), name="win_rows1"), Signal(len(v.len), name="win_len1")
+    m.d.comb += [rm1.eq(v.rows - 1), lm1.eq(v.len - 1)]        # (rows or len 0: nothing moves)
+    r1 = Signal(signed(len(rm1) + len(v.rstride) + 1), name="win_r1")
+    e1 = Signal(signed(len(lm1) + len(v.estride) + 1), name="win_e1")
+    m.d.comb += [r1.eq(rm1 * v.rstride), e1.eq(lm1 * v.estride)]
+    rneg, eneg = r1[-1], e1[-1]
+    lo_full = Signal(signed(len(r1) + 1), name="win_lo_full")
+    hi_full = Signal(signed(len(r1) + 2), name="win_hi_full")
+    m.d.comb += [lo_full.eq(Mux(rneg, r1, 0) + Mux(eneg, e1, 0)),
+                 hi_full.eq(Mux(rneg, 0, r1) + Mux(eneg, 0, e1) + Mux(v.space == Space.ACC, 3 - limit, -limit))]
+    W = WINDOW_BITS
+    lo_fits = ~lo_full[-1] | (lo_full[W - 1:] == (1 << (len(lo_full) - W + 1)) - 1)   # (lo <= 0)
+    hi_fits = hi_full[-1] | (hi_full[W - 1:] == 0)                # (hi >= -dram_bytes >= -2**(W-1))
+    lo, hi = Signal(signed(W), name="win_lo"), Signal(signed(W), name="win_hi")
+    m.d.comb += [lo.eq(Mux(lo_fits, lo_full[:W], -(1 << (W - 1)))),
+                 hi.eq(Mux(hi_fits, hi_full[:W], (1 << (W - 1)) - 1))]
+    return lo, hi
 
 
 def _shift_down_bytes(data, amount, nout):
@@ -140,8 +158,9 @@ class _DmaBase(UnitBase):
         nbytes = Mux(c["contig"], B, eb)
         # checks at start
         limit_rows = Mux(s_space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
-        ok = in_range(s_local, Mux(s_real, v.rows, 0), limit_rows) & \
-            _dram_span_ok(m, s_dram, v.rows, v.len, v.rstride, v.estride, s_eb, cfg.dram_bytes)
+        lo_sum, hi_sum = Signal(signed(WINDOW_BITS + 1)), Signal(signed(WINDOW_BITS + 1))
+        m.d.comb += [lo_sum.eq(s_dram + q.dram_lo), hi_sum.eq(s_dram + q.dram_hi)]   # (dram_window)
+        ok = in_range(s_local, Mux(s_real, v.rows, 0), limit_rows) & (~s_real | (~lo_sum[-1] & hi_sum[-1]))
         errors = [(~ok, ErrorCode.ADDRESS_RANGE)]
         return dict(beat=beat, last=last, last_in_row=last_in_row, cur=c, nbytes=nbytes, eb=eb,
                     ready=~active, errors=errors)

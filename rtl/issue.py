@@ -30,6 +30,7 @@ from isa.table import (INSTRUCTIONS, MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, 
 from isa.timing import BRANCH_PENALTY, TOKEN_MAX
 
 from .decode import Decoder
+from .dma import dram_window
 from .queue import UNITS, EntrySignature, entry_layout
 from .unit import ERR_BITS, RowReadSignature, RowWriteSignature, TokenSignature
 
@@ -388,6 +389,8 @@ class IssueStage(wiring.Component):
             zero = zero | (used & (cnt == 0))
             nest.append(rp.data)
         m.d.comb += entry.zero.eq(zero)
+        lo, hi = dram_window(m, cfg, w.dma)        # (used by the DMA units only)
+        m.d.comb += [entry.dram_lo.eq(lo), entry.dram_hi.eq(hi)]
         # jump_j = stride_j - (the rewinds of the levels inside j)
         for k in range(STRIDE_SLOTS):
             inside = Const(0, signed(32))

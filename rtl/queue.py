@@ -54,9 +54,14 @@ def nest_jumps(counts, strides) -> list[list[int]]:
     return out
 
 
+#: bits of a DMA entry's DRAM window bounds (``rtl.dma.dram_window``)
+WINDOW_BITS = 33
+
+
 def entry_layout(cfg) -> data.StructLayout:
     """``cnt[j]``/``jump[j]`` mean something for the levels of the nest only (j < depth); ``zero``:
-    some level of the nest counts 0 (the entry has no instance)."""
+    some level of the nest counts 0 (the entry has no instance); ``dram_lo``/``dram_hi``: a DMA
+    instruction's DRAM window (``rtl.dma.dram_window``)."""
     return data.StructLayout({
         "word": word_layout(cfg),
         "pc": unsigned(clog2(cfg.imem_words)),
@@ -65,6 +70,7 @@ def entry_layout(cfg) -> data.StructLayout:
         "sval": signed(32),
         "depth": unsigned(3),
         "zero": unsigned(1),
+        "dram_lo": signed(WINDOW_BITS), "dram_hi": signed(WINDOW_BITS),
         "cnt": data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH),
         "jump": data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH),
     })
@@ -85,6 +91,7 @@ class RepeatQueue(wiring.Component):
       word      Out(word_layout)       the head entry's instruction
       addr      Out(ArrayLayout(signed(32), 3))  the current instance's slot addresses
       sval      Out(signed(32))        the scalar operand snapshotted at issue
+      dram_lo, dram_hi Out(signed(33)) a DMA entry's DRAM window (``rtl.dma.dram_window``)
       first     Out(1)                 current instance is the first of its nest
       last      Out(1)                 current instance is the last (its start pops the entry)
       wait_now  Out(7)                 tokens this instance (or zero entry) consumes at start
@@ -104,6 +111,7 @@ class RepeatQueue(wiring.Component):
             "push": In(EntrySignature(cfg)),
             "valid": Out(1), "zero": Out(1), "word": Out(word_layout(cfg)),
             "addr": Out(data.ArrayLayout(signed(32), STRIDE_SLOTS)), "sval": Out(signed(32)),
+            "dram_lo": Out(signed(WINDOW_BITS)), "dram_hi": Out(signed(WINDOW_BITS)),
             "first": Out(1), "last": Out(1), "wait_now": Out(UNITS), "signal_now": Out(UNITS),
             "pc": Out(clog2(cfg.imem_words)), "index": Out(INDEX_BITS), "issued_at": Out(32), "event": Out(event_width(cfg)),
             "start": In(1), "level": Out(range(QUEUE_DEPTH + 1)),
@@ -146,6 +154,7 @@ class RepeatQueue(wiring.Component):
         m.d.comb += [
             self.valid.eq(nonempty & ~zero_trip), self.zero.eq(nonempty & zero_trip),
             self.word.eq(e.word), self.sval.eq(e.sval), self.first.eq(first), self.last.eq(last),
+            self.dram_lo.eq(e.dram_lo), self.dram_hi.eq(e.dram_hi),
             self.wait_now.eq(Mux(zero_trip, Mux(each, 0, hdr.wait), Mux(each | first, hdr.wait, 0))),
             self.signal_now.eq(Mux(zero_trip, Mux(each, 0, hdr.signal), Mux(each | last, hdr.signal, 0))),
         ]
