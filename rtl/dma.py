@@ -80,15 +80,18 @@ def dram_window(m, cfg, v):
     return lo, hi
 
 
-def _shift_down_bytes(data, amount, nout):
+def _shift_down_bytes(m, data, amount, nout):
     """Bytes ``amount .. amount+nout-1`` of ``data`` (a list of 8-bit values; 0 past its end): a
-    logarithmic shifter that only builds the bytes later stages still need."""
+    logarithmic shifter that only builds the bytes later stages still need (each stage named: an
+    unnamed expression is rebuilt for every use)."""
     cur = list(data)
     for s in reversed(range(len(amount))):
         d = 1 << s
         need = nout + d - 1
         byte = lambda i: cur[i] if i < len(cur) else Const(0, 8)      # noqa: E731
-        cur = [Mux(amount[s], byte(i + d), byte(i)) for i in range(min(need, len(cur)))]
+        nxt = [Signal(8, name=f"shift{s}_{i}") for i in range(min(need, len(cur)))]
+        m.d.comb += [b.eq(Mux(amount[s], byte(i + d), byte(i))) for i, b in enumerate(nxt)]
+        cur = nxt
     return [cur[k] if k < len(cur) else Const(0, 8) for k in range(nout)]
 
 
@@ -269,7 +272,7 @@ class DmaStore(_DmaBase):
         m.d.comb += image.eq(Mux(c["space"] == Space.ACC, self.acc_rd.data, self.spm_rd.data))
         shifted = Signal(8 * B)         # byte k of the beat is byte off + k of the row image
         img = [image[8 * j:8 * j + 8] for j in range(nb)]
-        m.d.comb += shifted.eq(Cat(*_shift_down_bytes(img, c["off"], B)))
+        m.d.comb += shifted.eq(Cat(*_shift_down_bytes(m, img, c["off"], B)))
         row_end = Signal(range(4 * (1 << 16)))
         m.d.comb += row_end.eq(Mux(c["space"] == Space.ACC, c["len"] << 2, c["len"]))
         strb = Signal(B)

@@ -298,11 +298,13 @@ class IssueStage(wiring.Component):
         lt = diff[32]
         # one shifter: right shifts fill with 0 (srl) or the sign (sra); sll reverses in and out
         left, arith = is_("sll"), is_("sra")
-        sh_in = Mux(left, A.as_unsigned()[::-1], A.as_unsigned())
-        fill = arith & A[31]
-        shv = sh_in
-        for s in range(5):
-            shv = Mux(B[s], Cat(shv[1 << s:], fill.replicate(1 << s)), shv)
+        fill = Signal()
+        shv = Signal(32, name="shift_in")
+        m.d.comb += [fill.eq(arith & A[31]), shv.eq(Mux(left, A.as_unsigned()[::-1], A.as_unsigned()))]
+        for s in range(5):          # (each stage named: an unnamed one is rebuilt for every use)
+            nxt = Signal(32, name=f"shift{s}")
+            m.d.comb += nxt.eq(Mux(B[s], Cat(shv[1 << s:], fill.replicate(1 << s)), shv))
+            shv = nxt
         shifted = Signal(32)
         m.d.comb += shifted.eq(Mux(left, shv[::-1], shv))
         product = Signal(32)

@@ -141,11 +141,14 @@ class RepeatQueue(wiring.Component):
         used = [e.depth > j for j in range(D)]
         nonempty = level != 0
         zero_trip = e.zero
-        at_end = [~used[j] | (idx[j] + 1 == e.cnt[j]) for j in range(D)]
+        at_end = [Signal(name=f"at_end{j}") for j in range(D)]     # (named: each is used often)
+        m.d.comb += [at_end[j].eq(~used[j] | (idx[j] + 1 == e.cnt[j])) for j in range(D)]
         if os.environ.get("TETRACHIP_RTL_BUG") == "repeat":
             # injected fault for co-simulation (docs/cosim.md), off by default: the outermost
             # level of a nest of depth >= 2 ends one iteration early when its trip count is >= 3
-            at_end[0] = at_end[0] | ((e.depth >= 2) & (e.cnt[0] >= 3) & (idx[0] + 2 == e.cnt[0]))
+            early = Signal()
+            m.d.comb += early.eq(at_end[0] | ((e.depth >= 2) & (e.cnt[0] >= 3) & (idx[0] + 2 == e.cnt[0])))
+            at_end[0] = early
         last = Const(1)
         for j in range(D):
             last = last & at_end[j]
