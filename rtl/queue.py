@@ -181,20 +181,25 @@ class RepeatQueue(wiring.Component):
             with m.If(step[j]):
                 m.d.comb += lvl.eq(j)
             carry = carry & at_end[j]
-        with m.If(self.start & nonempty):
+        # (written as a reset and an enable per register, which flip-flops have: nested
+        # conditions here became a multiplexer per bit)
+        moves = self.start & nonempty & ~pop
+        with m.If(pop):
+            m.d.sync += first.eq(1)
+        with m.Elif(moves):
+            m.d.sync += first.eq(0)
+        for k in range(STRIDE_SLOTS):
             with m.If(pop):
-                m.d.sync += first.eq(1)
-                m.d.sync += [i.eq(0) for i in idx] + [o.eq(0) for o in off]
-            with m.Else():
-                m.d.sync += first.eq(0)
-                m.d.sync += [off[k].eq(off[k] + e.jump[lvl][k]) for k in range(STRIDE_SLOTS)]
-                inner = Const(0)            # a level outside this one advances: restart
-                for j in range(D):
-                    with m.If(step[j]):
-                        m.d.sync += idx[j].eq(idx[j] + 1)
-                    with m.Elif(inner):
-                        m.d.sync += idx[j].eq(0)
-                    inner = inner | step[j]
+                m.d.sync += off[k].eq(0)
+            with m.Elif(moves):
+                m.d.sync += off[k].eq(off[k] + e.jump[lvl][k])
+        outer = Const(0)            # a level outside this one advances: this one restarts
+        for j in range(D):
+            with m.If(pop | (moves & outer)):
+                m.d.sync += idx[j].eq(0)
+            with m.Elif(moves & step[j]):
+                m.d.sync += idx[j].eq(idx[j] + 1)
+            outer = outer | step[j]
         with m.If(pop):
             m.d.sync += head.eq(Mux(head == QUEUE_DEPTH - 1, 0, head + 1))
         with m.If(push):
