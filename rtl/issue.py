@@ -348,9 +348,8 @@ class IssueStage(wiring.Component):
         # ---- loop registers: a memory with one read port per nest level ----------------------------
         # Each holds its count, its strides and its *rewinds* (count - 1) * stride, taken when the
         # ``loop`` instruction issues; a queued instruction turns them into its nest's jumps
-        # (rtl/queue.py). A count reads 0 until written in this run (``lvalid``: a zero count
-        # makes the nest empty, so its strides are not used). Word ``loop_regs`` is never written:
-        # a level outside the nest reads it (count, strides and rewinds 0).
+        # (rtl/queue.py). A register counts 0 until written in this run (``lvalid``). Word
+        # ``loop_regs`` is never written: a level outside the nest reads it (strides and rewinds 0).
         lp = w.loop
         lrec = data.StructLayout({"cnt": unsigned(32), "stride": data.ArrayLayout(signed(32), STRIDE_SLOTS),
                                   "rew": data.ArrayLayout(signed(32), STRIDE_SLOTS)})
@@ -385,10 +384,10 @@ class IssueStage(wiring.Component):
             rp = lmem.read_port(domain="comb")
             used = hdr.rep_depth > j
             li = hdr.rep_base + j
-            cnt = Signal(32, name=f"nest_cnt{j}")
-            m.d.comb += [rp.addr.eq(Mux(used, li, cfg.loop_regs)),
-                         cnt.eq(Mux(lvalid.bit_select(li, 1), rp.data.cnt, 0)), entry.cnt[j].eq(cnt)]
-            zero = zero | (used & (cnt == 0))
+            m.d.comb += [rp.addr.eq(Mux(used, li, cfg.loop_regs)), entry.cnt[j].eq(rp.data.cnt)]
+            # a register not written in this run counts 0: the nest is empty (and its other
+            # counts, strides and jumps are not looked at)
+            zero = zero | (used & (~lvalid.bit_select(li, 1) | (rp.data.cnt == 0)))
             nest.append(rp.data)
         m.d.comb += entry.zero.eq(zero)
         lo, hi = dram_window(m, cfg, w.dma)        # (used by the DMA units only)
