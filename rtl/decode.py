@@ -53,6 +53,22 @@ def opcode_of(mnemonic: str) -> int:
     return BY_MNEMONIC[mnemonic].opcode
 
 
+def _below(v, n: int):
+    """``0 <= v < n`` for a field value ``v`` (signed or not): the bits above ``n - 1``'s are
+    zero (the sign among them), and the rest compares only when ``n`` is not a power of two."""
+    u = v.as_unsigned()
+    k = max(1, (n - 1).bit_length())
+    ok = (u[k:] == 0) if len(u) > k else Const(1)
+    return ok & (u[:k] < n) if n < (1 << k) else ok
+
+
+def _fits_signed(v, bits: int):
+    """``-2**(bits-1) <= v < 2**(bits-1)`` for a signed field: the bits from the sign of a
+    ``bits``-bit number upwards are all equal."""
+    top = v.as_unsigned()[bits - 1:]
+    return (top == 0) | (top == (1 << len(top)) - 1)
+
+
 class Decoder(wiring.Component):
     """Combinational decoder of one instruction word.
 
@@ -83,11 +99,20 @@ class Decoder(wiring.Component):
         lay = layout(cfg)
         m.d.comb += [self.view.eq(self.word), self.opcode.eq(self.word[:OPCODE_BITS])]
         legal, queued, unit = Const(0), Const(0), Const(0, 3)
+        # reserved bits are zero: one chain of zero tests shared by every format (from the top
+        # of the word down to each format's last used bit), not a wide test per format
+        ends = sorted({lay.used_bits(f) for f in lay.formats if lay.used_bits(f) < WORD_BITS}, reverse=True)
+        clear, above = {}, Const(1)
+        for i, lo in enumerate(ends):
+            hi = ends[i - 1] if i else WORD_BITS
+            z = Signal(name=f"clear_from_{lo}")
+            m.d.comb += z.eq(above & (self.word[lo:hi] == 0))
+            clear[lo] = above = z
         for ins in INSTRUCTIONS:       # comparisons, not a case statement: no incomplete cases in Verilog
             hit = Signal(name="hit_" + ins.mnemonic.replace(".", "_"))
             m.d.comb += [hit.eq(self.opcode == ins.opcode), self.is_(ins.mnemonic).eq(hit)]
             v = getattr(self.view, ins.format)
-            ok = [self.word[lay.used_bits(ins.format):] == 0] if lay.used_bits(ins.format) < WORD_BITS else []
+            ok = [clear[lay.used_bits(ins.format)]] if lay.used_bits(ins.format) < WORD_BITS else []
             for s in lay.formats[ins.format]:
                 mx = s.field.max_value(cfg)
                 if mx is not None and mx < (1 << s.width) - 1:
@@ -110,16 +135,16 @@ class Decoder(wiring.Component):
         row_lim = max(cfg.spm_rows, cfg.acc_rows)
         if "bmode" in names:
             is_row = (v.bmode == SrcMode.SPM) | (v.bmode == SrcMode.ACC)
-            ok.append(~is_row | ((v.b >= 0) & (v.b < row_lim)))
-            ok.append((v.bmode != SrcMode.REG) | ((v.b >= 0) & (v.b < cfg.scalar_regs)))
+            ok.append(~is_row | _below(v.b, row_lim))
+            ok.append((v.bmode != SrcMode.REG) | _below(v.b, cfg.scalar_regs))
             ok.append(is_row | (v.xb == 0))
         if "smode" in names:
-            ok.append((v.smode != ScaleMode.ROW) | ((v.scale >= 0) & (v.scale < row_lim)))
-            ok.append((v.smode != ScaleMode.REG) | ((v.scale >= 0) & (v.scale < cfg.scalar_regs)))
-            ok.append((v.smode != ScaleMode.IMM) | ((v.scale >= -(1 << 15)) & (v.scale < (1 << 15))))
+            ok.append((v.smode != ScaleMode.ROW) | _below(v.scale, row_lim))
+            ok.append((v.smode != ScaleMode.REG) | _below(v.scale, cfg.scalar_regs))
+            ok.append((v.smode != ScaleMode.IMM) | _fits_signed(v.scale, 16))
             ok.append((v.smode == ScaleMode.ROW) | (v.xscale == 0))
         if "cmode" in names:
-            ok.append((v.cmode != CountMode.REG) | (v.count < cfg.scalar_regs))
+            ok.append((v.cmode != CountMode.REG) | _below(v.count, cfg.scalar_regs))
         if "rep_depth" in names:
             ok.append((v.rep_depth == 0) | (v.rep_base + v.rep_depth <= cfg.loop_regs))
         return ok

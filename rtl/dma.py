@@ -11,17 +11,17 @@ cycle its last beat's response returns: ``r = s + O - 1 + dram_latency``.
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
-from isa.table import BY_MNEMONIC, Space, Unit, clog2
+from isa.table import BY_MNEMONIC, Space, Unit, clog2, derived_widths
 
-from .queue import UNITS, event_width
-from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range, select
+from .queue import UNITS, WINDOW_BITS, event_width
+from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
 
-__all__ = ["DramSignature", "DmaLoad", "DmaStore"]
+__all__ = ["DramSignature", "DmaLoad", "DmaStore", "dram_window", "WINDOW_BITS"]
 
 
 def DramSignature(cfg) -> wiring.Signature:
@@ -45,16 +45,54 @@ def DramSignature(cfg) -> wiring.Signature:
     })
 
 
-def _dram_span_ok(m, dram, rows, length, rstride, estride, eb, limit):
-    """Every byte of the instance's bounding range lies inside DRAM (true when nothing moves)."""
-    r1 = Signal(signed(64))
-    e1 = Signal(signed(64))
-    m.d.comb += [r1.eq((rows - 1) * rstride), e1.eq((length - 1) * estride)]
-    corners = [dram, dram + r1, dram + e1, dram + r1 + e1]
-    ok = Const(1)
-    for c in corners:
-        ok = ok & (c >= 0) & (c + eb <= limit)
-    return (rows == 0) | (length == 0) | ok
+
+
+def dram_window(m, cfg, v):
+    """``(lo, hi)``, signed ``WINDOW_BITS``: a DMA instance of the instruction ``v`` (the ``dma``
+    format's view) that moves something and whose DRAM operand is ``dram`` keeps every byte of
+    its bounding range inside DRAM exactly when ``dram + lo >= 0`` and ``dram + hi < 0``.
+
+    The range's corners are ``dram + {0, r1} + {0, e1}`` with ``r1 = (rows-1)*rstride`` and
+    ``e1 = (len-1)*estride``: the lowest must be ``>= 0``, so ``lo = min(0, r1) + min(0, e1)``; the
+    highest plus the element's bytes must be ``<= dram_bytes``, so ``hi = max(0, r1) + max(0, e1)
+    + eb - dram_bytes - 1``. Only the instruction's fields enter: the issue stage computes the
+    window once per instruction (one multiplier for both DMA units) and the unit adds each
+    instance's 32-bit address to it. A bound whose sum with any 32-bit address fails anyway is
+    saturated to ``WINDOW_BITS`` (the answer is the same).
+    """
+    limit = cfg.dram_bytes
+    rm1, lm1 = Signal(len(v.rows), name="win_rows1"), Signal(len(v.len), name="win_len1")
+    m.d.comb += [rm1.eq(v.rows - 1), lm1.eq(v.len - 1)]        # (rows or len 0: nothing moves)
+    r1 = Signal(signed(len(rm1) + len(v.rstride) + 1), name="win_r1")
+    e1 = Signal(signed(len(lm1) + len(v.estride) + 1), name="win_e1")
+    m.d.comb += [r1.eq(rm1 * v.rstride), e1.eq(lm1 * v.estride)]
+    rneg, eneg = r1[-1], e1[-1]
+    lo_full = Signal(signed(len(r1) + 1), name="win_lo_full")
+    hi_full = Signal(signed(len(r1) + 2), name="win_hi_full")
+    m.d.comb += [lo_full.eq(Mux(rneg, r1, 0) + Mux(eneg, e1, 0)),
+                 hi_full.eq(Mux(rneg, 0, r1) + Mux(eneg, 0, e1) + Mux(v.space == Space.ACC, 3 - limit, -limit))]
+    W = WINDOW_BITS
+    lo_fits = ~lo_full[-1] | (lo_full[W - 1:] == (1 << (len(lo_full) - W + 1)) - 1)   # (lo <= 0)
+    hi_fits = hi_full[-1] | (hi_full[W - 1:] == 0)                # (hi >= -dram_bytes >= -2**(W-1))
+    lo, hi = Signal(signed(W), name="win_lo"), Signal(signed(W), name="win_hi")
+    m.d.comb += [lo.eq(Mux(lo_fits, lo_full[:W], -(1 << (W - 1)))),
+                 hi.eq(Mux(hi_fits, hi_full[:W], (1 << (W - 1)) - 1))]
+    return lo, hi
+
+
+def _shift_down_bytes(m, data, amount, nout):
+    """Bytes ``amount .. amount+nout-1`` of ``data`` (a list of 8-bit values; 0 past its end): a
+    logarithmic shifter that only builds the bytes later stages still need (each stage named: an
+    unnamed expression is rebuilt for every use)."""
+    cur = list(data)
+    for s in reversed(range(len(amount))):
+        d = 1 << s
+        need = nout + d - 1
+        byte = lambda i: cur[i] if i < len(cur) else Const(0, 8)      # noqa: E731
+        nxt = [Signal(8, name=f"shift{s}_{i}") for i in range(min(need, len(cur)))]
+        m.d.comb += [b.eq(Mux(amount[s], byte(i + d), byte(i))) for i, b in enumerate(nxt)]
+        cur = nxt
+    return [cur[k] if k < len(cur) else Const(0, 8) for k in range(nout)]
 
 
 class _DmaBase(UnitBase):
@@ -72,7 +110,7 @@ class _DmaBase(UnitBase):
         s_space = v.space
         s_eb = Mux(s_space == Space.ACC, 4, 1)
         s_contig = v.estride == s_eb
-        s_rbytes = v.len * s_eb
+        s_rbytes = Mux(s_space == Space.ACC, v.len << 2, v.len)       # len * element bytes
         s_rbeats = Mux(s_contig, (s_rbytes + (B - 1)) >> lb, v.len)
         s_real = (v.rows != 0) & (v.len != 0)
         s_local = q.addr[slots.index("local")]
@@ -85,7 +123,7 @@ class _DmaBase(UnitBase):
         rstride, estride = Signal(signed(32)), Signal(signed(16))
         r, b = Signal.like(v.rows), Signal(range(4 * cfg.cols + 2))
         row_addr, beat_addr = Signal(signed(32)), Signal(signed(32))
-        local = Signal(signed(32))
+        local = Signal(clog2(max(cfg.spm_rows, cfg.acc_rows)))      # the row port's address bits
         off = Signal(range(8 * cfg.cols + 8))
         mask = Signal(event_width(cfg))
         # the current beat: from the starting instance, or from the latched walk
@@ -123,8 +161,9 @@ class _DmaBase(UnitBase):
         nbytes = Mux(c["contig"], B, eb)
         # checks at start
         limit_rows = Mux(s_space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
-        ok = in_range(s_local, Mux(s_real, v.rows, 0), limit_rows) & \
-            _dram_span_ok(m, s_dram, v.rows, v.len, v.rstride, v.estride, s_eb, cfg.dram_bytes)
+        lo_sum, hi_sum = Signal(signed(WINDOW_BITS + 1)), Signal(signed(WINDOW_BITS + 1))
+        m.d.comb += [lo_sum.eq(s_dram + q.dram_lo), hi_sum.eq(s_dram + q.dram_hi)]   # (dram_window)
+        ok = in_range(s_local, Mux(s_real, v.rows, 0), limit_rows) & (~s_real | (~lo_sum[-1] & hi_sum[-1]))
         errors = [(~ok, ErrorCode.ADDRESS_RANGE)]
         return dict(beat=beat, last=last, last_in_row=last_in_row, cur=c, nbytes=nbytes, eb=eb,
                     ready=~active, errors=errors)
@@ -141,9 +180,11 @@ class _DmaBase(UnitBase):
 
 
 def _tag(cfg):
-    return data.StructLayout({"beat": 1, "real": 1, "space": 1, "local": signed(32), "off": unsigned(16),
-                              "nbytes": unsigned(8), "eol": 1, "len": unsigned(16), "retire": 1,
-                              "mask": event_width(cfg)})
+    """What a load beat carries down the ``dram_latency`` delay line to its response."""
+    return data.StructLayout({"beat": 1, "real": 1, "space": 1, "contig": 1,
+                              "local": clog2(max(cfg.spm_rows, cfg.acc_rows)), "off": range(8 * cfg.cols + 8),
+                              "nbytes": range(max(cfg.dma_beat_bytes, 4) + 1), "eol": 1,
+                              "len": derived_widths(cfg)["lane"], "retire": 1, "mask": event_width(cfg)})
 
 
 class DmaLoad(_DmaBase):
@@ -168,7 +209,7 @@ class DmaLoad(_DmaBase):
         c = w["cur"]
         m.d.comb += [self.dram.rd_valid.eq(w["beat"] & c["real"]), self.dram.rd_addr.eq(c["beat_addr"])]
         tag = Signal(_tag(cfg))
-        m.d.comb += [tag.beat.eq(w["beat"]), tag.real.eq(c["real"]), tag.space.eq(c["space"]),
+        m.d.comb += [tag.beat.eq(w["beat"]), tag.real.eq(c["real"]), tag.space.eq(c["space"]), tag.contig.eq(c["contig"]),
                      tag.local.eq(c["local"]), tag.off.eq(c["off"]), tag.nbytes.eq(w["nbytes"]),
                      tag.eol.eq(w["last_in_row"]), tag.len.eq(c["len"]), tag.retire.eq(w["last"]),
                      tag.mask.eq(c["mask"])]
@@ -181,12 +222,13 @@ class DmaLoad(_DmaBase):
         resp = [self.dram.rd_resp_data[8 * k:8 * k + 8] for k in range(B)]
         # named once: an expression used in every byte's logic would be built once per use
         row_end, off_end = Signal(range(4 * (1 << 16))), Signal(17)
-        m.d.comb += [row_end.eq(t.len * Mux(t.space == Space.ACC, 4, 1)), off_end.eq(t.off + t.nbytes)]
+        m.d.comb += [row_end.eq(Mux(t.space == Space.ACC, t.len << 2, t.len)), off_end.eq(t.off + t.nbytes)]
         merged = Signal(8 * nb)
         for j in range(nb):             # byte j of the row is byte j - off of the beat
             sel = (j >= t.off) & (j < off_end) & (j < row_end)
-            k = (j - t.off)[:max(1, (B - 1).bit_length())]
-            src = select(k, resp) if B > 1 else resp[0]
+            # off is a multiple of the beat (contiguous rows) or of the element (one element per
+            # beat, which then starts the beat), so (j - off) mod B needs no subtraction
+            src = Mux(t.contig, resp[j % B], Mux(t.space == Space.ACC, resp[j % min(4, B)], resp[0]))
             m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(sel, src, buf[8 * j:8 * j + 8]))
         write = t.beat & t.real
         with m.If(write):
@@ -230,10 +272,9 @@ class DmaStore(_DmaBase):
         m.d.comb += image.eq(Mux(c["space"] == Space.ACC, self.acc_rd.data, self.spm_rd.data))
         shifted = Signal(8 * B)         # byte k of the beat is byte off + k of the row image
         img = [image[8 * j:8 * j + 8] for j in range(nb)]
-        for k in range(B):
-            m.d.comb += shifted[8 * k:8 * k + 8].eq(select(c["off"] + k, img))
+        m.d.comb += shifted.eq(Cat(*_shift_down_bytes(m, img, c["off"], B)))
         row_end = Signal(range(4 * (1 << 16)))
-        m.d.comb += row_end.eq(c["len"] * w["eb"])
+        m.d.comb += row_end.eq(Mux(c["space"] == Space.ACC, c["len"] << 2, c["len"]))
         strb = Signal(B)
         for j in range(B):
             m.d.comb += strb[j].eq((c["off"] + j < row_end) & (j < w["nbytes"]))

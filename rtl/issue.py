@@ -9,27 +9,61 @@ loop nest, its slot base addresses (immediate + index register) and its scalar o
 Instruction memory is read synchronously at ``pc_next``, so the word of ``pc`` is present in the
 cycle it may issue. Cycle 0 is the first cycle after ``start``; the run ends at the halt's issue
 cycle ``t_h`` (or an error's detection cycle) and ``cycles`` then reads ``t_h + 1``.
+
+Area (an FPGA has to hold it): only one instruction issues per cycle, so the scalar register
+file has three read ports (``READ_PORTS``), each fed by the register field that the instruction
+at the head uses in that role (selected by opcode, before the read); each stride slot's base
+address is one adder on its port. The ALU has one adder/subtractor (add, sub, slt and the
+branch compare) and one shifter (sll through bit reversal, srl, sra). The loop registers are
+small memories (LUT RAM on an FPGA) with one read port per nest level.
 """
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, wiring
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
-from isa.table import (BY_MNEMONIC, INSTRUCTIONS, MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, CountMode,
-                       ScaleMode, Space, SrcMode, Unit, clog2)
+from isa.table import (INSTRUCTIONS, MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, CountMode, ScaleMode,
+                       Space, SrcMode, Unit, clog2, layout)
 from isa.timing import BRANCH_PENALTY, TOKEN_MAX
 
 from .decode import Decoder
+from .dma import dram_window
 from .queue import UNITS, EntrySignature, entry_layout
 from .unit import ERR_BITS, RowReadSignature, RowWriteSignature, TokenSignature
 
-__all__ = ["IssueStage", "QUEUED"]
+__all__ = ["IssueStage", "QUEUED", "READ_PORTS"]
 
 QUEUED = [u for u in Unit if u is not Unit.SCALAR]
+#: a token counter's bits; TOKEN_MAX is its largest value, so an overflow is the carry out
+TOK_BITS = TOKEN_MAX.bit_length()
+assert TOKEN_MAX == (1 << TOK_BITS) - 1
 assert BRANCH_PENALTY == 1
+
+#: Register operands of the scalar formats, by read port: (format, field). A queued instruction
+#: reads the index register of its stride slot k on port k (``Instr.slots``); its scalar operand
+#: (``_SVAL``) replaces slot 2's index register on port 2 when its mode names a register.
+_SCALAR_READS = (
+    (("alu", "rs1"), ("alui", "rs1"), ("branch", "rs1"), ("smem", "xaddr"), ("loop", "count")),
+    (("alu", "rs2"), ("branch", "rs2"), ("smem", "rd")),
+    (),
+)
+READ_PORTS = len(_SCALAR_READS)
+assert READ_PORTS == STRIDE_SLOTS
+#: format -> (mode field, the mode that names a register, value field): the scalar operand a
+#: queued instruction snapshots (``vbin`` b, ``vreq`` scale); the value field is also a stride slot
+_SVAL = {"vbin": ("bmode", SrcMode.REG, "b"), "vreq": ("smode", ScaleMode.REG, "scale")}
+
+
+def _one_of(cases, width, shape=None):
+    """OR of ``Mux(cond, value, 0)`` over ``cases`` [(cond, value)] whose conditions exclude each
+    other (at most one instruction decodes): a flat AND-OR, cheaper than a priority chain."""
+    out = Const(0, shape if shape is not None else width)
+    for cond, val in cases:
+        out = out | Mux(cond, val, 0)
+    return out
 
 
 class IssueStage(wiring.Component):
@@ -70,25 +104,81 @@ class IssueStage(wiring.Component):
         m = Module()
         cfg = self.cfg
         C = cfg.cols
+        sw = clog2(cfg.scalar_regs)
         m.submodules.dec = dec = Decoder(cfg)
         m.d.comb += dec.word.eq(self.word)
         w = dec.view
-        regs = Array([Signal(signed(32), name=f"r{i}") for i in range(cfg.scalar_regs)])
+        is_ = dec.is_
+        # scalar registers: a memory (LUT RAM on an FPGA) with one read port per use; r0 is never
+        # written, so it reads 0
+        m.submodules.regs = regs = memory.Memory(shape=signed(32), depth=cfg.scalar_regs, init=[],
+                                                 attrs={"ram_style": "distributed"})
+
+        pow2 = cfg.scalar_regs == 1 << sw      # else register numbers past the last read 0
 
         def reg(idx):
-            return Mux(idx == 0, 0, regs[idx])
-
-        lcnt = Array([Signal(32, name=f"lcnt{i}") for i in range(cfg.loop_regs)])
-        lstr = Array([Signal(data.ArrayLayout(signed(32), STRIDE_SLOTS), name=f"lstr{i}")
-                      for i in range(cfg.loop_regs)])
+            rp = regs.read_port(domain="comb")
+            m.d.comb += rp.addr.eq(idx)
+            return rp.data if pow2 else Mux(idx < cfg.scalar_regs, rp.data, 0)
 
         pc = self.pc
         bubble = Signal()
         running, done, error = self.running, self.done, self.error
         m.d.comb += self.reg_rdata.eq(reg(self.reg_addr))
-        for i in range(1, cfg.scalar_regs):   # explicit decoders, not an indexed assignment
-            with m.If(self.reg_we & ~running & (self.reg_addr == i)):
-                m.d.sync += regs[i].eq(self.reg_wdata)
+        # one write port: the host's while idle, the issuing instruction's rd while running
+        rf_we, rf_addr, rf_data = Signal(), Signal(sw), Signal(32)
+        rf_wp = regs.write_port()
+        m.d.comb += [rf_wp.addr.eq(rf_addr), rf_wp.data.eq(rf_data), rf_wp.en.eq(rf_we & (rf_addr != 0) & (rf_addr < cfg.scalar_regs))]
+
+        # ---- the register read ports: field chosen by opcode, then one read each ---------------
+        lay = layout(cfg)
+
+        def fld(fmt, name):
+            return getattr(getattr(w, fmt), name)
+
+        def slice_of(fmt, name):
+            for s in lay.formats[fmt]:
+                if s.field.name == name:
+                    return s
+            raise KeyError((fmt, name))
+
+        def fmt_is(fmt):
+            hit = Const(0)
+            for ins in INSTRUCTIONS:
+                if ins.format == fmt:
+                    hit = hit | is_(ins.mnemonic)
+            return hit
+
+        def grouped(cases):
+            """[(cond, fmt, field)] -> [(cond, value)], one case per distinct bit slice of the word."""
+            by_pos = {}
+            for cond, fmt, name in cases:
+                s = slice_of(fmt, name)
+                key = (s.lo, s.width, s.field.signed)
+                if key in by_pos:
+                    by_pos[key] = (by_pos[key][0] | cond, by_pos[key][1])
+                else:
+                    by_pos[key] = (cond, fld(fmt, name))
+            return list(by_pos.values())
+
+        sval_reg = Const(0)          # the head instruction's scalar operand comes from a register
+        for fmt, (mode, regmode, _) in _SVAL.items():
+            sval_reg = sval_reg | (fmt_is(fmt) & (fld(fmt, mode) == regmode))
+        rport = []
+        for k in range(READ_PORTS):
+            cases = [(fmt_is(fmt), fmt, name) for fmt, name in _SCALAR_READS[k]]
+            cases += [(is_(ins.mnemonic), ins.format, "x" + ins.slots[k])
+                      for ins in INSTRUCTIONS if ins.queued and k < len(ins.slots)]
+            sel = _one_of([(c, v[:sw]) for c, v in grouped(cases)], sw)
+            if k == READ_PORTS - 1:        # the scalar operand's register, when its mode says so
+                svc = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
+                sel = Mux(sval_reg, _one_of([(c, v[:sw]) for c, v in grouped(svc)], sw), sel)
+            idx = Signal(sw, name=f"rp{k}_idx")
+            m.d.comb += idx.eq(sel)
+            data_ = Signal(signed(32), name=f"rp{k}")
+            m.d.comb += data_.eq(reg(idx))
+            rport.append(data_)
+        A, B = rport[0], rport[1]
 
         # ---- token counters (P, C) -----------------------------------------------------------
         toks = {u: getattr(self, f"t_{u.name.lower()}") for u in QUEUED}
@@ -105,19 +195,22 @@ class IssueStage(wiring.Component):
                     inc = inc + scalar_sig[c]
                 else:
                     t = toks[Unit(p)]
-                    for e in range(3):
-                        inc = inc + (t.sig_valid[e] & t.sig_mask[e][c])
+                    for e in range(3):              # (a slot without an event has a zero mask)
+                        inc = inc + t.sig_mask[e][c]
                 if c == Unit.SCALAR:
                     dec_ = scalar_take & scalar_wait[p]
                 else:
                     t = toks[Unit(c)]
                     dec_ = t.take & t.wait[p]
-                nxt = Signal(range(TOKEN_MAX + 8), name=f"toknext_{p}_{c}")
-                m.d.comb += nxt.eq(tok[p][c] + inc - dec_)
-                with m.If(nxt > TOKEN_MAX):
+                # tok + (inc - dec) in one adder: the counter never goes below 0 (a wait needs a
+                # token), so the result is 0 .. TOKEN_MAX + 3 and its top bit is the overflow
+                delta = Signal(signed(3), name=f"tokdelta_{p}_{c}")
+                nxt = Signal(TOK_BITS + 1, name=f"toknext_{p}_{c}")
+                m.d.comb += [delta.eq(inc - dec_), nxt.eq(tok[p][c] + delta)]
+                with m.If(nxt[TOK_BITS]):
                     m.d.comb += overflow.eq(1)
-                with m.If(running):
-                    m.d.sync += tok[p][c].eq(nxt)
+                # cleared while not running (nothing reads them then): a start begins at 0
+                m.d.sync += tok[p][c].eq(Mux(running, nxt, 0))
 
         def tokens_ok(c, wait):
             ok = Const(1)
@@ -128,13 +221,27 @@ class IssueStage(wiring.Component):
         for u in QUEUED:
             m.d.comb += [toks[u].ok.eq(tokens_ok(u, toks[u].wait)), toks[u].en.eq(running)]
 
+        # ---- base addresses: one adder per slot (slot 0's also serves sld/sst and addi) -------------
+        imm_cases = [[] for _ in range(READ_PORTS)]
+        for ins in INSTRUCTIONS:
+            if ins.queued:
+                for k, name in enumerate(ins.slots):
+                    imm_cases[k].append((is_(ins.mnemonic), ins.format, name))
+        smem = w.smem
+        imm_cases[0] += [(fmt_is("smem"), "smem", "addr"), (is_("addi"), "alui", "imm")]
+        sums = []
+        for k in range(READ_PORTS):
+            imm = Signal(signed(33), name=f"imm{k}")
+            m.d.comb += imm.eq(_one_of(grouped(imm_cases[k]), 33, signed(33)))
+            r = rport[k] if k < READ_PORTS - 1 else Mux(sval_reg, 0, rport[k])
+            s = Signal(signed(33), name=f"sum{k}")
+            m.d.comb += s.eq(imm + r)
+            sums.append(s)
+
         # ---- what the head instruction needs ---------------------------------------------------
         busy = {u: toks[u].busy for u in QUEUED}
         queues = {u: getattr(self, f"q_{u.name.lower()}") for u in QUEUED}
-        is_ = dec.is_
-        smem = w.smem
-        srow = Signal(signed(33))
-        m.d.comb += srow.eq(smem.addr + reg(smem.xaddr))
+        srow = sums[0]                      # smem.addr + its index register, exact (33 bits)
         s_lim = Mux(smem.space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
         smem_ok = (srow >= 0) & (srow < s_lim)
         m.d.comb += [self.spm_rd.addr.eq(srow), self.acc_rd.addr.eq(srow), scalar_wait.eq(smem.wait)]
@@ -184,34 +291,50 @@ class IssueStage(wiring.Component):
         stop = running & ((err_all != 0) | (issue & is_("halt")))
 
         # ---- scalar execution ------------------------------------------------------------------
-        alu = w.alu
-        a, b = reg(alu.rs1), reg(alu.rs2)
-        res = Signal(signed(32))
-        sh = b[:5]
-        ops = {"add": a + b, "sub": a - b, "mul": a * b, "and": a & b, "or": a | b, "xor": a ^ b,
-               "sll": a.as_unsigned() << sh, "srl": a.as_unsigned() >> sh, "sra": a >> sh, "slt": a < b}
-        for name, val in ops.items():
-            with m.If(is_(name)):
-                m.d.comb += res.eq(val)
-        with m.If(is_("seti")):
-            m.d.comb += res.eq(w.seti.imm)
-        with m.If(is_("addi")):
-            m.d.comb += res.eq(reg(w.alui.rs1) + w.alui.imm)
+        # one adder/subtractor: add, sub, slt and the branch compares (a - b, 33 bits: exact sign)
+        subtract = is_("sub") | is_("slt") | is_("blt") | is_("bge")
+        diff = Signal(signed(33))
+        m.d.comb += diff.eq(A + Mux(subtract, ~B, B) + subtract)
+        lt = diff[32]
+        # one shifter: right shifts fill with 0 (srl) or the sign (sra); sll reverses in and out
+        left, arith = is_("sll"), is_("sra")
+        fill = Signal()
+        shv = Signal(32, name="shift_in")
+        m.d.comb += [fill.eq(arith & A[31]), shv.eq(Mux(left, A.as_unsigned()[::-1], A.as_unsigned()))]
+        for s in range(5):          # (each stage named: an unnamed one is rebuilt for every use)
+            nxt = Signal(32, name=f"shift{s}")
+            m.d.comb += nxt.eq(Mux(B[s], Cat(shv[1 << s:], fill.replicate(1 << s)), shv))
+            shv = nxt
+        shifted = Signal(32)
+        m.d.comb += shifted.eq(Mux(left, shv[::-1], shv))
+        product = Signal(32)
+        m.d.comb += product.eq(A.as_unsigned() * B.as_unsigned())
         # sld: a lane of the row, read combinationally
         lane = smem.lane
         spm_l = data.View(data.ArrayLayout(signed(8), C), self.spm_rd.data)
         acc_l = data.View(data.ArrayLayout(signed(32), C), self.acc_rd.data)
-        with m.If(is_("sld")):
-            m.d.comb += res.eq(Mux(smem.space == Space.ACC, acc_l[lane], spm_l[lane]))
-        writes_rd = is_("seti") | is_("addi") | is_("sld") | Const(0)
-        for name in ops:
+        loaded = Signal(signed(32))
+        m.d.comb += loaded.eq(Mux(smem.space == Space.ACC, acc_l[lane], spm_l[lane]))
+        addsub = diff[:32]
+        results = {"add": addsub, "sub": addsub, "slt": lt, "and": A & B, "or": A | B, "xor": A ^ B,
+                   "sll": shifted, "srl": shifted, "sra": shifted, "mul": product,
+                   "seti": w.seti.imm, "addi": sums[0][:32], "sld": loaded}
+        groups = {}
+        for name, val in results.items():
+            key = id(val)
+            groups[key] = (groups[key][0] | is_(name), val) if key in groups else (is_(name), val)
+        res = Signal(32)
+        m.d.comb += res.eq(_one_of([(c, v.as_unsigned()) for c, v in groups.values()], 32))
+        writes_rd = Const(0)
+        for name in results:
             writes_rd = writes_rd | is_(name)
-        rd = Mux(is_("addi"), w.alui.rd, Mux(is_("sld"), smem.rd, w.alu.rd))   # rd sits at the same bits
-        for i in range(1, cfg.scalar_regs):
-            with m.If(issue & writes_rd & (rd == i)):
-                m.d.sync += regs[i].eq(res)
+        for fmt in ("seti", "alui", "smem"):          # rd sits at the same bits in every format
+            assert slice_of(fmt, "rd").lo == slice_of("alu", "rd").lo
+        m.d.comb += [rf_we.eq(Mux(running, issue & writes_rd, self.reg_we)),
+                     rf_addr.eq(Mux(running, w.alu.rd, self.reg_addr)),
+                     rf_data.eq(Mux(running, res, self.reg_wdata))]
         # sst: saturate to int8 for SPM
-        v = reg(smem.rd)
+        v = B
         sat = Mux(v > 127, 127, Mux(v < -128, -128, v))
         m.d.comb += [self.spm_wr.addr.eq(srow), self.acc_wr.addr.eq(srow),
                      self.spm_wr.data.eq(Cat(*[sat[:8]] * C)), self.acc_wr.data.eq(Cat(*[v] * C))]
@@ -221,41 +344,69 @@ class IssueStage(wiring.Component):
             with m.Else():
                 m.d.comb += self.spm_wr.en.eq(1 << lane)
         m.d.comb += [scalar_take.eq(issue & is_smem), scalar_sig.eq(Mux(issue & is_smem, smem.signal, 0))]
-        # loop registers
+
+        # ---- loop registers: a memory with one read port per nest level ----------------------------
+        # Each holds its count, its strides and its *rewinds* (count - 1) * stride, taken when the
+        # ``loop`` instruction issues; a queued instruction turns them into its nest's jumps
+        # (rtl/queue.py). A register counts 0 until written in this run (``lvalid``). Word
+        # ``loop_regs`` is never written: a level outside the nest reads it (strides and rewinds 0).
         lp = w.loop
+        lrec = data.StructLayout({"cnt": unsigned(32), "stride": data.ArrayLayout(signed(32), STRIDE_SLOTS),
+                                  "rew": data.ArrayLayout(signed(32), STRIDE_SLOTS)})
+        m.submodules.loops = lmem = memory.Memory(shape=lrec, depth=cfg.loop_regs + 1, init=[],
+                                                  attrs={"ram_style": "distributed"})
+        lwp = lmem.write_port()
+        lvalid = Signal(cfg.loop_regs)
+        lwrite = issue & is_("loop")
+        lcount = Signal(32)
+        m.d.comb += lcount.eq(Mux(lp.cmode == CountMode.REG, A, lp.count))
+        m.d.comb += [lwp.addr.eq(lp.lr), lwp.en.eq(lwrite), lwp.data.cnt.eq(lcount)]
+        for k, sk in enumerate((lp.s0, lp.s1, lp.s2)):
+            m.d.comb += [lwp.data.stride[k].eq(sk), lwp.data.rew[k].eq((lcount - 1)[:32] * sk)]
         for i in range(cfg.loop_regs):
-            with m.If(issue & is_("loop") & (lp.lr == i)):
-                m.d.sync += [lcnt[i].eq(Mux(lp.cmode == CountMode.REG, reg(lp.count[:clog2(cfg.scalar_regs)]),
-                                            lp.count)),
-                             lstr[i][0].eq(lp.s0), lstr[i][1].eq(lp.s1), lstr[i][2].eq(lp.s2)]
+            with m.If(lwrite & (lp.lr == i)):
+                m.d.sync += lvalid[i].eq(1)
+        with m.If(~running):
+            m.d.sync += lvalid.eq(0)
         # branches
         br = w.branch
-        ra, rb = reg(br.rs1), reg(br.rs2)
-        taken = is_("jmp") | (is_("beq") & (ra == rb)) | (is_("bne") & (ra != rb)) | \
-            (is_("blt") & (ra < rb)) | (is_("bge") & (ra >= rb))
+        taken = is_("jmp") | (is_("beq") & (A == B)) | (is_("bne") & (A != B)) | \
+            (is_("blt") & lt) | (is_("bge") & ~lt)
         target = Mux(is_("jmp"), w.jump.target, br.target)
 
         # ---- queue entries -----------------------------------------------------------------------
         entry = Signal(entry_layout(cfg))
         hdr = w.dma
         m.d.comb += [entry.word.eq(self.word), entry.pc.eq(pc), entry.q.eq(self.cycles), entry.depth.eq(hdr.rep_depth)]
+        nest = []
+        zero = Const(0)
         for j in range(MAX_REPEAT_DEPTH):
-            li = (hdr.rep_base + j)[:clog2(cfg.loop_regs)]
-            m.d.comb += entry.cnt[j].eq(lcnt[li])
-            for k in range(STRIDE_SLOTS):
-                m.d.comb += entry.stride[j][k].eq(lstr[li][k])
-        for ins in INSTRUCTIONS:
-            if not ins.queued:
-                continue
-            with m.If(dec.opcode == ins.opcode):
-                f = getattr(w, ins.format)
-                for k, name in enumerate(ins.slots):
-                    m.d.comb += entry.base[k].eq(getattr(f, name) + reg(getattr(f, "x" + name)))
-                if ins.format == "vbin":
-                    m.d.comb += entry.sval.eq(Mux(f.bmode == SrcMode.REG, reg(f.b[:clog2(cfg.scalar_regs)]), f.b))
-                if ins.format == "vreq":
-                    m.d.comb += entry.sval.eq(Mux(f.smode == ScaleMode.REG,
-                                                  reg(f.scale[:clog2(cfg.scalar_regs)]), f.scale))
+            rp = lmem.read_port(domain="comb")
+            used = hdr.rep_depth > j
+            li = hdr.rep_base + j
+            m.d.comb += [rp.addr.eq(Mux(used, li, cfg.loop_regs)), entry.cnt[j].eq(rp.data.cnt)]
+            # a register not written in this run counts 0: the nest is empty (and its other
+            # counts, strides and jumps are not looked at)
+            zero = zero | (used & (~lvalid.bit_select(li, 1) | (rp.data.cnt == 0)))
+            nest.append(rp.data)
+        m.d.comb += entry.zero.eq(zero)
+        lo, hi = dram_window(m, cfg, w.dma)        # (used by the DMA units only)
+        m.d.comb += [entry.dram_lo.eq(lo), entry.dram_hi.eq(hi)]
+        # jump_j = stride_j - (the rewinds of the levels inside j)
+        for k in range(STRIDE_SLOTS):
+            inside = Const(0, signed(32))
+            for j in reversed(range(MAX_REPEAT_DEPTH)):
+                jump = Signal(signed(32), name=f"jump{j}_{k}")
+                m.d.comb += [jump.eq(nest[j].stride[k] - inside), entry.jump[j][k].eq(jump)]
+                if j:
+                    acc = Signal(signed(32), name=f"inside{j}_{k}")
+                    m.d.comb += acc.eq(inside + nest[j].rew[k])
+                    inside = acc
+        for k in range(STRIDE_SLOTS):
+            m.d.comb += entry.base[k].eq(sums[k][:32])
+        svals = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
+        m.d.comb += entry.sval.eq(Mux(sval_reg, rport[READ_PORTS - 1],
+                                      _one_of([(c, v) for c, v in grouped(svals)], 32)))
         for u in QUEUED:
             m.d.comb += [queues[u].entry.eq(entry),
                          queues[u].valid.eq(issue & dec.queued & (dec.unit == u))]
@@ -275,9 +426,4 @@ class IssueStage(wiring.Component):
             m.d.sync += [running.eq(0), done.eq(1), error.eq(err_all)]
         with m.If(self.start & ~running):
             m.d.sync += [running.eq(1), done.eq(0), error.eq(0), self.cycles.eq(0), pc.eq(0), bubble.eq(0)]
-            for p in range(UNITS):
-                for c in range(UNITS):
-                    m.d.sync += tok[p][c].eq(0)
-            for i in range(cfg.loop_regs):
-                m.d.sync += [lcnt[i].eq(0), lstr[i].eq(0)]
         return m

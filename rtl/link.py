@@ -11,7 +11,7 @@ added to the counter) is usable the next cycle, ``link_latency`` cycles after it
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -46,6 +46,20 @@ def _delay(m, sig, stages, name):
     return v
 
 
+def _advance(m, move, eor, go, cur, i, f, addr, start_addr):
+    """A flit moves (``move``): the next flit of the row, or (``eor``) the first of the next row;
+    an instance starting without moving a flit begins at flit 0 of row 0. Written as one reset or
+    load and one enable per register (nested conditions made a multiplexer per bit)."""
+    with m.If(move & ~eor):
+        m.d.sync += f.eq(cur["f"] + 1)
+    with m.Elif(move | go):
+        m.d.sync += f.eq(0)
+    with m.If(move & eor):
+        m.d.sync += [i.eq(cur["i"] + 1), addr.eq(cur["addr"] + 1)]
+    with m.Elif(go):
+        m.d.sync += [i.eq(0), addr.eq(start_addr)]
+
+
 class LinkTx(UnitBase):
     """``link.send``. Ports: push, tok (UnitBase); tx Out(LinkSignature).array(links);
     spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols)) (combinational)."""
@@ -64,14 +78,13 @@ class LinkTx(UnitBase):
         credits = [Signal(range(cfg.link_credits + 1), init=cfg.link_credits, name=f"credits{p}")
                    for p in range(cfg.links)]
         active = Signal()
-        i, f, n = Signal(16), Signal(16), Signal(16)
-        addr = Signal(signed(32))
+        i, f, n = Signal.like(v.n), Signal(range(max(2, flits_per_row(cfg, Space.ACC)))), Signal.like(v.n)
+        addr = Signal(clog2(max(cfg.spm_rows, cfg.acc_rows)))      # the row ports' bits (range checked at start)
         space, port, mask = Signal(), Signal(range(cfg.links)), Signal(event_width(cfg))
         cur = dict(i=Mux(go, 0, i), f=Mux(go, 0, f), n=Mux(go, v.n, n), addr=Mux(go, q.addr[0], addr),
                    space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.event, mask))
         with m.If(go):
-            m.d.sync += [i.eq(0), f.eq(0), n.eq(v.n), addr.eq(q.addr[0]), space.eq(v.space), port.eq(v.port),
-                         mask.eq(q.event)]
+            m.d.sync += [n.eq(v.n), space.eq(v.space), port.eq(v.port), mask.eq(q.event)]
         nflits = Mux(cur["space"] == Space.ACC, flits_per_row(cfg, Space.ACC), flits_per_row(cfg, Space.SPM))
         have = Signal()
         for p in range(cfg.links):
@@ -95,11 +108,7 @@ class LinkTx(UnitBase):
             m.d.sync += credits[p].eq(credits[p] + back - used)
         with m.If(working):
             m.d.sync += active.eq(~last)
-            with m.If(send):
-                with m.If(eor):
-                    m.d.sync += [f.eq(0), i.eq(cur["i"] + 1), addr.eq(cur["addr"] + 1)]
-                with m.Else():
-                    m.d.sync += [f.eq(cur["f"] + 1), i.eq(cur["i"]), addr.eq(cur["addr"])]
+        _advance(m, send, eor, go, cur, i, f, addr, q.addr[0])
         limit = Mux(v.space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
         errors = [(~in_range(q.addr[0], v.n, limit), ErrorCode.ADDRESS_RANGE)]
         return ~active, [(working & last, cur["mask"])], errors
@@ -123,8 +132,8 @@ class LinkRx(UnitBase):
         D = cfg.link_credits
         v = q.word.link
         active = Signal()
-        i, f, n = Signal(16), Signal(16), Signal(16)
-        addr = Signal(signed(32))
+        i, f, n = Signal.like(v.n), Signal(range(max(2, flits_per_row(cfg, Space.ACC)))), Signal.like(v.n)
+        addr = Signal(clog2(max(cfg.spm_rows, cfg.acc_rows)))      # the row ports' bits (range checked at start)
         space, port, mask = Signal(), Signal(range(cfg.links)), Signal(event_width(cfg))
         cur = dict(i=Mux(go, 0, i), f=Mux(go, 0, f), n=Mux(go, v.n, n), addr=Mux(go, q.addr[0], addr),
                    space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.event, mask))

@@ -30,8 +30,9 @@ from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
 __all__ = ["MxuUnit"]
 
 def _tag(cfg):
-    return data.StructLayout({"valid": 1, "write": 1, "acc": 1, "dst": unsigned(32), "retire": 1,
-                              "mask": event_width(cfg)})
+    """What a streamed row carries beside the array to its ACC write (``dst``: the row port's bits)."""
+    return data.StructLayout({"valid": 1, "write": 1, "acc": 1, "dst": unsigned(clog2(max(cfg.spm_rows, cfg.acc_rows))),
+                              "retire": 1, "mask": event_width(cfg)})
 
 
 class MxuUnit(UnitBase):
@@ -64,7 +65,8 @@ class MxuUnit(UnitBase):
         lw_active = Signal()          # cycles s+1 .. s+L-1 of a lw
         lw_row = Signal(range(R + 1))
         lw_k = Signal(range(R + 1))
-        lw_addr = Signal(signed(32))
+        aw = clog2(max(cfg.spm_rows, cfg.acc_rows))     # row addresses: the ports' bits (checked at start)
+        lw_addr = Signal(aw)
         pending = Signal()
         swap_timer = Signal(range(R + C + 1))
         lw_go = go & is_lw
@@ -87,7 +89,7 @@ class MxuUnit(UnitBase):
         # ---- matmul streaming ----------------------------------------------------------------
         mm_active = Signal()
         mm_i, mm_n = Signal.like(mm.n), Signal.like(mm.n)
-        mm_src, mm_dst = Signal(signed(32)), Signal(signed(32))
+        mm_src, mm_dst = Signal(aw), Signal(aw)
         mm_acc, mm_mask = Signal(), Signal(event_width(cfg))
         mm_go = go & ~is_lw
         swap = mm_go & pending

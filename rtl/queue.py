@@ -1,12 +1,19 @@
 """A unit's instruction queue and its repeat sequencer (docs/microarchitecture.md sections 1-2).
 
 The issue stage pushes an *entry*: the instruction word plus what it snapshots at issue (the
-resolved base address of every stride slot, a scalar operand, and the trip counts and strides of
-its loop nest, level 0 outermost). The queue holds ``QUEUE_DEPTH`` entries; an entry leaves the
-queue in the cycle its last instance starts (so it occupies the queue from its issue cycle to
-that start cycle, as the contract counts). The sequencer walks the head entry's nest, innermost
-index fastest, one instance per ``start``; addresses are kept as per-level running offsets
-(no multiplier): ``addr_k = base_k + sum_j off_{j,k}``.
+resolved base address of every stride slot, a scalar operand, and the trip counts of its loop
+nest, level 0 outermost, with the nest's *jumps*, see below). The queue holds ``QUEUE_DEPTH``
+entries; an entry leaves the queue in the cycle its last instance starts (so it occupies the
+queue from its issue cycle to that start cycle, as the contract counts). The sequencer walks the
+head entry's nest, innermost index fastest, one instance per ``start``.
+
+Addresses without a multiplier or a sum over the levels: when level j advances, every level
+inside it is at its last iteration and restarts, so the instance's address moves by
+``jump_{j,k} = stride_{j,k} - sum over levels l > j of (count_l - 1) * stride_{l,k}`` whatever the
+other indices are (levels outside the nest count 1 and add nothing). The issue stage computes the
+jumps (``nest_jumps`` is the same in Python); the sequencer keeps one running offset per slot,
+``addr_k = base_k + off_k``, and adds the advancing level's jump to it (all modulo 2**32, as the
+addresses are).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from isa.timing import QUEUE_DEPTH
 
 from .decode import word_layout
 
-__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width"]
+__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width", "nest_jumps"]
 
 UNITS = len(Unit)
 #: width of an instance index on the trace port (wraps modulo 2**32)
@@ -34,7 +41,27 @@ def event_width(cfg) -> int:
     return UNITS + clog2(cfg.imem_words) + INDEX_BITS
 
 
+def nest_jumps(counts, strides) -> list[list[int]]:
+    """``jump[j][k]`` (signed 32-bit) of a nest given its levels' trip counts and strides (level 0
+    outermost): how far slot k's address moves when level j advances (see the module docstring)."""
+    def s32(v):
+        v &= (1 << 32) - 1
+        return v - (1 << 32) if v >> 31 else v
+    out = []
+    for j in range(len(counts)):
+        out.append([s32(strides[j][k] - sum((counts[l] - 1) * strides[l][k] for l in range(j + 1, len(counts))))
+                    for k in range(STRIDE_SLOTS)])
+    return out
+
+
+#: bits of a DMA entry's DRAM window bounds (``rtl.dma.dram_window``)
+WINDOW_BITS = 33
+
+
 def entry_layout(cfg) -> data.StructLayout:
+    """``cnt[j]``/``jump[j]`` mean something for the levels of the nest only (j < depth); ``zero``:
+    some level of the nest counts 0 (the entry has no instance); ``dram_lo``/``dram_hi``: a DMA
+    instruction's DRAM window (``rtl.dma.dram_window``)."""
     return data.StructLayout({
         "word": word_layout(cfg),
         "pc": unsigned(clog2(cfg.imem_words)),
@@ -42,8 +69,10 @@ def entry_layout(cfg) -> data.StructLayout:
         "base": data.ArrayLayout(signed(32), STRIDE_SLOTS),
         "sval": signed(32),
         "depth": unsigned(3),
+        "zero": unsigned(1),
+        "dram_lo": signed(WINDOW_BITS), "dram_hi": signed(WINDOW_BITS),
         "cnt": data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH),
-        "stride": data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH),
+        "jump": data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH),
     })
 
 
@@ -62,6 +91,7 @@ class RepeatQueue(wiring.Component):
       word      Out(word_layout)       the head entry's instruction
       addr      Out(ArrayLayout(signed(32), 3))  the current instance's slot addresses
       sval      Out(signed(32))        the scalar operand snapshotted at issue
+      dram_lo, dram_hi Out(signed(33)) a DMA entry's DRAM window (``rtl.dma.dram_window``)
       first     Out(1)                 current instance is the first of its nest
       last      Out(1)                 current instance is the last (its start pops the entry)
       wait_now  Out(7)                 tokens this instance (or zero entry) consumes at start
@@ -81,6 +111,7 @@ class RepeatQueue(wiring.Component):
             "push": In(EntrySignature(cfg)),
             "valid": Out(1), "zero": Out(1), "word": Out(word_layout(cfg)),
             "addr": Out(data.ArrayLayout(signed(32), STRIDE_SLOTS)), "sval": Out(signed(32)),
+            "dram_lo": Out(signed(WINDOW_BITS)), "dram_hi": Out(signed(WINDOW_BITS)),
             "first": Out(1), "last": Out(1), "wait_now": Out(UNITS), "signal_now": Out(UNITS),
             "pc": Out(clog2(cfg.imem_words)), "index": Out(INDEX_BITS), "issued_at": Out(32), "event": Out(event_width(cfg)),
             "start": In(1), "level": Out(range(QUEUE_DEPTH + 1)),
@@ -100,38 +131,38 @@ class RepeatQueue(wiring.Component):
         push = self.push.valid & self.push.ready
         m.d.comb += wp.en.eq(push)
 
-        # nest state of the head entry
-        idx = [Signal(32, name=f"idx{j}") for j in range(MAX_REPEAT_DEPTH)]
-        off = [[Signal(signed(32), name=f"off{j}_{k}") for k in range(STRIDE_SLOTS)]
-               for j in range(MAX_REPEAT_DEPTH)]
-        cnt = [Mux(j < e.depth, e.cnt[j], 1) for j in range(MAX_REPEAT_DEPTH)]
+        # nest state of the head entry: every level's index, every slot's running offset
+        D = MAX_REPEAT_DEPTH
+        idx = [Signal(32, name=f"idx{j}") for j in range(D)]
+        off = [Signal(signed(32), name=f"off{k}") for k in range(STRIDE_SLOTS)]
+        first = Signal(init=1)      # no instance of the head entry has started yet
+        # a level outside the nest (j >= depth) has one iteration: it is always at its end and its
+        # index stays 0
+        used = [e.depth > j for j in range(D)]
         nonempty = level != 0
-        zero_trip = Const(0)
-        for j in range(MAX_REPEAT_DEPTH):
-            zero_trip = zero_trip | (cnt[j] == 0)
-        at_end = [idx[j] + 1 == cnt[j] for j in range(MAX_REPEAT_DEPTH)]
+        zero_trip = e.zero
+        at_end = [Signal(name=f"at_end{j}") for j in range(D)]     # (named: each is used often)
+        m.d.comb += [at_end[j].eq(~used[j] | (idx[j] + 1 == e.cnt[j])) for j in range(D)]
         if os.environ.get("TETRACHIP_RTL_BUG") == "repeat":
             # injected fault for co-simulation (docs/cosim.md), off by default: the outermost
             # level of a nest of depth >= 2 ends one iteration early when its trip count is >= 3
-            at_end[0] = at_end[0] | ((e.depth >= 2) & (cnt[0] >= 3) & (idx[0] + 2 == cnt[0]))
-        first = Const(1)
+            early = Signal()
+            m.d.comb += early.eq(at_end[0] | ((e.depth >= 2) & (e.cnt[0] >= 3) & (idx[0] + 2 == e.cnt[0])))
+            at_end[0] = early
         last = Const(1)
-        for j in range(MAX_REPEAT_DEPTH):
-            first = first & (idx[j] == 0)
+        for j in range(D):
             last = last & at_end[j]
         hdr = e.word.dma      # every queued format starts with the same header (rep_base .. signal)
         each = hdr.sync == Sync.EACH
         m.d.comb += [
             self.valid.eq(nonempty & ~zero_trip), self.zero.eq(nonempty & zero_trip),
             self.word.eq(e.word), self.sval.eq(e.sval), self.first.eq(first), self.last.eq(last),
+            self.dram_lo.eq(e.dram_lo), self.dram_hi.eq(e.dram_hi),
             self.wait_now.eq(Mux(zero_trip, Mux(each, 0, hdr.wait), Mux(each | first, hdr.wait, 0))),
             self.signal_now.eq(Mux(zero_trip, Mux(each, 0, hdr.signal), Mux(each | last, hdr.signal, 0))),
         ]
         for k in range(STRIDE_SLOTS):
-            a = e.base[k]
-            for j in range(MAX_REPEAT_DEPTH):
-                a = a + off[j][k]
-            m.d.comb += self.addr[k].eq(a)
+            m.d.comb += self.addr[k].eq(e.base[k] + off[k])
 
         pop = Signal()
         m.d.comb += pop.eq(nonempty & self.start & (zero_trip | last))
@@ -141,22 +172,34 @@ class RepeatQueue(wiring.Component):
             m.d.sync += index.eq(0)
         with m.Elif(self.start & nonempty):
             m.d.sync += index.eq(index + 1)
-        with m.If(self.start & nonempty):
+        # the level that advances: the innermost one not at its end (levels inside it restart)
+        step = [Signal(name=f"step{j}") for j in range(D)]
+        lvl = Signal(range(D))      # its number
+        carry = Const(1)
+        for j in reversed(range(D)):
+            m.d.comb += step[j].eq(carry & ~at_end[j])
+            with m.If(step[j]):
+                m.d.comb += lvl.eq(j)
+            carry = carry & at_end[j]
+        # (written as a reset and an enable per register, which flip-flops have: nested
+        # conditions here became a multiplexer per bit)
+        moves = self.start & nonempty & ~pop
+        with m.If(pop):
+            m.d.sync += first.eq(1)
+        with m.Elif(moves):
+            m.d.sync += first.eq(0)
+        for k in range(STRIDE_SLOTS):
             with m.If(pop):
-                for j in range(MAX_REPEAT_DEPTH):
-                    m.d.sync += idx[j].eq(0)
-                    m.d.sync += [o.eq(0) for o in off[j]]
-            with m.Else():
-                # increment the innermost level that is not at its end; reset the ones inside it
-                carry = Const(1)
-                for j in reversed(range(MAX_REPEAT_DEPTH)):
-                    with m.If(carry & at_end[j]):
-                        m.d.sync += idx[j].eq(0)
-                        m.d.sync += [o.eq(0) for o in off[j]]
-                    with m.Elif(carry):
-                        m.d.sync += idx[j].eq(idx[j] + 1)
-                        m.d.sync += [off[j][k].eq(off[j][k] + e.stride[j][k]) for k in range(STRIDE_SLOTS)]
-                    carry = carry & at_end[j]
+                m.d.sync += off[k].eq(0)
+            with m.Elif(moves):
+                m.d.sync += off[k].eq(off[k] + e.jump[lvl][k])
+        outer = Const(0)            # a level outside this one advances: this one restarts
+        for j in range(D):
+            with m.If(pop | (moves & outer)):
+                m.d.sync += idx[j].eq(0)
+            with m.Elif(moves & step[j]):
+                m.d.sync += idx[j].eq(idx[j] + 1)
+            outer = outer | step[j]
         with m.If(pop):
             m.d.sync += head.eq(Mux(head == QUEUE_DEPTH - 1, 0, head + 1))
         with m.If(push):

@@ -46,7 +46,8 @@ def TokenSignature() -> wiring.Signature:
     ok        In(1)    every counter (P, this unit) for P in ``wait`` is >= 1
     take      Out(1)   the head instance starts: decrement those counters
     sig_valid Out(3)   retire events this cycle
-    sig_mask  Out(21)  7 bits per event: consumers to signal
+    sig_mask  Out(21)  7 bits per event: consumers to signal (0 in a slot without an event, so a
+                       counter adds up its mask bits alone)
     busy      Out(1)   the queue holds an entry or an instance is in flight
     err       Out(1)   an error condition at this cycle
     err_code  Out(4)   its ``ErrorCode``
@@ -142,7 +143,7 @@ class UnitBase(wiring.Component):
         dec = Const(0, 2)
         tr = self.trace
         for i, (v, ev) in enumerate(evs):
-            m.d.comb += [tok.sig_valid[i].eq(v), tok.sig_mask[i].eq(ev[:UNITS])]
+            m.d.comb += [tok.sig_valid[i].eq(v), tok.sig_mask[i].eq(Mux(v, ev[:UNITS], 0))]
             if i:
                 dec = dec + v
                 m.d.comb += [tr.retire[i - 1].eq(v), tr.retire_pc[i - 1].eq(ev[UNITS:UNITS + pcw]),

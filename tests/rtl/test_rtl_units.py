@@ -1,19 +1,24 @@
-"""Components alone with random stimuli: decoder vs isa.encoding, repeat queue vs
+"""Components alone with random stimuli: decoder vs isa.encoding (random and limit values), the DMA
+DRAM window vs isa.semantics.dma_footprint, repeat queue vs
 isa.semantics.expand_nest, VPU datapath vs isa.semantics (binary, unary, requantize, LUT)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
+from amaranth import Module, Signal, signed
 
 from isa import ChipConfig, Instruction, encode
 from isa import semantics as sem
 from isa.encoding import decode
 from isa.errors import DecodeError
-from isa.table import BY_MNEMONIC, INSTRUCTIONS, Round, Space, layout
+from isa.table import BY_MNEMONIC, INSTRUCTIONS, WORD_BITS, Round, Space, derived_widths, layout
 from isa.timing import QUEUE_DEPTH
 from rtl.decode import Decoder
-from rtl.queue import RepeatQueue
+from rtl.dma import dram_window
+from rtl.queue import RepeatQueue, nest_jumps
 from rtl.vpu import ALU_OPS, VpuAlu
 from rtl_helpers import pack, run, unpack
 
@@ -33,12 +38,30 @@ def _random_word(rng, cfg):
     return word
 
 
+def _edge_word(rng, cfg):
+    """An instruction whose fields sit at or next to the limits the decoder checks (a register
+    count, the rows, +-2**15, a field's top value), sometimes with a reserved bit set."""
+    ins = INSTRUCTIONS[rng.integers(len(INSTRUCTIONS))]
+    lay = layout(cfg)
+    word = ins.opcode
+    for s in lay.formats[ins.format]:
+        mx = s.field.max_value(cfg)
+        edges = [0, 1, (1 << s.width) - 1, 1 << (s.width - 1), (1 << (s.width - 1)) - 1]
+        for lim in (cfg.scalar_regs, max(cfg.spm_rows, cfg.acc_rows), 1 << 15, mx or 0):
+            edges += [(v + d) & ((1 << s.width) - 1) for v in (lim, -lim) for d in (-1, 0, 1)]
+        word |= int(edges[rng.integers(len(edges))]) << s.lo
+    used = lay.used_bits(ins.format)
+    if used < WORD_BITS and rng.random() < 0.1:
+        word |= 1 << int(rng.integers(used, WORD_BITS))
+    return word
+
+
 @pytest.mark.parametrize("name", ["tiny", "small"])
 def test_decoder_matches_isa_decode(name):
     cfg = ChipConfig.preset(name)
     rng = np.random.default_rng(7)
     dut = Decoder(cfg)
-    words = [_random_word(rng, cfg) for _ in range(400)]
+    words = [_random_word(rng, cfg) for _ in range(400)] + [_edge_word(rng, cfg) for _ in range(1500)]
     for ins in INSTRUCTIONS:
         words.append(encode(Instruction.make(ins.mnemonic), cfg))
 
@@ -100,10 +123,12 @@ def test_repeat_queue_matches_expand_nest():
                 e = dut.push.entry
                 ctx.set(e.word.as_value(), word | (depth << layout(TINY).formats["mm"][1].lo))
                 ctx.set(e.depth, depth)
+                ctx.set(e.zero, int(0 in counts))
+                jumps = nest_jumps(counts, strides)
                 for j in range(4):
                     ctx.set(e.cnt[j], counts[j] if j < depth else 0)
                     for k in range(3):
-                        ctx.set(e.stride[j][k], strides[j][k] if j < depth else 0)
+                        ctx.set(e.jump[j][k], jumps[j][k] if j < depth else 0)
                 for k in range(3):
                     ctx.set(e.base[k], bases[k])
                 pushed += 1
@@ -122,6 +147,52 @@ def test_repeat_queue_matches_expand_nest():
             assert first == (i == 0) and last == (i == T - 1)
             assert wait == (0b10 if sync == 0 or i == 0 else 0)
             assert sig == (0b100 if sync == 0 or i == T - 1 else 0)
+
+
+@pytest.mark.parametrize("name", ["tiny", "small", "tpu"])
+def test_dram_window_matches_dma_footprint(name):
+    """The DMA range check (an instance's address against the window the issue stage derives from
+    rows, len and the strides) agrees with ``isa.semantics.dma_footprint`` inside DRAM or not,
+    including ranges that just fit, just miss, and strides beyond DRAM."""
+    cfg = ChipConfig.preset(name)
+    dw = derived_widths(cfg)
+    rng = np.random.default_rng(11)
+    K = cfg.dram_bytes
+    m = Module()
+    dram, rows, ln = Signal(signed(32)), Signal(dw["count"]), Signal(dw["lane"])
+    rs, es, acc, ok = Signal(signed(32)), Signal(signed(16)), Signal(), Signal()
+    lo, hi = dram_window(m, cfg, SimpleNamespace(rows=rows, len=ln, rstride=rs, estride=es, space=acc))
+    m.d.comb += ok.eq((rows == 0) | (ln == 0) | ((dram + lo >= 0) & (dram + hi < 0)))
+
+    def s32(v):
+        return ((int(v) + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+    def pick(*vals):
+        return int(vals[rng.integers(len(vals))])
+
+    async def bench(ctx):
+        n_out = 0
+        for _ in range(1500):
+            sp = int(rng.integers(2))
+            R = pick(0, 1, 2, 3, rng.integers(1 << dw["count"]))
+            L = pick(0, 1, 2, cfg.cols, rng.integers(cfg.cols + 1))
+            RS = s32(pick(0, 1, -1, 4, K, -K, K + 1, K - 1, K // 3, -(K // 3), rng.integers(-K, K),
+                          rng.integers(-(1 << 31), 1 << 31), (1 << 31) - 1, -(1 << 31)))
+            ES = pick(0, 1, -1, 4, -4, rng.integers(-(1 << 15), 1 << 15), (1 << 15) - 1, -(1 << 15))
+            D = s32(pick(0, 1, -1, K - 1, K, rng.integers(0, K), rng.integers(-(1 << 31), 1 << 31)))
+            if R and L and rng.random() < 0.5:      # just inside or just outside either end
+                r1, e1 = (R - 1) * RS, (L - 1) * ES
+                low, high = min(0, r1) + min(0, e1), max(0, r1) + max(0, e1) + (4 if sp else 1)
+                D = s32(pick(-low, -low - 1, K - high, K - high + 1))
+            for sig, v in ((dram, D), (rows, R), (ln, L), (rs, RS), (es, ES), (acc, sp)):
+                ctx.set(sig, v)
+            a, b = sem.dma_footprint(D, R, L, RS, ES, sp)
+            want = not (b > a and (a < 0 or b > K))
+            n_out += not want
+            assert ctx.get(ok) == want, (D, R, L, RS, ES, sp)
+        return n_out
+
+    assert run(m, bench, clock=False) > 300
 
 
 class _AluStream:
