@@ -31,7 +31,7 @@ from isa.timing import BRANCH_PENALTY, TOKEN_MAX
 
 from .decode import Decoder
 from .dma import dram_window
-from .queue import UNITS, EntrySignature, entry_layout
+from .queue import UNITS, EntrySignature, entry_layout, pack
 from .unit import ERR_BITS, RowReadSignature, RowWriteSignature, TokenSignature
 
 __all__ = ["IssueStage", "QUEUED", "READ_PORTS"]
@@ -375,38 +375,40 @@ class IssueStage(wiring.Component):
         target = Mux(is_("jmp"), w.jump.target, br.target)
 
         # ---- queue entries -----------------------------------------------------------------------
-        entry = Signal(entry_layout(cfg))
         hdr = w.dma
-        m.d.comb += [entry.word.eq(self.word), entry.pc.eq(pc), entry.q.eq(self.cycles), entry.depth.eq(hdr.rep_depth)]
-        nest = []
+        nest, cnts = [], []
         zero = Const(0)
         for j in range(MAX_REPEAT_DEPTH):
             rp = lmem.read_port(domain="comb")
             used = hdr.rep_depth > j
             li = hdr.rep_base + j
-            m.d.comb += [rp.addr.eq(Mux(used, li, cfg.loop_regs)), entry.cnt[j].eq(rp.data.cnt)]
+            m.d.comb += rp.addr.eq(Mux(used, li, cfg.loop_regs))
             # a register not written in this run counts 0: the nest is empty (and its other
             # counts, strides and jumps are not looked at)
             zero = zero | (used & (~lvalid.bit_select(li, 1) | (rp.data.cnt == 0)))
             nest.append(rp.data)
-        m.d.comb += entry.zero.eq(zero)
+            cnts.append(rp.data.cnt)
         lo, hi = dram_window(m, cfg, w.dma)        # (used by the DMA units only)
-        m.d.comb += [entry.dram_lo.eq(lo), entry.dram_hi.eq(hi)]
         # jump_j = stride_j - (the rewinds of the levels inside j)
+        jumps = [[None] * STRIDE_SLOTS for _ in range(MAX_REPEAT_DEPTH)]
         for k in range(STRIDE_SLOTS):
             inside = Const(0, signed(32))
             for j in reversed(range(MAX_REPEAT_DEPTH)):
                 jump = Signal(signed(32), name=f"jump{j}_{k}")
-                m.d.comb += [jump.eq(nest[j].stride[k] - inside), entry.jump[j][k].eq(jump)]
+                m.d.comb += jump.eq(nest[j].stride[k] - inside)
+                jumps[j][k] = jump
                 if j:
                     acc = Signal(signed(32), name=f"inside{j}_{k}")
                     m.d.comb += acc.eq(inside + nest[j].rew[k])
                     inside = acc
-        for k in range(STRIDE_SLOTS):
-            m.d.comb += entry.base[k].eq(sums[k][:32])
         svals = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
-        m.d.comb += entry.sval.eq(Mux(sval_reg, rport[READ_PORTS - 1],
-                                      _one_of([(c, v) for c, v in grouped(svals)], 32)))
+        entry = Signal(entry_layout(cfg))
+        m.d.comb += entry.eq(pack(m, entry_layout(cfg), {
+            "word": self.word, "pc": pc, "q": self.cycles, "depth": hdr.rep_depth, "zero": zero,
+            "dram_lo": lo, "dram_hi": hi, "cnt": cnts, "jump": jumps,
+            "base": [sums[k][:32] for k in range(STRIDE_SLOTS)],
+            "sval": Mux(sval_reg, rport[READ_PORTS - 1], _one_of([(c, v) for c, v in grouped(svals)], 32))},
+            name="entry_part"))
         for u in QUEUED:
             m.d.comb += [queues[u].entry.eq(entry),
                          queues[u].valid.eq(issue & dec.queued & (dec.unit == u))]
