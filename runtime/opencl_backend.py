@@ -61,6 +61,8 @@ def find_device():
 
 
 _PROGRAMS: dict = {}   # (context id, kernel source) -> cl.Kernel, shared by every backend in the process
+_CONTEXTS: dict = {}   # device -> cl.Context: one per device for the whole process, never freed, so a
+                       # context id in _PROGRAMS can never be reused by a later context (INVALID_CONTEXT)
 
 
 class OpenCLBackend:
@@ -68,7 +70,10 @@ class OpenCLBackend:
 
     def __init__(self):
         self.cl, self.device = find_device()
-        self.ctx = self.cl.Context([self.device])
+        key = (self.device.platform.name, self.device.name, self.device.int_ptr)
+        if key not in _CONTEXTS:
+            _CONTEXTS[key] = self.cl.Context([self.device])
+        self.ctx = _CONTEXTS[key]
         self.queue = self.cl.CommandQueue(self.ctx)
         self.launches = 0
         self.log: list[str] = []

@@ -106,3 +106,16 @@ def test_no_platform_names_what_to_install(monkeypatch):
     monkeypatch.setattr(cl, "get_platforms", lambda: [])
     with pytest.raises(DeviceUnavailable, match="no OpenCL device found"):
         tc.Device("opencl")
+
+
+def test_devices_created_and_dropped_keep_working(ocl):
+    """Backends come and go (every ``Device("opencl")`` makes one); a kernel cached for one must never
+    be launched with another's freed context (pyopencl: INVALID_CONTEXT), however ids are reused."""
+    import gc
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for _ in range(12):
+        dev = tc.Device("opencl")
+        (got,), _ = _launched(dev, (tc.Tensor(a) * 2 + 1).exp().sum(1))
+        np.testing.assert_allclose(got, np.exp(a * 2 + 1).sum(1), rtol=1e-5)
+        del dev
+        gc.collect()
