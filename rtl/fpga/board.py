@@ -14,7 +14,7 @@ from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Mo
 
 from .devices import board as get_board, device as get_device
 from .fit import check
-from .flow import ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, RACE_FREE_BANKS, FlowError, Report, _mems, apply_pnr, cell_resources, tool
+from .flow import ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ROUTER, RACE_FREE_BANKS, FlowError, Report, _mems, apply_pnr, cell_resources, tool
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -63,6 +63,7 @@ class BoardTop(Elaboratable):
         locked = Signal()
         if self.pll:
             p = self.pll
+            clk_pll = Signal()      # the PLL's output: a plain signal (a ClockSignal cannot carry a constraint)
             m.submodules.pll = Instance(
                 "EHXPLLL",
                 a_FREQUENCY_PIN_CLKI=str(self.board.clk_mhz), a_FREQUENCY_PIN_CLKOP=f"{p['fout']:.4f}",
@@ -72,11 +73,12 @@ class BoardTop(Elaboratable):
                 p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD", p_CLKOP_ENABLE="ENABLED",
                 p_CLKOP_DIV=p["CLKOP_DIV"], p_CLKOP_CPHASE=p["CLKOP_CPHASE"], p_CLKOP_FPHASE=0,
                 p_FEEDBK_PATH="CLKOP", p_CLKI_DIV=p["CLKI_DIV"], p_CLKFB_DIV=p["CLKFB_DIV"],
-                i_CLKI=clk_in.io, i_CLKFB=ClockSignal("sync"), i_RST=Const(0), i_STDBY=Const(0),
+                i_CLKI=clk_in.io, i_CLKFB=clk_pll, i_RST=Const(0), i_STDBY=Const(0),
                 i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(1), i_PHASESTEP=Const(1),
                 i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0), i_ENCLKOP=Const(0),
-                o_CLKOP=ClockSignal("sync"), o_LOCK=locked)
-            platform.add_clock_constraint(ClockSignal("sync"), p["fout"] * 1e6)
+                o_CLKOP=clk_pll, o_LOCK=locked)
+            m.d.comb += ClockSignal("sync").eq(clk_pll)
+            platform.add_clock_constraint(clk_pll, p["fout"] * 1e6)
         else:
             from amaranth.lib import io
             m.submodules.clkbuf = buf = io.Buffer("i", clk_in)
@@ -126,7 +128,7 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
             platform.build(top, name="top", build_dir=str(out), do_program=False,
                            script_after_read=RACE_FREE_BANKS + "\n" + ECP5_COARSE_NOSHARE, synth_opts=ECP5_MAP_OPTS,
                            script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",
-                           nextpnr_opts=f"--report pnr.json --timing-allow-fail --seed {seed}")
+                           nextpnr_opts=f"--report pnr.json --timing-allow-fail --seed {seed} " + " ".join(PNR_ROUTER))
     except Exception as e:      # amaranth raises on a failed tool; name the log
         raise FlowError(f"board build failed ({e}); logs in {out}/top.rpt (yosys), {out}/top.tim (nextpnr)") from None
     finally:

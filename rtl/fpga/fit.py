@@ -5,13 +5,14 @@ The model counts what dominates ``FpgaTop(cfg)``:
 * the array: per PE one hard multiplier ("dsp") or ``LUT_PER_LUT_MAC`` LUTs ("lut"), plus
   ``LUT_PER_PE`` LUTs (the 32-bit partial-sum adder) and ``FF_PER_PE`` flip-flops;
 * memories: one with a single write port and only registered reads maps to block RAM, one copy per
-  read port; the chip's SPM and ACC have several write ports (DMA, VPU, link, scalar unit, MXU)
-  and combinational read ports (DMA store, link transmit, scalar unit), which no FPGA block RAM
-  has: Yosys builds them from flip-flops (one per bit) and read multiplexers
-  (``LUT_PER_FF_MEM_BIT_PORT`` LUTs per bit per read port);
-* the rest (issue stage, queues, VPU, DMA): ``LUT_BASE + LUT_PER_LANE * cols`` LUTs,
-  ``FF_BASE + FF_PER_LANE * cols`` FFs, ``DSP_PER_LANE * cols`` multipliers (the VPU's lane
-  multiply and requantizer).
+  read port (the instruction memory); the chip's SPM and ACC have several write ports (DMA, VPU,
+  link, scalar unit, MXU) and combinational read ports (DMA store, link transmit, scalar unit).
+  Built as live-value-table memories (``mem="lvt"``, rtl/mem.py, the FPGA default) they take a
+  bank per (write, read) port pair in block or LUT RAM plus a bank select per read port; built
+  flat they are flip-flops with read multiplexers (``LUT_PER_FF_MEM_BIT_PORT`` per bit and port);
+* the rest (issue stage, queues, VPU, DMA, links, the host top): ``LUT_BASE + LUT_PER_LANE *
+  cols`` LUTs, ``FF_BASE + FF_PER_LANE * cols`` FFs, ``DSP_BASE + DSP_PER_LANE * cols``
+  multipliers (the issue stage's and the VPU lanes').
 
 Constants are calibrated on Yosys' synth_ecp5 results (docs/fpga.md lists them); the check refuses a
 build whose estimate exceeds the device, and names every resource over.
@@ -23,9 +24,10 @@ from dataclasses import dataclass
 
 from isa.errors import TetrachipError
 from isa.table import WORD_BITS
+from isa.timing import lut_rows
 
 from ..chip import MEMORY_PORTS as CHIP_MEMORY_PORTS
-from ..mem import IMPLS
+from ..mem import IMPLS, LUTRAM_DEPTH
 from .devices import Device
 
 __all__ = ["Estimate", "estimate", "estimate_array", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY"]
@@ -55,18 +57,25 @@ FF_PER_PE = 53                #: input, swap, front/shadow weights, partial sum,
 FF_PER_PE_REG = 16            #: per product register stage (``mac="...+reg"`` / ``+reg2``)
 LUT_PER_LUT_MAC = 215         #: a LUT product (rtl/mac.py, Baugh-Wooley)
 LUT_PER_LUT_MAC_REG2 = 25     #: ... more with its mid-tree register (8x8 dsp:28+reg2: 11287 LUT)
-LUT_PER_FF_MEM_BIT_PORT = 0.6
+#: flat memories in flip-flops: LUTs per bit and read port (measured 1.5 on tiny's 64-row SPM,
+#: 21,152 LUT, and 2.2 on small's 16-row ACC, 53,456 LUT)
+LUT_PER_FF_MEM_BIT_PORT = 1.8
+# lvt memories (rtl/mem.py), measured on RowMemory alone with the chip's ports (docs/fpga.md):
+# SPM 64 rows x 32/64/128 bits: 4,506 / 7,710 / 16,448 LUT; ACC 16 rows x 128/256/512 bits:
+# 5,987 / 12,261 / 24,039 LUT
 LUT_PER_RAM16X4 = 2           #: a TRELLIS_DPR16X4 counts as 2 LUTs (the flow's count, rtl/fpga/flow.py)
-LUT_PER_SEL_INPUT = 0.75      #: lvt: bank select, per read port, bit and extra write port
-LUT_PER_LVT_BIT_PORT = 0.5    #: lvt: the table's flip-flops, per bit and port
-# The rest of the chip, calibrated on two whole-chip runs: FpgaTop(tiny --fpga-mem) mac="dsp"
-# (76229 LUT, 14372 FF, 49 DSP) and FpgaTop(small --fpga-mem) mac="dsp+reg" (133279 LUT, 24668 FF,
-# 117 DSP). Their difference gives the per-lane part, given the flip-flop memories' term below
-# (LUT_PER_FF_MEM_BIT_PORT is not separately measured: --fpga-mem memories scale with cols too).
-LUT_BASE, LUT_PER_LANE = 20500, 9800
-FF_BASE, FF_PER_LANE = 6800, 660
-DSP_BASE = 1                  #: the issue stage's address multiply
-DSP_PER_LANE = {"ecp5": 8, "ice40": 8}   #: measured 8 (tiny) and 6.5 (small): the upper one
+LUT_PER_SEL_INPUT = 1.33      #: bank select: per row bit, read port and write port beyond the first
+LUT_PER_RAM_DEPTH_MUX = 2.1   #: per row bit of a combinational bank and 16-row cell beyond the first
+# The rest of the chip (issue stage, queues, DMA, VPU, links, host top), calibrated on two whole-chip
+# runs, FpgaTop(tiny --fpga-mem) and FpgaTop(small --fpga-mem), mac="dsp+reg2", mem="lvt":
+# 24,946 / 38,321 LUT, 7,827 / 15,166 FF, 43 / 103 DSP, 39 / 51 BRAM; minus the array's and the
+# memories' terms above, the difference of the two gives the per-lane part (docs/fpga.md).
+LUT_BASE, LUT_PER_LANE = 12900, 330
+FF_BASE, FF_PER_LANE = 3030, 335
+DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
+DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
+#: the VPU's lookup table (one copy per lane, lut_rows deep) goes to block RAM when deeper than this
+VPU_LUT_BRAM_DEPTH = 32
 
 
 class FitError(TetrachipError, ValueError):
@@ -98,12 +107,6 @@ def _bram_blocks(width: int, depth: int, dev: Device) -> int:
     return min(-(-width // w) * -(-depth // d) for d, w in modes)
 
 
-def _lutram(width: int, depth: int) -> int:
-    """LUTs of one LUT-RAM copy with a combinational read: 16x4 RAM cells plus the depth multiplexer."""
-    cells = -(-width // 4) * -(-depth // 16)
-    return LUT_PER_RAM16X4 * cells + width * (-(-depth // 16) - 1)
-
-
 def _memory(width, depth, ports, dev, mem="flat"):
     """(luts, ffs, brams) of one memory."""
     w, r_sync, r_comb = ports
@@ -112,11 +115,17 @@ def _memory(width, depth, ports, dev, mem="flat"):
     bits = width * depth
     if mem == "flat":
         return int(bits * (r_sync + r_comb) * LUT_PER_FF_MEM_BIT_PORT), bits, 0
-    # lvt (rtl/mem.py): a bank per (write, read) port pair, a live-value table, a bank select per read
+    # lvt (rtl/mem.py): a bank per (write, read) port pair, a live-value table, a bank select per
+    # read port; combinational banks (and registered ones of at most LUTRAM_DEPTH rows) in LUT
+    # RAM cells of 16 rows x 4 bits, the other registered banks in block RAM
+    cells = -(-depth // LUTRAM_DEPTH)
+    lut_banks = w * (r_comb + (r_sync if depth <= LUTRAM_DEPTH else 0))
+    per_bit = (lut_banks * cells * LUT_PER_RAM16X4 / 4 + w * r_comb * (cells - 1) * LUT_PER_RAM_DEPTH_MUX
+               + (r_sync + r_comb) * (w - 1) * LUT_PER_SEL_INPUT)
     sel = max(1, (w - 1).bit_length())
-    luts = w * r_comb * _lutram(width, depth) + (r_sync + r_comb) * width * LUT_PER_SEL_INPUT * (w - 1)
-    luts += depth * sel * (r_sync + r_comb + w) * LUT_PER_LVT_BIT_PORT
-    return int(luts), depth * sel, w * r_sync * _bram_blocks(width, depth, dev)
+    ffs = depth * sel + (w * r_sync * width if depth <= LUTRAM_DEPTH else 0)
+    brams = 0 if depth <= LUTRAM_DEPTH else w * r_sync * _bram_blocks(width, depth, dev)
+    return int(per_bit * width), ffs, brams
 
 
 def estimate_array(rows: int, cols: int, dev: Device, mac: str = "dsp") -> Estimate:
@@ -146,6 +155,8 @@ def estimate(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes
         luts, ffs, brams = luts + lu, ffs + ff, brams + br
     dram = min(dram_bytes, cfg.dram_bytes)
     brams += cfg.dma_beat_bytes * _bram_blocks(8, dram // cfg.dma_beat_bytes, dev)
+    if lut_rows(cfg) > VPU_LUT_BRAM_DEPTH:
+        brams += cfg.cols
     return Estimate(int(luts), int(ffs), int(dsps), int(brams))
 
 
@@ -158,7 +169,8 @@ def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: i
         small_mem = all(getattr(cfg, k) <= v for k, v in FPGA_MEMORY.items())
         hint = ("the memories are already --fpga-mem's: the array and units alone are too big; "
                 "a smaller config or a larger device" if small_mem else
-                "SPM and ACC become flip-flops on an FPGA: try --fpga-mem")
+                "SPM and ACC (several write and combinational read ports each) cost LUTs in "
+                "proportion to their rows on an FPGA: try --fpga-mem for the small depths")
         raise FitError(f"config {cfg.name!r} ({mems}, mac={mac}, mem={mem}) does not fit {dev.name}: " + "; ".join(over)
                        + f" (estimate; {hint}; see docs/fpga.md)")
     return est

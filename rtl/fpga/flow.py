@@ -204,10 +204,15 @@ def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str 
     return {k: int(v) for k, v in cells.items()}, secs
 
 
+#: nextpnr's router: router2 routes a congested whole chip in minutes where the default router1 runs
+#: for over an hour (tiny on ECP5: router1 still had half its arcs unrouted after ten minutes)
+PNR_ROUTER = ["--router", "router2"]
+
+
 def nextpnr(out: Path, dev: Device, freq_mhz: float, timeout: float | None = None, seed: int = 1) -> tuple[dict, float]:
     """Place and route ``out/top.json`` out of context; returns (nextpnr's report, seconds)."""
     args = list(dev.pnr_args) + ["--json", "top.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed),
-                                 "--report", "pnr.json", "--timing-allow-fail"]
+                                 "--report", "pnr.json", "--timing-allow-fail"] + PNR_ROUTER
     if dev.family == "ecp5":
         args += ["--out-of-context"]
     else:
