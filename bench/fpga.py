@@ -10,6 +10,7 @@ Fmax targets are about. Writes JSON (--json) and a Markdown table (--md).
     python bench/fpga.py --quick --json out/fpga.json --md out/fpga.md     # fit model only, no tools
     python bench/fpga.py --json out/fpga.json --md out/fpga.md             # all, with nextpnr (hours)
     python bench/fpga.py --reuse --json out/fpga.json --md out/fpga.md     # reuse OUT/*/report.json
+    python bench/fpga.py --reuse --reuse-json bench/fpga_results.json ...   # and rows of an earlier table
 
 ``--reuse`` takes a run's ``report.json`` from an earlier invocation (or from ``tetrachip fpga
 synth -o OUT/NAME-DEVICE``) when its config, device and mac match, so a long table can be built
@@ -138,7 +139,7 @@ def markdown(rows) -> str:
             e = r["estimate"]
             cells = [f"~{e[k]}" for k in ("luts", "ffs", "dsps", "brams")]
             f, secs = "--", "--"
-        status = r["status"] + (f": {r['reason']}" if r.get("reason") else "")
+        status = r["status"] + (f": {r['reason']}" if r.get("reason") else "") + (", earlier run" if r.get("reused") else "")
         out.append(f"| {r['config']} | {r['device']} | {r['mac']} | {r.get('mem', '--')} | " + " | ".join(cells)
                    + f" | {f} | {secs} | {status} |")
     return "\n".join(out)
@@ -159,17 +160,32 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("build/bench-fpga"))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
+    ap.add_argument("--reuse-json", type=Path, metavar="FILE",
+                    help="take measured rows from an earlier run's JSON (e.g. bench/fpga_results.json) "
+                         "when design, device, mac and memories match: the rest of the table is rebuilt")
     a = ap.parse_args(argv)
+    earlier = json.loads(a.reuse_json.read_text()) if a.reuse_json else []
+
+    def from_earlier(row):
+        """The earlier measured row for this one's design, device, mac and memory implementation."""
+        for r in earlier:
+            if r.get("status", "").startswith("measured") and all(
+                    r.get(k) == row.get(k) for k in ("config", "device", "mac", "mem", "memories")):
+                return dict(r, reused=str(a.reuse_json))
+        return None
     configs, devices, pnr = [c for c in a.configs.split(",") if c], a.devices.split(","), not a.no_pnr
     kw = dict(pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout, tools=not a.quick, reuse=a.reuse)
     rows = []
     for name in configs:
         for d in devices:
-            rows.append(run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, **kw))
+            quick = run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, **dict(kw, tools=False, reuse=False))
+            old = from_earlier(quick) if "luts" not in quick else None
+            rows.append(old or run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, **kw))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     if not a.no_arrays:
         for r, c, d, mac in ARRAYS:
-            rows.append(run_array(r, c, d, mac, **kw))
+            old = from_earlier(run_array(r, c, d, mac, **dict(kw, tools=False, reuse=False)))
+            rows.append(old or run_array(r, c, d, mac, **kw))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     md = markdown(rows)
     print(md)

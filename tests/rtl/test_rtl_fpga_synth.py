@@ -1,10 +1,11 @@
 """The FPGA flow under Yosys (YoWASP, from PyPI), so a change that breaks FPGA synthesis fails here.
 
-By default (make test): the FPGA-specific parts synthesised for the ECP5 with their resource
-report: the 4x4 array with 8 PEs in hard multipliers and 8 in LUTs (mac="dsp:8"), and the DRAM in
-block RAM. TETRACHIP_FPGA_FULL=1 synthesises the whole FpgaTop(tiny) (several CPU-minutes: Yosys'
-resource sharing and ABC on the VPU and the flip-flop SPM/ACC); TETRACHIP_FPGA_PNR=1 also places
-and routes it. The first Yosys call compiles WebAssembly (cached after)."""
+In make test: the whole FpgaTop(tiny --fpga-mem) (chip, block-RAM DRAM, UART host link; about a
+CPU-minute of Yosys) with its resources checked against the fit model, the FPGA-specific parts
+with their resource reports (the 4x4 array with 8 PEs in hard multipliers and 8 in LUTs, the DRAM
+banks, the LVT memory), the board top's elaboration with and without a PLL, and the fit check's
+refusals. TETRACHIP_FPGA_PNR=1 also places and routes tiny (nextpnr, tens of minutes). The first
+Yosys call compiles WebAssembly (cached after)."""
 
 from __future__ import annotations
 
