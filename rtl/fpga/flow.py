@@ -221,6 +221,39 @@ def nextpnr(out: Path, dev: Device, freq_mhz: float, timeout: float | None = Non
     return json.loads((out / "pnr.json").read_text()), secs
 
 
+def _block(cell: str) -> str:
+    """The design block a netlist cell belongs to: its hierarchical name up to the first name
+    Yosys made up (``core.chip.issue.sum0_CCU2C_S1_3`` -> ``core.chip.issue``)."""
+    parts = cell.split(".")
+    keep = []
+    for p in parts[:-1]:
+        if any(c in p for c in "$[_") and keep:
+            break
+        keep.append(p)
+    return ".".join(keep) or cell
+
+
+def path_by_block(steps: list) -> list[str]:
+    """nextpnr's worst path, condensed: consecutive steps in the same block summed, routing
+    counted with the block it enters; each line ``block: N ns (logic L ns, levels K)``. Yosys
+    names a mapped cell after the net it drives, so logic that computes a block's input counts
+    with the block whose signal it drives (e.g. decode logic on ``imem``'s read data)."""
+    out, total = [], 0.0
+    for s in steps:
+        cell = (s.get("to") or s.get("from") or {}).get("cell", "")
+        blk, d = _block(cell), float(s.get("delay", 0))
+        total += d
+        logic = d if s.get("type") in ("logic", "clk-to-q", "setup") else 0.0
+        if out and out[-1][0] == blk:
+            out[-1][1] += d
+            out[-1][2] += logic
+            out[-1][3] += s.get("type") == "logic"
+        else:
+            out.append([blk, d, logic, int(s.get("type") == "logic")])
+    lines = [f"{b}: {d:.1f} ns (logic {lg:.1f} ns, {n} levels)" for b, d, lg, n in out]
+    return lines + [f"total {total:.1f} ns"]
+
+
 def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
     """Fill ``rep`` from nextpnr's JSON report (utilization, Fmax of the sync clock, critical path)."""
     util = pnr.get("utilization", {})
@@ -238,10 +271,7 @@ def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
         rep.fmax_mhz = round(min(v["achieved"] for v in fmax.values()), 2)
     paths = pnr.get("critical_paths", [])
     if paths:
-        worst = paths[0]
-        steps = worst.get("path", [])
-        rep.critical_path = [f"{s.get('type')} {s.get('from', {}).get('cell', '')} -> "
-                             f"{s.get('to', {}).get('cell', '')} {s.get('delay', 0):.2f} ns" for s in steps][-12:]
+        rep.critical_path = path_by_block(paths[0].get("path", []))
     rep.placed, rep.stage = True, "pnr"
 
 

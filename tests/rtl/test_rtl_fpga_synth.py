@@ -233,3 +233,15 @@ def test_board_top_prepares_with_and_without_pll(freq):
     assert ("EHXPLLL" in rtlil) == (freq is not None)
     if freq is not None:
         assert top.pll["fout"] == pytest.approx(freq, rel=0.02)
+
+
+def test_critical_path_condensed_by_block():
+    from rtl.fpga.flow import path_by_block
+    steps = [{"type": "clk-to-q", "from": {"cell": "core.chip.imem.0.0"}, "to": {"cell": "core.chip.imem.0.0"}, "delay": 5.0},
+             {"type": "routing", "from": {"cell": "core.chip.imem.0.0"}, "to": {"cell": "core.chip.issue.sum0_CCU2C_S1"}, "delay": 2.0},
+             {"type": "logic", "from": {"cell": "core.chip.issue.sum0_CCU2C_S1"}, "to": {"cell": "core.chip.issue.sum0_CCU2C_S1"}, "delay": 0.5},
+             {"type": "routing", "from": {"cell": "core.chip.issue.sum0_CCU2C_S1"}, "to": {"cell": "core.chip.acc.lvt[9]_FF"}, "delay": 1.0},
+             {"type": "setup", "from": {"cell": "core.chip.acc.lvt[9]_FF"}, "to": {"cell": "core.chip.acc.lvt[9]_FF"}, "delay": 0.25}]
+    assert path_by_block(steps) == ["core.chip.imem.0: 5.0 ns (logic 5.0 ns, 0 levels)",
+                                    "core.chip.issue: 2.5 ns (logic 0.5 ns, 1 levels)",
+                                    "core.chip.acc: 1.2 ns (logic 0.2 ns, 0 levels)", "total 8.8 ns"]
