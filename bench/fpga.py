@@ -31,6 +31,7 @@ from isa import ChipConfig  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
 from rtl.fpga.fit import DSP_BASE, DSP_PER_LANE, FPGA_MEMORY, estimate, estimate_array, fpga_config  # noqa: E402
 from rtl.fpga.flow import FlowError, synth, synth_array  # noqa: E402
+from rtl.mem import IMPLS  # noqa: E402
 
 CONFIGS = ["tiny", "small", "base"]
 TARGETS = ["ecp5-25k", "ecp5-85k", "ice40-up5k"]
@@ -150,7 +151,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the fit model's estimates only (no tools)")
     ap.add_argument("--reuse", action="store_true", help="reuse OUT/*/report.json of matching earlier runs")
     ap.add_argument("--full-mem", action="store_true", help="the presets' memories (default: --fpga-mem depths)")
-    ap.add_argument("--mem", choices=["lvt", "flat"], default="lvt", help="SPM/ACC implementation (rtl/mem.py)")
+    ap.add_argument("--mem", choices=IMPLS, default="lvt", help="SPM/ACC implementation (rtl/mem.py)")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--devices", default=",".join(TARGETS))
     ap.add_argument("--no-arrays", action="store_true", help="skip the array-alone rows")

@@ -20,7 +20,12 @@ two implementations with the same ports and the same cycle behaviour:
     combinational read port at the same address (``write_port(merge=...)``), so every bank write
     is a whole row.
 
-Both implementations: a write lands at the end of its cycle; a combinational read sees every
+``impl="lvt-bram"``
+    the same, with every registered-read bank in block RAM whatever its depth: a 16-row ACC
+    bank takes a few mostly empty block RAMs instead of LUT RAM cells, which frees the logic
+    slices that each LUT RAM cell blocks (three per cell on an ECP5: two RAM, one write port).
+
+All implementations: a write lands at the end of its cycle; a combinational read sees every
 write of earlier cycles; a registered read returns next cycle what the row held before this
 cycle's writes, except for writes of the ports it is ``transparent_for`` (their new data). Two
 ports writing one row in the same cycle is a race in the timing contract (section 4) and has no
@@ -40,7 +45,7 @@ from isa.table import clog2
 
 __all__ = ["RowMemory", "IMPLS", "LUTRAM_DEPTH"]
 
-IMPLS = ("flat", "lvt")
+IMPLS = ("flat", "lvt", "lvt-bram")
 #: rows of an FPGA LUT RAM cell (ECP5 DPR16X4): registered-read banks this shallow use LUT RAM
 LUTRAM_DEPTH = 16
 
@@ -79,7 +84,7 @@ class RowMemory(Elaboratable):
         self.addr_w = clog2(depth)
         # lvt: registered-read banks in block RAM, unless one 16-row LUT RAM cell is deep enough
         # (a block would then be mostly empty); combinational reads are LUT RAM in any case
-        self.sync_ram = "distributed" if depth <= LUTRAM_DEPTH else "block"
+        self.sync_ram = "distributed" if depth <= LUTRAM_DEPTH and impl != "lvt-bram" else "block"
         self.writes: list[_WritePort] = []
         self.reads: list[_ReadPort] = []
         self._frozen = False

@@ -38,9 +38,12 @@ def _dsp_regs_option(f):
 
 
 def _mem_options(f):
-    f = click.option("--mem", "mem_impl", type=click.Choice(["lvt", "flat"]), default="lvt", show_default=True,
+    from rtl.mem import IMPLS  # noqa: PLC0415
+    f = click.option("--mem", "mem_impl", type=click.Choice(IMPLS), default="lvt", show_default=True,
                      help="SPM/ACC: lvt = a bank of block or LUT RAM per write/read port pair and a live-value "
-                          "table; flat = one memory with every port (flip-flops on an FPGA; see docs/fpga.md)")(f)
+                          "table; lvt-bram = the same with every registered-read bank in block RAM (frees "
+                          "logic slices on a full device); flat = one memory with every port (flip-flops on "
+                          "an FPGA; see docs/fpga.md)")(f)
     f = click.option("--imem-words", type=click.IntRange(min=1), default=None, help="smaller instruction memory")(f)
     f = click.option("--acc-rows", type=click.IntRange(min=1), default=None, help="smaller ACC (rows)")(f)
     f = click.option("--spm-rows", type=click.IntRange(min=1), default=None, help="smaller SPM (rows)")(f)

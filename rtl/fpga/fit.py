@@ -119,12 +119,13 @@ def _memory(width, depth, ports, dev, mem="flat"):
     # read port; combinational banks (and registered ones of at most LUTRAM_DEPTH rows) in LUT
     # RAM cells of 16 rows x 4 bits, the other registered banks in block RAM
     cells = -(-depth // LUTRAM_DEPTH)
-    lut_banks = w * (r_comb + (r_sync if depth <= LUTRAM_DEPTH else 0))
+    sync_lut = depth <= LUTRAM_DEPTH and mem != "lvt-bram"      # registered-read banks in LUT RAM
+    lut_banks = w * (r_comb + (r_sync if sync_lut else 0))
     per_bit = (lut_banks * cells * LUT_PER_RAM16X4 / 4 + w * r_comb * (cells - 1) * LUT_PER_RAM_DEPTH_MUX
                + (r_sync + r_comb) * (w - 1) * LUT_PER_SEL_INPUT)
     sel = max(1, (w - 1).bit_length())
-    ffs = depth * sel + (w * r_sync * width if depth <= LUTRAM_DEPTH else 0)
-    brams = 0 if depth <= LUTRAM_DEPTH else w * r_sync * _bram_blocks(width, depth, dev)
+    ffs = depth * sel + (w * r_sync * width if sync_lut else 0)
+    brams = 0 if sync_lut else w * r_sync * _bram_blocks(width, depth, dev)
     return int(per_bit * width), ffs, brams
 
 

@@ -56,23 +56,23 @@ class _MemTop:
     """A RowMemory with 3 write ports, 2 registered reads (the second transparent for write port 0)
     and a combinational read, every port on the top's pins."""
 
-    def __init__(self, impl):
+    def __init__(self, impl, depth=64):
         from amaranth.lib import wiring
         from amaranth.lib.wiring import In, Out
 
         from rtl.mem import RowMemory
         ports = {}
         for i in range(3):
-            ports.update({f"w{i}_addr": In(6), f"w{i}_data": In(32), f"w{i}_en": In(4)})
+            ports.update({f"w{i}_addr": In(depth.bit_length() - 1), f"w{i}_data": In(32), f"w{i}_en": In(4)})
         for j in range(3):
-            ports.update({f"r{j}_addr": In(6), f"r{j}_data": Out(32)})
+            ports.update({f"r{j}_addr": In(depth.bit_length() - 1), f"r{j}_data": Out(32)})
         self.impl = impl
 
         class Top(wiring.Component):
             def elaborate(inner, platform):
                 from amaranth import Module
                 m = Module()
-                m.submodules.mem = mem = RowMemory("spm", 8, 4, 64, impl=impl)
+                m.submodules.mem = mem = RowMemory("spm", 8, 4, depth, impl=impl)
                 ws = [mem.write_port() for _ in range(3)]
                 rs = [mem.read_port("sync"), mem.read_port("sync", transparent_for=(ws[0],)), mem.read_port("comb")]
                 for i, w in enumerate(ws):
@@ -233,6 +233,26 @@ def test_board_top_prepares_with_and_without_pll(freq):
     assert ("EHXPLLL" in rtlil) == (freq is not None)
     if freq is not None:
         assert top.pll["fout"] == pytest.approx(freq, rel=0.02)
+
+
+@needs_yosys
+def test_lvt_bram_puts_shallow_registered_banks_in_block_ram(tmp_path):
+    """A 16-row memory: "lvt" keeps its registered-read banks in LUT RAM (one cell deep),
+    "lvt-bram" puts them in block RAM; the combinational read's banks are LUT RAM in both."""
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.flow import cell_resources, rtlil_text, yosys_synth
+
+    dev = DEVICES["ecp5-85k"]
+    res = {}
+    for impl in ("lvt", "lvt-bram"):
+        d = tmp_path / impl
+        d.mkdir()
+        (d / "top.il").write_text(rtlil_text(_MemTop(impl, depth=16).top))
+        cells, _ = yosys_synth(d / "top.il", dev, timeout=1200)
+        res[impl] = (cell_resources(cells, dev.family), cells)
+    (lvt, lc), (bram, bc) = res["lvt"], res["lvt-bram"]
+    assert lvt["brams"] == 0 and lc.get("TRELLIS_DPR16X4", 0) == 3 * 3 * 8, lc     # 3 writes x 3 reads x 8 cells
+    assert bram["brams"] == 3 * 2 and bc.get("TRELLIS_DPR16X4", 0) == 3 * 8, bc    # only the comb read's banks
 
 
 def test_critical_path_condensed_by_block():
