@@ -105,3 +105,18 @@ def gemm_jobs(cfg: ChipConfig, shapes) -> list[Job]:
         jobs.append(Job([g.program], [dram], [{}], 200000, None, f"gemm {shape}",
                         {"A": A, "B": B, "c_addr": g.c_addr}))
     return jobs
+
+
+def ring_and_random_jobs(cfg: ChipConfig, first_seed: int, count: int):
+    """The 2-chip ring's directed jobs (``chip_jobs`` + ``ring_jobs``) and ``count`` random
+    programs from seed ``first_seed`` on: (the random cases, all jobs)."""
+    from runtime.fuzz import case_job, generate  # noqa: PLC0415
+    cases = [generate(cfg, first_seed + s) for s in range(count)]
+    return cases, chip_jobs(cfg, 2) + ring_jobs(cfg, 2) + [case_job(cfg, c) for c in cases]
+
+
+def assert_ring_results_match(cfg: ChipConfig, jobs, results, what: str = "") -> None:
+    """Every job's RTL result equals the simulator's (``runtime.cosim.compare``, ring mode)."""
+    from runtime.cosim import compare  # noqa: PLC0415
+    bad = [r for r in (compare(cfg, j, r, ring=True) for j, r in zip(jobs, results)) if r]
+    assert not bad, f"{len(bad)} of {len(jobs)} jobs differ{what}; first:\n{bad[0]}"

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from isa import ChipConfig
-from runtime.cosim import Cosim, available, compare
-from runtime.fuzz import case_job, generate
+from runtime.cosim import Cosim, available
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cosim_directed import chip_jobs, ring_jobs  # noqa: E402
+from cosim_directed import assert_ring_results_match, ring_and_random_jobs  # noqa: E402
 
 pytestmark = [pytest.mark.cosim, pytest.mark.slow]
 TINY = ChipConfig.preset("tiny")
@@ -30,11 +29,9 @@ def test_cosim_ring_tiny_under_icarus():
     if why:
         pytest.skip(f"Icarus: {why}")
     count = int(os.environ.get("TETRACHIP_COSIM_ICARUS_COUNT", "40"))
-    cases = [generate(TINY, 10_000 + s) for s in range(count)]
-    jobs = chip_jobs(TINY, 2) + ring_jobs(TINY, 2) + [case_job(TINY, c) for c in cases]
+    _, jobs = ring_and_random_jobs(TINY, 10_000, count)
     results = Cosim(TINY, 2, "icarus").run(jobs)
-    bad = [r for r in (compare(TINY, j, r, ring=True) for j, r in zip(jobs, results)) if r]
-    assert not bad, f"{len(bad)} of {len(jobs)} jobs differ under Icarus; first:\n{bad[0]}"
+    assert_ring_results_match(TINY, jobs, results, " under Icarus")
     # the vector_loop.s jobs once hung under Icarus (X in the VPU tag): they finished here
     vl = [r for j, r in zip(jobs, results) if j.name.startswith("vector_loop")]
     assert vl and all(r["chips"][0]["done"] and r["chips"][0]["error"] == 0 for r in vl)

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from isa import ChipConfig
-from runtime.cosim import Cosim, available, compare
-from runtime.fuzz import case_job, generate
+from runtime.cosim import Cosim, available
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cosim_directed import chip_jobs, ring_jobs  # noqa: E402
+from cosim_directed import assert_ring_results_match, ring_and_random_jobs  # noqa: E402
 
 pytestmark = pytest.mark.cosim
 SIM = os.environ.get("SIM", "verilator")
@@ -29,11 +28,7 @@ def test_cosim_ring_tiny_lvt_memories():
     if why:
         pytest.skip(f"SIM={SIM}: {why}")
     count = int(os.environ.get("TETRACHIP_COSIM_LVT_COUNT", "100"))
-    cases = [generate(TINY, 50_000 + s) for s in range(count)]
-    jobs = chip_jobs(TINY, 2) + ring_jobs(TINY, 2) + [case_job(TINY, c) for c in cases]
+    _, jobs = ring_and_random_jobs(TINY, 50_000, count)
     cs = Cosim(TINY, 2, SIM, mem="lvt")
     assert cs.mem == "lvt" and cs.dir.name.endswith("_lvt")
-    results = cs.run(jobs)
-    reports = [compare(TINY, j, r, ring=True) for j, r in zip(jobs, results)]
-    bad = [r for r in reports if r]
-    assert not bad, f"{len(bad)} of {len(jobs)} jobs differ; first:\n{bad[0]}"
+    assert_ring_results_match(TINY, jobs, cs.run(jobs))

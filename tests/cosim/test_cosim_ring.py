@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from isa import ChipConfig
-from runtime.cosim import Cosim, available, compare
-from runtime.fuzz import case_job, coverage_table, generate
+from runtime.cosim import Cosim, available
+from runtime.fuzz import coverage_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cosim_directed import chip_jobs, ring_jobs  # noqa: E402
+from cosim_directed import assert_ring_results_match, ring_and_random_jobs  # noqa: E402
 
 pytestmark = pytest.mark.cosim
 SIM = os.environ.get("SIM", "verilator")
@@ -28,12 +28,8 @@ def test_cosim_ring_tiny_directed_and_random():
     if why:
         pytest.skip(f"SIM={SIM}: {why}")
     count = int(os.environ.get("TETRACHIP_COSIM_COUNT", "200"))
-    cases = [generate(TINY, s) for s in range(count)]
-    jobs = chip_jobs(TINY, 2) + ring_jobs(TINY, 2) + [case_job(TINY, c) for c in cases]
-    results = Cosim(TINY, 2, SIM).run(jobs)
-    reports = [compare(TINY, j, r, ring=True) for j, r in zip(jobs, results)]
-    bad = [r for r in reports if r]
-    assert not bad, f"{len(bad)} of {len(jobs)} jobs differ; first:\n{bad[0]}"
+    cases, jobs = ring_and_random_jobs(TINY, 0, count)
+    assert_ring_results_match(TINY, jobs, Cosim(TINY, 2, SIM).run(jobs))
     cov = coverage_table(set().union(*(c.points for c in cases)))
     assert cov["missing"] == [], f"opcodes never covered: {cov['missing']}"
     assert sum(c.illegal for c in cases) > 0
