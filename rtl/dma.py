@@ -98,6 +98,8 @@ def _shift_down_bytes(m, data, amount, nout):
 class _DmaBase(UnitBase):
     """The beat walker shared by load and store. ``slots``: (local slot, dram slot)."""
 
+    uses_dram = True
+
     mnemonic: str
 
     def walker(self, m, q, go):

@@ -134,8 +134,15 @@ class RepeatQueue(wiring.Component):
       level     Out(3)                 entries held
     """
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    def __init__(self, cfg, slots: int = STRIDE_SLOTS, sval: bool = True, dram: bool = True,
+                 word_bits: int = WORD_BITS):
+        # what the unit reads of an entry: its first ``slots`` stride slots (``addr[k]`` of the
+        # others is 0), ``sval``, the DRAM window, the low ``word_bits`` of the instruction word
+        # (its formats' fields; the reserved bits above are 0 in an issued word); the rest is not
+        # stored (on an FPGA each entry bit costs LUT RAM, and each slot a running offset and adder)
+        assert 0 <= slots <= STRIDE_SLOTS and 0 < word_bits <= WORD_BITS
+        self.cfg, self.slots, self.has_sval, self.has_dram = cfg, slots, sval, dram
+        self.word_bits = word_bits
         super().__init__({
             "push": In(EntrySignature(cfg)),
             "valid": Out(1), "zero": Out(1), "word": Out(word_layout(cfg)),
@@ -149,13 +156,31 @@ class RepeatQueue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lay = entry_layout(self.cfg)
-        m.submodules.mem = mem = memory.Memory(shape=lay, depth=QUEUE_DEPTH, init=[])
+        S = self.slots
+        # the stored part of an entry (pushed -> stored -> the head entry ``e``, the rest 0)
+        pe = self.push.entry
+        e = Signal(lay, name="head")
+        nw = self.word_bits
+        kept = [(Value.cast(pe.word)[:nw], Value.cast(e.word)[:nw]), (pe.pc, e.pc), (pe.q, e.q), (pe.depth, e.depth), (pe.zero, e.zero)]
+        kept += [(pe.cnt[j], e.cnt[j]) for j in range(MAX_REPEAT_DEPTH)]
+        kept += [(pe.base[k], e.base[k]) for k in range(S)]
+        kept += [(pe.jump[j][k], e.jump[j][k]) for j in range(MAX_REPEAT_DEPTH) for k in range(S)]
+        if self.has_sval:
+            kept.append((pe.sval, e.sval))
+        if self.has_dram:
+            kept += [(pe.dram_lo, e.dram_lo), (pe.dram_hi, e.dram_hi)]
+        bits = sum(len(Value.cast(src)) for src, _ in kept)
+        m.submodules.mem = mem = memory.Memory(shape=unsigned(bits), depth=QUEUE_DEPTH, init=[])
         wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        pos = 0
+        for _, dst in kept:
+            w = len(Value.cast(dst))
+            m.d.comb += dst.eq(rp.data[pos:pos + w])
+            pos += w
         head = Signal(range(QUEUE_DEPTH))
         tail = Signal(range(QUEUE_DEPTH))
         level = self.level
-        e = rp.data
-        m.d.comb += [rp.addr.eq(head), wp.addr.eq(tail), wp.data.eq(self.push.entry),
+        m.d.comb += [rp.addr.eq(head), wp.addr.eq(tail), wp.data.eq(Cat(*[src for src, _ in kept])),
                      self.push.ready.eq(level < QUEUE_DEPTH)]
         push = self.push.valid & self.push.ready
         m.d.comb += wp.en.eq(push)
@@ -163,7 +188,7 @@ class RepeatQueue(wiring.Component):
         # nest state of the head entry: every level's index, every slot's running offset
         D = MAX_REPEAT_DEPTH
         idx = [Signal(32, name=f"idx{j}") for j in range(D)]
-        off = [Signal(signed(32), name=f"off{k}") for k in range(STRIDE_SLOTS)]
+        off = [Signal(signed(32), name=f"off{k}") for k in range(S)]
         first = Signal(init=1)      # no instance of the head entry has started yet
         # a level outside the nest (j >= depth) has one iteration: it is always at its end and its
         # index stays 0
@@ -190,7 +215,7 @@ class RepeatQueue(wiring.Component):
             self.wait_now.eq(Mux(zero_trip, Mux(each, 0, hdr.wait), Mux(each | first, hdr.wait, 0))),
             self.signal_now.eq(Mux(zero_trip, Mux(each, 0, hdr.signal), Mux(each | last, hdr.signal, 0))),
         ]
-        for k in range(STRIDE_SLOTS):
+        for k in range(S):
             m.d.comb += self.addr[k].eq(e.base[k] + off[k])
 
         pop = Signal()
@@ -217,7 +242,7 @@ class RepeatQueue(wiring.Component):
             m.d.sync += first.eq(1)
         with m.Elif(moves):
             m.d.sync += first.eq(0)
-        for k in range(STRIDE_SLOTS):
+        for k in range(S):
             with m.If(pop):
                 m.d.sync += off[k].eq(0)
             with m.Elif(moves):

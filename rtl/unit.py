@@ -16,7 +16,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
-from isa.table import Space, Unit, clog2
+from isa.table import INSTRUCTIONS, Space, Unit, clog2, layout
 
 from .queue import INDEX_BITS, UNITS, EntrySignature, RepeatQueue
 
@@ -109,6 +109,9 @@ class UnitBase(wiring.Component):
     plus the subclass's memory, DRAM or link ports (``extra_ports``)."""
 
     unit: Unit
+    #: the unit reads its entries' scalar operand / DRAM window (the queue stores only what is read)
+    uses_sval = False
+    uses_dram = False
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -124,7 +127,12 @@ class UnitBase(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.queue = q = RepeatQueue(self.cfg)
+        mine = [i for i in INSTRUCTIONS if i.unit == self.unit]
+        slots = max(len(i.slots) for i in mine)
+        formats = layout(self.cfg).formats
+        word_bits = max(s.lo + s.width for i in mine for s in formats[i.format])
+        m.submodules.queue = q = RepeatQueue(self.cfg, slots=slots, sval=self.uses_sval, dram=self.uses_dram,
+                                             word_bits=word_bits)
         wiring.connect(m, wiring.flipped(self.push), q.push)
         go = Signal()
         ready, events, errors = self.datapath(m, q, go)

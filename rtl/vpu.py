@@ -19,6 +19,7 @@ from isa.errors import ErrorCode
 from isa.table import layout, BY_MNEMONIC, LUT_ENTRIES, Round, ScaleMode, Space, SrcMode, Unit, clog2
 from isa.timing import VPU_LATENCY, lut_rows
 
+from .mem import LUTRAM_DEPTH
 from .queue import UNITS, event_width
 from .unit import RowReadSignature, RowWriteSignature, UnitBase
 
@@ -289,10 +290,15 @@ class VpuAlu(wiring.Component):
         """The lookup table entry ``a & 0xff`` (addressed in stage 1, an int8 in stage 2): this lane's
         copy of the table, row ``r`` holding entries ``r*cols ..``."""
         C = self.cols
-        mem = memory.Memory(shape=unsigned(8 * C), depth=self.lut_rows, init=[])
+        # deeper than a LUT RAM cell: block RAM (a row of LUT RAM cells per 16 rows and 4 bits takes
+        # logic slices); reads and writes never meet (one instruction per stage), so the read is
+        # transparent only where that is cheaper (LUT RAM: a registered address, not data)
+        block = self.lut_rows > LUTRAM_DEPTH
+        mem = memory.Memory(shape=unsigned(8 * C), depth=self.lut_rows, init=[],
+                            attrs={"ram_style": "block"} if block else None)
         m.submodules[f"lut{n}"] = mem
         wp = mem.write_port()
-        rp = mem.read_port(domain="sync", transparent_for=(wp,))     # (reads and writes never meet)
+        rp = mem.read_port(domain="sync", transparent_for=() if block else (wp,))
         entry = an[:8]
         pow2 = (C & (C - 1)) == 0 and C <= LUT_ENTRIES
         lb = C.bit_length() - 1
@@ -323,6 +329,7 @@ class VpuUnit(UnitBase):
     """
 
     unit = Unit.VPU
+    uses_sval = True
 
     def extra_ports(self, cfg):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))

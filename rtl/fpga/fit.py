@@ -74,8 +74,6 @@ LUT_BASE, LUT_PER_LANE = 12900, 330
 FF_BASE, FF_PER_LANE = 3030, 335
 DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
 DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
-#: the VPU's lookup table (one copy per lane, lut_rows deep) goes to block RAM when deeper than this
-VPU_LUT_BRAM_DEPTH = 32
 
 
 class FitError(TetrachipError, ValueError):
@@ -156,8 +154,8 @@ def estimate(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes
         luts, ffs, brams = luts + lu, ffs + ff, brams + br
     dram = min(dram_bytes, cfg.dram_bytes)
     brams += cfg.dma_beat_bytes * _bram_blocks(8, dram // cfg.dma_beat_bytes, dev)
-    if lut_rows(cfg) > VPU_LUT_BRAM_DEPTH:
-        brams += cfg.cols
+    if lut_rows(cfg) > LUTRAM_DEPTH:        # the VPU's lookup table, a copy per lane (rtl/vpu.py)
+        brams += cfg.cols * _bram_blocks(8 * cfg.cols, lut_rows(cfg), dev)
     return Estimate(int(luts), int(ffs), int(dsps), int(brams))
 
 

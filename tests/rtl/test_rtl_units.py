@@ -88,9 +88,17 @@ def test_decoder_matches_isa_decode(name):
     assert run(dut, bench, clock=False) > 100
 
 
-def test_repeat_queue_matches_expand_nest():
+@pytest.mark.parametrize("pruned", [False, True])
+def test_repeat_queue_matches_expand_nest(pruned):
+    """The full queue, and one that stores only what the MXU reads (its 2 stride slots, the mm/lw
+    formats' word bits, no scalar operand or DRAM window): the kept slots walk the nest, the others
+    read 0."""
     rng = np.random.default_rng(3)
-    dut = RepeatQueue(TINY)
+    mxu_formats = {i.format for i in INSTRUCTIONS if i.unit == BY_MNEMONIC["mxu.mm"].unit}
+    word_bits = max(s.lo + s.width for f in mxu_formats for s in layout(TINY).formats[f])
+    dut = (RepeatQueue(TINY, slots=2, sval=False, dram=False, word_bits=word_bits) if pruned
+           else RepeatQueue(TINY))
+    kept = 2 if pruned else 3
     entries = []
     for _ in range(12):
         depth = int(rng.integers(0, 5))
@@ -109,6 +117,7 @@ def test_repeat_queue_matches_expand_nest():
             # the unit starts whatever is at the head every other cycle
             start = cycle % 2 == 0 and (ctx.get(dut.valid) or ctx.get(dut.zero))
             if start:
+                assert ctx.get(dut.sval) == (0 if pruned else -5)
                 if ctx.get(dut.valid):
                     got[head].append(([ctx.get(dut.addr[k]) for k in range(3)], ctx.get(dut.first),
                                       ctx.get(dut.last), ctx.get(dut.wait_now), ctx.get(dut.signal_now)))
@@ -122,6 +131,7 @@ def test_repeat_queue_matches_expand_nest():
                 ctx.set(dut.push.valid, 1)
                 e = dut.push.entry
                 ctx.set(e.word.as_value(), word | (depth << layout(TINY).formats["mm"][1].lo))
+                ctx.set(e.sval, -5)
                 ctx.set(e.depth, depth)
                 ctx.set(e.zero, int(0 in counts))
                 jumps = nest_jumps(counts, strides)
@@ -141,7 +151,7 @@ def test_repeat_queue_matches_expand_nest():
     got = run(dut, bench)
     for (depth, counts, strides, bases, sync), g in zip(entries, got):
         want = sem.expand_nest(counts, strides, bases)
-        assert [x[0] for x in g] == want.tolist()
+        assert [x[0] for x in g] == [row[:kept] + [0] * (3 - kept) for row in want.tolist()]
         T = len(want)
         for i, (_, first, last, wait, sig) in enumerate(g):
             assert first == (i == 0) and last == (i == T - 1)
