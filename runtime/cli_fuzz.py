@@ -10,6 +10,7 @@ import click
 
 from isa import ChipConfig
 from isa.errors import TetrachipError
+from rtl.mem import IMPLS
 
 
 @click.command("fuzz")
@@ -22,7 +23,11 @@ from isa.errors import TetrachipError
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="write the figures and coverage as JSON")
 @click.option("--show", default=3, show_default=True, help="mismatch reports to print in full")
-def fuzz_cmd(config: str, seed: int, count: int, simulator: str | None, json_out: Path | None, show: int) -> None:
+@click.option("--mem", default=None, type=click.Choice(IMPLS),
+              help="SPM/ACC as built: flat (default, or $TETRACHIP_COSIM_MEM) or the FPGA builds' "
+                   "live-value-table memories (docs/fpga.md)")
+def fuzz_cmd(config: str, seed: int, count: int, simulator: str | None, json_out: Path | None, show: int,
+             mem: str | None) -> None:
     """Run COUNT random programs on the Verilog of a 2-chip ring and on the simulator; compare
     memories, cycles, error codes and per-instruction retire cycles. Exit 1 on any mismatch or an
     opcode never covered."""
@@ -32,12 +37,12 @@ def fuzz_cmd(config: str, seed: int, count: int, simulator: str | None, json_out
     try:
         from tqdm import tqdm
         bar = tqdm(total=count, desc=f"fuzz {cfg.name}", unit="prog", file=sys.stderr)
-        rep = run_fuzz(cfg, seed, count, simulator, progress=bar.update)
+        rep = run_fuzz(cfg, seed, count, simulator, progress=bar.update, mem=mem)
         bar.close()
     except CosimUnavailable as e:
         raise TetrachipError(f"fuzz: {e}") from None
     cov = rep["coverage"]
-    click.echo(f"config {rep['config']}, {rep['simulator']}: {rep['programs']} programs "
+    click.echo(f"config {rep['config']} (mem {rep['mem']}), {rep['simulator']}: {rep['programs']} programs "
                f"({rep['illegal']} illegal), seeds {seed}..{seed + count - 1}, {rep['rtl_cycles']} RTL cycles, "
                f"{rep['wall_s']} s")
     click.echo(f"mismatches: {rep['mismatches']}")

@@ -355,7 +355,9 @@ class Gen:
         mine = self.alloc(space, n)
         if mine is None:
             return
-        theirs = r.randint(0, 200 if space == "spm" else 100)
+        # (the partner's rows: below the scalar rows at the top, as the allocator's)
+        top = self.spm.hi if space == "spm" else self.acc.hi
+        theirs = r.randint(0, min(200 if space == "spm" else 100, top - n))
         if r.random() < 0.5:
             self.emit(f"link.send 0, {space}[{mine}], n={n}")
             self.partner.append(f"link.recv 1, {space}[{theirs}], n={n}")
@@ -503,14 +505,15 @@ def case_job(cfg, case: FuzzCase, max_cycles: int = 20000, chips: int = 2):
 
 
 def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch: int = 250,
-             progress=None, require_all_opcodes: bool = True) -> dict:
+             progress=None, require_all_opcodes: bool = True, mem: str | None = None) -> dict:
     """``count`` random cases (seeds ``seed .. seed+count-1``) on the Verilog of ``Ring(cfg, 2)``
-    against ``sim.System``; returns figures, mismatch reports and coverage."""
+    against ``sim.System``; returns figures, mismatch reports and coverage. ``mem``: how SPM and
+    ACC are built (``rtl.mem.IMPLS``; default ``$TETRACHIP_COSIM_MEM``, else flat)."""
     import time
     from .cosim import Cosim, compare
     cfg = ChipConfig.load(cfg)
     t0 = time.perf_counter()
-    cs = Cosim(cfg, 2, simulator).build()
+    cs = Cosim(cfg, 2, simulator, mem=mem).build()
     build_s = time.perf_counter() - t0
     points, mismatches = set(), []
     illegal = cycles = 0
@@ -528,7 +531,7 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
         if progress:
             progress(len(cases))
     cov = coverage_table(points)
-    return {"config": cfg.name, "simulator": cs.simulator, "seed": seed, "programs": count, "illegal": illegal,
+    return {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "seed": seed, "programs": count, "illegal": illegal,
             "mismatches": len(mismatches), "reports": mismatches, "rtl_cycles": cycles,
             "build_s": round(build_s, 2), "wall_s": round(time.perf_counter() - t0, 2), "coverage": cov,
             "ok": not mismatches and not (require_all_opcodes and cov["missing"])}

@@ -32,3 +32,22 @@ def test_cosim_ring_tiny_lvt_memories():
     cs = Cosim(TINY, 2, SIM, mem="lvt")
     assert cs.mem == "lvt" and cs.dir.name.endswith("_lvt")
     assert_ring_results_match(TINY, jobs, cs.run(jobs))
+
+
+def test_fuzz_lvt_memories_at_fpga_depths():
+    """At the FPGA builds' depths (``--fpga-mem``: ACC 16 rows) the ACC's banks are LUT RAM and its
+    registered reads are a registered address and combinational bank reads (rtl/mem.py): random
+    programs on ``Ring(tiny --fpga-mem, 2, mem="lvt")`` against the simulator, no mismatch
+    (registering the address one row off instead gives dozens of mismatches)."""
+    why = available(SIM)
+    if why:
+        pytest.skip(f"SIM={SIM}: {why}")
+    from rtl.fpga.fit import FPGA_MEMORY, fpga_config
+    from rtl.mem import LUTRAM_DEPTH
+    from runtime.fuzz import run_fuzz
+    cfg = fpga_config(TINY, **FPGA_MEMORY)
+    assert cfg.acc_rows <= LUTRAM_DEPTH < cfg.spm_rows
+    rep = run_fuzz(cfg, 9000, int(os.environ.get("TETRACHIP_COSIM_LVT_COUNT", "100")) * 2, SIM,
+                   mem="lvt", require_all_opcodes=False)
+    assert rep["mem"] == "lvt" and rep["programs"] - rep["illegal"] > 100 and rep["rtl_cycles"] > 10_000
+    assert rep["mismatches"] == 0, "\n\n".join(rep["reports"][:2])
