@@ -157,31 +157,19 @@ class RowMemory(Elaboratable):
             m.d.comb += [wp.addr.eq(w.addr), wp.data.eq(i), wp.en.eq(wen[i])]
             lvt_w.append(wp)
         for j, r in enumerate(self.reads):
-            # a registered read of LUT RAM banks: the address registered, the banks and the table
-            # read combinationally (one address register per port instead of a data register per
-            # bank and bit). It also returns what another port wrote to the row in the cycle of
-            # the read; a unit reads a row another unit writes in that cycle only in a race
-            # (contract section 4), and the unit's own writes are in ``transparent_for`` or never
-            # meet its reads (the VPU drains its pipeline before the next instance)
-            lutram = r.domain == "sync" and self.sync_ram == "distributed"
-            domain, addr = r.domain, r.addr
-            if lutram:
-                domain, addr = "comb", Signal.like(r.addr, name=f"r{j}_addr_q")
-                m.d.sync += addr.eq(r.addr)
-            trans = tuple(lvt_w[self.writes.index(w)] for w in r.transparent_for) if domain == "sync" else ()
-            sel = lvt.read_port(domain=domain, transparent_for=trans)
-            m.d.comb += sel.addr.eq(addr)
+            trans = tuple(lvt_w[self.writes.index(w)] for w in r.transparent_for)
+            sel = lvt.read_port(domain=r.domain, transparent_for=trans)
+            m.d.comb += sel.addr.eq(r.addr)
             outs = []
             for i, w in enumerate(self.writes):
-                attrs = {"ram_style": self.sync_ram} if domain == "sync" else None
+                attrs = {"ram_style": self.sync_ram} if r.domain == "sync" else None
                 bank = memory.Memory(shape=unsigned(self.row_bits), depth=self.depth, init=[], attrs=attrs)
                 m.submodules[f"bank_w{i}_r{j}"] = bank
                 self.banks[i, j] = bank
                 bw = bank.write_port()
                 m.d.comb += [bw.addr.eq(w.addr), bw.data.eq(wdata[i]), bw.en.eq(wen[i])]
-                br = bank.read_port(domain=domain,
-                                    transparent_for=(bw,) if domain == "sync" and w in r.transparent_for else ())
-                m.d.comb += br.addr.eq(addr)
+                br = bank.read_port(domain=r.domain, transparent_for=(bw,) if w in r.transparent_for else ())
+                m.d.comb += br.addr.eq(r.addr)
                 outs.append(br.data)
             if W == 1:
                 m.d.comb += r.data.eq(outs[0])
