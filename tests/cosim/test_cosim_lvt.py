@@ -35,10 +35,9 @@ def test_cosim_ring_tiny_lvt_memories():
 
 
 def test_fuzz_lvt_memories_at_fpga_depths():
-    """At the FPGA builds' depths (``--fpga-mem``: ACC 16 rows) the ACC's banks are LUT RAM and its
-    registered reads are a registered address and combinational bank reads (rtl/mem.py): random
-    programs on ``Ring(tiny --fpga-mem, 2, mem="lvt")`` against the simulator, no mismatch
-    (registering the address one row off instead gives dozens of mismatches)."""
+    """At the FPGA builds' depths (``--fpga-mem``: ACC 16 rows) the ACC's banks are LUT RAM, not
+    block RAM as at the preset's depths that the test above runs (rtl/mem.py): random programs on
+    ``Ring(tiny --fpga-mem, 2, mem="lvt")`` against the simulator, no mismatch."""
     why = available(SIM)
     if why:
         pytest.skip(f"SIM={SIM}: {why}")
