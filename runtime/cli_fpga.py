@@ -75,9 +75,11 @@ def fpga_cmd() -> None:
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("build/fpga"), show_default=True)
 @click.option("--no-fit-check", is_flag=True, help="build even when the estimate exceeds the device")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="write the report here too")
+@click.option("--seed", default=1, show_default=True, type=click.IntRange(min=1),
+              help="nextpnr's placement seed (a full device may route with one seed and not another; docs/fpga.md)")
 @_mem_options
 @_dsp_regs_option
-def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, fpga_mem, spm_rows,
+def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, seed, fpga_mem, spm_rows,
               acc_rows, imem_words, mem_impl, dsp_regs) -> None:
     """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
     from rtl.fpga.board import build
@@ -86,7 +88,7 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
     cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(BOARDS[board].device)
     rep = build(cfg, board, mac=_mac(mac, cfg, dev), mem=mem_impl, freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
-                baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs)
+                baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs, seed=seed)
     _done(rep, json_path)
 
 

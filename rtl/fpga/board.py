@@ -14,7 +14,7 @@ from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Mo
 
 from .devices import board as get_board, device as get_device
 from .fit import check
-from .flow import ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ROUTER, RACE_FREE_BANKS, FlowError, Report, _mems, apply_pnr, cell_resources, tool
+from .flow import ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError, Report, _mems, apply_pnr, cell_resources, tool
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -97,6 +97,11 @@ class BoardTop(Elaboratable):
         return m
 
 
+def nextpnr_opts(seed: int = 1) -> str:
+    """nextpnr-ecp5's options in the board build (besides the device, package, files)."""
+    return f"--report pnr.json --timing-allow-fail --seed {seed} " + " ".join(PNR_ALGORITHMS)
+
+
 def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: float | None = None,
           out: Path | str = "build/fpga", dram_bytes: int = 1 << 14, baud: int = 115200, check_fit: bool = True,
           seed: int = 1, dsp_regs: bool = False) -> Report:
@@ -128,14 +133,14 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
             platform.build(top, name="top", build_dir=str(out), do_program=False,
                            script_after_read=RACE_FREE_BANKS + "\n" + ECP5_COARSE_NOSHARE, synth_opts=ECP5_MAP_OPTS,
                            script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",
-                           nextpnr_opts=f"--report pnr.json --timing-allow-fail --seed {seed} " + " ".join(PNR_ROUTER))
+                           nextpnr_opts=nextpnr_opts(seed))
     except Exception as e:      # amaranth raises on a failed tool; name the log
         raise FlowError(f"board build failed ({e}); logs in {out}/top.rpt (yosys), {out}/top.tim (nextpnr)") from None
     finally:
         os.environ.clear()
         os.environ.update(old)
     rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=top.pll["fout"] if top.pll else top.freq, memories=_mems(cfg),
-                 available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
+                 available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams}, seed=seed)
     rep.seconds["build"] = round(time.monotonic() - t, 1)
     stat = json.loads((out / "stat.json").read_text())
     mods = stat.get("modules", {})

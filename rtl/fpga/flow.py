@@ -50,6 +50,7 @@ class Report:
     critical_path: list = field(default_factory=list)
     bitstream: str | None = None
     memories: dict = field(default_factory=dict)     #: SPM/ACC rows and imem words built
+    seed: int | None = None                #: nextpnr's placement seed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -204,15 +205,19 @@ def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str 
     return {k: int(v) for k, v in cells.items()}, secs
 
 
-#: nextpnr's router: router2 routes a congested whole chip in minutes where the default router1 runs
-#: for over an hour (tiny on ECP5: router1 still had half its arcs unrouted after ten minutes)
-PNR_ROUTER = ["--router", "router2"]
+#: nextpnr-ecp5's placer and router. router2 routes a congested whole chip in minutes where the
+#: default router1 runs for over an hour (tiny: router1 still had half its arcs unrouted after ten
+#: minutes). The electrostatic placer ("static") places small's whole chip with 11-17% less wire
+#: than the default HeAP placer; router2 then routed it (seed 2), after HeAP it never did in eight
+#: attempts (docs/fpga.md, "Bitstream"). (iCE40: router2, default placer.)
+PNR_ALGORITHMS = ["--placer", "static", "--router", "router2"]
 
 
 def nextpnr(out: Path, dev: Device, freq_mhz: float, timeout: float | None = None, seed: int = 1) -> tuple[dict, float]:
     """Place and route ``out/top.json`` out of context; returns (nextpnr's report, seconds)."""
     args = list(dev.pnr_args) + ["--json", "top.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed),
-                                 "--report", "pnr.json", "--timing-allow-fail"] + PNR_ROUTER
+                                 "--report", "pnr.json", "--timing-allow-fail"]
+    args += PNR_ALGORITHMS if dev.family == "ecp5" else ["--router", "router2"]
     if dev.family == "ecp5":
         args += ["--out-of-context"]
     else:
@@ -320,7 +325,8 @@ def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: floa
     for k, v in cell_resources(cells, dev.family).items():
         setattr(rep, k, v)
     if pnr:
-        report, secs = nextpnr(out, dev, freq_mhz, timeout)
+        rep.seed = rep.seed or 1
+        report, secs = nextpnr(out, dev, freq_mhz, timeout, seed=rep.seed)
         rep.seconds["nextpnr"] = round(secs, 1)
         apply_pnr(rep, report, dev.family)
     (out / "report.json").write_text(json.dumps(rep.to_dict(), indent=1))
