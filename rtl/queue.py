@@ -24,12 +24,13 @@ from amaranth import Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsi
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from isa.table import MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, Sync, Unit, clog2
+from isa.table import INSTRUCTIONS, MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, Sync, Unit, clog2
+from isa.table import layout as isa_layout
 from isa.timing import QUEUE_DEPTH
 
 from .decode import word_layout
 
-__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width", "nest_jumps", "pack"]
+__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width", "nest_jumps", "pack", "unit_reads"]
 
 UNITS = len(Unit)
 #: width of an instance index on the trace port (wraps modulo 2**32)
@@ -52,6 +53,15 @@ def nest_jumps(counts, strides) -> list[list[int]]:
         out.append([s32(strides[j][k] - sum((counts[l] - 1) * strides[l][k] for l in range(j + 1, len(counts))))
                     for k in range(STRIDE_SLOTS)])
     return out
+
+
+def unit_reads(cfg, unit: Unit) -> dict:
+    """What a unit's instructions use of a queue entry, from the ISA table: ``slots`` (stride slots)
+    and ``word_bits`` (the low bits of the word its formats occupy)."""
+    mine = [i for i in INSTRUCTIONS if i.unit == unit]
+    formats = isa_layout(cfg).formats
+    return {"slots": max(len(i.slots) for i in mine),
+            "word_bits": max(s.lo + s.width for i in mine for s in formats[i.format])}
 
 
 #: bits of a DMA entry's DRAM window bounds (``rtl.dma.dram_window``)

@@ -16,9 +16,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
-from isa.table import INSTRUCTIONS, Space, Unit, clog2, layout
+from isa.table import Space, Unit, clog2
 
-from .queue import INDEX_BITS, UNITS, EntrySignature, RepeatQueue
+from .queue import INDEX_BITS, UNITS, EntrySignature, RepeatQueue, unit_reads
 
 __all__ = ["RowReadSignature", "RowWriteSignature", "TokenSignature", "UnitBase", "ERR_BITS",
            "in_range", "span_ok", "select", "UnitTraceSignature", "RETIRE_SLOTS"]
@@ -127,12 +127,8 @@ class UnitBase(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        mine = [i for i in INSTRUCTIONS if i.unit == self.unit]
-        slots = max(len(i.slots) for i in mine)
-        formats = layout(self.cfg).formats
-        word_bits = max(s.lo + s.width for i in mine for s in formats[i.format])
-        m.submodules.queue = q = RepeatQueue(self.cfg, slots=slots, sval=self.uses_sval, dram=self.uses_dram,
-                                             word_bits=word_bits)
+        m.submodules.queue = q = RepeatQueue(self.cfg, sval=self.uses_sval, dram=self.uses_dram,
+                                             **unit_reads(self.cfg, self.unit))
         wiring.connect(m, wiring.flipped(self.push), q.push)
         go = Signal()
         ready, events, errors = self.datapath(m, q, go)

@@ -210,18 +210,18 @@ def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str 
 #: minutes). The electrostatic placer ("static") places small's whole chip with 11-17% less wire
 #: than the default HeAP placer; router2 then routed it (seed 2), after HeAP it never did in eight
 #: attempts (docs/fpga.md, "Bitstream"). (iCE40: router2, default placer.)
-PNR_ALGORITHMS = ["--placer", "static", "--router", "router2"]
+PNR_ROUTER = ["--router", "router2"]
+PNR_ALGORITHMS = ["--placer", "static"] + PNR_ROUTER
 
 
 def nextpnr(out: Path, dev: Device, freq_mhz: float, timeout: float | None = None, seed: int = 1) -> tuple[dict, float]:
     """Place and route ``out/top.json`` out of context; returns (nextpnr's report, seconds)."""
     args = list(dev.pnr_args) + ["--json", "top.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed),
                                  "--report", "pnr.json", "--timing-allow-fail"]
-    args += PNR_ALGORITHMS if dev.family == "ecp5" else ["--router", "router2"]
     if dev.family == "ecp5":
-        args += ["--out-of-context"]
+        args += PNR_ALGORITHMS + ["--out-of-context"]
     else:
-        args += ["--pcf-allow-unconstrained"]
+        args += PNR_ROUTER + ["--pcf-allow-unconstrained"]
     secs = _run(tool(f"nextpnr-{dev.family}") + args, out / "nextpnr.log", timeout, f"nextpnr-{dev.family}")
     return json.loads((out / "pnr.json").read_text()), secs
 
@@ -325,7 +325,7 @@ def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: floa
     for k, v in cell_resources(cells, dev.family).items():
         setattr(rep, k, v)
     if pnr:
-        rep.seed = rep.seed or 1
+        rep.seed = 1
         report, secs = nextpnr(out, dev, freq_mhz, timeout, seed=rep.seed)
         rep.seconds["nextpnr"] = round(secs, 1)
         apply_pnr(rep, report, dev.family)

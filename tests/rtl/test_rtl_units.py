@@ -18,7 +18,7 @@ from isa.table import BY_MNEMONIC, INSTRUCTIONS, WORD_BITS, Round, Space, derive
 from isa.timing import QUEUE_DEPTH
 from rtl.decode import Decoder
 from rtl.dma import dram_window
-from rtl.queue import RepeatQueue, nest_jumps
+from rtl.queue import RepeatQueue, nest_jumps, unit_reads
 from rtl.vpu import ALU_OPS, VpuAlu
 from rtl_helpers import pack, run, unpack
 
@@ -94,10 +94,9 @@ def test_repeat_queue_matches_expand_nest(pruned):
     formats' word bits, no scalar operand or DRAM window): the kept slots walk the nest, the others
     read 0."""
     rng = np.random.default_rng(3)
-    mxu_formats = {i.format for i in INSTRUCTIONS if i.unit == BY_MNEMONIC["mxu.mm"].unit}
-    word_bits = max(s.lo + s.width for f in mxu_formats for s in layout(TINY).formats[f])
-    dut = (RepeatQueue(TINY, slots=2, sval=False, dram=False, word_bits=word_bits) if pruned
-           else RepeatQueue(TINY))
+    reads = unit_reads(TINY, BY_MNEMONIC["mxu.mm"].unit)
+    assert reads["slots"] == 2 and reads["word_bits"] < WORD_BITS
+    dut = RepeatQueue(TINY, sval=False, dram=False, **reads) if pruned else RepeatQueue(TINY)
     kept = 2 if pruned else 3
     entries = []
     for _ in range(12):
