@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from isa import ChipConfig, assemble  # noqa: E402
-from runtime.cosim import Cosim, Job, compare  # noqa: E402
+from verify.cosim import Cosim, Job, compare  # noqa: E402
 
 LOOP = """
         loop l0, r1, s0=1, s1=COLS

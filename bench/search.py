@@ -5,7 +5,7 @@
 For every case of ``bench/models.py`` (same models, inputs and calibration) this compiles
 
 * the default schedule (``tiling.choose``, loop order ``mnk``),
-* ``search=True`` with ``compiler.search.ORDERS = ("mnk",)``: tilings only (Mt, nbuf, NB),
+* ``search=True`` with ``compiler.lower.search.ORDERS = ("mnk",)``: tilings only (Mt, nbuf, NB),
 * ``search=True`` with both loop orders (``mnk``, ``nmk``): tilings and orders,
 * the last again from its cache (the whole-model entry): no simulation,
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import tetrachip as tc  # noqa: E402
-from compiler import search  # noqa: E402
+from compiler.lower import search  # noqa: E402
 from isa.config import ChipConfig  # noqa: E402
 from models import cases  # noqa: E402
 

@@ -36,7 +36,7 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     net = model if a.blocks == 1 else tc.nn.Sequential(model, *(tc.nn.TransformerBlock(D, HEADS)
                                                                for _ in range(a.blocks - 1)))
-    from compiler.transformer import compile_block, cycles_by_phase, dram_bytes_by_phase
+    from compiler.lower.transformer import compile_block, cycles_by_phase, dram_bytes_by_phase
 
     t0 = time.perf_counter()
     cm = tc.compile(net, calibration[0][0], config=a.config, calibration=calibration, dynamic={"T": TMAX})

@@ -33,7 +33,7 @@ defined result in either.
 
 ``peek(ctx, row)`` / ``poke(ctx, row, value)`` read and write a row's value from an Amaranth
 testbench whatever the implementation; ``parts()`` names the memories a Verilog bench dumps to
-reassemble the rows (``runtime/cosim.py``).
+reassemble the rows (``verify/cosim.py``).
 """
 
 from __future__ import annotations

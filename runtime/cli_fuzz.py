@@ -31,8 +31,8 @@ def fuzz_cmd(config: str, seed: int, count: int, simulator: str | None, json_out
     """Run COUNT random programs on the Verilog of a 2-chip ring and on the simulator; compare
     memories, cycles, error codes and per-instruction retire cycles. Exit 1 on any mismatch or an
     opcode never covered."""
-    from .cosim import CosimUnavailable
-    from .fuzz import run_fuzz
+    from verify.cosim import CosimUnavailable
+    from verify.fuzz import run_fuzz
     cfg = ChipConfig.load(config)
     try:
         from tqdm import tqdm

@@ -11,7 +11,7 @@ FILE.py is plain Python that defines, at module level:
 ``--device numpy`` evaluates the float model with the numpy reference; ``--device sim`` compiles
 it for ``--config`` and runs it on the cycle-level simulator (Stats printed, ``--trace`` writes
 a Perfetto trace); ``--device rtl`` runs the same program on the chip's Verilog under cocotb
-(Verilator, ``Device("rtl")``, runtime/cosim.py).
+(Verilator, ``Device("rtl")``, verify/cosim.py).
 """
 from __future__ import annotations
 

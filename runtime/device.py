@@ -4,10 +4,10 @@
 
     Device.register("sim", SimBackend)   # a class (or factory) with execute(outputs, feeds)
 
-``execute(outputs: list[compiler.ir.Node], feeds: dict[str, np.ndarray]) ->
+``execute(outputs: list[compiler.ir.graph.Node], feeds: dict[str, np.ndarray]) ->
 list[np.ndarray]`` receives a graph that the compiler's pass list has already
 run on and verified. Importing this module registers "numpy" and makes it the
-default device that ``Tensor.realize()`` uses (``compiler.engine`` holds the
+default device that ``Tensor.realize()`` uses (``compiler.ir.engine`` holds the
 hook, since ``compiler`` never imports ``runtime``).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from compiler import engine
+from compiler.ir import engine
 
 
 class Device:

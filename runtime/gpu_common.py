@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler import semantics
-from compiler.ir import Node, Ops, inputs_of
+from compiler.ir import semantics
+from compiler.ir.graph import Node, Ops, inputs_of
 
 
 class DeviceUnavailable(RuntimeError):

@@ -1,6 +1,6 @@
 """The reference backend: executes an IR graph with numpy, one primitive at a time.
 
-Each primitive's meaning is ``compiler.semantics.apply`` (the compiler owns the
+Each primitive's meaning is ``compiler.ir.semantics.apply`` (the compiler owns the
 reference meaning of its IR); this module only walks the graph, feeds the
 placeholders, runs control-flow bodies, and evaluates a SUM of a MUL of
 broadcast operands (matmul, convolution, one-hot gathers) as one batched matmul
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler import semantics
-from compiler.ir import Graph, Node, Ops, inputs_of, toposort
+from compiler.ir import semantics
+from compiler.ir.graph import Graph, Node, Ops, inputs_of, toposort
 
 
 class NumpyBackend:

@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from compiler.ir import Node
+from compiler.ir.graph import Node
 import compiler.render.schedule as sched
 from compiler.render.opencl import render
 from runtime.gpu_common import DeviceUnavailable, bind, run_schedule

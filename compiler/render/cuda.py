@@ -1,9 +1,9 @@
 """CUDA C dialect of the kernel renderer (compiled with NVRTC by runtime/cuda_backend.py)."""
 from __future__ import annotations
 
-from ..ir import Ops
-from .cstyle import Dialect, Rendered, render as _render
-from .schedule import Kernel
+from compiler.ir.graph import Ops
+from compiler.render.cstyle import Dialect, Rendered, render as _render
+from compiler.render.schedule import Kernel
 
 CUDA = Dialect(
     name="cuda",

@@ -1,9 +1,9 @@
 """OpenCL C dialect of the kernel renderer (executed by runtime/opencl_backend.py via pyopencl)."""
 from __future__ import annotations
 
-from ..ir import Ops
-from .cstyle import Dialect, Rendered, render as _render
-from .schedule import Kernel
+from compiler.ir.graph import Ops
+from compiler.render.cstyle import Dialect, Rendered, render as _render
+from compiler.render.schedule import Kernel
 
 OPENCL = Dialect(
     name="opencl",

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import dtypes
-from ..ir import BINARY, MOVEMENT, REDUCE, UNARY, Node, Ops, toposort
-from .view import View, apply_movement
+from compiler.ir import dtypes
+from compiler.ir.graph import BINARY, MOVEMENT, REDUCE, UNARY, Node, Ops, toposort
+from compiler.render.view import View, apply_movement
 
 ELEMENTWISE = UNARY | BINARY | {Ops.WHERE, Ops.CAST}
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler.ir import Ops, toposort, verify
+from compiler.ir.graph import Ops, toposort, verify
 
 
 def test_where_broadcast_and_dtypes():

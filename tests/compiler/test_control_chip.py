@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler.quantize import run_int
+from compiler.lower.quantize import run_int
 
 
 def _step(seed=0, d=16):

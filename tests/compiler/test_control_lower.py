@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from compiler.control_lower import until_converged
-from compiler.schedule import ChipCompileError
+from compiler.lower.control_lower import until_converged
+from compiler.lower.schedule import ChipCompileError
 
 
 def test_converges_with_data_dependent_trip_count():

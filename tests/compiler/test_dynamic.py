@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler.dynamic import DYN_REG
-from compiler.schedule import ChipCompileError
+from compiler.lower.dynamic import DYN_REG
+from compiler.lower.schedule import ChipCompileError
 
 NS = [1, 7, 32, 64]
 

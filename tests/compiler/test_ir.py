@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler import dtypes, passes
-from compiler.ir import IRError, Node, Ops, toposort, verify
+from compiler.ir import dtypes
+from compiler.ir import passes
+from compiler.ir.graph import IRError, Node, Ops, toposort, verify
 
 
 def const(v, dt=dtypes.float32):
@@ -58,7 +59,7 @@ def test_checker_catches_a_corrupted_node():
 
 def test_checker_rejects_body_with_foreign_input():
     outer = Node(Ops.INPUT, dtypes.float32, (), ("outer", (3,)))
-    from compiler.ir import Graph
+    from compiler.ir.graph import Graph
     carry = Node(Ops.INPUT, dtypes.float32, (), ("c", (3,)))
     row = Node(Ops.INPUT, dtypes.float32, (), ("r", (3,)))
     body = Graph((carry, row), Node(Ops.ADD, dtypes.float32, (carry, outer)))
@@ -94,7 +95,7 @@ def test_pass_that_breaks_the_graph_is_named():
 
 
 def test_prepare_gives_the_checked_graph_a_device_receives():
-    from compiler import engine
+    from compiler.ir import engine
     x = tc.Tensor(np.arange(6, dtype=np.float32)).reshape(2, 3).reshape(3, 2)
     y = (x * 1.0 + x).sum(0)
     (out,) = engine.prepare([y.node])

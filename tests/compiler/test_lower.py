@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler.quantize import run_int
-from compiler.schedule import ChipCompileError
+from compiler.lower.quantize import run_int
+from compiler.lower.schedule import ChipCompileError
 from isa.config import ChipConfig
 from isa.errors import TetrachipError
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from compiler.planner import ORDERINGS, Buffer, check, live_bound, plan
+from compiler.lower.planner import ORDERINGS, Buffer, check, live_bound, plan
 
 
 def test_chain_reaches_the_bound():

@@ -1,7 +1,7 @@
 """Quantization parameters: requantization scales approximate the real multipliers."""
 import numpy as np
 
-from compiler.quantize import SCALE_MAX, quantize_array, requant_params
+from compiler.lower.quantize import SCALE_MAX, quantize_array, requant_params
 from isa import semantics as sem
 from isa.table import Round
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler.engine import prepare
-from compiler.lower import trace
-from compiler.schedule import ChipCompileError, EwKernel, lift, run_float
+from compiler.ir.engine import prepare
+from compiler.lower.dispatch import trace
+from compiler.lower.schedule import ChipCompileError, EwKernel, lift, run_float
 
 
 def _lift(fn, x):

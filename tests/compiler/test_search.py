@@ -2,7 +2,7 @@
 import numpy as np
 
 import tetrachip as tc
-from compiler import search
+from compiler.lower import search
 
 
 def _mlp():

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler import lower, search
+from compiler.lower import dispatch as lower
+from compiler.lower import search
 
 
 def _models():

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from compiler.schedule import ChipCompileError
-from compiler.tiling import choose, groups, k_tiles
+from compiler.lower.schedule import ChipCompileError
+from compiler.lower.tiling import choose, groups, k_tiles
 from isa.config import ChipConfig
 
 

@@ -1,7 +1,7 @@
 """A transformer block (d_model 64, 4 heads, GELU MLP) on the simulated chip, T symbolic.
 
 One binary (``tc.compile(block, x, dynamic={"T": 64})``) runs for T in {1, 17, 64}: the int8
-output equals the integer numpy model (compiler.intmath on the quantized weights) bit for bit,
+output equals the integer numpy model (compiler.lower.intmath on the quantized weights) bit for bit,
 the Program bytes never change, the output is close to the float block, and the fused attention
 moves less DRAM traffic than the same arithmetic with scores and probabilities through DRAM.
 """
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler.transformer import CompiledTransformer, compile_block, dram_bytes_by_phase
+from compiler.lower.transformer import CompiledTransformer, compile_block, dram_bytes_by_phase
 
 TS = (1, 17, 64)
 

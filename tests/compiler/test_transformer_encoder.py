@@ -83,7 +83,7 @@ def test_random_layers_bit_exact(seed):
     for t in layer.parameters():
         t.node = tc.Tensor(t.numpy() * ws).node
     calib = [[rng.standard_normal((1, tmax, 64)).astype(np.float32)]]
-    from compiler.transformer import compile_block
+    from compiler.lower.transformer import compile_block
     cm = compile_block(layer, calib[0][0], calibration=calib, dynamic={"T": tmax}, causal=bool(seed // 2))
     for T in (1, int(rng.integers(2, tmax + 1))):
         x = (rng.standard_normal((1, T, 64)) * 3).astype(np.float32)

@@ -1,4 +1,4 @@
-"""compiler.intmath: the integer kernels of the transformer block against float math.
+"""compiler.lower.intmath: the integer kernels of the transformer block against float math.
 
 These check the algorithms themselves (the chip is checked against them bit for bit in
 test_transformer.py): each integer kernel must stay within a bound of the float function that
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from compiler import intmath as im
+from compiler.lower import intmath as im
 
 
 def test_i_exp_close_to_exp():

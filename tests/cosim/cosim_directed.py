@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from isa import ChipConfig, assemble, assemble_file
-from runtime.cosim import Job
+from verify.cosim import Job
 from sim.programs import gemm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,13 +110,13 @@ def gemm_jobs(cfg: ChipConfig, shapes) -> list[Job]:
 def ring_and_random_jobs(cfg: ChipConfig, first_seed: int, count: int):
     """The 2-chip ring's directed jobs (``chip_jobs`` + ``ring_jobs``) and ``count`` random
     programs from seed ``first_seed`` on: (the random cases, all jobs)."""
-    from runtime.fuzz import case_job, generate  # noqa: PLC0415
+    from verify.fuzz import case_job, generate  # noqa: PLC0415
     cases = [generate(cfg, first_seed + s) for s in range(count)]
     return cases, chip_jobs(cfg, 2) + ring_jobs(cfg, 2) + [case_job(cfg, c) for c in cases]
 
 
 def assert_ring_results_match(cfg: ChipConfig, jobs, results, what: str = "") -> None:
-    """Every job's RTL result equals the simulator's (``runtime.cosim.compare``, ring mode)."""
-    from runtime.cosim import compare  # noqa: PLC0415
+    """Every job's RTL result equals the simulator's (``verify.cosim.compare``, ring mode)."""
+    from verify.cosim import compare  # noqa: PLC0415
     bad = [r for r in (compare(cfg, j, r, ring=True) for j, r in zip(jobs, results)) if r]
     assert not bad, f"{len(bad)} of {len(jobs)} jobs differ{what}; first:\n{bad[0]}"

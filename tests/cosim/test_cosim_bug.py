@@ -10,8 +10,8 @@ import os
 import pytest
 
 from isa import ChipConfig
-from runtime.cosim import Cosim, available, compare
-from runtime.fuzz import case_job, generate
+from verify.cosim import Cosim, available, compare
+from verify.fuzz import case_job, generate
 
 pytestmark = [pytest.mark.cosim, pytest.mark.slow]
 SIM = os.environ.get("SIM", "verilator")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from isa import ChipConfig
-from runtime.cosim import Cosim, available, compare
+from verify.cosim import Cosim, available, compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cosim_directed import gemm_jobs  # noqa: E402

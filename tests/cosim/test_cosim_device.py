@@ -11,7 +11,7 @@ import pytest
 
 import tetrachip as tc
 from isa.errors import TetrachipError
-from runtime.cosim import available
+from verify.cosim import available
 
 pytestmark = pytest.mark.cosim
 SIM = os.environ.get("SIM", "verilator")
@@ -44,6 +44,6 @@ def test_rtl_device_runs_a_compiled_mlp_like_the_simulator():
 
 def test_rtl_device_errors_are_clear(monkeypatch):
     import runtime.sim_backend as sb
-    monkeypatch.setattr("runtime.cosim.available", lambda sim: "not installed here")
+    monkeypatch.setattr("verify.cosim.available", lambda sim: "not installed here")
     with pytest.raises(TetrachipError, match="needs an HDL simulator.*not installed here"):
         sb.RtlBackend(config="tiny", simulator="verilator")

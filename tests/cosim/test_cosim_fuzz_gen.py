@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from isa import ChipConfig
 from isa.errors import ErrorCode
-from runtime.cosim import sim_run
-from runtime.fuzz import ALL_OPCODES, case_job, coverage_table, generate
+from verify.cosim import sim_run
+from verify.fuzz import ALL_OPCODES, case_job, coverage_table, generate
 
 TINY = ChipConfig.preset("tiny")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from isa import ChipConfig
-from runtime.cosim import Cosim, available
+from verify.cosim import Cosim, available
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cosim_directed import assert_ring_results_match, ring_and_random_jobs  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from isa import ChipConfig
-from runtime.cosim import Cosim, available
+from verify.cosim import Cosim, available
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cosim_directed import assert_ring_results_match, ring_and_random_jobs  # noqa: E402
@@ -43,7 +43,7 @@ def test_fuzz_lvt_memories_at_fpga_depths():
         pytest.skip(f"SIM={SIM}: {why}")
     from rtl.fpga.fit import FPGA_MEMORY, fpga_config
     from rtl.mem import LUTRAM_DEPTH
-    from runtime.fuzz import run_fuzz
+    from verify.fuzz import run_fuzz
     cfg = fpga_config(TINY, **FPGA_MEMORY)
     assert cfg.acc_rows <= LUTRAM_DEPTH < cfg.spm_rows
     rep = run_fuzz(cfg, 9000, int(os.environ.get("TETRACHIP_COSIM_LVT_COUNT", "100")) * 2, SIM,

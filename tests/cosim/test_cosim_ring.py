@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from isa import ChipConfig
-from runtime.cosim import Cosim, available
-from runtime.fuzz import coverage_table
+from verify.cosim import Cosim, available
+from verify.fuzz import coverage_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cosim_directed import assert_ring_results_match, ring_and_random_jobs  # noqa: E402

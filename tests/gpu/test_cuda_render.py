@@ -8,7 +8,7 @@ import pytest
 from gpu_helpers import device_or_skip
 
 import test_tensor as T  # noqa: E402
-from compiler.passes import run_passes
+from compiler.ir.passes import run_passes
 from compiler.render.cuda import render as render_cuda
 from compiler.render.schedule import schedule
 from runtime.gpu_common import DeviceUnavailable

@@ -252,10 +252,10 @@ FUZZ_COUNT = int(os.environ.get("TETRACHIP_RTL_FUZZ", "3"))
 
 @pytest.mark.parametrize("seed", range(FUZZ_COUNT))
 def test_random_programs(seed):
-    """Constrained-random single-chip programs (``runtime.fuzz``, the co-simulation generator):
+    """Constrained-random single-chip programs (``verify.fuzz``, the co-simulation generator):
     every unit, repeat nests, register trip counts, tokens, fences, branches, faults. Programs the
     simulator stops with a diagnostic the RTL does not make (RACE, DEADLOCK) are not compared."""
-    from runtime.fuzz import generate
+    from verify.fuzz import generate
     case = generate(TINY, 1000 + seed, link=False)
     if case.fault == "reserved":
         pytest.skip("reserved-word faults are patched into the binary (covered by test_illegal_word)")

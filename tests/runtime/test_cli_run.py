@@ -40,6 +40,6 @@ def test_run_errors_are_one_line(tmp_path, monkeypatch):
     g.write_text(MODEL.replace("model = lambda x: x @ tc.Tensor(w)", "model = lambda x: (x @ tc.Tensor(w)).exp()"))
     r = CliRunner().invoke(main, ["run", str(g), "--device", "sim"])
     assert r.exit_code == 1 and "EXP" in r.output and "Traceback" not in r.output
-    monkeypatch.setattr("runtime.cosim.available", lambda sim: "not installed")    # no HDL simulator
+    monkeypatch.setattr("verify.cosim.available", lambda sim: "not installed")    # no HDL simulator
     r = CliRunner().invoke(main, ["run", str(g), "--device", "rtl"])
     assert r.exit_code == 1 and "co-simulation" in r.output and "Traceback" not in r.output

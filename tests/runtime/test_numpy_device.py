@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler import dtypes, engine
-from compiler.ir import Node, Ops
+from compiler.ir import dtypes
+from compiler.ir import engine
+from compiler.ir.graph import Node, Ops
 from runtime.device import Device
 
 

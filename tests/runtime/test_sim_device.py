@@ -43,7 +43,7 @@ def test_config_mismatch_and_bad_input_shape():
 
 def test_rtl_device_names_the_missing_piece(monkeypatch):
     # runs on the Verilog when an HDL simulator is installed (tests/cosim/test_cosim_device.py)
-    monkeypatch.setattr("runtime.cosim.available", lambda sim: "not installed")
+    monkeypatch.setattr("verify.cosim.available", lambda sim: "not installed")
     with pytest.raises(TetrachipError, match="co-simulation"):
         tc.Device("rtl", config="base")
 

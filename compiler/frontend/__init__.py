@@ -1,0 +1,1 @@
+"""The user-facing frontend: lazy Tensor, autograd, nn, optim, functional, random, control flow."""

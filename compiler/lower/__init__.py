@@ -1,0 +1,1 @@
+"""Lowering to the chip: the dispatcher (dispatch), then schedule, quantize, tiling, planner, emit, search, dynamic, control, transformer."""

@@ -1,0 +1,269 @@
+"""Bodies and glue code of frontend control flow on the chip (``compiler.lower.control_lower``).
+
+A body (a branch, a loop body, the kernels before/after) is compiled by the ordinary pipeline
+into a DRAM region of its own (``_compile_body``, with ``_retie`` forcing shared int8 scales);
+``_text`` gives its assembly with labels renamed apart. The glue between bodies: ``_copy``
+(DRAM -> SPM -> DRAM rows, an optional register offset on the source), ``_pred_code`` (the
+predicate's reduction on the VPU, ``sld`` and the branch), ``_store_counter``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from compiler.lower.control_pred import _err, _Pred
+from compiler.ir.graph import CONTROL, toposort
+from compiler.lower.quantize import EW_COEF_MAX, MAX_SHIFT, QEw, QKernel, ew_int, kernel_int, quantize, requant_params
+from compiler.lower.schedule import EwKernel, TensorInfo, gather_base, kernel_inputs, lift
+
+R_TRIP = 14                     # the trip counter / branch flag: no kernel body uses r14
+
+
+def _retie(q, fixed: dict) -> None:
+    """Force tensors to int8 with the given scales (a loop carry and the body's result share one)
+    and recompute the kernels that read or write them, as ``quantize.quantize`` does."""
+    s = q.sched
+    for ti, sc in fixed.items():
+        q.scales[ti] = float(sc)
+        q.int32.discard(ti)
+    for i, k in enumerate(s.kernels):
+        if k.out not in fixed and not any(t in fixed for t in kernel_inputs(k)):
+            continue
+        qk = q.qkernels[i]
+        if isinstance(k, EwKernel):
+            mult = np.array([c * q.scales[t] / q.scales[k.out] for (t, _), c in zip(k.srcs, k.coefs)])
+            top = float(np.max(np.abs(mult)))
+            shift = max(0, min(MAX_SHIFT, int(np.floor(np.log2(EW_COEF_MAX / top))))) if top > 0 else 0
+            q.qkernels[i] = QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, qk.lo)
+            continue
+        s_x = q.scales[k.src]
+        b_q = None
+        if k.bias is not None:
+            b_q = np.clip(np.rint(k.bias / (s_x * qk.s_w)), -(1 << 31), (1 << 31) - 1).astype(np.int32)
+        out8 = k.out not in q.int32
+        scale, shift = requant_params(s_x * qk.s_w / q.scales[k.out]) if out8 else (np.zeros(k.N, np.int32), 0)
+        q.qkernels[i] = QKernel(qk.w_q, b_q, out8, scale, shift, qk.lo, qk.s_w)
+
+
+@dataclass
+class _Body:
+    """One body compiled by the ordinary pipeline into its own DRAM region."""
+    cm: object
+    ins: dict                # argument index -> (tensor index, DRAM address)
+    out_t: int
+    out_idx: np.ndarray
+    out_addr: int
+    end: int                 # first DRAM byte after the region
+    outs: list = field(default_factory=list)     # every result: (tensor index, view, DRAM address)
+
+    @property
+    def q(self):
+        return self.cm.qsched
+
+    def tensor(self, t: int) -> TensorInfo:
+        return self.q.sched.tensors[t]
+
+    def out_layout(self) -> _Layout:
+        return _lay(self.tensor(self.out_t), self.out_idx)
+
+    def in_layout(self, j: int) -> _Layout:
+        return _lay(self.tensor(self.ins[j][0]))
+
+    def run(self, ints: dict) -> np.ndarray:
+        """The quantized body in numpy (``quantize.kernel_int``/``ew_int``): argument ints -> result ints."""
+        return self.run_all(ints)[0]
+
+    def run_all(self, ints: dict) -> list:
+        s, vals = self.q.sched, self.run_vals(ints)
+        return [gather_base(vals[t], s.tensors[t], idx) for t, idx, _ in self.outs]
+
+    def run_vals(self, ints: dict) -> dict:
+        """Every tensor's integers (by tensor index) from the arguments' (by argument key)."""
+        from compiler.lower.schedule import mn_to_base
+        s = self.q.sched
+        vals = {t: ints[j] for j, (t, _) in self.ins.items()}
+        for i, k in enumerate(s.kernels):
+            if isinstance(k, EwKernel):
+                vals[k.out] = ew_int(self.q, i, vals)
+            else:
+                vals[k.out] = mn_to_base(kernel_int(self.q, i, vals[k.src]), s.tensors[k.out], k)
+        return vals
+
+
+def _compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, searcher, per_channel: bool,
+                  what: str, outputs: list | None = None) -> _Body:
+    """A body graph ``g`` (inputs ``arg0..``; ``scales`` by argument index, ``out_scale`` its
+    result's), or with ``outputs`` a top-level subgraph (inputs by model input name, one scale per
+    output in ``out_scale``), compiled by the ordinary pipeline at DRAM ``base``."""
+    from compiler.ir import engine
+    from compiler.lower.dispatch import DRAM_ALIGN, _lower
+    nodes = [g.output] if outputs is None else list(outputs)
+    out_scales = [out_scale] if outputs is None else (None if out_scale is None else list(out_scale))
+    key = (lambda n: int(n[3:])) if outputs is None else (lambda n: n)
+    if any(n.op in CONTROL for n in toposort(nodes)):
+        raise _err(f"{what}: nested control flow is not supported on the chip (only the while_loop form)")
+    sched = lift(engine.prepare(nodes))
+    q = quantize(sched, calib, per_channel)
+    names = list(sched.inputs)
+    fixed = {sched.inputs[n]: scales[key(n)] for n in names if key(n) in scales}
+    for (out_t, out_idx), sc in zip(sched.outputs, out_scales or []):   # None: the model's own outputs
+        t = sched.tensors[out_t]
+        if t.kind != "kernel" or t.padded or not np.array_equal(np.ravel(out_idx), np.ravel(t.identity())):
+            raise _err(f"{what}: the result must be a whole kernel output (not a view or slice of one)")
+        fixed[out_t] = sc
+    _retie(q, fixed)
+    cm = _lower(q, cfg, names, True, len(nodes), None, searcher, dram_base=base)
+    if re.search(rf"\br{R_TRIP}\b", cm.asm):
+        raise _err(f"{what}: the body needs scalar register r{R_TRIP}, which the control flow keeps")
+    ins = {key(n): (sched.inputs[n], cm.tensor_addr[sched.inputs[n]]) for n in names}
+    end = cm.const_base + len(cm.const_image)
+    outs = [(t, idx, cm.tensor_addr[t]) for t, idx in sched.outputs]
+    return _Body(cm, ins, outs[0][0], outs[0][1], outs[0][2], -(-end // DRAM_ALIGN) * DRAM_ALIGN, outs)
+
+
+def _phys(t: TensorInfo, idx=None) -> np.ndarray:
+    return t.phys_offsets(t.identity() if idx is None else idx)
+
+
+@dataclass
+class _Layout:
+    """Where each element of a value (in its logical shape) lies in a DRAM buffer of ``nbytes``."""
+    offsets: np.ndarray
+    nbytes: int
+
+    def same(self, o: "_Layout") -> bool:
+        return self.nbytes == o.nbytes and np.array_equal(self.offsets.reshape(-1), o.offsets.reshape(-1))
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.offsets.shape)
+
+    def to_phys(self, x: np.ndarray) -> np.ndarray:
+        """The buffer's bytes holding ``x`` (zeros elsewhere, e.g. a convolution input's border)."""
+        out = np.zeros(self.nbytes, np.asarray(x).dtype)
+        out[self.offsets.reshape(-1)] = np.asarray(x).reshape(-1)
+        return out
+
+
+def _lay(t: TensorInfo, idx=None) -> _Layout:
+    return _Layout(_phys(t, idx), t.phys_size)
+
+
+def _text(body: _Body, tag: str) -> str:
+    """A body's assembly without its ``halt``, labels renamed apart."""
+    lines = [ln for ln in body.cm.asm.splitlines() if ln.strip() != "halt"]
+    labels = [ln[:-1] for ln in lines if re.fullmatch(r"\w+:", ln)]
+    text = "\n".join(lines)
+    for lb in sorted(labels, key=len, reverse=True):
+        text = re.sub(rf"\b{lb}\b", f"{tag}_{lb}", text)
+    return text
+
+
+# ------------------------------------------------------------------------------- glue code
+
+def _copy(L: list, src: int, dst: int, nbytes: int, cfg, src_reg: int | None = None) -> None:
+    """DRAM -> SPM -> DRAM, rows of ``cols`` bytes (kernels are fenced: SPM row 0 up is free)."""
+    C = cfg.cols
+    x = f"+r{src_reg}" if src_reg else ""
+    full, rem = divmod(nbytes, C)
+    chunk = cfg.spm_rows
+    pieces = [(r0 * C, min(chunk, full - r0), C) for r0 in range(0, full, chunk)]
+    if rem:
+        pieces.append((full * C, 1, rem))
+    for i, (off, rows, ln) in enumerate(pieces):     # a piece's load waits until the last store read SPM
+        L.append(f"    dma.ld spm[0], dram[{src + off}{x}], rows={rows}, len={ln}, rstride={C}, "
+                 + ("wait=store, " if i else "") + "signal=store")
+        L.append(f"    dma.st dram[{dst + off}], spm[0], rows={rows}, len={ln}, rstride={C}, wait=load"
+                 + (", signal=load" if i < len(pieces) - 1 else ""))
+    L.append("    fence all")
+
+
+def _move(L: list, src: int, src_lay: _Layout, dst: int, dst_lay: _Layout, cfg) -> None:
+    """Copy a value between two DRAM buffers of its layouts: a byte copy when they agree, else
+    runs contiguous in both, cut to ``cols`` bytes and grouped into strided DMAs (e.g. into the
+    interior of a convolution input's zero border)."""
+    if src_lay.same(dst_lay):
+        return _copy(L, src, dst, src_lay.nbytes, cfg)
+    C = cfg.cols
+    s, d = src_lay.offsets.reshape(-1), dst_lay.offsets.reshape(-1)
+    o = np.argsort(d, kind="stable")
+    s, d = s[o], d[o]
+    cut = np.flatnonzero((np.diff(s) != 1) | (np.diff(d) != 1)) + 1
+    pieces = []                               # (offset in its run, run, src, dst, length)
+    for r, (a, b) in enumerate(zip(np.r_[0, cut], np.r_[cut, len(s)])):
+        for k in range(a, b, C):
+            pieces.append((k - a, r, int(s[k]), int(d[k]), min(C, b - k)))
+    pieces.sort()
+    groups: list = []                         # [src, dst, length, count, src stride, dst stride]
+    for _, _, s0, d0, ln in pieces:
+        g = groups[-1] if groups else None
+        if g is not None and g[2] == ln and g[3] < cfg.spm_rows:
+            if g[3] == 1 and s0 > g[0] and d0 > g[1]:
+                g[4], g[5], g[3] = s0 - g[0], d0 - g[1], 2
+                continue
+            if g[3] > 1 and s0 == g[0] + g[4] * g[3] and d0 == g[1] + g[5] * g[3]:
+                g[3] += 1
+                continue
+        groups.append([s0, d0, ln, 1, C, C])
+    for i, (s0, d0, ln, n, ss, ds) in enumerate(groups):
+        L.append(f"    dma.ld spm[0], dram[{src + s0}], rows={n}, len={ln}, rstride={ss}, "
+                 + ("wait=store, " if i else "") + "signal=store")
+        L.append(f"    dma.st dram[{dst + d0}], spm[0], rows={n}, len={ln}, rstride={ds}, wait=load"
+                 + (", signal=load" if i < len(groups) - 1 else ""))
+    L.append("    fence all")
+
+
+def _pred_code(L: list, p: _Pred, addrs: list, nbytes: int, cfg, false_label: str) -> None:
+    """Reduce the leaf tensors on the VPU, ``sld`` the result, branch to ``false_label`` when the
+    predicate is false."""
+    C = cfg.cols
+    rows = -(-nbytes // C)
+    if len(addrs) * rows > cfg.spm_rows or rows > cfg.acc_rows:
+        raise _err(f"a predicate over {nbytes} elements does not fit SPM/ACC on config {cfg.name!r}")
+    bufs = [i * rows for i in range(len(addrs))]
+    L.append(f"; predicate: {p.red}({p.form}) over {nbytes} elements, threshold {p.T}")
+    full, rem = divmod(nbytes, C)
+    # a DMA zeroes the lanes past ``len``: neutral for sums and for max of |x|, |x - y| (>= 0); for
+    # max(x) the last row is instead the tensor's last ``cols`` bytes (repeats are harmless to a max)
+    overlap = rem and p.red == "max" and p.form == "a"
+    if overlap and nbytes < C:
+        raise _err(f"max(x) over {nbytes} elements (fewer than the {C} lanes of a row) is not lowered")
+    loads = []
+    for b, a in zip(bufs, addrs):
+        if full:
+            loads.append(f"dma.ld spm[{b}], dram[{a}], rows={full}, len={C}, rstride={C}")
+        if overlap:
+            loads.append(f"dma.ld spm[{b + full}], dram[{a + nbytes - C}], rows=1, len={C}, rstride={C}")
+        elif rem:
+            loads.append(f"dma.ld spm[{b + full}], dram[{a + full * C}], rows=1, len={rem}, rstride={C}")
+    for j, ld in enumerate(loads):
+        L.append("    " + ld + (", signal=vpu" if j == len(loads) - 1 else ""))
+    D = 0
+    if p.form == "a":
+        L.append(f"    vadd acc[{D}], spm[{bufs[0]}], 0, n={rows}, wait=load")
+    elif p.form == "|a|":
+        L.append(f"    vabs acc[{D}], spm[{bufs[0]}], n={rows}, wait=load")
+    else:
+        L.append(f"    vsub acc[{D}], spm[{bufs[0]}], spm[{bufs[1]}], n={rows}, wait=load")
+        if p.form == "|a-b|":
+            L.append(f"    vabs acc[{D}], acc[{D}], n={rows}")
+    op, rop = ("vmax", "vrmax") if p.red == "max" else ("vadd", "vrsum")
+    if rows > 1:
+        L.append(f"    loop l0, {rows - 1}, s0=0, s1=0, s2=1")
+        L.append(f"    {op} acc[{D}], acc[{D}], acc[{D + 1}], n=1, rep=l0:1")
+    L.append(f"    {rop} acc[{D}], acc[{D}], n=1, signal=scalar")
+    L.append(f"    sld r1, acc[{D}], 0, wait=vpu")
+    L.append(f"    seti r2, {p.T}")
+    L.append("    fence all")
+    # false: hi -> R < T; not hi -> R >= T
+    L.append(f"    {'blt' if p.hi else 'bge'} r1, r2, {false_label}")
+
+
+def _store_counter(L: list, addr: int) -> None:
+    L.append("    fence all")
+    L.append(f"    sst r{R_TRIP}, acc[0], 0")
+    L.append(f"    dma.st dram[{addr}], acc[0], rows=1, len=1, rstride=4, estride=4")
+    L.append("    fence all")
+    L.append("    halt")

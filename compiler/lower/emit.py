@@ -1,0 +1,449 @@
+"""ISA emission: one fused GEMM kernel (matmul/conv + bias + activation + requantize) as assembly.
+
+The schedule follows ``sim.programs.gemm`` (weight stationary; for each M tile, for each N tile,
+for each K tile: ``mxu.lw`` a weight tile, ``mxu.mm``/``mma`` all rows of the M tile's A tile)
+and adds a fused epilogue and strided-DMA im2col loads. Units overlap through tokens:
+
+==================  ============================================================  =========
+tokens (P -> C)     meaning                                                       seeds
+==================  ============================================================  =========
+load -> mxu         a weight tile (every one) / an A tile (first N tile) arrived
+mxu -> load         ``mxu.lw`` read its weight slot: the slot may be refilled     NB
+E -> mxu|load       an ACC region was drained (E = vpu for int8 output, store     2
+                    for int32); its next user (the bias load, else the first
+                    ``mm``) may write it
+mxu -> vpu|store    the last ``mma`` of an N tile: its ACC region is complete
+vpu -> store        ``vreq`` wrote the int8 output tile to SPM staging
+store -> vpu        the staging buffer was stored and may be rewritten            2
+store -> load       the M tile's last store: its A buffer may be refilled         2
+==================  ============================================================  =========
+
+Every wait is matched in order with one earlier signal of the same kind (units start in order;
+loads retire in order); a kernel starts with the seed tokens and ends with empty instructions
+that consume the seeds back, so kernels compose. Inner loops use repeat registers: the
+weight tiles of an N tile are one ``dma.ld`` over a nest, row groups of a tile are one DMA
+over a nest; the middle N tiles run as a scalar loop over register-indexed addresses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from compiler.lower.tiling import Group, KTile, Tiling, groups
+
+# scalar registers of a kernel
+R_WSLOT, R_WCOL, R_ACC, R_OBUF, R_OCOL, R_BIAS, R_SCALE, R_NT, R_TMP, R_AOFF, R_OOFF, R_ABUF, R_MT = range(1, 14)
+SCALAR_REGS_NEEDED = 14
+#: rows of zeros a border store reads at once (the SPM zero block the planner reserves)
+ZERO_FILL_ROWS = 64
+
+
+@dataclass
+class KernelCode:
+    """Everything the emitter needs for one kernel; addresses are absolute (DRAM bytes, SPM/ACC rows)."""
+    name: str
+    tiling: Tiling
+    ktiles: list[KTile]
+    a_rows: np.ndarray        # (M,) DRAM byte address of row m's first column
+    out_rows: np.ndarray      # (M,) DRAM byte address of output (m, n=0)
+    out_int8: bool
+    w_addr: int
+    bias_addr: int | None
+    scale_addr: int | None
+    shift: int
+    lo: int
+    relu: bool
+    spm_a: int
+    spm_w: int
+    spm_o: int
+    acc_base: int
+    #: symbolic batch (compiler.lower.dynamic.DynTile): the M-tile loop's trip count comes from a register
+    dyn: object = None
+
+
+class _Asm:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.n = 0
+
+    def __call__(self, s: str) -> None:
+        self.lines.append("        " + s)
+
+    def label(self, stem: str) -> str:
+        self.n += 1
+        name = f"{stem}_{self.n}"
+        self.lines.append(f"{name}:")
+        return name
+
+    def comment(self, s: str) -> None:
+        self.lines.append("; " + s)
+
+
+def _mods(wait=(), signal=(), once=False, rep=None) -> str:
+    out = []
+    if rep:
+        out.append(f"rep={rep}")
+    if wait:
+        out.append("wait=" + "|".join(wait))
+    if signal:
+        out.append("signal=" + "|".join(signal))
+    if once and rep:
+        out.append("sync=once")
+    return "".join(", " + m for m in out)
+
+
+def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
+    """The kernel in its tiling's loop order (``Tiling.order``, see ``compiler.lower.tiling``): ``mnk``
+    runs M tiles outermost; ``nmk`` runs one column kernel per N tile (N outermost), each loading
+    its weight tiles once for all M tiles, and, when every M tile has its own A buffer
+    (``nbuf >= MT``), the columns after the first reuse the A tiles the first one loaded."""
+    tl = kc.tiling
+    if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
+        kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
+        tl = kc.tiling
+    if tl.order == "mnk":
+        return _emit_kernel(e, kc, cfg, False, False)
+    C, R = cfg.cols, cfg.rows
+    eb = 1 if kc.out_int8 else 4
+    resident = tl.nbuf >= tl.MT
+    for n in range(tl.NT):
+        col = replace(tl, N=min(C, tl.N - n * C), NT=1, acc_rows=2 * tl.Mt + (1 if kc.out_int8 else 0))
+        kn = replace(kc, name=f"{kc.name}.n{n}", tiling=col, w_addr=kc.w_addr + n * tl.KT * R * C,
+                     bias_addr=None if kc.bias_addr is None else kc.bias_addr + 4 * C * n,
+                     scale_addr=None if kc.scale_addr is None else kc.scale_addr + 4 * C * n,
+                     out_rows=np.asarray(kc.out_rows) + n * C * eb)
+        _emit_kernel(e, kn, cfg, True, resident and n > 0)
+
+
+def _emit_kernel(e: _Asm, kc: KernelCode, cfg, w_once: bool, a_skip: bool) -> None:
+    """``w_once``: weight tiles are loaded in the first M tile only (one N tile, ``NB == KT``);
+    ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them)."""
+    tl = kc.tiling
+    C = cfg.cols
+    KT, NT, Mt = tl.KT, tl.NT, tl.Mt
+    bias = kc.bias_addr is not None
+    # who frees an ACC region, and who waits for it
+    free_p = "vpu" if kc.out_int8 else "store"
+    free_c = "load" if bias else "mxu"
+    ep = "vpu" if (kc.out_int8 or kc.relu) else "store"        # the unit the last mma signals
+    # the A-buffer gate (store -> load); with int32 output and a bias, store -> load already means
+    # "ACC region free", and the bias load orders the next M tile's A loads behind it (two buffers)
+    gate = tl.MT > 1 and not (not kc.out_int8 and bias)
+    assert gate or tl.nbuf >= 2 or tl.MT == 1, "a single A buffer needs the gate"
+    assert not w_once or (tl.NT == 1 and tl.NB == tl.KT), "resident weights: one N tile, no slot ring"
+    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip)
+    e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
+              f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
+              f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
+    for r in (R_WSLOT, R_ACC, R_OBUF, R_AOFF, R_OOFF, R_ABUF):
+        e(f"seti r{r}, 0")
+    # seeds
+    e(f"loop l2, {tl.NB}")
+    e(f"mxu.lw spm[{kc.spm_w}], k=0, rep=l2:1, signal=load")
+    e("loop l2, 2")
+    if kc.out_int8:
+        e(f"vqcfg shift={kc.shift}, zp=0, lo={kc.lo}, hi=127, round=half_up, rep=l2:1, signal={free_c}")
+        e("dma.st dram[0], spm[0], rows=0, rep=l2:1, signal=vpu")
+        e(f"dma.ld acc[{kc.acc_base + 2 * Mt}], dram[{kc.scale_addr}], rows={NT}, len={C}, rstride={4 * C}")
+    else:
+        e(f"dma.st dram[0], acc[0], rows=0, rep=l2:1, signal={free_c}")
+    if gate:                                   # one token per free A buffer
+        e(f"loop l2, {tl.nbuf}")
+        e("dma.st dram[0], spm[0], rows=0, rep=l2:1, signal=load")
+    tiles = tl.m_tiles()
+    full = [t for t in tiles if t[1] == Mt]
+    da, do = _translation(kc.a_rows, Mt, len(full)), _translation(kc.out_rows, Mt, len(full))
+    if kc.dyn is not None:
+        da, do = kc.dyn.a_step, kc.dyn.o_step
+    if kc.dyn is not None or (len(full) >= 2 and da is not None and do is not None):
+        # identical full M tiles, DMA addresses shifted: one body in a scalar loop
+        e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop"
+                  + (f" over r{kc.dyn.reg} batch elements" if kc.dyn is not None else ""))
+        e(f"seti r{R_MT}, 0")
+
+        def step():
+            e(f"addi r{R_AOFF}, r{R_AOFF}, {da}")
+            e(f"addi r{R_OOFF}, r{R_OOFF}, {do}")
+            if tl.nbuf == 2:
+                e(f"seti r{R_TMP}, {KT * Mt}")
+                e(f"sub r{R_ABUF}, r{R_TMP}, r{R_ABUF}")
+            elif tl.nbuf > 2:                  # every M tile has its own A buffer
+                e(f"addi r{R_ABUF}, r{R_ABUF}, {KT * Mt}")
+        if w_once:                             # M tile 0 loads the weight tiles, the loop reuses them
+            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True)
+            step()
+            e(f"seti r{R_MT}, 1")
+        top = e.label("mtile")
+        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once)
+        step()
+        if kc.dyn is not None:             # trip count ceil(n / per_tile), n written by the host
+            e(f"addi r{R_MT}, r{R_MT}, {kc.dyn.per_tile}")
+            e(f"blt r{R_MT}, r{kc.dyn.reg}, {top}")
+        else:
+            e(f"addi r{R_MT}, r{R_MT}, 1")
+            e(f"seti r{R_TMP}, {len(full)}")
+            e(f"blt r{R_MT}, r{R_TMP}, {top}")
+        rest = tiles[len(full):]
+        e(f"seti r{R_AOFF}, 0")
+        e(f"seti r{R_OOFF}, 0")
+    else:
+        rest = tiles
+    for (m0, mrows, buf) in rest:
+        e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
+        e(f"seti r{R_ABUF}, {buf * KT * Mt}")
+        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0)
+    # drains: take the seed tokens back so the next kernel starts from zero counters
+    e(f"loop l2, {tl.NB}")
+    e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=mxu")
+    e("loop l2, 2")
+    if free_c == "load":
+        e(f"dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait={free_p}")
+    else:
+        e(f"mxu.lw spm[{kc.spm_w}], k=0, rep=l2:1, wait={free_p}")
+    if kc.out_int8:
+        e("vqcfg rep=l2:1, wait=store")
+    if gate:
+        e(f"loop l2, {tl.nbuf}")
+        e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=store")
+    e("fence all")
+
+
+def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
+    """The address step between consecutive full M tiles, if every tile is tile 0 shifted by it."""
+    if nfull < 2:
+        return None
+    blk = np.asarray(rows[:nfull * Mt], np.int64).reshape(nfull, Mt)
+    step = int(blk[1, 0] - blk[0, 0])
+    want = blk[0][None, :] + step * np.arange(nfull, dtype=np.int64)[:, None]
+    return step if np.array_equal(blk, want) else None
+
+
+def _m_tile(e: _Asm, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray, load_w: bool = True) -> None:
+    kc, cfg = g["kc"], g["cfg"]
+    tl = kc.tiling
+    NT, C = tl.NT, cfg.cols
+    if g["gate"]:
+        e("dma.ld spm[0], dram[0], rows=0, wait=store")
+    for r in (R_WCOL, R_BIAS, R_SCALE):
+        e(f"seti r{r}, 0")
+    e(f"add r{R_OCOL}, r{R_OOFF}, r0")
+    a_groups, o_groups = groups(a_rows), groups(out_rows)
+    last_nc = tl.N - (NT - 1) * C
+    _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
+            ncols=last_nc if NT == 1 else C, load_w=load_w)
+    if NT > 2:
+        e(f"seti r{R_NT}, 1")
+        top = e.label("ntile")
+        _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=False, ncols=C)
+        e(f"addi r{R_NT}, r{R_NT}, 1")
+        e(f"seti r{R_TMP}, {NT - 1}")
+        e(f"blt r{R_NT}, r{R_TMP}, {top}")
+    if NT >= 2:
+        _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=True, ncols=last_nc)
+
+
+def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
+            first: bool, last: bool, ncols: int, load_w: bool = True) -> None:
+    kc, cfg = g["kc"], g["cfg"]
+    tl = kc.tiling
+    R, C = cfg.rows, cfg.cols
+    KT, Mt = tl.KT, tl.Mt
+    acc = f"{kc.acc_base}+r{R_ACC}"
+    # with no weight or A load in this N tile, the first mma waits for the bias load itself
+    bias_tok = g["bias"] and first and not load_w and not g["load_a"]
+    if g["bias"]:
+        e(f"dma.ld acc[{acc}], dram[{kc.bias_addr}+r{R_BIAS}], rows={mrows}, len={C}, rstride=0, "
+          f"wait={g['free_p']}" + (", signal=mxu" if bias_tok else ""))
+    if not first:
+        e(f"loop l0, {KT}, s0={R}, s1={R * C}")
+        e(f"dma.ld spm[{kc.spm_w}+r{R_WSLOT}], dram[{kc.w_addr}+r{R_WCOL}], rows={R}, len={C}, rstride={C}, "
+          f"rep=l0:1, wait=mxu, signal=mxu")
+    l1 = None                                  # the nest l1 holds (set once when every K tile uses it)
+    for kt, kti in enumerate(kc.ktiles):
+        wrow = f"{kc.spm_w + kt * R}+r{R_WSLOT}"
+        load_a = first and g["load_a"]
+        if first and load_w:
+            e(f"dma.ld spm[{wrow}], dram[{kc.w_addr + kt * R * C}+r{R_WCOL}], rows={R}, len={C}, rstride={C}, "
+              f"wait=mxu, signal=mxu")
+        if load_a:
+            for gi, gr in enumerate(a_groups):
+                sig = ("mxu",) if gi == len(a_groups) - 1 else ()
+                rep = None
+                if gr.count > 1:
+                    if l1 != (gr.count, gr.lstride, gr.dstride):
+                        l1 = (gr.count, gr.lstride, gr.dstride)
+                        e(f"loop l1, {gr.count}, s0={gr.lstride}, s1={gr.dstride}")
+                    rep = "l1:1"
+                e(f"dma.ld spm[{a_buf + kt * Mt + gr.local}+r{R_ABUF}], dram[{gr.dram + kti.col}+r{R_AOFF}], "
+                  f"rows={gr.rows}, "
+                  f"len={kti.klen}, rstride={gr.rstride}, estride={kti.estride}" + _mods((), sig, True, rep))
+        wtok = ["load"] if load_w else []          # a resident weight tile: no load to wait for, no slot to free
+        e(f"mxu.lw spm[{wrow}], k={kti.klen}" + _mods(wtok, wtok))
+        waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
+            ([g["free_p"]] if kt == 0 and not g["bias"] else [])
+        sig = [g["ep"]] if kt == KT - 1 else []
+        op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
+        e(f"{op} acc[{acc}], spm[{a_buf + kt * Mt}+r{R_ABUF}], n={mrows}" + _mods(waits, sig))
+    # epilogue
+    gate_sig = ["load"] if (g["gate"] and last) else []
+    if kc.out_int8:
+        e(f"vreq spm[{kc.spm_o}+r{R_OBUF}], acc[{acc}], acc[{kc.acc_base + 2 * Mt}+r{R_SCALE}], n={mrows}"
+          + _mods(["mxu", "store"], ["store", g["free_c"]]))
+        _stores(e, o_groups, f"{kc.spm_o}", R_OBUF, "spm", ncols, 1, ["vpu"], ["vpu"] + gate_sig)
+    else:
+        if kc.relu:
+            e(f"vrelu acc[{acc}], acc[{acc}], n={mrows}, wait=mxu, signal=store")
+        _stores(e, o_groups, f"{kc.acc_base}", R_ACC, "acc", ncols, 4, ["vpu" if kc.relu else "mxu"],
+                [g["free_c"]] + gate_sig)
+    # next N tile
+    e(f"addi r{R_WCOL}, r{R_WCOL}, {KT * R * C}")
+    e(f"addi r{R_OCOL}, r{R_OCOL}, {C * (1 if kc.out_int8 else 4)}")
+    e(f"addi r{R_BIAS}, r{R_BIAS}, {4 * C}")
+    e(f"addi r{R_SCALE}, r{R_SCALE}, 1")
+    e(f"seti r{R_TMP}, {Mt}")
+    e(f"sub r{R_ACC}, r{R_TMP}, r{R_ACC}")
+    e(f"sub r{R_OBUF}, r{R_TMP}, r{R_OBUF}")
+    if tl.NB > KT:
+        e(f"addi r{R_WSLOT}, r{R_WSLOT}, {KT * R}")
+        e(f"seti r{R_TMP}, {tl.NB * R}")
+        skip = f"w_{len(e.lines)}"
+        e(f"blt r{R_WSLOT}, r{R_TMP}, {skip}")
+        e(f"seti r{R_WSLOT}, 0")
+        e.lines.append(f"{skip}:")
+
+
+def _stores(e: _Asm, gs: list[Group], base: str, reg: int, space: str, ncols: int, eb: int,
+            wait: list, signal: list, dram_reg: int = R_OCOL) -> None:
+    for gi, gr in enumerate(gs):
+        w = wait if gi == 0 else []
+        s = signal if gi == len(gs) - 1 else []
+        rep = None
+        if gr.count > 1:
+            e(f"loop l1, {gr.count}, s0={gr.dstride}, s1={gr.lstride}")
+            rep = "l1:1"
+        local = f"{base}+{gr.local}" + (f"+r{reg}" if reg else "")
+        e(f"dma.st dram[{gr.dram}+r{dram_reg}], {space}[{local}], rows={gr.rows}, len={ncols}, "
+          f"rstride={gr.rstride}, estride={eb}" + _mods(w, s, True, rep))
+
+
+def emit_zero_fill(e: _Asm, zero_row: int, border: tuple, zrows: int) -> None:
+    """Store zeros (SPM rows that are never written) over a padded tensor's border in DRAM.
+
+    ``border`` is ``({length: addresses of one slice}, slices, slice stride)``; the slices are
+    the outer level of a repeat nest. Runs on the store unit ahead of the kernel that writes the
+    tensor's interior (disjoint bytes); the next kernel starts after ``fence all``."""
+    chunks, outer, ostride = border
+    e.comment("zero the border of a padded output")
+    for n, addrs in sorted(chunks.items()):
+        for g in groups(addrs):
+            for c0 in range(0, g.rows, zrows):
+                rows = min(zrows, g.rows - c0)
+                levels = ([(outer, ostride)] if outer > 1 else []) + ([(g.count, g.dstride)] if g.count > 1 else [])
+                for lv, (cnt, st) in enumerate(levels):
+                    e(f"loop l{lv}, {cnt}, s0={st}, s1=0")
+                rep = f", rep=l0:{len(levels)}" if levels else ""
+                e(f"dma.st dram[{g.dram + c0 * g.rstride}], spm[{zero_row}], rows={rows}, len={n}, "
+                  f"rstride={g.rstride}{rep}")
+
+
+def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> str:
+    e = _Asm()
+    e.comment(f"tetrachip compiled model: {len(kernels)} kernel(s) for config {cfg.name}")
+    for i, kc in enumerate(kernels):
+        for zero_row, chunks in (prefixes or {}).get(i, []):
+            emit_zero_fill(e, zero_row, chunks, ZERO_FILL_ROWS)
+        if isinstance(kc, KernelCode):
+            emit_kernel(e, kc, cfg)
+        else:
+            emit_ew(e, kc, cfg)
+    e("halt")
+    return "\n".join(e.lines) + "\n"
+
+
+@dataclass
+class EwCode:
+    """An elementwise kernel: rows of ``L`` lanes from each input, ``sum c_i x_i``, requantized."""
+    name: str
+    tiling: Tiling
+    L: int
+    in_rows: list             # per input: (rows,) DRAM byte address of each row
+    out_rows: np.ndarray
+    coefs: list
+    shift: int
+    lo: int
+    spm_base: int
+    acc_base: int
+    dyn: object = None        # compiler.lower.dynamic.DynTile, as for KernelCode
+
+
+EW_MAX_INPUTS = 12
+
+
+def emit_ew(e: _Asm, kc: EwCode, cfg) -> None:
+    """Single-buffered: loads -> vmul/vadd chain -> vreq -> stores, ordered by tokens
+    (load->vpu data, vpu->load buffers free, vpu->store staged, store->vpu staging free)."""
+    tl, k = kc.tiling, len(kc.in_rows)
+    Mt = tl.Mt
+    r_mt, r_tmp, r_out = 1, 2, 3
+    r_in = list(range(4, 4 + k))
+    e.comment(f"kernel {kc.name}: elementwise sum of {k} tensors, {tl.M} rows of {kc.L} lanes, "
+              f"{tl.MT} tile(s) of {Mt} rows{', relu' if kc.lo == 0 else ''}")
+    for r in [r_out] + r_in:
+        e(f"seti r{r}, 0")
+    e(f"vqcfg shift={kc.shift}, zp=0, lo={kc.lo}, hi=127, round=half_up, signal=load")
+    e("dma.st dram[0], spm[0], rows=0, signal=vpu")
+    tiles = [(t * Mt, min(Mt, tl.M - t * Mt)) for t in range(tl.MT)]
+    full = [t for t in tiles if t[1] == Mt]
+    steps = [_translation(rows, Mt, len(full)) for rows in kc.in_rows + [kc.out_rows]]
+    if kc.dyn is not None:
+        steps = list(kc.dyn.ew_steps)
+    rest = tiles
+    if kc.dyn is not None or (len(full) >= 2 and all(s is not None for s in steps)):
+        e(f"seti r{r_mt}, 0")
+        top = e.label("ewtile")
+        _ew_tile(e, kc, Mt, [rows[:Mt] for rows in kc.in_rows], kc.out_rows[:Mt], r_in, r_out)
+        for r, st in zip(r_in + [r_out], steps):
+            e(f"addi r{r}, r{r}, {st}")
+        if kc.dyn is not None:
+            e(f"addi r{r_mt}, r{r_mt}, {kc.dyn.per_tile}")
+            e(f"blt r{r_mt}, r{kc.dyn.reg}, {top}")
+        else:
+            e(f"addi r{r_mt}, r{r_mt}, 1")
+            e(f"seti r{r_tmp}, {len(full)}")
+            e(f"blt r{r_mt}, r{r_tmp}, {top}")
+        for r in [r_out] + r_in:
+            e(f"seti r{r}, 0")
+        rest = tiles[len(full):]
+    for m0, mrows in rest:
+        _ew_tile(e, kc, mrows, [rows[m0:m0 + mrows] for rows in kc.in_rows], kc.out_rows[m0:m0 + mrows],
+                 r_in, r_out)
+    e("dma.ld spm[0], dram[0], rows=0, wait=vpu")
+    e("vqcfg wait=store")
+    e("fence all")
+
+
+def _ew_tile(e: _Asm, kc: EwCode, mrows: int, in_rows: list, out_rows: np.ndarray, r_in: list, r_out: int) -> None:
+    Mt, k = kc.tiling.Mt, len(in_rows)
+    buf = [kc.spm_base + i * Mt for i in range(k)]
+    obuf = kc.spm_base + k * Mt
+    acc_r, acc_t = kc.acc_base, kc.acc_base + Mt
+    loads = [(i, g) for i in range(k) for g in groups(in_rows[i])]
+    for j, (i, g) in enumerate(loads):
+        w = ["vpu"] if j == 0 else []
+        s = ["vpu"] if j == len(loads) - 1 else []
+        rep = None
+        if g.count > 1:
+            e(f"loop l1, {g.count}, s0={g.lstride}, s1={g.dstride}")
+            rep = "l1:1"
+        e(f"dma.ld spm[{buf[i] + g.local}], dram[{g.dram}+r{r_in[i]}], rows={g.rows}, len={kc.L}, "
+          f"rstride={g.rstride}" + _mods(w, s, True, rep))
+    for i in range(k):
+        w = ["load"] if i == 0 else []
+        s = ["load"] if i == k - 1 else []
+        dst = acc_r if i == 0 else acc_t
+        e(f"vmul acc[{dst}], spm[{buf[i]}], {int(kc.coefs[i])}, n={mrows}" + _mods(w, s))
+        if i:
+            e(f"vadd acc[{acc_r}], acc[{acc_r}], acc[{acc_t}], n={mrows}")
+    e(f"vreq spm[{obuf}], acc[{acc_r}], 1, n={mrows}, wait=store, signal=store")
+    _stores(e, groups(out_rows), f"{obuf}", 0, "spm", kc.L, 1, ["vpu"], ["vpu"], dram_reg=r_out)

@@ -1,0 +1,203 @@
+"""Post-training int8 quantization of a kernel schedule, and its integer reference.
+
+Calibration runs the float schedule (``schedule.run_float``) on calibration inputs and
+records each tensor's largest magnitude. Activations are symmetric int8 with one
+scale per tensor (``s = max|x| / 127``, zero point 0); weights are symmetric int8
+with one scale per output channel (``per_channel=True``, the default) or per tensor.
+A kernel computes ``acc = A_q @ W_q + b_q`` in int32 (``b_q = round(b / (s_x s_w))``)
+and then either
+
+* requantizes to int8 with the VPU's ``vreq``: ``clamp(round_shift(acc * scale_n, shift), lo, 127)``
+  where ``scale_n / 2**shift`` approximates ``s_x s_w[n] / s_y`` (``lo = 0`` fuses ReLU), or
+* keeps int32 (kernels whose result only leaves the chip: the model's outputs), which the
+  host dequantizes with ``s_x s_w[n]``.
+
+``run_int`` evaluates the quantized schedule with numpy using ``isa.semantics.requantize``
+(the instruction's own definition), so it is the bit-exact reference of the chip.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from isa import semantics as sem
+from isa.table import Round
+
+from compiler.lower.schedule import ChipCompileError, EwKernel, Schedule, gather_base, kernel_inputs, mn_to_base, run_float
+
+ROUND = Round.HALF_UP
+#: Largest requantization scale (the VPU reads the low 16 bits, signed).
+SCALE_MAX = 32767
+MAX_SHIFT = 40
+
+
+@dataclass
+class QKernel:
+    w_q: np.ndarray                 # (K, N) int8
+    bias_q: np.ndarray | None       # (N,) int32
+    out_int8: bool
+    scale: np.ndarray               # (N,) int32 requantization scale (int8 out) or zeros
+    shift: int
+    lo: int
+    s_w: np.ndarray                 # (N,) float weight scales
+
+
+@dataclass
+class QEw:
+    """An elementwise kernel on integers: ``clamp(round_shift(sum_i c_i x_i, shift), lo, 127)``."""
+    coefs: np.ndarray               # int32 multipliers (|c| <= EW_COEF_MAX)
+    shift: int
+    lo: int
+    out_int8: bool = True
+
+
+#: Largest elementwise multiplier: sums of a few int8 x int15 products stay far inside int32.
+EW_COEF_MAX = 1 << 14
+
+
+@dataclass
+class QSchedule:
+    sched: Schedule
+    qkernels: list[QKernel]
+    scales: dict = field(default_factory=dict)      # tensor index -> float scale (int8 tensors)
+    int32: set = field(default_factory=set)         # tensor indices kept as int32
+
+    def dtype(self, t: int) -> str:
+        return "int32" if t in self.int32 else "int8"
+
+    def elem_bytes(self, t: int) -> int:
+        return 4 if t in self.int32 else 1
+
+
+def quantize_array(x, scale: float) -> np.ndarray:
+    """Host-side float -> int8 (round half to even, clamp to [-127, 127])."""
+    return np.clip(np.rint(np.asarray(x, np.float64) / scale), -127, 127).astype(np.int8)
+
+
+def _scale_of(amax: float) -> float:
+    return float(amax) / 127.0 if amax > 0 else 1.0
+
+
+def requant_params(mult: np.ndarray) -> tuple[np.ndarray, int]:
+    """Integer scales and one shift with ``scale / 2**shift ~= mult`` (per channel)."""
+    top = float(np.max(mult)) if mult.size else 0.0
+    if top <= 0:
+        return np.zeros(mult.shape, np.int32), 0
+    shift = int(np.floor(np.log2(SCALE_MAX / top)))
+    shift = max(0, min(MAX_SHIFT, shift))
+    scale = np.rint(mult * 2.0 ** shift)
+    if scale.max() > SCALE_MAX:
+        raise ChipCompileError(f"requantization multiplier {top:g} is too large for the VPU's int16 scale")
+    return scale.astype(np.int32), shift
+
+
+def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> QSchedule:
+    """Scales from the calibration feeds, then the int8 weights and int32 biases of every kernel."""
+    if not calibration:
+        raise ChipCompileError("quantization needs at least one calibration input")
+    amax: dict[int, float] = {}
+    for feeds in calibration:
+        vals: dict = {}
+        run_float(s, feeds, vals)
+        for t, v in vals.items():
+            amax[t] = max(amax.get(t, 0.0), float(np.max(np.abs(v))) if v.size else 0.0)
+    consumed = {t for k in s.kernels for t in kernel_inputs(k)}
+    q = QSchedule(s, [])
+    for ti, t in enumerate(s.tensors):
+        if t.kind == "kernel" and ti not in consumed and not isinstance(s.kernels[t.producer], EwKernel):
+            q.int32.add(ti)
+        else:
+            q.scales[ti] = _scale_of(amax.get(ti, 0.0))
+    for k in s.kernels:
+        if isinstance(k, EwKernel):
+            mult = np.array([c * q.scales[t] / q.scales[k.out] for (t, _), c in zip(k.srcs, k.coefs)])
+            top = float(np.max(np.abs(mult)))
+            shift = max(0, min(MAX_SHIFT, int(np.floor(np.log2(EW_COEF_MAX / top))))) if top > 0 else 0
+            q.qkernels.append(QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, 0 if k.relu else -128))
+            continue
+        s_x = q.scales[k.src]
+        wmax = np.max(np.abs(k.weight), axis=0) if per_channel else \
+            np.full(k.N, np.max(np.abs(k.weight)) if k.weight.size else 0.0)
+        s_w = np.where(wmax > 0, wmax / 127.0, 1.0)
+        w_q = np.clip(np.rint(k.weight / s_w), -127, 127).astype(np.int8)
+        b_q = None
+        if k.bias is not None:
+            b_q = np.clip(np.rint(k.bias / (s_x * s_w)), -(1 << 31), (1 << 31) - 1).astype(np.int32)
+        out8 = k.out not in q.int32
+        if out8:
+            scale, shift = requant_params(s_x * s_w / q.scales[k.out])
+        else:
+            scale, shift = np.zeros(k.N, np.int32), 0
+        q.qkernels.append(QKernel(w_q, b_q, out8, scale, shift, 0 if k.relu else -128, s_w))
+    return q
+
+
+def kernel_int(q: QSchedule, i: int, x_q: np.ndarray) -> np.ndarray:
+    """One kernel on integers: (M, N) int8 or int32, exactly what the chip computes."""
+    k, qk = q.sched.kernels[i], q.qkernels[i]
+    if isinstance(k, EwKernel):
+        raise TypeError("kernel_int is for GEMM kernels; see ew_int")
+    A = gather_base(x_q, q.sched.tensors[k.src], k.gather).astype(np.int64)
+    acc = A @ qk.w_q.astype(np.int64)
+    if qk.bias_q is not None:
+        acc = acc + qk.bias_q.astype(np.int64)
+    acc = sem.wrap32(acc)
+    if qk.out_int8:
+        return sem.requantize(acc, qk.scale[None, :], qk.shift, 0, qk.lo, 127, ROUND)
+    return np.maximum(acc, 0) if k.relu else acc
+
+
+def ew_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
+    """One elementwise kernel on integers (output tensor's base shape), as the VPU computes it."""
+    k, qk = q.sched.kernels[i], q.qkernels[i]
+    acc = np.zeros(q.sched.tensors[k.out].shape, np.int64)
+    for (t, idx), c in zip(k.srcs, qk.coefs):
+        term = sem.wrap32(gather_base(vals[t], q.sched.tensors[t], idx).astype(np.int64) * int(c))
+        acc = sem.wrap32(acc + term).astype(np.int64)
+    return sem.requantize(acc, 1, qk.shift, 0, qk.lo, 127, ROUND)
+
+
+def input_ints(q: QSchedule, feeds: dict) -> dict[int, np.ndarray]:
+    out = {}
+    for name, ti in q.sched.inputs.items():
+        if name not in feeds:
+            raise ChipCompileError(f"no value for input {name!r}")
+        x = np.asarray(feeds[name])
+        t = q.sched.tensors[ti]
+        if x.shape != t.shape:
+            raise ChipCompileError(f"input {name!r}: shape {x.shape}, the model was compiled for {t.shape}")
+        out[ti] = quantize_array(x, q.scales[ti])
+    return out
+
+
+def run_int(q: QSchedule, feeds: dict) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+    """The quantized reference: float outputs (dequantized) and every tensor's integer value."""
+    s = q.sched
+    vals = input_ints(q, feeds)
+    for i, k in enumerate(s.kernels):
+        if isinstance(k, EwKernel):
+            vals[k.out] = ew_int(q, i, vals)
+        else:
+            vals[k.out] = mn_to_base(kernel_int(q, i, vals[k.src]), s.tensors[k.out], k)
+    return dequantize_outputs(q, vals), vals
+
+
+def tensor_scale(q: QSchedule, t: int) -> np.ndarray | float:
+    """The float value of one integer unit of tensor ``t`` (per element for int32 kernel outputs)."""
+    if t not in q.int32:
+        return q.scales[t]
+    s = q.sched
+    ki = s.tensors[t].producer
+    k = s.kernels[ki]
+    per_n = q.scales[k.src] * q.qkernels[ki].s_w
+    return mn_to_base(np.broadcast_to(per_n, (k.M, k.N)), s.tensors[t], k)
+
+
+def dequantize_outputs(q: QSchedule, vals: dict) -> list[np.ndarray]:
+    s = q.sched
+    outs = []
+    for t, idx in s.outputs:
+        real = vals[t].astype(np.float64) * tensor_scale(q, t)
+        outs.append(gather_base(real, s.tensors[t], idx).astype(np.float32))
+    return outs

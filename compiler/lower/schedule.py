@@ -1,0 +1,537 @@
+"""Scheduling and fusion: the checked primitive graph grouped into chip kernels.
+
+The frontend composes everything from ~30 primitives, so a linear layer is
+``SUM(MUL(EXPAND(x), EXPAND(PERMUTE(W))))`` and a convolution is the same
+contraction over a sliding-window view built from a dozen movement ops. This pass
+walks the graph once and recognises, without caring how the views were spelled:
+
+* **contraction kernels**: ``SUM(MUL(view(activation), view(constant)))``. Every
+  movement op on an activation is applied to an *index array* (the position of each
+  element in its tensor), so any chain of reshapes, expands, pads, shrinks and
+  permutes becomes one gather map ``G[m, k]``: the kernel is ``A @ W`` with
+  ``A[m, k] = x[G[m, k]]`` (an im2col the DMA performs, see ``compiler.lower.tiling``).
+  Output axes along which the constant varies are the GEMM's N axes, those along
+  which the activation varies its M axes, the summed axes its K axes.
+* **fused epilogues**: ``+ bias`` (a constant varying along N only) and ReLU
+  (``WHERE(0 < y, y, 0)``) folded into the producing kernel, which then runs
+  matmul, bias, activation and requantization as one kernel.
+* **pads** of an activation become zero borders of its DRAM layout (the producer
+  writes the interior; the reader's strided DMA reads the border as zeros).
+
+Anything else that touches an activation raises ``ChipCompileError`` naming the op
+and its shapes, before anything is emitted or simulated. Constant subgraphs are
+evaluated here with numpy.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from isa.errors import TetrachipError
+
+from compiler.ir import semantics
+from compiler.ir.graph import Node, Ops, fmt_shape, is_static, toposort
+
+#: Margin (per axis, each side) of the index space an activation view may reach through PAD.
+MARGIN = 8
+
+
+class ChipCompileError(TetrachipError):
+    """A graph, shape or config the chip compiler cannot handle; names the op or dimension."""
+
+
+def _op_err(n: Node, msg: str) -> ChipCompileError:
+    shapes = ", ".join(fmt_shape(s.shape) for s in n.src)
+    return ChipCompileError(f"{n.op.name} {n.dtype}{fmt_shape(n.shape)} (operands {shapes or '-'}): {msg}")
+
+
+# ---------------------------------------------------------------------------------------------- tensors
+
+def _ravel(coords, shape) -> np.ndarray:
+    """Flat C-order index of coordinate arrays (plain arithmetic: numpy 2.4's ravel/unravel_index
+    give wrong results on some many-dimensional inputs)."""
+    out = np.zeros(np.shape(coords[0]), np.int64)
+    for c, d in zip(coords, shape):
+        out = out * d + c
+    return out
+
+
+def _unravel(idx, shape) -> tuple:
+    rest = np.asarray(idx, np.int64)
+    out = []
+    for d in reversed(shape):
+        out.append(rest % d)
+        rest = rest // d
+    return tuple(reversed(out))
+
+
+@dataclass
+class TensorInfo:
+    """A tensor kept in DRAM: a graph input or a kernel's output.
+
+    ``shape`` is its base (logical) shape; ``perm`` the order of axes in memory (outermost
+    first); ``pads`` a zero border per base axis, grown by the readers that pad it.
+    """
+    name: str
+    shape: tuple
+    perm: tuple
+    kind: str                       # "input" | "kernel"
+    producer: int | None = None
+    pads: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.pads:
+            self.pads = [[0, 0] for _ in self.shape]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def mshape(self) -> tuple:
+        """Shape of the margin index space (MARGIN extra positions each side of every axis)."""
+        return tuple(d + 2 * self.margin(a) for a, d in enumerate(self.shape))
+
+    def margin(self, axis: int) -> int:
+        return MARGIN if self.shape[axis] > 1 else 0
+
+    @property
+    def phys_shape(self) -> tuple:
+        return tuple(self.shape[a] + sum(self.pads[a]) for a in self.perm)
+
+    @property
+    def phys_size(self) -> int:
+        return math.prod(self.phys_shape)
+
+    @property
+    def padded(self) -> bool:
+        return any(p != [0, 0] for p in self.pads)
+
+    def identity(self) -> np.ndarray:
+        """Margin-space index of every element, in base shape."""
+        grid = np.indices(self.shape, dtype=np.int64)
+        return _ravel(tuple(g + self.margin(a) for a, g in enumerate(grid)),
+                                    self.mshape).astype(np.int64)
+
+    def phys_offsets(self, midx: np.ndarray) -> np.ndarray:
+        """Element offsets in the DRAM buffer of margin-space indices (which must lie in the layout)."""
+        coords = _unravel(np.asarray(midx, np.int64), self.mshape)
+        pshape = self.phys_shape
+        strides = [math.prod(pshape[i + 1:]) for i in range(len(pshape))]
+        off = np.zeros(np.shape(midx), np.int64)
+        for i, a in enumerate(self.perm):
+            c = coords[a] - self.margin(a) + self.pads[a][0]
+            if c.size and (c.min() < 0 or c.max() >= pshape[i]):
+                raise ChipCompileError(f"tensor {self.name}: a read reaches beyond its zero border on axis {a}")
+            off += c * strides[i]
+        return off
+
+    def to_phys(self, base: np.ndarray) -> np.ndarray:
+        """The DRAM image (flat, zero border) of a base-shape array."""
+        out = np.zeros(self.phys_shape, base.dtype)
+        inner = tuple(slice(self.pads[a][0], self.pads[a][0] + self.shape[a]) for a in self.perm)
+        out[inner] = np.transpose(base, self.perm)
+        return out.reshape(-1)
+
+    def from_phys(self, flat: np.ndarray) -> np.ndarray:
+        arr = np.asarray(flat).reshape(self.phys_shape)
+        inner = tuple(slice(self.pads[a][0], self.pads[a][0] + self.shape[a]) for a in self.perm)
+        return np.transpose(arr[inner], np.argsort(self.perm))
+
+
+def gather_base(x: np.ndarray, t: TensorInfo, midx: np.ndarray) -> np.ndarray:
+    """Values of base-shape array ``x`` (tensor ``t``) at margin-space indices; zero outside it."""
+    padded = np.zeros(t.mshape, x.dtype)
+    padded[tuple(slice(t.margin(a), t.margin(a) + d) for a, d in enumerate(t.shape))] = x
+    return padded.reshape(-1)[midx]
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+
+@dataclass
+class Kernel:
+    """``out[m, n] = act(sum_k x[G[m, k]] * W[k, n] + bias[n])`` with its DRAM in/out tensors."""
+    name: str
+    src: int                        # index of the input TensorInfo
+    out: int                        # index of the output TensorInfo
+    gather: np.ndarray              # (M, K) margin-space indices into the input tensor
+    weight: np.ndarray              # (K, N) float
+    bias: np.ndarray | None         # (N,) float
+    relu: bool
+    m_axes: tuple                   # output base axes making up M (row-major), then N axes
+    n_axes: tuple
+    op_text: str = ""
+
+    @property
+    def M(self) -> int:
+        return self.gather.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.gather.shape[1]
+
+    @property
+    def N(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def macs(self) -> int:
+        return self.M * self.K * self.N
+
+
+@dataclass
+class EwKernel:
+    """``out = act(sum_i coef_i * x_i)`` elementwise over views of several tensors: one VPU pass."""
+    name: str
+    srcs: list                      # (tensor index, margin-space index array of the output's shape)
+    coefs: list                     # float coefficient of each source
+    out: int
+    relu: bool = False
+    macs: int = 0
+
+    @property
+    def src(self) -> int:
+        return self.srcs[0][0]
+
+
+def kernel_inputs(k) -> list[int]:
+    """The tensors a kernel reads."""
+    return [t for t, _ in k.srcs] if isinstance(k, EwKernel) else [k.src]
+
+
+@dataclass
+class Schedule:
+    tensors: list[TensorInfo]
+    kernels: list
+    inputs: dict                    # input name -> tensor index
+    outputs: list                   # (tensor index, margin-space index array of the output's shape)
+
+    def summary(self) -> str:
+        lines = []
+        for i, k in enumerate(self.kernels):
+            t_in, t_out = self.tensors[k.src], self.tensors[k.out]
+            if isinstance(k, EwKernel):
+                names = " + ".join(self.tensors[t].name for t, _ in k.srcs)
+                lines.append(f"k{i} {k.name}: {names} -> {self.tensors[k.out].name} elementwise"
+                             f"{'+relu' if k.relu else ''}")
+                continue
+            ep = "+bias" if k.bias is not None else ""
+            ep += "+relu" if k.relu else ""
+            lines.append(f"k{i} {k.name}: {t_in.name}{fmt_shape(t_in.shape)} -> {t_out.name}{fmt_shape(t_out.shape)} "
+                         f"GEMM {k.M}x{k.K}x{k.N}{ep}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- lifting
+
+@dataclass
+class _Act:
+    t: int                 # tensor index
+    idx: np.ndarray        # margin-space index per element (may be a broadcast view)
+    fusable: bool = False  # an unconsumed, unpadded view of a kernel output that may still gain an epilogue
+
+
+@dataclass
+class _Prod:
+    act: _Act
+    const: np.ndarray
+    node: Node
+
+
+@dataclass
+class _Cmp:
+    node: Node
+
+
+def _move(n: Node, x: np.ndarray, fill=0) -> np.ndarray:
+    """Apply one movement op to any array (index arrays included: no dtype cast)."""
+    op, arg = n.op, n.arg
+    if op is Ops.RESHAPE:
+        return np.reshape(x, n.shape)
+    if op is Ops.PERMUTE:
+        return np.transpose(x, arg)
+    if op is Ops.EXPAND:
+        return np.broadcast_to(x, n.shape)
+    if op is Ops.PAD:
+        return np.pad(x, arg, constant_values=fill)
+    if op is Ops.SHRINK:
+        return x[tuple(slice(b, e) for b, e in arg)]
+    if op is Ops.FLIP:
+        return np.flip(x, arg)
+    raise AssertionError(op)
+
+
+def _varies(x: np.ndarray, axis: int) -> bool:
+    if x.shape[axis] <= 1 or x.strides[axis] == 0:
+        return False
+    if x.size > 4_000_000:
+        return True
+    return bool((np.take(x, [0], axis=axis) != x).any())
+
+
+def _pure_view(act: _Act, t: TensorInfo) -> bool:
+    """The view is a reshape of the whole tensor (every element once, in order)."""
+    return act.idx.size == t.numel and np.array_equal(np.ravel(act.idx), np.ravel(t.identity()))
+
+
+def lift(outputs: list[Node], input_perm=None) -> Schedule:
+    """Group a prepared graph into kernels; raises ChipCompileError for anything the chip cannot run."""
+    order = toposort(outputs)
+    users: dict[int, int] = {}
+    for n in order:
+        for s in n.src:
+            users[id(s)] = users.get(id(s), 0) + 1
+    for o in outputs:
+        users[id(o)] = users.get(id(o), 0) + 1
+    tensors: list[TensorInfo] = []
+    kernels: list[Kernel] = []
+    inputs: dict = {}
+    val: dict[int, object] = {}
+
+    for n in order:
+        if n.op in (Ops.IF, Ops.LOOP):
+            raise _op_err(n, "control flow is not supported by the chip compiler yet (issue 8)")
+        if not is_static(n.shape):
+            raise _op_err(n, "dynamic dimensions are not supported by the chip compiler yet (issue 8)")
+        srcv = [val[id(s)] for s in n.src]
+        if n.op is Ops.INPUT:
+            name, shape = n.arg
+            perm = tuple(input_perm(shape)) if input_perm else _default_perm(shape)
+            tensors.append(TensorInfo(name, tuple(shape), perm, "input"))
+            inputs[name] = len(tensors) - 1
+            val[id(n)] = _Act(len(tensors) - 1, tensors[-1].identity())
+            continue
+        if n.op in (Ops.CONST, Ops.BUFFER):
+            val[id(n)] = semantics.source_value(n, {})
+            continue
+        if all(isinstance(v, np.ndarray) for v in srcv):          # constant subgraph: fold now
+            val[id(n)] = _move(n, srcv[0]) if n.op in _MOVES else \
+                np.asarray(semantics.apply(n, *srcv))
+            continue
+        val[id(n)] = _lift_node(n, srcv, users, tensors, kernels)
+
+    outs = []
+    for o in outputs:
+        v = val[id(o)]
+        if not isinstance(v, _Act):
+            raise _op_err(o, "a graph output must be computed from the inputs by chip kernels")
+        outs.append((v.t, np.ascontiguousarray(v.idx)))
+    if not kernels:
+        raise ChipCompileError("the graph has no matmul or convolution: nothing to run on the chip")
+    return Schedule(tensors, kernels, inputs, outs)
+
+
+_MOVES = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+
+
+def _default_perm(shape) -> tuple:
+    # 4-D inputs are images (N, C, H, W): stored channel-last so that a convolution's window
+    # rows are contiguous bytes (NHWC), which the DMA reads as im2col rows.
+    return (0, 2, 3, 1) if len(shape) == 4 else tuple(range(len(shape)))
+
+
+def _is_zero(v) -> bool:
+    return isinstance(v, np.ndarray) and v.size > 0 and not np.any(v)
+
+
+def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table of cases)
+    op = n.op
+    if op is Ops.CAST:
+        a = srcv[0]
+        if isinstance(a, _Act) and n.dtype.is_float and n.src[0].dtype.is_float:
+            return a
+        raise _op_err(n, "casts of activations are not supported on the chip")
+    if op in _MOVES:
+        a = srcv[0]
+        if not isinstance(a, _Act):
+            raise _op_err(n, "unsupported operand")
+        t = tensors[a.t]
+        fus = a.fusable and users.get(id(n.src[0]), 0) == 1 and op is Ops.RESHAPE
+        if op is Ops.PAD:
+            return _Act(a.t, _pad_view(n, a, t), False)
+        return _Act(a.t, _move(n, a.idx), fus)
+    if op is Ops.MUL:
+        a, b = srcv
+        if isinstance(b, _Act) and isinstance(a, np.ndarray):
+            a, b = b, a
+        if isinstance(a, _Act) and isinstance(b, np.ndarray):
+            return _Prod(a, b, n)
+        raise _op_err(n, "a product of two activations (attention-style batched matmul) is not "
+                         "supported on the chip yet; one operand must be a constant (weights)")
+    if op is Ops.SUM:
+        p = srcv[0]
+        if not isinstance(p, _Prod) or users.get(id(n.src[0]), 0) != 1:
+            raise _op_err(n, "only a sum of a product with a constant (matmul, convolution) runs on the chip")
+        return _contraction(n, p, tensors, kernels)
+    if op is Ops.ADD and isinstance(srcv[0], _Act) and isinstance(srcv[1], _Act):
+        return _elementwise_add(n, srcv, users, tensors, kernels)
+    if op is Ops.ADD:
+        a, b = srcv
+        if isinstance(b, _Act) and isinstance(a, np.ndarray):
+            a, b = b, a
+        if isinstance(a, _Act) and isinstance(b, np.ndarray) and a.fusable \
+                and users.get(id(n.src[0] if isinstance(srcv[0], _Act) else n.src[1]), 0) == 1:
+            return _fuse_bias(n, a, b, tensors, kernels)
+        raise _op_err(n, "only a bias added to a matmul/convolution output is supported on the chip")
+    if op is Ops.CMPLT:
+        a, b = srcv
+        if _is_zero(a) and isinstance(b, _Act):
+            return _Cmp(n)
+        raise _op_err(n, "comparisons are supported only as part of ReLU (where(x > 0, x, 0))")
+    if op is Ops.WHERE:
+        c, x, z = srcv
+        cn, xn = n.src[0], n.src[1]
+        if isinstance(c, _Cmp) and isinstance(x, _Act) and _is_zero(z) and cn.src[1] is xn \
+                and x.fusable and users.get(id(xn), 0) == 2 and users.get(id(cn), 0) == 1:
+            kernels[tensors[x.t].producer].relu = True
+            return _Act(x.t, x.idx, True)
+        raise _op_err(n, "only ReLU (where(x > 0, x, 0)) right after a matmul, convolution or sum is supported "
+                         "on the chip")
+    raise _op_err(n, f"{op.name} of an activation is not supported on the chip "
+                     f"(supported: matmul, convolution, bias, ReLU, movement)")
+
+
+def _pad_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:
+    """A PAD of a reshape of a whole tensor: the tensor gains a zero border; indices reach into it."""
+    if not _pure_view(a, t):
+        raise _op_err(n, "padding is supported only on a whole tensor (not on a slice or transposed view)")
+    vshape = n.src[0].shape
+    big = [d for d in t.shape if d != 1]
+    if [d for d in vshape if d != 1] != big:
+        raise _op_err(n, f"cannot relate the padded view {fmt_shape(vshape)} to tensor {t.name}{fmt_shape(t.shape)}")
+    vax = [i for i, d in enumerate(vshape) if d != 1]
+    tax = [i for i, d in enumerate(t.shape) if d != 1]
+    for i, (lo, hi) in enumerate(n.arg):
+        if (lo or hi) and i not in vax:
+            raise _op_err(n, "padding a size-1 axis of an activation is not supported")
+        if lo > MARGIN or hi > MARGIN:
+            raise _op_err(n, f"padding {lo, hi} exceeds the supported {MARGIN} per side")
+    grid = np.indices(n.shape, dtype=np.int64)
+    coords = [np.zeros(n.shape, np.int64) for _ in t.shape]
+    for v, ta in zip(vax, tax):
+        lo, hi = n.arg[v]
+        coords[ta] = grid[v] - lo + MARGIN
+        t.pads[ta][0] = max(t.pads[ta][0], lo)
+        t.pads[ta][1] = max(t.pads[ta][1], hi)
+    return _ravel(tuple(coords), t.mshape).astype(np.int64)
+
+
+def _contraction(n: Node, p: _Prod, tensors, kernels) -> _Act:
+    red = tuple(n.arg)
+    full = n.src[0].shape
+    outax = [i for i in range(len(full)) if i not in red]
+    a, c = p.act.idx, np.broadcast_to(p.const, full)
+    n_axes, m_axes = [], []
+    for ax in outax:
+        cv, av = _varies(c, ax), _varies(a, ax)
+        if cv and av:
+            raise _op_err(n, f"axis {ax} indexes both the activation and the weights "
+                             "(a batched matmul of activations is not supported on the chip yet)")
+        (n_axes if cv else m_axes).append(ax)
+    # A[m, k]: the activation with N axes fixed at 0; W[k, n]: the constant with M axes fixed at 0
+    a0 = a[tuple(0 if ax in n_axes else slice(None) for ax in range(len(full)))]
+    rest = [ax for ax in range(len(full)) if ax not in n_axes]
+    a_perm = [rest.index(ax) for ax in m_axes] + [rest.index(ax) for ax in red]
+    M = math.prod(full[ax] for ax in m_axes)
+    K = math.prod(full[ax] for ax in red)
+    N = math.prod(full[ax] for ax in n_axes)
+    gather = np.ascontiguousarray(np.transpose(a0, a_perm)).reshape(M, K)
+    c0 = c[tuple(0 if ax in m_axes else slice(None) for ax in range(len(full)))]
+    rest_c = [ax for ax in range(len(full)) if ax not in m_axes]
+    c_perm = [rest_c.index(ax) for ax in red] + [rest_c.index(ax) for ax in n_axes]
+    weight = np.ascontiguousarray(np.transpose(c0, c_perm)).reshape(K, N).astype(np.float64)
+    shape = n.shape
+    tensors.append(TensorInfo(f"t{len(tensors)}", tuple(shape), tuple(list(red) + m_axes + n_axes), "kernel",
+                              producer=len(kernels)))
+    ti = len(tensors) - 1
+    kind = "conv" if len(full) > 3 else "matmul"
+    kernels.append(Kernel(f"{kind}{len(kernels)}", p.act.t, ti, gather, weight, None, False,
+                          tuple(m_axes), tuple(n_axes), op_text=f"SUM{fmt_shape(full)} over {red}"))
+    return _Act(ti, tensors[ti].identity(), True)
+
+
+def _elementwise_add(n: Node, srcv, users, tensors, kernels) -> _Act:
+    """``a + b`` of two activations: a new elementwise kernel, or one more term of the chain that
+    produced ``a`` (or ``b``) when nothing else reads that intermediate value."""
+    for i in (0, 1):
+        a, other = srcv[i], srcv[1 - i]
+        t = tensors[a.t]
+        k = kernels[t.producer] if t.producer is not None else None
+        if isinstance(k, EwKernel) and a.fusable and not k.relu and users.get(id(n.src[i]), 0) == 1 \
+                and _pure_view(a, t):
+            k.srcs.append((other.t, np.ascontiguousarray(np.reshape(other.idx, t.shape))))
+            k.coefs.append(1.0)
+            return _Act(a.t, a.idx, True)
+    a, b = srcv
+    shape = tuple(n.shape)
+    # the output is stored in the axis order of the first operand's memory layout
+    p0 = tensors[a.t].phys_offsets(np.ascontiguousarray(a.idx)) if a.idx.size else None
+    strides = [0 if d == 1 or p0 is None else abs(int(np.take(p0, [1], axis=ax).flat[0] - p0.flat[0]))
+               for ax, d in enumerate(shape)]
+    perm = tuple(sorted(range(len(shape)), key=lambda ax: -strides[ax]))
+    tensors.append(TensorInfo(f"t{len(tensors)}", shape, perm, "kernel", producer=len(kernels)))
+    ti = len(tensors) - 1
+    kernels.append(EwKernel(f"add{len(kernels)}", [(a.t, np.ascontiguousarray(a.idx)),
+                                                  (b.t, np.ascontiguousarray(b.idx))], [1.0, 1.0], ti))
+    return _Act(ti, tensors[ti].identity(), True)
+
+
+def _fuse_bias(n: Node, a: _Act, b: np.ndarray, tensors, kernels) -> _Act:
+    t = tensors[a.t]
+    k = kernels[t.producer]
+    if isinstance(k, EwKernel):
+        raise _op_err(n, "adding a constant to an elementwise sum is not supported on the chip")
+    if not _pure_view(a, t) or k.relu:
+        raise _op_err(n, "a bias must be added right after the matmul/convolution")
+    bb = np.broadcast_to(b, n.shape).reshape(t.shape)
+    for ax in k.m_axes:
+        if _varies(bb, ax):
+            raise _op_err(n, "the added constant varies along a row (M) axis: it is not a per-channel bias")
+    b0 = bb[tuple(slice(None) if ax in k.n_axes else 0 for ax in range(len(t.shape)))]
+    srt = sorted(k.n_axes)
+    vec = np.transpose(b0, [srt.index(ax) for ax in k.n_axes]).reshape(-1).astype(np.float64)
+    k.bias = vec if k.bias is None else k.bias + vec
+    return _Act(a.t, a.idx, True)
+
+
+# ---------------------------------------------------------------------------------------------- float evaluation
+
+def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.ndarray]:
+    """Evaluate the kernel schedule in float64 (the calibration pass); ``collect`` gets every tensor."""
+    vals: dict[int, np.ndarray] = {}
+    for name, ti in s.inputs.items():
+        if name not in feeds:
+            raise ChipCompileError(f"no value for input {name!r}")
+        vals[ti] = np.asarray(feeds[name], np.float64).reshape(s.tensors[ti].shape)
+    for k in s.kernels:
+        if isinstance(k, EwKernel):
+            y = sum(c * gather_base(vals[t], s.tensors[t], idx) for (t, idx), c in zip(k.srcs, k.coefs))
+            vals[k.out] = np.maximum(y, 0) if k.relu else y
+            continue
+        A = gather_base(vals[k.src], s.tensors[k.src], k.gather)
+        y = A @ k.weight
+        if k.bias is not None:
+            y = y + k.bias
+        if k.relu:
+            y = np.maximum(y, 0)
+        vals[k.out] = mn_to_base(y, s.tensors[k.out], k)
+    if collect is not None:
+        collect.update(vals)
+    return [gather_base(vals[t], s.tensors[t], idx) for t, idx in s.outputs]
+
+
+def mn_to_base(y: np.ndarray, t: TensorInfo, k: Kernel) -> np.ndarray:
+    """A kernel's (M, N) result as its output tensor's base-shape array (summed axes have size 1)."""
+    order = list(k.m_axes) + list(k.n_axes)
+    srt = sorted(order)
+    y = np.transpose(np.reshape(y, [t.shape[a] for a in order]), [order.index(a) for a in srt])
+    return y.reshape(t.shape)
+
+
+def base_to_mn(x: np.ndarray, t: TensorInfo, k: Kernel) -> np.ndarray:
+    order = list(k.m_axes) + list(k.n_axes)
+    srt = sorted(order)
+    x = np.reshape(x, [t.shape[a] for a in srt])
+    return np.transpose(x, [srt.index(a) for a in order]).reshape(k.M, k.N)

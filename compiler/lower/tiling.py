@@ -1,0 +1,224 @@
+"""Tiling: how a kernel's GEMM is cut to the array and memories, and how its data moves.
+
+* **K tiles.** The input's DRAM addresses ``P[m, k]`` (from the gather map and the tensor's
+  layout) must be separable, ``P[m, k] = row[m] + col[k]``: then the K columns are sorted by
+  address and cut greedily into tiles of at most ``rows`` columns whose addresses form one
+  arithmetic progression (``estride``). For a convolution on a channel-last (NHWC) input this
+  groups ``(kw, ci)`` of one kernel row into contiguous bytes: im2col by strided DMA, no copy.
+* **Row groups.** The rows of a tile (``row[m]`` for its ``m``) are split into runs of constant
+  stride (one DMA instance each: ``rows``, ``rstride``), and equal runs at a constant distance
+  into one instruction over a repeat-register nest (``sync=once``).
+* **M, N tiles.** N tiles are the array's ``cols``; M tiles are as tall as SPM and ACC allow
+  (two A buffers when there are several, so the next M tile loads while this one computes),
+  rounded to whole runs. Edge tiles (non-multiple sizes) use the same code with smaller
+  ``len``/``k``/``rows``/``n``; weights and biases are padded in DRAM to whole tiles.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.lower.schedule import ChipCompileError
+
+
+@dataclass(frozen=True)
+class KTile:
+    k0: int          # first column (in the sorted order)
+    klen: int
+    col: int         # byte offset of the first column from the row address
+    estride: int
+
+
+@dataclass(frozen=True)
+class Group:
+    """One DMA instruction: ``count`` x (``rows`` rows ``rstride`` apart), nests ``lstride``/``dstride`` apart."""
+    local: int
+    dram: int
+    rows: int
+    rstride: int
+    count: int = 1
+    lstride: int = 0
+    dstride: int = 0
+
+
+def k_tiles(P: np.ndarray, rows: int, what: str) -> tuple[np.ndarray, list[KTile], np.ndarray]:
+    """Column order, K tiles and row addresses of a (M, K) byte-address matrix."""
+    row = P[:, 0] - P[0, 0]
+    col = P[0, :]
+    if not np.array_equal(P, row[:, None] + col[None, :]):
+        raise ChipCompileError(f"{what}: the input gather is not separable into row and column offsets, "
+                               "so strided DMA cannot perform it")
+    order = np.argsort(col, kind="stable")
+    c = col[order]
+    tiles, k0 = [], 0
+    K = len(c)
+    while k0 < K:
+        klen, est = 1, 1
+        if k0 + 1 < K:
+            est = int(c[k0 + 1] - c[k0])
+            if not -(1 << 15) <= est < (1 << 15):
+                est = 1
+            else:
+                klen = 2
+                while k0 + klen < K and klen < rows and c[k0 + klen] - c[k0 + klen - 1] == est:
+                    klen += 1
+        klen = min(klen, rows)
+        if klen == 1:
+            est = 1
+        tiles.append(KTile(k0, klen, int(c[k0]), est))
+        k0 += klen
+    return order, tiles, row + 0
+
+
+def runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
+    """(first index, length, stride) of maximal constant-stride runs."""
+    out, i, n = [], 0, len(addrs)
+    d = np.diff(addrs)
+    while i < n:
+        j = i + 1
+        st = 0
+        if j < n:
+            st = int(d[i])
+            while j < n and d[j - 1] == st:
+                j += 1
+        out.append((i, j - i, st if j - i > 1 else 0))
+        i = j
+    return out
+
+
+def groups(addrs: np.ndarray) -> list[Group]:
+    """DMA instructions moving rows ``0..len(addrs)-1`` of a tile to/from DRAM ``addrs``."""
+    rs = runs(np.asarray(addrs, np.int64))
+    out: list[Group] = []
+    i = 0
+    while i < len(rs):
+        s, ln, st = rs[i]
+        j = i + 1
+        dstride = None
+        while j < len(rs) and rs[j][1] == ln and rs[j][2] == st and rs[j][0] == rs[j - 1][0] + ln:
+            dd = int(addrs[rs[j][0]] - addrs[rs[j - 1][0]])
+            if dstride is None:
+                dstride = dd
+            elif dd != dstride:
+                break
+            j += 1
+        cnt = j - i
+        out.append(Group(s, int(addrs[s]), ln, st, cnt, ln if cnt > 1 else 0, dstride or 0))
+        i = j
+    return out
+
+
+def period(addrs: np.ndarray) -> int:
+    """The longest natural block of rows (a run, or a nest of runs such as one image) after which
+    the address pattern repeats shifted by a constant: M tiles that are whole blocks are
+    translations of each other, so one loop body serves them all. 1 if there is none."""
+    a = np.asarray(addrs, np.int64)
+    gs = groups(a[: min(len(a), 1 << 16)])
+    cands = sorted({gs[0].rows * gs[0].count, gs[0].rows} if gs else set(), reverse=True)
+    for p in cands:
+        if 1 < p < len(a):
+            d = a[p:] - a[:-p]
+            if np.all(d == d[0]):
+                return p
+    return 1
+
+
+@dataclass(frozen=True)
+class Tiling:
+    M: int
+    N: int
+    KT: int
+    NT: int
+    Mt: int
+    MT: int
+    NB: int          # weight-tile slots in SPM
+    nbuf: int        # A buffers
+    spm_rows: int    # SPM rows the kernel uses (A + weights + output staging)
+    acc_rows: int
+    #: loop order (compiler.lower.emit): "mnk" M tiles outermost (an M tile's A tiles are loaded once and
+    #: reused across N, weight tiles stream per M tile); "nmk" N tiles outermost (a column's weight
+    #: tiles are loaded once and reused across M, ``NB == KT``; A streams per column unless every
+    #: M tile has its own buffer, ``nbuf >= MT``, when later columns reuse them). K is innermost
+    #: (accumulation in ACC) in both.
+    order: str = "mnk"
+
+    def m_tiles(self):
+        """(first row, rows, A buffer) of every M tile."""
+        return [(t * self.Mt, min(self.Mt, self.M - t * self.Mt), t % self.nbuf) for t in range(self.MT)]
+
+
+def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, single_ok: bool = True) -> Tiling:
+    """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip."""
+    R, C = cfg.rows, cfg.cols
+    NT = -(-N // C)
+    NB = KT * -(-4 // KT)
+    w_rows = NB * R
+    scale_rows = NT if out_int8 else 0
+    ostage = 2 if out_int8 else 0
+    if w_rows + KT + ostage > cfg.spm_rows:
+        raise ChipCompileError(f"{what}: K = {KT} tiles of {R} rows do not fit SPM ({cfg.spm_rows} rows) on "
+                               f"config {cfg.name!r}")
+    if 2 + scale_rows > cfg.acc_rows:
+        raise ChipCompileError(f"{what}: N = {N} ({NT} tiles) needs more ACC rows than config "
+                               f"{cfg.name!r} has ({cfg.acc_rows})")
+
+    def fits(mt: int, nbuf: int) -> bool:
+        return nbuf * KT * mt + w_rows + ostage * mt <= cfg.spm_rows and 2 * mt + scale_rows <= cfg.acc_rows
+
+    if fits(M, 1):
+        Mt, nbuf = M, 1
+    else:
+        nbuf = 2
+        Mt = min((cfg.spm_rows - w_rows) // (2 * KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
+        if Mt < 1:
+            raise ChipCompileError(f"{what}: K = {KT} tiles do not fit SPM on config {cfg.name!r}")
+        mt1 = min((cfg.spm_rows - w_rows) // (KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
+        short = 2 * (2 * R + C)        # an mm shorter than this cannot hide the next weight load
+        if run > 1 and single_ok and run <= mt1 and (Mt < run or (Mt // run * run < short
+                                                                  and mt1 // run >= 2 * (Mt // run))):
+            # one A buffer (loads no longer overlap the previous M tile's matmuls) so that an M
+            # tile holds a whole block and one loop body serves every tile (instruction memory)
+            nbuf, Mt = 1, _blocks(M, run, mt1)
+        elif run > 1 and Mt >= run:
+            Mt = _blocks(M, run, Mt)             # whole blocks: every full M tile runs the same code
+        else:
+            MT = -(-M // Mt)
+            Mt = -(-M // MT)                     # even tiles
+    MT = -(-M // Mt)
+    if MT == 1:
+        nbuf = 1
+    return Tiling(M, N, KT, NT, Mt, MT, NB, nbuf, nbuf * KT * Mt + w_rows + ostage * Mt,
+                  2 * Mt + scale_rows)
+
+
+def _blocks(M: int, run: int, cap: int) -> int:
+    """Rows of an M tile: whole blocks of ``run`` rows, at most ``cap``; a count that divides the
+    number of blocks (no edge tile, so no second copy of the code) unless that halves the tile."""
+    k = cap // run
+    nblk = -(-M // run)
+    for d in range(k, 0, -1):
+        if nblk % d == 0:
+            return (d if 2 * d >= k else k) * run
+    return k * run
+
+
+def tile_weights(w_q: np.ndarray, order: np.ndarray, tiles: list[KTile], R: int, C: int) -> np.ndarray:
+    """Weights as NT x KT tiles of R x C int8 (zero padded), tile (nt, kt) at ((nt*KT)+kt)*R*C."""
+    K, N = w_q.shape
+    NT = -(-N // C)
+    w = w_q[order]
+    out = np.zeros((NT, len(tiles), R, C), np.int8)
+    for kt, t in enumerate(tiles):
+        for nt in range(NT):
+            blk = w[t.k0:t.k0 + t.klen, nt * C:(nt + 1) * C]
+            out[nt, kt, :blk.shape[0], :blk.shape[1]] = blk
+    return out.reshape(-1)
+
+
+def pad_lanes(v: np.ndarray, C: int) -> np.ndarray:
+    """A per-channel int32 vector padded to whole N tiles (NT x C)."""
+    NT = -(-len(v) // C)
+    out = np.zeros(NT * C, np.int32)
+    out[:len(v)] = v
+    return out

@@ -1,0 +1,311 @@
+"""cocotb testbench of the Verilog ``Chip(cfg)`` / ``Ring(cfg, n)`` (runs inside the HDL simulator).
+
+Driver -> monitor -> (model and checker in ``verify.cosim``). The per-cycle half of the bench is
+HDL (``verify.cosim.wrapper``): it plays DRAM with the contract's model (every request beat
+answered exactly ``dram_latency`` cycles later, one beat per cycle per channel) and logs every
+cycle with trace-port activity and every DRAM write beat to a file, so Python does not run on
+every clock edge; the clock is cocotb's C (GPI) clock. Python here is the host driver: it loads
+each job's DRAM image (``$readmemh`` of the bytes that change), program words and scalar
+registers through the host port, starts the chip, sleeps until every chip is done (or the cycle
+limit), then rebuilds every instance's (issue, start, retire) cycles and the final DRAM from the
+log and reads SPM and ACC back (``$writememh`` files). Many jobs run in one simulator process: the chip is reset
+through ``rst`` between jobs (SPM/ACC keep their contents; the model starts from the same
+contents).
+
+Jobs come from the pickle named by ``TETRACHIP_COSIM_JOBS``; results go to
+``TETRACHIP_COSIM_RESULTS``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from collections import defaultdict, deque
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
+
+N_UNITS = 7          # trace start lanes (isa.table.Unit)
+N_RETIRE = 8         # retire lanes: one per unit, lane 7 the MXU's mm/mma slot
+PERIOD_NS = 10
+LOG = "cosim.log"    # verify.cosim.wrapper's log, in the simulator's working directory
+
+_XZ = str.maketrans("xXzZuUwWlLhH-", "0000000000110")
+
+
+def _int(h) -> int:
+    v = h.value
+    try:
+        return int(v)
+    except ValueError:      # X/Z bits (Icarus; Verilator has none): read as 0, as Verilator does
+        return int(str(v).translate(_XZ), 2)
+
+
+def _hex(s: str) -> int:
+    try:
+        return int(s, 16)
+    except ValueError:      # x/z digits in the log (Icarus)
+        return int(s.translate(_XZ), 16)
+
+
+class Port:
+    """The signals of one chip, from the top's flat port names (``host__start`` / ``host0__start``)."""
+
+    def __init__(self, dut, i: int | None):
+        sfx = "" if i is None else str(i)
+        g = lambda name: getattr(dut, name.replace("@", sfx))   # noqa: E731
+        self.h = {k: g(f"host@__{k}") for k in ("start", "done", "busy", "error", "cycles", "prog_len", "imem_we",
+                                                 "imem_addr", "imem_data", "reg_we", "reg_addr", "reg_wdata")}
+        self.last = None            # SPM, ACC read back after the last job
+
+
+class Monitor:
+    """Pairs each instance's start with its retire: (unit, pc, index, issue, start, retire)."""
+
+    def __init__(self, pcw: int):
+        self.pcw = pcw
+        self.open: dict = defaultdict(deque)
+        self.records: list = []
+
+    def sample(self, cyc: int, starts: int, spc: int, sidx: int, siss: int, retires: int, rpc: int, ridx: int) -> None:
+        pm = (1 << self.pcw) - 1
+        if starts:
+            for u in range(N_UNITS):
+                if starts >> u & 1:
+                    key = (u, spc >> (u * self.pcw) & pm, sidx >> (32 * u) & 0xFFFFFFFF)
+                    self.open[key].append((siss >> (32 * u) & 0xFFFFFFFF, cyc))
+        if retires:
+            done = []
+            for lane in range(N_RETIRE):
+                if retires >> lane & 1:
+                    u = lane if lane < N_UNITS else 3
+                    key = (u, rpc >> (lane * self.pcw) & pm, ridx >> (32 * lane) & 0xFFFFFFFF)
+                    q = self.open.get(key)
+                    issue, start = q.popleft() if q else (-1, -1)      # a retire without a start
+                    done.append((u, key[1], key[2], issue, start, cyc))
+            self.records += sorted(done)
+
+
+def _write(mem: np.ndarray, beat: int, addr: int, data: int, strb: int) -> None:
+    n = len(mem)
+    for j in range(beat):
+        if strb >> j & 1 and 0 <= addr + j < n:
+            mem[addr + j] = (data >> (8 * j)) & 0xFF
+
+
+class Log:
+    """Reads the wrapper's log file as it grows."""
+
+    def __init__(self, path: str):
+        self.path, self.pos = path, 0
+
+    def lines(self) -> list[list[str]]:
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.pos)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.pos += end
+        return [ln.split() for ln in data[:end].decode().splitlines()]
+
+
+def _hexfile(path: str, old: np.ndarray, new: np.ndarray) -> bool:
+    """Write ``$readmemh`` records for the bytes where ``new`` differs from ``old``; False if none
+    (the file then rewrites byte 0 with its value: every chip's file is read on a load)."""
+    idx = np.flatnonzero(old != new)
+    if idx.size == 0:
+        with open(path, "w") as f:
+            f.write(f"@0\n{int(new[0]):02x}\n")
+        return False
+    cuts = np.flatnonzero(np.diff(idx) != 1) + 1
+    out = []
+    for run in np.split(idx, cuts):
+        a = int(run[0])
+        out.append(f"@{a:x}\n" + " ".join(new[a:a + run.size].tobytes().hex(" ").split()))
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    return True
+
+
+def _readhex(path: str, rows: int, row_bytes: int) -> np.ndarray:
+    """A ``$writememh`` file of ``rows`` words as (rows, row_bytes) little-endian bytes."""
+    with open(path) as f:
+        words = [w for ln in f for w in ln.split("//")[0].split() if not w.startswith("@")]
+    if len(words) != rows:
+        raise RuntimeError(f"{path}: {len(words)} words, expected {rows}")
+    text = "".join(w.rjust(2 * row_bytes, "0") for w in words).translate(_XZ)
+    return np.frombuffer(bytes.fromhex(text), np.uint8).reshape(rows, row_bytes)[:, ::-1]
+
+
+def _readmem(name: str, i: int, rows: int, row_bytes: int, banks: int | None) -> np.ndarray:
+    """One memory's rows: the flat array, or each row from the bank of the write port the live-value
+    table names (``verify.cosim.memory_parts``, ``rtl/mem.py``)."""
+    if banks is None:
+        return _readhex(f"{name}{i}.hex", rows, row_bytes)
+    data = np.stack([_readhex(f"{name}{i}_b{k}.hex", rows, row_bytes) for k in range(banks)])
+    if banks == 1:
+        return data[0]
+    sel = _readhex(f"{name}{i}_lvt.hex", rows, 1)[:, 0].astype(np.int64)
+    if (sel >= banks).any():
+        raise RuntimeError(f"{name}{i}_lvt.hex names a write port >= {banks}")
+    return data[sel, np.arange(rows)]
+
+
+def read_mems(cfg: dict, i: int, parts: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Chip i's SPM (int8 lanes) and ACC (int32 lanes) from the files ``bench_dump`` wrote."""
+    c = cfg["cols"]
+    parts = parts or {"spm": None, "acc": None}
+    spm = _readmem("spm", i, cfg["spm_rows"], c, parts["spm"]).copy().view(np.int8)
+    acc = _readmem("acc", i, cfg["acc_rows"], 4 * c, parts["acc"]).copy().view("<i4")
+    return spm, acc.astype(np.int32)
+
+
+class Bench:
+    def __init__(self, dut, ports: list[Port], cfg: dict, parts: dict | None = None):
+        self.dut, self.ports, self.cfg, self.parts = dut, ports, cfg, parts
+        self.log = Log(LOG)
+        self.images = [np.zeros(cfg["dram_bytes"], np.uint8) for _ in ports]    # the HDL DRAMs' contents
+        self.pcw = max(1, (cfg["imem_words"] - 1).bit_length())
+        self.clean = False              # the previous job ended with every chip done, no error
+
+    async def dump(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every chip's SPM and ACC (the wrapper writes them with ``$writememh``)."""
+        self.dut.bench_dump.value = 1
+        await FallingEdge(self.dut.clk)
+        self.dut.bench_dump.value = 0
+        return [read_mems(self.cfg, i, self.parts) for i in range(len(self.ports))]
+
+    async def flush(self) -> list[list[str]]:
+        """Every complete log line written so far (two clock edges: flush, then read)."""
+        self.dut.bench_flush.value = 1
+        await FallingEdge(self.dut.clk)
+        self.dut.bench_flush.value = 0
+        await FallingEdge(self.dut.clk)
+        return self.log.lines()
+
+    def apply_writes(self, lines, images, upto: int | None = None) -> None:
+        beat = self.cfg["dma_beat_bytes"]
+        for ln in lines:
+            if ln[0] == "W" and (upto is None or int(ln[2]) < upto):
+                _write(images[int(ln[1])], beat, _hex(ln[3]), _hex(ln[4]), _hex(ln[5]))
+
+    async def run_job(self, job: dict) -> dict:
+        dut, ports, cfg = self.dut, self.ports, self.cfg
+        # reset: every register state back to its reset value; SPM/ACC/imem keep their contents
+        await FallingEdge(dut.clk)
+        dut.rst.value = 1
+        for p in ports:
+            p.h["start"].value = 0
+            p.h["imem_we"].value = 0
+            p.h["reg_we"].value = 0
+        await FallingEdge(dut.clk)
+        await FallingEdge(dut.clk)
+        dut.rst.value = 0
+        # DRAM writes logged after the previous job's read-back (a chip stopped by the cycle limit)
+        self.apply_writes(await self.flush(), self.images)
+        # SPM/ACC before the job: the previous job's read-back when it finished cleanly (reset keeps
+        # memories), else read now: after an error or the cycle limit, instructions already in a unit
+        # went on writing until the reset
+        pre = [p.last for p in ports] if self.clean else await self.dump()
+        # DRAM images: only the bytes that differ from what the HDL DRAMs hold
+        load = False
+        for i, p in enumerate(ports):
+            new = np.asarray(job["drams"][i], dtype=np.uint8)
+            if _hexfile(f"dram{i}.hex", self.images[i], new):
+                load = True
+            self.images[i] = new.copy()
+        if load:
+            dut.bench_load.value = 1
+            await FallingEdge(dut.clk)
+            dut.bench_load.value = 0
+        # driver: program words, then every scalar register r1.. (0 unless the job names a value)
+        for i, p in enumerate(ports):
+            words = job["words"][i]
+            for a, w in enumerate(words):
+                p.h["imem_we"].value = 1
+                p.h["imem_addr"].value = a
+                p.h["imem_data"].value = w
+                await FallingEdge(dut.clk)
+            p.h["imem_we"].value = 0
+            p.h["prog_len"].value = len(words)
+            regs = job["regs"][i] or {}
+            for r in range(1, cfg["scalar_regs"]):
+                p.h["reg_we"].value = 1
+                p.h["reg_addr"].value = r
+                p.h["reg_wdata"].value = int(regs.get(r, 0)) & 0xFFFFFFFF
+                await FallingEdge(dut.clk)
+            p.h["reg_we"].value = 0
+        for p in ports:
+            p.h["start"].value = 1
+        await FallingEdge(dut.clk)
+        for p in ports:
+            p.h["start"].value = 0
+        limit = job["max_cycles"]
+        t0 = time.perf_counter()
+        # cycle 0 is the one after the start edge; this is its falling edge: sleep until every chip
+        # is done or the limit's falling edge, in the HDL simulator alone
+        if not _int(dut.bench_done):
+            await First(RisingEdge(dut.bench_done), Timer(limit * PERIOD_NS, "ns"))
+        await ReadOnly()
+        cycle = min(_int(dut.bench_cycle), limit)
+        wall = time.perf_counter() - t0
+        await FallingEdge(dut.clk)
+        lines = await self.flush()
+        mems = await self.dump()
+        finals = [im.copy() for im in self.images]
+        self.apply_writes(lines, finals, upto=cycle)
+        self.apply_writes(lines, self.images)            # what the HDL DRAMs hold now
+        mons = [Monitor(self.pcw) for _ in ports]
+        for ln in lines:
+            if ln[0] == "T" and int(ln[2]) < cycle:
+                mons[int(ln[1])].sample(int(ln[2]), *(_hex(x) for x in ln[3:10]))
+        out = []
+        for i, p in enumerate(ports):
+            spm, acc = mems[i]
+            p.last = (spm, acc)
+            out.append({"cycles": _int(p.h["cycles"]), "error": _int(p.h["error"]), "done": _int(p.h["done"]),
+                        "dram": finals[i], "spm": spm, "acc": acc, "pre_spm": pre[i][0], "pre_acc": pre[i][1],
+                        "records": mons[i].records})
+        self.clean = cycle < limit and all(c["done"] and not c["error"] for c in out)
+        return {"chips": out, "bench_cycles": cycle, "wall_s": wall, "job_s": time.perf_counter() - t0}
+
+
+@cocotb.test()
+async def run_jobs(dut):
+    """Run every job of the jobs file and write the results file."""
+    with open(os.environ["TETRACHIP_COSIM_JOBS"], "rb") as f:
+        spec = pickle.load(f)
+    cfg, chips = spec["config"], spec["chips"]
+    dut.rst.value = 0
+    dut.bench_load.value = 0
+    dut.bench_flush.value = 0
+    dut.bench_dump.value = 0
+    if chips == 1 and not spec.get("ring"):
+        ports = [Port(dut, None)]
+        for p in range(spec["config"]["links"]):       # one chip: its link ports stay idle
+            for name in (f"lrx__{p}__valid", f"lrx__{p}__data", f"lrx__{p}__space", f"ltx__{p}__credit"):
+                getattr(dut, name).value = 0
+    else:
+        ports = [Port(dut, i) for i in range(chips)]
+    Clock(dut.clk, PERIOD_NS, unit="ns", impl="gpi").start()
+    bench = Bench(dut, ports, cfg, spec.get("mem"))
+    prof = None
+    if os.environ.get("TETRACHIP_COSIM_PROFILE"):          # Python's share of the run, by function
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    t0 = time.perf_counter()
+    results = []
+    for job in spec["jobs"]:
+        results.append(await bench.run_job(job))
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(os.environ["TETRACHIP_COSIM_PROFILE"])
+        with open(os.environ["TETRACHIP_COSIM_PROFILE"] + ".wall", "w") as f:
+            f.write(f"{time.perf_counter() - t0}\n")
+    with open(os.environ["TETRACHIP_COSIM_RESULTS"], "wb") as f:
+        pickle.dump(results, f)
