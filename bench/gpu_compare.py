@@ -22,7 +22,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tetrachip as tc  # noqa: E402
-import runtime.gpu_devices  # noqa: E402,F401
 from runtime.gpu_common import DeviceUnavailable  # noqa: E402
 
 BACKENDS = ["numpy", "opencl", "cuda", "triton"]

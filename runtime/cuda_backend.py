@@ -63,10 +63,3 @@ class CudaBackend:
     def download(self, buf, arr: np.ndarray) -> None:
         arr.reshape(-1).view(np.uint8)[:] = self.cp.asnumpy(buf.reshape(-1).view(self.cp.uint8))[:arr.nbytes]
 
-
-def register() -> None:
-    from runtime.device import Device  # noqa: PLC0415
-    Device.register("cuda", CudaBackend)
-
-
-register()

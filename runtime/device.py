@@ -1,17 +1,21 @@
-"""``Device``: where a graph runs. Backends are registered by name.
+"""``Device``: where a graph runs. Backends are found by name.
 
-``Device("numpy")`` is the reference backend. A new backend is one call::
+``BACKENDS`` names the module and class of every backend the project ships; ``Device(name)``
+imports that module the first time the device is built, so importing the runtime does not load
+the simulator's RTL side or a GPU library. ``Device("numpy")`` is the reference backend and the
+default. Another backend is one call::
 
-    Device.register("sim", SimBackend)   # a class (or factory) with execute(outputs, feeds)
+    Device.register("mine", MyBackend)   # a class (or factory) with execute(outputs, feeds)
 
 ``execute(outputs: list[compiler.ir.graph.Node], feeds: dict[str, np.ndarray]) ->
 list[np.ndarray]`` receives a graph that the compiler's pass list has already
-run on and verified. Importing this module registers "numpy" and makes it the
+run on and verified. Importing this module makes ``Device("numpy")`` the
 default device that ``Tensor.realize()`` uses (``compiler.ir.engine`` holds the
 hook, since ``compiler`` never imports ``runtime``).
 """
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Callable
 
 import numpy as np
@@ -19,8 +23,19 @@ import numpy as np
 from compiler.ir import engine
 
 
+# device name -> (module, class): each module's docstring says what the device is
+BACKENDS: dict[str, tuple[str, str]] = {
+    "numpy": ("runtime.numpy_backend", "NumpyBackend"),      # the reference semantics, float
+    "sim": ("runtime.sim_backend", "SimBackend"),            # compiled models on the cycle-level simulator
+    "rtl": ("runtime.sim_backend", "RtlBackend"),            # compiled models on the Verilog under cocotb
+    "opencl": ("runtime.opencl_backend", "OpenCLBackend"),   # fused kernels via pyopencl
+    "cuda": ("runtime.cuda_backend", "CudaBackend"),         # the same kernels via cupy/NVRTC
+    "triton": ("runtime.triton_backend", "TritonBackend"),   # matrix products as Triton kernels
+}
+
+
 class Device:
-    _backends: dict[str, Callable] = {}
+    _backends: dict[str, Callable] = {}      # registered factories, and BACKENDS entries once loaded
 
     @classmethod
     def register(cls, name: str, factory: Callable) -> None:
@@ -29,13 +44,22 @@ class Device:
 
     @classmethod
     def known(cls) -> list[str]:
-        return sorted(cls._backends)
+        return sorted(set(BACKENDS) | set(cls._backends))
+
+    @classmethod
+    def factory(cls, name: str) -> Callable:
+        """The backend class of ``name``, importing its module on first use."""
+        if name not in cls._backends:
+            if name not in BACKENDS:
+                raise ValueError(f"unknown device {name!r}; known devices: {', '.join(cls.known())}")
+            module, attr = BACKENDS[name]
+            cls._backends[name] = getattr(import_module(module), attr)
+        return cls._backends[name]
 
     def __init__(self, name: str = "numpy", **options):
-        if name not in self._backends:
-            raise ValueError(f"unknown device {name!r}; known devices: {', '.join(self.known())}")
+        factory = self.factory(name)
         self.name = name
-        self.backend = self._backends[name](**options)
+        self.backend = factory(**options)
 
     def __repr__(self) -> str:
         return f"Device({self.name!r})"
@@ -68,8 +92,5 @@ def default_device() -> Device:
     return engine.get_default_device()
 
 
-from .numpy_backend import NumpyBackend  # noqa: E402  (registers the reference backend)
-
-Device.register("numpy", NumpyBackend)
 if engine._default_device[0] is None:
     engine.set_default_device(Device("numpy"))

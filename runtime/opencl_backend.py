@@ -146,10 +146,3 @@ class OpenCLBackend:
             return self.cl.Buffer(self.ctx, mf.READ_ONLY, 1)
         return self.cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=arr)
 
-
-def register() -> None:
-    from runtime.device import Device  # noqa: PLC0415
-    Device.register("opencl", OpenCLBackend)
-
-
-register()

@@ -183,11 +183,3 @@ class RtlBackend:
         cm = compile_model(_Graph(list(outputs)), feeds, self.config)
         return self.run_compiled(cm, feeds).outputs
 
-
-def _register() -> None:
-    from .device import Device
-    Device.register("sim", SimBackend)
-    Device.register("rtl", RtlBackend)
-
-
-_register()

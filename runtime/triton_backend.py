@@ -162,10 +162,3 @@ class TritonBackend:
             return Node(Ops.BUFFER, n.dtype, (), out)
         return self.ref.execute(rewrite(outputs, rule), feeds)
 
-
-def register() -> None:
-    from runtime.device import Device  # noqa: PLC0415
-    Device.register("triton", TritonBackend)
-
-
-register()

@@ -1,9 +1,17 @@
-"""tetrachip: ``import tetrachip as tc`` — the public facade (re-exports only, no logic)."""
+"""tetrachip: ``import tetrachip as tc`` — the public facade (re-exports only, no logic).
+
+The tensor frontend and ``tc.Device`` load with the package. The chip layers (the chip compiler,
+the ISA, the simulator, the Amaranth RTL, the GPU comparison devices) load on first use of one of
+their names (``_LAZY`` below), so ``import tetrachip`` does not pay for Amaranth or a GPU library;
+``Device(name)`` likewise imports a backend's module only when that device is first built
+(``runtime.device.BACKENDS``).
+"""
+from importlib import import_module as _import_module
 
 # --- tensor frontend and reference runtime ---------------------------------------------------------
 from compiler.frontend import functional  # noqa: F401
-from compiler.frontend import nn
-from compiler.frontend import optim
+from compiler.frontend import nn  # noqa: F401
+from compiler.frontend import optim  # noqa: F401
 from compiler.frontend.autograd import no_grad  # noqa: F401
 from compiler.frontend.control import cond, loop, while_loop  # noqa: F401
 from compiler.ir.dtypes import DType, bool_, float32, int8, int32  # noqa: F401
@@ -14,16 +22,44 @@ from compiler.frontend.tensor import (Tensor, ShapeError, arange, cat, eye, full
 from compiler.ir import dtypes  # noqa: F401
 from runtime.device import Device  # noqa: F401
 # --- end of tensor frontend -------------------------------------------------------------------------
-# --- chip compiler and simulated device --------------------------------------------------------------
-from compiler.lower.dispatch import CompiledModel, compile_model as compile  # noqa: F401,A001
-from compiler.lower.schedule import ChipCompileError  # noqa: F401
-import runtime.sim_backend  # noqa: F401,E402  (registers Device("sim") and Device("rtl"))
-# --- end of chip compiler ---------------------------------------------------------------------------
-# --- ISA, simulator, RTL and comparison devices ----------------------------------------------------
-from isa import (ChipConfig, PRESETS, Program, TetrachipError, assemble, assemble_file,  # noqa: F401,E402
-                 disassemble)
-from sim import Chip, SimError, Stats, System, Trace  # noqa: F401,E402
-from rtl import Chip as RtlChip, Ring as RtlRing, generate_verilog  # noqa: F401,E402
-import runtime.gpu_devices  # noqa: F401,E402  (registers Device("opencl"), Device("cuda"), Device("triton"))
-from runtime.gpu_common import DeviceUnavailable  # noqa: F401,E402
-# --- end of ISA, simulator, RTL ---------------------------------------------------------------------
+
+# name -> (module, attribute), imported on first use of the name
+_LAZY = {
+    # --- chip compiler ---
+    "CompiledModel": ("compiler.lower.dispatch", "CompiledModel"),
+    "compile": ("compiler.lower.dispatch", "compile_model"),
+    "ChipCompileError": ("compiler.lower.schedule", "ChipCompileError"),
+    # --- ISA ---
+    "ChipConfig": ("isa", "ChipConfig"),
+    "PRESETS": ("isa", "PRESETS"),
+    "Program": ("isa", "Program"),
+    "TetrachipError": ("isa", "TetrachipError"),
+    "assemble": ("isa", "assemble"),
+    "assemble_file": ("isa", "assemble_file"),
+    "disassemble": ("isa", "disassemble"),
+    # --- simulator ---
+    "Chip": ("sim", "Chip"),
+    "SimError": ("sim", "SimError"),
+    "Stats": ("sim", "Stats"),
+    "System": ("sim", "System"),
+    "Trace": ("sim", "Trace"),
+    # --- RTL (Amaranth) ---
+    "RtlChip": ("rtl", "Chip"),
+    "RtlRing": ("rtl", "Ring"),
+    "generate_verilog": ("rtl", "generate_verilog"),
+    # --- GPU comparison devices ---
+    "DeviceUnavailable": ("runtime.gpu_common", "DeviceUnavailable"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tetrachip' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = getattr(_import_module(module), attr)
+    globals()[name] = value               # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -12,7 +12,6 @@ if str(FRONTEND_TESTS) not in sys.path:
 
 def device_or_skip(name: str):
     import tetrachip as tc
-    import runtime.gpu_devices  # noqa: F401  (registers opencl, cuda, triton)
     from runtime.gpu_common import DeviceUnavailable
     try:
         return tc.Device(name)

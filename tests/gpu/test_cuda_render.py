@@ -39,7 +39,6 @@ def test_every_op_case_renders_cuda_c():
 
 def test_missing_cupy_names_what_to_install(monkeypatch):
     import tetrachip as tc
-    import runtime.gpu_devices  # noqa: F401
     monkeypatch.setitem(sys.modules, "cupy", None)
     with pytest.raises(DeviceUnavailable, match="pip install -e '.\\[gpu\\]'"):
         tc.Device("cuda")

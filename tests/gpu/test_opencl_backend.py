@@ -8,7 +8,6 @@ import pytest
 from gpu_helpers import device_or_skip
 
 import tetrachip as tc
-import runtime.gpu_devices  # noqa: F401
 from runtime import opencl_backend
 from runtime.gpu_common import DeviceUnavailable
 
