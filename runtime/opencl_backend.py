@@ -40,14 +40,14 @@ def _import_cl():
 
 def find_device():
     """(pyopencl module, cl.Device) for the first OpenCL device, or DeviceUnavailable saying what to install.
-    ``TC_OPENCL_PLATFORM`` picks a platform by a substring of its name."""
+    ``TETRACHIP_OPENCL_PLATFORM`` picks a platform by a substring of its name."""
     cl = _import_cl()
     try:
         platforms = cl.get_platforms()
     except Exception as e:  # pyopencl raises LogicError/RuntimeError when no ICD is found
         raise DeviceUnavailable(f"Device('opencl'): no OpenCL platform found ({str(e).strip()}); "
                                 f"{INSTALL_HINT}") from None
-    want = os.environ.get("TC_OPENCL_PLATFORM", "")
+    want = os.environ.get("TETRACHIP_OPENCL_PLATFORM", "")
     for p in platforms:
         if want.lower() in p.name.lower():
             try:

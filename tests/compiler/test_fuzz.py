@@ -1,9 +1,9 @@
 """Random op graphs built through the Tensor API, compared with the same ops done directly in numpy.
 
 Each graph has its own seed; a failure prints it. Replay one graph with
-``TC_FUZZ_SEED=<seed> pytest tests/compiler/test_fuzz.py``; ``TC_FUZZ_GRAPHS`` sets the count.
+``TETRACHIP_FUZZ_SEED=<seed> pytest tests/compiler/test_fuzz.py``; ``TETRACHIP_FUZZ_GRAPHS`` sets the count.
 A second fuzzer builds graphs of smooth ops and checks their gradients against central
-finite differences of the numpy (float64) evaluation (``TC_FUZZ_GRAD_GRAPHS``, ``TC_FUZZ_GRAD_SEED``).
+finite differences of the numpy (float64) evaluation (``TETRACHIP_FUZZ_GRAD_GRAPHS``, ``TETRACHIP_FUZZ_GRAD_SEED``).
 """
 import os
 
@@ -12,7 +12,7 @@ import pytest
 
 import tetrachip as tc
 
-N_GRAPHS = int(os.environ.get("TC_FUZZ_GRAPHS", "1000"))
+N_GRAPHS = int(os.environ.get("TETRACHIP_FUZZ_GRAPHS", "1000"))
 BASE_SEED = 20240611
 
 
@@ -147,12 +147,12 @@ def check(seed):
         assert got.shape == a.shape, f"seed {seed}: shape {got.shape} vs numpy {a.shape}; ops {ops}"
         scale = max(1.0, float(np.max(np.abs(a))) if a.size else 1.0)
         np.testing.assert_allclose(got, a, rtol=1e-4, atol=1e-4 * scale,
-                                   err_msg=f"fuzz graph seed {seed} (replay: TC_FUZZ_SEED={seed}); ops {ops}")
+                                   err_msg=f"fuzz graph seed {seed} (replay: TETRACHIP_FUZZ_SEED={seed}); ops {ops}")
 
 
 def test_fuzz_graphs():
-    if "TC_FUZZ_SEED" in os.environ:
-        check(int(os.environ["TC_FUZZ_SEED"]))
+    if "TETRACHIP_FUZZ_SEED" in os.environ:
+        check(int(os.environ["TETRACHIP_FUZZ_SEED"]))
         return
     failures = []
     for i in range(N_GRAPHS):
@@ -189,7 +189,7 @@ def test_fuzz_graph_passes_are_value_preserving(seed):
 
 # ---------------------------------------------------------------------------- gradients of random graphs
 
-N_GRAD_GRAPHS = int(os.environ.get("TC_FUZZ_GRAD_GRAPHS", "200"))
+N_GRAD_GRAPHS = int(os.environ.get("TETRACHIP_FUZZ_GRAD_GRAPHS", "200"))
 
 
 def _smooth_unary(rng, t, a, lib):
@@ -255,12 +255,12 @@ def check_grad(seed):
     got = x.grad.numpy() if x.grad is not None else np.zeros_like(x0)
     scale = max(1.0, float(np.abs(num).max()) if num.size else 1.0)
     np.testing.assert_allclose(got, num, rtol=1e-3, atol=1e-3 * scale,
-                               err_msg=f"gradient fuzz seed {seed} (replay: TC_FUZZ_GRAD_SEED={seed})")
+                               err_msg=f"gradient fuzz seed {seed} (replay: TETRACHIP_FUZZ_GRAD_SEED={seed})")
 
 
 def test_fuzz_gradients_vs_finite_differences():
-    if "TC_FUZZ_GRAD_SEED" in os.environ:
-        check_grad(int(os.environ["TC_FUZZ_GRAD_SEED"]))
+    if "TETRACHIP_FUZZ_GRAD_SEED" in os.environ:
+        check_grad(int(os.environ["TETRACHIP_FUZZ_GRAD_SEED"]))
         return
     failures = []
     for i in range(N_GRAD_GRAPHS):

@@ -1,6 +1,6 @@
 """The frontend's random-graph fuzz tester (tests/compiler/test_fuzz.py) run on ``Device("opencl")``:
-the same generator and numpy comparison, a fixed window of seeds (``TC_OPENCL_FUZZ_GRAPHS``,
-default 200). A failure names the seed; replay it with ``TC_FUZZ_SEED=<seed>`` here."""
+the same generator and numpy comparison, a fixed window of seeds (``TETRACHIP_OPENCL_FUZZ_GRAPHS``,
+default 200). A failure names the seed; replay it with ``TETRACHIP_FUZZ_SEED=<seed>`` here."""
 import os
 
 import pytest
@@ -9,7 +9,7 @@ from gpu_helpers import device_or_skip
 
 F = pytest.importorskip("test_fuzz", reason="the frontend's fuzz tester (tests/compiler/test_fuzz.py) is missing")
 
-N_GRAPHS = int(os.environ.get("TC_OPENCL_FUZZ_GRAPHS", "200"))
+N_GRAPHS = int(os.environ.get("TETRACHIP_OPENCL_FUZZ_GRAPHS", "200"))
 SEEDS = [F.BASE_SEED + 7919 + i for i in range(N_GRAPHS)]  # a window the numpy run does not start with
 
 
@@ -25,7 +25,7 @@ def _check_all(seeds):
 
 def test_fuzz_graphs_on_opencl():
     dev = device_or_skip("opencl")
-    seeds = [int(os.environ["TC_FUZZ_SEED"])] if "TC_FUZZ_SEED" in os.environ else SEEDS
+    seeds = [int(os.environ["TETRACHIP_FUZZ_SEED"])] if "TETRACHIP_FUZZ_SEED" in os.environ else SEEDS
     dev.backend.precompile(lambda: _check_all(seeds))
     before = dev.backend.launches
     with dev:
