@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from isa.table import WORD_BITS, Unit, clog2
 
 from .dma import DmaLoad, DmaStore, DramSignature
-from .issue import QUEUED, IssueStage
+from .issue import IssueStage
 from .link import LinkRx, LinkSignature, LinkTx
 from .mem import RowMemory
 from .mxu import MxuUnit
@@ -124,7 +124,8 @@ class Chip(wiring.Component):
         # trace port
         tr, run = self.trace, iss.running
         m.d.comb += [tr.cycle.eq(iss.cycles), tr.issue.eq(run & iss.issued), tr.issue_pc.eq(iss.pc),
-                     tr.start[0].eq(run & iss.issued_scalar), tr.start_pc[0].eq(iss.pc), tr.start_issue[0].eq(iss.cycles),
+                     tr.start[0].eq(run & iss.issued_scalar), tr.start_pc[0].eq(iss.pc),
+                     tr.start_issue[0].eq(iss.cycles),
                      tr.retire[0].eq(run & iss.issued_scalar), tr.retire_pc[0].eq(iss.pc)]
         for u, unit in units.items():
             ut = unit.trace
@@ -179,7 +180,8 @@ class Chip(wiring.Component):
             self._write(m, self.acc, wr)
         self._write(m, self.acc, iss.acc_wr, merge=iss_acc)
         for name, mem in (("spm", self.spm), ("acc", self.acc)):
-            built = (len(mem.writes), sum(r.domain == "sync" for r in mem.reads), sum(r.domain == "comb" for r in mem.reads))
+            built = (len(mem.writes), sum(r.domain == "sync" for r in mem.reads),
+                     sum(r.domain == "comb" for r in mem.reads))
             assert built == MEMORY_PORTS[name], f"{name} ports {built} != MEMORY_PORTS {MEMORY_PORTS[name]}"
         return m
 

@@ -16,8 +16,8 @@ from amaranth import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from isa.table import (BY_MNEMONIC, BY_OPCODE, INSTRUCTIONS, OPCODE_BITS, WORD_BITS, CountMode, ScaleMode,
-                       SrcMode, Unit, derived_widths, layout)
+from isa.table import (BY_MNEMONIC, INSTRUCTIONS, OPCODE_BITS, WORD_BITS, CountMode, ScaleMode,
+                       SrcMode, layout)
 
 __all__ = ["word_layout", "format_layout", "field_slice", "Decoder", "opcode_of"]
 

@@ -11,14 +11,14 @@ cycle its last beat's response returns: ``r = s + O - 1 + dram_latency``.
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth import Cat, Const, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
 from isa.table import BY_MNEMONIC, Space, Unit, clog2, derived_widths
 
-from .queue import UNITS, WINDOW_BITS, event_width
+from .queue import WINDOW_BITS, event_width
 from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
 
 __all__ = ["DramSignature", "DmaLoad", "DmaStore", "dram_window", "WINDOW_BITS"]
@@ -80,6 +80,11 @@ def dram_window(m, cfg, v):
     return lo, hi
 
 
+def _byte(row, i):
+    """Byte ``i`` of ``row`` (a list of 8-bit values), 0 past its end."""
+    return row[i] if i < len(row) else Const(0, 8)
+
+
 def _shift_down_bytes(m, data, amount, nout):
     """Bytes ``amount .. amount+nout-1`` of ``data`` (a list of 8-bit values; 0 past its end): a
     logarithmic shifter that only builds the bytes later stages still need (each stage named: an
@@ -88,9 +93,8 @@ def _shift_down_bytes(m, data, amount, nout):
     for s in reversed(range(len(amount))):
         d = 1 << s
         need = nout + d - 1
-        byte = lambda i: cur[i] if i < len(cur) else Const(0, 8)      # noqa: E731
         nxt = [Signal(8, name=f"shift{s}_{i}") for i in range(min(need, len(cur)))]
-        m.d.comb += [b.eq(Mux(amount[s], byte(i + d), byte(i))) for i, b in enumerate(nxt)]
+        m.d.comb += [b.eq(Mux(amount[s], _byte(cur, i + d), _byte(cur, i))) for i, b in enumerate(nxt)]
         cur = nxt
     return [cur[k] if k < len(cur) else Const(0, 8) for k in range(nout)]
 
@@ -211,10 +215,10 @@ class DmaLoad(_DmaBase):
         c = w["cur"]
         m.d.comb += [self.dram.rd_valid.eq(w["beat"] & c["real"]), self.dram.rd_addr.eq(c["beat_addr"])]
         tag = Signal(_tag(cfg))
-        m.d.comb += [tag.beat.eq(w["beat"]), tag.real.eq(c["real"]), tag.space.eq(c["space"]), tag.contig.eq(c["contig"]),
-                     tag.local.eq(c["local"]), tag.off.eq(c["off"]), tag.nbytes.eq(w["nbytes"]),
-                     tag.eol.eq(w["last_in_row"]), tag.len.eq(c["len"]), tag.retire.eq(w["last"]),
-                     tag.mask.eq(c["mask"])]
+        m.d.comb += [tag.beat.eq(w["beat"]), tag.real.eq(c["real"]), tag.space.eq(c["space"]),
+                     tag.contig.eq(c["contig"]), tag.local.eq(c["local"]), tag.off.eq(c["off"]),
+                     tag.nbytes.eq(w["nbytes"]), tag.eol.eq(w["last_in_row"]), tag.len.eq(c["len"]),
+                     tag.retire.eq(w["last"]), tag.mask.eq(c["mask"])]
         t = self.delay(m, tag, cfg.dram_latency, "ldtag")
         t = data.View(_tag(cfg), t)
         # merge the returning beat into the row buffer

@@ -128,7 +128,8 @@ class IssueStage(wiring.Component):
         # one write port: the host's while idle, the issuing instruction's rd while running
         rf_we, rf_addr, rf_data = Signal(), Signal(sw), Signal(32)
         rf_wp = regs.write_port()
-        m.d.comb += [rf_wp.addr.eq(rf_addr), rf_wp.data.eq(rf_data), rf_wp.en.eq(rf_we & (rf_addr != 0) & (rf_addr < cfg.scalar_regs))]
+        m.d.comb += [rf_wp.addr.eq(rf_addr), rf_wp.data.eq(rf_data),
+                     rf_wp.en.eq(rf_we & (rf_addr != 0) & (rf_addr < cfg.scalar_regs))]
 
         # ---- the register read ports: field chosen by opcode, then one read each ---------------
         lay = layout(cfg)

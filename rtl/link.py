@@ -11,7 +11,7 @@ added to the counter) is usable the next cycle, ``link_latency`` cycles after it
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Mux, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,7 +19,7 @@ from isa.errors import ErrorCode
 from isa.table import Space, Unit, clog2
 from isa.timing import flits_per_row
 
-from .queue import UNITS, event_width
+from .queue import event_width
 from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range, select
 
 __all__ = ["LinkSignature", "LinkTx", "LinkRx"]
@@ -116,7 +116,8 @@ class LinkTx(UnitBase):
 
 class LinkRx(UnitBase):
     """``link.recv``. Ports: push, tok (UnitBase); rx In(LinkSignature).array(links) (flits in,
-    credits out); spm_wr Out(RowWriteSignature(laddr, 8*cols, cols)), acc_wr Out(RowWriteSignature(laddr, 32*cols, cols))."""
+    credits out); spm_wr Out(RowWriteSignature(laddr, 8*cols, cols)),
+    acc_wr Out(RowWriteSignature(laddr, 32*cols, cols))."""
 
     unit = Unit.LRX
 

@@ -38,7 +38,7 @@ reassemble the rows (``verify/cosim.py``).
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, unsigned
+from amaranth import Cat, Elaboratable, Module, Mux, Signal, unsigned
 from amaranth.lib import memory
 
 from isa.table import clog2
@@ -133,7 +133,7 @@ class RowMemory(Elaboratable):
             m.d.comb += [rp.addr.eq(r.addr), r.data.eq(rp.data)]
 
     def _lvt(self, m):
-        W, R = len(self.writes), len(self.reads)
+        W = len(self.writes)
         sel_w = max(1, clog2(W))
         # what each write port stores: a whole row (merged where only some lanes are enabled)
         wdata, wen = [], []
@@ -144,8 +144,8 @@ class RowMemory(Elaboratable):
             else:
                 d = Signal(self.row_bits, name=f"w{i}_merged")
                 B = self.lane_bits
-                m.d.comb += d.eq(Cat(*[Mux(w.en[l], w.data[l * B:(l + 1) * B], w.merge.data[l * B:(l + 1) * B])
-                                       for l in range(self.lanes)]))
+                m.d.comb += d.eq(Cat(*[Mux(w.en[k], w.data[k * B:(k + 1) * B], w.merge.data[k * B:(k + 1) * B])
+                                       for k in range(self.lanes)]))
                 wdata.append(d)
                 wen.append(w.en.any())
         # the live value table: which write port wrote each row last

@@ -15,15 +15,15 @@ Timing (contract section 3, MXU):
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth import Mux, Signal, signed, unsigned
+from amaranth.lib import data
+from amaranth.lib.wiring import Out
 
 from isa.errors import ErrorCode
 from isa.table import BY_MNEMONIC, Unit, clog2
 from isa.timing import mxu_pipe, mxu_swap_delay
 
-from .queue import UNITS, event_width
+from .queue import event_width
 from .systolic import SystolicArray
 from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
 

@@ -30,7 +30,8 @@ from isa.timing import QUEUE_DEPTH
 
 from .decode import word_layout
 
-__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width", "nest_jumps", "pack", "unit_reads"]
+__all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width", "nest_jumps", "pack",
+           "unit_reads"]
 
 UNITS = len(Unit)
 #: width of an instance index on the trace port (wraps modulo 2**32)
@@ -50,7 +51,7 @@ def nest_jumps(counts, strides) -> list[list[int]]:
         return v - (1 << 32) if v >> 31 else v
     out = []
     for j in range(len(counts)):
-        out.append([s32(strides[j][k] - sum((counts[l] - 1) * strides[l][k] for l in range(j + 1, len(counts))))
+        out.append([s32(strides[j][k] - sum((counts[i] - 1) * strides[i][k] for i in range(j + 1, len(counts))))
                     for k in range(STRIDE_SLOTS)])
     return out
 
@@ -159,7 +160,8 @@ class RepeatQueue(wiring.Component):
             "addr": Out(data.ArrayLayout(signed(32), STRIDE_SLOTS)), "sval": Out(signed(32)),
             "dram_lo": Out(signed(WINDOW_BITS)), "dram_hi": Out(signed(WINDOW_BITS)),
             "first": Out(1), "last": Out(1), "wait_now": Out(UNITS), "signal_now": Out(UNITS),
-            "pc": Out(clog2(cfg.imem_words)), "index": Out(INDEX_BITS), "issued_at": Out(32), "event": Out(event_width(cfg)),
+            "pc": Out(clog2(cfg.imem_words)), "index": Out(INDEX_BITS), "issued_at": Out(32),
+            "event": Out(event_width(cfg)),
             "start": In(1), "level": Out(range(QUEUE_DEPTH + 1)),
         })
 
@@ -171,7 +173,8 @@ class RepeatQueue(wiring.Component):
         pe = self.push.entry
         e = Signal(lay, name="head")
         nw = self.word_bits
-        kept = [(Value.cast(pe.word)[:nw], Value.cast(e.word)[:nw]), (pe.pc, e.pc), (pe.q, e.q), (pe.depth, e.depth), (pe.zero, e.zero)]
+        kept = [(Value.cast(pe.word)[:nw], Value.cast(e.word)[:nw]), (pe.pc, e.pc), (pe.q, e.q), (pe.depth, e.depth),
+                (pe.zero, e.zero)]
         kept += [(pe.cnt[j], e.cnt[j]) for j in range(MAX_REPEAT_DEPTH)]
         kept += [(pe.base[k], e.base[k]) for k in range(S)]
         kept += [(pe.jump[j][k], e.jump[j][k]) for j in range(MAX_REPEAT_DEPTH) for k in range(S)]

@@ -11,12 +11,11 @@ checked at start.
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from isa.errors import ErrorCode
-from isa.table import Space, Unit, clog2
+from isa.table import Unit, clog2
 
 from .queue import INDEX_BITS, UNITS, EntrySignature, RepeatQueue, unit_reads
 

@@ -20,7 +20,7 @@ from isa.table import layout, BY_MNEMONIC, LUT_ENTRIES, Round, ScaleMode, Space,
 from isa.timing import VPU_LATENCY, lut_rows
 
 from .mem import LUTRAM_DEPTH
-from .queue import UNITS, event_width
+from .queue import event_width
 from .unit import RowReadSignature, RowWriteSignature, UnitBase
 
 __all__ = ["VpuAlu", "VpuUnit", "QCFG_RESET", "ALU_OPS"]
@@ -407,9 +407,9 @@ class VpuUnit(UnitBase):
                      alu.lut_we.eq(t1.valid & (t1.op == OP["vlutld"])), alu.lut_addr.eq(t1.row),
                      alu.lut_data.eq(self.spm_a.data)]
         row_b = (t1.bmode == SrcMode.SPM) | (t1.bmode == SrcMode.ACC)
-        for l in range(C):
-            m.d.comb += [alu.a[l].eq(Mux(t1.aspace == Space.ACC, acc_a[l], spm_a[l])),
-                         alu.b[l].eq(Mux(row_b, Mux(t1.bmode == SrcMode.ACC, acc_b[l], spm_b[l]), t1.sval))]
+        for lane in range(C):
+            m.d.comb += [alu.a[lane].eq(Mux(t1.aspace == Space.ACC, acc_a[lane], spm_a[lane])),
+                         alu.b[lane].eq(Mux(row_b, Mux(t1.bmode == SrcMode.ACC, acc_b[lane], spm_b[lane]), t1.sval))]
         # stage 2: ALU stage 2; stage 3: write the ALU's result
         t2, t3 = Signal(_tag(cfg)), Signal(_tag(cfg))
         m.d.sync += [t2.eq(t1), t3.eq(t2)]
@@ -417,7 +417,7 @@ class VpuUnit(UnitBase):
         y3 = alu.y.as_value()
         y3v = data.View(_lanes(C, signed(32)), y3)
         m.d.comb += [self.acc_wr.addr.eq(t3.dst), self.acc_wr.data.eq(y3), self.spm_wr.addr.eq(t3.dst),
-                     self.spm_wr.data.eq(Cat(*[y3v[l][:8] for l in range(C)]))]
+                     self.spm_wr.data.eq(Cat(*[y3v[lane][:8] for lane in range(C)]))]
         with m.If(t3.valid & t3.write):
             with m.If(t3.dspace == Space.ACC):
                 m.d.comb += self.acc_wr.en.eq((1 << C) - 1)

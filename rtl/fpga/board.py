@@ -14,7 +14,8 @@ from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Mo
 
 from .devices import board as get_board, device as get_device
 from .fit import check
-from .flow import ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError, Report, _mems, apply_pnr, cell_resources, tool
+from .flow import (ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError,
+                   Report, _mems, apply_pnr, cell_resources, tool)
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -139,8 +140,9 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     finally:
         os.environ.clear()
         os.environ.update(old)
-    rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=top.pll["fout"] if top.pll else top.freq, memories=_mems(cfg),
-                 available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams}, seed=seed)
+    rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=top.pll["fout"] if top.pll else top.freq,
+                 memories=_mems(cfg), seed=seed,
+                 available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     rep.seconds["build"] = round(time.monotonic() - t, 1)
     stat = json.loads((out / "stat.json").read_text())
     mods = stat.get("modules", {})

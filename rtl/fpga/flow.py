@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,8 +21,8 @@ from isa.errors import TetrachipError
 
 from .devices import Device, device as get_device
 
-__all__ = ["Report", "FlowError", "tool", "rtlil_text", "yosys_script", "yosys_synth", "nextpnr", "synth", "synth_array",
-           "cell_resources"]
+__all__ = ["Report", "FlowError", "tool", "rtlil_text", "yosys_script", "yosys_synth", "nextpnr", "synth",
+           "synth_array", "cell_resources"]
 
 
 class FlowError(TetrachipError):
@@ -153,7 +152,7 @@ alumacc
 opt
 memory -nomap
 opt_clean
-"""
+"""  # noqa: E501  (a Yosys command is one line: the mul2dsp techmap line is longer than 120 columns)
 #: The banks of a live-value-table memory (``rtl/mem.py``) are read while another unit may write
 #: the same row only in a race, whose result the timing contract leaves undefined (section 4):
 #: marking those reads "collision gives X" lets block RAM read them without the soft
