@@ -140,7 +140,8 @@ def markdown(rows) -> str:
             e = r["estimate"]
             cells = [f"~{e[k]}" for k in ("luts", "ffs", "dsps", "brams")]
             f, secs = "--", "--"
-        status = r["status"] + (f": {r['reason']}" if r.get("reason") else "") + (", earlier run" if r.get("reused") else "")
+        status = (r["status"] + (f": {r['reason']}" if r.get("reason") else "")
+                  + (", earlier run" if r.get("reused") else ""))
         out.append(f"| {r['config']} | {r['device']} | {r['mac']} | {r.get('mem', '--')} | " + " | ".join(cells)
                    + f" | {f} | {secs} | {status} |")
     return "\n".join(out)

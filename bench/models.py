@@ -180,8 +180,8 @@ def search_table(rows) -> str:
             continue
         gain = 100 * (1 - r["search_cycles"] / r["default_cycles"])
         out.append(f"{r['model']:<36}{r['config']:<7}{r['default_cycles']:>10}{r['search_cycles']:>10}{gain:>8.2f}"
-                   f"{r['first_compile_s']:>8.2f}{r['cached_compile_s']:>9.3f}{r['ratio']:>7.1f}{r['plain_compile_s']:>9.3f}  "
-                   f"{'yes' if r['bit_exact'] else 'NO'}")
+                   f"{r['first_compile_s']:>8.2f}{r['cached_compile_s']:>9.3f}{r['ratio']:>7.1f}"
+                   f"{r['plain_compile_s']:>9.3f}  {'yes' if r['bit_exact'] else 'NO'}")
     return "\n".join(out)
 
 

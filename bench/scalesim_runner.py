@@ -103,7 +103,6 @@ import argparse
 import csv
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile

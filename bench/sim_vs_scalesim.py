@@ -129,7 +129,9 @@ def _print_table(results) -> None:
     print("-" * len(h))
     for r in results:
         o, s = r["tetrachip"], r["scalesim"] or {}
-        f = lambda k, fmt: format(s[k], fmt) if k in s else "-"  # noqa: E731
+
+        def f(k, fmt, s=s):
+            return format(s[k], fmt) if k in s else "-"
         sp = f"{r['ratios']['speedup']:.0f}x" if "ratios" in r else "-"
         cr = f"{r['ratios']['cycles']:.3f}" if "ratios" in r else "-"
         print(f"{r['case']:<14}{r['array']:>8}{o['cycles']:>10}{f('cycles', 'd'):>10}{cr:>7}"

@@ -3,10 +3,11 @@
     python examples/transformer.py [--config base] [--blocks N] [--json out.json]
 
 Compiles ``tc.nn.TransformerBlock(64, 4)`` once with ``dynamic={"T": 64}`` and runs the same
-binary for T = 1, 17, 64 (``--blocks N``: a ``Sequential`` of N blocks); prints per T the error against the float block, whether the result is
-bit exact against the integer numpy model, cycles, MXU utilization and DRAM traffic, then the
-attention's DRAM traffic fused (online softmax, K/V blocks streamed) vs unfused (scores and
-probabilities through DRAM). Also a CLI model file: ``tetrachip run examples/transformer.py``.
+binary for T = 1, 17, 64 (``--blocks N``: a ``Sequential`` of N blocks); prints per T the error
+against the float block, whether the result is bit exact against the integer numpy model, cycles,
+MXU utilization and DRAM traffic, then the attention's DRAM traffic fused (online softmax, K/V
+blocks streamed) vs unfused (scores and probabilities through DRAM). Also a CLI model file:
+``tetrachip run examples/transformer.py``.
 """
 from __future__ import annotations
 
