@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from .encoding import Instruction, canonical, check_values, decode_all
 from .errors import AsmError, EncodeError, TetrachipError
-from .table import (BY_MNEMONIC, UNIT_NAMES, CountMode, Instr, Operand, Round, ScaleMode, Space,
-                    SrcMode, Sync, Unit)
+from .table import (BY_MNEMONIC, SPACE_BYTES, UNIT_NAMES, CountMode, Instr, Operand, Round, ScaleMode,
+                    Space, SrcMode, Sync, Unit)
 
 QHDR_KEYS = ("rep", "wait", "signal", "sync")
 _TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|\d[\d_]*)"
@@ -440,7 +440,7 @@ def resolve_default(o: Operand, values: dict, cfg) -> int:
     if d == "rows":
         return cfg.rows
     if d == "esize":
-        return 4 if values.get("space", 0) == Space.ACC else 1
+        return SPACE_BYTES[values.get("space", Space.SPM)]
     return int(d)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .table import LUT_ENTRIES, Round, Space
+from .table import LUT_ENTRIES, SPACE_BYTES, SPACE_DTYPE, Round, Space
 
 INT8_MIN, INT8_MAX = -128, 127
 _M32 = (1 << 32) - 1
@@ -47,6 +47,11 @@ def wrap32_int(v: int) -> int:
     """Wrap a Python int to the int32 range."""
     v &= _M32
     return v - (1 << 32) if v >> 31 else v
+
+
+def u32(v: int) -> int:
+    """A Python int wrapped to 32 bits, read unsigned: the bit pattern a register holds."""
+    return v & _M32
 
 
 def saturate_int8(x) -> np.ndarray:
@@ -158,13 +163,9 @@ def scalar_store_value(value: int, space: int):
 # DMA
 # --------------------------------------------------------------------------------------------
 
-def _elem_size(space: int) -> int:
-    return 4 if space == Space.ACC else 1
-
-
 def dma_byte_addresses(dram: int, rows: int, length: int, rstride: int, estride: int, space: int) -> np.ndarray:
     """DRAM byte addresses touched, shape ``(rows, length, elem_bytes)``."""
-    eb = _elem_size(space)
+    eb = SPACE_BYTES[space]
     r = np.arange(rows, dtype=np.int64)[:, None, None] * rstride
     e = np.arange(length, dtype=np.int64)[None, :, None] * estride
     b = np.arange(eb, dtype=np.int64)[None, None, :]
@@ -175,7 +176,7 @@ def dma_footprint(dram: int, rows: int, length: int, rstride: int, estride: int,
     """Bounding DRAM byte range ``[lo, hi)`` of a DMA instance (empty ``(dram, dram)`` if no element)."""
     if rows <= 0 or length <= 0:
         return dram, dram
-    eb = _elem_size(space)
+    eb = SPACE_BYTES[space]
     ends = [dram + r * rstride + e * estride for r in (0, rows - 1) for e in (0, length - 1)]
     return min(ends), max(ends) + eb
 
@@ -187,8 +188,8 @@ def dma_gather(dram_bytes: np.ndarray, dram: int, rows: int, length: int, rstrid
     Element e of row r is read at ``dram + r*rstride + e*estride``; lanes ``length..cols-1`` are
     zero. The caller checks the addresses are inside DRAM.
     """
-    eb = _elem_size(space)
-    out = np.zeros((rows, cols), dtype=np.int32 if eb == 4 else np.int8)
+    eb = SPACE_BYTES[space]
+    out = np.zeros((rows, cols), dtype=SPACE_DTYPE[space])
     if rows == 0 or length == 0:
         return out
     if estride == eb and rstride >= 0:          # contiguous rows: a strided view of DRAM
@@ -200,7 +201,7 @@ def dma_gather(dram_bytes: np.ndarray, dram: int, rows: int, length: int, rstrid
     if eb == 1:
         out[:, :length] = b[..., 0].view(np.int8)
     else:
-        out[:, :length] = np.ascontiguousarray(b).view("<i4")[..., 0]
+        out[:, :length] = np.ascontiguousarray(b).view(SPACE_DTYPE[space])[..., 0]
     return out
 
 
@@ -229,8 +230,8 @@ def dma_scatter_into(dram_bytes: np.ndarray, rows_data: np.ndarray, dram: int, l
     rows = rows_data.shape[0]
     if rows == 0 or length == 0:
         return
-    eb = _elem_size(space)
-    src = np.ascontiguousarray(rows_data[:, :length].astype("<i4" if eb == 4 else np.int8))
+    eb = SPACE_BYTES[space]
+    src = np.ascontiguousarray(rows_data[:, :length].astype(SPACE_DTYPE[space]))
     if eb == 1 and estride == 1 and (rows == 1 or rstride == length):
         dram_bytes[dram:dram + rows * length] = src.reshape(-1).view(np.uint8)
         return
@@ -278,10 +279,6 @@ def matmul_acc(acc_rows: np.ndarray, x_rows: np.ndarray, w_tile: np.ndarray) -> 
 # --------------------------------------------------------------------------------------------
 # VPU
 # --------------------------------------------------------------------------------------------
-
-VPU_BINARY = ("vadd", "vsub", "vmul", "vmin", "vmax", "vshl", "vsra")
-VPU_UNARY = ("vmov", "vrelu", "vabs", "vrsum", "vrmax", "vrmin", "vlut")
-
 
 def binary_int32(op: str, a, b) -> np.ndarray:
     """The int32 (wrapping) lane-wise result of a ``vbin`` op; ``b`` broadcasts if scalar."""

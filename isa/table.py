@@ -21,6 +21,10 @@ import enum
 import functools
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from .ints import clog2
+
 WORD_BITS = 192
 WORD_BYTES = WORD_BITS // 8
 OPCODE_BITS = 8
@@ -48,10 +52,21 @@ QUEUED_UNITS = tuple(u for u in Unit if u is not Unit.SCALAR)
 
 
 class Space(enum.IntEnum):
-    """On-chip memories addressed by rows."""
+    """On-chip memories addressed by rows; the lane type of each is ``SPACE_DTYPE``."""
 
     SPM = 0
     ACC = 1
+
+
+#: Lane type of each memory: SPM int8, ACC int32 (little-endian when DMA moves it to DRAM).
+#: Element bytes and lane bits of a memory derive from it.
+SPACE_DTYPE: dict[Space, np.dtype] = {Space.SPM: np.dtype(np.int8), Space.ACC: np.dtype("<i4")}
+#: Bytes of one element of each memory (a DMA element, a lane's share of link and byte counts).
+SPACE_BYTES: dict[Space, int] = {s: dt.itemsize for s, dt in SPACE_DTYPE.items()}
+#: Bits of one lane of each memory (the RTL's row memories and ports).
+SPACE_BITS: dict[Space, int] = {s: 8 * b for s, b in SPACE_BYTES.items()}
+#: Each memory's name as assembly writes it (``spm[row]``, ``acc[row]``) and statistics count it.
+SPACE_NAME: dict[Space, str] = {s: s.name.lower() for s in Space}
 
 
 class SrcMode(enum.IntEnum):
@@ -86,16 +101,17 @@ class Round(enum.IntEnum):
     HALF_EVEN = 2
 
 
+#: The requantizer's registers at reset, keyed by vqcfg's field names in field order (vqcfg's
+#: operands default to them): no shift, no zero point, the clamp spanning an SPM lane, floor.
+QCFG_RESET: dict[str, int] = {"shift": 0, "zp": 0, "lo": int(np.iinfo(SPACE_DTYPE[Space.SPM]).min),
+                              "hi": int(np.iinfo(SPACE_DTYPE[Space.SPM]).max), "round": int(Round.FLOOR)}
+
+
 class Sync(enum.IntEnum):
     """Tokens per instance of a repeated instruction (EACH) or once around the whole nest (ONCE)."""
 
     EACH = 0
     ONCE = 1
-
-
-def clog2(n: int) -> int:
-    """Bits needed to represent values 0..n-1 (at least 1)."""
-    return max(1, (n - 1).bit_length())
 
 
 def derived_widths(cfg) -> dict[str, int]:
@@ -403,9 +419,8 @@ INSTRUCTIONS: tuple[Instr, ...] = (
        "Load the 256-entry int8 lookup table from the first 256 bytes of SPM rows src.. "
        "(entry j = byte j, row-major).", slots=("src",), group="vpu"),
     _i("vqcfg", 0x51, Q.VPU, "vqcfg",
-       [_op("imm", "shift", key="shift", default=0), _op("imm", "zp", key="zp", default=0),
-        _op("imm", "lo", key="lo", default=-128), _op("imm", "hi", key="hi", default=127),
-        _op("enum", "round", key="round", default=0, names=tuple(r.name.lower() for r in Round))],
+       [*[_op("imm", k, key=k, default=QCFG_RESET[k]) for k in ("shift", "zp", "lo", "hi")],
+        _op("enum", "round", key="round", default=QCFG_RESET["round"], names=tuple(r.name.lower() for r in Round))],
        "Set the requantizer's shift, zero point, clamp bounds and rounding for later vreq.",
        group="vpu"),
     _i("vreq", 0x52, Q.VPU, "vreq",
@@ -427,6 +442,19 @@ INSTRUCTIONS: tuple[Instr, ...] = (
 
 BY_MNEMONIC: dict[str, Instr] = {i.mnemonic: i for i in INSTRUCTIONS}
 BY_OPCODE: dict[int, Instr] = {i.opcode: i for i in INSTRUCTIONS}
+
+
+def mnemonics(fmt: str) -> tuple[str, ...]:
+    """The mnemonics of one format, in opcode order."""
+    return tuple(i.mnemonic for i in sorted(INSTRUCTIONS, key=lambda i: i.opcode) if i.format == fmt)
+
+
+#: Op groups, one per format: the VPU's lane-wise binary ops (operands a and b) and unary ops
+#: (operand a), the scalar ALU's register-register ops, the conditional branches.
+VPU_BINARY = mnemonics("vbin")
+VPU_UNARY = mnemonics("vun")
+SCALAR_ALU = mnemonics("alu")
+BRANCHES = mnemonics("branch")
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,6 +507,8 @@ def _check_table() -> None:
         assert len(ins.slots) <= STRIDE_SLOTS
         assert ins.queued == ("rep_base" in names), f"{ins.mnemonic}: queued iff it has a repeat header"
     assert len(BY_MNEMONIC) == len(INSTRUCTIONS), "duplicate mnemonic"
+    qfields = [f.name for f in FORMATS["vqcfg"] if f not in QHDR]
+    assert list(QCFG_RESET) == qfields, f"QCFG_RESET keys {list(QCFG_RESET)} are not vqcfg's fields {qfields}"
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,8 @@ Config-dependent numbers (DRAM latency, link latency, credits, array size) come 
 
 from __future__ import annotations
 
-from .table import LUT_ENTRIES, Space
+from .ints import cdiv
+from .table import LUT_ENTRIES, SPACE_BYTES
 
 #: Entries in each unit's instruction queue (issue stalls when the target queue is full).
 QUEUE_DEPTH = 4
@@ -35,21 +36,17 @@ def mxu_swap_delay(cfg) -> int:
     return cfg.rows + cfg.cols
 
 
-def elem_bytes(space: int) -> int:
-    return 4 if space == Space.ACC else 1
-
-
 def row_beats(cfg, length: int, space: int, estride: int) -> int:
     """DRAM beats for one DMA row of ``length`` elements.
 
     Contiguous rows (estride == element size) move ceil(bytes / beat) beats; any other stride
     moves one element per beat.
     """
-    eb = elem_bytes(space)
+    eb = SPACE_BYTES[space]
     if length <= 0:
         return 0
     if estride == eb:
-        return -(-length * eb // cfg.dma_beat_bytes)
+        return cdiv(length * eb, cfg.dma_beat_bytes)
     return length
 
 
@@ -65,14 +62,14 @@ def dma_retire(cfg, start: int, occupancy: int) -> int:
 
 def flits_per_row(cfg, space: int) -> int:
     """Link flits for one SPM or ACC row."""
-    return -(-cfg.cols * elem_bytes(space) // cfg.link_width_bytes)
+    return cdiv(cfg.cols * SPACE_BYTES[space], cfg.link_width_bytes)
 
 
 def lut_rows(cfg) -> int:
     """SPM rows vlutld reads: the 256-byte table, row-major."""
-    return -(-LUT_ENTRIES // cfg.cols)
+    return cdiv(LUT_ENTRIES, cfg.cols)
 
 
 def ideal_gemm_cycles(cfg, m: int, k: int, n: int) -> int:
     """MXU-bound lower bound of an M x K x N GEMM: every MAC slot busy."""
-    return -(-m * k * n // (cfg.rows * cfg.cols))
+    return cdiv(m * k * n, cfg.rows * cfg.cols)

@@ -22,7 +22,8 @@ from isa.config import ChipConfig
 from isa.encoding import check_values, decode, from_bytes
 from isa.errors import DecodeError, EncodeError, ErrorCode
 from isa.program import Program
-from isa.table import WORD_BYTES, ScaleMode, Space, SrcMode, Unit
+from isa.table import (LUT_ENTRIES, QCFG_RESET, SPACE_BYTES, SPACE_DTYPE, SPACE_NAME, WORD_BYTES, ScaleMode, Space,
+                       SrcMode, Unit)
 
 from .errors import SimError
 from .handlers import HANDLERS
@@ -145,8 +146,8 @@ class MxuState:
 
 class VpuState:
     def __init__(self):
-        self.lut = np.zeros(256, np.int8)
-        self.qcfg = (0, 0, -128, 127, 0)       # shift, zp, lo, hi, rounding (reset values)
+        self.lut = np.zeros(LUT_ENTRIES, np.int8)
+        self.qcfg = tuple(QCFG_RESET.values())      # shift, zp, lo, hi, rounding (reset values)
 
 
 class IssueStage:
@@ -253,8 +254,8 @@ class Chip:
     def __init__(self, config="base", *, trace: bool = False, index: int = 0, in_system: bool = False):
         self.cfg = cfg = ChipConfig.load(config)
         self.index, self.in_system = index, in_system
-        self.spm = np.zeros((cfg.spm_rows, cfg.cols), np.int8)
-        self.acc = np.zeros((cfg.acc_rows, cfg.cols), np.int32)
+        self.spm = np.zeros((cfg.spm_rows, cfg.cols), SPACE_DTYPE[Space.SPM])
+        self.acc = np.zeros((cfg.acc_rows, cfg.cols), SPACE_DTYPE[Space.ACC])
         self.dram = np.zeros(cfg.dram_bytes, np.uint8)
         self.regs = [0] * cfg.scalar_regs
         self.want_trace = trace
@@ -328,14 +329,14 @@ class Chip:
                            f"outside DRAM ({self.cfg.dram_bytes} bytes)")
 
     def write_spm(self, row: int, data) -> None:
-        d = np.asarray(data, np.int8).reshape(-1, self.cfg.cols)
+        d = np.asarray(data, SPACE_DTYPE[Space.SPM]).reshape(-1, self.cfg.cols)
         self.spm[row:row + len(d)] = d
 
     def read_spm(self, row: int, n: int = 1) -> np.ndarray:
         return self.spm[row:row + n].copy()
 
     def write_acc(self, row: int, data) -> None:
-        d = np.asarray(data, np.int32).reshape(-1, self.cfg.cols)
+        d = np.asarray(data, SPACE_DTYPE[Space.ACC]).reshape(-1, self.cfg.cols)
         self.acc[row:row + len(d)] = d
 
     def read_acc(self, row: int, n: int = 1) -> np.ndarray:
@@ -426,7 +427,7 @@ class Chip:
             self.tokens.consume(f["wait"], Unit.SCALAR, t)
         space, row, lane = f["space"], f["addr"] + self.regs[f["xaddr"]], f["lane"]
         depth = self.cfg.spm_rows if space == Space.SPM else self.cfg.acc_rows
-        name = "spm" if space == Space.SPM else "acc"
+        name = SPACE_NAME[space]
         if not 0 <= row < depth:
             raise self.error(ErrorCode.ADDRESS_RANGE, f"{ins.op} row {row} outside {name} (0..{depth - 1})",
                              t, pc, f"{name} row {row}")
@@ -448,7 +449,7 @@ class Chip:
         if n == 0:
             return t
         st = self.stats
-        nbytes = n * self.cfg.cols * timing.elem_bytes(space)
+        nbytes = n * self.cfg.cols * SPACE_BYTES[space]
         if send:
             ch = self.tx.get(port)
             if ch is None:

@@ -17,9 +17,10 @@ from __future__ import annotations
 from isa import semantics as sem
 from isa import timing
 from isa.errors import ErrorCode
-from isa.table import INSTRUCTIONS, ScaleMode, Space, SrcMode
+from isa.table import INSTRUCTIONS, SPACE_BYTES, SPACE_NAME, ScaleMode, Space, SrcMode
 
-SPACE_NAME = {Space.SPM: "spm", Space.ACC: "acc"}
+#: element bytes by the memory names that footprints and statistics use
+_NAME_BYTES = {SPACE_NAME[s]: SPACE_BYTES[s] for s in Space}
 
 
 class Plan:
@@ -69,7 +70,7 @@ def _dma(chip, ent, local, dram, load: bool) -> Plan:
         return _bad(ErrorCode.ADDRESS_RANGE, f"dma DRAM bytes {lo}..{hi - 1} outside DRAM (0..{cfg.dram_bytes - 1})",
                     f"dram bytes {lo}..{hi - 1}")
     n = timing.dma_occupancy(cfg, rows, length, space, es)
-    eb = timing.elem_bytes(space)
+    eb = SPACE_BYTES[space]
     local_r, dram_r = [_rng(space, local, rows)] if rows else [], [("dram", lo, hi)] if hi > lo else []
     st = chip.stats.bytes
     mem = chip.mem(space)
@@ -108,7 +109,7 @@ def q_mxu_lw(chip, ent, a):
     err = _rows_error(chip, Space.SPM, src, k, "mxu.lw")
     if err:
         return err
-    chip.stats.bytes["spm_read"] += k * chip.cfg.cols
+    chip.stats.bytes["spm_read"] += k * chip.cfg.cols * SPACE_BYTES[Space.SPM]
     return Plan(_lw, (chip, src, k), [_rng(Space.SPM, src, k)] if k else [], [], max(1, k))
 
 
@@ -126,10 +127,10 @@ def q_mm(chip, ent, a):
     if err:
         return err
     cfg, st = chip.cfg, chip.stats.bytes
-    st["spm_read"] += n * cfg.cols
-    st["acc_write"] += n * cfg.cols * 4
+    st["spm_read"] += n * cfg.cols * SPACE_BYTES[Space.SPM]
+    st["acc_write"] += n * cfg.cols * SPACE_BYTES[Space.ACC]
     if acc:
-        st["acc_read"] += n * cfg.cols * 4
+        st["acc_read"] += n * cfg.cols * SPACE_BYTES[Space.ACC]
     reads = [_rng(Space.SPM, src, n)] + ([_rng(Space.ACC, dst, n)] if acc else [])
     return Plan(_mm, (chip, dst, src, n, acc), reads if n else [], [_rng(Space.ACC, dst, n)] if n else [], max(1, n))
 
@@ -167,9 +168,9 @@ def _overlap_error(dspace, dst, n, sources):
 def _vpu_bytes(chip, reads, writes):
     st, cols = chip.stats.bytes, chip.cfg.cols
     for mem, lo, hi in reads:
-        st[mem + "_read"] += (hi - lo) * cols * (4 if mem == "acc" else 1)
+        st[mem + "_read"] += (hi - lo) * cols * _NAME_BYTES[mem]
     for mem, lo, hi in writes:
-        st[mem + "_write"] += (hi - lo) * cols * (4 if mem == "acc" else 1)
+        st[mem + "_write"] += (hi - lo) * cols * _NAME_BYTES[mem]
 
 
 def q_vbin(chip, ent, a):
@@ -324,7 +325,7 @@ def s_jump(chip, ins):
 
 
 def s_loop(chip, ins):
-    count = ins["count"] if ins["cmode"] == 0 else chip.regs[ins["count"]] & 0xFFFFFFFF
+    count = ins["count"] if ins["cmode"] == 0 else sem.u32(chip.regs[ins["count"]])
     chip.loops[ins["lr"]] = (count, (ins["s0"], ins["s1"], ins["s2"]))
 
 

@@ -18,6 +18,7 @@ from collections import deque
 
 from isa import timing
 from isa.errors import ErrorCode
+from isa.table import SPACE_NAME
 
 
 class _Job:
@@ -91,12 +92,11 @@ class Channel:
             u.append(uh)
             row = self.wire[0]
             if row[0] != job.space:
-                names = {0: "spm", 1: "acc"}
                 unit = job.unit
                 err = unit.chip.error(ErrorCode.LINK_MISMATCH,
-                                      f"received a flit of {names[row[0]]} rows, the receive expects "
-                                      f"{names[job.space]} rows", uh, job.inst.ent.pc,
-                                      f"{names[job.space]} row {job.addr + job.row_i}")
+                                      f"received a flit of {SPACE_NAME[row[0]]} rows, the receive expects "
+                                      f"{SPACE_NAME[job.space]} rows", uh, job.inst.ent.pc,
+                                      f"{SPACE_NAME[job.space]} row {job.addr + job.row_i}")
                 if unit.pending_error is None or unit.pending_error[0] > uh:
                     unit.pending_error = (uh, err)
                 self.recvs.popleft()            # this receive never completes

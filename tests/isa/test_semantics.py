@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from isa import semantics as S
-from isa.table import Round, Space
+from isa.table import VPU_BINARY, VPU_UNARY, Round, Space
 
 I32 = st.integers(-(1 << 31), (1 << 31) - 1)
 
@@ -142,7 +142,7 @@ def _ref_bin(op, a, b):
 
 
 @settings(max_examples=60, deadline=None)
-@given(op=st.sampled_from(S.VPU_BINARY), a=st.lists(I32, min_size=4, max_size=4),
+@given(op=st.sampled_from(VPU_BINARY), a=st.lists(I32, min_size=4, max_size=4),
        b=st.lists(I32, min_size=4, max_size=4), scalar=st.booleans(),
        dst=st.sampled_from([Space.SPM, Space.ACC]))
 def test_vpu_binary(op, a, b, scalar, dst):
@@ -163,7 +163,7 @@ def test_vpu_binary_int8_sources_widen():
 
 
 @settings(max_examples=60, deadline=None)
-@given(op=st.sampled_from(S.VPU_UNARY), a=st.lists(I32, min_size=4, max_size=4),
+@given(op=st.sampled_from(VPU_UNARY), a=st.lists(I32, min_size=4, max_size=4),
        dst=st.sampled_from([Space.SPM, Space.ACC]))
 def test_vpu_unary(op, a, dst):
     table = (np.arange(256) * 7 - 300).astype(np.int64)

@@ -14,7 +14,7 @@ from isa import ChipConfig, Instruction, encode
 from isa import semantics as sem
 from isa.encoding import decode
 from isa.errors import DecodeError
-from isa.table import BY_MNEMONIC, INSTRUCTIONS, WORD_BITS, Round, Space, derived_widths, layout
+from isa.table import BY_MNEMONIC, INSTRUCTIONS, VPU_BINARY, VPU_UNARY, WORD_BITS, Round, Space, derived_widths, layout
 from isa.timing import QUEUE_DEPTH
 from rtl.decode import Decoder
 from rtl.dma import dram_window
@@ -279,9 +279,9 @@ def test_vpu_alu_matches_semantics(C, rounds):
             if k % 10 == 0:
                 lut = rng.integers(-128, 128, 256)
                 await st.load_lut(lut)
-            for op in sem.VPU_BINARY:
+            for op in VPU_BINARY:
                 await st.row(op, a, b, ds, sem.vpu_binary(op, a, b, ds))
-            for op in sem.VPU_UNARY:
+            for op in VPU_UNARY:
                 await st.row(op, a, b, ds, sem.vpu_unary(op, a.reshape(1, -1), ds, lut_table=lut)[0])
             sh = int(rng.choice([0, 1, 2, 7, 15, 16, 17, 30, 31, 32, 40, 46, 47, 48, 49, 63]))
             zp, lo, hi = (int(x) for x in rng.integers(-128, 128, 3))
