@@ -1,0 +1,540 @@
+"""The program builder: code that writes programs emits instruction values here, never text.
+
+    from isa.builder import ProgramBuilder, acc, dram, spm
+    from isa.regs import L1, Reg
+
+    b = ProgramBuilder(cfg)
+    b.comment("copy 4 rows")
+    b.emit("seti", Reg(1), 0)
+    top = b.label("top")                              # placed here; new_label() + place() for forward refs
+    b.emit("loop", L1, 4, s0=1, s1=cfg.cols)
+    b.emit("dma.ld", spm[0], dram[0x100 + Reg(1)], rows=1, rep=L1, signal="store")
+    b.emit("dma.st", dram[0x200], spm[0], rep=L1, wait="load", sync="once")
+    b.emit("addi", Reg(1), Reg(1), 1)
+    b.emit("blt", Reg(1), Reg(2), top)
+    b.emit("halt")
+    prog = b.build("<copy>")                          # an isa.program.Program; b.text() is its listing
+
+Operands are Python values in the table's syntax order (``isa.table``: the same slots the assembler
+fills from text): a register is an ``isa.regs.Reg``, a loop register a ``LoopReg``, a memory operand
+``spm[row]``/``acc[row]``/``dram[byte]`` whose index may add one register (``spm[5 + Reg(3)]``), an
+immediate an int, a branch target a ``Label`` (or an instruction index), units a string in the
+assembler's spelling (``"load|mxu"``, ``"all"``), ``Unit`` values or an iterable of either, an enum
+operand its name or value. Keyword operands (``rows=``, ``n=``...) and the modifiers ``rep=`` (a
+``LoopReg``: depth 1, or ``(LoopReg, depth)``), ``wait=``, ``signal=``, ``sync=`` (``"each"``/``"once"``)
+are keywords; ``None`` leaves one at its default. The fields come from the same defaults and checks
+as the assembler's (``resolve_default``, ``check_values``, ``canonical``), so ``build()`` gives the
+instructions that assembling the listing gives.
+
+The builder counts instructions (``len(b)`` is the next pc), resolves labels when it builds, keeps
+comments and phase marks for the listing, and checks register ownership: ``reserve(reg, owner)``
+and ``scope(owner, *regs)`` claim registers, and an instruction that uses a register another owner
+holds raises ``RegisterClash`` naming both owners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from operator import index
+from typing import SupportsIndex
+
+from .asm import QHDR_KEYS, format_instruction, predefined, resolve_default
+from .encoding import Instruction, canonical, check_values
+from .errors import EncodeError, TetrachipError
+from .program import Program
+from .regs import Addr, LoopReg, Reg
+from .table import BY_MNEMONIC, UNIT_NAMES, CountMode, Instr, Operand, ScaleMode, Space, SrcMode, Sync, Unit
+
+
+class OperandError(EncodeError):
+    """An operand value that the instruction does not take (wrong kind, missing, out of range)."""
+
+
+class BuildError(TetrachipError):
+    """A program that cannot be built: a label placed twice or never, too many instructions."""
+
+
+class RegisterClash(TetrachipError):
+    """A scalar register claimed by two owners."""
+
+
+# --------------------------------------------------------------------------------------------
+# Operand values
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mem:
+    """A memory operand: ``space`` is "spm", "acc" or "dram"; the address is ``addr + reg``."""
+
+    space: str
+    addr: int
+    reg: Reg | None = None
+
+    def __repr__(self) -> str:
+        return f"{self.space}[{Addr(self.addr, self.reg)!r}]"
+
+
+class _Memory:
+    """``spm[row]``, ``acc[row]``, ``dram[byte]``: the index is an int, a ``Reg`` or ``int + Reg``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getitem__(self, a: "Reg | Addr | SupportsIndex") -> Mem:
+        if isinstance(a, Reg):
+            return Mem(self.name, 0, a)
+        if isinstance(a, Addr):
+            return Mem(self.name, a.imm, a.reg)
+        if isinstance(a, bool) or not isinstance(a, SupportsIndex):
+            raise OperandError(f"{self.name}[...] takes an int, a Reg or int + Reg, not {a!r}")
+        return Mem(self.name, index(a), None)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+spm, acc, dram = _Memory("spm"), _Memory("acc"), _Memory("dram")
+
+
+class Label:
+    """A position in a builder's program; ``pc`` is None until the label is placed."""
+
+    __slots__ = ("name", "pc", "_builder")
+
+    def __init__(self, name: str, builder: "ProgramBuilder"):
+        self.name = name
+        self.pc: int | None = None
+        self._builder = builder
+
+    def __repr__(self) -> str:
+        return f"Label({self.name!r}, pc={self.pc})"
+
+
+def registers(ins: Instruction) -> set[int]:
+    """Scalar registers an instruction reads or writes (r0 left out), from the table's fields."""
+    d = ins.as_dict()
+    out = {d[f.name] for f in ins.spec.fields if f.width == "sreg"}
+    for mode_f, val_f, reg_mode in (("bmode", "b", SrcMode.REG), ("smode", "scale", ScaleMode.REG),
+                                    ("cmode", "count", CountMode.REG)):
+        if d.get(mode_f) == reg_mode:
+            out.add(d[val_f])
+    out.discard(0)
+    return out
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z_$][\w$]*")
+
+
+# --------------------------------------------------------------------------------------------
+# The builder
+# --------------------------------------------------------------------------------------------
+
+class ProgramBuilder:
+    """Builds one ``Program`` for ``config`` from instruction values (see the module docstring)."""
+
+    def __init__(self, config):
+        self.config = config
+        self._ins: list[Instruction] = []
+        self._fixups: dict[int, Label] = {}               # pc -> label of its branch target
+        self._labels: dict[str, Label] = {}
+        self._items: list[str | Label | int] = []        # a comment, a label placed, an instruction's pc
+        self._owners: dict[int, str] = {}
+        self._scope: str | None = None
+        self._used: set[int] = set()
+        self._fresh = 0
+        self._reserved_names = set(predefined(config))
+        #: (phase name, pc of its first instruction), in order
+        self.marks: list[tuple[str, int]] = []
+
+    # -- counting ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._ins)
+
+    @property
+    def pc(self) -> int:
+        """Index of the next instruction."""
+        return len(self._ins)
+
+    @property
+    def registers_used(self) -> frozenset[int]:
+        """Scalar registers the instructions so far read or write (r0 left out)."""
+        return frozenset(self._used)
+
+    # -- labels, comments, marks ---------------------------------------------------------------
+    def new_label(self, name: str) -> Label:
+        """A label named ``name``, placed later with ``place`` (a forward reference until then)."""
+        if not _LABEL_NAME.fullmatch(name) or name in BY_MNEMONIC or name in self._reserved_names:
+            raise BuildError(f"bad label name {name!r} (a name like 'loop_top', not a mnemonic or "
+                             f"a predefined constant)")
+        if name in self._labels:
+            raise BuildError(f"duplicate label {name!r}")
+        lb = Label(name, self)
+        self._labels[name] = lb
+        return lb
+
+    def fresh_label(self, stem: str) -> Label:
+        """A new label ``stem_N`` whose number no other fresh label of this builder has."""
+        while True:
+            self._fresh += 1
+            name = f"{stem}_{self._fresh}"
+            if name not in self._labels:
+                return self.new_label(name)
+
+    def place(self, label: Label) -> Label:
+        """Bind ``label`` to the next instruction."""
+        if label._builder is not self:
+            raise BuildError(f"label {label.name!r} belongs to another builder")
+        if label.pc is not None:
+            raise BuildError(f"label {label.name!r} placed twice (at {label.pc} and {len(self._ins)})")
+        label.pc = len(self._ins)
+        self._items.append(label)
+        return label
+
+    def label(self, name: str) -> Label:
+        """A new label named ``name`` at the next instruction."""
+        return self.place(self.new_label(name))
+
+    def comment(self, text: str) -> None:
+        """A comment before the next instruction (kept for the listing)."""
+        for line in str(text).splitlines() or [""]:
+            self._items.append(line)
+
+    def mark(self, phase: str) -> None:
+        """Start a phase at the next instruction: recorded in ``marks`` and commented in the listing."""
+        self.marks.append((phase, len(self._ins)))
+        self.comment(f"--- {phase}")
+
+    # -- register ownership --------------------------------------------------------------------
+    def reserve(self, reg: Reg, owner: str) -> None:
+        """Claim ``reg`` for ``owner``; RegisterClash if another owner holds it."""
+        n = self._regnum(reg, "reserve")
+        held = self._owners.get(n)
+        if held is not None and held != owner:
+            raise RegisterClash(f"r{n} is reserved for {held!r}; {owner!r} cannot reserve it")
+        self._owners[n] = owner
+
+    def release(self, reg: Reg, owner: str) -> None:
+        n = self._regnum(reg, "release")
+        if self._owners.get(n) != owner:
+            raise RegisterClash(f"r{n} is not reserved for {owner!r} (held by {self._owners.get(n)!r})")
+        del self._owners[n]
+
+    def owner(self, reg: Reg) -> str | None:
+        """Who holds ``reg``, or None."""
+        return self._owners.get(self._regnum(reg, "owner"))
+
+    @contextlib.contextmanager
+    def scope(self, owner: str, *regs: Reg) -> Iterator["ProgramBuilder"]:
+        """Emit as ``owner``: ``regs`` are reserved for it until the block ends, and every instruction
+        emitted in the block that uses a register another owner holds raises RegisterClash."""
+        mine = [r for r in regs if self._owners.get(self._regnum(r, "scope")) != owner]
+        for r in mine:
+            self.reserve(r, owner)
+        outer, self._scope = self._scope, owner
+        try:
+            yield self
+        finally:
+            self._scope = outer
+            for r in mine:
+                if self._owners.get(r.n) == owner:
+                    del self._owners[r.n]
+
+    def _regnum(self, reg: object, what: str) -> int:
+        if not isinstance(reg, Reg):
+            raise RegisterClash(f"{what}: expected a scalar register (isa.regs.Reg), got {reg!r}")
+        if not 0 < reg.n < self.config.scalar_regs:
+            raise RegisterClash(f"{what}: r{reg.n} is not an ownable register (r1..r{self.config.scalar_regs - 1})")
+        return reg.n
+
+    # -- instructions --------------------------------------------------------------------------
+    def emit(self, op: str, *operands: object, **keywords: object) -> Instruction:
+        """Append one instruction ``op`` (a mnemonic of the table) and return it (a branch to a label
+        not yet placed holds target 0 until ``build``)."""
+        spec = BY_MNEMONIC.get(op)
+        if spec is None:
+            raise OperandError(f"unknown mnemonic {op!r}")
+        positional = [o for o in spec.syntax if o.key is None]
+        keyed = {o.key: o for o in spec.syntax if o.key is not None}
+        modifiers = QHDR_KEYS if spec.queued else ("wait", "signal") if any(
+            f.name == "wait" for f in spec.fields) else ()
+        if len(operands) != len(positional):
+            raise OperandError(f"{op} takes {len(positional)} operand(s) ({_hint(spec)}), got {len(operands)}")
+        values: dict[str, int] = {}
+        target: Label | None = None
+        for o, v in zip(positional, operands):
+            target = self._operand(spec, o, v, values) or target
+        for key, v in keywords.items():
+            if v is None:
+                continue
+            if key in keyed:
+                target = self._operand(spec, keyed[key], v, values) or target
+            elif key in modifiers:
+                self._modifier(spec, key, v, values)
+            else:
+                allowed = list(keyed) + list(modifiers)
+                raise OperandError(f"{op} has no operand {key}=" + (
+                    f" (it takes {', '.join(k + '=' for k in allowed)})" if allowed else ""))
+        for key, o in keyed.items():
+            if o.fields[0] not in values:
+                if o.default is None:
+                    raise OperandError(f"{op} needs {key}=")
+                values[o.fields[0]] = resolve_default(o, values, self.config)
+        ins = Instruction.make(op, **values)
+        check_values(ins, self.config)
+        return self._append(canonical(ins, self.config), target)
+
+    def append(self, ins: Instruction, target: Label | None = None) -> Instruction:
+        """Append an instruction value as it is (``target``: a label its branch target resolves to)."""
+        check_values(ins, self.config)
+        return self._append(canonical(ins, self.config), target)
+
+    def inline(self, program: Program, prefix: str, *, drop_halt: bool = True,
+               owner: str | None = None) -> None:
+        """Append the instructions of ``program`` (without its ``halt``s when ``drop_halt``), branch
+        targets moved along; its labels come along renamed ``prefix_NAME``. ``owner`` (default: the
+        current scope) is who uses its registers: one held by another owner raises RegisterClash."""
+        if program.config != self.config:
+            raise BuildError(f"cannot inline a program for config {program.config.name!r} into one for "
+                             f"{self.config.name!r}")
+        keep = [not (drop_halt and ins.op == "halt") for ins in program.instructions]
+        if owner is not None:
+            self._check_owner(set().union(*map(registers, program.instructions)) if program.instructions
+                              else set(), owner, f"the inlined program {prefix!r}")
+        names_at: dict[int, list[str]] = {}
+        for name, pc in program.labels.items():
+            names_at.setdefault(pc, []).append(name)
+        for ins in program.instructions:
+            if "target" in ins.as_dict() and ins["target"] not in names_at:
+                names_at[ins["target"]] = [f"L{ins['target']}"]
+        at = {pc: [self.new_label(f"{prefix}_{n}") for n in names] for pc, names in names_at.items()}
+        scope, self._scope = self._scope, owner or self._scope
+        try:
+            for pc, ins in enumerate(program.instructions):
+                for lb in at.get(pc, []):
+                    self.place(lb)
+                if keep[pc]:
+                    to = at[ins["target"]][0] if "target" in ins.as_dict() else None
+                    self.append(ins.replace(target=0) if to is not None else ins, to)
+        finally:
+            self._scope = scope
+        for pc in sorted(p for p in at if p >= len(program.instructions)):
+            for lb in at[pc]:
+                self.place(lb)
+
+    def _append(self, ins: Instruction, target: Label | None) -> Instruction:
+        regs = registers(ins)
+        if self._scope is not None:
+            self._check_owner(regs, self._scope, f"{ins.op} at pc {len(self._ins)}")
+        self._used |= regs
+        if target is not None:
+            if "target" not in ins.as_dict():
+                raise BuildError(f"{ins.op} has no branch target for label {target.name!r}")
+            if target._builder is not self:
+                raise BuildError(f"{ins.op}: label {target.name!r} belongs to another builder")
+            self._fixups[len(self._ins)] = target
+        self._items.append(len(self._ins))
+        self._ins.append(ins)
+        return ins
+
+    def _check_owner(self, regs: set[int], owner: str, what: str) -> None:
+        for n in sorted(regs):
+            held = self._owners.get(n)
+            if held is not None and held != owner:
+                raise RegisterClash(f"{what} uses r{n} for {owner!r}, but r{n} is reserved for {held!r}")
+
+    def _operand(self, spec: Instr, o: Operand, v: object, values: dict[str, int]) -> Label | None:
+        k, cfg = o.kind, self.config
+        what = f"{spec.mnemonic} operand {o.key + '=' if o.key else _hint_of(o)}"
+        if k == "reg":
+            values[o.fields[0]] = self._reg(v, what)
+        elif k == "lreg":
+            if not isinstance(v, LoopReg):
+                raise OperandError(f"{what}: expected a loop register (isa.regs.LoopReg), got {v!r}")
+            if v.n >= cfg.loop_regs:
+                raise OperandError(f"{what}: loop register l{v.n} does not exist (l0..l{cfg.loop_regs - 1})")
+            values[o.fields[0]] = v.n
+        elif k == "imm":
+            values[o.fields[0]] = self._int(v, what)
+        elif k == "target":
+            if isinstance(v, Label):
+                values[o.fields[0]] = 0
+                return v
+            values[o.fields[0]] = self._int(v, what)
+        elif k == "mem":
+            space, addr, x = self._mem(v, what, o.space)
+            if o.space is None:
+                values[o.fields[0]] = space
+            values[o.fields[-2]], values[o.fields[-1]] = addr, x
+        elif k == "dram":
+            if not isinstance(v, Mem) or v.space != "dram":
+                raise OperandError(f"{what}: expected dram[address], got {v!r}")
+            if not 0 <= v.addr < cfg.dram_bytes:
+                raise OperandError(f"{what}: DRAM address {v.addr:#x} out of range (DRAM has "
+                                   f"{cfg.dram_bytes:#x} bytes)")
+            values[o.fields[0]], values[o.fields[1]] = v.addr, self._index(v.reg, what)
+        elif k in ("src", "scale", "count"):
+            mode_f, val_f = o.fields[:2]
+            if isinstance(v, Reg):
+                mode = {"src": SrcMode.REG, "scale": ScaleMode.REG, "count": CountMode.REG}[k]
+                val = self._reg(v, what)
+            elif isinstance(v, Mem) and k != "count":
+                space, val, x = self._mem(v, what, Space.ACC if k == "scale" else None)
+                mode = SrcMode(space) if k == "src" else ScaleMode.ROW
+                values[o.fields[2]] = x
+            else:
+                mode = {"src": SrcMode.IMM, "scale": ScaleMode.IMM, "count": CountMode.IMM}[k]
+                val = self._int(v, what)
+            values[mode_f], values[val_f] = int(mode), val
+        elif k == "units":
+            values[o.fields[0]] = _units(v, what)
+        elif k == "enum":
+            if isinstance(v, str):
+                if v.strip().lower() not in o.names:
+                    raise OperandError(f"{what}: expected one of {', '.join(o.names)}, got {v!r}")
+                values[o.fields[0]] = o.names.index(v.strip().lower())
+            else:
+                n = self._int(v, what)
+                if not 0 <= n < len(o.names):
+                    raise OperandError(f"{what}: expected one of {', '.join(o.names)}, got {v!r}")
+                values[o.fields[0]] = n
+        else:  # pragma: no cover - the table is checked at import
+            raise AssertionError(k)
+        return None
+
+    def _modifier(self, spec: Instr, key: str, v: object, values: dict[str, int]) -> None:
+        what = f"{spec.mnemonic} {key}="
+        if key == "rep":
+            base, depth = (v, 1) if isinstance(v, LoopReg) else v if isinstance(v, tuple) and len(v) == 2 \
+                else (None, None)
+            if not isinstance(base, LoopReg):
+                raise OperandError(f"{what}: expected a LoopReg (depth 1) or (LoopReg, depth), got {v!r}")
+            if base.n >= self.config.loop_regs:
+                raise OperandError(f"{what}: loop register l{base.n} does not exist "
+                                   f"(l0..l{self.config.loop_regs - 1})")
+            values["rep_base"], values["rep_depth"] = base.n, self._int(depth, what)
+        elif key == "sync":
+            names = [s.name.lower() for s in Sync]
+            if isinstance(v, Sync):
+                values["sync"] = int(v)
+            elif isinstance(v, str) and v.strip().lower() in names:
+                values["sync"] = names.index(v.strip().lower())
+            else:
+                raise OperandError(f"{what}: expected 'each' or 'once', got {v!r}")
+        else:
+            values[key] = _units(v, what)
+
+    def _int(self, v: object, what: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, SupportsIndex):
+            raise OperandError(f"{what}: expected an integer, got {v!r}")
+        return index(v)
+
+    def _reg(self, v: object, what: str) -> int:
+        if not isinstance(v, Reg):
+            raise OperandError(f"{what}: expected a scalar register (isa.regs.Reg), got {v!r}")
+        if v.n >= self.config.scalar_regs:
+            raise OperandError(f"{what}: register r{v.n} does not exist (r0..r{self.config.scalar_regs - 1})")
+        return v.n
+
+    def _index(self, reg: Reg | None, what: str) -> int:
+        if reg is None:
+            return 0
+        n = self._reg(reg, what)
+        if n == 0:
+            raise OperandError(f"{what}: r0 cannot index an address (it reads 0); leave it out")
+        return n
+
+    def _mem(self, v: object, what: str, only: Space | None) -> tuple[int, int, int]:
+        want = f"{only.name.lower()}[row]" if only is not None else "spm[row] or acc[row]"
+        if not isinstance(v, Mem) or v.space not in ("spm", "acc"):
+            raise OperandError(f"{what}: expected {want}, got {v!r}")
+        space = Space[v.space.upper()]
+        if only is not None and space != only:
+            raise OperandError(f"{what}: expected {want}, got {v!r}")
+        depth = self.config.spm_rows if space == Space.SPM else self.config.acc_rows
+        if not 0 <= v.addr < depth:
+            raise OperandError(f"{what}: {space.name} row {v.addr} out of range ({space.name} has {depth} rows)")
+        return int(space), v.addr, self._index(v.reg, what)
+
+    # -- output --------------------------------------------------------------------------------
+    def instructions(self) -> list[Instruction]:
+        """The instructions with every branch target resolved (BuildError for a label never placed)."""
+        out = list(self._ins)
+        for pc, lb in self._fixups.items():
+            if lb.pc is None:
+                raise BuildError(f"label {lb.name!r} is used (by {out[pc].op} at pc {pc}) but never placed")
+            ins = out[pc].replace(target=int(lb.pc))
+            check_values(ins, self.config)
+            out[pc] = ins
+        return out
+
+    def build(self, name: str = "<builder>", manifest: dict | None = None) -> Program:
+        """The Program: instructions, labels (name -> pc), ``lines`` (of ``text()``), ``manifest``."""
+        cfg = self.config
+        if len(self._ins) > cfg.imem_words:
+            raise BuildError(f"{name}: program has {len(self._ins)} instructions, more than the "
+                             f"{cfg.imem_words}-word instruction memory")
+        instrs = self.instructions()
+        lines = [k for k, x in enumerate(self._items, 1) if isinstance(x, int)]
+        labels = {x.name: int(x.pc) for x in self._items if isinstance(x, Label) and x.pc is not None}
+        return Program(cfg, instrs, labels=labels, lines=lines, source_name=name,
+                       manifest=dict(manifest or {}))
+
+    def text(self) -> str:
+        """The listing: comments, labels and instructions in the assembler's syntax, one a line
+        (``assemble(b.text())`` gives the instructions ``build()`` gives)."""
+        instrs = self.instructions()
+        out = []
+        for x in self._items:
+            if isinstance(x, str):
+                out.append(f"; {x}" if x else ";")
+            elif isinstance(x, Label):
+                out.append(f"{x.name}:")
+            else:
+                lb = self._fixups.get(x)
+                out.append("        " + format_instruction(instrs[x], self.config,
+                                                           {instrs[x]["target"]: lb.name} if lb is not None else None))
+        return "\n".join(out) + "\n"
+
+
+def _units(v: object, what: str) -> int:
+    if isinstance(v, Unit):
+        return 1 << int(v)
+    if isinstance(v, str):
+        t = v.strip().lower()
+        if t == "none":
+            return 0
+        if t == "all":
+            return (1 << len(Unit)) - 1
+        parts: list[object] = [p.strip() for p in t.split("|")]
+    else:
+        try:
+            parts = list(v)  # type: ignore[call-overload]
+        except TypeError:
+            raise OperandError(f"{what}: expected units ('load|mxu', 'all', Unit values), got {v!r}") from None
+    mask = 0
+    for p in parts:
+        if isinstance(p, Unit):
+            mask |= 1 << int(p)
+        elif isinstance(p, str) and p.strip().lower() in UNIT_NAMES:
+            mask |= 1 << UNIT_NAMES.index(p.strip().lower())
+        else:
+            raise OperandError(f"{what}: unknown unit {p!r} (units: {', '.join(UNIT_NAMES)}, none, all)")
+    return mask
+
+
+def _hint_of(o: Operand) -> str:
+    return {"reg": "rN", "lreg": "lN", "target": "target", "dram": "dram[addr]", "mem": "memory row",
+            "src": "b", "scale": "scale", "count": "count", "units": "units",
+            "enum": o.fields[0], "imm": o.fields[0]}[o.kind]
+
+
+def _hint(spec: Instr) -> str:
+    from .asm import _syntax_hint
+    return _syntax_hint(spec)
+
+
+__all__ = ["ProgramBuilder", "Label", "Mem", "spm", "acc", "dram", "registers", "OperandError",
+           "BuildError", "RegisterClash"]

@@ -1,0 +1,152 @@
+"""Registers as values, and the scalar-register convention: which register holds what, written once.
+
+``Reg(n)`` is scalar register ``rn`` and ``LoopReg(n)`` loop register ``ln`` as the program builder
+(``isa.builder``) takes them: a register is never a bare int, so an immediate and a register cannot
+be confused. ``base + reg`` is an indexed address (``Addr``) for ``spm[...]``/``acc[...]``/``dram[...]``.
+
+The convention (r0 reads as zero; the host writes ``DYN_REG`` before launch, ``Chip.set_args``):
+
+=========  ===================================================================================
+r15        ``DYN_REG``: the value of a program's symbolic dimension, written by the host (the batch
+           ``n`` of ``compiler.lower.dynamic``, the sequence length ``T`` of the transformer block);
+           in a cond-in-loop without a symbolic dimension, ``BRANCH_TRIPS``
+r14        ``TRIP_REG``: control flow's trip counter / branch flag (``compiler.lower.control_*``);
+           ``NQ_REG`` in the transformer block (active query blocks, ``ceil(T / cols)``)
+r1..r13    a compiled GEMM kernel's registers (``GemmKernel``, ``compiler.lower.emit``); an
+           elementwise kernel uses ``r1..r3`` and one register per input from ``r4`` (``Elementwise``)
+r1..r15    the reference GEMM program of ``sim.programs`` (``RefGemm``), which is a whole program
+=========  ===================================================================================
+
+Compiled kernels leave r14 and r15 alone, so control flow and the symbolic dimension can keep them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import index
+from typing import SupportsIndex
+
+
+def _number(n: object, kind: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, SupportsIndex) or index(n) < 0:
+        raise ValueError(f"a {kind} register number is an int >= 0, got {n!r}")
+    return index(n)
+
+
+@dataclass(frozen=True)
+class Reg:
+    """Scalar register ``rn``."""
+
+    n: int
+
+    __array_ufunc__ = None          # ``numpy_int + reg`` is an Addr, not an array
+
+    def __post_init__(self):
+        object.__setattr__(self, "n", _number(self.n, "scalar"))
+
+    def __add__(self, imm: SupportsIndex) -> "Addr":
+        return Addr(index(imm), self)
+
+    __radd__ = __add__
+
+    def __repr__(self) -> str:
+        return f"r{self.n}"
+
+
+@dataclass(frozen=True)
+class LoopReg:
+    """Loop (repeat) register ``ln``."""
+
+    n: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "n", _number(self.n, "loop"))
+
+    def __repr__(self) -> str:
+        return f"l{self.n}"
+
+
+@dataclass(frozen=True)
+class Addr:
+    """An address ``imm + reg`` (``reg`` None: the immediate alone)."""
+
+    imm: int
+    reg: Reg | None = None
+
+    __array_ufunc__ = None
+
+    def __add__(self, other: "Reg | SupportsIndex") -> "Addr":
+        if isinstance(other, Reg):
+            if self.reg is not None:
+                raise ValueError(f"an address takes one index register: {self!r} + {other!r}")
+            return Addr(self.imm, other)
+        return Addr(self.imm + index(other), self.reg)
+
+    __radd__ = __add__
+
+    def __repr__(self) -> str:
+        return f"{self.imm}" if self.reg is None else f"{self.reg!r} + {self.imm}"
+
+
+ZERO = Reg(0)                   #: reads as zero; writes are dropped
+L0, L1, L2, L3 = (LoopReg(k) for k in range(4))     #: every config has at least 3 loop registers
+
+DYN_REG = Reg(15)               #: the symbolic dimension's value at launch, written by the host
+TRIP_REG = Reg(14)              #: control flow: trip counter / branch flag
+BRANCH_TRIPS = Reg(15)          #: cond-in-loop: trips that took the then branch (no symbolic dimension there)
+NQ_REG = Reg(14)                #: transformer block: active query blocks, ceil(T / cols)
+
+
+class GemmKernel:
+    """A compiled GEMM kernel (``compiler.lower.emit``): r1..r13; kernels leave r14, r15 alone."""
+
+    WSLOT = Reg(1)      #: first SPM row of the current weight-slot group
+    WCOL = Reg(2)       #: DRAM byte offset of the N tile's weight columns
+    ACC = Reg(3)        #: ACC region of the N tile (0 or Mt: two regions)
+    OBUF = Reg(4)       #: SPM staging buffer of the int8 output (0 or Mt)
+    OCOL = Reg(5)       #: DRAM byte offset of the N tile's output columns (M tile offset included)
+    BIAS = Reg(6)       #: DRAM byte offset of the N tile's bias
+    SCALE = Reg(7)      #: ACC row offset of the N tile's per-channel scales
+    NT = Reg(8)         #: N-tile loop counter
+    TMP = Reg(9)        #: temporary (loop bounds, region sizes)
+    AOFF = Reg(10)      #: DRAM byte offset of the M tile's A rows
+    OOFF = Reg(11)      #: DRAM byte offset of the M tile's output rows
+    ABUF = Reg(12)      #: SPM row offset of the M tile's A buffer
+    MT = Reg(13)        #: M-tile loop counter
+    #: scalar registers a config needs for compiled kernels (r0..r13)
+    NEEDED = 14
+
+
+class Elementwise:
+    """A compiled elementwise kernel (``compiler.lower.emit``): r1..r3, then one register per input."""
+
+    MT = Reg(1)         #: tile loop counter
+    TMP = Reg(2)        #: temporary (the loop bound)
+    OUT = Reg(3)        #: DRAM byte offset of the output tile
+    FIRST_INPUT = 4     #: input i's DRAM byte offset is in r(FIRST_INPUT + i)
+
+    @classmethod
+    def inputs(cls, k: int) -> list[Reg]:
+        return [Reg(cls.FIRST_INPUT + i) for i in range(k)]
+
+
+class RefGemm:
+    """The reference GEMM program of ``sim.programs`` (a whole program: r1..r15)."""
+
+    WSLOT = Reg(1)      #: SPM row offset of the current weight-slot group
+    NCOL = Reg(2)       #: DRAM byte offset of the N tile's columns of B
+    ACC = Reg(3)        #: ACC region of the N tile (0 or Mt)
+    C = Reg(4)          #: DRAM byte offset of the C tile (row + column)
+    ABUF = Reg(5)       #: SPM row offset of the A buffer
+    AROW = Reg(6)       #: DRAM byte offset of the M tile's rows of A
+    CROW = Reg(7)       #: DRAM byte offset of the M tile's rows of C
+    NT = Reg(8)         #: N-tile loop counter
+    NTEND = Reg(9)      #: N-tile loop bound
+    MT = Reg(10)        #: M-tile loop counter
+    MTEND = Reg(11)     #: M-tile loop bound
+    CCOL = Reg(12)      #: DRAM byte offset of the N tile's columns of C
+    MTROWS = Reg(13)    #: rows of an M tile (the ACC region size)
+    WEND = Reg(14)      #: SPM rows of the weight-slot ring
+    ABUFSZ = Reg(15)    #: SPM rows of one A buffer
+    #: scalar registers the program needs (r0..r15)
+    NEEDED = 16
