@@ -87,14 +87,14 @@ def linear(x, w, b):
 
 
 def mha(x, p, prefix, heads):
-    b, l, d = x.shape
+    b, n, d = x.shape
     q = linear(x, p[prefix + "q_proj.weight"], p[prefix + "q_proj.bias"])
     k = linear(x, p[prefix + "k_proj.weight"], p[prefix + "k_proj.bias"])
     v = linear(x, p[prefix + "v_proj.weight"], p[prefix + "v_proj.bias"])
-    split = lambda t: t.reshape(b, l, heads, d // heads).transpose(0, 2, 1, 3)  # noqa: E731
+    split = lambda t: t.reshape(b, n, heads, d // heads).transpose(0, 2, 1, 3)  # noqa: E731
     q, k, v = split(q), split(k), split(v)
     att = softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(d // heads))
-    o = (att @ v).transpose(0, 2, 1, 3).reshape(b, l, d)
+    o = (att @ v).transpose(0, 2, 1, 3).reshape(b, n, d)
     return linear(o, p[prefix + "out_proj.weight"], p[prefix + "out_proj.bias"])
 
 

@@ -152,7 +152,8 @@ def test_cond_gradient_matches_where_when_static():
         a1, a2 = tc.Tensor(av, requires_grad=True), tc.Tensor(av, requires_grad=True)
         s1, s2 = tc.Tensor(np.float32(0.7), requires_grad=True), tc.Tensor(np.float32(0.7), requires_grad=True)
         c1, c2 = s1 * 1.5, s2 * 1.5  # captured non-leaf tensors
-        y1 = tc.cond(tc.Tensor(flag), lambda a: (a * c1).exp().sum(1), lambda a: a.log().sum(1) * c1, a1)
+        # the branches capture c1 (what this test checks); cond traces them in this iteration
+        y1 = tc.cond(tc.Tensor(flag), lambda a: (a * c1).exp().sum(1), lambda a: a.log().sum(1) * c1, a1)  # noqa: B023
         y2 = tc.where(tc.Tensor(flag), (a2 * c2).exp().sum(1), a2.log().sum(1) * c2)
         y1.sum().backward()
         y2.sum().backward()

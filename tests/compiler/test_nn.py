@@ -142,7 +142,8 @@ def test_transformer_block_vs_torch_encoder_layer():
                                                       t("attn.v_proj.bias")]))
         layer.self_attn.out_proj.weight.copy_(t("attn.out_proj.weight"))
         layer.self_attn.out_proj.bias.copy_(t("attn.out_proj.bias"))
-        for ours, theirs in (("fc1", layer.linear1), ("fc2", layer.linear2), ("ln1", layer.norm1), ("ln2", layer.norm2)):
+        for ours, theirs in (("fc1", layer.linear1), ("fc2", layer.linear2), ("ln1", layer.norm1),
+                             ("ln2", layer.norm2)):
             theirs.weight.copy_(t(ours + ".weight"))
             theirs.bias.copy_(t(ours + ".bias"))
     x = np.random.default_rng(3).standard_normal((2, 5, 8)).astype(np.float32)

@@ -60,10 +60,12 @@ CASES = [
     ("sgd", tc.optim.SGD, dict(lr=0.05), lambda: np_sgd(W0, 5, 0.05)),
     ("sgd_momentum", tc.optim.SGD, dict(lr=0.05, momentum=0.9, weight_decay=0.01),
      lambda: np_sgd(W0, 5, 0.05, 0.9, 0.01)),
-    ("sgd_nesterov", tc.optim.SGD, dict(lr=0.05, momentum=0.8, nesterov=True), lambda: np_sgd(W0, 5, 0.05, 0.8, nesterov=True)),
+    ("sgd_nesterov", tc.optim.SGD, dict(lr=0.05, momentum=0.8, nesterov=True),
+     lambda: np_sgd(W0, 5, 0.05, 0.8, nesterov=True)),
     ("adam", tc.optim.Adam, dict(lr=0.1), lambda: np_adam(W0, 5, 0.1)),
     ("adam_l2", tc.optim.Adam, dict(lr=0.1, weight_decay=0.1), lambda: np_adam(W0, 5, 0.1, weight_decay=0.1)),
-    ("adamw", tc.optim.AdamW, dict(lr=0.1, weight_decay=0.1), lambda: np_adam(W0, 5, 0.1, weight_decay=0.1, decoupled=True)),
+    ("adamw", tc.optim.AdamW, dict(lr=0.1, weight_decay=0.1),
+     lambda: np_adam(W0, 5, 0.1, weight_decay=0.1, decoupled=True)),
 ]
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler.lower import dispatch as lower
+from compiler.lower import pipeline as lower
 from compiler.lower import search
 
 
@@ -55,7 +55,7 @@ def test_every_order_bit_exact(name, monkeypatch):
     orders_run = set()
     for i in range(max(len(v) for v in n_var)):
         pick = iter([v[i % len(v)] for v in n_var])
-        monkeypatch.setattr(lower, "choose", lambda *a, **k: next(pick))
+        monkeypatch.setattr(lower, "choose", lambda *a, **k: next(pick))  # noqa: B023  (used by this compile only)
         cm = tc.compile(f, [x])
         res = dev.run(cm, x)                         # every run is under the race detector
         np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])

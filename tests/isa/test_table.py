@@ -46,4 +46,4 @@ def test_no_opcode_numbers_outside_the_table():
         for k, line in enumerate(path.read_text().splitlines(), 1):
             for ins in INSTRUCTIONS:
                 if f'"{ins.mnemonic}"' in line and pat.search(line):
-                    assert False, f"{path}:{k} writes an opcode number: {line.strip()}"
+                    raise AssertionError(f"{path}:{k} writes an opcode number: {line.strip()}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from isa import ChipConfig, assemble, assemble_file
+from isa import ChipConfig, assemble
 from isa import semantics as sem
 from isa.errors import ErrorCode
 from chip_bench import run_chip
@@ -53,7 +53,6 @@ again:  addi r6, r6, -1
 ])
 def test_errors_stop_the_chip(src, code):
     if ".word" in src:
-        from isa import Program
         good = assemble("seti r1, 1\nhalt\nhalt", TINY)
         words = good.words()
         words[1] = 0xFF

@@ -225,10 +225,11 @@ def test_board_top_prepares_with_and_without_pll(freq):
     b = board("ulx3s-85f")
     mod, cls = b.platform.split(":")
     platform = getattr(importlib.import_module(mod), cls)()
-    top = BoardTop(fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY), "ulx3s-85f", freq_mhz=freq, dram_bytes=1 << 10)
+    top = BoardTop(fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY), "ulx3s-85f", freq_mhz=freq,
+                   dram_bytes=1 << 10)
     plan = platform.prepare(top, name="top")
     files = plan.files
-    rtlil, sdc = files["top.il"], files.get("top.sdc", "")
+    rtlil = files["top.il"]
     rtlil = rtlil if isinstance(rtlil, str) else rtlil.decode()
     assert ("EHXPLLL" in rtlil) == (freq is not None)
     if freq is not None:
@@ -247,8 +248,8 @@ def test_board_build_runs_nextpnr_with_seed_static_placer_and_router2():
     platform = getattr(importlib.import_module(mod), cls)()
     top = BoardTop(fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY), "ulx3s-85f", dram_bytes=1 << 10)
     script = platform.prepare(top, name="top", nextpnr_opts=nextpnr_opts(7)).files["build_top.sh"]
-    line = next(ln for ln in (script if isinstance(script, str) else script.decode()).splitlines() if "NEXTPNR_ECP5" in ln
-                and "--json" in ln)
+    text = script if isinstance(script, str) else script.decode()
+    line = next(ln for ln in text.splitlines() if "NEXTPNR_ECP5" in ln and "--json" in ln)
     for opt in ("--seed 7", "--placer static", "--router router2", "--85k"):
         assert opt in line, (opt, line)
 
@@ -275,11 +276,12 @@ def test_lvt_bram_puts_shallow_registered_banks_in_block_ram(tmp_path):
 
 def test_critical_path_condensed_by_block():
     from rtl.fpga.flow import path_by_block
-    steps = [{"type": "clk-to-q", "from": {"cell": "core.chip.imem.0.0"}, "to": {"cell": "core.chip.imem.0.0"}, "delay": 5.0},
-             {"type": "routing", "from": {"cell": "core.chip.imem.0.0"}, "to": {"cell": "core.chip.issue.sum0_CCU2C_S1"}, "delay": 2.0},
-             {"type": "logic", "from": {"cell": "core.chip.issue.sum0_CCU2C_S1"}, "to": {"cell": "core.chip.issue.sum0_CCU2C_S1"}, "delay": 0.5},
-             {"type": "routing", "from": {"cell": "core.chip.issue.sum0_CCU2C_S1"}, "to": {"cell": "core.chip.acc.lvt[9]_FF"}, "delay": 1.0},
-             {"type": "setup", "from": {"cell": "core.chip.acc.lvt[9]_FF"}, "to": {"cell": "core.chip.acc.lvt[9]_FF"}, "delay": 0.25}]
+    imem, add, lvt = "core.chip.imem.0.0", "core.chip.issue.sum0_CCU2C_S1", "core.chip.acc.lvt[9]_FF"
+    steps = [{"type": "clk-to-q", "from": {"cell": imem}, "to": {"cell": imem}, "delay": 5.0},
+             {"type": "routing", "from": {"cell": imem}, "to": {"cell": add}, "delay": 2.0},
+             {"type": "logic", "from": {"cell": add}, "to": {"cell": add}, "delay": 0.5},
+             {"type": "routing", "from": {"cell": add}, "to": {"cell": lvt}, "delay": 1.0},
+             {"type": "setup", "from": {"cell": lvt}, "to": {"cell": lvt}, "delay": 0.25}]
     assert path_by_block(steps) == ["core.chip.imem.0: 5.0 ns (logic 5.0 ns, 0 levels)",
                                     "core.chip.issue: 2.5 ns (logic 0.5 ns, 1 levels)",
                                     "core.chip.acc: 1.2 ns (logic 0.2 ns, 0 levels)", "total 8.8 ns"]

@@ -32,21 +32,13 @@ def test_array_matches_numpy(rows, cols):
 
     async def bench(ctx):
         outs = {}
-        expect = {}
-        sched = []     # (cycle, row vector, swap)
-        t = 0
-        for tile, x in zip(tiles, inputs):
-            for i, row in enumerate(x):
-                sched.append((t, row, i == 0))
-                t += 1
         # load tile 0 first, then stream; reload the shadow while the previous tile streams,
         # but only after its swap wavefront passed (rows + cols cycles after its first row)
-        cyc = 0
         for _ in _load(ctx, dut, tiles[0]):
             await ctx.tick()
         first_of = []
         t0 = 0
-        for j, (tile, x) in enumerate(zip(tiles, inputs)):
+        for x in inputs:
             first_of.append(t0)
             t0 += len(x) + rows + cols      # leave room to reload the shadow
         rows_at = {}

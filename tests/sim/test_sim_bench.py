@@ -21,7 +21,8 @@ def test_bench_our_side(tmp_path, capsys, monkeypatch):
     for c in cases.values():
         o = c["tetrachip"]
         assert o["correct"] and o["cycles"] > 0 and c["scalesim"] is None
-        assert abs(o["utilization"] - c["M"] * c["K"] * c["N"] / (int(c["array"].split("x")[0]) ** 2 * o["cycles"])) < 1e-12
+        side = int(c["array"].split("x")[0])
+        assert abs(o["utilization"] - c["M"] * c["K"] * c["N"] / (side ** 2 * o["cycles"])) < 1e-12
     # SCALE-Sim's published utilizations for these cases (bench/scalesim_runner.py reports)
     scalesim = {"64x64x64": 0.582, "256x256x256": 0.848, "512x512x512": 0.918, "100x300x77": 0.651,
                 "1024x1024x1024": 0.728}

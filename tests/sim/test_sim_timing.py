@@ -57,13 +57,14 @@ def test_dma_occupancy_latency_and_pipelining():
 
 
 def test_load_and_store_channels_are_independent():
-    chip, recs = traced("dma.ld spm[0], dram[0], rows=8, rstride=4\ndma.st dram[512], spm[100], rows=8, rstride=4\nhalt\n")
+    chip, recs = traced("dma.ld spm[0], dram[0], rows=8, rstride=4\n"
+                        "dma.st dram[512], spm[100], rows=8, rstride=4\nhalt\n")
     assert recs[0][0].start == 1 and recs[1][0].start == 2
 
 
 def test_queue_full_stalls_issue():
     # 7 loads of 10 beats each: the 5th and later wait for a free queue entry
-    n, O = 7, 10
+    n, beats = 7, 10
     src = "\n".join(f"dma.ld spm[{16 * i}], dram[{64 * i}], rows=10, rstride=4" for i in range(n)) + "\nhalt\n"
     chip, recs = traced(src)
     q, s = [], []
@@ -71,7 +72,7 @@ def test_queue_full_stalls_issue():
         qi = 0 if i == 0 else q[-1] + 1
         if i >= timing.QUEUE_DEPTH:
             qi = max(qi, s[i - timing.QUEUE_DEPTH] + 1)      # entry i-4 occupies its queue until its start
-        si = qi + timing.ISSUE_TO_START if i == 0 else max(qi + timing.ISSUE_TO_START, s[-1] + O)
+        si = qi + timing.ISSUE_TO_START if i == 0 else max(qi + timing.ISSUE_TO_START, s[-1] + beats)
         q.append(qi)
         s.append(si)
     assert [recs[i][0].issue for i in range(n)] == q
