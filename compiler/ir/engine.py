@@ -1,6 +1,6 @@
 """How a lazy graph gets computed: passes, then a device's ``execute``.
 
-``compiler`` never imports ``runtime`` (see DESIGN.md). Instead the runtime
+``compiler`` never imports ``runtime`` (docs/architecture.md). Instead the runtime
 registers the default device here when it is imported (``runtime/device.py``
 does so for the numpy reference backend; ``import tetrachip`` imports it).
 A device is any object with ``execute(outputs: list[Node], feeds: dict) ->
