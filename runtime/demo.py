@@ -88,7 +88,7 @@ def _transformer() -> bool:
         res = tc.Device("sim", config="base").run(cm, x)
         exact = bool(np.array_equal(res.ints["out"][:, :T], cm.reference_int(x)))
         same = hashlib.sha256(cm.program.to_bytes()).hexdigest() == sha
-        err = np.abs(res.outputs[0] - cm.float_reference(x))
+        err = np.abs(res.outputs[0] - cm.float_reference(x)[0])
         st = res.stats
         ok &= exact and same
         print(f"T={T:>2}: chip == integer reference: {'yes' if exact else 'NO'}, same binary: "

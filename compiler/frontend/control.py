@@ -13,7 +13,7 @@ a loop over a dynamic dimension raises if a gradient is being recorded.
 from __future__ import annotations
 
 from compiler.frontend import autograd as ag
-from compiler.ir.graph import Graph, Node, Ops, toposort
+from compiler.ir.graph import Graph, Node, Ops, substitute, toposort
 from compiler.frontend.tensor import Tensor, _as_tensor, _err, where
 
 __all__ = ["where", "cond", "loop", "while_loop"]
@@ -212,15 +212,4 @@ class _LoopGrad(ag.Function):
         super().__init__(*parents)
 
     def backward(self, g: Node):
-        return [None if gn is None else _substitute(gn, {id(self.g): g}) for gn in self.grads]
-
-
-def _substitute(out: Node, mapping: dict) -> Node:
-    new: dict[int, Node] = {}
-    for nd in toposort([out]):
-        if id(nd) in mapping:
-            new[id(nd)] = mapping[id(nd)]
-            continue
-        src = tuple(new[id(s)] for s in nd.src)
-        new[id(nd)] = nd if all(a is b for a, b in zip(src, nd.src)) else Node(nd.op, nd.dtype, src, nd.arg)
-    return new[id(out)]
+        return [None if gn is None else substitute([gn], {id(self.g): g})[0] for gn in self.grads]

@@ -281,6 +281,19 @@ def toposort(outputs) -> list[Node]:
     return order
 
 
+
+def substitute(outputs, mapping: dict) -> list[Node]:
+    """``outputs`` with the nodes whose ids are keys of ``mapping`` replaced by its values; the
+    nodes above them are rebuilt, every other node is kept as it is."""
+    new: dict[int, Node] = {}
+    for nd in toposort(outputs):
+        if id(nd) in mapping:
+            new[id(nd)] = mapping[id(nd)]
+            continue
+        src = tuple(new[id(s)] for s in nd.src)
+        new[id(nd)] = nd if all(a is b for a, b in zip(src, nd.src)) else Node(nd.op, nd.dtype, src, nd.arg)
+    return [new[id(o)] for o in outputs]
+
 def _fmt_arg(n: Node) -> str:
     if n.op is Ops.BUFFER:
         a = n.arg

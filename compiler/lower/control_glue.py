@@ -1,10 +1,10 @@
 """Bodies and glue code of frontend control flow on the chip (``compiler.lower.control_lower``).
 
 A body (a branch, a loop body, the kernels before/after) is compiled by the ordinary pipeline
-into a DRAM region of its own (``_compile_body``, with ``_retie`` forcing shared int8 scales);
-``_text`` gives its assembly with labels renamed apart. The glue between bodies: ``_copy``
-(DRAM -> SPM -> DRAM rows, an optional register offset on the source), ``_pred_code`` (the
-predicate's reduction on the VPU, ``sld`` and the branch), ``_store_counter``.
+into a DRAM region of its own (``compile_body``, with ``_retie`` forcing shared int8 scales);
+``body_text`` gives its assembly with labels renamed apart. The glue between bodies: ``copy_bytes``
+(DRAM -> SPM -> DRAM rows, an optional register offset on the source), ``pred_code`` (the
+predicate's reduction on the VPU, ``sld`` and the branch), ``store_counter``.
 """
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler.lower.control_pred import _err, _Pred
+from compiler.ir import engine
 from compiler.ir.graph import CONTROL, toposort
+from compiler.lower.control_pred import Pred, control_error
+from compiler.lower.pipeline import DRAM_ALIGN, lower_schedule
 from compiler.lower.quantize import EW_COEF_MAX, MAX_SHIFT, QEw, QKernel, ew_int, kernel_int, quantize, requant_params
 from compiler.lower.schedule import EwKernel, TensorInfo, gather_base, kernel_inputs, lift
 
@@ -48,7 +50,7 @@ def _retie(q, fixed: dict) -> None:
 
 
 @dataclass
-class _Body:
+class Body:
     """One body compiled by the ordinary pipeline into its own DRAM region."""
     cm: object
     ins: dict                # argument index -> (tensor index, DRAM address)
@@ -65,11 +67,11 @@ class _Body:
     def tensor(self, t: int) -> TensorInfo:
         return self.q.sched.tensors[t]
 
-    def out_layout(self) -> _Layout:
-        return _lay(self.tensor(self.out_t), self.out_idx)
+    def out_layout(self) -> BufferLayout:
+        return layout_of(self.tensor(self.out_t), self.out_idx)
 
-    def in_layout(self, j: int) -> _Layout:
-        return _lay(self.tensor(self.ins[j][0]))
+    def in_layout(self, j: int) -> BufferLayout:
+        return layout_of(self.tensor(self.ins[j][0]))
 
     def run(self, ints: dict) -> np.ndarray:
         """The quantized body in numpy (``quantize.kernel_int``/``ew_int``): argument ints -> result ints."""
@@ -92,18 +94,16 @@ class _Body:
         return vals
 
 
-def _compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, searcher, per_channel: bool,
-                  what: str, outputs: list | None = None) -> _Body:
+def compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, searcher, per_channel: bool,
+                 what: str, outputs: list | None = None) -> Body:
     """A body graph ``g`` (inputs ``arg0..``; ``scales`` by argument index, ``out_scale`` its
     result's), or with ``outputs`` a top-level subgraph (inputs by model input name, one scale per
     output in ``out_scale``), compiled by the ordinary pipeline at DRAM ``base``."""
-    from compiler.ir import engine
-    from compiler.lower.dispatch import DRAM_ALIGN, _lower
     nodes = [g.output] if outputs is None else list(outputs)
     out_scales = [out_scale] if outputs is None else (None if out_scale is None else list(out_scale))
     key = (lambda n: int(n[3:])) if outputs is None else (lambda n: n)
     if any(n.op in CONTROL for n in toposort(nodes)):
-        raise _err(f"{what}: nested control flow is not supported on the chip (only the while_loop form)")
+        raise control_error(f"{what}: nested control flow is not supported on the chip (only the while_loop form)")
     sched = lift(engine.prepare(nodes))
     q = quantize(sched, calib, per_channel)
     names = list(sched.inputs)
@@ -111,29 +111,29 @@ def _compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, searc
     for (out_t, out_idx), sc in zip(sched.outputs, out_scales or []):   # None: the model's own outputs
         t = sched.tensors[out_t]
         if t.kind != "kernel" or t.padded or not np.array_equal(np.ravel(out_idx), np.ravel(t.identity())):
-            raise _err(f"{what}: the result must be a whole kernel output (not a view or slice of one)")
+            raise control_error(f"{what}: the result must be a whole kernel output (not a view or slice of one)")
         fixed[out_t] = sc
     _retie(q, fixed)
-    cm = _lower(q, cfg, names, True, len(nodes), None, searcher, dram_base=base)
+    cm = lower_schedule(q, cfg, names, True, len(nodes), None, searcher, dram_base=base)
     if re.search(rf"\br{R_TRIP}\b", cm.asm):
-        raise _err(f"{what}: the body needs scalar register r{R_TRIP}, which the control flow keeps")
+        raise control_error(f"{what}: the body needs scalar register r{R_TRIP}, which the control flow keeps")
     ins = {key(n): (sched.inputs[n], cm.tensor_addr[sched.inputs[n]]) for n in names}
     end = cm.const_base + len(cm.const_image)
     outs = [(t, idx, cm.tensor_addr[t]) for t, idx in sched.outputs]
-    return _Body(cm, ins, outs[0][0], outs[0][1], outs[0][2], -(-end // DRAM_ALIGN) * DRAM_ALIGN, outs)
+    return Body(cm, ins, outs[0][0], outs[0][1], outs[0][2], -(-end // DRAM_ALIGN) * DRAM_ALIGN, outs)
 
 
-def _phys(t: TensorInfo, idx=None) -> np.ndarray:
+def phys_offsets_of(t: TensorInfo, idx=None) -> np.ndarray:
     return t.phys_offsets(t.identity() if idx is None else idx)
 
 
 @dataclass
-class _Layout:
+class BufferLayout:
     """Where each element of a value (in its logical shape) lies in a DRAM buffer of ``nbytes``."""
     offsets: np.ndarray
     nbytes: int
 
-    def same(self, o: "_Layout") -> bool:
+    def same(self, o: "BufferLayout") -> bool:
         return self.nbytes == o.nbytes and np.array_equal(self.offsets.reshape(-1), o.offsets.reshape(-1))
 
     @property
@@ -147,11 +147,11 @@ class _Layout:
         return out
 
 
-def _lay(t: TensorInfo, idx=None) -> _Layout:
-    return _Layout(_phys(t, idx), t.phys_size)
+def layout_of(t: TensorInfo, idx=None) -> BufferLayout:
+    return BufferLayout(phys_offsets_of(t, idx), t.phys_size)
 
 
-def _text(body: _Body, tag: str) -> str:
+def body_text(body: Body, tag: str) -> str:
     """A body's assembly without its ``halt``, labels renamed apart."""
     lines = [ln for ln in body.cm.asm.splitlines() if ln.strip() != "halt"]
     labels = [ln[:-1] for ln in lines if re.fullmatch(r"\w+:", ln)]
@@ -163,7 +163,7 @@ def _text(body: _Body, tag: str) -> str:
 
 # ------------------------------------------------------------------------------- glue code
 
-def _copy(L: list, src: int, dst: int, nbytes: int, cfg, src_reg: int | None = None) -> None:
+def copy_bytes(L: list, src: int, dst: int, nbytes: int, cfg, src_reg: int | None = None) -> None:
     """DRAM -> SPM -> DRAM, rows of ``cols`` bytes (kernels are fenced: SPM row 0 up is free)."""
     C = cfg.cols
     x = f"+r{src_reg}" if src_reg else ""
@@ -180,12 +180,12 @@ def _copy(L: list, src: int, dst: int, nbytes: int, cfg, src_reg: int | None = N
     L.append("    fence all")
 
 
-def _move(L: list, src: int, src_lay: _Layout, dst: int, dst_lay: _Layout, cfg) -> None:
+def move_value(L: list, src: int, src_lay: BufferLayout, dst: int, dst_lay: BufferLayout, cfg) -> None:
     """Copy a value between two DRAM buffers of its layouts: a byte copy when they agree, else
     runs contiguous in both, cut to ``cols`` bytes and grouped into strided DMAs (e.g. into the
     interior of a convolution input's zero border)."""
     if src_lay.same(dst_lay):
-        return _copy(L, src, dst, src_lay.nbytes, cfg)
+        return copy_bytes(L, src, dst, src_lay.nbytes, cfg)
     C = cfg.cols
     s, d = src_lay.offsets.reshape(-1), dst_lay.offsets.reshape(-1)
     o = np.argsort(d, kind="stable")
@@ -215,13 +215,13 @@ def _move(L: list, src: int, src_lay: _Layout, dst: int, dst_lay: _Layout, cfg) 
     L.append("    fence all")
 
 
-def _pred_code(L: list, p: _Pred, addrs: list, nbytes: int, cfg, false_label: str) -> None:
+def pred_code(L: list, p: Pred, addrs: list, nbytes: int, cfg, false_label: str) -> None:
     """Reduce the leaf tensors on the VPU, ``sld`` the result, branch to ``false_label`` when the
     predicate is false."""
     C = cfg.cols
     rows = -(-nbytes // C)
     if len(addrs) * rows > cfg.spm_rows or rows > cfg.acc_rows:
-        raise _err(f"a predicate over {nbytes} elements does not fit SPM/ACC on config {cfg.name!r}")
+        raise control_error(f"a predicate over {nbytes} elements does not fit SPM/ACC on config {cfg.name!r}")
     bufs = [i * rows for i in range(len(addrs))]
     L.append(f"; predicate: {p.red}({p.form}) over {nbytes} elements, threshold {p.T}")
     full, rem = divmod(nbytes, C)
@@ -229,7 +229,7 @@ def _pred_code(L: list, p: _Pred, addrs: list, nbytes: int, cfg, false_label: st
     # max(x) the last row is instead the tensor's last ``cols`` bytes (repeats are harmless to a max)
     overlap = rem and p.red == "max" and p.form == "a"
     if overlap and nbytes < C:
-        raise _err(f"max(x) over {nbytes} elements (fewer than the {C} lanes of a row) is not lowered")
+        raise control_error(f"max(x) over {nbytes} elements (fewer than the {C} lanes of a row) is not lowered")
     loads = []
     for b, a in zip(bufs, addrs):
         if full:
@@ -261,7 +261,7 @@ def _pred_code(L: list, p: _Pred, addrs: list, nbytes: int, cfg, false_label: st
     L.append(f"    {'blt' if p.hi else 'bge'} r1, r2, {false_label}")
 
 
-def _store_counter(L: list, addr: int) -> None:
+def store_counter(L: list, addr: int) -> None:
     L.append("    fence all")
     L.append(f"    sst r{R_TRIP}, acc[0], 0")
     L.append(f"    dma.st dram[{addr}], acc[0], rows=1, len=1, rstride=4, estride=4")

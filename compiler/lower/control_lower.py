@@ -38,7 +38,7 @@ chip cannot run, deeper nesting than a cond as a loop body (or the while form), 
 tensors, a symbolic dimension other than a scan loop's length (``dynamic={"T": max}``: the trip
 count is ``r15``, written at launch), scanned rows stored padded or reordered in the body's
 input, predicates that are not a threshold on such a reduction. Values move between buffers of
-different layouts (a convolution's bordered input) with ``control_glue._move``.
+different layouts (a convolution's bordered input) with ``control_glue.move_value``.
 
 The predicate machinery is ``compiler.lower.control_pred``, the bodies and glue code
 ``compiler.lower.control_glue``; ``until_converged`` (``compiler.lower.control_converge``) is the hand-built
@@ -55,13 +55,18 @@ import numpy as np
 from isa.asm import assemble
 from isa.config import ChipConfig
 
+from compiler.ir.evaluate import evaluate
+from compiler.ir.graph import CONTROL, Node, Ops, substitute, toposort
+from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
 from compiler.lower.control_converge import ConvergeLoop, until_converged  # noqa: F401  (re-exported)
-from compiler.lower.control_glue import (R_TRIP, _Body, _compile_body, _copy, _Layout, _lay, _move, _phys, _pred_code,
-                           _store_counter, _text)
-from compiler.lower.control_pred import _err, _inputs, _match_pred, _np_eval, _Pred, _skeys, _threshold
-from compiler.ir.graph import CONTROL, Node, Ops, toposort
-from compiler.lower.quantize import quantize_array
-from compiler.lower.schedule import ChipCompileError, TensorInfo, _default_perm
+from compiler.lower.control_glue import (R_TRIP, Body, BufferLayout, body_text, compile_body, copy_bytes, layout_of,
+                                         move_value, phys_offsets_of, pred_code, store_counter)
+from compiler.lower.control_pred import (Pred, control_error, float_eval, input_ids, match_pred, structural_keys,
+                                         threshold)
+from compiler.lower.dynamic import DYN_REG, host_feeds
+from compiler.lower.pipeline import DRAM_ALIGN
+from compiler.lower.quantize import dequantize_outputs, quantize_array
+from compiler.lower.schedule import ChipCompileError, TensorInfo, default_perm
 
 
 # ------------------------------------------------------------------------------- the model
@@ -77,7 +82,7 @@ class _Operand:
 
 
 @dataclass
-class ControlModel:
+class ControlModel(Compiled):
     """A compiled model whose output is a ``cond``/``loop``: runs on ``Device("sim")`` like a
     ``CompiledModel``; ``res.ints["trips"]`` (loops) / ``res.ints["taken"]`` (cond, 1 = then)."""
     config: ChipConfig
@@ -85,20 +90,20 @@ class ControlModel:
     kind: str                          # "cond" | "loop" | "while"
     bodies: dict
     operands: list
-    out_info: _Layout
+    out_info: BufferLayout
     out_addr: int
     out_scale: float
     out_shape: tuple
     counter_addr: int
     input_names: list
     single: bool
-    pred: _Pred | None = None
+    pred: Pred | None = None
     trips: int = 0                     # loop: static trips; while: max_iter
     identity: str | None = None        # cond: which branch is the identity
     arena: int = 0
-    pre: _Body | None = None           # kernels computing operands from the inputs (run first)
+    pre: Body | None = None           # kernels computing operands from the inputs (run first)
     pre_inputs: list = field(default_factory=list)   # host writes of the pre kernels' inputs
-    post: _Body | None = None          # kernels after the cond/loop (their outputs are the model's)
+    post: Body | None = None          # kernels after the cond/loop (their outputs are the model's)
     post_inputs: list = field(default_factory=list)
     branch_args: list = field(default_factory=list)  # loop-cond: loop argument of each branch argument
     compile_s: float = 0.0
@@ -106,10 +111,10 @@ class ControlModel:
     search_report: list | None = None
     dynamic: object = None
     n_outputs: int = 1
+    graph: list = field(default_factory=list)        # the traced outputs: the float model
 
     def feeds(self, inputs) -> dict:
-        from compiler.lower.dispatch import CompiledModel
-        return CompiledModel.feeds(self, inputs)
+        return named_feeds(self.input_names, inputs)
 
     def dram_writes(self, feeds: dict) -> list:
         out = [(0, np.zeros(self.arena, np.uint8))]
@@ -181,39 +186,36 @@ class ControlModel:
         res = np.asarray(res, np.int8).reshape(self.out_shape)
         outs = [(res.astype(np.float64) * self.out_scale).astype(np.float32)]
         if self.post is not None:
-            from compiler.lower.quantize import dequantize_outputs
             ints = {op.name: _host_int(op, feeds) for op in self.post_inputs}
             vals = self.post.run_vals(dict(ints, ctl=res))
             outs = dequantize_outputs(self.post.q, vals)
         return outs, dict(info, out=res)
 
     def reference(self, *inputs) -> list:
-        return self.reference_run(self._feeds(inputs))[0]
+        return self.reference_run(self.feeds(unpack_inputs(inputs)))[0]
+
+    def float_reference(self, *inputs) -> list:
+        """The traced graph (``cond``/``loop`` included) on the reference evaluator; with a symbolic
+        length, its inputs declared at the length given."""
+        feeds, outs = self.feeds(unpack_inputs(inputs)), self.graph
+        if self.dynamic is not None:
+            host_feeds(self.dynamic, feeds)              # the length is within 1..max
+            outs = substitute(outs, {id(n): Node(Ops.INPUT, n.dtype, (), (n.arg[0], feeds[n.arg[0]].shape))
+                                     for n in toposort(outs)
+                                     if n.op is Ops.INPUT and n.arg[0] in self.dynamic.in_axes})
+        return [np.asarray(v, np.float32) for v in evaluate(outs, feeds)]
 
     def _launch_feeds(self, feeds: dict) -> tuple:
         """Feeds padded to the symbolic maximum and the length (``None`` without a symbol)."""
         if self.dynamic is None:
             return feeds, None
-        from compiler.lower.dynamic import host_feeds
         return host_feeds(self.dynamic, feeds)
-
-    def _feeds(self, inputs) -> dict:
-        if len(inputs) == 1 and isinstance(inputs[0], dict):
-            inputs = inputs[0]
-        return self.feeds(inputs)
 
     def summary(self) -> str:
         lines = [f"control model ({self.kind}) for {self.config.name}: {len(self.program)} instructions"]
         for k, b in self.bodies.items():
             lines.append(f"  {k}: " + b.cm.summary().replace("\n", "\n    "))
         return "\n".join(lines)
-
-    def run_on(self, device, *inputs, **kw):
-        runner = getattr(device.backend, "run_compiled", None)
-        if runner is None:
-            from isa.errors import TetrachipError
-            raise TetrachipError(f"device {device.name!r} cannot run a compiled chip program")
-        return runner(self, *inputs, **kw)
 
 
 def _host_int(op: _Operand, feeds: dict) -> np.ndarray:
@@ -234,15 +236,15 @@ def _operand(node: Node, names: list) -> tuple:
     from the inputs by chip kernels (the ``pre`` body)."""
     if node.op is Ops.INPUT and node.arg[0] in names:
         return node.arg[0], None, False
-    if not _inputs(node):
-        return None, np.asarray(_np_eval(node, {}), np.float32), False
+    if not input_ids(node):
+        return None, np.asarray(float_eval(node, {}), np.float32), False
     return None, None, True
 
 
 def _value(op: tuple, node: Node, feeds: dict) -> np.ndarray:
     name, c, computed = op
     if computed:
-        return np.asarray(_np_eval(node, {k: v for k, v in feeds.items()}), np.float32)
+        return np.asarray(float_eval(node, {k: v for k, v in feeds.items()}), np.float32)
     return feeds[name] if name is not None else c
 
 
@@ -252,19 +254,19 @@ def _pre_kernels(cm, nodes: list, ops: list, calib: list, cfg, searcher, per_cha
     idx = [j for j, o in enumerate(ops) if o[2]]
     if not idx:
         return
-    pre = _compile_body(None, calib, {}, [cm.operands[j].scale for j in idx], cfg, cm.arena, searcher, per_channel,
-                        "the kernels computing the cond/loop operands", outputs=[nodes[j] for j in idx])
+    pre = compile_body(None, calib, {}, [cm.operands[j].scale for j in idx], cfg, cm.arena, searcher, per_channel,
+                       "the kernels computing the cond/loop operands", outputs=[nodes[j] for j in idx])
     cm.pre, cm.arena = pre, pre.end
     for name, (t, addr) in pre.ins.items():
         cm.pre_inputs.append(_Operand(name, None, pre.tensor(t), pre.q.scales[t], [addr]))
-    L.append(_text(pre, "pre"))
+    L.append(body_text(pre, "pre"))
     for i, j in enumerate(idx):
         op = cm.operands[j]
         t, view, addr = pre.outs[i]
         op.pre = i
-        dst = op.info if isinstance(op.info, _Layout) else _lay(op.info)
+        dst = op.info if isinstance(op.info, BufferLayout) else layout_of(op.info)
         for a in op.addrs:
-            _move(L, addr, _lay(pre.tensor(t), view), a, dst, cfg)
+            move_value(L, addr, layout_of(pre.tensor(t), view), a, dst, cfg)
 
 
 def _amax(vals) -> float:
@@ -280,17 +282,18 @@ def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, 
     ctl = [n for n in toposort(list(outputs)) if n.op in CONTROL]
     node = ctl[-1]
     if any(n.op in CONTROL for n in toposort(list(node.src))) or len(ctl) != 1:
-        raise _err(f"the chip lowers one tc.cond / tc.loop per model, this one has {len(ctl)}")
+        raise control_error(f"the chip lowers one tc.cond / tc.loop per model, this one has {len(ctl)}")
     if not all(isinstance(d, int) for d in node.shape) or any(
             not all(isinstance(d, int) for d in s.shape) for s in node.src):
-        raise _err("dynamic dimensions in the graph: declare them with tc.compile(..., dynamic={...})")
+        raise control_error("dynamic dimensions in the graph: declare them with tc.compile(..., dynamic={...})")
     if spec is not None:
         scanned = node.src[1:1 + node.arg[1]] if node.op is Ops.LOOP else []
         if node.op is not Ops.LOOP or list(outputs) != [node] or not scanned or any(
                 s.op is not Ops.INPUT or spec.in_axes.get(s.arg[0]) != 0 for s in scanned) or any(
                 n.op is Ops.INPUT and n.arg[0] in spec.in_axes and n not in scanned for n in toposort([node])):
-            raise _err(f"a symbolic dimension ({spec.symbol}) with control flow is lowered only as the length of a "
-                       "loop's scanned inputs (axis 0, model inputs, the loop being the model's output)")
+            raise control_error(f"a symbolic dimension ({spec.symbol}) with control flow is lowered only as the "
+                                "length of a loop's scanned inputs (axis 0, model inputs, the loop being the "
+                                "model's output)")
     searcher = None
     if search:
         from compiler.lower.search import Searcher
@@ -298,9 +301,8 @@ def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, 
     build = _build_cond if node.op is Ops.IF else _build_loop
     cm, L = build(node, names, calib, cfg, per_channel, searcher)
     if spec is not None:
-        from compiler.lower.dynamic import DYN_REG
         if cm.kind != "loop" or cm.pre is not None:
-            raise _err(f"a symbolic length ({spec.symbol}) is lowered for a plain scan loop only")
+            raise control_error(f"a symbolic length ({spec.symbol}) is lowered for a plain scan loop only")
         i = L.index("loop_top:")
         assert L[i + 1].startswith("    seti r1,") and L[i + 2].startswith(f"    bge r{R_TRIP}, r1,")
         L[i + 1:i + 3] = [f"    bge r{R_TRIP}, r{DYN_REG}, loop_done"]      # n trips, n set at launch
@@ -310,7 +312,7 @@ def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, 
     cm.program = _finish(cfg, L, cm.kind)
     cm.program.manifest = {"kind": "control-model", "control": cm.kind, "counter": cm.counter_addr,
                            "result": cm.out_addr}
-    cm.input_names, cm.single = names, single
+    cm.input_names, cm.single, cm.graph = names, single, list(outputs)
     cm.search_report = searcher.report if searcher else None
     cm.compile_s = time.perf_counter() - t0
     cm.timings = {"total": cm.compile_s}
@@ -320,26 +322,20 @@ def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, 
 def _post_kernels(cm, node, outputs: list, names: list, calib: list, cfg, searcher, per_channel) -> list:
     """The kernels after the cond/loop (its result is the INPUT ``ctl`` of a ``post`` body, copied
     in from the result buffer; the post body's outputs are the model's)."""
-    ph = Node(Ops.INPUT, node.dtype, (), ("ctl", node.shape))
-    new: dict = {id(node): ph}
-    for n in toposort(outputs):
-        if id(n) not in new:
-            src = tuple(new.get(id(x), x) for x in n.src)
-            new[id(n)] = n if all(a is b for a, b in zip(src, n.src)) else Node(n.op, n.dtype, src, n.arg)
-    outs = [new[id(o)] for o in outputs]
+    outs = substitute(outputs, {id(node): Node(Ops.INPUT, node.dtype, (), ("ctl", node.shape))})
     fl = [{k: np.asarray(v, np.float32) for k, v in f.items()} for f in calib]
-    feeds = [dict(f, ctl=np.asarray(_np_eval(node, f), np.float32)) for f in fl]
-    post = _compile_body(None, feeds, {"ctl": cm.out_scale}, None, cfg, cm.arena, searcher, per_channel,
-                         "the kernels after the cond/loop", outputs=outs)
+    feeds = [dict(f, ctl=np.asarray(float_eval(node, f), np.float32)) for f in fl]
+    post = compile_body(None, feeds, {"ctl": cm.out_scale}, None, cfg, cm.arena, searcher, per_channel,
+                        "the kernels after the cond/loop", outputs=outs)
     cm.post, cm.arena = post, post.end
-    L = [_text(post, "post")]
+    L = [body_text(post, "post")]
     if "ctl" in post.ins:
         t, addr = post.ins["ctl"]
-        if not _lay(post.tensor(t)).same(cm.out_info):
-            raise _err("the kernels after the cond/loop read its result padded or reordered: not lowered")
+        if not layout_of(post.tensor(t)).same(cm.out_info):
+            raise control_error("the kernels after the cond/loop read its result padded or reordered: not lowered")
         L = []
-        _copy(L, cm.out_addr, addr, cm.out_info.nbytes, cfg)
-        L.append(_text(post, "post"))
+        copy_bytes(L, cm.out_addr, addr, cm.out_info.nbytes, cfg)
+        L.append(body_text(post, "post"))
     for name, (t, addr) in post.ins.items():
         if name != "ctl":
             cm.post_inputs.append(_Operand(name, None, post.tensor(t), post.q.scales[t], [addr]))
@@ -347,61 +343,61 @@ def _post_kernels(cm, node, outputs: list, names: list, calib: list, cfg, search
 
 
 def _host_info(name: str, shape) -> TensorInfo:
-    return TensorInfo(name, tuple(shape), _default_perm(tuple(shape)), "input")
+    return TensorInfo(name, tuple(shape), default_perm(tuple(shape)), "input")
 
 
 def _finish(cfg, L: list, what: str):
     text = "\n".join(L) + "\n"
     n = sum(1 for ln in text.splitlines() if ln.startswith(" "))
     if n > cfg.imem_words:
-        raise _err(f"{what} needs {n} instructions; config {cfg.name!r} holds {cfg.imem_words}")
+        raise control_error(f"{what} needs {n} instructions; config {cfg.name!r} holds {cfg.imem_words}")
     return assemble(text, cfg, f"<{what}>")
 
 
 def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
-    from compiler.lower.dispatch import DRAM_ALIGN
     then_g, else_g = node.arg
     ops = [_operand(s, names) for s in node.src[1:]]
     n_ops = len(ops)
     if len(then_g.inputs) != n_ops or len(else_g.inputs) != n_ops:
-        raise _err("a cond whose branches capture non-constant tensors is not lowered")
+        raise control_error("a cond whose branches capture non-constant tensors is not lowered")
     fl = [{k: np.asarray(v, np.float32) for k, v in f.items()} for f in calib]
     vals = [[_value(o, x, f) for o, x in zip(ops, node.src[1:])] for f in fl]
     argf = [{f"arg{j}": v for j, v in enumerate(vs)} for vs in vals]
     ident = {k: g.output is g.inputs[0] for k, g in (("then", then_g), ("else", else_g))}
     if any(g.output in g.inputs[1:] for g in (then_g, else_g)):
-        raise _err("a branch that returns an operand other than the first is not lowered")
+        raise control_error("a branch that returns an operand other than the first is not lowered")
     op_scale = [_amax([v[j] for v in vals]) for j in range(n_ops)]
-    outs = {k: [_np_eval(g.output, a) for a in argf] for k, g in (("then", then_g), ("else", else_g))}
+    outs = {k: [float_eval(g.output, a) for a in argf] for k, g in (("then", then_g), ("else", else_g))}
     out_scale = _amax(outs["then"] + outs["else"])
     if any(ident.values()):
         op_scale[0] = out_scale = max(out_scale, op_scale[0])
     base, bodies = 0, {}
     for k, g in (("then", then_g), ("else", else_g)):
         if not ident[k]:
-            bodies[k] = _compile_body(g, argf, dict(enumerate(op_scale)), out_scale, cfg, base, searcher,
-                                      per_channel, f"cond {k}-branch")
+            bodies[k] = compile_body(g, argf, dict(enumerate(op_scale)), out_scale, cfg, base, searcher,
+                                     per_channel, f"cond {k}-branch")
             base = bodies[k].end
     # the predicate: leaves are the operands (tags "0", "1", ...)
     roles = {id(s): str(j) for j, s in enumerate(node.src[1:])}
     known = {("role", str(j)): str(j) for j in range(n_ops)}
-    red, form, leaves, h, rph = _match_pred(node.src[0], known, roles)
+    red, form, leaves, h, rph = match_pred(node.src[0], known, roles)
     infos = [_host_info(f"arg{j}", node.src[1 + j].shape) for j in range(n_ops)]
     lf = [int(t) for t in leaves]
-    if len(lf) == 2 and (op_scale[lf[0]] != op_scale[lf[1]] or not _lay(infos[lf[0]]).same(_lay(infos[lf[1]]))):
-        raise _err("a predicate over two operands needs them to share one shape and scale")
+    if len(lf) == 2 and (op_scale[lf[0]] != op_scale[lf[1]]
+                         or not layout_of(infos[lf[0]]).same(layout_of(infos[lf[1]]))):
+        raise control_error("a predicate over two operands needs them to share one shape and scale")
     n = infos[lf[0]].numel
     if infos[lf[0]].phys_size != n:
-        raise _err("a cond predicate over a padded tensor is not lowered")
-    T, hi = _threshold(h, rph, red, form, n, op_scale[lf[0]])
-    pred = _Pred(red, form, tuple(leaves), T, hi, op_scale[lf[0]])
+        raise control_error("a cond predicate over a padded tensor is not lowered")
+    T, hi = threshold(h, rph, red, form, n, op_scale[lf[0]])
+    pred = Pred(red, form, tuple(leaves), T, hi, op_scale[lf[0]])
     # DRAM: bodies, then the operand buffers, the result, the flag word
     addr = {}
     for j, inf in enumerate(infos):
         addr[j] = base
         base += -(-inf.phys_size // DRAM_ALIGN) * DRAM_ALIGN
     # the result buffer takes the first branch's layout; the other one's result is moved into it
-    res_info = _lay(infos[0]) if ident["then"] or ident["else"] else next(iter(bodies.values())).out_layout()
+    res_info = layout_of(infos[0]) if ident["then"] or ident["else"] else next(iter(bodies.values())).out_layout()
     res_addr, base = base, base + -(-res_info.nbytes // DRAM_ALIGN) * DRAM_ALIGN
     cnt, base = base, base + DRAM_ALIGN
     operands, moves = [], {k: [] for k in bodies}
@@ -409,28 +405,28 @@ def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
         dests = [addr[j]]
         for k, b in bodies.items():
             if j in b.ins:
-                if _lay(inf).same(b.in_layout(j)):
+                if layout_of(inf).same(b.in_layout(j)):
                     dests.append(b.ins[j][1])           # the host writes it there too
                 else:                                   # e.g. a padded convolution input: the taken branch moves it
-                    moves[k].append((addr[j], _lay(inf), b.ins[j][1], b.in_layout(j)))
+                    moves[k].append((addr[j], layout_of(inf), b.ins[j][1], b.in_layout(j)))
         operands.append(_Operand(nm, c, inf, op_scale[j], dests))
     L = [f"; tetrachip cond: {'then' if hi else 'else'}-branch when {red}({form}) >= {T}"]
-    _pred_code(L, pred, [addr[j] for j in lf], n, cfg, "cond_else")
+    pred_code(L, pred, [addr[j] for j in lf], n, cfg, "cond_else")
     for k in ("then", "else"):
         if k == "else":
             L.append("cond_else:")
         if ident[k]:
-            _move(L, addr[0], _lay(infos[0]), res_addr, res_info, cfg)
+            move_value(L, addr[0], layout_of(infos[0]), res_addr, res_info, cfg)
         else:
             for src, src_lay, dst, dst_lay in moves[k]:
-                _move(L, src, src_lay, dst, dst_lay, cfg)
-            L.append(_text(bodies[k], k))
-            _move(L, bodies[k].out_addr, bodies[k].out_layout(), res_addr, res_info, cfg)
+                move_value(L, src, src_lay, dst, dst_lay, cfg)
+            L.append(body_text(bodies[k], k))
+            move_value(L, bodies[k].out_addr, bodies[k].out_layout(), res_addr, res_info, cfg)
         L.append(f"    seti r{R_TRIP}, {1 if k == 'then' else 0}")
         if k == "then":
             L.append("    jmp cond_end")
     L.append("cond_end:")
-    _store_counter(L, cnt)
+    store_counter(L, cnt)
     cm = ControlModel(cfg, None, "cond", bodies, operands, res_info, res_addr, out_scale, tuple(node.shape),
                       cnt, names, True, pred, 0, next((k for k, v in ident.items() if v), None), base)
     pre: list = []
@@ -452,11 +448,10 @@ def _while_form(g) -> tuple | None:
 
 
 def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
-    from compiler.lower.dispatch import DRAM_ALIGN
     g, nscan = node.arg
     ops = [_operand(s, names) for s in node.src]
     if len(node.src) != 1 + nscan:
-        raise _err("a loop body that captures non-constant tensors is not lowered")
+        raise control_error("a loop body that captures non-constant tensors is not lowered")
     trips = int(node.src[1].shape[0])
     wf = _while_form(g)
     fl = [{k: np.asarray(v, np.float32) for k, v in f.items()} for f in calib]
@@ -470,23 +465,23 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
         for c in init_vals:                       # the float loop: every carry, and f of the last
             for _ in range(trips):
                 feeds.append({"arg0": c})
-                t = np.asarray(_np_eval(fg.output, {"arg0": c}), np.float32)
+                t = np.asarray(float_eval(fg.output, {"arg0": c}), np.float32)
                 seen += [c, t]
-                nxt = np.asarray(_np_eval(g.output, {"arg0": c, "arg1": np.zeros(1, np.float32)}), np.float32)
+                nxt = np.asarray(float_eval(g.output, {"arg0": c, "arg1": np.zeros(1, np.float32)}), np.float32)
                 if np.array_equal(nxt, c):
                     break
                 c = nxt
         s_c = _amax(seen)
-        body = _compile_body(fg, feeds, {0: s_c}, s_c, cfg, 0, searcher, per_channel, "while_loop body")
+        body = compile_body(fg, feeds, {0: s_c}, s_c, cfg, 0, searcher, per_channel, "while_loop body")
         roles = {id(g.inputs[0]): "c"}
-        keys_f = _skeys([fg.output], {id(fg.inputs[0]): "c"})
+        keys_f = structural_keys([fg.output], {id(fg.inputs[0]): "c"})
         known = {("role", "c"): "c", keys_f[id(fg.output)]: "f"}
-        red, form, leaves, h, rph = _match_pred(ifn.src[0], known, roles)
+        red, form, leaves, h, rph = match_pred(ifn.src[0], known, roles)
         n = body.tensor(body.out_t).numel
         if body.out_layout().nbytes != n:
-            raise _err("a while_loop predicate over a padded tensor is not lowered")
-        T, hi = _threshold(h, rph, red, form, n, s_c)
-        pred = _Pred(red, form, tuple(leaves), T, hi if f_is_then else not hi, s_c)
+            raise control_error("a while_loop predicate over a padded tensor is not lowered")
+        T, hi = threshold(h, rph, red, form, n, s_c)
+        pred = Pred(red, form, tuple(leaves), T, hi if f_is_then else not hi, s_c)
         scan_scales = []
     else:
         feeds, seen = [], []
@@ -495,15 +490,15 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
             for i in range(trips):
                 f = {"arg0": c, **{f"arg{j + 1}": np.asarray(x[i], np.float32) for j, x in enumerate(xs)}}
                 feeds.append(f)
-                c = np.asarray(_np_eval(g.output, f), np.float32)
+                c = np.asarray(float_eval(g.output, f), np.float32)
                 seen.append(c)
         s_c = _amax(seen)
         scan_scales = [_amax([xs[j] for xs in scans]) for j in range(nscan)]
-        body = _compile_body(g, feeds, {0: s_c, **{j + 1: s for j, s in enumerate(scan_scales)}}, s_c, cfg, 0,
-                             searcher, per_channel, "loop body")
+        body = compile_body(g, feeds, {0: s_c, **{j + 1: s for j, s in enumerate(scan_scales)}}, s_c, cfg, 0,
+                            searcher, per_channel, "loop body")
         pred = None
     if 0 not in body.ins:
-        raise _err("the loop body does not read its carry")
+        raise control_error("the loop body does not read its carry")
     c_t, c_addr = body.ins[0]
     c_info, t_lay = body.in_layout(0), body.out_layout()     # the carry as the body reads / writes it
     base = body.end
@@ -515,7 +510,7 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
         # a padded carry (a convolution input): the predicate compares f(c) with a copy of the
         # carry in f(c)'s layout
         cu, base = base, base + -(-t_lay.nbytes // DRAM_ALIGN) * DRAM_ALIGN
-        _move(L, c_addr, c_info, cu, t_lay, cfg)
+        move_value(L, c_addr, c_info, cu, t_lay, cfg)
     L += ["loop_top:", f"    seti r1, {trips}", f"    bge r{R_TRIP}, r1, loop_done"]
     copies = []
     for j in range(nscan if wf is None else 0):
@@ -525,24 +520,25 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
         operands.append(_Operand(ops[1 + j][0], ops[1 + j][1], inf, scan_scales[j], [base]))
         if j + 1 in body.ins:
             t = body.tensor(body.ins[j + 1][0])
-            row0 = _phys(inf)[0].reshape(-1)
-            if inf.perm[0] != 0 or t.phys_size != rowb or not np.array_equal(_phys(t).reshape(-1), row0):
-                raise _err(f"scanned tensor {j}: a row is not stored like the body's input (padded or reordered)")
+            row0 = phys_offsets_of(inf)[0].reshape(-1)
+            if inf.perm[0] != 0 or t.phys_size != rowb or not np.array_equal(phys_offsets_of(t).reshape(-1), row0):
+                raise control_error(f"scanned tensor {j}: a row is not stored like the body's input "
+                                    "(padded or reordered)")
             copies.append((base, body.ins[j + 1][1], rowb))
         base += -(-inf.phys_size // DRAM_ALIGN) * DRAM_ALIGN
     for src, dst, rowb in copies:
         L += [f"    seti r2, {rowb}", f"    mul r1, r{R_TRIP}, r2"]
-        _copy(L, src, dst, rowb, cfg, src_reg=1)
-    L.append(_text(body, "body"))
+        copy_bytes(L, src, dst, rowb, cfg, src_reg=1)
+    L.append(body_text(body, "body"))
     if wf is not None:
         addrs = [{"c": c_addr if cu is None else cu, "f": body.out_addr}[x] for x in pred.leaves]
-        _pred_code(L, pred, addrs, t_lay.nbytes, cfg, "loop_done")
+        pred_code(L, pred, addrs, t_lay.nbytes, cfg, "loop_done")
         if cu is not None:
-            _copy(L, body.out_addr, cu, t_lay.nbytes, cfg)
-    _move(L, body.out_addr, t_lay, c_addr, c_info, cfg)
+            copy_bytes(L, body.out_addr, cu, t_lay.nbytes, cfg)
+    move_value(L, body.out_addr, t_lay, c_addr, c_info, cfg)
     L += [f"    addi r{R_TRIP}, r{R_TRIP}, 1", "    jmp loop_top", "loop_done:"]
     cnt, base = base, base + DRAM_ALIGN
-    _store_counter(L, cnt)
+    store_counter(L, cnt)
     kind = "while" if wf else "loop"
     cm = ControlModel(cfg, None, kind, {"body": body}, operands, c_info, c_addr, s_c, tuple(node.shape), cnt,
                       names, True, pred, trips, None, base)
@@ -556,29 +552,28 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
     per trip the predicate on the carry picks the branch; the carry lives in its own buffer, is
     copied into the taken branch's input and its result copied back; ``r15`` counts the trips
     that took ``f``."""
-    from compiler.lower.dispatch import DRAM_ALIGN
     ifn = g.output
     then_g, else_g = ifn.arg
     args = list(ifn.src[1:])
     ids = [id(x) for x in g.inputs]
     if any(id(a) not in ids for a in args) or len(then_g.inputs) != len(args) or len(else_g.inputs) != len(args):
-        raise _err("a cond inside a loop body must take the loop's carry and rows directly (no captured or "
-                   "computed operands)")
+        raise control_error("a cond inside a loop body must take the loop's carry and rows directly (no captured "
+                            "or computed operands)")
     amap = [ids.index(id(a)) for a in args]
     if 0 not in amap:
-        raise _err("a cond inside a loop body must take the loop's carry")
+        raise control_error("a cond inside a loop body must take the loop's carry")
     nscan = len(node.src) - 1
     ident = {k: (bg.output in bg.inputs) for k, bg in (("then", then_g), ("else", else_g))}
     for k, bg in (("then", then_g), ("else", else_g)):
         if ident[k] and amap[list(bg.inputs).index(bg.output)] != 0:
-            raise _err("a branch inside a loop that returns a row instead of the carry is not lowered")
+            raise control_error("a branch inside a loop that returns a row instead of the carry is not lowered")
     bfeeds, seen = [], []
     for c, xs in zip(init_vals, scans):          # the float loop: carries and each branch's arguments
         seen.append(c)
         for i in range(trips):
             f = {"arg0": c, **{f"arg{j + 1}": np.asarray(x[i], np.float32) for j, x in enumerate(xs)}}
             bfeeds.append({f"arg{k}": f[f"arg{j}"] for k, j in enumerate(amap)})
-            c = np.asarray(_np_eval(g.output, f), np.float32)
+            c = np.asarray(float_eval(g.output, f), np.float32)
             seen.append(c)
     s_c = _amax(seen)
     scan_scales = [_amax([xs[j] for xs in scans]) for j in range(nscan)]
@@ -586,16 +581,16 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
     base, bodies = 0, {}
     for k, bg in (("then", then_g), ("else", else_g)):
         if not ident[k]:
-            bodies[k] = _compile_body(bg, bfeeds, arg_scale, s_c, cfg, base, searcher, per_channel,
-                                      f"loop's cond {k}-branch")
+            bodies[k] = compile_body(bg, bfeeds, arg_scale, s_c, cfg, base, searcher, per_channel,
+                                     f"loop's cond {k}-branch")
             base = bodies[k].end
             if re.search(r"\br15\b", bodies[k].cm.asm):
-                raise _err(f"the loop's cond {k}-branch needs scalar register r15, which counts its trips")
-    red, form, leaves, h, rph = _match_pred(ifn.src[0], {("role", "c"): "c"}, {id(g.inputs[0]): "c"})
+                raise control_error(f"the loop's cond {k}-branch needs scalar register r15, which counts its trips")
+    red, form, leaves, h, rph = match_pred(ifn.src[0], {("role", "c"): "c"}, {id(g.inputs[0]): "c"})
     c_info = _host_info("carry", node.src[0].shape)
     n = c_info.numel
-    T, hi = _threshold(h, rph, red, form, n, s_c)
-    pred = _Pred(red, form, tuple(leaves), T, hi, s_c)
+    T, hi = threshold(h, rph, red, form, n, s_c)
+    pred = Pred(red, form, tuple(leaves), T, hi, s_c)
     cm_addr, base = base, base + -(-c_info.phys_size // DRAM_ALIGN) * DRAM_ALIGN
     operands = [_Operand(ops[0][0], ops[0][1], c_info, s_c, [cm_addr])]
     rows = []
@@ -610,7 +605,7 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
          f"{'>=' if hi else '<'} {T}; r{R_TRIP} trips, r15 then-trips",
          f"    seti r{R_TRIP}, 0", "    seti r15, 0", "loop_top:", f"    seti r1, {trips}",
          f"    bge r{R_TRIP}, r1, loop_done"]
-    _pred_code(L, pred, [cm_addr], n, cfg, "br_else")
+    pred_code(L, pred, [cm_addr], n, cfg, "br_else")
     for k in ("then", "else"):
         if k == "else":
             L.append("br_else:")
@@ -620,23 +615,23 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
                 if a not in b.ins:
                     continue
                 if j == 0:
-                    _move(L, cm_addr, _lay(c_info), b.ins[a][1], b.in_layout(a), cfg)
+                    move_value(L, cm_addr, layout_of(c_info), b.ins[a][1], b.in_layout(a), cfg)
                 else:
                     inf, addr, rowb = rows[j - 1]
                     t = b.tensor(b.ins[a][0])
                     if inf.perm[0] != 0 or t.phys_size != rowb or \
-                            not np.array_equal(_phys(t).reshape(-1), _phys(inf)[0].reshape(-1)):
-                        raise _err(f"scanned tensor {j - 1}: a row is not stored like the {k}-branch's input")
+                            not np.array_equal(phys_offsets_of(t).reshape(-1), phys_offsets_of(inf)[0].reshape(-1)):
+                        raise control_error(f"scanned tensor {j - 1}: a row is not stored like the {k}-branch's input")
                     L += [f"    seti r2, {rowb}", f"    mul r1, r{R_TRIP}, r2"]
-                    _copy(L, addr, b.ins[a][1], rowb, cfg, src_reg=1)
-            L.append(_text(b, k))
-            _move(L, b.out_addr, b.out_layout(), cm_addr, _lay(c_info), cfg)
+                    copy_bytes(L, addr, b.ins[a][1], rowb, cfg, src_reg=1)
+            L.append(body_text(b, k))
+            move_value(L, b.out_addr, b.out_layout(), cm_addr, layout_of(c_info), cfg)
         if k == "then":
             L += ["    addi r15, r15, 1", "    jmp br_join"]
     L += ["br_join:", f"    addi r{R_TRIP}, r{R_TRIP}, 1", "    jmp loop_top", "loop_done:", "    fence all",
           f"    sst r{R_TRIP}, acc[0], 0", "    sst r15, acc[0], 1",
           f"    dma.st dram[{cnt}], acc[0], rows=1, len=2, rstride=8, estride=4", "    fence all", "    halt"]
-    cm = ControlModel(cfg, None, "loop-cond", bodies, operands, _lay(c_info), cm_addr, s_c, tuple(node.shape), cnt,
+    cm = ControlModel(cfg, None, "loop-cond", bodies, operands, layout_of(c_info), cm_addr, s_c, tuple(node.shape), cnt,
                       names, True, pred, trips, next((k for k, v in ident.items() if v), None), base)
     cm.branch_args = amap
     pre: list = []

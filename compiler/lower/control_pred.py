@@ -2,10 +2,10 @@
 recognised as a threshold on a full ``sum``/``max`` of ``x``, ``|x|``, ``x - y`` or ``|x - y|``
 over int8 tensors the chip holds.
 
-``_match_pred`` finds the reduction and its leaves (tensors identified by structural keys, so a
+``match_pred`` finds the reduction and its leaves (tensors identified by structural keys, so a
 function traced twice is recognised), ``_probe`` identifies the elementwise form by evaluating it
-on random inputs (any spelling works), ``_threshold`` turns the float predicate at ``R * scale``
-into the integer rule ``R >= T`` (checked to be a step). ``_Pred`` evaluates the rule in numpy.
+on random inputs (any spelling works), ``threshold`` turns the float predicate at ``R * scale``
+into the integer rule ``R >= T`` (checked to be a step). ``Pred`` evaluates the rule in numpy.
 """
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.ir.graph import Node, Ops, toposort
+from isa.semantics import wrap32_int
+
+from compiler.ir.evaluate import evaluate
+from compiler.ir.graph import Node, Ops, substitute, toposort
 from compiler.lower.schedule import ChipCompileError
 
 #: elementwise forms a predicate may reduce (a, b: int8 tensors of one scale)
@@ -22,16 +25,16 @@ _FORMS = {"a": lambda a, b: a, "|a|": lambda a, b: np.abs(a), "a-b": lambda a, b
           "|a-b|": lambda a, b: np.abs(a - b)}
 
 
-def _err(msg: str) -> ChipCompileError:
+def control_error(msg: str) -> ChipCompileError:
     return ChipCompileError(f"control flow: {msg}")
 
 
-def _np_eval(out: Node, feeds: dict) -> np.ndarray:
-    from runtime.numpy_backend import NumpyBackend     # the reference backend (the float semantics)
-    return NumpyBackend().execute([out], feeds)[0]
+def float_eval(out: Node, feeds: dict) -> np.ndarray:
+    """The float value of ``out`` (the reference evaluator, ``compiler.ir.evaluate``)."""
+    return evaluate([out], feeds)[0]
 
 
-def _skeys(roots: list, roles: dict) -> dict:
+def structural_keys(roots: list, roles: dict) -> dict:
     """Structural key of every node under ``roots``; ``roles`` maps node ids to a fixed tag (body
     placeholders), so one function traced twice gives equal keys."""
     keys: dict = {}
@@ -52,19 +55,14 @@ def _skeys(roots: list, roles: dict) -> dict:
     return keys
 
 
-def _substitute(out: Node, mapping: dict) -> Node:
-    from compiler.frontend.control import _substitute as sub
-    return sub(out, mapping)
-
-
-def _inputs(out: Node) -> set:
+def input_ids(out: Node) -> set:
     return {id(n) for n in toposort([out]) if n.op is Ops.INPUT}
 
 
 # ------------------------------------------------------------------------------- predicates
 
 @dataclass
-class _Pred:
+class Pred:
     red: str                 # "max" | "sum"
     form: str                # key of _FORMS
     leaves: tuple            # leaf names ("a" operand/tensor tags), 1 or 2
@@ -78,13 +76,13 @@ class _Pred:
     def reduce(self, a: np.ndarray, b: np.ndarray | None) -> int:
         e = _FORMS[self.form](a.astype(np.int64).ravel(), None if b is None else b.astype(np.int64).ravel())
         r = int(e.max()) if self.red == "max" else int(e.sum())
-        return int(((r + (1 << 31)) % (1 << 32)) - (1 << 31))
+        return wrap32_int(r)
 
 
-def _match_pred(pred: Node, known: dict, roles: dict) -> tuple:
+def match_pred(pred: Node, known: dict, roles: dict) -> tuple:
     """Split a boolean scalar ``pred`` into (reduction kind, form, leaf tags, scalar function node,
     its placeholder). ``known`` maps structural keys of tensors the chip holds to their tags."""
-    keys = _skeys([pred], roles)
+    keys = structural_keys([pred], roles)
     nodes = toposort([pred])
     for r in reversed(nodes):
         if r.op not in (Ops.SUM, Ops.RMAX) or int(np.prod(r.shape)) != 1:
@@ -100,28 +98,28 @@ def _match_pred(pred: Node, known: dict, roles: dict) -> tuple:
             continue
         tags = sorted(leaves)
         phs = {t: Node(Ops.INPUT, leaves[t][0].dtype, (), (f"leaf_{t}", leaves[t][0].shape)) for t in tags}
-        e2 = _substitute(e, {id(n): phs[t] for t in tags for n in leaves[t]})
-        if _inputs(e2) != {id(p) for p in phs.values()}:
+        e2 = substitute([e], {id(n): phs[t] for t in tags for n in leaves[t]})[0]
+        if input_ids(e2) != {id(p) for p in phs.values()}:
             continue
         rph = Node(Ops.INPUT, r.dtype, (), ("reduction", r.shape))
-        h = _substitute(pred, {id(r): rph})
-        if _inputs(h) != {id(rph)}:
+        h = substitute([pred], {id(r): rph})[0]
+        if input_ids(h) != {id(rph)}:
             continue
         form = _probe(e2, [phs[t] for t in tags])
         if form is None:
             continue
         fk, order = form
         return ("max" if r.op is Ops.RMAX else "sum"), fk, tuple(tags[i] for i in order), h, rph
-    raise _err("the predicate must be a comparison of sum(...) or max(...) over a whole tensor of x, |x|, x - y "
-               "or |x - y| with a constant, where x, y are the cond's operands (or, in a while_loop, the "
-               "carry and the body's result)")
+    raise control_error("the predicate must be a comparison of sum(...) or max(...) over a whole tensor of x, |x|, "
+                        "x - y or |x - y| with a constant, where x, y are the cond's operands (or, in a while_loop, "
+                        "the carry and the body's result)")
 
 
 def _probe(e: Node, phs: list) -> tuple | None:
     """Which of _FORMS (and which leaf order) the elementwise graph ``e`` computes, by evaluation."""
     rng = np.random.default_rng(7)
     trials = [[rng.uniform(-2, 2, p.shape).astype(np.float32) for p in phs] for _ in range(3)]
-    outs = [np.asarray(_np_eval(e, {p.arg[0]: v for p, v in zip(phs, vals)}), np.float64).ravel()
+    outs = [np.asarray(float_eval(e, {p.arg[0]: v for p, v in zip(phs, vals)}), np.float64).ravel()
             for vals in trials]
     orders = [(0,)] if len(phs) == 1 else [(0, 1), (1, 0)]
     for fk, f in _FORMS.items():
@@ -140,14 +138,14 @@ def _probe(e: Node, phs: list) -> tuple | None:
     return None
 
 
-def _threshold(h: Node, rph: Node, red: str, form: str, n: int, scale: float) -> tuple[int, bool]:
+def threshold(h: Node, rph: Node, red: str, form: str, n: int, scale: float) -> tuple[int, bool]:
     """The integer rule of the predicate: its float value at ``R * scale`` is a step at ``T``."""
     span = {"a": (-128, 127), "|a|": (0, 128), "a-b": (-255, 255), "|a-b|": (0, 255)}[form]
     lo, hi = (span[0], span[1]) if red == "max" else (span[0] * n, span[1] * n)
     name = rph.arg[0]
 
     def P(R: int) -> bool:
-        return bool(np.asarray(_np_eval(h, {name: np.full(rph.shape, R * scale, np.float32)})).reshape(-1)[0])
+        return bool(np.asarray(float_eval(h, {name: np.full(rph.shape, R * scale, np.float32)})).reshape(-1)[0])
 
     top = P(hi)
     if P(lo) == top:
@@ -161,5 +159,5 @@ def _threshold(h: Node, rph: Node, red: str, form: str, n: int, scale: float) ->
     pts = range(lo, hi + 1) if hi - lo <= 600 else np.unique(np.r_[np.linspace(lo, hi, 400).astype(int), T - 1, T])
     for R in pts:
         if lo <= R <= hi and P(int(R)) != (top if R >= T else not top):
-            raise _err("the predicate is not a threshold on the reduction (it changes value more than once)")
+            raise control_error("the predicate is not a threshold on the reduction (it changes value more than once)")
     return int(T), top

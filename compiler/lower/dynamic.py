@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from compiler.lower.schedule import ChipCompileError
+from compiler.lower.trace import trace
 
 #: the scalar register holding the symbol's value at launch (kernels use r1..r13 and r1..r(3+inputs))
 DYN_REG = 15
@@ -160,7 +161,6 @@ def fit_ew(cfg, tl, in_rows: list, out_rows, nmax: int, what: str):
 
 def out_axes(model_or_fn, arrays: dict, axes: dict, mx: int, outputs_at_max: list) -> list:
     """Which axis of each output carries the symbol: trace once more at ``max + 1`` and compare."""
-    from compiler.lower.dispatch import trace
     bigger = {n: (pad_to(a, axes[n], mx + 1) if n in axes else a) for n, a in arrays.items()}
     outs, _, _, _ = trace(model_or_fn, bigger)
     res = []

@@ -298,7 +298,7 @@ def lift(outputs: list[Node], input_perm=None) -> Schedule:
         srcv = [val[id(s)] for s in n.src]
         if n.op is Ops.INPUT:
             name, shape = n.arg
-            perm = tuple(input_perm(shape)) if input_perm else _default_perm(shape)
+            perm = tuple(input_perm(shape)) if input_perm else default_perm(shape)
             tensors.append(TensorInfo(name, tuple(shape), perm, "input"))
             inputs[name] = len(tensors) - 1
             val[id(n)] = _Act(len(tensors) - 1, tensors[-1].identity())
@@ -326,7 +326,7 @@ def lift(outputs: list[Node], input_perm=None) -> Schedule:
 _MOVES = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 
 
-def _default_perm(shape) -> tuple:
+def default_perm(shape) -> tuple:
     # 4-D inputs are images (N, C, H, W): stored channel-last so that a convolution's window
     # rows are contiguous bytes (NHWC), which the DMA reads as im2col rows.
     return (0, 2, 3, 1) if len(shape) == 4 else tuple(range(len(shape)))

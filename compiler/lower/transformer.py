@@ -43,6 +43,7 @@ import numpy as np
 from isa.config import ChipConfig
 
 from compiler.lower import intmath as im
+from compiler.lower.compiled import Compiled, unpack_inputs
 from compiler.lower.dynamic import DynSpec, host_feeds, pad_to
 from compiler.lower.schedule import ChipCompileError
 from compiler.lower.transformer_emit import DYN_REG, Layout, check_shapes, cycles_by_phase, dram_bytes_by_phase, emit  # noqa: F401
@@ -278,7 +279,8 @@ def reference_int(qb: QBlock, xq, blk: int) -> np.ndarray:
 def blocks_of(model) -> list | None:
     """The blocks of ``model``: one ``TransformerBlock`` or ``TransformerEncoderLayer``, or an
     ``nn.Sequential`` of them, or an ``nn.TransformerEncoder`` without a final norm; else None."""
-    from compiler.frontend.nn import MultiHeadAttention, Sequential, TransformerBlock, TransformerEncoder, TransformerEncoderLayer
+    from compiler.frontend.nn import (MultiHeadAttention, Sequential, TransformerBlock, TransformerEncoder,
+                                      TransformerEncoderLayer)
 
     def exact(m):          # a subclass may change forward (e.g. is_causal): not recognised
         return type(m) in (TransformerBlock, TransformerEncoderLayer)
@@ -292,7 +294,7 @@ def blocks_of(model) -> list | None:
 
 
 @dataclass
-class CompiledTransformer:
+class CompiledTransformer(Compiled):
     """One program for a block or a stack of blocks; the interface ``Device("sim").run`` uses.
     Inputs and outputs are in the module's layout: ``(1, T, d)``, or ``(T, 1, d)`` for a
     ``TransformerEncoderLayer`` with ``batch_first=False`` (``(T, d)`` is accepted too)."""
@@ -355,9 +357,9 @@ class CompiledTransformer:
         q = self._module_layout(q[:self.tmax])
         return [q.astype(np.float32) * np.float32(self.s_out)], {"out": q}
 
-    def reference_int(self, x) -> np.ndarray:
+    def reference_int(self, *inputs) -> np.ndarray:
         """int8 output of the integer numpy model (``intmath``), block after block, module layout."""
-        f = self.feeds([x])
+        f = self.feeds(unpack_inputs(inputs))
         host_feeds(self.dynamic, f)                      # checks 1 <= T <= max
         y = self.quantize_x(self._tokens(f["x"]))
         for qb in self.qblocks:                          # block i's output scale is block i+1's input's
@@ -365,26 +367,20 @@ class CompiledTransformer:
         return self._module_layout(y).astype(np.int8)
 
     def reference(self, *inputs) -> list:
-        r = self.reference_int(inputs[0] if len(inputs) == 1 else inputs)
+        r = self.reference_int(*inputs)
         return [r.astype(np.float32) * np.float32(self.s_out)]
 
-    def float_reference(self, x) -> np.ndarray:
-        y = self._tokens(self.feeds([x])["x"])
+    def float_reference(self, *inputs) -> list:
+        """The float blocks (``float_block``, float64 inside), module layout, as float32."""
+        y = self._tokens(self.feeds(unpack_inputs(inputs))["x"])
         for w in self.weights:
             y = float_block(w, y, self.qblock.causal)[0]
-        return self._module_layout(y)
+        return [self._module_layout(y).astype(np.float32)]
 
     @property
     def plans(self) -> dict:
         """Memory used: SPM rows, the largest phase's ACC rows, DRAM bytes (with constants)."""
         return dict(self.layout.usage)
-
-    def run_on(self, device, *inputs, **kw):
-        """``Device.run(compiled, x)`` lands here (``Device("sim")``)."""
-        runner = getattr(device.backend, "run_compiled", None)
-        if runner is None:
-            raise ChipCompileError(f"device {device.name!r} cannot run a compiled chip program")
-        return runner(self, *inputs, **kw)
 
     def summary(self) -> str:
         q = self.qblock

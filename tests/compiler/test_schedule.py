@@ -4,7 +4,7 @@ import pytest
 
 import tetrachip as tc
 from compiler.ir.engine import prepare
-from compiler.lower.dispatch import trace
+from compiler.lower.trace import trace
 from compiler.lower.schedule import ChipCompileError, EwKernel, lift, run_float
 
 

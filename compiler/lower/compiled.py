@@ -1,0 +1,79 @@
+"""What every compiled model is: the ``Compiled`` protocol (a leaf: the lowerers and the runtime
+import it, it imports none of them).
+
+Each kind of compiled model — a kernel sequence (``compiler.lower.pipeline.CompiledModel``, with a
+symbolic dimension or not), control flow (``compiler.lower.control_lower.ControlModel``), a
+transformer block (``compiler.lower.transformer.CompiledTransformer``) — implements it:
+
+* for the user: ``run_on(device, *inputs)`` (what ``Device.run(compiled, *inputs)`` calls),
+  ``reference(*inputs)`` (the integer model's outputs, dequantized: what the chip returns bit for
+  bit), ``float_reference(*inputs)`` (the float model the integer one approximates), ``summary()``;
+* for a device backend (``runtime.sim_backend``): ``config`` and ``program``, ``feeds(inputs)``
+  (the inputs by name), ``dynamic`` (a ``compiler.lower.dynamic.DynSpec`` or None: then the
+  backend pads the inputs and writes the symbol's value into its register), ``dram_writes(feeds)``
+  (what the host writes to DRAM before launch) and ``read_outputs(read)`` (the dequantized outputs
+  and the integers, from DRAM after the run).
+
+``inputs`` are the model's inputs in order, or one dict by input name.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol, runtime_checkable
+
+import numpy as np
+
+from isa.config import ChipConfig
+from isa.errors import TetrachipError
+from isa.program import Program
+
+
+@runtime_checkable
+class Compiled(Protocol):
+    config: ChipConfig
+    program: Program
+    input_names: list
+    dynamic: object
+
+    def feeds(self, inputs) -> dict:
+        """The inputs (a sequence in order, or a dict) as numpy arrays by input name."""
+        ...
+
+    def dram_writes(self, feeds: dict) -> list[tuple[int, np.ndarray]]:
+        """(address, bytes) the host writes before launch: constants, then the quantized inputs."""
+        ...
+
+    def read_outputs(self, read: Callable) -> tuple[list[np.ndarray], dict]:
+        """``read(addr, n, dtype)`` reads DRAM after the run; the dequantized outputs and the integers."""
+        ...
+
+    def reference(self, *inputs) -> list[np.ndarray]:
+        """The integer model in numpy, dequantized: what the chip must return, bit for bit."""
+        ...
+
+    def float_reference(self, *inputs) -> list[np.ndarray]:
+        """The float model the integer one approximates (float32)."""
+        ...
+
+    def summary(self) -> str:
+        ...
+
+    def run_on(self, device, *inputs, **kw):
+        """``Device.run(compiled, *inputs)`` lands here: the device's backend runs the program."""
+        runner = getattr(device.backend, "run_compiled", None)
+        if runner is None:
+            raise TetrachipError(f"device {device.name!r} cannot run a compiled chip program")
+        return runner(self, *inputs, **kw)
+
+
+def named_feeds(input_names: list, inputs) -> dict:
+    """``inputs`` (a sequence in the order of ``input_names``, or a dict by name) as numpy arrays."""
+    if isinstance(inputs, dict):
+        return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in inputs.items()}
+    if len(inputs) != len(input_names):
+        raise TetrachipError(f"the model takes {len(input_names)} input(s), given {len(inputs)}")
+    return {n: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for n, v in zip(input_names, inputs)}
+
+
+def unpack_inputs(inputs: tuple):
+    """The ``*inputs`` of ``reference``/``float_reference``: one dict stays a dict, else the sequence."""
+    return inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs

@@ -1,0 +1,31 @@
+"""Tracing: a model (a Module or a function of Tensors) called on placeholders gives the graph IR
+the lowerers start from (``compiler.lower.dispatch`` traces every model; ``compiler.lower.dynamic``
+traces once more to find which output axes carry a symbolic dimension)."""
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.frontend.tensor import Tensor
+from compiler.lower.schedule import ChipCompileError
+
+
+def trace(model_or_fn, example_inputs) -> tuple[list, list[str], bool, list[dict]]:
+    """Graph outputs, input names and example feeds of a model called on placeholders."""
+    if isinstance(example_inputs, dict):
+        names = list(example_inputs)
+        arrays = [example_inputs[k] for k in names]
+    else:
+        arrays = list(example_inputs) if isinstance(example_inputs, (list, tuple)) else [example_inputs]
+        names = [f"x{i}" if len(arrays) > 1 else "x" for i in range(len(arrays))]
+    arrays = [np.asarray(a.numpy() if hasattr(a, "numpy") else a, np.float32) for a in arrays]
+    fn = model_or_fn
+    if hasattr(fn, "eval") and hasattr(fn, "forward"):
+        fn.eval()
+    phs = [Tensor.placeholder(n, a.shape) for n, a in zip(names, arrays)]
+    out = fn(*phs)
+    single = not isinstance(out, (list, tuple))
+    outs = [out] if single else list(out)
+    for o in outs:
+        if not isinstance(o, Tensor):
+            raise ChipCompileError(f"the model must return Tensors, got {type(o).__name__}")
+    return [o.node for o in outs], names, single, [dict(zip(names, arrays))]
