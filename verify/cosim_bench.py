@@ -28,6 +28,9 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
 
+from isa.semantics import u32
+from isa.table import SPACE_BYTES, SPACE_DTYPE, SPACE_NAME, Space
+
 N_UNITS = 7          # trace start lanes (isa.table.Unit)
 N_RETIRE = 8         # retire lanes: one per unit, lane 7 the MXU's mm/mma slot
 PERIOD_NS = 10
@@ -157,11 +160,13 @@ def _readmem(name: str, i: int, rows: int, row_bytes: int, banks: int | None) ->
 
 def read_mems(cfg: dict, i: int, parts: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Chip i's SPM (int8 lanes) and ACC (int32 lanes) from the files ``bench_dump`` wrote."""
-    c = cfg["cols"]
     parts = parts or {"spm": None, "acc": None}
-    spm = _readmem("spm", i, cfg["spm_rows"], c, parts["spm"]).copy().view(np.int8)
-    acc = _readmem("acc", i, cfg["acc_rows"], 4 * c, parts["acc"]).copy().view("<i4")
-    return spm, acc.astype(np.int32)
+
+    def rows(space):
+        name = SPACE_NAME[space]
+        data = _readmem(name, i, cfg[f"{name}_rows"], cfg["cols"] * SPACE_BYTES[space], parts[name])
+        return data.copy().view(SPACE_DTYPE[space])
+    return rows(Space.SPM), rows(Space.ACC).astype(np.int32)
 
 
 class Bench:
@@ -236,7 +241,7 @@ class Bench:
             for r in range(1, cfg["scalar_regs"]):
                 p.h["reg_we"].value = 1
                 p.h["reg_addr"].value = r
-                p.h["reg_wdata"].value = int(regs.get(r, 0)) & 0xFFFFFFFF
+                p.h["reg_wdata"].value = u32(int(regs.get(r, 0)))
                 await FallingEdge(dut.clk)
             p.h["reg_we"].value = 0
         for p in ports:

@@ -31,14 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from isa import ChipConfig
-from isa.table import INSTRUCTIONS, Unit
+from isa.table import (BRANCHES, INSTRUCTIONS, SCALAR_ALU, SPACE_BYTES, UNIT_NAMES, VPU_BINARY, VPU_UNARY, Space,
+                       Unit)
+from isa.timing import lut_rows
 
-UNIT_NAME = {Unit.SCALAR: "scalar", Unit.LOAD: "load", Unit.STORE: "store", Unit.MXU: "mxu", Unit.VPU: "vpu",
-             Unit.LTX: "ltx", Unit.LRX: "lrx"}
-VBIN = ("vadd", "vsub", "vmul", "vmin", "vmax", "vshl", "vsra")
-VUN = ("vmov", "vrelu", "vabs", "vrsum", "vrmax", "vrmin", "vlut")
-ALU = ("add", "sub", "mul", "and", "or", "xor", "sll", "srl", "sra", "slt")
-BRANCH = ("beq", "bne", "blt", "bge")
+UNIT_NAME = dict(zip(Unit, UNIT_NAMES))
 ALL_OPCODES = tuple(i.mnemonic for i in INSTRUCTIONS)
 DRAM_IN = 0x4000          # bytes of random input data at DRAM 0 (read-only for the program)
 #: "race" is not among them: races are a simulator diagnostic (docs/microarchitecture.md section 4),
@@ -168,7 +165,7 @@ class Gen:
         if kind == "dma.ld":
             space = r.choice(["spm", "acc"])
             rows = r.randint(1, 4)
-            esz = 1 if space == "spm" else 4
+            esz = SPACE_BYTES[Space[space.upper()]]
             ln = r.choice([C, C, r.randint(1, C)])
             rs = r.choice([C * esz, r.randint(0, 3 * C)])
             es = r.choice([esz, esz, r.randint(1, 2 * esz)])
@@ -184,7 +181,7 @@ class Gen:
         if kind == "dma.st":
             space = rf[0] if rf else r.choice(["spm", "acc"])
             rows = min(cap, r.randint(1, 4))
-            esz = 1 if space == "spm" else 4
+            esz = SPACE_BYTES[Space[space.upper()]]
             ln = r.choice([C, r.randint(1, C)])
             rs = ln * esz + r.choice([0, 0, 4])
             lines, rep, d, total, cm, span = nest(rows, 2)
@@ -220,11 +217,11 @@ class Gen:
             a, x = self.addr("acc", dst)
             self.cover(kind, d, f"acc{x}/{cm}")
             return lines + [f"{kind} {a}, spm[{s}], n={n}{rep}"], Unit.MXU, ("acc", dst, span)
-        if kind in VBIN + VUN:
+        if kind in VPU_BINARY + VPU_UNARY:
             n = r.randint(1, min(4, cap))
             dsp = r.choice(["spm", "acc"])
             asp = rf[0] if rf else r.choice(["spm", "acc"])
-            lines, rep, d, total, cm, span = nest(n, 3 if kind in VBIN else 2)
+            lines, rep, d, total, cm, span = nest(n, 3 if kind in VPU_BINARY else 2)
             dst = self.alloc(dsp, span)
             asrc = src(asp, span)
             if dst is None or asrc is None:
@@ -232,7 +229,7 @@ class Gen:
             da, x = self.addr(dsp, dst)
             mode = f"{dsp}{x},{asp}"
             text = f"{kind} {da}, {asp}[{asrc}]"
-            if kind in VBIN:
+            if kind in VPU_BINARY:
                 bm = r.choice(["spm", "acc", "reg", "imm"])
                 if bm in ("spm", "acc"):
                     b = self.alloc(bm, span)
@@ -269,7 +266,7 @@ class Gen:
             return [f"vqcfg shift={r.randint(0, 12)}, zp={r.randint(-5, 5)}, lo={lo}, hi={r.randint(lo, 127)}, "
                     f"round={rnd}"], Unit.VPU, None
         if kind == "vlutld":
-            s = self.alloc("spm", -(-256 // C))
+            s = self.alloc("spm", lut_rows(self.cfg))
             if s is None:
                 return None
             self.cover(kind, 0, "spm")
@@ -306,7 +303,8 @@ class Gen:
         r = self.r
         self.spm.reset()
         self.acc.reset()
-        kinds = ["dma.ld", "dma.st", "mxu.lw", "mxu.mm", "mxu.mma", "vreq", "vqcfg", "vlutld"] + list(VBIN + VUN)
+        kinds = ["dma.ld", "dma.st", "mxu.lw", "mxu.mm", "mxu.mma", "vreq", "vqcfg", "vlutld", *VPU_BINARY,
+                 *VPU_UNARY]
         used = set()
         for _ in range(r.randint(1, 5)):
             k = r.choice(kinds)
@@ -373,9 +371,9 @@ class Gen:
     def scalar(self):
         r = self.r
         for _ in range(r.randint(1, 4)):
-            op = r.choice(list(ALU) + ["addi", "seti", "sld", "sst", "nop"])
+            op = r.choice(list(SCALAR_ALU) + ["addi", "seti", "sld", "sst", "nop"])
             rd, a, b = (f"r{r.randint(4, 7)}" for _ in range(3))
-            if op in ALU:
+            if op in SCALAR_ALU:
                 self.emit(f"{op} {rd}, {a}, {r.choice([b, 'r9', 'r0'])}")
             elif op == "addi":
                 self.emit(f"addi {rd}, {a}, {r.randint(-1000, 1000)}")
@@ -396,7 +394,7 @@ class Gen:
     def branch(self, link_ok: bool):
         r = self.r
         if r.random() < 0.5:
-            op = r.choice(BRANCH)
+            op = r.choice(BRANCHES)
             skip = self.label()
             self.emit(f"{op} r{r.randint(4, 7)}, r{r.choice([0, 1, 2, 9])}, {skip}")
             self.cover(op, 0, "fwd")

@@ -28,12 +28,14 @@ import numpy as np
 
 from isa.asm import assemble
 from isa.config import ChipConfig
+from isa.semantics import wrap32
 
 from compiler.lower.schedule import ChipCompileError
 
 
 def _wrap32(v: np.ndarray) -> np.ndarray:
-    return ((np.asarray(v, np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int64)
+    """The chip's 32-bit wrap (``isa.semantics.wrap32``), kept in int64 for the arithmetic that follows."""
+    return wrap32(v).astype(np.int64)
 
 
 @dataclass
