@@ -26,5 +26,16 @@ test: $(STAMP)
 docs: $(STAMP)
 	$(PY) -m isa.docgen
 
+# ruff and mypy as configured in pyproject.toml, then the layer rules of DESIGN.md (import-linter contracts)
+.PHONY: lint deps
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+
+# the package and module import graph and its circles (fails on any circle)
+deps: $(STAMP)
+	$(PY) -m tools.deps
+
 clean:
 	rm -rf $(VENV) build out .pytest_cache .hypothesis
