@@ -24,6 +24,7 @@ from amaranth import Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsi
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from isa.semantics import wrap32_int
 from isa.table import INSTRUCTIONS, MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, Sync, Unit, clog2
 from isa.table import layout as isa_layout
 from isa.timing import QUEUE_DEPTH
@@ -46,12 +47,9 @@ def event_width(cfg) -> int:
 def nest_jumps(counts, strides) -> list[list[int]]:
     """``jump[j][k]`` (signed 32-bit) of a nest given its levels' trip counts and strides (level 0
     outermost): how far slot k's address moves when level j advances (see the module docstring)."""
-    def s32(v):
-        v &= (1 << 32) - 1
-        return v - (1 << 32) if v >> 31 else v
     out = []
     for j in range(len(counts)):
-        out.append([s32(strides[j][k] - sum((counts[i] - 1) * strides[i][k] for i in range(j + 1, len(counts))))
+        out.append([wrap32_int(strides[j][k] - sum((counts[i] - 1) * strides[i][k] for i in range(j + 1, len(counts))))
                     for k in range(STRIDE_SLOTS)])
     return out
 

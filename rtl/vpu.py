@@ -16,20 +16,19 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
-from isa.table import layout, BY_MNEMONIC, LUT_ENTRIES, Round, ScaleMode, Space, SrcMode, Unit, clog2
+from isa.ints import cdiv
+from isa.table import (layout, BY_MNEMONIC, LUT_ENTRIES, QCFG_RESET, VPU_BINARY, VPU_UNARY, Round, ScaleMode, Space,
+                       SrcMode, Unit, clog2)
 from isa.timing import VPU_LATENCY, lut_rows
 
 from .mem import LUTRAM_DEPTH
 from .queue import event_width
 from .unit import RowReadSignature, RowWriteSignature, UnitBase
 
-__all__ = ["VpuAlu", "VpuUnit", "QCFG_RESET", "ALU_OPS"]
+__all__ = ["VpuAlu", "VpuUnit", "ALU_OPS"]
 
-#: requantizer registers at reset: shift, zero point, lo, hi, rounding (docs/isa.md)
-QCFG_RESET = dict(shift=0, zp=0, lo=-128, hi=127, rnd=int(Round.FLOOR))
-#: the operations of ``VpuAlu``: its ``op`` port has one bit per name
-ALU_OPS = ("vadd", "vsub", "vmul", "vmin", "vmax", "vshl", "vsra", "vmov", "vrelu", "vabs", "vrsum", "vrmax", "vrmin",
-           "vlut", "vreq")
+#: the operations of ``VpuAlu``: its ``op`` port has one bit per name (the table's op groups, then vreq)
+ALU_OPS = VPU_BINARY + VPU_UNARY + ("vreq",)
 OP = {n: BY_MNEMONIC[n].opcode for n in ALU_OPS + ("vlutld", "vqcfg")}
 
 
@@ -83,7 +82,7 @@ class VpuAlu(wiring.Component):
 
     def __init__(self, cols: int):
         self.cols = cols
-        self.lut_rows = -(-LUT_ENTRIES // cols)
+        self.lut_rows = cdiv(LUT_ENTRIES, cols)
         L = lambda s: _lanes(cols, s)
         super().__init__({"op": In(data.StructLayout({k: 1 for k in ALU_OPS})), "a": In(L(signed(32))),
                           "b": In(L(signed(32))), "dspace": In(1), "lut_we": In(1),
@@ -386,7 +385,7 @@ class VpuUnit(UnitBase):
                      self.spm_b.addr.eq(cur_b), self.acc_b.addr.eq(cur_b)]
 
         # requantizer configuration and lookup table
-        shift, rnd = Signal(6, init=QCFG_RESET["shift"]), Signal(2, init=QCFG_RESET["rnd"])
+        shift, rnd = Signal(6, init=QCFG_RESET["shift"]), Signal(2, init=QCFG_RESET["round"])
         zp = Signal(signed(8), init=QCFG_RESET["zp"])
         lo, hi = Signal(signed(8), init=QCFG_RESET["lo"]), Signal(signed(8), init=QCFG_RESET["hi"])
         with m.If(go & is_cfg):

@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isa.errors import TetrachipError
-from isa.table import WORD_BITS
+from isa.ints import cdiv
+from isa.table import SPACE_BITS, WORD_BITS, Space
 from isa.timing import lut_rows
 
 from ..chip import MEMORY_PORTS as CHIP_MEMORY_PORTS
@@ -44,7 +45,7 @@ def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, i
     ch = {k: v for k, v in (("spm_rows", spm_rows), ("acc_rows", acc_rows), ("imem_words", imem_words))
           if v is not None and v < getattr(cfg, k)}
     if "spm_rows" in ch:
-        ch["spm_rows"] = max(ch["spm_rows"], -(-256 // cfg.cols))
+        ch["spm_rows"] = max(ch["spm_rows"], lut_rows(cfg))
     return cfg.replace(**ch) if ch else cfg
 
 #: (write ports, registered read ports, combinational read ports) of the chip's memories (rtl/chip.py)
@@ -102,7 +103,7 @@ def _bram_blocks(width: int, depth: int, dev: Device) -> int:
         modes = [(16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)]
     else:
         modes = [(2048, 2), (1024, 4), (512, 8), (256, 16)]
-    return min(-(-width // w) * -(-depth // d) for d, w in modes)
+    return min(cdiv(width, w) * cdiv(depth, d) for d, w in modes)
 
 
 def _memory(width, depth, ports, dev, mem="flat"):
@@ -116,7 +117,7 @@ def _memory(width, depth, ports, dev, mem="flat"):
     # lvt (rtl/mem.py): a bank per (write, read) port pair, a live-value table, a bank select per
     # read port; combinational banks (and registered ones of at most LUTRAM_DEPTH rows) in LUT
     # RAM cells of 16 rows x 4 bits, the other registered banks in block RAM
-    cells = -(-depth // LUTRAM_DEPTH)
+    cells = cdiv(depth, LUTRAM_DEPTH)
     sync_lut = depth <= LUTRAM_DEPTH and mem != "lvt-bram"      # registered-read banks in LUT RAM
     lut_banks = w * (r_comb + (r_sync if sync_lut else 0))
     per_bit = (lut_banks * cells * LUT_PER_RAM16X4 / 4 + w * r_comb * (cells - 1) * LUT_PER_RAM_DEPTH_MUX
@@ -147,8 +148,8 @@ def estimate(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes
     ffs = FF_BASE + FF_PER_LANE * cfg.cols + arr.ffs
     dsps = DSP_BASE + DSP_PER_LANE[dev.family] * cfg.cols + arr.dsps
     brams = 0
-    mems = {"spm": (8 * cfg.cols, cfg.spm_rows), "acc": (32 * cfg.cols, cfg.acc_rows),
-            "imem": (WORD_BITS, cfg.imem_words)}
+    mems = {"spm": (SPACE_BITS[Space.SPM] * cfg.cols, cfg.spm_rows),
+            "acc": (SPACE_BITS[Space.ACC] * cfg.cols, cfg.acc_rows), "imem": (WORD_BITS, cfg.imem_words)}
     for name, (width, depth) in mems.items():
         lu, ff, br = _memory(width, depth, MEMORY_PORTS[name], dev, mem if name != "imem" else "flat")
         luts, ffs, brams = luts + lu, ffs + ff, brams + br

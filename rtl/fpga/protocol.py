@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 
+from isa.semantics import u32
 from isa.table import WORD_BITS
 
 __all__ = ["write_dram", "read_dram", "write_instr", "set_len", "write_reg", "read_reg", "start", "status",
@@ -33,7 +34,7 @@ def set_len(n: int) -> bytes:                              # reply b"K"
 
 
 def write_reg(reg: int, value: int) -> bytes:              # reply b"K"
-    return b"A" + struct.pack("<BI", reg, value & 0xFFFFFFFF)
+    return b"A" + struct.pack("<BI", reg, u32(value))
 
 
 def read_reg(reg: int) -> bytes:                            # reply: u32
