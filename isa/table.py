@@ -20,10 +20,14 @@ from __future__ import annotations
 import enum
 import functools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .ints import clog2
+
+if TYPE_CHECKING:
+    from .config import ChipConfig
 
 WORD_BITS = 192
 WORD_BYTES = WORD_BITS // 8
@@ -59,14 +63,15 @@ class Space(enum.IntEnum):
 
 
 #: Lane type of each memory: SPM int8, ACC int32 (little-endian when DMA moves it to DRAM).
-#: Element bytes and lane bits of a memory derive from it.
-SPACE_DTYPE: dict[Space, np.dtype] = {Space.SPM: np.dtype(np.int8), Space.ACC: np.dtype("<i4")}
+#: Element bytes and lane bits of a memory derive from it. These tables are keyed by Space and
+#: typed by int: a Space is an int, and an instruction's decoded space field finds its entry.
+SPACE_DTYPE: dict[int, np.dtype] = {Space.SPM: np.dtype(np.int8), Space.ACC: np.dtype("<i4")}
 #: Bytes of one element of each memory (a DMA element, a lane's share of link and byte counts).
-SPACE_BYTES: dict[Space, int] = {s: dt.itemsize for s, dt in SPACE_DTYPE.items()}
+SPACE_BYTES: dict[int, int] = {s: dt.itemsize for s, dt in SPACE_DTYPE.items()}
 #: Bits of one lane of each memory (the RTL's row memories and ports).
-SPACE_BITS: dict[Space, int] = {s: 8 * b for s, b in SPACE_BYTES.items()}
+SPACE_BITS: dict[int, int] = {s: 8 * b for s, b in SPACE_BYTES.items()}
 #: Each memory's name as assembly writes it (``spm[row]``, ``acc[row]``) and statistics count it.
-SPACE_NAME: dict[Space, str] = {s: s.name.lower() for s in Space}
+SPACE_NAME: dict[int, str] = {s: s.name.lower() for s in Space}
 
 
 class SrcMode(enum.IntEnum):
@@ -114,7 +119,7 @@ class Sync(enum.IntEnum):
     ONCE = 1
 
 
-def derived_widths(cfg) -> dict[str, int]:
+def derived_widths(cfg: ChipConfig) -> dict[str, int]:
     """Field widths that depend on the ChipConfig."""
     laddr = clog2(max(cfg.spm_rows, cfg.acc_rows))
     return {
@@ -142,14 +147,14 @@ class Field:
     doc: str = ""
     #: legal values, checked on encode and decode: ("enum", EnumClass) | ("max", config_attr, offset)
     #: | ("max_int", n); None = every value of the width
-    limit: tuple | None = None
+    limit: tuple[Any, ...] | None = None
     #: accept unsigned spellings of a signed field (a 32-bit register value written in hex)
     wrap: bool = False
 
-    def bits(self, cfg) -> int:
+    def bits(self, cfg: ChipConfig) -> int:
         return self.width if isinstance(self.width, int) else derived_widths(cfg)[self.width]
 
-    def max_value(self, cfg) -> int | None:
+    def max_value(self, cfg: ChipConfig) -> int | None:
         """Largest legal value beyond what the width allows, or None."""
         if self.limit is None:
             return None
@@ -163,7 +168,8 @@ class Field:
         raise AssertionError(kind)
 
 
-def _f(name, width, signed=False, doc="", limit=None, wrap=False) -> Field:
+def _f(name: str, width: int | str, signed: bool = False, doc: str = "", limit: tuple[Any, ...] | None = None,
+       wrap: bool = False) -> Field:
     return Field(name, width, signed, doc, limit, wrap)
 
 
@@ -489,7 +495,8 @@ def _check_table() -> None:
     for ins in INSTRUCTIONS:
         assert ins.mnemonic not in BY_MNEMONIC or BY_MNEMONIC[ins.mnemonic] is ins, ins.mnemonic
         assert 0 <= ins.opcode < 1 << OPCODE_BITS, ins.mnemonic
-        assert ins.opcode not in seen_op, f"opcode {ins.opcode:#x} of {ins.mnemonic} reused by {seen_op.get(ins.opcode)}"
+        assert ins.opcode not in seen_op, \
+            f"opcode {ins.opcode:#x} of {ins.mnemonic} reused by {seen_op.get(ins.opcode)}"
         seen_op[ins.opcode] = ins.mnemonic
         assert ins.format in FORMATS, ins.mnemonic
         names = [f.name for f in ins.fields]
@@ -512,7 +519,7 @@ def _check_table() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def layout(cfg) -> Layout:
+def layout(cfg: ChipConfig) -> Layout:
     """Compute and check the bit layout for ``cfg`` (raises ConfigError if a format does not fit)."""
     from .errors import ConfigError
 
@@ -540,7 +547,7 @@ def layout(cfg) -> Layout:
     return Layout(formats)
 
 
-def check_layout(cfg) -> None:
+def check_layout(cfg: ChipConfig) -> None:
     layout(cfg)
 
 

@@ -7,8 +7,13 @@ Config-dependent numbers (DRAM latency, link latency, credits, array size) come 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .ints import cdiv
 from .table import LUT_ENTRIES, SPACE_BYTES
+
+if TYPE_CHECKING:
+    from .config import ChipConfig
 
 #: Entries in each unit's instruction queue (issue stalls when the target queue is full).
 QUEUE_DEPTH = 4
@@ -26,17 +31,17 @@ VPU_LATENCY = 3
 MXU_EXTRA = 2
 
 
-def mxu_pipe(cfg) -> int:
+def mxu_pipe(cfg: ChipConfig) -> int:
     """Cycles from streaming input row i (cycle s+i) to its ACC write (cycle s+i+mxu_pipe)."""
     return cfg.rows + cfg.cols + MXU_EXTRA
 
 
-def mxu_swap_delay(cfg) -> int:
+def mxu_swap_delay(cfg: ChipConfig) -> int:
     """Cycles after an MM that swaps in new weights starts before the shadow buffer may be reloaded."""
     return cfg.rows + cfg.cols
 
 
-def row_beats(cfg, length: int, space: int, estride: int) -> int:
+def row_beats(cfg: ChipConfig, length: int, space: int, estride: int) -> int:
     """DRAM beats for one DMA row of ``length`` elements.
 
     Contiguous rows (estride == element size) move ceil(bytes / beat) beats; any other stride
@@ -50,26 +55,26 @@ def row_beats(cfg, length: int, space: int, estride: int) -> int:
     return length
 
 
-def dma_occupancy(cfg, rows: int, length: int, space: int, estride: int) -> int:
+def dma_occupancy(cfg: ChipConfig, rows: int, length: int, space: int, estride: int) -> int:
     """Cycles a DMA instance holds its DRAM channel: one beat per cycle, at least one cycle."""
     return max(1, rows * row_beats(cfg, length, space, estride))
 
 
-def dma_retire(cfg, start: int, occupancy: int) -> int:
+def dma_retire(cfg: ChipConfig, start: int, occupancy: int) -> int:
     """Retire cycle of a DMA instance: its last beat's response returns dram_latency later."""
     return start + occupancy - 1 + cfg.dram_latency
 
 
-def flits_per_row(cfg, space: int) -> int:
+def flits_per_row(cfg: ChipConfig, space: int) -> int:
     """Link flits for one SPM or ACC row."""
     return cdiv(cfg.cols * SPACE_BYTES[space], cfg.link_width_bytes)
 
 
-def lut_rows(cfg) -> int:
+def lut_rows(cfg: ChipConfig) -> int:
     """SPM rows vlutld reads: the 256-byte table, row-major."""
     return cdiv(LUT_ENTRIES, cfg.cols)
 
 
-def ideal_gemm_cycles(cfg, m: int, k: int, n: int) -> int:
+def ideal_gemm_cycles(cfg: ChipConfig, m: int, k: int, n: int) -> int:
     """MXU-bound lower bound of an M x K x N GEMM: every MAC slot busy."""
     return cdiv(m * k * n, cfg.rows * cfg.cols)
