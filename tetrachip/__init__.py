@@ -17,7 +17,8 @@ from compiler.frontend.control import cond, loop, while_loop  # noqa: F401
 from compiler.ir.dtypes import DType, bool_, float32, int8, int32  # noqa: F401
 from compiler.ir.dtypes import bool_ as bool  # noqa: F401,A001  (tc.bool, as torch.bool)
 from compiler.frontend.random import bernoulli, manual_seed, rand, randint, randn, randperm, uniform  # noqa: F401
-from compiler.frontend.tensor import (Tensor, ShapeError, arange, cat, eye, full, hstack, ones, realize, stack,  # noqa: F401
+from compiler.frontend.shapes import ShapeError  # noqa: F401
+from compiler.frontend.tensor import (Tensor, arange, cat, eye, full, hstack, ones, realize, stack,  # noqa: F401
                              tensor, vstack, where, zeros)
 from compiler.ir import dtypes  # noqa: F401
 from runtime.device import Device  # noqa: F401

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from compiler.frontend import autograd as ag
 from compiler.ir.graph import Graph, Node, Ops, substitute, toposort
-from compiler.frontend.tensor import Tensor, _as_tensor, _err, where
+from compiler.frontend.shapes import shape_error
+from compiler.frontend.tensor import Tensor, as_tensor, where
 
 __all__ = ["where", "cond", "loop", "while_loop"]
 
@@ -76,17 +77,18 @@ def cond(pred, true_fn, false_fn, *operands) -> Tensor:
     Only the taken branch is executed. Both must return tensors of one shape and dtype.
     Gradients flow to the operands and to tensors the branches capture: the gradient of each is
     itself a ``cond`` on the same predicate."""
-    pred = _as_tensor(pred)
+    pred = as_tensor(pred)
     if pred.numel() != 1:
-        raise _err("cond", [pred.shape], "the predicate must be a single element")
+        raise shape_error("cond", [pred.shape], "the predicate must be a single element")
     pred = pred.reshape(()).bool()
-    ops = [_as_tensor(o) for o in operands]
+    ops = [as_tensor(o) for o in operands]
     args = [Tensor(_placeholder(i, o.node)) for i, o in enumerate(ops)]
     for a, o in zip(args, ops):
         a.requires_grad = o.requires_grad and ag.grad_enabled()
     tres, eres = _call("cond", true_fn, args), _call("cond", false_fn, args)
     if tres.shape != eres.shape or tres.dtype != eres.dtype:
-        raise _err("cond", [tres.shape, eres.shape], f"branches return different types ({tres.dtype}, {eres.dtype})")
+        raise shape_error("cond", [tres.shape, eres.shape],
+                          f"branches return different types ({tres.dtype}, {eres.dtype})")
     inputs = [a.node for a in args]
     out = Tensor(_if(pred.node, [o.node for o in ops], inputs, tres.node, eres.node))
     if ag.grad_enabled() and out.dtype.is_float and (tres.requires_grad or eres.requires_grad):
@@ -146,18 +148,18 @@ def loop(body, init, *xs) -> Tensor:
     Gradients (to ``init``, ``xs`` and captured tensors) need a static trip count: the backward
     graph replays the body once per row.
     """
-    init = _as_tensor(init)
-    xs = [_as_tensor(x) for x in xs]
+    init = as_tensor(init)
+    xs = [as_tensor(x) for x in xs]
     if not xs:
         raise ValueError("loop: needs at least one tensor to iterate over")
     if any(x.ndim == 0 for x in xs) or len({x.shape[0] for x in xs}) != 1:
-        raise _err("loop", [x.shape for x in xs], "scanned tensors need one shared leading dimension")
+        raise shape_error("loop", [x.shape for x in xs], "scanned tensors need one shared leading dimension")
     slices = [Node(Ops.INPUT, x.dtype, (), ("_", x.shape[1:])) for x in xs]
     inputs = [_placeholder(i, o) for i, o in enumerate([init.node, *slices])]
     res = _call("loop", body, [Tensor(i) for i in inputs])
     if res.shape != init.shape or res.dtype != init.dtype:
-        raise _err("loop", [init.shape, res.shape], f"body returns {res.dtype}, carry is {init.dtype}: "
-                   "shape and dtype must be kept")
+        raise shape_error("loop", [init.shape, res.shape], f"body returns {res.dtype}, carry is {init.dtype}: "
+                          "shape and dtype must be kept")
     out_node, outer, new_inputs = _close(inputs, res.node)
     node = Node(Ops.LOOP, init.dtype, (init.node, *[x.node for x in xs], *outer),
                 (Graph(tuple(inputs + new_inputs), out_node), len(xs)))
@@ -182,7 +184,7 @@ def while_loop(cond_fn, body_fn, init, max_iter: int) -> Tensor:
     if not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"while_loop: max_iter must be a positive int, got {max_iter!r}")
     from compiler.frontend.tensor import zeros
-    return loop(lambda c, _row: cond(cond_fn(c), body_fn, lambda v: v, c), _as_tensor(init), zeros(max_iter, 1))
+    return loop(lambda c, _row: cond(cond_fn(c), body_fn, lambda v: v, c), as_tensor(init), zeros(max_iter, 1))
 
 
 class _LoopGrad(ag.Function):

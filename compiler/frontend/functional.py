@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import math
 
+from isa.ints import cdiv
+
 from compiler.ir import dtypes
 from compiler.frontend import random as _random
-from compiler.frontend.tensor import Tensor, _as_tensor, _err, where
+from compiler.frontend.shapes import shape_error
+from compiler.frontend.tensor import Tensor, as_tensor, where
 
 
 def _pair(v) -> tuple[int, int]:
@@ -25,7 +28,7 @@ def _windows(x: Tensor, k, stride, dilation) -> Tensor:
     noop = [None] * (x.ndim - 2)
     o_ = [(i - d * (kk - 1) - 1) // s + 1 for i, d, kk, s in zip(i_, dilation, k, stride)]
     if any(o <= 0 for o in o_):
-        raise _err("conv/pool", [x.shape], f"kernel {k} with dilation {dilation} is larger than the input")
+        raise shape_error("conv/pool", [x.shape], f"kernel {k} with dilation {dilation} is larger than the input")
     n = len(noop)
     if all(kk <= s for kk, s in zip(k, stride)) and all(d == 1 for d in dilation):
         # non-overlapping windows (pooling with stride >= kernel): pad, reshape, shrink; no repeat
@@ -35,7 +38,7 @@ def _windows(x: Tensor, k, stride, dilation) -> Tensor:
         xup = xup.shrink(noop + [b for o, kk in zip(o_, k) for b in ((0, o), (0, kk))])
         return xup.permute(*range(n), n, n + 2, n + 1, n + 3)
     f_ = [1 + int(o * s > i + d) for o, s, i, d in zip(o_, stride, i_, dilation)]
-    e_ = [-(-kk * (i * f + d) // i) for kk, i, d, f in zip(k, i_, dilation, f_)]
+    e_ = [cdiv(kk * (i * f + d), i) for kk, i, d, f in zip(k, i_, dilation, f_)]
     pre = x.shape[:-2]
     xup = x.reshape(pre + tuple(v for i in i_ for v in (1, i)))
     xup = xup.expand(pre + tuple(v for e, i in zip(e_, i_) for v in (e, i)))
@@ -53,11 +56,12 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
            groups: int = 1) -> Tensor:
     """2-D cross-correlation, (N, Cin, H, W) * (Cout, Cin/groups, KH, KW) -> (N, Cout, OH, OW)."""
     if x.ndim != 4 or weight.ndim != 4:
-        raise _err("conv2d", [x.shape, weight.shape], "input must be (N, C, H, W) and weight (Cout, Cin/groups, KH, KW)")
+        raise shape_error("conv2d", [x.shape, weight.shape],
+                          "input must be (N, C, H, W) and weight (Cout, Cin/groups, KH, KW)")
     n, cin, _, _ = x.shape
     cout, cpg, kh, kw = weight.shape
     if cin % groups or cout % groups or cin // groups != cpg:
-        raise _err("conv2d", [x.shape, weight.shape], f"channels do not match groups={groups}")
+        raise shape_error("conv2d", [x.shape, weight.shape], f"channels do not match groups={groups}")
     ph, pw = _pair(padding)
     xp = x.pad([None, None, (ph, ph), (pw, pw)])
     win = _windows(xp, (kh, kw), _pair(stride), _pair(dilation))      # N, Cin, OH, OW, KH, KW
@@ -73,11 +77,11 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
     """Transposed convolution, weight (Cin, Cout/groups, KH, KW): zero-stuff the input by ``stride``,
     pad by ``dilation*(k-1)-padding``, and correlate with the flipped, transposed kernel."""
     if x.ndim != 4 or weight.ndim != 4:
-        raise _err("conv_transpose2d", [x.shape, weight.shape], "input must be 4-D and weight 4-D")
+        raise shape_error("conv_transpose2d", [x.shape, weight.shape], "input must be 4-D and weight 4-D")
     n, cin, h, w_ = x.shape
     wcin, cpg, kh, kw = weight.shape
     if wcin != cin or cin % groups:
-        raise _err("conv_transpose2d", [x.shape, weight.shape], f"channels do not match groups={groups}")
+        raise shape_error("conv_transpose2d", [x.shape, weight.shape], f"channels do not match groups={groups}")
     (sh, sw), (ph, pw), (oph, opw), (dh, dw) = map(_pair, (stride, padding, output_padding, dilation))
     if sh > 1 or sw > 1:
         x = x.reshape(n, cin, h, 1, w_, 1).pad([None, None, None, (0, sh - 1), None, (0, sw - 1)])
@@ -126,7 +130,7 @@ def batch_norm(x: Tensor, running_mean, running_var, weight=None, bias=None, tra
 def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps=1e-5) -> Tensor:
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[-len(normalized_shape):]) != normalized_shape:
-        raise _err("layer_norm", [x.shape], f"trailing dims must be {normalized_shape}")
+        raise shape_error("layer_norm", [x.shape], f"trailing dims must be {normalized_shape}")
     axes = tuple(range(-len(normalized_shape), 0))
     out = (x - x.mean(axes, keepdim=True)) * (x.var(axes, keepdim=True, correction=0) + eps).rsqrt()
     out = out * weight if weight is not None else out
@@ -160,11 +164,11 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
 
 
 def embedding(idx: Tensor, weight: Tensor) -> Tensor:
-    return weight[_as_tensor(idx)]
+    return weight[as_tensor(idx)]
 
 
 def one_hot(idx: Tensor, num_classes: int) -> Tensor:
-    idx = _as_tensor(idx)
+    idx = as_tensor(idx)
     return idx.unsqueeze(-1).eq(Tensor.arange(num_classes)).cast(dtypes.int32)
 
 
@@ -189,20 +193,20 @@ def l1_loss(x: Tensor, y, reduction="mean") -> Tensor:
 def nll_loss(logp: Tensor, target: Tensor, reduction="mean") -> Tensor:
     """``logp`` (N, C) log-probabilities, ``target`` (N,) class indices."""
     if logp.ndim != 2 or target.shape != logp.shape[:1]:
-        raise _err("nll_loss", [logp.shape, target.shape], "expects (N, C) and (N,)")
+        raise shape_error("nll_loss", [logp.shape, target.shape], "expects (N, C) and (N,)")
     picked = (logp * one_hot(target, logp.shape[1]).cast(logp.dtype)).sum(-1)
     return _reduce(-picked, reduction)
 
 
 def cross_entropy(logits: Tensor, target: Tensor, reduction="mean", label_smoothing: float = 0.0) -> Tensor:
     """``target`` holds class indices (N,) or class probabilities (N, C)."""
-    target = _as_tensor(target)
+    target = as_tensor(target)
     logp = log_softmax(logits, -1)
     if target.dtype.is_float and target.shape == logits.shape:
         probs = target
     else:
         if logits.ndim != 2 or target.shape != logits.shape[:1]:
-            raise _err("cross_entropy", [logits.shape, target.shape], "expects (N, C) logits and (N,) targets")
+            raise shape_error("cross_entropy", [logits.shape, target.shape], "expects (N, C) logits and (N,) targets")
         probs = one_hot(target, logits.shape[1]).cast(logp.dtype)
     if label_smoothing:
         probs = probs * (1 - label_smoothing) + label_smoothing / logits.shape[-1]
@@ -221,13 +225,13 @@ def kl_div(logp: Tensor, target: Tensor, reduction="mean", log_target: bool = Fa
 
 
 def binary_cross_entropy(p: Tensor, y, reduction="mean") -> Tensor:
-    y = _as_tensor(y, p.dtype)
+    y = as_tensor(y, p.dtype)
     lp, l1p = p.log().maximum(-100.0), (1 - p).log().maximum(-100.0)
     return _reduce(-(y * lp + (1 - y) * l1p), reduction)
 
 
 def binary_cross_entropy_with_logits(z: Tensor, y, reduction="mean") -> Tensor:
-    y = _as_tensor(y, z.dtype)
+    y = as_tensor(y, z.dtype)
     return _reduce(z.relu() - z * y + (1 + (-z.abs()).exp()).log(), reduction)
 
 

@@ -1,4 +1,6 @@
-"""``Tensor.__getitem__``: ints, slices (any step), None, Ellipsis and tensor (advanced) indices.
+"""``Tensor.__getitem__``: ints, slices (any step), None, Ellipsis and tensor (advanced) indices;
+a mixin of ``Tensor`` that does not import ``compiler.frontend.tensor`` (``type(self)`` is the
+Tensor class).
 
 Basic indices become SHRINK / FLIP / RESHAPE; a step is pad+reshape+shrink.
 Tensor indices gather by a one-hot product summed over the indexed axes (no
@@ -7,28 +9,39 @@ where the first indexed axis was when the indexed axes are adjacent, else first.
 """
 from __future__ import annotations
 
+from typing import Self
+
 import numpy as np
 
+from compiler.frontend.shapes import broadcast_shape, shape_error
 from compiler.ir import dtypes
-from compiler.frontend.tensor import Tensor, _err, broadcast_shape
 
 
-def _normalize(x: Tensor, idx) -> list:
+class IndexingMixin:
+    def __getitem__(self, idx) -> Self:
+        return _getitem(self, idx)
+
+    def __setitem__(self, idx, value):
+        raise TypeError("Tensor is immutable (lazy graph); build a new tensor with tc.where or tc.cat")
+
+
+def _normalize(x, idx) -> list:
+    T = type(x)
     if not isinstance(idx, tuple):
         idx = (idx,)
-    idx = [Tensor(np.asarray(i)) if isinstance(i, (list, np.ndarray)) else i for i in idx]
+    idx = [T(np.asarray(i)) if isinstance(i, (list, np.ndarray)) else i for i in idx]
     used = sum(1 for i in idx if i is not None and i is not Ellipsis)
     if sum(1 for i in idx if i is Ellipsis) > 1:
-        raise _err("getitem", [x.shape], "only one Ellipsis allowed")
+        raise shape_error("getitem", [x.shape], "only one Ellipsis allowed")
     if used > x.ndim:
-        raise _err("getitem", [x.shape], f"too many indices ({used}) for {x.ndim} dimensions")
-    if Ellipsis in [i for i in idx if not isinstance(i, Tensor)]:
+        raise shape_error("getitem", [x.shape], f"too many indices ({used}) for {x.ndim} dimensions")
+    if Ellipsis in [i for i in idx if not isinstance(i, T)]:
         k = next(j for j, i in enumerate(idx) if i is Ellipsis)
         return idx[:k] + [slice(None)] * (x.ndim - used) + idx[k + 1:]
     return idx + [slice(None)] * (x.ndim - used)
 
 
-def getitem(x: Tensor, idx) -> Tensor:
+def _getitem(x, idx):
     idx = _normalize(x, idx)
     bounds, flips, strides, out_shape, tensor_axes = [], [], [], [], []
     dim = 0
@@ -39,19 +52,20 @@ def getitem(x: Tensor, idx) -> Tensor:
         n = x.shape[dim]
         if isinstance(n, str):  # a dynamic dimension can only be taken whole
             if not (isinstance(i, slice) and i == slice(None)):
-                raise _err("getitem", [x.shape], f"dimension {dim} is dynamic ({n}); only ':' can index it")
+                raise shape_error("getitem", [x.shape], f"dimension {dim} is dynamic ({n}); only ':' can index it")
             bounds.append((0, n)); flips.append(False); strides.append(1); out_shape.append(n)
             dim += 1
             continue
-        if isinstance(i, Tensor):
+        if isinstance(i, type(x)):
             if i.dtype.is_float:
-                raise _err("getitem", [x.shape, i.shape], f"tensor indices must be integer or bool, got {i.dtype}")
+                raise shape_error("getitem", [x.shape, i.shape],
+                                  f"tensor indices must be integer or bool, got {i.dtype}")
             tensor_axes.append((len(out_shape), i))
             bounds.append((0, n)); flips.append(False); strides.append(1); out_shape.append(n)
         elif isinstance(i, (int, np.integer)) and not isinstance(i, bool):
             k = int(i)
             if not -n <= k < n:
-                raise _err("getitem", [x.shape], f"index {k} out of range for dimension {dim} of size {n}")
+                raise shape_error("getitem", [x.shape], f"index {k} out of range for dimension {dim} of size {n}")
             k %= n
             bounds.append((k, k + 1)); flips.append(False); strides.append(1)
         elif isinstance(i, slice):
@@ -67,7 +81,7 @@ def getitem(x: Tensor, idx) -> Tensor:
                 flips.append(True)
             strides.append(abs(step)); out_shape.append(length)
         else:
-            raise _err("getitem", [x.shape], f"unsupported index {i!r}")
+            raise shape_error("getitem", [x.shape], f"unsupported index {i!r}")
         dim += 1
     y = x.shrink(bounds)
     fl = [d for d, f in enumerate(flips) if f]
@@ -79,12 +93,13 @@ def getitem(x: Tensor, idx) -> Tensor:
     return _gather(y, tensor_axes) if tensor_axes else y
 
 
-def _gather(y: Tensor, tensor_axes) -> Tensor:
+def _gather(y, tensor_axes):
     axes = [a for a, _ in tensor_axes]
     idxs = []
     for a, t in tensor_axes:
         if t.dtype == dtypes.bool_:
-            raise _err("getitem", [y.shape, t.shape], "boolean mask indexing has a data-dependent shape; use tc.where")
+            raise shape_error("getitem", [y.shape, t.shape],
+                              "boolean mask indexing has a data-dependent shape; use tc.where")
         n = y.shape[a]
         t = t.cast(dtypes.int32)
         idxs.append((t.lt(0)).where(t + n, t))
@@ -96,7 +111,7 @@ def _gather(y: Tensor, tensor_axes) -> Tensor:
     onehot = None
     for k, (a, t) in enumerate(zip(axes, idxs)):
         n = y.shape[a]
-        oh = t.expand(s).unsqueeze(-1).eq(Tensor.arange(n))  # s + (n,)
+        oh = t.expand(s).unsqueeze(-1).eq(type(y).arange(n))  # s + (n,)
         shape = s + (1,) * len(rest) + tuple(n if j == k else 1 for j in range(len(axes)))
         oh = oh.reshape(shape)
         onehot = oh if onehot is None else onehot.logical_and(oh)

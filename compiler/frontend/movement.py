@@ -1,88 +1,90 @@
-"""Movement ops (reshape, permute, expand, pad, shrink, flip, slicing, split, repeat): a mixin
+"""Movement ops (reshape, permute, expand, pad, shrink, flip, strides, split, repeat): a mixin
 of ``Tensor``. Each is a primitive (``compiler.frontend.autograd``) or composed from them; a strided
-slice, for one, is pad + reshape + shrink.
+slice, for one, is pad + reshape + shrink. The mixin does not import ``compiler.frontend.tensor``:
+new tensors come from ``self._apply``, ``type(self)`` (the Tensor class) and Tensor's own methods.
 """
 from __future__ import annotations
 
 import math
+from typing import Self
 
 from compiler.frontend import autograd as ag
+from compiler.frontend.shapes import norm_axis, shape_arg, shape_error
 from compiler.ir import dtypes
-from compiler.frontend import tensor as _t
 from compiler.ir.graph import fmt_shape, is_static
 
 
 class MovementMixin:
     # -------------------------------------------------------------- movement
-    def reshape(self, *shape) -> "_t.Tensor":
-        shape = _t._shape_arg(shape)
+    def reshape(self, *shape) -> Self:
+        shape = shape_arg(shape)
         if shape.count(-1) > 1:
-            raise _t._err("reshape", [self.shape], f"only one -1 allowed in {shape}")
+            raise shape_error("reshape", [self.shape], f"only one -1 allowed in {shape}")
         if -1 in shape:
             known = math.prod(d for d in shape if d != -1)
             total = self.numel() if is_static(self.shape) else None
             if total is None or known == 0 or total % known:
-                raise _t._err("reshape", [self.shape], f"cannot infer -1 in {shape}")
+                raise shape_error("reshape", [self.shape], f"cannot infer -1 in {shape}")
             shape = tuple(total // known if d == -1 else d for d in shape)
         if shape == self.shape:
             return self
         if is_static(self.shape) and is_static(shape) and math.prod(shape) != self.numel():
-            raise _t._err("reshape", [self.shape], f"cannot reshape {self.numel()} elements to {fmt_shape(shape)}")
+            raise shape_error("reshape", [self.shape], f"cannot reshape {self.numel()} elements to {fmt_shape(shape)}")
         try:
             return self._apply(ag.Reshape, self, shape=shape)
         except ValueError as e:
-            raise _t._err("reshape", [self.shape], str(e)) from None
+            raise shape_error("reshape", [self.shape], str(e)) from None
 
     view = reshape
 
-    def flatten(self, start_dim=0, end_dim=-1) -> "_t.Tensor":
+    def flatten(self, start_dim=0, end_dim=-1) -> Self:
         if self.ndim == 0:
             return self.reshape(1)
-        s, e = _t._axis("flatten", self.shape, start_dim), _t._axis("flatten", self.shape, end_dim)
+        s, e = norm_axis("flatten", self.shape, start_dim), norm_axis("flatten", self.shape, end_dim)
         return self.reshape(self.shape[:s] + (-1,) + self.shape[e + 1:]) if is_static(self.shape[s:e + 1]) else self
 
-    def unsqueeze(self, dim: int) -> "_t.Tensor":
+    def unsqueeze(self, dim: int) -> Self:
         d = dim % (self.ndim + 1) if -self.ndim - 1 <= dim <= self.ndim else None
         if d is None:
-            raise _t._err("unsqueeze", [self.shape], f"dimension {dim} out of range")
+            raise shape_error("unsqueeze", [self.shape], f"dimension {dim} out of range")
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-    def squeeze(self, dim=None) -> "_t.Tensor":
+    def squeeze(self, dim=None) -> Self:
         if dim is None:
             return self.reshape(tuple(d for d in self.shape if d != 1))
-        d = _t._axis("squeeze", self.shape, dim)
+        d = norm_axis("squeeze", self.shape, dim)
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
-    def permute(self, *order) -> "_t.Tensor":
-        order = tuple(_t._axis("permute", self.shape, a) for a in _t._shape_arg(order))
+    def permute(self, *order) -> Self:
+        order = tuple(norm_axis("permute", self.shape, a) for a in shape_arg(order))
         if sorted(order) != list(range(self.ndim)):
-            raise _t._err("permute", [self.shape], f"{order} is not a permutation of {self.ndim} dimensions")
+            raise shape_error("permute", [self.shape], f"{order} is not a permutation of {self.ndim} dimensions")
         return self if order == tuple(range(self.ndim)) else self._apply(ag.Permute, self, order=order)
 
-    def transpose(self, dim0=-2, dim1=-1) -> "_t.Tensor":
+    def transpose(self, dim0=-2, dim1=-1) -> Self:
         order = list(range(self.ndim))
-        a, b = _t._axis("transpose", self.shape, dim0), _t._axis("transpose", self.shape, dim1)
+        a, b = norm_axis("transpose", self.shape, dim0), norm_axis("transpose", self.shape, dim1)
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
     @property
-    def T(self) -> "_t.Tensor":
+    def T(self) -> Self:
         return self.permute(tuple(reversed(range(self.ndim))))
 
-    def expand(self, *shape) -> "_t.Tensor":
-        shape = _t._shape_arg(shape)
+    def expand(self, *shape) -> Self:
+        shape = shape_arg(shape)
         if len(shape) < self.ndim:
-            raise _t._err("expand", [self.shape], f"cannot expand to fewer dimensions {shape}")
+            raise shape_error("expand", [self.shape], f"cannot expand to fewer dimensions {shape}")
         own = (1,) * (len(shape) - self.ndim) + self.shape
         shape = tuple(o if s == -1 else s for s, o in zip(shape, own))
         if any(o != s and o != 1 for o, s in zip(own, shape)):
-            raise _t._err("expand", [self.shape], f"cannot expand to {fmt_shape(shape)}")
+            raise shape_error("expand", [self.shape], f"cannot expand to {fmt_shape(shape)}")
         return self._broadcast_to(shape)
 
-    def pad(self, padding, value=0) -> "_t.Tensor":
+    def pad(self, padding, value=0) -> Self:
         """``padding`` is one ``(before, after)`` pair per dimension (None = no padding); negative values crop."""
         if len(padding) != self.ndim:
-            raise _t._err("pad", [self.shape], f"need one (before, after) pair per dimension, got {padding}")
+            raise shape_error("pad", [self.shape], f"need one (before, after) pair per dimension, got {padding}")
         padding = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
         x = self
         if any(b < 0 or a < 0 for b, a in padding):
@@ -93,28 +95,28 @@ class MovementMixin:
         out = self._apply(ag.Pad, x, pads=tuple(padding))
         if value == 0:
             return out
-        mask = self._apply(ag.Pad, _t.Tensor.full(x.shape, True, dtypes.bool_), pads=tuple(padding))
-        return _t.where(mask, out, value)
+        mask = self._apply(ag.Pad, type(self).full(x.shape, True, dtypes.bool_), pads=tuple(padding))
+        return mask.where(out, value)
 
-    def shrink(self, bounds) -> "_t.Tensor":
+    def shrink(self, bounds) -> Self:
         if len(bounds) != self.ndim:
-            raise _t._err("shrink", [self.shape], f"need one (start, end) per dimension, got {bounds}")
+            raise shape_error("shrink", [self.shape], f"need one (start, end) per dimension, got {bounds}")
         bounds = tuple((0, d) if b is None or isinstance(d, str) and tuple(b) == (0, d) else (int(b[0]), int(b[1]))
                        for b, d in zip(bounds, self.shape))
         if all(b == (0, d) for b, d in zip(bounds, self.shape)):
             return self
         if any(isinstance(d, str) and b != (0, d) for b, d in zip(bounds, self.shape)):
-            raise _t._err("shrink", [self.shape], "a dynamic dimension can only be kept whole")
+            raise shape_error("shrink", [self.shape], "a dynamic dimension can only be kept whole")
         if any(not 0 <= s <= e <= d for (s, e), d in zip(bounds, self.shape) if isinstance(d, int)):
-            raise _t._err("shrink", [self.shape], f"bounds {bounds} out of range")
+            raise shape_error("shrink", [self.shape], f"bounds {bounds} out of range")
         return self._apply(ag.Shrink, self, bounds=bounds)
 
-    def flip(self, dims) -> "_t.Tensor":
+    def flip(self, dims) -> Self:
         dims = (dims,) if isinstance(dims, int) else tuple(dims)
-        axes = tuple(sorted({_t._axis("flip", self.shape, d) for d in dims}))
+        axes = tuple(sorted({norm_axis("flip", self.shape, d) for d in dims}))
         return self._apply(ag.Flip, self, axes=axes) if axes else self
 
-    def _stride(self, axis: int, step: int) -> "_t.Tensor":
+    def _stride(self, axis: int, step: int) -> Self:
         """Every ``step``-th element along ``axis`` (pad, reshape, shrink; no strided primitive)."""
         if step == 1:
             return self
@@ -125,24 +127,17 @@ class MovementMixin:
         x = x.shrink([(0, 1) if i == axis + 1 else None for i in range(x.ndim)])
         return x.reshape(self.shape[:axis] + (m,) + self.shape[axis + 1:])
 
-    def contiguous(self) -> "_t.Tensor":
+    def contiguous(self) -> Self:
         """No-op: the IR has no memory layout; the chip compiler chooses layouts."""
         return self
 
-    def __getitem__(self, idx) -> "_t.Tensor":
-        from compiler.frontend.indexing import getitem
-        return getitem(self, idx)
-
-    def __setitem__(self, idx, value):
-        raise TypeError("Tensor is immutable (lazy graph); build a new tensor with tc.where or tc.cat")
-
     def split(self, split_size, dim=0):
-        d = _t._axis("split", self.shape, dim)
+        d = norm_axis("split", self.shape, dim)
         n = self.shape[d]
         sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else []) \
             if isinstance(split_size, int) else list(split_size)
         if sum(sizes) != n:
-            raise _t._err("split", [self.shape], f"sizes {sizes} do not add up to {n} along dimension {d}")
+            raise shape_error("split", [self.shape], f"sizes {sizes} do not add up to {n} along dimension {d}")
         out, start = [], 0
         for s in sizes:
             out.append(self.shrink([(start, start + s) if i == d else None for i in range(self.ndim)]))
@@ -150,25 +145,25 @@ class MovementMixin:
         return tuple(out)
 
     def chunk(self, chunks: int, dim=0):
-        n = self.shape[_t._axis("chunk", self.shape, dim)]
+        n = self.shape[norm_axis("chunk", self.shape, dim)]
         return self.split(max(-(-n // chunks), 1), dim)
 
-    def repeat(self, *repeats) -> "_t.Tensor":
+    def repeat(self, *repeats) -> Self:
         """PyTorch's repeat (numpy's tile): repeat the whole tensor ``repeats[i]`` times along dim i."""
-        reps = _t._shape_arg(repeats)
+        reps = shape_arg(repeats)
         if len(reps) < self.ndim:
-            raise _t._err("repeat", [self.shape], f"need at least {self.ndim} repeat counts, got {reps}")
+            raise shape_error("repeat", [self.shape], f"need at least {self.ndim} repeat counts, got {reps}")
         shape = (1,) * (len(reps) - self.ndim) + self.shape
         x = self.reshape(tuple(v for d in shape for v in (1, d)))
         x = x.expand(tuple(v for r, d in zip(reps, shape) for v in (r, d)))
         return x.reshape(tuple(r * d for r, d in zip(reps, shape)))
 
-    def tile(self, *reps) -> "_t.Tensor":
-        reps = _t._shape_arg(reps)
+    def tile(self, *reps) -> Self:
+        reps = shape_arg(reps)
         return self.repeat((1,) * (self.ndim - len(reps)) + reps)
 
-    def repeat_interleave(self, repeats: int, dim=0) -> "_t.Tensor":
-        d = _t._axis("repeat_interleave", self.shape, dim)
+    def repeat_interleave(self, repeats: int, dim=0) -> Self:
+        d = norm_axis("repeat_interleave", self.shape, dim)
         x = self.unsqueeze(d + 1)
         x = x.expand(x.shape[:d + 1] + (repeats,) + x.shape[d + 2:])
         return x.reshape(self.shape[:d] + (self.shape[d] * repeats,) + self.shape[d + 1:])

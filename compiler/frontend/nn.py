@@ -14,7 +14,8 @@ import numpy as np
 from compiler.ir import dtypes
 from compiler.frontend import functional as F
 from compiler.frontend import random as _random
-from compiler.frontend.tensor import Tensor, _err
+from compiler.frontend.shapes import shape_error
+from compiler.frontend.tensor import Tensor
 
 __all__ = ["Module", "Linear", "Conv2d", "ConvTranspose2d", "BatchNorm2d", "LayerNorm", "RMSNorm", "Embedding",
            "Dropout", "ReLU", "GELU", "Tanh", "Sigmoid", "Flatten", "MaxPool2d", "AvgPool2d", "Sequential",
@@ -91,7 +92,7 @@ class Module:
                 continue
             arr = np.asarray(state[name].numpy() if isinstance(state[name], Tensor) else state[name])
             if arr.shape != t.shape:
-                raise _err("load_state_dict", [t.shape, arr.shape], f"shape mismatch for {name}")
+                raise shape_error("load_state_dict", [t.shape, arr.shape], f"shape mismatch for {name}")
             t.node = Tensor(arr, t.dtype).node
             t.grad = None
 

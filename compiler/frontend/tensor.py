@@ -2,11 +2,12 @@
 
 Only the primitives in ``compiler.frontend.autograd`` create nodes; every other op here
 is composed from them (and so differentiable for free). Shape and dtype errors
-are raised by the call that is wrong, naming the op and the shapes.
+are raised by the call that is wrong, naming the op and the shapes (``compiler.frontend.shapes``).
 Elementwise math and reductions are in ``compiler.frontend.mathops``, movement ops in
-``compiler.frontend.movement`` (mixins of Tensor). Neural-network functions (conv, pooling, norms, losses) are in
-``compiler.frontend.functional`` and attached to Tensor as methods at the end of that
-module.
+``compiler.frontend.movement``, indexing in ``compiler.frontend.indexing``: mixins of Tensor that
+never import this module (they make new tensors with ``self._apply``, ``type(self)`` and Tensor's
+own methods). Neural-network functions (conv, pooling, norms, losses) are in
+``compiler.frontend.functional`` and attached to Tensor as methods at the end of that module.
 """
 from __future__ import annotations
 
@@ -20,51 +21,21 @@ from compiler.ir import dtypes
 from compiler.ir import engine
 from compiler.ir.dtypes import DType
 from compiler.ir.graph import Node, Ops, fmt_shape
+from compiler.frontend.indexing import IndexingMixin
 from compiler.frontend.mathops import MathMixin
 from compiler.frontend.movement import MovementMixin
+from compiler.frontend.shapes import broadcast_shape, norm_axis, shape_arg, shape_error
 
 
-class ShapeError(ValueError):
-    """A shape or dtype error raised where the user wrote the call."""
-
-
-def _err(op: str, shapes, msg: str) -> ShapeError:
-    return ShapeError(f"{op}: {msg} (shapes: {', '.join(fmt_shape(s) for s in shapes)})")
-
-
-def broadcast_shape(op: str, *shapes) -> tuple:
-    nd = max(len(s) for s in shapes)
-    padded = [(1,) * (nd - len(s)) + tuple(s) for s in shapes]
-    out = []
-    for dims in zip(*padded):
-        sizes = {d for d in dims if d != 1}
-        if len(sizes) > 1:
-            raise _err(op, shapes, "shapes cannot broadcast")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
-
-
-def _axis(op: str, shape, axis: int) -> int:
-    nd = len(shape)
-    if not -nd <= axis < max(nd, 1):
-        raise _err(op, [shape], f"dimension {axis} out of range for rank {nd}")
-    return axis % nd if nd else 0
-
-
-def _static(op: str, shape, d):
-    if not isinstance(d, int):
-        raise _err(op, [shape], f"needs a static size, dimension is dynamic ({d})")
-    return d
-
-
-class Tensor(MathMixin, MovementMixin):
+class Tensor(MathMixin, MovementMixin, IndexingMixin):
     """A lazy n-d array with a dtype (float32, int8, int32, bool) and optional gradient tracking."""
 
     __array_priority__ = 1000  # numpy scalars defer to Tensor's operators
 
     def __init__(self, data, dtype=None, requires_grad: bool = False):
         if isinstance(data, Node):
-            node = data if dtype is None or data.dtype == dtypes.to_dtype(dtype) else ag.cast(data, dtypes.to_dtype(dtype))
+            dt = None if dtype is None else dtypes.to_dtype(dtype)
+            node = data if dt is None or data.dtype == dt else ag.cast(data, dt)
         elif isinstance(data, Tensor):
             node = data.node
         else:
@@ -94,7 +65,7 @@ class Tensor(MathMixin, MovementMixin):
         return len(self.shape)
 
     def size(self, dim: int | None = None):
-        return self.shape if dim is None else self.shape[_axis("size", self.shape, dim)]
+        return self.shape if dim is None else self.shape[norm_axis("size", self.shape, dim)]
 
     def numel(self) -> int:
         return math.prod(self.shape)
@@ -156,12 +127,12 @@ class Tensor(MathMixin, MovementMixin):
             raise RuntimeError("backward: tensor does not require grad (no parameter on its tape)")
         if gradient is None:
             if self.numel() != 1:
-                raise _err("backward", [self.shape], "gradient can be implied only for a single-element tensor")
+                raise shape_error("backward", [self.shape], "gradient can be implied only for a single-element tensor")
             g = ag.const(self.node, 1.0)
         else:
-            g = _as_tensor(gradient, self.dtype).node
+            g = as_tensor(gradient, self.dtype).node
             if g.shape != self.shape:
-                raise _err("backward", [self.shape, g.shape], "gradient shape differs from tensor shape")
+                raise shape_error("backward", [self.shape, g.shape], "gradient shape differs from tensor shape")
         ag.backward(self, g)
 
     # -------------------------------------------------------------- applying primitives
@@ -176,7 +147,7 @@ class Tensor(MathMixin, MovementMixin):
     # -------------------------------------------------------------- creation
     @staticmethod
     def full(shape, value, dtype=None) -> "Tensor":
-        shape = _shape_arg(shape)
+        shape = shape_arg(shape)
         dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.scalar_dtype(value)
         c = Tensor(Node(Ops.CONST, dt, (), ag.cast_scalar(value, dt)))
         return c.reshape((1,) * len(shape)).expand(shape) if shape else c
@@ -264,7 +235,7 @@ class Tensor(MathMixin, MovementMixin):
 
     def neg(self):
         if self.dtype == dtypes.bool_:
-            raise _err("neg", [self.shape], "negation of a bool tensor (use logical_not)")
+            raise shape_error("neg", [self.shape], "negation of a bool tensor (use logical_not)")
         return Tensor._apply(ag.Neg, self)
 
     def sub(self, o, reverse=False):
@@ -303,7 +274,7 @@ class Tensor(MathMixin, MovementMixin):
     def __rtruediv__(self, o): return self.div(o, True)
     def __rpow__(self, o): return self.pow(o, True)
     def __matmul__(self, o): return self.matmul(o)
-    def __rmatmul__(self, o): return _as_tensor(o, self.dtype).matmul(self)
+    def __rmatmul__(self, o): return as_tensor(o, self.dtype).matmul(self)
 
     # -------------------------------------------------------------- comparisons and selection
     def lt(self, o, reverse=False):
@@ -320,8 +291,8 @@ class Tensor(MathMixin, MovementMixin):
     def logical_not(self):
         return Tensor._apply(ag.CmpEq, self.bool(), Tensor.full(self.shape, False, dtypes.bool_))
 
-    def logical_and(self, o): return self.bool().mul(_as_tensor(o, dtypes.bool_).bool())
-    def logical_or(self, o): return self.bool().add(_as_tensor(o, dtypes.bool_).bool())
+    def logical_and(self, o): return self.bool().mul(as_tensor(o, dtypes.bool_).bool())
+    def logical_or(self, o): return self.bool().add(as_tensor(o, dtypes.bool_).bool())
 
     __lt__ = lt
     __gt__ = gt
@@ -362,16 +333,16 @@ class Tensor(MathMixin, MovementMixin):
 
     # -------------------------------------------------------------- linear algebra
     def matmul(self, o) -> "Tensor":
-        a, b = self, _as_tensor(o, self.dtype)
+        a, b = self, as_tensor(o, self.dtype)
         if a.ndim == 0 or b.ndim == 0:
-            raise _err("matmul", [a.shape, b.shape], "both operands need at least one dimension")
+            raise shape_error("matmul", [a.shape, b.shape], "both operands need at least one dimension")
         va, vb = a.ndim == 1, b.ndim == 1
         if va:
             a = a.unsqueeze(0)
         if vb:
             b = b.unsqueeze(-1)
         if a.shape[-1] != b.shape[-2]:
-            raise _err("matmul", [self.shape, _as_tensor(o).shape], "contracted dimensions differ")
+            raise shape_error("matmul", [self.shape, as_tensor(o).shape], "contracted dimensions differ")
         broadcast_shape("matmul", a.shape[:-2], b.shape[:-2])
         dt = dtypes.promote(a.dtype, b.dtype)
         out = (a.cast(dt).unsqueeze(-1) * b.cast(dt).unsqueeze(-3)).sum(-2, dtype=dt)
@@ -391,13 +362,7 @@ class Tensor(MathMixin, MovementMixin):
 
 # ---------------------------------------------------------------------------- free functions
 
-def _shape_arg(shape) -> tuple:
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    return tuple(shape)
-
-
-def _as_tensor(x, dtype: DType | None = None) -> Tensor:
+def as_tensor(x, dtype: DType | None = None) -> Tensor:
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (bool, int, float, np.number)):
@@ -407,15 +372,15 @@ def _as_tensor(x, dtype: DType | None = None) -> Tensor:
 
 def where(cond, x, y) -> Tensor:
     """Elementwise select, broadcast over all three; x and y promote to a common dtype."""
-    c = _as_tensor(cond).bool()
+    c = as_tensor(cond).bool()
     xt = x if isinstance(x, Tensor) else None
     yt = y if isinstance(y, Tensor) else None
     ref = xt if xt is not None else yt
     if ref is None:
-        xt, yt = _as_tensor(x), _as_tensor(y)
+        xt, yt = as_tensor(x), as_tensor(y)
     else:
-        xt = xt if xt is not None else _as_tensor(x, ref.dtype)
-        yt = yt if yt is not None else _as_tensor(y, ref.dtype)
+        xt = xt if xt is not None else as_tensor(x, ref.dtype)
+        yt = yt if yt is not None else as_tensor(y, ref.dtype)
     dt = dtypes.promote(xt.dtype, yt.dtype)
     shape = broadcast_shape("where", c.shape, xt.shape, yt.shape)
     return Tensor._apply(ag.Where, c._broadcast_to(shape), xt.cast(dt)._broadcast_to(shape),
@@ -424,15 +389,15 @@ def where(cond, x, y) -> Tensor:
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Concatenate along ``dim``: each piece is padded to the full length, then they are added."""
-    tensors = [_as_tensor(t) for t in tensors]
+    tensors = [as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("cat: needs at least one tensor")
     first = tensors[0]
-    d = _axis("cat", first.shape, dim)
+    d = norm_axis("cat", first.shape, dim)
     shapes = [t.shape for t in tensors]
     for t in tensors:
         if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
-            raise _err("cat", shapes, f"shapes must match except in dimension {d}")
+            raise shape_error("cat", shapes, f"shapes must match except in dimension {d}")
     dt = first.dtype
     for t in tensors[1:]:
         dt = dtypes.promote(dt, t.dtype)
@@ -447,19 +412,19 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    tensors = [_as_tensor(t) for t in tensors]
+    tensors = [as_tensor(t) for t in tensors]
     if len({t.shape for t in tensors}) > 1:
-        raise _err("stack", [t.shape for t in tensors], "all tensors must have one shape")
+        raise shape_error("stack", [t.shape for t in tensors], "all tensors must have one shape")
     d = dim % (tensors[0].ndim + 1)
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
 def vstack(tensors) -> Tensor:
-    return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in map(_as_tensor, tensors)], 0)
+    return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in map(as_tensor, tensors)], 0)
 
 
 def hstack(tensors) -> Tensor:
-    tensors = [_as_tensor(t) for t in tensors]
+    tensors = [as_tensor(t) for t in tensors]
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
 
 
