@@ -27,7 +27,7 @@ from runtime.device import Device  # noqa: F401
 # name -> (module, attribute), imported on first use of the name
 _LAZY = {
     # --- chip compiler ---
-    "CompiledModel": ("compiler.lower.dispatch", "CompiledModel"),
+    "CompiledModel": ("compiler.lower.pipeline", "CompiledModel"),
     "compile": ("compiler.lower.dispatch", "compile_model"),
     "ChipCompileError": ("compiler.lower.schedule", "ChipCompileError"),
     # --- ISA ---
