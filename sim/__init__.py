@@ -10,8 +10,9 @@
 """
 
 from .chip import Chip
-from .engine import System, run
+from .engine import run
 from .errors import SimError
 from .stats import Record, Stats, Trace
+from .system import System
 
 __all__ = ["Chip", "System", "SimError", "Stats", "Trace", "Record", "run"]

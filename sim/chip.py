@@ -25,6 +25,7 @@ from isa.program import Program
 from isa.table import (LUT_ENTRIES, QCFG_RESET, SPACE_BYTES, SPACE_DTYPE, SPACE_NAME, WORD_BYTES, ScaleMode, Space,
                        SrcMode, Unit)
 
+from . import engine
 from .errors import SimError
 from .handlers import HANDLERS
 from .stats import Stats, Trace
@@ -355,9 +356,8 @@ class Chip:
 
     def run(self, max_cycles: int | None = None) -> Stats:
         """Run from pc 0 until halt; return the Stats (also ``chip.stats``). Raises SimError."""
-        from .engine import run
         self._reset()
-        run([self], max_cycles)
+        engine.run([self], max_cycles)
         return self.stats
 
     # -- state --------------------------------------------------------------------------

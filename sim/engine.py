@@ -1,4 +1,4 @@
-"""The event loop that runs one or more chips, and ``System``: several chips in a ring.
+"""The event loop that runs one or more chips (``Chip.run`` runs one, ``System.run`` a ring).
 
 Time jumps from one event to the next: every component (each chip's issue stage and queued
 units) tells the earliest cycle at which it can next act, given what is known; the loop takes the
@@ -10,16 +10,16 @@ components due at the same cycle may act in any order. Idle cycles cost nothing.
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
-from isa.config import ChipConfig
 from isa.errors import ErrorCode
 from isa.table import Unit
 
-from .chip import Chip
 from .errors import SimError
-from .links import Channel
-from .stats import Stats
 from .units import INF
+
+if TYPE_CHECKING:
+    from .chip import Chip
 
 #: cycle limit of a run when the caller gives none
 DEFAULT_MAX_CYCLES = 1 << 40
@@ -109,57 +109,3 @@ def _open_pc(unit) -> int | None:
         if jobs:
             return jobs[0].inst.ent.pc
     return None
-
-
-class System:
-    """N chips of one config in a ring: port 0 of chip i is wired to port 1 of chip (i+1) mod N.
-
-    Each chip has its own program, DRAM and registers (``system.chips[i]``); ``run()`` runs them
-    together under one clock and returns their Stats.
-    """
-
-    def __init__(self, config="base", n: int = 2, *, trace: bool = False):
-        self.cfg = ChipConfig.load(config)
-        if n < 1:
-            raise SimError(ErrorCode.ILLEGAL_INSTRUCTION, f"a System needs at least one chip, got {n}")
-        if self.cfg.links < 2:
-            raise SimError(ErrorCode.LINK_MISMATCH, f"a ring needs 2 link ports per chip; config "
-                           f"{self.cfg.name!r} has {self.cfg.links}")
-        self.chips = [Chip(self.cfg, trace=trace, index=i, in_system=True) for i in range(n)]
-
-    def __len__(self) -> int:
-        return len(self.chips)
-
-    def __getitem__(self, i: int) -> Chip:
-        return self.chips[i]
-
-    def load(self, i: int, program) -> None:
-        self.chips[i].load(program)
-
-    def _wire(self) -> None:
-        n = len(self.chips)
-        for i, a in enumerate(self.chips):
-            b = self.chips[(i + 1) % n]
-            a.tx[0] = b.rx[1] = Channel(self.cfg, a, b)
-            b.tx[1] = a.rx[0] = Channel(self.cfg, b, a)
-
-    def run(self, max_cycles: int | None = None) -> list[Stats]:
-        for ch in self.chips:
-            ch._reset()
-        self._wire()
-        run(self.chips, max_cycles)
-        return [ch.stats for ch in self.chips]
-
-    @property
-    def cycles(self) -> int:
-        return max(ch.stats.cycles for ch in self.chips)
-
-    @property
-    def trace(self):
-        """All chips' trace records in one Trace (when built with trace=True)."""
-        from .stats import Trace
-        tr = Trace()
-        for ch in self.chips:
-            if ch.trace is not None:
-                tr.records += ch.trace.records
-        return tr

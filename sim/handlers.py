@@ -161,7 +161,8 @@ def _overlap_error(dspace, dst, n, sources):
         if lo < dst + n and dst < lo + cnt and not (lo == dst and cnt == n):
             return _bad(ErrorCode.OVERLAP,
                         f"destination {SPACE_NAME[dspace]} rows {dst}..{dst + n - 1} partly overlap source rows "
-                        f"{lo}..{lo + cnt - 1}", f"{SPACE_NAME[dspace]} rows {max(lo, dst)}..{min(lo + cnt, dst + n) - 1}")
+                        f"{lo}..{lo + cnt - 1}",
+                        f"{SPACE_NAME[dspace]} rows {max(lo, dst)}..{min(lo + cnt, dst + n) - 1}")
     return None
 
 
