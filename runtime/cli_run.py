@@ -59,21 +59,23 @@ def _as_list(inputs):
               help="write outputs summary, Stats and compile figures as JSON")
 def run_cmd(file: Path, device: str, config: str, trace: Path | None, json_out: Path | None) -> None:
     """Run the model FILE.py defines (``model``, ``inputs``; optional ``calibration``, ``labels``)."""
-    import tetrachip as tc
+    from compiler.frontend.tensor import Tensor
+    from compiler.lower.dispatch import compile_model
+    from runtime.device import Device
     ns = _load(file)
     model, inputs = ns["model"], _as_list(ns["inputs"])
     report: dict = {"file": str(file), "device": device, "config": config}
     t0 = time.perf_counter()
     if device == "rtl":
-        tc.Device("rtl", config=config)               # before compiling: one line if no HDL simulator
+        Device("rtl", config=config)                  # before compiling: one line if no HDL simulator
     if device == "numpy":
         args = list(inputs.values()) if isinstance(inputs, dict) else inputs
-        out = model(*[tc.Tensor(np.asarray(a, np.float32)) for a in args])
+        out = model(*[Tensor(np.asarray(a, np.float32)) for a in args])
         outs = [o.numpy() for o in (out if isinstance(out, (list, tuple)) else [out])]
     else:
-        cm = tc.compile(model, inputs, config=config, calibration=ns.get("calibration"))
+        cm = compile_model(model, inputs, config=config, calibration=ns.get("calibration"))
         click.echo(cm.summary())
-        dev = tc.Device(device, config=config, trace=bool(trace))
+        dev = Device(device, config=config, trace=bool(trace))
         res = dev.run(cm, *([inputs] if isinstance(inputs, dict) else inputs))
         outs = res.outputs
         click.echo(res.stats.table())
@@ -90,7 +92,8 @@ def run_cmd(file: Path, device: str, config: str, trace: Path | None, json_out: 
     report["outputs"] = [{"shape": list(o.shape), "mean": float(np.mean(o)), "absmax": float(np.max(np.abs(o)))}
                          for o in outs]
     for i, o in enumerate(outs):
-        click.echo(f"output {i}: shape {tuple(o.shape)}, first values {[round(float(v), 4) for v in o.reshape(-1)[:6]]}")
+        first = [round(float(v), 4) for v in o.reshape(-1)[:6]]
+        click.echo(f"output {i}: shape {tuple(o.shape)}, first values {first}")
     if "labels" in ns:
         acc = float(np.mean(np.argmax(outs[0], axis=-1) == np.asarray(ns["labels"])))
         report["accuracy"] = acc

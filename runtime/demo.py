@@ -17,6 +17,7 @@ simulator, checked against numpy, and a generated GEMM on ``base``.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -30,13 +31,22 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ["gemm_tiled.s", "vector_loop.s"]
 
 
+def _example(name: str):
+    """The module ``examples/<name>.py`` (a user's script: it imports the ``tetrachip`` facade)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _digits(out: Path) -> bool:
     """Part 1: the digits MLP trained, quantized, compiled and run on the simulated chip."""
     from tqdm import tqdm
 
-    import tetrachip as tc
-    sys.path.insert(0, str(ROOT / "examples"))
-    import digits
+    from compiler.lower.dispatch import compile_model
+    from runtime.device import Device
+    digits = _example("digits")
     t0 = time.perf_counter()
     print("== digits MLP (64-64-10) on the simulated chip, config base")
     with tqdm(total=10, desc="train (numpy reference)", unit="epoch") as bar:
@@ -45,9 +55,9 @@ def _digits(out: Path) -> bool:
             bar.update()
         model, (Xtr, Xte, ytr, yte), _, float_acc = digits.trained("mlp", epochs=10, progress=progress)
     steps = tqdm(["quantize + compile", "simulate", "check"], desc="chip", unit="step")
-    cm = tc.compile(model, [Xte], config="base", calibration=[[Xtr[:len(Xte)]]])
+    cm = compile_model(model, [Xte], config="base", calibration=[[Xtr[:len(Xte)]]])
     steps.update()
-    res = tc.Device("sim", config="base", trace=True).run(cm, Xte)
+    res = Device("sim", config="base", trace=True).run(cm, Xte)
     steps.update()
     exact = bool(np.array_equal(res.outputs[0], cm.reference(Xte)[0]))
     steps.update()
@@ -72,20 +82,23 @@ def _transformer() -> bool:
     """Part 1b: one binary of a transformer block run for several sequence lengths."""
     import hashlib
 
-    import tetrachip as tc
+    from compiler.frontend import nn
+    from compiler.frontend.random import manual_seed
+    from compiler.lower.dispatch import compile_model
+    from runtime.device import Device
     t0 = time.perf_counter()
     d, heads, tmax = 64, 4, 64
     print(f"== transformer block (d_model {d}, {heads} heads) on base, T symbolic (<= {tmax})")
-    tc.manual_seed(0)
-    block = tc.nn.TransformerBlock(d, heads)
+    manual_seed(0)
+    block = nn.TransformerBlock(d, heads)
     rng = np.random.default_rng(0)
     calib = [[rng.standard_normal((1, tmax, d)).astype(np.float32)] for _ in range(2)]
-    cm = tc.compile(block, calib[0][0], config="base", calibration=calib, dynamic={"T": tmax})
+    cm = compile_model(block, calib[0][0], config="base", calibration=calib, dynamic={"T": tmax})
     sha = hashlib.sha256(cm.program.to_bytes()).hexdigest()
     ok = True
     for T in (1, 17, 64):
         x = rng.standard_normal((1, T, d)).astype(np.float32)
-        res = tc.Device("sim", config="base").run(cm, x)
+        res = Device("sim", config="base").run(cm, x)
         exact = bool(np.array_equal(res.ints["out"][:, :T], cm.reference_int(x)))
         same = hashlib.sha256(cm.program.to_bytes()).hexdigest() == sha
         err = np.abs(res.outputs[0] - cm.float_reference(x)[0])
