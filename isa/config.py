@@ -17,6 +17,7 @@ import json
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
 
@@ -111,7 +112,7 @@ class ChipConfig:
         d = {k: v for k, v in self.to_dict().items() if k not in ("name", "clock_mhz")}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).digest()[:8]
 
-    def replace(self, **changes) -> "ChipConfig":
+    def replace(self, **changes: Any) -> "ChipConfig":
         return dataclasses.replace(self, **changes)
 
     # -- construction --------------------------------------------------------------------

@@ -121,7 +121,7 @@ def generate() -> str:
     base = layout(PRESETS["base"])
     out += ["", "## Formats", "",
             "Fields in order from bit 8 upwards; bit ranges shown for the `base` config.", ""]
-    for fmt, flds in FORMATS.items():
+    for fmt in FORMATS:
         users = ", ".join(f"`{i.mnemonic}`" for i in INSTRUCTIONS if i.format == fmt)
         out += [f"### `{fmt}` ({users})", "", "| field | width | bits (base) | signed | meaning |",
                 "|---|---|---|---|---|", f"| opcode | {OPCODE_BITS} | {OPCODE_BITS - 1}:0 | no | instruction |"]
@@ -134,7 +134,7 @@ def generate() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     text = generate()
     if "--check" in argv:

@@ -5,11 +5,16 @@ Both directions are derived from the table (``isa.table``): no bit position is w
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .errors import DecodeError, EncodeError
+from .errors import DecodeError, EncodeError, TetrachipError
 from .table import (BY_MNEMONIC, BY_OPCODE, OPCODE_BITS, WORD_BITS, WORD_BYTES, Instr,
                     ScaleMode, Space, SrcMode, CountMode, layout)
+
+if TYPE_CHECKING:
+    from .config import ChipConfig
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class Instruction:
         return f"{self.op} " + ", ".join(f"{n}={v}" for n, v in self.args if v)
 
 
-def check_values(ins: Instruction, cfg, err=EncodeError) -> None:
+def check_values(ins: Instruction, cfg: ChipConfig, err: type[TetrachipError] = EncodeError) -> None:
     """Raise ``err`` unless every field of ``ins`` holds a legal value for ``cfg``."""
     spec = ins.spec
     lay = layout(cfg).formats[spec.format]
@@ -98,14 +103,15 @@ def check_values(ins: Instruction, cfg, err=EncodeError) -> None:
                   f"the {cfg.loop_regs} loop registers")
 
 
-def _at(err, field: str, msg: str) -> Exception:
+def _at(err: type[TetrachipError], field: str, msg: str) -> TetrachipError:
     """An error naming the field it is about (the assembler uses it to find the column)."""
     e = err(msg)
     e.field = field
     return e
 
 
-def _check_mode_value(spec, name, v, kind, cfg, err) -> None:
+def _check_mode_value(spec: Instr, name: str, v: int, kind: str | None, cfg: ChipConfig,
+                      err: type[TetrachipError]) -> None:
     if kind == "row":
         lim = max(cfg.spm_rows, cfg.acc_rows)
         if not 0 <= v < lim:
@@ -118,7 +124,7 @@ def _check_mode_value(spec, name, v, kind, cfg, err) -> None:
             raise _at(err, name, f"{spec.mnemonic}: {name} {v} does not fit int16")
 
 
-def canonical(ins: Instruction, cfg) -> Instruction:
+def canonical(ins: Instruction, cfg: ChipConfig) -> Instruction:
     """The same instruction with unsigned spellings of signed fields made signed (as decode gives)."""
     changed = {}
     for s in layout(cfg).formats[ins.spec.format]:
@@ -128,7 +134,7 @@ def canonical(ins: Instruction, cfg) -> Instruction:
     return ins.replace(**changed) if changed else ins
 
 
-def encode(ins: Instruction, cfg) -> int:
+def encode(ins: Instruction, cfg: ChipConfig) -> int:
     """The instruction word as an integer (bit 0 = LSB)."""
     check_values(ins, cfg)
     spec = ins.spec
@@ -139,7 +145,7 @@ def encode(ins: Instruction, cfg) -> int:
     return word
 
 
-def decode(word: int, cfg, *, pc: int | None = None) -> Instruction:
+def decode(word: int, cfg: ChipConfig, *, pc: int | None = None) -> Instruction:
     """Decode one word; raise DecodeError for anything that is not a legal instruction."""
     at = f"pc {pc}: " if pc is not None else ""
     if not 0 <= word < 1 << WORD_BITS:
@@ -170,15 +176,15 @@ def to_bytes(word: int) -> bytes:
     return word.to_bytes(WORD_BYTES, "little")
 
 
-def from_bytes(b: bytes) -> int:
+def from_bytes(b: bytes | bytearray) -> int:
     return int.from_bytes(b, "little")
 
 
-def encode_all(instrs, cfg) -> bytes:
+def encode_all(instrs: Iterable[Instruction], cfg: ChipConfig) -> bytes:
     return b"".join(to_bytes(encode(i, cfg)) for i in instrs)
 
 
-def decode_all(data: bytes, cfg) -> list[Instruction]:
+def decode_all(data: bytes, cfg: ChipConfig) -> list[Instruction]:
     if len(data) % WORD_BYTES:
         raise DecodeError(f"{len(data)} bytes is not a whole number of {WORD_BYTES}-byte words")
     return [decode(from_bytes(data[k:k + WORD_BYTES]), cfg, pc=k // WORD_BYTES)

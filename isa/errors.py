@@ -8,6 +8,10 @@ import enum
 class TetrachipError(Exception):
     """Base of every error a user can cause with bad input; the CLI prints it as one line."""
 
+    #: set on an EncodeError or DecodeError about one instruction field (the assembler finds its
+    #: column from it); declared only, so an error without one has no such attribute
+    field: str
+
 
 class ConfigError(TetrachipError):
     """An invalid ChipConfig or config file."""

@@ -56,7 +56,7 @@ class Program:
 
     def to_bytes(self) -> bytes:
         code = self.code_bytes()
-        meta = {"labels": self.labels, "manifest": self.manifest}
+        meta: dict[str, object] = {"labels": self.labels, "manifest": self.manifest}
         if self.lines is not None:
             meta["lines"] = self.lines
         if self.source_name is not None:
