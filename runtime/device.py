@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from compiler.ir import engine
+from compiler.lower.compiled import Compiled
 
 
 # device name -> (module, class): each module's docstring says what the device is
@@ -70,8 +71,9 @@ class Device:
     def run(self, *tensors, feeds: dict | None = None, **kw):
         """Values of ``tensors`` computed on this device (nothing cached on the tensors).
 
-        ``run(compiled_model, *inputs)`` runs a chip program (``tc.compile``) instead."""
-        if tensors and hasattr(tensors[0], "run_on"):
+        ``run(compiled_model, *inputs)`` runs a chip program (``tc.compile``; any
+        ``compiler.lower.compiled.Compiled``) instead."""
+        if tensors and isinstance(tensors[0], Compiled):
             return tensors[0].run_on(self, *tensors[1:], **kw)
         return engine.compute([t.node for t in tensors], feeds, self)
 
