@@ -1,9 +1,10 @@
 """The reference meaning of each IR primitive, as a numpy function.
 
 ``apply(node, *arrays)`` computes one non-source, non-control node from the
-values of its sources. Backends that execute graphs (runtime/numpy_backend.py)
-call it; the chip compiler's lowering is judged against it. Results are always
-cast to the node's dtype, so integer ops wrap like the chip's int lanes.
+values of its sources. The reference evaluator (``compiler.ir.evaluate``, which
+is ``Device("numpy")``) calls it; the chip compiler's lowering is judged against
+it. Results are always cast to the node's dtype, so integer ops wrap like the
+chip's int lanes.
 """
 from __future__ import annotations
 
