@@ -25,9 +25,15 @@ Decisions where docs/isa.md leaves room (each is repeated in its function's docs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .table import LUT_ENTRIES, SPACE_BYTES, SPACE_DTYPE, Round, Space
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 INT8_MIN, INT8_MAX = -128, 127
 _M32 = (1 << 32) - 1
@@ -37,7 +43,7 @@ _M32 = (1 << 32) - 1
 # Helpers
 # --------------------------------------------------------------------------------------------
 
-def wrap32(x) -> np.ndarray:
+def wrap32(x: ArrayLike) -> np.ndarray:
     """Wrap integers (any int dtype, or Python ints) to int32 two's complement."""
     a = np.asarray(x, dtype=np.int64)
     return (((a + (1 << 31)) & _M32) - (1 << 31)).astype(np.int32)
@@ -54,12 +60,12 @@ def u32(v: int) -> int:
     return v & _M32
 
 
-def saturate_int8(x) -> np.ndarray:
+def saturate_int8(x: ArrayLike) -> np.ndarray:
     """Clamp to [-128, 127] and return int8."""
     return np.clip(np.asarray(x, dtype=np.int64), INT8_MIN, INT8_MAX).astype(np.int8)
 
 
-def store_rows(x_int32, space: int) -> np.ndarray:
+def store_rows(x_int32: ArrayLike, space: int) -> np.ndarray:
     """A VPU result as written to ``space``: SPM saturates to int8, ACC keeps int32."""
     x = np.asarray(x_int32)
     return saturate_int8(x) if space == Space.SPM else x.astype(np.int32)
@@ -69,7 +75,7 @@ def store_rows(x_int32, space: int) -> np.ndarray:
 # Repeat registers
 # --------------------------------------------------------------------------------------------
 
-def expand_nest(counts, strides, bases) -> np.ndarray:
+def expand_nest(counts: Sequence[int], strides: Sequence[ArrayLike], bases: ArrayLike) -> np.ndarray:
     """Addresses of every instance of a loop nest: an int64 array of shape ``(T, len(bases))``.
 
     ``counts[j]`` is the trip count of level j (level 0 outermost), ``strides[j][k]`` the stride
@@ -80,7 +86,8 @@ def expand_nest(counts, strides, bases) -> np.ndarray:
     return nest_slice(counts, strides, bases, 0, nest_count(counts))
 
 
-def nest_slice(counts, strides, bases, lo: int, hi: int) -> np.ndarray:
+def nest_slice(counts: Sequence[int], strides: Sequence[ArrayLike], bases: ArrayLike, lo: int,
+               hi: int) -> np.ndarray:
     """Rows ``lo..hi-1`` of ``expand_nest(counts, strides, bases)`` without building the rest."""
     bases = np.asarray(bases, dtype=np.int64).reshape(-1)
     nk = bases.shape[0]
@@ -98,7 +105,7 @@ def nest_slice(counts, strides, bases, lo: int, hi: int) -> np.ndarray:
     return out
 
 
-def nest_count(counts) -> int:
+def nest_count(counts: Sequence[int]) -> int:
     t = 1
     for c in counts:
         t *= int(c)
@@ -148,12 +155,12 @@ def branch_taken(op: str, a: int, b: int) -> bool:
     return {"beq": a == b, "bne": a != b, "blt": a < b, "bge": a >= b, "jmp": True}[op]
 
 
-def scalar_load(row, lane: int) -> int:
+def scalar_load(row: ArrayLike, lane: int) -> int:
     """``sld``: a lane of an SPM row (int8, sign-extended) or ACC row (int32)."""
     return int(np.asarray(row)[lane])
 
 
-def scalar_store_value(value: int, space: int):
+def scalar_store_value(value: int, space: int) -> np.int8 | np.int32:
     """``sst``: the value a scalar register writes into a lane: int8 saturated (SPM) or int32 (ACC)."""
     v = wrap32_int(value)
     return np.int8(max(INT8_MIN, min(INT8_MAX, v))) if space == Space.SPM else np.int32(v)
@@ -205,7 +212,7 @@ def dma_gather(dram_bytes: np.ndarray, dram: int, rows: int, length: int, rstrid
     return out
 
 
-def _rows_view(dram_bytes, dram, rows, nbytes, rstride):
+def _rows_view(dram_bytes: np.ndarray, dram: int, rows: int, nbytes: int, rstride: int) -> np.ndarray:
     """A (rows, nbytes) view of DRAM whose row r starts at ``dram + r*rstride`` (rstride >= 0)."""
     if rstride >= nbytes and dram + rows * rstride <= dram_bytes.shape[0]:
         return dram_bytes[dram:dram + rows * rstride].reshape(rows, rstride)[:, :nbytes]
@@ -280,7 +287,7 @@ def matmul_acc(acc_rows: np.ndarray, x_rows: np.ndarray, w_tile: np.ndarray) -> 
 # VPU
 # --------------------------------------------------------------------------------------------
 
-def binary_int32(op: str, a, b) -> np.ndarray:
+def binary_int32(op: str, a: ArrayLike, b: ArrayLike) -> np.ndarray:
     """The int32 (wrapping) lane-wise result of a ``vbin`` op; ``b`` broadcasts if scalar."""
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
@@ -303,7 +310,7 @@ def binary_int32(op: str, a, b) -> np.ndarray:
     return wrap32(np.broadcast_to(r, np.broadcast_shapes(a.shape, b.shape)))
 
 
-def vpu_binary(op: str, a_rows, b, dst_space: int) -> np.ndarray:
+def vpu_binary(op: str, a_rows: ArrayLike, b: int | np.ndarray, dst_space: int) -> np.ndarray:
     """``vadd vsub vmul vmin vmax vshl vsra``: rows written to ``dst_space``.
 
     ``a_rows`` (int8 or int32, widened to int32), ``b`` rows of the same shape or a scalar
@@ -315,7 +322,7 @@ def vpu_binary(op: str, a_rows, b, dst_space: int) -> np.ndarray:
     return store_rows(binary_int32(op, a_rows, b), dst_space)
 
 
-def unary_int32(op: str, a, lut_table=None) -> np.ndarray:
+def unary_int32(op: str, a: ArrayLike, lut_table: ArrayLike | None = None) -> np.ndarray:
     """The int32 lane-wise result of a ``vun`` op on rows ``a`` (shape ``(n, cols)``)."""
     a = np.asarray(a, dtype=np.int64)
     if op == "vmov":
@@ -335,12 +342,12 @@ def unary_int32(op: str, a, lut_table=None) -> np.ndarray:
     return wrap32(r)
 
 
-def vpu_unary(op: str, a_rows, dst_space: int, lut_table=None) -> np.ndarray:
+def vpu_unary(op: str, a_rows: ArrayLike, dst_space: int, lut_table: ArrayLike | None = None) -> np.ndarray:
     """``vmov vrelu vabs vrsum vrmax vrmin vlut``: rows written to ``dst_space`` (SPM saturates)."""
     return store_rows(unary_int32(op, a_rows, lut_table), dst_space)
 
 
-def lane_reduce(op: str, a_rows) -> np.ndarray:
+def lane_reduce(op: str, a_rows: ArrayLike) -> np.ndarray:
     """``vrsum``/``vrmax``/``vrmin``: each row's reduction over all its lanes, broadcast to every lane.
 
     The sum wraps modulo 2**32 (int32).
@@ -357,19 +364,19 @@ def lane_reduce(op: str, a_rows) -> np.ndarray:
     return np.broadcast_to(r[..., None], a.shape).astype(np.int32)
 
 
-def lut(a_rows, table) -> np.ndarray:
+def lut(a_rows: ArrayLike, table: ArrayLike) -> np.ndarray:
     """``vlut``: ``table[a & 0xff]`` (the table holds int8 entries, sign-extended)."""
     t = np.asarray(table, dtype=np.int8)
     return t[np.asarray(a_rows, dtype=np.int64) & 0xFF].astype(np.int32)
 
 
-def lut_from_rows(spm_rows) -> np.ndarray:
+def lut_from_rows(spm_rows: ArrayLike) -> np.ndarray:
     """``vlutld``: the 256-entry int8 table from SPM rows, byte j of the rows in row-major order."""
     flat = np.asarray(spm_rows, dtype=np.int8).reshape(-1)
     return flat[:LUT_ENTRIES].copy()
 
 
-def round_shift(x, shift: int, rnd: int) -> np.ndarray:
+def round_shift(x: ArrayLike, shift: int, rnd: int) -> np.ndarray:
     """Arithmetic right shift of int64 values with rounding ``Round.FLOOR/HALF_UP/HALF_EVEN``.
 
     A shift of 0 returns ``x`` unchanged for every mode.
@@ -390,13 +397,14 @@ def round_shift(x, shift: int, rnd: int) -> np.ndarray:
     raise ValueError(f"unknown rounding {rnd}")
 
 
-def scale16(v) -> np.ndarray:
+def scale16(v: ArrayLike) -> np.ndarray:
     """Low 16 bits of a value (register or ACC lane), signed: the requantizer's scale."""
     v = np.asarray(v, dtype=np.int64) & 0xFFFF
     return np.where(v >= 1 << 15, v - (1 << 16), v)
 
 
-def requantize(x_int32, scale, shift: int, zp: int, lo: int, hi: int, rnd: int) -> np.ndarray:
+def requantize(x_int32: ArrayLike, scale: ArrayLike, shift: int, zp: int, lo: int, hi: int,
+               rnd: int) -> np.ndarray:
     """``vreq``: ``clamp(round_shift(x * scale, shift) + zp, lo, hi)`` as int8.
 
     ``x`` int32 rows; ``scale`` an int16 value or a per-lane int16 row (broadcast over rows),
@@ -418,4 +426,4 @@ def link_payload(rows: np.ndarray) -> np.ndarray:
     return np.array(rows, copy=True)
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "np")]
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "np", "Sequence", "TYPE_CHECKING")]
