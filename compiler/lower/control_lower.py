@@ -1,6 +1,6 @@
 """Control flow on the chip: the frontend's ``cond`` / ``loop`` / ``while_loop`` lowered to the
 scalar unit's branches (``compile_control``, reached from ``tc.compile``); ``until_converged``, the
-hand-built loop that runs until a value converges, lives in ``compiler.lower.control_converge`` (re-exported).
+hand-built loop that runs until a value converges, lives in ``compiler.lower.control_converge``.
 
 **Frontend control flow** (``compile_control``). The model holds one ``cond`` or ``loop`` node;
 its operands are model inputs, constants, or computed from the inputs by chip kernels (compiled
@@ -58,7 +58,6 @@ from isa.config import ChipConfig
 from compiler.ir.evaluate import evaluate
 from compiler.ir.graph import CONTROL, Node, Ops, substitute, toposort
 from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
-from compiler.lower.control_converge import ConvergeLoop, until_converged  # noqa: F401  (re-exported)
 from compiler.lower.control_glue import (R_TRIP, Body, BufferLayout, body_text, compile_body, copy_bytes, layout_of,
                                          move_value, phys_offsets_of, pred_code, store_counter)
 from compiler.lower.control_pred import (Pred, control_error, float_eval, input_ids, match_pred, structural_keys,
@@ -639,4 +638,4 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
     return cm, L[:1] + pre + L[1:]
 
 
-__all__ = ["until_converged", "ConvergeLoop", "compile_control", "ControlModel"]
+__all__ = ["compile_control", "ControlModel"]

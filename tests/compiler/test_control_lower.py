@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from compiler.lower.control_lower import until_converged
+from compiler.lower.control_converge import until_converged
 from compiler.lower.schedule import ChipCompileError
 
 
