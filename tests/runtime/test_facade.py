@@ -56,6 +56,8 @@ def test_lazy_names_are_listed_and_resolve_to_their_layer():
     assert {"RtlChip", "generate_verilog", "Chip", "compile", "DeviceUnavailable"} <= set(dir(tc))
     assert tc.RtlChip is rtl.Chip and tc.Chip is sim.Chip and tc.ChipConfig is isa.ChipConfig
     assert tc.compile is compile_model
+    for name in tc._LAZY:                       # every row of the table names something that exists
+        assert getattr(tc, name) is not None, name
     with pytest.raises(AttributeError, match="no attribute 'abacus'"):
         tc.abacus  # noqa: B018
 
