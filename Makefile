@@ -26,7 +26,7 @@ test: $(STAMP)
 docs: $(STAMP)
 	$(PY) -m isa.docgen
 
-# ruff and mypy as configured in pyproject.toml, then the layer rules of DESIGN.md (import-linter contracts)
+# ruff and mypy as configured in pyproject.toml, then the layer rules of docs/architecture.md (import-linter contracts)
 .PHONY: lint deps
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
