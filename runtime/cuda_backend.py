@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from isa.ints import cdiv
+
 from compiler.render.cuda import render
 from runtime.gpu_common import DeviceUnavailable, bind, run_schedule
 
@@ -58,7 +60,7 @@ class CudaBackend:
     def launch(self, r, n: int, args: list) -> None:
         args = [a if kind == "buf" else np.int32(a) if kind == "int" else np.float32(a)
                 for (kind, _), a in zip(r.args, args)]
-        _MODULES[r.src](((n + BLOCK - 1) // BLOCK,), (BLOCK,), tuple(args))
+        _MODULES[r.src]((cdiv(n, BLOCK),), (BLOCK,), tuple(args))
 
     def download(self, buf, arr: np.ndarray) -> None:
         arr.reshape(-1).view(np.uint8)[:] = self.cp.asnumpy(buf.reshape(-1).view(self.cp.uint8))[:arr.nbytes]

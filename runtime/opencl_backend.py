@@ -17,6 +17,8 @@ import warnings
 
 import numpy as np
 
+from isa.ints import align_up
+
 from compiler.ir.graph import Node
 import compiler.render.schedule as sched
 from compiler.render.opencl import render
@@ -97,7 +99,7 @@ class OpenCLBackend:
     def launch(self, r, n: int, args: list) -> None:
         args = [a if kind == "buf" else np.int32(a) if kind == "int" else np.float32(a)
                 for (kind, _), a in zip(r.args, args)]
-        _PROGRAMS[(id(self.ctx), r.src)](self.queue, (-(-n // LOCAL) * LOCAL,), (LOCAL,), *args)
+        _PROGRAMS[(id(self.ctx), r.src)](self.queue, (align_up(n, LOCAL),), (LOCAL,), *args)
 
     def download(self, buf, arr: np.ndarray) -> None:
         self.cl.enqueue_copy(self.queue, arr, buf)

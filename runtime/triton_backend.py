@@ -19,6 +19,8 @@ import sys
 
 import numpy as np
 
+from isa.ints import cdiv
+
 from compiler.ir.graph import Node, Ops
 from compiler.ir.passes import rewrite
 from runtime.gpu_common import DeviceUnavailable
@@ -76,13 +78,9 @@ def matmul(a: np.ndarray, b: np.ndarray, block=(32, 32, 16)) -> np.ndarray:
     n = b3.shape[-1]
     c = torch.empty((nb, m, n), dtype=torch.float32, device=a3.device)
     bm, bn, bk = block
-    grid = (triton_cdiv(m, bm), triton_cdiv(n, bn), nb)
+    grid = (cdiv(m, bm), cdiv(n, bn), nb)
     K.matmul_kernel[grid](a3, b3, c, m, n, k, *a3.stride(), *b3.stride(), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
     return _np(c).reshape(batch + (m, n))
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _blocks(d: int, block_m: int, block_n: int):
@@ -100,7 +98,7 @@ def flash_attention(q, k, v, causal: bool = False, block_m: int = 32, block_n: i
     o = torch.empty_like(qt)
     lse = torch.empty((bh, nq), dtype=torch.float32, device=qt.device)
     bm, bn, bd = _blocks(d, block_m, block_n)
-    K.attn_fwd_kernel[(triton_cdiv(nq, bm), bh)](qt, kt, vt, o, lse, 1.0 / math.sqrt(d), nq, nk, d,
+    K.attn_fwd_kernel[(cdiv(nq, bm), bh)](qt, kt, vt, o, lse, 1.0 / math.sqrt(d), nq, nk, d,
                                                   BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, CAUSAL=causal)
     return _np(o).reshape(q.shape), _np(lse).reshape(lead + (nq,))
 
@@ -115,9 +113,9 @@ def flash_attention_backward(q, k, v, o, lse, do, causal: bool = False, block_m:
     dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
     bm, bn, bd = _blocks(d, block_m, block_n)
     bh, scale = qt.shape[0], 1.0 / math.sqrt(d)
-    K.attn_bwd_dkdv_kernel[(triton_cdiv(nk, bn), bh)](qt, kt, vt, dot, lt, delta, dk, dv, scale, nq, nk, d,
+    K.attn_bwd_dkdv_kernel[(cdiv(nk, bn), bh)](qt, kt, vt, dot, lt, delta, dk, dv, scale, nq, nk, d,
                                                        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, CAUSAL=causal)
-    K.attn_bwd_dq_kernel[(triton_cdiv(nq, bm), bh)](qt, kt, vt, dot, lt, delta, dq, scale, nq, nk, d,
+    K.attn_bwd_dq_kernel[(cdiv(nq, bm), bh)](qt, kt, vt, dot, lt, delta, dq, scale, nq, nk, d,
                                                      BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, CAUSAL=causal)
     return _np(dq).reshape(q.shape), _np(dk).reshape(k.shape), _np(dv).reshape(v.shape)
 

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from isa.ints import align_up, cdiv
+
 from compiler.ir import engine
 from compiler.ir.graph import CONTROL, toposort
 from compiler.lower.control_pred import Pred, control_error
 from compiler.lower.pipeline import DRAM_ALIGN, lower_schedule
-from compiler.lower.quantize import EW_COEF_MAX, MAX_SHIFT, QEw, QKernel, ew_int, kernel_int, quantize, requant_params
+from compiler.lower.quantize import ew_int, kernel_int, quantize, quantize_ew, quantize_gemm
 from compiler.lower.schedule import EwKernel, TensorInfo, gather_base, kernel_inputs, lift
 
 R_TRIP = 14                     # the trip counter / branch flag: no kernel body uses r14
@@ -34,19 +36,8 @@ def _retie(q, fixed: dict) -> None:
         if k.out not in fixed and not any(t in fixed for t in kernel_inputs(k)):
             continue
         qk = q.qkernels[i]
-        if isinstance(k, EwKernel):
-            mult = np.array([c * q.scales[t] / q.scales[k.out] for (t, _), c in zip(k.srcs, k.coefs)])
-            top = float(np.max(np.abs(mult)))
-            shift = max(0, min(MAX_SHIFT, int(np.floor(np.log2(EW_COEF_MAX / top))))) if top > 0 else 0
-            q.qkernels[i] = QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, qk.lo)
-            continue
-        s_x = q.scales[k.src]
-        b_q = None
-        if k.bias is not None:
-            b_q = np.clip(np.rint(k.bias / (s_x * qk.s_w)), -(1 << 31), (1 << 31) - 1).astype(np.int32)
-        out8 = k.out not in q.int32
-        scale, shift = requant_params(s_x * qk.s_w / q.scales[k.out]) if out8 else (np.zeros(k.N, np.int32), 0)
-        q.qkernels[i] = QKernel(qk.w_q, b_q, out8, scale, shift, qk.lo, qk.s_w)
+        q.qkernels[i] = quantize_ew(q, k, qk.lo) if isinstance(k, EwKernel) else \
+            quantize_gemm(q, k, qk.w_q, qk.s_w, qk.lo)
 
 
 @dataclass
@@ -120,7 +111,7 @@ def compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, search
     ins = {key(n): (sched.inputs[n], cm.tensor_addr[sched.inputs[n]]) for n in names}
     end = cm.const_base + len(cm.const_image)
     outs = [(t, idx, cm.tensor_addr[t]) for t, idx in sched.outputs]
-    return Body(cm, ins, outs[0][0], outs[0][1], outs[0][2], -(-end // DRAM_ALIGN) * DRAM_ALIGN, outs)
+    return Body(cm, ins, outs[0][0], outs[0][1], outs[0][2], align_up(end, DRAM_ALIGN), outs)
 
 
 def phys_offsets_of(t: TensorInfo, idx=None) -> np.ndarray:
@@ -219,7 +210,7 @@ def pred_code(L: list, p: Pred, addrs: list, nbytes: int, cfg, false_label: str)
     """Reduce the leaf tensors on the VPU, ``sld`` the result, branch to ``false_label`` when the
     predicate is false."""
     C = cfg.cols
-    rows = -(-nbytes // C)
+    rows = cdiv(nbytes, C)
     if len(addrs) * rows > cfg.spm_rows or rows > cfg.acc_rows:
         raise control_error(f"a predicate over {nbytes} elements does not fit SPM/ACC on config {cfg.name!r}")
     bufs = [i * rows for i in range(len(addrs))]

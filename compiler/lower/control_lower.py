@@ -54,6 +54,7 @@ import numpy as np
 
 from isa.asm import assemble
 from isa.config import ChipConfig
+from isa.ints import align_up
 
 from compiler.ir.evaluate import evaluate
 from compiler.ir.graph import CONTROL, Node, Ops, substitute, toposort
@@ -394,10 +395,10 @@ def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     addr = {}
     for j, inf in enumerate(infos):
         addr[j] = base
-        base += -(-inf.phys_size // DRAM_ALIGN) * DRAM_ALIGN
+        base += align_up(inf.phys_size, DRAM_ALIGN)
     # the result buffer takes the first branch's layout; the other one's result is moved into it
     res_info = layout_of(infos[0]) if ident["then"] or ident["else"] else next(iter(bodies.values())).out_layout()
-    res_addr, base = base, base + -(-res_info.nbytes // DRAM_ALIGN) * DRAM_ALIGN
+    res_addr, base = base, base + align_up(res_info.nbytes, DRAM_ALIGN)
     cnt, base = base, base + DRAM_ALIGN
     operands, moves = [], {k: [] for k in bodies}
     for j, ((nm, c, _), inf) in enumerate(zip(ops, infos)):
@@ -508,7 +509,7 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     if wf is not None and not c_info.same(t_lay):
         # a padded carry (a convolution input): the predicate compares f(c) with a copy of the
         # carry in f(c)'s layout
-        cu, base = base, base + -(-t_lay.nbytes // DRAM_ALIGN) * DRAM_ALIGN
+        cu, base = base, base + align_up(t_lay.nbytes, DRAM_ALIGN)
         move_value(L, c_addr, c_info, cu, t_lay, cfg)
     L += ["loop_top:", f"    seti r1, {trips}", f"    bge r{R_TRIP}, r1, loop_done"]
     copies = []
@@ -524,7 +525,7 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
                 raise control_error(f"scanned tensor {j}: a row is not stored like the body's input "
                                     "(padded or reordered)")
             copies.append((base, body.ins[j + 1][1], rowb))
-        base += -(-inf.phys_size // DRAM_ALIGN) * DRAM_ALIGN
+        base += align_up(inf.phys_size, DRAM_ALIGN)
     for src, dst, rowb in copies:
         L += [f"    seti r2, {rowb}", f"    mul r1, r{R_TRIP}, r2"]
         copy_bytes(L, src, dst, rowb, cfg, src_reg=1)
@@ -590,7 +591,7 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
     n = c_info.numel
     T, hi = threshold(h, rph, red, form, n, s_c)
     pred = Pred(red, form, tuple(leaves), T, hi, s_c)
-    cm_addr, base = base, base + -(-c_info.phys_size // DRAM_ALIGN) * DRAM_ALIGN
+    cm_addr, base = base, base + align_up(c_info.phys_size, DRAM_ALIGN)
     operands = [_Operand(ops[0][0], ops[0][1], c_info, s_c, [cm_addr])]
     rows = []
     for j in range(nscan):
@@ -598,7 +599,7 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
         inf = _host_info(f"scan{j}", shape)
         operands.append(_Operand(ops[1 + j][0], ops[1 + j][1], inf, scan_scales[j], [base]))
         rows.append((inf, base, inf.phys_size // shape[0]))
-        base += -(-inf.phys_size // DRAM_ALIGN) * DRAM_ALIGN
+        base += align_up(inf.phys_size, DRAM_ALIGN)
     cnt, base = base, base + DRAM_ALIGN
     L = [f"; tetrachip loop over a cond: {trips} trips; then-branch when {red}({form}) "
          f"{'>=' if hi else '<'} {T}; r{R_TRIP} trips, r15 then-trips",

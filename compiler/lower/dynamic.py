@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from isa.ints import cdiv
+
 from compiler.lower.schedule import ChipCompileError
 from compiler.lower.trace import trace
 
@@ -98,7 +100,7 @@ def examples_at_max(arrays: dict, axes: dict, mx: int) -> dict:
         a = np.asarray(a.numpy() if hasattr(a, "numpy") else a, np.float32)
         if n in axes:
             ax = axes[n]
-            reps = -(-mx // a.shape[ax])
+            reps = cdiv(mx, a.shape[ax])
             a = np.take(np.concatenate([a] * reps, axis=ax), np.arange(mx), axis=ax)
         out[n] = a
     return out

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from isa.ints import cdiv
+
 I32 = 1 << 31
 
 # --- i-exp polynomial (I-BERT: exp(p) ~ 0.3585 (p + 1.353)^2 + 0.344 on (-ln2, 0]) -------------
@@ -80,7 +82,7 @@ class ExpParams:
             raise ValueError(f"i-exp: score scale {scale:g} too small for {EXP_F + EXP_SC} fraction bits")
         if -nc >= 1 << 30:
             raise ValueError(f"i-exp: score scale {scale:g} too large")
-        lim = -(-(31 << (EXP_F + EXP_SC)) // -nc)
+        lim = cdiv(31 << (EXP_F + EXP_SC), -nc)
         return cls(nc, lim)
 
 

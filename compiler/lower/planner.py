@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from isa.ints import align_up
+
 
 @dataclass(frozen=True)
 class Buffer:
@@ -40,10 +42,6 @@ class Plan:
                 "ratio": self.ratio, "best": self.best, "per_ordering": dict(self.per_ordering)}
 
 
-def _align(x: int, a: int) -> int:
-    return -(-x // a) * a
-
-
 #: name -> sort key (buffers are placed in ascending key order)
 ORDERINGS = {
     "size": lambda b: (-b.size, b.start),
@@ -59,7 +57,7 @@ def live_bound(bufs: list[Buffer], align: int = 1) -> int:
     steps = sorted({b.start for b in bufs} | {b.end for b in bufs})
     best = 0
     for t in steps:
-        best = max(best, sum(_align(b.size, align) for b in bufs if b.start <= t <= b.end))
+        best = max(best, sum(align_up(b.size, align) for b in bufs if b.start <= t <= b.end))
     return best
 
 
@@ -68,14 +66,14 @@ def _place(order: list[Buffer], align: int) -> tuple[dict[str, int], int]:
     offsets: dict[str, int] = {}
     top = 0
     for b in order:
-        size = _align(b.size, align)
-        busy = sorted((o, o + _align(p.size, align)) for p, o in placed
+        size = align_up(b.size, align)
+        busy = sorted((o, o + align_up(p.size, align)) for p, o in placed
                       if p.start <= b.end and b.start <= p.end)
         off = 0
         for lo, hi in busy:
             if off + size <= lo:
                 break
-            off = max(off, _align(hi, align))
+            off = max(off, align_up(hi, align))
         offsets[b.name] = off
         placed.append((b, off))
         top = max(top, off + size)

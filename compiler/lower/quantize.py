@@ -67,7 +67,7 @@ class QSchedule:
         return "int32" if t in self.int32 else "int8"
 
     def elem_bytes(self, t: int) -> int:
-        return 4 if t in self.int32 else 1
+        return np.dtype(self.dtype(t)).itemsize
 
 
 def quantize_array(x, scale: float) -> np.ndarray:
@@ -92,6 +92,30 @@ def requant_params(mult: np.ndarray) -> tuple[np.ndarray, int]:
     return scale.astype(np.int32), shift
 
 
+def quantize_ew(q: "QSchedule", k: EwKernel, lo: int) -> QEw:
+    """An elementwise kernel's integer multipliers and shift for the scales ``q`` holds."""
+    mult = np.array([c * q.scales[t] / q.scales[k.out] for (t, _), c in zip(k.srcs, k.coefs)])
+    top = float(np.max(np.abs(mult)))
+    shift = max(0, min(MAX_SHIFT, int(np.floor(np.log2(EW_COEF_MAX / top))))) if top > 0 else 0
+    return QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, lo)
+
+
+def quantize_gemm(q: "QSchedule", k, w_q: np.ndarray, s_w: np.ndarray, lo: int) -> QKernel:
+    """A GEMM kernel's int32 bias and requantization (``requant_params``) for the scales ``q`` holds;
+    an int32 result (a tensor in ``q.int32``) is not requantized."""
+    s_x = q.scales[k.src]
+    b_q = None
+    if k.bias is not None:
+        info = np.iinfo(np.int32)
+        b_q = np.clip(np.rint(k.bias / (s_x * s_w)), info.min, info.max).astype(np.int32)
+    out8 = k.out not in q.int32
+    if out8:
+        scale, shift = requant_params(s_x * s_w / q.scales[k.out])
+    else:
+        scale, shift = np.zeros(k.N, np.int32), 0
+    return QKernel(w_q, b_q, out8, scale, shift, lo, s_w)
+
+
 def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> QSchedule:
     """Scales from the calibration feeds, then the int8 weights and int32 biases of every kernel."""
     if not calibration:
@@ -110,26 +134,15 @@ def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> 
         else:
             q.scales[ti] = _scale_of(amax.get(ti, 0.0))
     for k in s.kernels:
+        lo = 0 if k.relu else -128
         if isinstance(k, EwKernel):
-            mult = np.array([c * q.scales[t] / q.scales[k.out] for (t, _), c in zip(k.srcs, k.coefs)])
-            top = float(np.max(np.abs(mult)))
-            shift = max(0, min(MAX_SHIFT, int(np.floor(np.log2(EW_COEF_MAX / top))))) if top > 0 else 0
-            q.qkernels.append(QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, 0 if k.relu else -128))
+            q.qkernels.append(quantize_ew(q, k, lo))
             continue
-        s_x = q.scales[k.src]
         wmax = np.max(np.abs(k.weight), axis=0) if per_channel else \
             np.full(k.N, np.max(np.abs(k.weight)) if k.weight.size else 0.0)
         s_w = np.where(wmax > 0, wmax / 127.0, 1.0)
         w_q = np.clip(np.rint(k.weight / s_w), -127, 127).astype(np.int8)
-        b_q = None
-        if k.bias is not None:
-            b_q = np.clip(np.rint(k.bias / (s_x * s_w)), -(1 << 31), (1 << 31) - 1).astype(np.int32)
-        out8 = k.out not in q.int32
-        if out8:
-            scale, shift = requant_params(s_x * s_w / q.scales[k.out])
-        else:
-            scale, shift = np.zeros(k.N, np.int32), 0
-        q.qkernels.append(QKernel(w_q, b_q, out8, scale, shift, 0 if k.relu else -128, s_w))
+        q.qkernels.append(quantize_gemm(q, k, w_q, s_w, lo))
     return q
 
 

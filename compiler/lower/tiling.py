@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from isa.ints import align_up, cdiv
+
 from compiler.lower.schedule import ChipCompileError
 
 
@@ -151,8 +153,8 @@ class Tiling:
 def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, single_ok: bool = True) -> Tiling:
     """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip."""
     R, C = cfg.rows, cfg.cols
-    NT = -(-N // C)
-    NB = KT * -(-4 // KT)
+    NT = cdiv(N, C)
+    NB = align_up(4, KT)                 # weight slots: a multiple of KT, at least 4
     w_rows = NB * R
     scale_rows = NT if out_int8 else 0
     ostage = 2 if out_int8 else 0
@@ -183,9 +185,9 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
         elif run > 1 and Mt >= run:
             Mt = _blocks(M, run, Mt)             # whole blocks: every full M tile runs the same code
         else:
-            MT = -(-M // Mt)
-            Mt = -(-M // MT)                     # even tiles
-    MT = -(-M // Mt)
+            MT = cdiv(M, Mt)
+            Mt = cdiv(M, MT)                     # even tiles
+    MT = cdiv(M, Mt)
     if MT == 1:
         nbuf = 1
     return Tiling(M, N, KT, NT, Mt, MT, NB, nbuf, nbuf * KT * Mt + w_rows + ostage * Mt,
@@ -196,7 +198,7 @@ def _blocks(M: int, run: int, cap: int) -> int:
     """Rows of an M tile: whole blocks of ``run`` rows, at most ``cap``; a count that divides the
     number of blocks (no edge tile, so no second copy of the code) unless that halves the tile."""
     k = cap // run
-    nblk = -(-M // run)
+    nblk = cdiv(M, run)
     for d in range(k, 0, -1):
         if nblk % d == 0:
             return (d if 2 * d >= k else k) * run
@@ -206,7 +208,7 @@ def _blocks(M: int, run: int, cap: int) -> int:
 def tile_weights(w_q: np.ndarray, order: np.ndarray, tiles: list[KTile], R: int, C: int) -> np.ndarray:
     """Weights as NT x KT tiles of R x C int8 (zero padded), tile (nt, kt) at ((nt*KT)+kt)*R*C."""
     K, N = w_q.shape
-    NT = -(-N // C)
+    NT = cdiv(N, C)
     w = w_q[order]
     out = np.zeros((NT, len(tiles), R, C), np.int8)
     for kt, t in enumerate(tiles):
@@ -218,7 +220,7 @@ def tile_weights(w_q: np.ndarray, order: np.ndarray, tiles: list[KTile], R: int,
 
 def pad_lanes(v: np.ndarray, C: int) -> np.ndarray:
     """A per-channel int32 vector padded to whole N tiles (NT x C)."""
-    NT = -(-len(v) // C)
+    NT = cdiv(len(v), C)
     out = np.zeros(NT * C, np.int32)
     out[:len(v)] = v
     return out

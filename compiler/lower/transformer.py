@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from isa.config import ChipConfig
+from isa.ints import align_up
 
 from compiler.lower import intmath as im
 from compiler.lower.compiled import Compiled, unpack_inputs
@@ -435,7 +436,7 @@ def compile_block(model, example_inputs, config="base", *, calibration=None, dyn
     if not 1 <= tmax or tmax * 127 >= 1 << 14:
         raise ChipCompileError(f"TransformerBlock: maximum T must be in 1..{((1 << 14) - 1) // 127}, got {tmax} "
                                "(the softmax denominator's fixed point)")
-    tm = -(-tmax // cfg.cols) * cfg.cols
+    tm = align_up(tmax, cfg.cols)
     calib = [ex] if calibration is None else [tokens(first(c)) for c in calibration]
     qbs = []
     for wi in ws:
