@@ -11,12 +11,8 @@ from isa.ints import cdiv
 
 from compiler.ir import dtypes
 from compiler.frontend import random as _random
-from compiler.frontend.shapes import shape_error
+from compiler.frontend.shapes import pair, shape_error
 from compiler.frontend.tensor import Tensor, as_tensor, where
-
-
-def _pair(v) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else tuple(v)
 
 
 def _windows(x: Tensor, k, stride, dilation) -> Tensor:
@@ -62,9 +58,9 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     cout, cpg, kh, kw = weight.shape
     if cin % groups or cout % groups or cin // groups != cpg:
         raise shape_error("conv2d", [x.shape, weight.shape], f"channels do not match groups={groups}")
-    ph, pw = _pair(padding)
+    ph, pw = pair(padding)
     xp = x.pad([None, None, (ph, ph), (pw, pw)])
-    win = _windows(xp, (kh, kw), _pair(stride), _pair(dilation))      # N, Cin, OH, OW, KH, KW
+    win = _windows(xp, (kh, kw), pair(stride), pair(dilation))      # N, Cin, OH, OW, KH, KW
     oh, ow = win.shape[2:4]
     win = win.reshape(n, groups, 1, cpg, oh, ow, kh, kw)
     w = weight.reshape(1, groups, cout // groups, cpg, 1, 1, kh, kw)
@@ -82,7 +78,7 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
     wcin, cpg, kh, kw = weight.shape
     if wcin != cin or cin % groups:
         raise shape_error("conv_transpose2d", [x.shape, weight.shape], f"channels do not match groups={groups}")
-    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = map(_pair, (stride, padding, output_padding, dilation))
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = map(pair, (stride, padding, output_padding, dilation))
     if sh > 1 or sw > 1:
         x = x.reshape(n, cin, h, 1, w_, 1).pad([None, None, None, (0, sh - 1), None, (0, sw - 1)])
         x = x.reshape(n, cin, h * sh, w_ * sw)[..., : (h - 1) * sh + 1, : (w_ - 1) * sw + 1]
@@ -93,16 +89,16 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
 
 
 def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
-    k = _pair(kernel_size)
-    ph, pw = _pair(padding)
+    k = pair(kernel_size)
+    ph, pw = pair(padding)
     xp = x.pad([None] * (x.ndim - 2) + [(ph, ph), (pw, pw)], value=float("-inf")) if (ph or pw) else x
-    return _windows(xp, k, _pair(stride if stride is not None else k), _pair(dilation)).max((-2, -1))
+    return _windows(xp, k, pair(stride if stride is not None else k), pair(dilation)).max((-2, -1))
 
 
 def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
-    k = _pair(kernel_size)
-    ph, pw = _pair(padding)
-    s = _pair(stride if stride is not None else k)
+    k = pair(kernel_size)
+    ph, pw = pair(padding)
+    s = pair(stride if stride is not None else k)
     xp = x.pad([None] * (x.ndim - 2) + [(ph, ph), (pw, pw)])
     if count_include_pad:
         return _windows(xp, k, s, (1, 1)).mean((-2, -1))

@@ -14,7 +14,7 @@ import numpy as np
 from compiler.ir import dtypes
 from compiler.frontend import functional as F
 from compiler.frontend import random as _random
-from compiler.frontend.shapes import shape_error
+from compiler.frontend.shapes import pair, shape_error
 from compiler.frontend.tensor import Tensor
 
 __all__ = ["Module", "Linear", "Conv2d", "ConvTranspose2d", "BatchNorm2d", "LayerNorm", "RMSNorm", "Embedding",
@@ -109,7 +109,7 @@ class Linear(Module):
 
 class Conv2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
-        kh, kw = F._pair(kernel_size)
+        kh, kw = pair(kernel_size)
         bound = 1 / math.sqrt(in_channels // groups * kh * kw)
         self.weight = _uniform((out_channels, in_channels // groups, kh, kw), bound)
         self.bias = _uniform((out_channels,), bound) if bias else None
@@ -122,7 +122,7 @@ class Conv2d(Module):
 class ConvTranspose2d(Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
                  bias=True):
-        kh, kw = F._pair(kernel_size)
+        kh, kw = pair(kernel_size)
         bound = 1 / math.sqrt(out_channels // groups * kh * kw)
         self.weight = _uniform((in_channels, out_channels // groups, kh, kw), bound)
         self.bias = _uniform((out_channels,), bound) if bias else None

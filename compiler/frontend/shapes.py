@@ -48,3 +48,8 @@ def shape_arg(shape) -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
     return tuple(shape)
+
+
+def pair(v) -> tuple[int, int]:
+    """A 2-D size (kernel, stride, padding) given as one int or a pair."""
+    return (v, v) if isinstance(v, int) else tuple(v)
