@@ -82,17 +82,18 @@ class Device:
         return self
 
     def __enter__(self) -> "Device":
-        self._prev = engine._default_device[0]
+        self._prev = engine.current_default_device()
         engine.set_default_device(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        engine._default_device[0] = self._prev
+        if self._prev is not None:
+            engine.set_default_device(self._prev)
 
 
 def default_device() -> Device:
     return engine.get_default_device()
 
 
-if engine._default_device[0] is None:
+if engine.current_default_device() is None:
     engine.set_default_device(Device("numpy"))

@@ -30,6 +30,11 @@ def set_default_device(device) -> None:
     _default_device[0] = device
 
 
+def current_default_device():
+    """The device ``Tensor.realize`` uses, or None when none is registered yet."""
+    return _default_device[0]
+
+
 def get_default_device():
     if _default_device[0] is None:
         raise RuntimeError("no device is registered to compute tensors: `import tetrachip` "
