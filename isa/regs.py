@@ -17,7 +17,8 @@ r1..r13    a compiled GEMM kernel's registers (``GemmKernel``, ``compiler.lower.
 r1..r15    the reference GEMM program of ``sim.programs`` (``RefGemm``), which is a whole program
 =========  ===================================================================================
 
-Compiled kernels leave r14 and r15 alone, so control flow and the symbolic dimension can keep them.
+GEMM kernels leave r14 and r15 alone; an elementwise kernel with more than 10 inputs reaches them,
+and the symbolic dimension and control flow refuse such a kernel.
 """
 
 from __future__ import annotations

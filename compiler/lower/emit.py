@@ -1,4 +1,5 @@
-"""ISA emission: one fused GEMM kernel (matmul/conv + bias + activation + requantize) as assembly.
+"""ISA emission: one fused GEMM kernel (matmul/conv + bias + activation + requantize) as instructions
+built with ``isa.builder`` (registers: ``isa.regs.GemmKernel``, ``isa.regs.Elementwise``).
 
 The schedule follows ``sim.programs.gemm`` (weight stationary; for each M tile, for each N tile,
 for each K tile: ``mxu.lw`` a weight tile, ``mxu.mm``/``mma`` all rows of the M tile's A tile)
@@ -30,11 +31,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from isa.builder import ProgramBuilder, acc, dram, spm
+from isa.regs import L0, L1, L2, Elementwise, LoopReg, Reg
+from isa.regs import GemmKernel as GK
+
 from compiler.lower.tiling import Group, KTile, Tiling, groups
 
-# scalar registers of a kernel
-R_WSLOT, R_WCOL, R_ACC, R_OBUF, R_OCOL, R_BIAS, R_SCALE, R_NT, R_TMP, R_AOFF, R_OOFF, R_ABUF, R_MT = range(1, 14)
-SCALAR_REGS_NEEDED = 14
+#: scalar registers a config needs for compiled kernels (isa.regs.GemmKernel)
+SCALAR_REGS_NEEDED = GK.NEEDED
+_GK_REGS = (GK.WSLOT, GK.WCOL, GK.ACC, GK.OBUF, GK.OCOL, GK.BIAS, GK.SCALE, GK.NT, GK.TMP, GK.AOFF, GK.OOFF,
+            GK.ABUF, GK.MT)
 #: rows of zeros a border store reads at once (the SPM zero block the planner reserves)
 ZERO_FILL_ROWS = 64
 
@@ -62,38 +68,13 @@ class KernelCode:
     dyn: object = None
 
 
-class _Asm:
-    def __init__(self):
-        self.lines: list[str] = []
-        self.n = 0
-
-    def __call__(self, s: str) -> None:
-        self.lines.append("        " + s)
-
-    def label(self, stem: str) -> str:
-        self.n += 1
-        name = f"{stem}_{self.n}"
-        self.lines.append(f"{name}:")
-        return name
-
-    def comment(self, s: str) -> None:
-        self.lines.append("; " + s)
+def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
+    """The modifiers of a queued instruction: token waits and signals, a depth-1 repeat over
+    ``rep`` (tokens once around the nest when ``once``)."""
+    return {"wait": list(wait), "signal": list(signal), "rep": rep, "sync": "once" if once and rep else None}
 
 
-def _mods(wait=(), signal=(), once=False, rep=None) -> str:
-    out = []
-    if rep:
-        out.append(f"rep={rep}")
-    if wait:
-        out.append("wait=" + "|".join(wait))
-    if signal:
-        out.append("signal=" + "|".join(signal))
-    if once and rep:
-        out.append("sync=once")
-    return "".join(", " + m for m in out)
-
-
-def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
+def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg) -> None:
     """The kernel in its tiling's loop order (``Tiling.order``, see ``compiler.lower.tiling``): ``mnk``
     runs M tiles outermost; ``nmk`` runs one column kernel per N tile (N outermost), each loading
     its weight tiles once for all M tiles, and, when every M tile has its own A buffer
@@ -116,9 +97,14 @@ def emit_kernel(e: _Asm, kc: KernelCode, cfg) -> None:
         _emit_kernel(e, kn, cfg, True, resident and n > 0)
 
 
-def _emit_kernel(e: _Asm, kc: KernelCode, cfg, w_once: bool, a_skip: bool) -> None:
+def _emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool) -> None:
     """``w_once``: weight tiles are loaded in the first M tile only (one N tile, ``NB == KT``);
     ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them)."""
+    with e.scope(f"kernel {kc.name}", *_GK_REGS):
+        _kernel_body(e, kc, cfg, w_once, a_skip)
+
+
+def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool) -> None:
     tl = kc.tiling
     C = cfg.cols
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
@@ -136,21 +122,21 @@ def _emit_kernel(e: _Asm, kc: KernelCode, cfg, w_once: bool, a_skip: bool) -> No
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
-    for r in (R_WSLOT, R_ACC, R_OBUF, R_AOFF, R_OOFF, R_ABUF):
-        e(f"seti r{r}, 0")
+    for r in (GK.WSLOT, GK.ACC, GK.OBUF, GK.AOFF, GK.OOFF, GK.ABUF):
+        e.emit("seti", r, 0)
     # seeds
-    e(f"loop l2, {tl.NB}")
-    e(f"mxu.lw spm[{kc.spm_w}], k=0, rep=l2:1, signal=load")
-    e("loop l2, 2")
+    e.emit("loop", L2, tl.NB)
+    e.emit("mxu.lw", spm[kc.spm_w], k=0, rep=L2, signal="load")
+    e.emit("loop", L2, 2)
     if kc.out_int8:
-        e(f"vqcfg shift={kc.shift}, zp=0, lo={kc.lo}, hi=127, round=half_up, rep=l2:1, signal={free_c}")
-        e("dma.st dram[0], spm[0], rows=0, rep=l2:1, signal=vpu")
-        e(f"dma.ld acc[{kc.acc_base + 2 * Mt}], dram[{kc.scale_addr}], rows={NT}, len={C}, rstride={4 * C}")
+        e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=127, round="half_up", rep=L2, signal=free_c)
+        e.emit("dma.st", dram[0], spm[0], rows=0, rep=L2, signal="vpu")
+        e.emit("dma.ld", acc[kc.acc_base + 2 * Mt], dram[kc.scale_addr], rows=NT, len=C, rstride=4 * C)
     else:
-        e(f"dma.st dram[0], acc[0], rows=0, rep=l2:1, signal={free_c}")
+        e.emit("dma.st", dram[0], acc[0], rows=0, rep=L2, signal=free_c)
     if gate:                                   # one token per free A buffer
-        e(f"loop l2, {tl.nbuf}")
-        e("dma.st dram[0], spm[0], rows=0, rep=l2:1, signal=load")
+        e.emit("loop", L2, tl.nbuf)
+        e.emit("dma.st", dram[0], spm[0], rows=0, rep=L2, signal="load")
     tiles = tl.m_tiles()
     full = [t for t in tiles if t[1] == Mt]
     da, do = _translation(kc.a_rows, Mt, len(full)), _translation(kc.out_rows, Mt, len(full))
@@ -160,53 +146,53 @@ def _emit_kernel(e: _Asm, kc: KernelCode, cfg, w_once: bool, a_skip: bool) -> No
         # identical full M tiles, DMA addresses shifted: one body in a scalar loop
         e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop"
                   + (f" over r{kc.dyn.reg} batch elements" if kc.dyn is not None else ""))
-        e(f"seti r{R_MT}, 0")
+        e.emit("seti", GK.MT, 0)
 
         def step():
-            e(f"addi r{R_AOFF}, r{R_AOFF}, {da}")
-            e(f"addi r{R_OOFF}, r{R_OOFF}, {do}")
+            e.emit("addi", GK.AOFF, GK.AOFF, da)
+            e.emit("addi", GK.OOFF, GK.OOFF, do)
             if tl.nbuf == 2:
-                e(f"seti r{R_TMP}, {KT * Mt}")
-                e(f"sub r{R_ABUF}, r{R_TMP}, r{R_ABUF}")
+                e.emit("seti", GK.TMP, KT * Mt)
+                e.emit("sub", GK.ABUF, GK.TMP, GK.ABUF)
             elif tl.nbuf > 2:                  # every M tile has its own A buffer
-                e(f"addi r{R_ABUF}, r{R_ABUF}, {KT * Mt}")
+                e.emit("addi", GK.ABUF, GK.ABUF, KT * Mt)
         if w_once:                             # M tile 0 loads the weight tiles, the loop reuses them
             _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True)
             step()
-            e(f"seti r{R_MT}, 1")
-        top = e.label("mtile")
+            e.emit("seti", GK.MT, 1)
+        top = e.place(e.fresh_label("mtile"))
         _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once)
         step()
         if kc.dyn is not None:             # trip count ceil(n / per_tile), n written by the host
-            e(f"addi r{R_MT}, r{R_MT}, {kc.dyn.per_tile}")
-            e(f"blt r{R_MT}, r{kc.dyn.reg}, {top}")
+            e.emit("addi", GK.MT, GK.MT, kc.dyn.per_tile)
+            e.emit("blt", GK.MT, Reg(kc.dyn.reg), top)
         else:
-            e(f"addi r{R_MT}, r{R_MT}, 1")
-            e(f"seti r{R_TMP}, {len(full)}")
-            e(f"blt r{R_MT}, r{R_TMP}, {top}")
+            e.emit("addi", GK.MT, GK.MT, 1)
+            e.emit("seti", GK.TMP, len(full))
+            e.emit("blt", GK.MT, GK.TMP, top)
         rest = tiles[len(full):]
-        e(f"seti r{R_AOFF}, 0")
-        e(f"seti r{R_OOFF}, 0")
+        e.emit("seti", GK.AOFF, 0)
+        e.emit("seti", GK.OOFF, 0)
     else:
         rest = tiles
     for (m0, mrows, buf) in rest:
         e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
-        e(f"seti r{R_ABUF}, {buf * KT * Mt}")
+        e.emit("seti", GK.ABUF, buf * KT * Mt)
         _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0)
     # drains: take the seed tokens back so the next kernel starts from zero counters
-    e(f"loop l2, {tl.NB}")
-    e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=mxu")
-    e("loop l2, 2")
+    e.emit("loop", L2, tl.NB)
+    e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, wait="mxu")
+    e.emit("loop", L2, 2)
     if free_c == "load":
-        e(f"dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait={free_p}")
+        e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, wait=free_p)
     else:
-        e(f"mxu.lw spm[{kc.spm_w}], k=0, rep=l2:1, wait={free_p}")
+        e.emit("mxu.lw", spm[kc.spm_w], k=0, rep=L2, wait=free_p)
     if kc.out_int8:
-        e("vqcfg rep=l2:1, wait=store")
+        e.emit("vqcfg", rep=L2, wait="store")
     if gate:
-        e(f"loop l2, {tl.nbuf}")
-        e("dma.ld spm[0], dram[0], rows=0, rep=l2:1, wait=store")
-    e("fence all")
+        e.emit("loop", L2, tl.nbuf)
+        e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, wait="store")
+    e.emit("fence", "all")
 
 
 def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
@@ -219,53 +205,54 @@ def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
     return step if np.array_equal(blk, want) else None
 
 
-def _m_tile(e: _Asm, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray, load_w: bool = True) -> None:
+def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray,
+            load_w: bool = True) -> None:
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     NT, C = tl.NT, cfg.cols
     if g["gate"]:
-        e("dma.ld spm[0], dram[0], rows=0, wait=store")
-    for r in (R_WCOL, R_BIAS, R_SCALE):
-        e(f"seti r{r}, 0")
-    e(f"add r{R_OCOL}, r{R_OOFF}, r0")
+        e.emit("dma.ld", spm[0], dram[0], rows=0, wait="store")
+    for r in (GK.WCOL, GK.BIAS, GK.SCALE):
+        e.emit("seti", r, 0)
+    e.emit("add", GK.OCOL, GK.OOFF, Reg(0))
     a_groups, o_groups = groups(a_rows), groups(out_rows)
     last_nc = tl.N - (NT - 1) * C
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
             ncols=last_nc if NT == 1 else C, load_w=load_w)
     if NT > 2:
-        e(f"seti r{R_NT}, 1")
-        top = e.label("ntile")
+        e.emit("seti", GK.NT, 1)
+        top = e.place(e.fresh_label("ntile"))
         _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=False, ncols=C)
-        e(f"addi r{R_NT}, r{R_NT}, 1")
-        e(f"seti r{R_TMP}, {NT - 1}")
-        e(f"blt r{R_NT}, r{R_TMP}, {top}")
+        e.emit("addi", GK.NT, GK.NT, 1)
+        e.emit("seti", GK.TMP, NT - 1)
+        e.emit("blt", GK.NT, GK.TMP, top)
     if NT >= 2:
         _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=True, ncols=last_nc)
 
 
-def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
+def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
             first: bool, last: bool, ncols: int, load_w: bool = True) -> None:
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
     KT, Mt = tl.KT, tl.Mt
-    acc = f"{kc.acc_base}+r{R_ACC}"
+    acc_t = acc[kc.acc_base + GK.ACC]          # the N tile's ACC region
     # with no weight or A load in this N tile, the first mma waits for the bias load itself
     bias_tok = g["bias"] and first and not load_w and not g["load_a"]
     if g["bias"]:
-        e(f"dma.ld acc[{acc}], dram[{kc.bias_addr}+r{R_BIAS}], rows={mrows}, len={C}, rstride=0, "
-          f"wait={g['free_p']}" + (", signal=mxu" if bias_tok else ""))
+        e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
+               wait=g["free_p"], signal="mxu" if bias_tok else None)
     if not first:
-        e(f"loop l0, {KT}, s0={R}, s1={R * C}")
-        e(f"dma.ld spm[{kc.spm_w}+r{R_WSLOT}], dram[{kc.w_addr}+r{R_WCOL}], rows={R}, len={C}, rstride={C}, "
-          f"rep=l0:1, wait=mxu, signal=mxu")
+        e.emit("loop", L0, KT, s0=R, s1=R * C)
+        e.emit("dma.ld", spm[kc.spm_w + GK.WSLOT], dram[kc.w_addr + GK.WCOL], rows=R, len=C, rstride=C,
+               rep=L0, wait="mxu", signal="mxu")
     l1 = None                                  # the nest l1 holds (set once when every K tile uses it)
     for kt, kti in enumerate(kc.ktiles):
-        wrow = f"{kc.spm_w + kt * R}+r{R_WSLOT}"
+        wrow = spm[kc.spm_w + kt * R + GK.WSLOT]
         load_a = first and g["load_a"]
         if first and load_w:
-            e(f"dma.ld spm[{wrow}], dram[{kc.w_addr + kt * R * C}+r{R_WCOL}], rows={R}, len={C}, rstride={C}, "
-              f"wait=mxu, signal=mxu")
+            e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
+                   wait="mxu", signal="mxu")
         if load_a:
             for gi, gr in enumerate(a_groups):
                 sig = ("mxu",) if gi == len(a_groups) - 1 else ()
@@ -273,61 +260,62 @@ def _n_tile(e: _Asm, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_g
                 if gr.count > 1:
                     if l1 != (gr.count, gr.lstride, gr.dstride):
                         l1 = (gr.count, gr.lstride, gr.dstride)
-                        e(f"loop l1, {gr.count}, s0={gr.lstride}, s1={gr.dstride}")
-                    rep = "l1:1"
-                e(f"dma.ld spm[{a_buf + kt * Mt + gr.local}+r{R_ABUF}], dram[{gr.dram + kti.col}+r{R_AOFF}], "
-                  f"rows={gr.rows}, "
-                  f"len={kti.klen}, rstride={gr.rstride}, estride={kti.estride}" + _mods((), sig, True, rep))
+                        e.emit("loop", L1, gr.count, s0=gr.lstride, s1=gr.dstride)
+                    rep = L1
+                e.emit("dma.ld", spm[a_buf + kt * Mt + gr.local + GK.ABUF], dram[gr.dram + kti.col + GK.AOFF],
+                       rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
+                       **_mods((), sig, True, rep))
         wtok = ["load"] if load_w else []          # a resident weight tile: no load to wait for, no slot to free
-        e(f"mxu.lw spm[{wrow}], k={kti.klen}" + _mods(wtok, wtok))
+        e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wtok, wtok))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
             ([g["free_p"]] if kt == 0 and not g["bias"] else [])
         sig = [g["ep"]] if kt == KT - 1 else []
         op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
-        e(f"{op} acc[{acc}], spm[{a_buf + kt * Mt}+r{R_ABUF}], n={mrows}" + _mods(waits, sig))
+        e.emit(op, acc_t, spm[a_buf + kt * Mt + GK.ABUF], n=mrows, **_mods(waits, sig))
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
-        e(f"vreq spm[{kc.spm_o}+r{R_OBUF}], acc[{acc}], acc[{kc.acc_base + 2 * Mt}+r{R_SCALE}], n={mrows}"
-          + _mods(["mxu", "store"], ["store", g["free_c"]]))
-        _stores(e, o_groups, f"{kc.spm_o}", R_OBUF, "spm", ncols, 1, ["vpu"], ["vpu"] + gate_sig)
+        e.emit("vreq", spm[kc.spm_o + GK.OBUF], acc_t, acc[kc.acc_base + 2 * Mt + GK.SCALE], n=mrows,
+               **_mods(["mxu", "store"], ["store", g["free_c"]]))
+        _stores(e, o_groups, spm, kc.spm_o, GK.OBUF, ncols, 1, ["vpu"], ["vpu"] + gate_sig)
     else:
         if kc.relu:
-            e(f"vrelu acc[{acc}], acc[{acc}], n={mrows}, wait=mxu, signal=store")
-        _stores(e, o_groups, f"{kc.acc_base}", R_ACC, "acc", ncols, 4, ["vpu" if kc.relu else "mxu"],
+            e.emit("vrelu", acc_t, acc_t, n=mrows, wait="mxu", signal="store")
+        _stores(e, o_groups, acc, kc.acc_base, GK.ACC, ncols, 4, ["vpu" if kc.relu else "mxu"],
                 [g["free_c"]] + gate_sig)
     # next N tile
-    e(f"addi r{R_WCOL}, r{R_WCOL}, {KT * R * C}")
-    e(f"addi r{R_OCOL}, r{R_OCOL}, {C * (1 if kc.out_int8 else 4)}")
-    e(f"addi r{R_BIAS}, r{R_BIAS}, {4 * C}")
-    e(f"addi r{R_SCALE}, r{R_SCALE}, 1")
-    e(f"seti r{R_TMP}, {Mt}")
-    e(f"sub r{R_ACC}, r{R_TMP}, r{R_ACC}")
-    e(f"sub r{R_OBUF}, r{R_TMP}, r{R_OBUF}")
+    e.emit("addi", GK.WCOL, GK.WCOL, KT * R * C)
+    e.emit("addi", GK.OCOL, GK.OCOL, C * (1 if kc.out_int8 else 4))
+    e.emit("addi", GK.BIAS, GK.BIAS, 4 * C)
+    e.emit("addi", GK.SCALE, GK.SCALE, 1)
+    e.emit("seti", GK.TMP, Mt)
+    e.emit("sub", GK.ACC, GK.TMP, GK.ACC)
+    e.emit("sub", GK.OBUF, GK.TMP, GK.OBUF)
     if tl.NB > KT:
-        e(f"addi r{R_WSLOT}, r{R_WSLOT}, {KT * R}")
-        e(f"seti r{R_TMP}, {tl.NB * R}")
-        skip = f"w_{len(e.lines)}"
-        e(f"blt r{R_WSLOT}, r{R_TMP}, {skip}")
-        e(f"seti r{R_WSLOT}, 0")
-        e.lines.append(f"{skip}:")
+        e.emit("addi", GK.WSLOT, GK.WSLOT, KT * R)
+        e.emit("seti", GK.TMP, tl.NB * R)
+        skip = e.fresh_label("w")
+        e.emit("blt", GK.WSLOT, GK.TMP, skip)
+        e.emit("seti", GK.WSLOT, 0)
+        e.place(skip)
 
 
-def _stores(e: _Asm, gs: list[Group], base: str, reg: int, space: str, ncols: int, eb: int,
-            wait: list, signal: list, dram_reg: int = R_OCOL) -> None:
+def _stores(e: ProgramBuilder, gs: list[Group], mem, base: int, reg: Reg | None, ncols: int, eb: int,
+            wait: list, signal: list, dram_reg: Reg = GK.OCOL) -> None:
+    """Store row groups ``gs`` from ``mem[base + group row (+ reg)]`` to ``dram[group address + dram_reg]``."""
     for gi, gr in enumerate(gs):
         w = wait if gi == 0 else []
         s = signal if gi == len(gs) - 1 else []
         rep = None
         if gr.count > 1:
-            e(f"loop l1, {gr.count}, s0={gr.dstride}, s1={gr.lstride}")
-            rep = "l1:1"
-        local = f"{base}+{gr.local}" + (f"+r{reg}" if reg else "")
-        e(f"dma.st dram[{gr.dram}+r{dram_reg}], {space}[{local}], rows={gr.rows}, len={ncols}, "
-          f"rstride={gr.rstride}, estride={eb}" + _mods(w, s, True, rep))
+            e.emit("loop", L1, gr.count, s0=gr.dstride, s1=gr.lstride)
+            rep = L1
+        local = mem[base + gr.local + reg] if reg is not None else mem[base + gr.local]
+        e.emit("dma.st", dram[gr.dram + dram_reg], local, rows=gr.rows, len=ncols, rstride=gr.rstride, estride=eb,
+               **_mods(w, s, True, rep))
 
 
-def emit_zero_fill(e: _Asm, zero_row: int, border: tuple, zrows: int) -> None:
+def emit_zero_fill(e: ProgramBuilder, zero_row: int, border: tuple, zrows: int) -> None:
     """Store zeros (SPM rows that are never written) over a padded tensor's border in DRAM.
 
     ``border`` is ``({length: addresses of one slice}, slices, slice stride)``; the slices are
@@ -341,14 +329,15 @@ def emit_zero_fill(e: _Asm, zero_row: int, border: tuple, zrows: int) -> None:
                 rows = min(zrows, g.rows - c0)
                 levels = ([(outer, ostride)] if outer > 1 else []) + ([(g.count, g.dstride)] if g.count > 1 else [])
                 for lv, (cnt, st) in enumerate(levels):
-                    e(f"loop l{lv}, {cnt}, s0={st}, s1=0")
-                rep = f", rep=l0:{len(levels)}" if levels else ""
-                e(f"dma.st dram[{g.dram + c0 * g.rstride}], spm[{zero_row}], rows={rows}, len={n}, "
-                  f"rstride={g.rstride}{rep}")
+                    e.emit("loop", LoopReg(lv), cnt, s0=st, s1=0)
+                e.emit("dma.st", dram[g.dram + c0 * g.rstride], spm[zero_row], rows=rows, len=n, rstride=g.rstride,
+                       rep=(L0, len(levels)) if levels else None)
 
 
-def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> str:
-    e = _Asm()
+def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> ProgramBuilder:
+    """The compiled model's program: ``len()`` counts its instructions, ``build()`` gives the Program,
+    ``text()`` its listing."""
+    e = ProgramBuilder(cfg)
     e.comment(f"tetrachip compiled model: {len(kernels)} kernel(s) for config {cfg.name}")
     for i, kc in enumerate(kernels):
         for zero_row, chunks in (prefixes or {}).get(i, []):
@@ -357,8 +346,8 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> str:
             emit_kernel(e, kc, cfg)
         else:
             emit_ew(e, kc, cfg)
-    e("halt")
-    return "\n".join(e.lines) + "\n"
+    e.emit("halt")
+    return e
 
 
 @dataclass
@@ -380,19 +369,24 @@ class EwCode:
 EW_MAX_INPUTS = 12
 
 
-def emit_ew(e: _Asm, kc: EwCode, cfg) -> None:
+def emit_ew(e: ProgramBuilder, kc: EwCode, cfg) -> None:
     """Single-buffered: loads -> vmul/vadd chain -> vreq -> stores, ordered by tokens
     (load->vpu data, vpu->load buffers free, vpu->store staged, store->vpu staging free)."""
+    k = len(kc.in_rows)
+    r_mt, r_tmp, r_out, r_in = Elementwise.MT, Elementwise.TMP, Elementwise.OUT, Elementwise.inputs(k)
+    with e.scope(f"kernel {kc.name}", r_mt, r_tmp, r_out, *r_in):
+        _ew_body(e, kc, r_mt, r_tmp, r_out, r_in)
+
+
+def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r_in: list[Reg]) -> None:
     tl, k = kc.tiling, len(kc.in_rows)
     Mt = tl.Mt
-    r_mt, r_tmp, r_out = 1, 2, 3
-    r_in = list(range(4, 4 + k))
     e.comment(f"kernel {kc.name}: elementwise sum of {k} tensors, {tl.M} rows of {kc.L} lanes, "
               f"{tl.MT} tile(s) of {Mt} rows{', relu' if kc.lo == 0 else ''}")
     for r in [r_out] + r_in:
-        e(f"seti r{r}, 0")
-    e(f"vqcfg shift={kc.shift}, zp=0, lo={kc.lo}, hi=127, round=half_up, signal=load")
-    e("dma.st dram[0], spm[0], rows=0, signal=vpu")
+        e.emit("seti", r, 0)
+    e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=127, round="half_up", signal="load")
+    e.emit("dma.st", dram[0], spm[0], rows=0, signal="vpu")
     tiles = [(t * Mt, min(Mt, tl.M - t * Mt)) for t in range(tl.MT)]
     full = [t for t in tiles if t[1] == Mt]
     steps = [_translation(rows, Mt, len(full)) for rows in kc.in_rows + [kc.out_rows]]
@@ -400,30 +394,31 @@ def emit_ew(e: _Asm, kc: EwCode, cfg) -> None:
         steps = list(kc.dyn.ew_steps)
     rest = tiles
     if kc.dyn is not None or (len(full) >= 2 and all(s is not None for s in steps)):
-        e(f"seti r{r_mt}, 0")
-        top = e.label("ewtile")
+        e.emit("seti", r_mt, 0)
+        top = e.place(e.fresh_label("ewtile"))
         _ew_tile(e, kc, Mt, [rows[:Mt] for rows in kc.in_rows], kc.out_rows[:Mt], r_in, r_out)
         for r, st in zip(r_in + [r_out], steps):
-            e(f"addi r{r}, r{r}, {st}")
+            e.emit("addi", r, r, st)
         if kc.dyn is not None:
-            e(f"addi r{r_mt}, r{r_mt}, {kc.dyn.per_tile}")
-            e(f"blt r{r_mt}, r{kc.dyn.reg}, {top}")
+            e.emit("addi", r_mt, r_mt, kc.dyn.per_tile)
+            e.emit("blt", r_mt, Reg(kc.dyn.reg), top)
         else:
-            e(f"addi r{r_mt}, r{r_mt}, 1")
-            e(f"seti r{r_tmp}, {len(full)}")
-            e(f"blt r{r_mt}, r{r_tmp}, {top}")
+            e.emit("addi", r_mt, r_mt, 1)
+            e.emit("seti", r_tmp, len(full))
+            e.emit("blt", r_mt, r_tmp, top)
         for r in [r_out] + r_in:
-            e(f"seti r{r}, 0")
+            e.emit("seti", r, 0)
         rest = tiles[len(full):]
     for m0, mrows in rest:
         _ew_tile(e, kc, mrows, [rows[m0:m0 + mrows] for rows in kc.in_rows], kc.out_rows[m0:m0 + mrows],
                  r_in, r_out)
-    e("dma.ld spm[0], dram[0], rows=0, wait=vpu")
-    e("vqcfg wait=store")
-    e("fence all")
+    e.emit("dma.ld", spm[0], dram[0], rows=0, wait="vpu")
+    e.emit("vqcfg", wait="store")
+    e.emit("fence", "all")
 
 
-def _ew_tile(e: _Asm, kc: EwCode, mrows: int, in_rows: list, out_rows: np.ndarray, r_in: list, r_out: int) -> None:
+def _ew_tile(e: ProgramBuilder, kc: EwCode, mrows: int, in_rows: list, out_rows: np.ndarray, r_in: list[Reg],
+             r_out: Reg) -> None:
     Mt, k = kc.tiling.Mt, len(in_rows)
     buf = [kc.spm_base + i * Mt for i in range(k)]
     obuf = kc.spm_base + k * Mt
@@ -434,16 +429,16 @@ def _ew_tile(e: _Asm, kc: EwCode, mrows: int, in_rows: list, out_rows: np.ndarra
         s = ["vpu"] if j == len(loads) - 1 else []
         rep = None
         if g.count > 1:
-            e(f"loop l1, {g.count}, s0={g.lstride}, s1={g.dstride}")
-            rep = "l1:1"
-        e(f"dma.ld spm[{buf[i] + g.local}], dram[{g.dram}+r{r_in[i]}], rows={g.rows}, len={kc.L}, "
-          f"rstride={g.rstride}" + _mods(w, s, True, rep))
+            e.emit("loop", L1, g.count, s0=g.lstride, s1=g.dstride)
+            rep = L1
+        e.emit("dma.ld", spm[buf[i] + g.local], dram[g.dram + r_in[i]], rows=g.rows, len=kc.L, rstride=g.rstride,
+               **_mods(w, s, True, rep))
     for i in range(k):
         w = ["load"] if i == 0 else []
         s = ["load"] if i == k - 1 else []
         dst = acc_r if i == 0 else acc_t
-        e(f"vmul acc[{dst}], spm[{buf[i]}], {int(kc.coefs[i])}, n={mrows}" + _mods(w, s))
+        e.emit("vmul", acc[dst], spm[buf[i]], int(kc.coefs[i]), n=mrows, **_mods(w, s))
         if i:
-            e(f"vadd acc[{acc_r}], acc[{acc_r}], acc[{acc_t}], n={mrows}")
-    e(f"vreq spm[{obuf}], acc[{acc_r}], 1, n={mrows}, wait=store, signal=store")
-    _stores(e, groups(out_rows), f"{obuf}", 0, "spm", kc.L, 1, ["vpu"], ["vpu"], dram_reg=r_out)
+            e.emit("vadd", acc[acc_r], acc[acc_r], acc[acc_t], n=mrows)
+    e.emit("vreq", spm[obuf], acc[acc_r], 1, n=mrows, wait="store", signal="store")
+    _stores(e, groups(out_rows), spm, obuf, None, kc.L, 1, ["vpu"], ["vpu"], dram_reg=r_out)

@@ -5,7 +5,7 @@
     tile    compiler.lower.tiling: K tiles (strided-DMA im2col), row groups, M/N tile sizes
             (compiler.lower.search picks them by simulated cycles when asked; compiler.lower.dynamic
             cuts them to whole batch elements for a symbolic dimension)
-    emit    compiler.lower.emit: assembly with tokens and repeat registers, assembled by isa.asm
+    emit    compiler.lower.emit: instructions with tokens and repeat registers, built by isa.builder
 
 The dispatcher (``compiler.lower.dispatch.compile_model``) reaches it after tracing, lifting and
 quantizing; control flow (``compiler.lower.control_glue``) lowers each of its bodies with it.
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from isa.asm import assemble
 from isa.config import ChipConfig
 from isa.program import Program
 
@@ -234,12 +233,11 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         kc.acc_base = aplan.offsets[f"k{i}.acc"]
     zero = splan.offsets.get("zero")
     prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
-    text = emit_program(codes, cfg, prefixes)
-    n_instr = sum(1 for ln in text.splitlines() if ln.startswith(" "))
-    if n_instr > cfg.imem_words:
-        raise ChipCompileError(f"the compiled program needs {n_instr} instructions; config {cfg.name!r} "
+    built = emit_program(codes, cfg, prefixes)
+    if len(built) > cfg.imem_words:
+        raise ChipCompileError(f"the compiled program needs {len(built)} instructions; config {cfg.name!r} "
                                f"holds {cfg.imem_words} (imem_words)")
-    prog = assemble(text, cfg, "<compiled model>")
+    prog = built.build("<compiled model>")
     image = np.concatenate(consts) if consts else np.zeros(0, np.uint8)
     prog.manifest = {
         "kind": "compiled-model",
@@ -251,7 +249,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         "kernels": [{"name": k.name, "M": k.M, "K": k.K, "N": k.N} for k in infos],
     }
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
-                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=text)
+                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=built.text())
 
 
 #: SPM rows reserved (never written) as the source of zero-border stores

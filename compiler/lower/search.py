@@ -95,21 +95,20 @@ def signature(kc, cfg, run: int, orders=None) -> str:
 
 
 def score(kc, tl: Tiling, cfg) -> int | None:
-    """Cycles of the kernel alone with tiling ``tl`` on the simulator; None if it does not assemble."""
-    from isa.asm import assemble
+    """Cycles of the kernel alone with tiling ``tl`` on the simulator; None if it has too many instructions."""
     from sim import Chip
     from compiler.lower.emit import emit_program
     R = cfg.rows
     ostage = 2 if kc.out_int8 else 0
     k2 = replace(kc, tiling=tl, spm_a=0, spm_w=tl.nbuf * tl.KT * tl.Mt,
                  spm_o=tl.nbuf * tl.KT * tl.Mt + tl.NB * R, acc_base=0)
-    text = emit_program([k2], cfg)
+    b = emit_program([k2], cfg)
     limit = cfg.imem_words if tl.order == "mnk" else cfg.imem_words // 8   # nmk unrolls one kernel per column
-    if sum(1 for ln in text.splitlines() if ln.startswith(" ")) > limit:
+    if len(b) > limit:
         return None
     del ostage
     chip = Chip(cfg)
-    chip.load(assemble(text, cfg, "<search candidate>"))
+    chip.load(b.build("<search candidate>"))
     STATS["sim_runs"] += 1
     return int(chip.run().cycles)
 
