@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from compiler.ir.graph import Node, Ops, inputs_of, toposort
+from compiler.ir.graph import Node, Ops, inputs_of, substitute, toposort
 from compiler.ir.passes import run_passes
 
 _default_device = [None]
@@ -46,15 +46,12 @@ def _substitute_realized(outputs: list[Node]) -> list[Node]:
     """Replace nodes computed by an earlier realize with BUFFERs holding their values."""
     if not len(_realized):
         return outputs
-    new: dict[int, Node] = {}
+    known = {}
     for nd in toposort(outputs):
         arr = _realized.get(nd)
         if arr is not None:
-            new[id(nd)] = Node(Ops.BUFFER, nd.dtype, (), arr)
-            continue
-        src = tuple(new[id(s)] for s in nd.src)
-        new[id(nd)] = nd if all(a is b for a, b in zip(src, nd.src)) else Node(nd.op, nd.dtype, src, nd.arg)
-    return [new[id(o)] for o in outputs]
+            known[id(nd)] = Node(Ops.BUFFER, nd.dtype, (), arr)
+    return substitute(outputs, known)
 
 
 def prepare(outputs: list[Node]) -> list[Node]:
