@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from isa import semantics as sem
 from isa import timing
 from isa.asm import assemble, assemble_file, format_instruction
 from isa.config import ChipConfig
-from isa.encoding import check_values, decode, from_bytes
+from isa.encoding import Instruction, check_values, decode, from_bytes
 from isa.errors import DecodeError, EncodeError, ErrorCode
 from isa.program import Program
 from isa.table import (LUT_ENTRIES, QCFG_RESET, SPACE_BYTES, SPACE_DTYPE, SPACE_NAME, WORD_BYTES, ScaleMode, Space,
@@ -30,6 +32,14 @@ from .errors import SimError
 from .handlers import HANDLERS
 from .stats import Stats, Trace
 from .units import INF, Entry, make_units
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from .links import Channel
+
+#: a footprint: (memory name, first row or byte, one past the last)
+Span = tuple[str, int, int]
 
 _PURE, _QUEUED, _SMEM, _FENCE, _HALT, _BAD = range(6)
 #: unit set (a wait/signal mask) -> the unit numbers in it
@@ -45,8 +55,8 @@ class Tokens:
         self.ready: dict = {}           # (P, C) -> deque of r counted, not consumed
         self.active: set = set()
 
-    def signal(self, p: Unit, mask: int, r: int, pc: int) -> None:
-        p = int(p)
+    def signal(self, unit: Unit, mask: int, r: int, pc: int) -> None:
+        p = int(unit)
         for c in _MEMBERS[mask]:
             key = (p, c)
             heapq.heappush(self.pending.setdefault(key, []), (r, pc))
@@ -102,7 +112,8 @@ class Races:
         self.chip = chip
         self.live: list = []            # [unit, pc, s, r, reads, writes]
 
-    def start(self, unit: Unit, pc: int, s: int, reads, writes, r: int = INF) -> list:
+    def start(self, unit: Unit, pc: int, s: int, reads: Sequence[Span], writes: Sequence[Span],
+              r: int = INF) -> list[Any]:
         rec = [unit, pc, s, r, reads, writes]
         if not reads and not writes:
             return rec
@@ -127,7 +138,7 @@ class Races:
         return rec
 
 
-def _overlap(a, b):
+def _overlap(a: Sequence[Span], b: Sequence[Span]) -> Span | None:
     for m1, lo1, hi1 in a:
         for m2, lo2, hi2 in b:
             if m1 == m2 and lo1 < hi2 and lo2 < hi1:
@@ -252,7 +263,8 @@ class Chip:
     every instruction instance (``chip.trace``).
     """
 
-    def __init__(self, config="base", *, trace: bool = False, index: int = 0, in_system: bool = False):
+    def __init__(self, config: str | Path | ChipConfig = "base", *, trace: bool = False, index: int = 0,
+                 in_system: bool = False):
         self.cfg = cfg = ChipConfig.load(config)
         self.index, self.in_system = index, in_system
         self.spm = np.zeros((cfg.spm_rows, cfg.cols), SPACE_DTYPE[Space.SPM])
@@ -260,15 +272,15 @@ class Chip:
         self.dram = np.zeros(cfg.dram_bytes, np.uint8)
         self.regs = [0] * cfg.scalar_regs
         self.want_trace = trace
-        self.prog: list = []
-        self.bad: dict = {}
-        self.fields: list = []
-        self.kinds: list = []
-        self._texts: dict = {}
+        self.prog: list[Instruction | None] = []
+        self.bad: dict[int, tuple[ErrorCode, str]] = {}      # pc -> why its word cannot run
+        self.fields: list[dict[str, int]] = []
+        self.kinds: list[int] = []
+        self._texts: dict[int, str] = {}
         self._reset()
 
     # -- host API -------------------------------------------------------------------------
-    def load(self, program) -> "Chip":
+    def load(self, program: Program | str | Path | bytes | bytearray | Iterable[Instruction | None]) -> "Chip":
         """Load a Program, assembly text, a path (.s or .bin), a list of Instructions, or raw code bytes.
 
         Words that do not decode are kept: fetching one stops the chip with ILLEGAL_INSTRUCTION.
@@ -279,7 +291,8 @@ class Chip:
             program = Program.load(p, self.cfg) if p.suffix == ".bin" else assemble_file(p, self.cfg)
         elif isinstance(program, str):
             program = assemble(program, self.cfg)
-        self.bad: dict = {}
+        self.bad = {}
+        instrs: list[Instruction | None]
         if isinstance(program, Program):
             if program.config.digest() != self.cfg.digest():
                 raise SimError(ErrorCode.ILLEGAL_INSTRUCTION, f"program built for config {program.config.name!r}, "
@@ -294,6 +307,8 @@ class Chip:
                 except DecodeError as e:
                     instrs.append(None)
                     self.bad[pc] = (ErrorCode.ILLEGAL_INSTRUCTION, str(e))
+        elif isinstance(program, (str, Path)):
+            raise TypeError(f"{program}: not a program file (.s or .bin)")
         else:
             instrs = list(program)
         for pc, ins in enumerate(instrs):
@@ -308,42 +323,42 @@ class Chip:
         self.prog = instrs
         self.fields = [ins.as_dict() if ins is not None else {} for ins in instrs]
         self.kinds = [self._kind(pc, ins) for pc, ins in enumerate(instrs)]
-        self._texts: dict = {}
+        self._texts = {}
         self._reset()
         return self
 
-    def write_dram(self, addr: int, data) -> None:
+    def write_dram(self, addr: int, data: ArrayLike) -> None:
         b = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) else \
             np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         self._check_dram(addr, len(b))
         self.dram[addr:addr + len(b)] = b
 
-    def read_dram(self, addr: int, n: int, dtype=np.uint8) -> np.ndarray:
+    def read_dram(self, addr: int, n: int, dtype: DTypeLike = np.uint8) -> np.ndarray:
         """``n`` elements of ``dtype`` (little-endian) from DRAM byte ``addr``."""
         dt = np.dtype(dtype).newbyteorder("<")
         self._check_dram(addr, n * dt.itemsize)
         return self.dram[addr:addr + n * dt.itemsize].copy().view(dt)
 
-    def _check_dram(self, addr, nbytes):
+    def _check_dram(self, addr: int, nbytes: int) -> None:
         if addr < 0 or addr + nbytes > self.cfg.dram_bytes:
             raise SimError(ErrorCode.ADDRESS_RANGE, f"host access to DRAM bytes {addr}..{addr + nbytes - 1} "
                            f"outside DRAM ({self.cfg.dram_bytes} bytes)")
 
-    def write_spm(self, row: int, data) -> None:
+    def write_spm(self, row: int, data: ArrayLike) -> None:
         d = np.asarray(data, SPACE_DTYPE[Space.SPM]).reshape(-1, self.cfg.cols)
         self.spm[row:row + len(d)] = d
 
     def read_spm(self, row: int, n: int = 1) -> np.ndarray:
         return self.spm[row:row + n].copy()
 
-    def write_acc(self, row: int, data) -> None:
+    def write_acc(self, row: int, data: ArrayLike) -> None:
         d = np.asarray(data, SPACE_DTYPE[Space.ACC]).reshape(-1, self.cfg.cols)
         self.acc[row:row + len(d)] = d
 
     def read_acc(self, row: int, n: int = 1) -> np.ndarray:
         return self.acc[row:row + n].copy()
 
-    def set_args(self, args=None, **named) -> None:
+    def set_args(self, args: Mapping[int, int] | None = None, **named: int) -> None:
         """Write scalar registers before launch: ``set_args({1: 5})`` or ``set_args(r1=5)``."""
         items = dict(args or {})
         items.update({int(k.lstrip("r")): v for k, v in named.items()})
@@ -374,7 +389,8 @@ class Chip:
         self.trace = Trace() if self.want_trace else None
         self.halt_cycle = None
         self.max_cycles = INF
-        self.tx, self.rx = {}, {}
+        self.tx: dict[int, Channel] = {}       # link port -> channel (System wires them)
+        self.rx: dict[int, Channel] = {}
 
     def components(self) -> list:
         return [self.issue] + list(self.units.values())
@@ -386,7 +402,7 @@ class Chip:
         if r:
             self.regs[r] = sem.wrap32_int(v)
 
-    def _kind(self, pc, ins) -> int:
+    def _kind(self, pc: int, ins: Instruction | None) -> int:
         if ins is None or pc in self.bad:
             return _BAD
         if ins.spec.queued:
@@ -398,11 +414,13 @@ class Chip:
 
     def text(self, pc: int) -> str:
         s = self._texts.get(pc)
-        if s is None and 0 <= pc < len(self.prog) and self.prog[pc] is not None:
-            s = self._texts[pc] = format_instruction(self.prog[pc], self.cfg)
+        ins = self.prog[pc] if 0 <= pc < len(self.prog) else None
+        if s is None and ins is not None:
+            s = self._texts[pc] = format_instruction(ins, self.cfg)
         return s or "?"
 
-    def error(self, code, msg, cycle, pc=None, address=None, other=None) -> SimError:
+    def error(self, code: ErrorCode, msg: str, cycle: int | None, pc: int | None = None, address: str | None = None,
+              other: tuple[int, str] | None = None) -> SimError:
         return SimError(code, msg, cycle=cycle, pc=pc, instr=self.text(pc) if pc is not None else None,
                         address=address, chip=self.index if self.in_system else None,
                         other=other)
@@ -410,6 +428,7 @@ class Chip:
     # -- issue-stage work that touches units ----------------------------------------------
     def issue_queued(self, pc: int, t: int) -> None:
         ins, f, regs = self.prog[pc], self.fields[pc], self.regs
+        assert ins is not None          # its kind is _QUEUED, not _BAD
         spec = ins.spec
         base, depth = f["rep_base"], f["rep_depth"]
         nest = self.loops[base:base + depth]
@@ -423,6 +442,7 @@ class Chip:
 
     def scalar_mem(self, pc: int, t: int) -> None:
         ins, f = self.prog[pc], self.fields[pc]
+        assert ins is not None          # its kind is _SMEM, not _BAD
         if f["wait"]:
             self.tokens.consume(f["wait"], Unit.SCALAR, t)
         space, row, lane = f["space"], f["addr"] + self.regs[f["xaddr"]], f["lane"]

@@ -10,7 +10,7 @@ components due at the same cycle may act in any order. Idle cycles cost nothing.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from isa.errors import ErrorCode
 from isa.table import Unit
@@ -20,12 +20,13 @@ from .units import INF
 
 if TYPE_CHECKING:
     from .chip import Chip
+    from .units import QueuedUnit
 
 #: cycle limit of a run when the caller gives none
 DEFAULT_MAX_CYCLES = 1 << 40
 
 
-_BLAS = []
+_BLAS: list[Any] = []          # the threadpoolctl controller, or None without threadpoolctl
 
 
 def _one_blas_thread():
@@ -103,7 +104,7 @@ def _deadlock(chips: list[Chip], last: int) -> SimError:
     return SimError(ErrorCode.DEADLOCK, "no chip can make progress", cycle=cycle)
 
 
-def _open_pc(unit) -> int | None:
+def _open_pc(unit: QueuedUnit) -> int | None:
     for ch in (unit.chip.tx.values() if unit.uid == Unit.LTX else unit.chip.rx.values()):
         jobs = ch.sends if unit.uid == Unit.LTX else ch.recvs
         if jobs:

@@ -14,10 +14,16 @@ Dispatch is derived from the table: ``HANDLERS[mnemonic]`` is ``q_<mnemonic>`` o
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from isa import semantics as sem
 from isa import timing
 from isa.errors import ErrorCode
 from isa.table import INSTRUCTIONS, SPACE_BYTES, SPACE_NAME, ScaleMode, Space, SrcMode
+
+if TYPE_CHECKING:
+    from .chip import Chip
+    from .units import Entry
 
 #: element bytes by the memory names that footprints and statistics use
 _NAME_BYTES = {SPACE_NAME[s]: SPACE_BYTES[s] for s in Space}
@@ -37,7 +43,7 @@ class Plan:
             self.fn(*self.args)
 
 
-def _bad(code, msg, addr=None) -> Plan:
+def _bad(code: ErrorCode, msg: str, addr: str | None = None) -> Plan:
     return Plan(error=(code, msg, addr))
 
 
@@ -59,7 +65,7 @@ def _rng(space, lo, n):
 # DMA
 # --------------------------------------------------------------------------------------------
 
-def _dma(chip, ent, local, dram, load: bool) -> Plan:
+def _dma(chip: Chip, ent: Entry, local: int, dram: int, load: bool) -> Plan:
     f, cfg = ent.f, chip.cfg
     space, rows, length, rs, es = f["space"], f["rows"], f["len"], f["rstride"], f["estride"]
     err = _rows_error(chip, space, local, rows, "dma")

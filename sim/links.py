@@ -15,10 +15,16 @@ moved, never with the cycles waited. A send or receive retires at its last flit'
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from isa import timing
 from isa.errors import ErrorCode
 from isa.table import SPACE_NAME
+
+if TYPE_CHECKING:
+    from .units import Instance, QueuedUnit
 
 
 class _Job:
@@ -42,7 +48,7 @@ class Channel:
         self.sends: deque[_Job] = deque()
         self.recvs: deque[_Job] = deque()
 
-    def send(self, unit, inst, s, space, rows) -> None:
+    def send(self, unit: QueuedUnit, inst: Instance, s: int, space: int, rows: np.ndarray) -> None:
         F = timing.flits_per_row(self.tx_chip.cfg, space)
         job = _Job(unit, inst, s, space, len(rows), F, rows)
         for r in rows:
@@ -50,7 +56,7 @@ class Channel:
         self.sends.append(job)
         self.advance()
 
-    def recv(self, unit, inst, s, space, n, addr) -> None:
+    def recv(self, unit: QueuedUnit, inst: Instance, s: int, space: int, n: int, addr: int) -> None:
         job = _Job(unit, inst, s, space, n, timing.flits_per_row(self.rx_chip.cfg, space), addr=addr)
         self.recvs.append(job)
         self.advance()

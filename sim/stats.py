@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from isa.table import Unit
 
@@ -102,7 +103,7 @@ class Trace:
     def __len__(self) -> int:
         return len(self.records)
 
-    def add(self, *args) -> Record:
+    def add(self, *args: Any) -> Record:
         r = Record(*args)
         self.records.append(r)
         return r

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from isa.config import ChipConfig
+from isa.encoding import Instruction
 from isa.errors import ErrorCode
+from isa.program import Program
 
 from .chip import Chip
 from .engine import run
@@ -19,7 +23,7 @@ class System:
     together under one clock and returns their Stats.
     """
 
-    def __init__(self, config="base", n: int = 2, *, trace: bool = False):
+    def __init__(self, config: str | Path | ChipConfig = "base", n: int = 2, *, trace: bool = False):
         self.cfg = ChipConfig.load(config)
         if n < 1:
             raise SimError(ErrorCode.ILLEGAL_INSTRUCTION, f"a System needs at least one chip, got {n}")
@@ -34,7 +38,7 @@ class System:
     def __getitem__(self, i: int) -> Chip:
         return self.chips[i]
 
-    def load(self, i: int, program) -> None:
+    def load(self, i: int, program: Program | str | Path | bytes | list[Instruction]) -> None:
         self.chips[i].load(program)
 
     def _wire(self) -> None:
