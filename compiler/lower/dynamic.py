@@ -26,13 +26,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from isa import regs
 from isa.ints import cdiv
 
 from compiler.lower.schedule import ChipCompileError
 from compiler.lower.trace import trace
 
-#: the scalar register holding the symbol's value at launch (kernels use r1..r13 and r1..r(3+inputs))
-DYN_REG = 15
+#: the number of the scalar register holding the symbol's value at launch (``isa.regs.DYN_REG``)
+DYN_REG = regs.DYN_REG.n
 
 
 @dataclass(frozen=True)
