@@ -11,14 +11,20 @@ cycles: each instance costs a constant amount of work.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING, Any
 
 from isa import semantics as sem
 from isa import timing
+from isa.encoding import Instruction
 from isa.errors import ErrorCode
 from isa.table import Sync, Unit
 
 from .errors import SimError
-from .handlers import HANDLERS
+from .handlers import HANDLERS, Plan
+
+if TYPE_CHECKING:
+    from .chip import Chip
+    from .stats import Record
 
 INF = 1 << 62
 #: instances whose addresses are expanded at once (longer nests are expanded in chunks)
@@ -31,18 +37,21 @@ class Entry:
     __slots__ = ("ins", "f", "pc", "q", "T", "i", "d", "counts", "strides", "bases", "wait", "signal",
                  "once", "bval", "scale_val", "_addrs", "_lo", "handler")
 
-    def __init__(self, ins, f, pc, q, counts, strides, bases, bval=0, scale_val=0):
+    def __init__(self, ins: Instruction, f: dict[str, int], pc: int, q: int, counts: list[int],
+                 strides: list[tuple[int, int, int]], bases: list[int], bval: int = 0, scale_val: int = 0) -> None:
         self.ins, self.f, self.pc, self.q = ins, f, pc, q
         self.counts, self.strides, self.bases = counts, strides, bases
         self.T = sem.nest_count(counts)
-        self.i, self.d = 0, None
+        self.i = 0
+        self.d: int | None = None       # the cycle its last instance started (it left the queue)
         self.wait, self.signal = f["wait"], f["signal"]
         self.once = f["sync"] == Sync.ONCE
         self.bval, self.scale_val = bval, scale_val
-        self._addrs, self._lo = None, 0
+        self._addrs: list[list[int]] | None = None
+        self._lo = 0
         self.handler = HANDLERS[ins.op]
 
-    def addrs(self, i: int):
+    def addrs(self, i: int) -> list[int]:
         """Memory-operand addresses of instance ``i`` (stride-slot order)."""
         if not self.counts:
             return self.bases
@@ -66,23 +75,25 @@ class Instance:
 
     __slots__ = ("ent", "i", "s", "signal", "race", "rec")
 
-    def __init__(self, ent, i, s, signal, race, rec):
+    def __init__(self, ent: Entry, i: int, s: int, signal: int, race: list[Any], rec: Record | None) -> None:
         self.ent, self.i, self.s, self.signal, self.race, self.rec = ent, i, s, signal, race, rec
 
 
 class QueuedUnit:
     """Queue, repeat expansion, tokens and bookkeeping shared by every queued unit."""
 
-    def __init__(self, chip, uid: Unit):
+    def __init__(self, chip: Chip, uid: Unit) -> None:
         self.chip, self.uid, self.name = chip, uid, uid.name.lower()
         self.queue: deque[Entry] = deque()
         self.recent: deque[Entry] = deque(maxlen=timing.QUEUE_DEPTH)
         self.last_start = -1
         self.max_retire = -1
         self.open = 0                   # started instances whose retire is not known yet
-        self.plan = None                # plan of the head instance, prepared once
-        self.pending_error = None       # (cycle, SimError) found ahead of time (link mismatch)
-        self._why = None                # what bounds the next start: (base, unit_lb, reason, tok_t, tok_p)
+        self.plan: Plan | None = None   # plan of the head instance, prepared once
+        #: (cycle, SimError) found ahead of time (link mismatch)
+        self.pending_error: tuple[int, SimError] | None = None
+        #: what bounds the next start: (base, unit_lb, reason, tok_t, tok_p)
+        self._why: tuple[int, int, str | None, int, int | None] | None = None
 
     # -- the issue stage's view -----------------------------------------------------------
     def accept_time(self, t: int) -> int:
@@ -101,13 +112,14 @@ class QueuedUnit:
         if self.queue or self.open:
             return INF
         last_d = self.recent[-1].d if self.recent else -1
+        assert last_d is not None       # the queue is empty: every entry has left it
         return max(last_d + 1, self.max_retire + 1)
 
     # -- unit-specific rules (overridden) ---------------------------------------------------
-    def lower_bound(self, ent: Entry, plan) -> tuple[int, str | None]:
+    def lower_bound(self, ent: Entry, plan: Plan) -> tuple[int, str | None]:
         return 0, None
 
-    def begin(self, t: int, ent: Entry, plan, inst: Instance) -> int | None:
+    def begin(self, t: int, ent: Entry, plan: Plan, inst: Instance) -> int | None:
         raise NotImplementedError
 
     # -- the engine's view -------------------------------------------------------------------
@@ -140,6 +152,7 @@ class QueuedUnit:
         if self.pending_error is not None and self.pending_error[0] == t:
             raise self.pending_error[1]
         chip, ent = self.chip, self.queue[0]
+        assert self._why is not None    # next_time() ran first
         base, ulb, reason, tok_t, tok_p = self._why
         st = chip.stats
         if reason and ulb > base:
@@ -157,6 +170,7 @@ class QueuedUnit:
             return
         plan = self.plan
         self.plan = None
+        assert plan is not None         # prepared by next_time() for an entry with instances
         if plan.error is not None:
             code, msg, addr = plan.error
             raise chip.error(code, msg, t, ent.pc, addr)
@@ -285,7 +299,7 @@ class LinkUnit(QueuedUnit):
         return self.chip.link_start(self, inst, t, port, space, addr, plan.n)
 
 
-def make_units(chip) -> dict:
+def make_units(chip: Chip) -> dict[Unit, QueuedUnit]:
     kinds = {Unit.LOAD: DmaUnit, Unit.STORE: DmaUnit, Unit.MXU: MxuUnit, Unit.VPU: VpuUnit,
              Unit.LTX: LinkUnit, Unit.LRX: LinkUnit}
     return {u: kinds[u](chip, u) for u in Unit if u is not Unit.SCALAR}
