@@ -29,6 +29,7 @@ import numpy as np
 from isa.asm import assemble
 from isa.config import ChipConfig
 from isa.semantics import wrap32
+from isa.table import SPACE_BYTES, Space
 
 from compiler.lower.schedule import ChipCompileError
 
@@ -88,14 +89,15 @@ def until_converged(rows: int, a: int, b, shift: int, tol: int = 0, max_iter: in
     if not 1 <= max_iter < (1 << 15) or not 0 <= shift < 32:
         raise ChipCompileError(f"until_converged: max_iter {max_iter} / shift {shift} out of range")
     X, T, D, B, CNT = 0, rows, 2 * rows, 3 * rows, 4 * rows
-    rb = 4 * C                                           # bytes of one int32 row
+    eb = SPACE_BYTES[Space.ACC]
+    rb = eb * C                                          # bytes of one int32 row
     x_addr, b_addr, out_addr, count_addr = 0, rows * rb, 2 * rows * rb, 3 * rows * rb
     L = [f"; until converged: x <- ({a} * x + b) >> {shift} over {rows} row(s), while max|dx| > {tol}",
          "    seti r1, 0",
          f"    seti r2, {tol}",
          f"    seti r3, {max_iter}",
-         f"    dma.ld acc[{X}], dram[{x_addr}], rows={rows}, len={C}, rstride={rb}, estride=4",
-         f"    dma.ld acc[{B}], dram[{b_addr}], rows={rows}, len={C}, rstride={rb}, estride=4",
+         f"    dma.ld acc[{X}], dram[{x_addr}], rows={rows}, len={C}, rstride={rb}, estride={eb}",
+         f"    dma.ld acc[{B}], dram[{b_addr}], rows={rows}, len={C}, rstride={rb}, estride={eb}",
          "    fence all",
          "top:",
          f"    vmul acc[{T}], acc[{X}], {a}, n={rows}",
@@ -113,8 +115,8 @@ def until_converged(rows: int, a: int, b, shift: int, tol: int = 0, max_iter: in
           "done:",
           "    fence all",
           f"    sst r1, acc[{CNT}], 0",
-          f"    dma.st dram[{out_addr}], acc[{X}], rows={rows}, len={C}, rstride={rb}, estride=4",
-          f"    dma.st dram[{count_addr}], acc[{CNT}], rows=1, len=1, rstride={rb}, estride=4",
+          f"    dma.st dram[{out_addr}], acc[{X}], rows={rows}, len={C}, rstride={rb}, estride={eb}",
+          f"    dma.st dram[{count_addr}], acc[{CNT}], rows=1, len=1, rstride={rb}, estride={eb}",
           "    halt"]
     prog = assemble("\n".join(L) + "\n", cfg, "<until_converged>")
     return ConvergeLoop(cfg, rows, int(a), b, int(shift), int(tol), int(max_iter), prog,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from isa.ints import align_up, cdiv
+from isa.table import SPACE_BYTES, Space
 
 from compiler.ir import engine
 from compiler.ir.graph import CONTROL, toposort
@@ -255,6 +256,7 @@ def pred_code(L: list, p: Pred, addrs: list, nbytes: int, cfg, false_label: str)
 def store_counter(L: list, addr: int) -> None:
     L.append("    fence all")
     L.append(f"    sst r{R_TRIP}, acc[0], 0")
-    L.append(f"    dma.st dram[{addr}], acc[0], rows=1, len=1, rstride=4, estride=4")
+    eb = SPACE_BYTES[Space.ACC]
+    L.append(f"    dma.st dram[{addr}], acc[0], rows=1, len=1, rstride={eb}, estride={eb}")
     L.append("    fence all")
     L.append("    halt")

@@ -55,6 +55,7 @@ import numpy as np
 from isa.asm import assemble
 from isa.config import ChipConfig
 from isa.ints import align_up
+from isa.table import SPACE_BYTES, Space
 
 from compiler.ir.evaluate import evaluate
 from compiler.ir.graph import CONTROL, Node, Ops, substitute, toposort
@@ -67,6 +68,8 @@ from compiler.lower.dynamic import DYN_REG, host_feeds
 from compiler.lower.pipeline import DRAM_ALIGN
 from compiler.lower.quantize import dequantize_outputs, quantize_array
 from compiler.lower.schedule import ChipCompileError, TensorInfo, default_perm
+
+_ACC_BYTES = SPACE_BYTES[Space.ACC]
 
 
 # ------------------------------------------------------------------------------- the model
@@ -630,7 +633,8 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
             L += ["    addi r15, r15, 1", "    jmp br_join"]
     L += ["br_join:", f"    addi r{R_TRIP}, r{R_TRIP}, 1", "    jmp loop_top", "loop_done:", "    fence all",
           f"    sst r{R_TRIP}, acc[0], 0", "    sst r15, acc[0], 1",
-          f"    dma.st dram[{cnt}], acc[0], rows=1, len=2, rstride=8, estride=4", "    fence all", "    halt"]
+          f"    dma.st dram[{cnt}], acc[0], rows=1, len=2, rstride={2 * _ACC_BYTES}, estride={_ACC_BYTES}",
+          "    fence all", "    halt"]
     cm = ControlModel(cfg, None, "loop-cond", bodies, operands, layout_of(c_info), cm_addr, s_c, tuple(node.shape), cnt,
                       names, True, pred, trips, next((k for k, v in ident.items() if v), None), base)
     cm.branch_args = amap
