@@ -16,12 +16,18 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
-from isa.table import BY_MNEMONIC, Space, Unit, clog2, derived_widths
+from isa.table import BY_MNEMONIC, SPACE_BYTES, Space, Unit, clog2, derived_widths
 
 from .queue import WINDOW_BITS, event_width
-from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
+from .unit import ACC_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, UnitBase, in_range
 
 __all__ = ["DramSignature", "DmaLoad", "DmaStore", "dram_window", "WINDOW_BITS"]
+
+#: Element bytes of SPM and ACC (``isa.table.SPACE_BYTES``): an ACC row, ``_EB_ACC * cols`` bytes, is
+#: the widest row image, and ``len * _EB_ACC`` is a shift by ``_ACC_SHIFT``.
+_EB_SPM, _EB_ACC = SPACE_BYTES[Space.SPM], SPACE_BYTES[Space.ACC]
+_ACC_SHIFT = clog2(_EB_ACC)
+assert 1 << _ACC_SHIFT == _EB_ACC
 
 
 def DramSignature(cfg) -> wiring.Signature:
@@ -69,8 +75,10 @@ def dram_window(m, cfg, v):
     rneg, eneg = r1[-1], e1[-1]
     lo_full = Signal(signed(len(r1) + 1), name="win_lo_full")
     hi_full = Signal(signed(len(r1) + 2), name="win_hi_full")
+    end = {s: SPACE_BYTES[s] - 1 - limit for s in Space}        # an element's last byte, less the DRAM size
     m.d.comb += [lo_full.eq(Mux(rneg, r1, 0) + Mux(eneg, e1, 0)),
-                 hi_full.eq(Mux(rneg, 0, r1) + Mux(eneg, 0, e1) + Mux(v.space == Space.ACC, 3 - limit, -limit))]
+                 hi_full.eq(Mux(rneg, 0, r1) + Mux(eneg, 0, e1) + Mux(v.space == Space.ACC, end[Space.ACC],
+                                                                      end[Space.SPM]))]
     W = WINDOW_BITS
     lo_fits = ~lo_full[-1] | (lo_full[W - 1:] == (1 << (len(lo_full) - W + 1)) - 1)   # (lo <= 0)
     hi_fits = hi_full[-1] | (hi_full[W - 1:] == 0)                # (hi >= -dram_bytes >= -2**(W-1))
@@ -114,9 +122,9 @@ class _DmaBase(UnitBase):
         v = q.word.dma
         # the instance being started this cycle
         s_space = v.space
-        s_eb = Mux(s_space == Space.ACC, 4, 1)
+        s_eb = Mux(s_space == Space.ACC, _EB_ACC, _EB_SPM)
         s_contig = v.estride == s_eb
-        s_rbytes = Mux(s_space == Space.ACC, v.len << 2, v.len)       # len * element bytes
+        s_rbytes = Mux(s_space == Space.ACC, v.len << _ACC_SHIFT, v.len)       # len * element bytes
         s_rbeats = Mux(s_contig, (s_rbytes + (B - 1)) >> lb, v.len)
         s_real = (v.rows != 0) & (v.len != 0)
         s_local = q.addr[slots.index("local")]
@@ -125,9 +133,9 @@ class _DmaBase(UnitBase):
         active = Signal()
         space, contig, real = Signal(), Signal(), Signal()
         rows, length = Signal.like(v.rows), Signal.like(v.len)
-        rbeats = Signal(range(4 * cfg.cols + 2))
+        rbeats = Signal(range(_EB_ACC * cfg.cols + 2))
         rstride, estride = Signal(signed(32)), Signal(signed(16))
-        r, b = Signal.like(v.rows), Signal(range(4 * cfg.cols + 2))
+        r, b = Signal.like(v.rows), Signal(range(_EB_ACC * cfg.cols + 2))
         row_addr, beat_addr = Signal(signed(32)), Signal(signed(32))
         local = Signal(clog2(max(cfg.spm_rows, cfg.acc_rows)))      # the row port's address bits
         off = Signal(range(8 * cfg.cols + 8))
@@ -143,7 +151,7 @@ class _DmaBase(UnitBase):
             sig = Signal.like(rv, name="cur_" + name)
             m.d.comb += sig.eq(Mux(go, sv, rv))
             c[name] = sig
-        eb = Mux(c["space"] == Space.ACC, 4, 1)
+        eb = Mux(c["space"] == Space.ACC, _EB_ACC, _EB_SPM)
         last_in_row = c["b"] + 1 == c["rbeats"]
         last = ~c["real"] | (last_in_row & (c["r"] + 1 == c["rows"]))
         beat = go | active
@@ -189,7 +197,7 @@ def _tag(cfg):
     """What a load beat carries down the ``dram_latency`` delay line to its response."""
     return data.StructLayout({"beat": 1, "real": 1, "space": 1, "contig": 1,
                               "local": clog2(max(cfg.spm_rows, cfg.acc_rows)), "off": range(8 * cfg.cols + 8),
-                              "nbytes": range(max(cfg.dma_beat_bytes, 4) + 1), "eol": 1,
+                              "nbytes": range(max(cfg.dma_beat_bytes, _EB_ACC) + 1), "eol": 1,
                               "len": derived_widths(cfg)["lane"], "retire": 1, "mask": event_width(cfg)})
 
 
@@ -206,8 +214,8 @@ class DmaLoad(_DmaBase):
     def extra_ports(self, cfg):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         return {"dram": Out(DramSignature(cfg)),
-                "spm_wr": Out(RowWriteSignature(aw, 8 * cfg.cols, cfg.cols)),
-                "acc_wr": Out(RowWriteSignature(aw, 32 * cfg.cols, cfg.cols))}
+                "spm_wr": Out(RowWriteSignature(aw, SPM_BITS * cfg.cols, cfg.cols)),
+                "acc_wr": Out(RowWriteSignature(aw, ACC_BITS * cfg.cols, cfg.cols))}
 
     def datapath(self, m, q, go):
         cfg = self.cfg
@@ -222,25 +230,25 @@ class DmaLoad(_DmaBase):
         t = self.delay(m, tag, cfg.dram_latency, "ldtag")
         t = data.View(_tag(cfg), t)
         # merge the returning beat into the row buffer
-        nb = 4 * cfg.cols
+        nb = _EB_ACC * cfg.cols          # bytes of the widest row
         buf = Signal(8 * nb)
         B = cfg.dma_beat_bytes
         resp = [self.dram.rd_resp_data[8 * k:8 * k + 8] for k in range(B)]
         # named once: an expression used in every byte's logic would be built once per use
-        row_end, off_end = Signal(range(4 * (1 << 16))), Signal(17)
-        m.d.comb += [row_end.eq(Mux(t.space == Space.ACC, t.len << 2, t.len)), off_end.eq(t.off + t.nbytes)]
+        row_end, off_end = Signal(range(_EB_ACC * (1 << 16))), Signal(17)
+        m.d.comb += [row_end.eq(Mux(t.space == Space.ACC, t.len << _ACC_SHIFT, t.len)), off_end.eq(t.off + t.nbytes)]
         merged = Signal(8 * nb)
         for j in range(nb):             # byte j of the row is byte j - off of the beat
             sel = (j >= t.off) & (j < off_end) & (j < row_end)
             # off is a multiple of the beat (contiguous rows) or of the element (one element per
             # beat, which then starts the beat), so (j - off) mod B needs no subtraction
-            src = Mux(t.contig, resp[j % B], Mux(t.space == Space.ACC, resp[j % min(4, B)], resp[0]))
+            src = Mux(t.contig, resp[j % B], Mux(t.space == Space.ACC, resp[j % min(_EB_ACC, B)], resp[0]))
             m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(sel, src, buf[8 * j:8 * j + 8]))
         write = t.beat & t.real
         with m.If(write):
             m.d.sync += buf.eq(Mux(t.eol, 0, merged))
         lanes = (1 << cfg.cols) - 1
-        m.d.comb += [self.spm_wr.addr.eq(t.local), self.spm_wr.data.eq(merged[:8 * cfg.cols]),
+        m.d.comb += [self.spm_wr.addr.eq(t.local), self.spm_wr.data.eq(merged[:SPM_BITS * cfg.cols]),
                      self.acc_wr.addr.eq(t.local), self.acc_wr.data.eq(merged)]
         with m.If(write & t.eol):
             with m.If(t.space == Space.ACC):
@@ -264,8 +272,8 @@ class DmaStore(_DmaBase):
     def extra_ports(self, cfg):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         return {"dram": Out(DramSignature(cfg)),
-                "spm_rd": Out(RowReadSignature(aw, 8 * cfg.cols)),
-                "acc_rd": Out(RowReadSignature(aw, 32 * cfg.cols))}
+                "spm_rd": Out(RowReadSignature(aw, SPM_BITS * cfg.cols)),
+                "acc_rd": Out(RowReadSignature(aw, ACC_BITS * cfg.cols))}
 
     def datapath(self, m, q, go):
         cfg = self.cfg
@@ -273,14 +281,14 @@ class DmaStore(_DmaBase):
         w = self.walker(m, q, go)
         c = w["cur"]
         m.d.comb += [self.spm_rd.addr.eq(c["local"]), self.acc_rd.addr.eq(c["local"])]
-        nb = 4 * cfg.cols
+        nb = _EB_ACC * cfg.cols          # bytes of the widest row
         image = Signal(8 * nb)
         m.d.comb += image.eq(Mux(c["space"] == Space.ACC, self.acc_rd.data, self.spm_rd.data))
         shifted = Signal(8 * B)         # byte k of the beat is byte off + k of the row image
         img = [image[8 * j:8 * j + 8] for j in range(nb)]
         m.d.comb += shifted.eq(Cat(*_shift_down_bytes(m, img, c["off"], B)))
-        row_end = Signal(range(4 * (1 << 16)))
-        m.d.comb += row_end.eq(Mux(c["space"] == Space.ACC, c["len"] << 2, c["len"]))
+        row_end = Signal(range(_EB_ACC * (1 << 16)))
+        m.d.comb += row_end.eq(Mux(c["space"] == Space.ACC, c["len"] << _ACC_SHIFT, c["len"]))
         strb = Signal(B)
         for j in range(B):
             m.d.comb += strb[j].eq((c["off"] + j < row_end) & (j < w["nbytes"]))

@@ -32,7 +32,7 @@ from isa.timing import BRANCH_PENALTY, TOKEN_MAX
 from .decode import Decoder
 from .dma import dram_window
 from .queue import UNITS, EntrySignature, entry_layout, pack
-from .unit import ERR_BITS, RowReadSignature, RowWriteSignature, TokenSignature
+from .unit import ACC_BITS, ERR_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, TokenSignature
 
 __all__ = ["IssueStage", "QUEUED", "READ_PORTS"]
 
@@ -93,8 +93,9 @@ class IssueStage(wiring.Component):
                "running": Out(1), "done": Out(1), "error": Out(ERR_BITS), "cycles": Out(32),
                "pc": Out(pcw), "issued": Out(1), "issued_scalar": Out(1),
                "reg_we": In(1), "reg_addr": In(clog2(cfg.scalar_regs)), "reg_wdata": In(32), "reg_rdata": Out(32),
-               "spm_rd": Out(RowReadSignature(aw, 8 * C)), "acc_rd": Out(RowReadSignature(aw, 32 * C)),
-               "spm_wr": Out(RowWriteSignature(aw, 8 * C, C)), "acc_wr": Out(RowWriteSignature(aw, 32 * C, C))}
+               "spm_rd": Out(RowReadSignature(aw, SPM_BITS * C)), "acc_rd": Out(RowReadSignature(aw, ACC_BITS * C)),
+               "spm_wr": Out(RowWriteSignature(aw, SPM_BITS * C, C)),
+               "acc_wr": Out(RowWriteSignature(aw, ACC_BITS * C, C))}
         for u in QUEUED:
             sig[f"q_{u.name.lower()}"] = Out(EntrySignature(cfg))
             sig[f"t_{u.name.lower()}"] = In(TokenSignature())
@@ -312,8 +313,8 @@ class IssueStage(wiring.Component):
         m.d.comb += product.eq(A.as_unsigned() * B.as_unsigned())
         # sld: a lane of the row, read combinationally
         lane = smem.lane
-        spm_l = data.View(data.ArrayLayout(signed(8), C), self.spm_rd.data)
-        acc_l = data.View(data.ArrayLayout(signed(32), C), self.acc_rd.data)
+        spm_l = data.View(data.ArrayLayout(signed(SPM_BITS), C), self.spm_rd.data)
+        acc_l = data.View(data.ArrayLayout(signed(ACC_BITS), C), self.acc_rd.data)
         loaded = Signal(signed(32))
         m.d.comb += loaded.eq(Mux(smem.space == Space.ACC, acc_l[lane], spm_l[lane]))
         addsub = diff[:32]

@@ -16,11 +16,11 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
-from isa.table import Space, Unit, clog2
+from isa.table import SPACE_BYTES, Space, Unit, clog2
 from isa.timing import flits_per_row
 
 from .queue import event_width
-from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range, select
+from .unit import ACC_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, UnitBase, in_range, select
 
 __all__ = ["LinkSignature", "LinkTx", "LinkRx"]
 
@@ -69,7 +69,8 @@ class LinkTx(UnitBase):
     def extra_ports(self, cfg):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         return {"tx": Out(LinkSignature(cfg)).array(cfg.links),
-                "spm_rd": Out(RowReadSignature(aw, 8 * cfg.cols)), "acc_rd": Out(RowReadSignature(aw, 32 * cfg.cols))}
+                "spm_rd": Out(RowReadSignature(aw, SPM_BITS * cfg.cols)),
+                "acc_rd": Out(RowReadSignature(aw, ACC_BITS * cfg.cols))}
 
     def datapath(self, m, q, go):
         cfg = self.cfg
@@ -125,7 +126,8 @@ class LinkRx(UnitBase):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         C = cfg.cols
         return {"rx": In(LinkSignature(cfg)).array(cfg.links),
-                "spm_wr": Out(RowWriteSignature(aw, 8 * C, C)), "acc_wr": Out(RowWriteSignature(aw, 32 * C, C))}
+                "spm_wr": Out(RowWriteSignature(aw, SPM_BITS * C, C)),
+                "acc_wr": Out(RowWriteSignature(aw, ACC_BITS * C, C))}
 
     def datapath(self, m, q, go):
         cfg = self.cfg
@@ -173,12 +175,12 @@ class LinkRx(UnitBase):
         eor = cur["f"] + 1 == nflits
         last = empty | (take & eor & (cur["i"] + 1 == cur["n"]))
         C = cfg.cols
-        buf = Signal(32 * C)
-        merged = Signal(32 * C)
-        for j in range(4 * C):          # byte j of the row image comes from flit j // W
+        buf = Signal(ACC_BITS * C)
+        merged = Signal(ACC_BITS * C)
+        for j in range(SPACE_BYTES[Space.ACC] * C):          # byte j of the row image comes from flit j // W
             src = head.data[8 * (j % W):8 * (j % W) + 8]
             m.d.comb += merged[8 * j:8 * j + 8].eq(Mux(cur["f"] == j // W, src, buf[8 * j:8 * j + 8]))
-        m.d.comb += [self.spm_wr.addr.eq(cur["addr"]), self.spm_wr.data.eq(merged[:8 * C]),
+        m.d.comb += [self.spm_wr.addr.eq(cur["addr"]), self.spm_wr.data.eq(merged[:SPM_BITS * C]),
                      self.acc_wr.addr.eq(cur["addr"]), self.acc_wr.data.eq(merged)]
         with m.If(take):
             m.d.sync += buf.eq(Mux(eor, 0, merged))

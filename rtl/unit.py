@@ -15,14 +15,16 @@ from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from isa.table import Unit, clog2
+from isa.table import SPACE_BITS, Space, Unit, clog2
 
 from .queue import INDEX_BITS, UNITS, EntrySignature, RepeatQueue, unit_reads
 
-__all__ = ["RowReadSignature", "RowWriteSignature", "TokenSignature", "UnitBase", "ERR_BITS",
+__all__ = ["RowReadSignature", "RowWriteSignature", "TokenSignature", "UnitBase", "ERR_BITS", "SPM_BITS", "ACC_BITS",
            "in_range", "span_ok", "select", "UnitTraceSignature", "RETIRE_SLOTS"]
 
 ERR_BITS = 4
+#: Bits of one SPM lane and of one ACC lane (``isa.table.SPACE_BITS``); a row port is ``cols`` lanes.
+SPM_BITS, ACC_BITS = SPACE_BITS[Space.SPM], SPACE_BITS[Space.ACC]
 EVENTS = 3     # retire events one unit may report in one cycle (slot 0: a zero-trip entry's pop)
 #: instances one unit may retire in one cycle (the MXU: an lw and an mm)
 RETIRE_SLOTS = EVENTS - 1

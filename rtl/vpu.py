@@ -23,7 +23,7 @@ from isa.timing import VPU_LATENCY, lut_rows
 
 from .mem import LUTRAM_DEPTH
 from .queue import event_width
-from .unit import RowReadSignature, RowWriteSignature, UnitBase
+from .unit import ACC_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, UnitBase
 
 __all__ = ["VpuAlu", "VpuUnit", "ALU_OPS"]
 
@@ -86,7 +86,7 @@ class VpuAlu(wiring.Component):
         L = lambda s: _lanes(cols, s)
         super().__init__({"op": In(data.StructLayout({k: 1 for k in ALU_OPS})), "a": In(L(signed(32))),
                           "b": In(L(signed(32))), "dspace": In(1), "lut_we": In(1),
-                          "lut_addr": In(max(1, clog2(self.lut_rows))), "lut_data": In(8 * cols),
+                          "lut_addr": In(max(1, clog2(self.lut_rows))), "lut_data": In(SPM_BITS * cols),
                           "shift": In(6), "zp": In(signed(8)), "lo": In(signed(8)), "hi": In(signed(8)),
                           "rnd": In(2), "y": Out(L(signed(32)))})
 
@@ -293,7 +293,7 @@ class VpuAlu(wiring.Component):
         # logic slices); reads and writes never meet (one instruction per stage), so the read is
         # transparent only where that is cheaper (LUT RAM: a registered address, not data)
         block = self.lut_rows > LUTRAM_DEPTH
-        mem = memory.Memory(shape=unsigned(8 * C), depth=self.lut_rows, init=[],
+        mem = memory.Memory(shape=unsigned(SPM_BITS * C), depth=self.lut_rows, init=[],
                             attrs={"ram_style": "block"} if block else None)
         m.submodules[f"lut{n}"] = mem
         wp = mem.write_port()
@@ -333,9 +333,10 @@ class VpuUnit(UnitBase):
     def extra_ports(self, cfg):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         C = cfg.cols
-        return {"spm_a": Out(RowReadSignature(aw, 8 * C)), "spm_b": Out(RowReadSignature(aw, 8 * C)),
-                "acc_a": Out(RowReadSignature(aw, 32 * C)), "acc_b": Out(RowReadSignature(aw, 32 * C)),
-                "spm_wr": Out(RowWriteSignature(aw, 8 * C, C)), "acc_wr": Out(RowWriteSignature(aw, 32 * C, C))}
+        return {"spm_a": Out(RowReadSignature(aw, SPM_BITS * C)), "spm_b": Out(RowReadSignature(aw, SPM_BITS * C)),
+                "acc_a": Out(RowReadSignature(aw, ACC_BITS * C)), "acc_b": Out(RowReadSignature(aw, ACC_BITS * C)),
+                "spm_wr": Out(RowWriteSignature(aw, SPM_BITS * C, C)),
+                "acc_wr": Out(RowWriteSignature(aw, ACC_BITS * C, C))}
 
     def datapath(self, m, q, go):
         cfg = self.cfg
@@ -395,10 +396,10 @@ class VpuUnit(UnitBase):
         # stage 1: operands arrive; ALU stage 1 (operands, lookup-table write and read address)
         t1 = Signal(_tag(cfg))
         m.d.sync += t1.eq(tag0)
-        spm_a = data.View(_lanes(C, signed(8)), self.spm_a.data)
-        spm_b = data.View(_lanes(C, signed(8)), self.spm_b.data)
-        acc_a = data.View(_lanes(C, signed(32)), self.acc_a.data)
-        acc_b = data.View(_lanes(C, signed(32)), self.acc_b.data)
+        spm_a = data.View(_lanes(C, signed(SPM_BITS)), self.spm_a.data)
+        spm_b = data.View(_lanes(C, signed(SPM_BITS)), self.spm_b.data)
+        acc_a = data.View(_lanes(C, signed(ACC_BITS)), self.acc_a.data)
+        acc_b = data.View(_lanes(C, signed(ACC_BITS)), self.acc_b.data)
         m.submodules.alu = alu = VpuAlu(C)
         assert alu.lut_rows == lut_rows(cfg)
         m.d.comb += [alu.op.eq(t1.ops), alu.shift.eq(shift), alu.zp.eq(zp), alu.lo.eq(lo), alu.hi.eq(hi),
