@@ -23,19 +23,29 @@ Every error is an ``AsmError`` printed as ``FILE:LINE:COL: message``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from .encoding import Instruction, canonical, check_values, decode_all
 from .errors import AsmError, EncodeError, TetrachipError
 from .table import (BY_MNEMONIC, SPACE_BYTES, UNIT_NAMES, CountMode, Instr, Operand, Round, ScaleMode,
                     Space, SrcMode, Sync, Unit)
 
+if TYPE_CHECKING:
+    from .config import ChipConfig
+    from .program import Program
+
+#: how the assembler reports an error at a column of the current line (raises AsmError)
+ErrorAt = Callable[[str, int], NoReturn]
+
 QHDR_KEYS = ("rep", "wait", "signal", "sync")
 _TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|\d[\d_]*)"
                     r"|([A-Za-z_.$][\w.$]*)|(<<|>>|[-+*/%&|^~()\[\]:=]))")
 
 
-def predefined(cfg) -> dict[str, int]:
+def predefined(cfg: ChipConfig) -> dict[str, int]:
     """Constants every program may use, from the config."""
     return {"ROWS": cfg.rows, "COLS": cfg.cols, "SPM_ROWS": cfg.spm_rows, "ACC_ROWS": cfg.acc_rows,
             "DRAM_BYTES": cfg.dram_bytes, "LOOP_REGS": cfg.loop_regs, "SCALAR_REGS": cfg.scalar_regs,
@@ -54,8 +64,9 @@ class Tok:
     value: int = 0
 
 
-def _lex(text: str, col0: int, err) -> list[Tok]:
-    toks, pos = [], 0
+def _lex(text: str, col0: int, err: ErrorAt) -> list[Tok]:
+    toks: list[Tok] = []
+    pos = 0
     while True:
         while pos < len(text) and text[pos].isspace():
             pos += 1
@@ -66,6 +77,7 @@ def _lex(text: str, col0: int, err) -> list[Tok]:
         if not m or m.end() == pos:
             err(f"unexpected character {text[pos]!r}", col0 + pos)
         num, name, op = m.groups()
+        assert m.lastindex is not None   # the one alternative (a group) that matched
         start = m.start(m.lastindex)
         if num is not None:
             digits = num.replace("_", "")
@@ -94,13 +106,13 @@ class _Expr:
 
     PREC = [("|",), ("^",), ("&",), ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
 
-    def __init__(self, toks, i, names, err):
+    def __init__(self, toks: list[Tok], i: int, names: dict[str, int], err: ErrorAt) -> None:
         self.toks, self.i, self.names, self.err = toks, i, names, err
 
-    def peek(self):
+    def peek(self) -> Tok:
         return self.toks[self.i]
 
-    def parse(self, level=0) -> int:
+    def parse(self, level: int = 0) -> int:
         if level == len(self.PREC):
             return self.unary()
         v = self.parse(level + 1)
@@ -154,8 +166,9 @@ class _Line:
     source: str
 
 
-def _split_operands(text: str, col0: int, err) -> list[tuple[str, int]]:
-    out, depth, start = [], 0, 0
+def _split_operands(text: str, col0: int, err: ErrorAt) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    depth, start = 0, 0
     for k, ch in enumerate(text + ","):
         if ch in "([":
             depth += 1
@@ -182,13 +195,13 @@ def _strip_comment(line: str) -> str:
 
 
 class Assembler:
-    def __init__(self, cfg, filename: str = "<input>"):
+    def __init__(self, cfg: ChipConfig, filename: str = "<input>") -> None:
         self.cfg, self.filename = cfg, filename
         self.names: dict[str, int] = predefined(cfg)
         self.labels: dict[str, int] = {}
         self.lineno = 0
 
-    def err(self, msg: str, col: int, line: int | None = None):
+    def err(self, msg: str, col: int, line: int | None = None) -> NoReturn:
         raise AsmError(msg, self.filename, self.lineno if line is None else line, col)
 
     # pass 1: labels, constants, instruction lines
@@ -216,6 +229,7 @@ class Assembler:
             if not rest.strip():
                 continue
             m = re.match(r"\s*(\S+)", rest)
+            assert m is not None            # rest is not blank
             word, wcol = m.group(1), pos + m.start(1) + 1
             after = rest[m.end():]
             acol = pos + m.end() + 1
@@ -308,8 +322,8 @@ class Assembler:
             self.err(str(e), cols.get(getattr(e, "field", ""), ln.mcol))
         return ins
 
-    def operand(self, o: Operand, text: str, col: int, values: dict, cols: dict) -> None:
-        def put(name, v):
+    def operand(self, o: Operand, text: str, col: int, values: dict[str, int], cols: dict[str, int]) -> None:
+        def put(name: str, v: int) -> None:
             values[name] = v
             cols[name] = col
 
@@ -359,7 +373,7 @@ class Assembler:
         else:  # pragma: no cover - the table is checked at import
             raise AssertionError(k)
 
-    def modifier(self, key: str, text: str, col: int, values: dict, cols: dict) -> None:
+    def modifier(self, key: str, text: str, col: int, values: dict[str, int], cols: dict[str, int]) -> None:
         if key == "rep":
             m = re.fullmatch(r"\s*[lL](\d+)\s*:\s*(.+?)\s*", text)
             if not m:
@@ -433,7 +447,7 @@ class Assembler:
         return mask
 
 
-def resolve_default(o: Operand, values: dict, cfg) -> int:
+def resolve_default(o: Operand, values: dict[str, int], cfg: ChipConfig) -> int:
     d = o.default
     if d == "cols":
         return cfg.cols
@@ -441,7 +455,8 @@ def resolve_default(o: Operand, values: dict, cfg) -> int:
         return cfg.rows
     if d == "esize":
         return SPACE_BYTES[values.get("space", Space.SPM)]
-    return int(d)
+    assert isinstance(d, int), f"operand {o.fields[0]}: default {d!r}"
+    return d
 
 
 def _syntax_hint(spec: Instr) -> str:
@@ -455,7 +470,7 @@ def _operand_hint(o: Operand) -> str:
             "units": "unit|unit..", "enum": "|".join(o.names)}[o.kind]
 
 
-def assemble(text: str, cfg=None, filename: str = "<input>"):
+def assemble(text: str, cfg: ChipConfig | None = None, filename: str = "<input>") -> Program:
     """Assemble source text into a Program for ``cfg`` (default: the file's .config, else base)."""
     from .config import ChipConfig
     from .program import Program
@@ -474,7 +489,7 @@ def assemble(text: str, cfg=None, filename: str = "<input>"):
                    lines=[ln.lineno for ln in lines], source_name=filename)
 
 
-def assemble_file(path, cfg=None):
+def assemble_file(path: str | Path, cfg: ChipConfig | None = None) -> Program:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -484,7 +499,7 @@ def assemble_file(path, cfg=None):
     return assemble(text, cfg, str(path))
 
 
-def _preset_names():
+def _preset_names() -> dict[str, ChipConfig]:
     from .config import PRESETS
     return PRESETS
 
@@ -493,7 +508,7 @@ def _preset_names():
 # Disassembling
 # --------------------------------------------------------------------------------------------
 
-def format_instruction(ins: Instruction, cfg, labels: dict[int, str] | None = None) -> str:
+def format_instruction(ins: Instruction, cfg: ChipConfig, labels: dict[int, str] | None = None) -> str:
     """Assembly text for one instruction; re-assembles to the same word."""
     spec = ins.spec
     d = ins.as_dict()
@@ -525,7 +540,7 @@ def format_units(mask: int) -> str:
     return "|".join(n for k, n in enumerate(UNIT_NAMES) if mask >> k & 1)
 
 
-def _format_operand(o: Operand, d: dict, labels) -> str:
+def _format_operand(o: Operand, d: dict[str, int], labels: dict[int, str] | None) -> str:
     k = o.kind
     if k == "reg":
         return f"r{d[o.fields[0]]}"
@@ -563,7 +578,7 @@ def _indexed(v: int, x: int, hexa: bool = False) -> str:
     return imm if not x else f"r{x}" if v == 0 else f"r{x} + {imm}"
 
 
-def disassemble(program) -> str:
+def disassemble(program: Program) -> str:
     """Assembly text for a whole Program; ``assemble(disassemble(p))`` gives the same bytes."""
     cfg = program.config
     targets = sorted({i["target"] for i in program.instructions if "target" in i.as_dict()})
@@ -591,7 +606,7 @@ def _label_ok(name: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z_$][\w$]*", name)) and name not in BY_MNEMONIC
 
 
-def disassemble_words(data: bytes, cfg) -> str:
+def disassemble_words(data: bytes, cfg: ChipConfig) -> str:
     """Disassemble raw instruction words (no header)."""
     from .program import Program
     return disassemble(Program(cfg, decode_all(data, cfg)))
