@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from operator import index
 from typing import SupportsIndex
 
-from .asm import QHDR_KEYS, format_instruction, predefined, resolve_default
+from .asm import QHDR_KEYS, _syntax_hint, format_instruction, predefined, resolve_default
 from .encoding import Instruction, canonical, check_values
 from .errors import EncodeError, TetrachipError
 from .program import Program
@@ -261,7 +261,7 @@ class ProgramBuilder:
         modifiers = QHDR_KEYS if spec.queued else ("wait", "signal") if any(
             f.name == "wait" for f in spec.fields) else ()
         if len(operands) != len(positional):
-            raise OperandError(f"{op} takes {len(positional)} operand(s) ({_hint(spec)}), got {len(operands)}")
+            raise OperandError(f"{op} takes {len(positional)} operand(s) ({_syntax_hint(spec)}), got {len(operands)}")
         values: dict[str, int] = {}
         target: Label | None = None
         for o, v in zip(positional, operands):
@@ -529,11 +529,6 @@ def _hint_of(o: Operand) -> str:
     return {"reg": "rN", "lreg": "lN", "target": "target", "dram": "dram[addr]", "mem": "memory row",
             "src": "b", "scale": "scale", "count": "count", "units": "units",
             "enum": o.fields[0], "imm": o.fields[0]}[o.kind]
-
-
-def _hint(spec: Instr) -> str:
-    from .asm import _syntax_hint
-    return _syntax_hint(spec)
 
 
 __all__ = ["ProgramBuilder", "Label", "Mem", "spm", "acc", "dram", "registers", "OperandError",
