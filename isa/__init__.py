@@ -3,8 +3,9 @@
 Imports only numpy and the standard library.
 """
 
-from .asm import assemble, assemble_file, disassemble, format_instruction
+from .asm import assemble, assemble_file
 from .config import PRESETS, ChipConfig
+from .disasm import disassemble, format_instruction
 from .encoding import Instruction, decode, encode
 from .errors import (AsmError, BinaryFormatError, ConfigError, DecodeError, EncodeError, ErrorCode,
                      TetrachipError)

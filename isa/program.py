@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import disasm
 from .config import PRESETS, ChipConfig
 from .encoding import Instruction, decode, encode, from_bytes, to_bytes
 from .errors import BinaryFormatError, DecodeError
@@ -136,14 +137,12 @@ class Program:
         return cls.from_bytes(data, config, name=str(path))
 
     def disassemble(self) -> str:
-        from .asm import disassemble
-        return disassemble(self)
+        return disasm.disassemble(self)
 
     def listing(self) -> str:
         """pc, word in hex, and the instruction, one line each."""
-        from .asm import format_instruction
         out = []
         for pc, (ins, w) in enumerate(zip(self.instructions, self.words())):
             src = f"  ; line {self.lines[pc]}" if self.lines else ""
-            out.append(f"{pc:5d}  {w:0{WORD_BYTES * 2}x}  {format_instruction(ins, self.config)}{src}")
+            out.append(f"{pc:5d}  {w:0{WORD_BYTES * 2}x}  {disasm.format_instruction(ins, self.config)}{src}")
         return "\n".join(out) + "\n"

@@ -19,8 +19,9 @@ import numpy as np
 
 from isa import semantics as sem
 from isa import timing
-from isa.asm import assemble, assemble_file, format_instruction
+from isa.asm import assemble, assemble_file
 from isa.config import ChipConfig
+from isa.disasm import format_instruction
 from isa.encoding import Instruction, check_values, decode, from_bytes
 from isa.errors import DecodeError, EncodeError, ErrorCode
 from isa.program import Program
