@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from isa.ints import cdiv
+
 from compiler.lower.tiling import Tiling
 
 BEAM = 3
@@ -63,7 +65,7 @@ def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf:
     M, KT = base.M, base.KT
     if not 1 <= Mt <= M or NB < KT or NB % KT or order not in ("mnk", "nmk"):
         return None
-    MT = -(-M // Mt)
+    MT = cdiv(M, Mt)
     if order == "nmk" and NB != KT:
         return None
     if nbuf not in (1, 2) and not (order == "nmk" and nbuf == MT):
@@ -171,7 +173,7 @@ class Searcher:
             m = max(step, (mmax // frac) // step * step)
             seeds.add((min(m, base.M), 2, base.NB, "mnk"))
         if "nmk" in self.orders:       # the default's M tile with resident weights / resident A
-            MT0 = -(-base.M // base.Mt)
+            MT0 = cdiv(base.M, base.Mt)
             seeds |= {(base.Mt, base.nbuf, KT, "nmk"), (base.Mt, MT0, KT, "nmk")}
         seeds = {k for k in seeds if k[3] in self.orders}
         beam = [d0]
@@ -192,7 +194,7 @@ class Searcher:
                         (Mt - step, nb, NB, od), (min(Mt * 2, base.M), nb, NB, od), (Mt, 3 - nb, NB, od),
                         (Mt, nb, NB + KT, od), (Mt, nb, NB - KT, od)]
                 if od == "nmk":            # the same M tile with every A tile resident, or streamed
-                    near += [(Mt, -(-base.M // Mt), NB, od), (Mt, 2, NB, od)]
+                    near += [(Mt, cdiv(base.M, Mt), NB, od), (Mt, 2, NB, od)]
                 for other in self.orders:  # the same tiles in the other loop order
                     if other != od:
                         near.append((Mt, min(nb, 2), KT if other == "nmk" else max(NB, base.NB), other))
@@ -238,12 +240,14 @@ def _arg_digest(a, h) -> bool:
     return False
 
 
-def _source_digest() -> str:
+def _source_digest(root: Path | None = None) -> str:
+    """A digest of every compiler and isa source file (nested folders included): a whole-model
+    cache entry made by other compiler code is never hit."""
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2] if root is None else root
     for pkg in ("compiler", "isa"):
-        for f in sorted((root / pkg).glob("*.py")):
-            h.update(f.name.encode())
+        for f in sorted((root / pkg).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()
 

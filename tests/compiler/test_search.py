@@ -74,3 +74,17 @@ def test_config_is_part_of_the_key(tmp_path):
     tc.compile(f, [x], config="small", search=True, search_budget_s=1.0, cache_dir=tmp_path)
     assert {p.name for p in tmp_path.glob("search-*.json")} > kc_sig
     assert cm.search_report
+
+
+def test_source_digest_covers_nested_compiler_files(tmp_path):
+    """The whole-model cache key changes when any compiler or isa file changes, however deep."""
+    (tmp_path / "compiler" / "lower").mkdir(parents=True)
+    (tmp_path / "isa").mkdir()
+    deep = tmp_path / "compiler" / "lower" / "emit.py"
+    deep.write_text("A = 1\n")
+    (tmp_path / "isa" / "table.py").write_text("B = 2\n")
+    before = search._source_digest(tmp_path)
+    deep.write_text("A = 2\n")
+    assert search._source_digest(tmp_path) != before
+    real = search._source_digest()
+    assert real != search._source_digest(tmp_path)
