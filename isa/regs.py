@@ -15,6 +15,10 @@ r14        ``TRIP_REG``: control flow's trip counter / branch flag (``compiler.l
 r1..r13    a compiled GEMM kernel's registers (``GemmKernel``, ``compiler.lower.emit``); an
            elementwise kernel uses ``r1..r3`` and one register per input from ``r4`` (``Elementwise``)
 r1..r15    the reference GEMM program of ``sim.programs`` (``RefGemm``), which is a whole program
+r1, r2     control flow's glue between bodies (``ControlGlue``: a predicate's reduction and threshold,
+           a loop's trip bound, a scanned row's offset); bodies are fenced, so these are free there
+r1..r13    the transformer block's attention loop and temporaries (``TransformerBlock``)
+r1..r4     the hand-built convergence loop (``Converge``, ``compiler.lower.control_converge``)
 =========  ===================================================================================
 
 GEMM kernels leave r14 and r15 alone; an elementwise kernel with more than 10 inputs reaches them,
@@ -151,3 +155,34 @@ class RefGemm:
     ABUFSZ = Reg(15)    #: SPM rows of one A buffer
     #: scalar registers the program needs (r0..r15)
     NEEDED = 16
+
+
+class ControlGlue:
+    """The glue code of control flow between bodies (``compiler.lower.control_glue``): the bodies
+    are fenced and keep nothing in registers across it, so the glue uses r1, r2 freely."""
+
+    A = Reg(1)          #: a predicate's reduction (``sld``), a loop's trip bound, a scanned row's DRAM offset
+    B = Reg(2)          #: a predicate's threshold, the bytes of a scanned row
+
+
+class TransformerBlock:
+    """The transformer block (``compiler.lower.transformer_emit``, a whole program): ``DYN_REG`` holds
+    T, ``NQ_REG`` the active query blocks; the attention loop's registers and the temporaries."""
+
+    KBLOCK = Reg(1)     #: attention: the key block
+    SHIFT = Reg(3)      #: log2(cols), turning T into query blocks
+    VALID = Reg(4)      #: attention: T - cols * key block, the valid lanes of the key block
+    KT_OFF = Reg(5)     #: attention: DRAM byte offset of the key block in K^T
+    V_OFF = Reg(6)      #: attention: DRAM byte offset of the key block in V
+    KEY0 = Reg(7)       #: causal attention: the key block's first key
+    ROWS = Reg(12)      #: attention rows of one query block
+    NROWS = Reg(13)     #: attention rows of the active query blocks
+
+
+class Converge:
+    """The hand-built convergence loop (``compiler.lower.control_converge.until_converged``)."""
+
+    TRIPS = Reg(1)      #: trips run
+    TOL = Reg(2)        #: the tolerance of the change
+    MAX_ITER = Reg(3)   #: the trip limit
+    CHANGE = Reg(4)     #: the largest change of the last trip (``sld`` from the VPU's reduction)

@@ -47,7 +47,7 @@ from compiler.lower import intmath as im
 from compiler.lower.compiled import Compiled, unpack_inputs
 from compiler.lower.dynamic import DynSpec, host_feeds, pad_to
 from compiler.lower.schedule import ChipCompileError
-from compiler.lower.transformer_emit import DYN_REG, Layout, check_shapes, cycles_by_phase, dram_bytes_by_phase, emit  # noqa: F401
+from compiler.lower.transformer_emit import Layout, check_shapes, cycles_by_phase, dram_bytes_by_phase, emit  # noqa: F401
 
 
 # ------------------------------------------------------------------------------------------------

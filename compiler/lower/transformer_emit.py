@@ -1,18 +1,17 @@
 """Emission of the transformer block (see ``compiler.lower.transformer``): the VPU/MXU/DMA program.
 
-``emit(cfg, qblocks, TM, fused)`` writes the assembly of one block or a stack of blocks in phases
+``emit(cfg, qblocks, TM, fused)`` builds the program (``isa.builder``) of one block or a stack of blocks in phases
 separated by ``fence all`` (load x; per block LayerNorm 1 with the weight prefetch, QKV
 projection with K's transposing store, the fused attention, output projection + residual,
 LayerNorm 2, FC1 + GELU, FC2 + residual; store). Each ``_Emitter`` method that emits a VPU
 sequence mirrors one function of ``compiler.lower.intmath`` (the reference), op for op.
 
 Activations live in SPM/ACC *query-block major* (see ``_Emitter``), so every phase repeats over
-``r14 = ceil(T / cols)`` query blocks: the work scales with T from one binary.
+``NQ_REG = ceil(T / cols)`` query blocks: the work scales with T from one binary.
 
-Registers: r15 = T (written by the host), r14 = ceil(T / cols); the attention loop uses r1 (key
-block), r4 (T - cols * block: the valid lanes), r5/r6 (DRAM byte offsets of the K^T / V tiles),
-r7 (causal: the block's first key); r3, r12, r13 are temporaries. Loop registers: l1 (query blocks), l2 (an inner level), l3 (constant
-row blocks).
+Registers (``isa.regs``): ``DYN_REG`` = T (written by the host), ``NQ_REG`` = ceil(T / cols); the
+attention loop's and the temporaries are ``isa.regs.TransformerBlock``. Loop registers: l1 (query
+blocks), l2 (an inner level), l3 (constant row blocks).
 """
 from __future__ import annotations
 
@@ -21,14 +20,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from isa.asm import assemble
+from isa.builder import Label, ProgramBuilder, acc, dram, spm
 from isa.config import ChipConfig
+from isa.ints import align_up
+from isa.regs import DYN_REG, L1, L3, NQ_REG, ZERO, LoopReg
+from isa.regs import TransformerBlock as TB
 
 from compiler.lower import intmath as im
 from compiler.lower.schedule import ChipCompileError
-
-DYN_REG = 15          # the run-time T (the same register compiler.lower.dynamic uses)
-
 
 class _Alloc:
     def __init__(self, limit: int, what: str, cfg):
@@ -52,41 +51,38 @@ class _Consts:
         b = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         a = self.top
         self.parts.append((a, b.copy()))
-        self.top = -(-(a + b.size) // 64) * 64
+        self.top = align_up(a + b.size, 64)
         return a
 
 
 class _Emitter:
-    """Assembly for the block. Activations live in SPM/ACC *query-block major*: the row of token
-    ``t``, column block ``c`` of a tensor with ``nb`` blocks is ``(t // Q) * nb * Q + c * Q + t % Q``
-    (``Q = cols``), so the rows of the first ``ceil(T / Q)`` query blocks are a prefix. Every
-    instruction that touches activations repeats over the query blocks with a loop register whose
-    trip count is ``r14 = ceil(T / Q)`` (set from ``r15 = T`` at launch)."""
-
-    NQ = 14                                      # scalar register: active query blocks
+    """The block's instructions, built with ``isa.builder``. Activations live in SPM/ACC *query-block
+    major*: the row of token ``t``, column block ``c`` of a tensor with ``nb`` blocks is
+    ``(t // Q) * nb * Q + c * Q + t % Q`` (``Q = cols``), so the rows of the first ``ceil(T / Q)``
+    query blocks are a prefix. Every instruction that touches activations repeats over the query
+    blocks with a loop register whose trip count is ``NQ_REG = ceil(T / Q)`` (set from ``DYN_REG = T``
+    at launch)."""
 
     def __init__(self, cfg: ChipConfig, qb, TM: int, fused: bool):
         self.cfg, self.qb, self.TM, self.fused = cfg, qb, TM, fused
-        self.L: list[str] = []
+        self.b = ProgramBuilder(cfg)
         self.C = self.Q = cfg.cols
         self.spm = _Alloc(cfg.spm_rows, "SPM", cfg)
         self.acc = None
-        self.marks: list[tuple[str, int]] = []     # (phase, pc of its first instruction)
         self._loops: dict = {}
 
-    def e(self, s: str) -> None:
-        self.L.append("    " + s)
+    def e(self, op: str, *operands, **keywords) -> None:
+        self.b.emit(op, *operands, **keywords)
 
-    def label(self, name: str) -> None:
-        self.L.append(f"{name}:")
+    def label(self, name: str) -> Label:
         self._loops = {}
+        return self.b.label(name)
 
     def phase(self, name: str) -> "_Alloc":
         if self.acc is not None:
             self.acc_peak = max(getattr(self, "acc_peak", 0), self.acc.top)
         name = getattr(self, "prefix", "") + name
-        self.L.append(f"; --- {name}")
-        self.marks.append((name, sum(1 for ln in self.L if ln.startswith("    "))))
+        self.b.mark(name)
         self.acc = _Alloc(self.cfg.acc_rows, f"ACC ({name})", self.cfg)
         return self.acc
 
@@ -96,36 +92,40 @@ class _Emitter:
             return
         self._loops[k] = key
         s = list(strides) + [0] * (3 - len(strides))
-        self.e(f"loop l{k}, {count}, s0={s[0]}, s1={s[1]}, s2={s[2]}")
+        self.e("loop", LoopReg(k), count, s0=s[0], s1=s[1], s2=s[2])
 
-    def rep(self, ins: str, strides, inner=None) -> None:
-        """``ins`` once per active query block (operand k advances by ``strides[k]`` rows/bytes), and
+    def rep(self, op: str, *operands, st, inner=None, **keywords) -> None:
+        """``op`` once per active query block (memory operand k advances by ``st[k]`` rows/bytes), and
         per ``inner = (count, strides)`` inside it."""
-        self.loop(1, f"r{self.NQ}", strides)
+        self.loop(1, NQ_REG, st)
         if inner is None:
-            self.e(f"{ins}, rep=l1:1")
+            self.e(op, *operands, rep=L1, **keywords)
         else:
             self.loop(2, inner[0], inner[1])
-            self.e(f"{ins}, rep=l1:2")
+            self.e(op, *operands, rep=(L1, 2), **keywords)
 
-    def vv(self, ins: str, n: int, st: int) -> None:
-        """A VPU op over ``n`` rows per query block, every memory operand in the same layout."""
-        self.rep(f"{ins}, n={n}", (st, st, st))
+    def vpu(self, n: int, st: int):
+        """A VPU op over ``n`` rows per query block, every memory operand in the same layout:
+        ``v = self.vpu(n, st); v("vadd", acc[D], acc[A], 1)``."""
+        def v(op: str, *operands) -> None:
+            self.rep(op, *operands, n=n, st=(st, st, st))
+        return v
 
     # --- VPU sequences (each mirrors a function of compiler.lower.intmath) ---------------------------
     def ilog2(self, E, V, n, st, lo: int = 0, steps=(16, 8, 4, 2, 1), temps=None):
         """``E = floor(log2 V)`` for ``2^lo <= V < 2^(lo + sum(steps) + 1)``."""
         W, T = temps or (self.acc(st * self.TM // self.Q), self.acc(st * self.TM // self.Q))
-        self.vv(f"vsra acc[{W}], acc[{V}], {lo}", n, st)
-        self.vv(f"vmul acc[{E}], acc[{V}], 0", n, st)
+        v = self.vpu(n, st)
+        v("vsra", acc[W], acc[V], lo)
+        v("vmul", acc[E], acc[V], 0)
         if lo:
-            self.vv(f"vadd acc[{E}], acc[{E}], {lo}", n, st)
+            v("vadd", acc[E], acc[E], lo)
         for k in steps:
-            self.vv(f"vsra acc[{T}], acc[{W}], {k}", n, st)
-            self.vv(f"vmin acc[{T}], acc[{T}], 1", n, st)
-            self.vv(f"vmul acc[{T}], acc[{T}], {k}", n, st)
-            self.vv(f"vsra acc[{W}], acc[{W}], acc[{T}]", n, st)
-            self.vv(f"vadd acc[{E}], acc[{E}], acc[{T}]", n, st)
+            v("vsra", acc[T], acc[W], k)
+            v("vmin", acc[T], acc[T], 1)
+            v("vmul", acc[T], acc[T], k)
+            v("vsra", acc[W], acc[W], acc[T])
+            v("vadd", acc[E], acc[E], acc[T])
 
     def recip(self, Y, E, V, n, st, lo: int, hi: int, temps):
         """``1/V`` for ``2^lo <= V < 2^hi`` (the bounds shorten the log2 search); 4 temporaries."""
@@ -136,84 +136,87 @@ class _Emitter:
             k *= 2
         self.ilog2(E, V, n, st, lo, tuple(steps), temps[2:])
         q = im.RECIP_Q
-        v = self.vv
-        v(f"vshl acc[{A}], acc[{V}], {q}", n, st)
-        v(f"vsra acc[{A}], acc[{A}], acc[{E}]", n, st)
-        v(f"vsra acc[{Y}], acc[{A}], 1", n, st)
-        v(f"vmul acc[{Y}], acc[{Y}], -1", n, st)
-        v(f"vadd acc[{Y}], acc[{Y}], {im.RECIP_Y0}", n, st)
+        v = self.vpu(n, st)
+        v("vshl", acc[A], acc[V], q)
+        v("vsra", acc[A], acc[A], acc[E])
+        v("vsra", acc[Y], acc[A], 1)
+        v("vmul", acc[Y], acc[Y], -1)
+        v("vadd", acc[Y], acc[Y], im.RECIP_Y0)
         for _ in range(im.NEWTON_STEPS):
-            v(f"vmul acc[{U}], acc[{A}], acc[{Y}]", n, st)
-            v(f"vsra acc[{U}], acc[{U}], {q}", n, st)
-            v(f"vmul acc[{U}], acc[{U}], -1", n, st)
-            v(f"vadd acc[{U}], acc[{U}], {2 << q}", n, st)
-            v(f"vmul acc[{Y}], acc[{Y}], acc[{U}]", n, st)
-            v(f"vsra acc[{Y}], acc[{Y}], {q}", n, st)
+            v("vmul", acc[U], acc[A], acc[Y])
+            v("vsra", acc[U], acc[U], q)
+            v("vmul", acc[U], acc[U], -1)
+            v("vadd", acc[U], acc[U], 2 << q)
+            v("vmul", acc[Y], acc[Y], acc[U])
+            v("vsra", acc[Y], acc[Y], q)
 
     def rsqrt(self, Y, H, V, n, st):
         E, E2, SL, SR, A, T = (self.acc(st * self.TM // self.Q) for _ in range(6))
         qa, qy = im.RSQRT_QA, im.RSQRT_QY
-        v = self.vv
+        v = self.vpu(n, st)
         self.ilog2(E, V, n, st)
-        v(f"vsra acc[{H}], acc[{E}], 1", n, st)
-        v(f"vshl acc[{E2}], acc[{H}], 1", n, st)
-        v(f"vmul acc[{SL}], acc[{E2}], -1", n, st)
-        v(f"vadd acc[{SL}], acc[{SL}], {qa}", n, st)
-        v(f"vmax acc[{SL}], acc[{SL}], 0", n, st)
-        v(f"vsub acc[{SR}], acc[{E2}], {qa}", n, st)
-        v(f"vmax acc[{SR}], acc[{SR}], 0", n, st)
-        v(f"vshl acc[{A}], acc[{V}], acc[{SL}]", n, st)
-        v(f"vsra acc[{A}], acc[{A}], acc[{SR}]", n, st)
-        v(f"vmul acc[{Y}], acc[{A}], {im.RSQRT_K}", n, st)
-        v(f"vsra acc[{Y}], acc[{Y}], 15", n, st)
-        v(f"vmul acc[{Y}], acc[{Y}], -1", n, st)
-        v(f"vadd acc[{Y}], acc[{Y}], {im.RSQRT_Y0}", n, st)
+        v("vsra", acc[H], acc[E], 1)
+        v("vshl", acc[E2], acc[H], 1)
+        v("vmul", acc[SL], acc[E2], -1)
+        v("vadd", acc[SL], acc[SL], qa)
+        v("vmax", acc[SL], acc[SL], 0)
+        v("vsub", acc[SR], acc[E2], qa)
+        v("vmax", acc[SR], acc[SR], 0)
+        v("vshl", acc[A], acc[V], acc[SL])
+        v("vsra", acc[A], acc[A], acc[SR])
+        v("vmul", acc[Y], acc[A], im.RSQRT_K)
+        v("vsra", acc[Y], acc[Y], 15)
+        v("vmul", acc[Y], acc[Y], -1)
+        v("vadd", acc[Y], acc[Y], im.RSQRT_Y0)
         for _ in range(im.NEWTON_STEPS):
-            v(f"vmul acc[{T}], acc[{Y}], acc[{Y}]", n, st)
-            v(f"vsra acc[{T}], acc[{T}], {qy}", n, st)
-            v(f"vmul acc[{T}], acc[{T}], acc[{A}]", n, st)
-            v(f"vsra acc[{T}], acc[{T}], {qa}", n, st)
-            v(f"vmul acc[{T}], acc[{T}], -1", n, st)
-            v(f"vadd acc[{T}], acc[{T}], {3 << qy}", n, st)
-            v(f"vmul acc[{Y}], acc[{Y}], acc[{T}]", n, st)
-            v(f"vsra acc[{Y}], acc[{Y}], {qy + 1}", n, st)
+            v("vmul", acc[T], acc[Y], acc[Y])
+            v("vsra", acc[T], acc[T], qy)
+            v("vmul", acc[T], acc[T], acc[A])
+            v("vsra", acc[T], acc[T], qa)
+            v("vmul", acc[T], acc[T], -1)
+            v("vadd", acc[T], acc[T], 3 << qy)
+            v("vmul", acc[Y], acc[Y], acc[T])
+            v("vsra", acc[Y], acc[Y], qy + 1)
 
     def iexp(self, U, Z, G, n, st):
         """``G = i_exp(U)`` (``U`` holds ``d``, destroyed; ``Z`` a temporary)."""
-        p, F, v = self.qb.ep, im.EXP_F, self.vv
-        v(f"vmax acc[{U}], acc[{U}], {-p.lim}", n, st)
-        v(f"vmul acc[{U}], acc[{U}], {p.nc}", n, st)
-        v(f"vsra acc[{U}], acc[{U}], {im.EXP_SC}", n, st)
-        v(f"vsra acc[{Z}], acc[{U}], {F}", n, st)
-        v(f"vshl acc[{G}], acc[{Z}], {F}", n, st)
-        v(f"vsub acc[{U}], acc[{U}], acc[{G}]", n, st)
-        v(f"vsub acc[{U}], acc[{U}], {im.EXP_B}", n, st)
-        v(f"vmul acc[{G}], acc[{U}], acc[{U}]", n, st)
-        v(f"vmul acc[{G}], acc[{G}], {im.EXP_A}", n, st)
-        v(f"vsra acc[{G}], acc[{G}], {im.EXP_PS}", n, st)
-        v(f"vadd acc[{G}], acc[{G}], {im.EXP_C}", n, st)
-        v(f"vmin acc[{Z}], acc[{Z}], 31", n, st)
-        v(f"vsra acc[{G}], acc[{G}], acc[{Z}]", n, st)
+        p, F, v = self.qb.ep, im.EXP_F, self.vpu(n, st)
+        v("vmax", acc[U], acc[U], -p.lim)
+        v("vmul", acc[U], acc[U], p.nc)
+        v("vsra", acc[U], acc[U], im.EXP_SC)
+        v("vsra", acc[Z], acc[U], F)
+        v("vshl", acc[G], acc[Z], F)
+        v("vsub", acc[U], acc[U], acc[G])
+        v("vsub", acc[U], acc[U], im.EXP_B)
+        v("vmul", acc[G], acc[U], acc[U])
+        v("vmul", acc[G], acc[G], im.EXP_A)
+        v("vsra", acc[G], acc[G], im.EXP_PS)
+        v("vadd", acc[G], acc[G], im.EXP_C)
+        v("vmin", acc[Z], acc[Z], 31)
+        v("vsra", acc[G], acc[G], acc[Z])
+
+    def requant(self, shift: int, lo: int) -> None:
+        """The requantizer for the ``vreq`` that follow: ``shift``, clamp to [lo, 127], half up."""
+        self.e("vqcfg", shift=shift, zp=0, lo=lo, hi=127, round="half_up")
 
     # --- phases -------------------------------------------------------------------------------
-    def const_rows(self, dst_acc, dram, nblk):
-        """ACC rows ``dst + c*Q + i`` (c < nblk, i < Q) = int32 row c at ``dram`` (row stride 0)."""
+    def const_rows(self, dst_acc, src, nblk):
+        """ACC rows ``dst + c*Q + i`` (c < nblk, i < Q) = int32 row c at DRAM ``src`` (row stride 0)."""
         Q = self.Q
         self.loop(3, nblk, (Q, self.C * 4))
-        self.e(f"dma.ld acc[{dst_acc}], dram[{dram}], rows={Q}, len={self.C}, rstride=0, estride=4, rep=l3:1")
+        self.e("dma.ld", acc[dst_acc], dram[src], rows=Q, len=self.C, rstride=0, estride=4, rep=L3)
 
     def row_sum(self, DST, SRC, nb):
         """Per-row array ``DST`` (Q rows per query block) = sum over the ``nb`` blocks of ``SRC``."""
         Q = self.Q
-        self.rep(f"vmov acc[{DST}], acc[{SRC}], n={Q}", (Q, nb * Q))
+        self.rep("vmov", acc[DST], acc[SRC], n=Q, st=(Q, nb * Q))
         for c in range(1, nb):
-            self.rep(f"vadd acc[{DST}], acc[{DST}], acc[{SRC + c * Q}], n={Q}", (Q, Q, nb * Q))
+            self.rep("vadd", acc[DST], acc[DST], acc[SRC + c * Q], n=Q, st=(Q, Q, nb * Q))
 
-    def per_row(self, ins, BIG, ROW, nb):
-        """``ins`` on every block of ``BIG`` (nb blocks) with a per-row array ``ROW`` as operand b."""
+    def per_row(self, op, BIG, ROW, nb):
+        """``op BIG, BIG, ROW`` on every block of ``BIG`` (nb blocks), the per-row array ``ROW`` as operand b."""
         Q = self.Q
-        self.rep(f"{ins.format(a=f'acc[{BIG}]', r=f'acc[{ROW}]')}, n={Q}", (nb * Q, nb * Q, Q),
-                 inner=(nb, (Q, Q, 0)))
+        self.rep(op, acc[BIG], acc[BIG], acc[ROW], n=Q, st=(nb * Q, nb * Q, Q), inner=(nb, (Q, Q, 0)))
 
     def layernorm(self, X8, OUT8, p: im.LNParams, g_dram, b_dram, hook=None, name="LayerNorm"):
         TM, Q, d = self.TM, self.Q, self.qb.d
@@ -227,26 +230,27 @@ class _Emitter:
         if hook is not None:
             hook()
         lg = int(math.log2(d))
-        self.rep(f"vrsum acc[{SS}], spm[{X8}], n={N}", (S, S))
+        v = self.vpu(Q, Q)
+        self.rep("vrsum", acc[SS], spm[X8], n=N, st=(S, S))
         self.row_sum(SUM, SS, nb)
-        self.vv(f"vsra acc[{SUM}], acc[{SUM}], {lg - im.LN_XB}", Q, Q)
-        self.rep(f"vshl acc[{XC}], spm[{X8}], {im.LN_XB}, n={N}", (S, S))
-        self.per_row("vsub {a}, {a}, {r}", XC, SUM, nb)
-        self.rep(f"vmul acc[{SS}], acc[{XC}], acc[{XC}], n={N}", (S, S, S))
-        self.rep(f"vrsum acc[{SS}], acc[{SS}], n={N}", (S, S))
+        v("vsra", acc[SUM], acc[SUM], lg - im.LN_XB)
+        self.rep("vshl", acc[XC], spm[X8], im.LN_XB, n=N, st=(S, S))
+        self.per_row("vsub", XC, SUM, nb)
+        self.rep("vmul", acc[SS], acc[XC], acc[XC], n=N, st=(S, S, S))
+        self.rep("vrsum", acc[SS], acc[SS], n=N, st=(S, S))
         self.row_sum(V, SS, nb)
-        self.vv(f"vsra acc[{V}], acc[{V}], {lg}", Q, Q)
-        self.vv(f"vadd acc[{V}], acc[{V}], {p.eps_q}", Q, Q)
+        v("vsra", acc[V], acc[V], lg)
+        v("vadd", acc[V], acc[V], p.eps_q)
         self.rsqrt(Y, H, V, Q, Q)
-        self.vv(f"vadd acc[{H}], acc[{H}], {im.RSQRT_QY - im.LN_R}", Q, Q)
-        self.per_row("vmul {a}, {a}, {r}", XC, Y, nb)
-        self.per_row("vsra {a}, {a}, {r}", XC, H, nb)
-        self.e("fence load")
-        self.rep(f"vmul acc[{XC}], acc[{XC}], acc[{GB}], n={N}", (S, S, 0))
-        self.rep(f"vadd acc[{XC}], acc[{XC}], acc[{BB}], n={N}", (S, S, 0))
-        self.e(f"vqcfg shift={im.LN_R + p.gs}, zp=0, lo=-128, hi=127, round=half_up")
-        self.rep(f"vreq spm[{OUT8}], acc[{XC}], 1, n={N}", (S, S))
-        self.e("fence all")
+        v("vadd", acc[H], acc[H], im.RSQRT_QY - im.LN_R)
+        self.per_row("vmul", XC, Y, nb)
+        self.per_row("vsra", XC, H, nb)
+        self.e("fence", "load")
+        self.rep("vmul", acc[XC], acc[XC], acc[GB], n=N, st=(S, S, 0))
+        self.rep("vadd", acc[XC], acc[XC], acc[BB], n=N, st=(S, S, 0))
+        self.requant(im.LN_R + p.gs, -128)
+        self.rep("vreq", spm[OUT8], acc[XC], 1, n=N, st=(S, S))
+        self.e("fence", "all")
 
     def gemm(self, A8, K, N, WS, b_dram, s_dram, name, order=None, after=None):
         """ACC ``OUT`` (N/C blocks) = A8 (K/R blocks) @ W + b, the weight tiles already in SPM at ``WS``
@@ -258,37 +262,37 @@ class _Emitter:
         OUT, SC, BB = a(NT * TM), a(NT), a(NT * Q)
         self.const_rows(BB, b_dram, NT)                   # the bias rows, each repeated Q times
         if s_dram is not None:
-            self.e(f"dma.ld acc[{SC}], dram[{s_dram}], rows={NT}, len={C}, rstride={C * 4}, estride=4")
-        self.e("fence all")
-        self.rep(f"vmov acc[{OUT}], acc[{BB}], n={NT * Q}", (NT * Q, 0))     # ACC starts at the bias
-        self.e("fence vpu")
+            self.e("dma.ld", acc[SC], dram[s_dram], rows=NT, len=C, rstride=C * 4, estride=4)
+        self.e("fence", "all")
+        self.rep("vmov", acc[OUT], acc[BB], n=NT * Q, st=(NT * Q, 0))     # ACC starts at the bias
+        self.e("fence", "vpu")
         for i, nt in enumerate(order or range(NT)):
             if after is not None and i == after[0]:
-                self.e("fence mxu")
+                self.e("fence", "mxu")
                 after[1](OUT, SC)
             for kt in range(KT):
-                self.e(f"mxu.lw spm[{WS + (nt * KT + kt) * R}]")
-                self.rep(f"mxu.mma acc[{OUT + nt * Q}], spm[{A8 + kt * Q}], n={Q}", (NT * Q, KT * Q))
-        self.e("fence all")
+                self.e("mxu.lw", spm[WS + (nt * KT + kt) * R])
+                self.rep("mxu.mma", acc[OUT + nt * Q], spm[A8 + kt * Q], n=Q, st=(NT * Q, KT * Q))
+        self.e("fence", "all")
         return OUT, SC
 
     def requant_blocks(self, dst8, nbd, OUT, nbo, SC, nt0, nt1, shift):
         Q = self.Q
-        self.e(f"vqcfg shift={shift}, zp=0, lo=-128, hi=127, round=half_up")
-        self.rep(f"vreq spm[{dst8 + nt0 * Q}], acc[{OUT + nt0 * Q}], acc[{SC + nt0}], n={Q}",
-                 (nbd * Q, nbo * Q, 0), inner=(nt1 - nt0, (Q, Q, 1)))
+        self.requant(shift, -128)
+        self.rep("vreq", spm[dst8 + nt0 * Q], acc[OUT + nt0 * Q], acc[SC + nt0], n=Q,
+                 st=(nbd * Q, nbo * Q, 0), inner=(nt1 - nt0, (Q, Q, 1)))
 
     def residual(self, X8, OUT, SC, mx, shx, sho, dst8):
         Q, nb = self.Q, self.qb.d // self.C
         S = nb * Q
         XA = self.acc(nb * self.TM)
         R1, R2 = self.tmp8a, self.tmp8b
-        self.rep(f"vmov acc[{XA}], spm[{X8}], n={S}", (S, S))
-        self.e(f"vqcfg shift={shx}, zp=0, lo=-128, hi=127, round=half_up")
-        self.rep(f"vreq spm[{R1}], acc[{XA}], {mx}, n={S}", (S, S))
+        self.rep("vmov", acc[XA], spm[X8], n=S, st=(S, S))
+        self.requant(shx, -128)
+        self.rep("vreq", spm[R1], acc[XA], mx, n=S, st=(S, S))
         self.requant_blocks(R2, nb, OUT, nb, SC, 0, nb, sho)
-        self.rep(f"vadd spm[{dst8}], spm[{R1}], spm[{R2}], n={S}", (S, S, S))
-        self.e("fence all")
+        self.rep("vadd", spm[dst8], spm[R1], spm[R2], n=S, st=(S, S, S))
+        self.e("fence", "all")
 
     def attention(self, QKV8, O8, kt_dram, v_dram, lane_dram, s_dram, p_dram, label="kblock", qidx=None):
         """The fused attention. The first key block is peeled: with ``m = -inf`` its ``alpha`` is 0,
@@ -306,36 +310,38 @@ class _Emitter:
         self.const_rows(r["LANE"], lane_dram, H)
         if self.qb.causal:
             r["QIDX"], r["CM"] = a(H * TM), r["U"]      # the mask is added before U is used
-            self.rep(f"dma.ld acc[{r['QIDX']}], dram[{qidx}], rows={n}, len={self.C}, rstride={self.C * 4}, "
-                     f"estride=4", (n, n * self.C * 4))
-            self.e("seti r7, 0")                          # Q kb: the first key of the block
-        self.e(f"add r4, r{DYN_REG}, r0")                 # T - Q kb: the valid lanes of this block
-        self.e("seti r1, 0")
-        self.e("seti r5, 0")                              # byte offset of the block in K^T
-        self.e("seti r6, 0")                              # ... in V
-        self.e("fence all")
+            self.rep("dma.ld", acc[r["QIDX"]], dram[qidx], rows=n, len=self.C, rstride=self.C * 4, estride=4,
+                     st=(n, n * self.C * 4))
+            self.e("seti", TB.KEY0, 0)                    # Q kb: the first key of the block
+        self.e("add", TB.VALID, DYN_REG, ZERO)            # T - Q kb: the valid lanes of this block
+        self.e("seti", TB.KBLOCK, 0)
+        self.e("seti", TB.KT_OFF, 0)                      # byte offset of the block in K^T
+        self.e("seti", TB.V_OFF, 0)                       # ... in V
+        self.e("fence", "all")
         self.key_block(r, QKV8, kt_dram, v_dram, s_dram, p_dram, first=True)
-        self.e(f"bge r1, r{self.NQ}, {label}_done")
-        self.label(label)
+        done = self.b.new_label(f"{label}_done")
+        self.e("bge", TB.KBLOCK, NQ_REG, done)
+        top = self.label(label)
         self.key_block(r, QKV8, kt_dram, v_dram, s_dram, p_dram, first=False)
-        self.e(f"blt r1, r{self.NQ}, {label}")             # ceil(T / C) key blocks
-        self.label(f"{label}_done")
+        self.e("blt", TB.KBLOCK, NQ_REG, top)             # ceil(T / C) key blocks
+        self._loops = {}
+        self.b.place(done)
         # O / l: reciprocal of l by Newton, O << (13 - e), one requantization per row (scale = y)
-        O, v = r["O"], self.vv
+        O, v = r["O"], self.vpu(n, n)
         Y, E = r["S"], r["M"]
         # 127 <= l <= 127 T: the largest probability of a row is 127 in the block where its
         # maximum appears, and later blocks keep l (alpha = 1024 exactly when m does not change)
         self.recip(Y, E, r["L"], n, n, 6, (127 * TM).bit_length(), (r["U"], r["Z"], r["Z"], r["G"]))
-        v(f"vmul acc[{E}], acc[{E}], -1", n, n)
-        v(f"vadd acc[{E}], acc[{E}], 13", n, n)
-        v(f"vshl acc[{O}], acc[{O}], acc[{E}]", n, n)
-        self.e("vqcfg shift=27, zp=0, lo=-128, hi=127, round=half_up")
-        self.e(f"seti r12, {n}")
-        self.e(f"mul r13, r{self.NQ}, r12")
-        self.e("loop l1, r13, s0=1, s1=1, s2=1")
+        v("vmul", acc[E], acc[E], -1)
+        v("vadd", acc[E], acc[E], 13)
+        v("vshl", acc[O], acc[O], acc[E])
+        self.requant(27, -128)
+        self.e("seti", TB.ROWS, n)
+        self.e("mul", TB.NROWS, NQ_REG, TB.ROWS)
+        self.e("loop", L1, TB.NROWS, s0=1, s1=1, s2=1)
         self._loops = {}
-        self.e(f"vreq spm[{O8}], acc[{O}], acc[{Y}], n=1, rep=l1:1")
-        self.e("fence all")
+        self.e("vreq", spm[O8], acc[O], acc[Y], n=1, rep=L1)
+        self.e("fence", "all")
 
     def key_block(self, r, QKV8, kt_dram, v_dram, s_dram, p_dram, first: bool):
         TM, C, R, Q = self.TM, self.C, self.cfg.rows, self.Q
@@ -343,87 +349,85 @@ class _Emitter:
         n, nq3 = H * Q, 3 * H * Q
         S, O, M, L, U, Z, G, AL, MB, LANE = (r[k] for k in "S O M L U Z G AL MB LANE".split())
         KTS, VS, P8 = r["KTS"], r["VS"], r["P8"]
-        v = self.vv
+        v = self.vpu(n, n)
         self.loop(3, H, (R, dh * TM))
-        self.e(f"dma.ld spm[{KTS}], dram[r5 + {kt_dram}], rows={dh}, len={C}, rstride={TM}, rep=l3:1")
+        self.e("dma.ld", spm[KTS], dram[kt_dram + TB.KT_OFF], rows=dh, len=C, rstride=TM, rep=L3)
         self.loop(3, H, (R, TM * dh))
-        self.e(f"dma.ld spm[{VS}], dram[r6 + {v_dram}], rows={C}, len={dh}, rstride={dh}, rep=l3:1")
+        self.e("dma.ld", spm[VS], dram[v_dram + TB.V_OFF], rows=C, len=dh, rstride=dh, rep=L3)
         if not self.qb.causal:                           # keys >= T: -2^30
-            self.e(f"vsub acc[{MB}], acc[{LANE}], r4, n={n}")
-            self.e(f"vsra acc[{MB}], acc[{MB}], 31, n={n}")
-            self.e(f"vadd acc[{MB}], acc[{MB}], 1, n={n}")
-            self.e(f"vmul acc[{MB}], acc[{MB}], {im.NEG}, n={n}")
+            self.e("vsub", acc[MB], acc[LANE], TB.VALID, n=n)
+            self.e("vsra", acc[MB], acc[MB], 31, n=n)
+            self.e("vadd", acc[MB], acc[MB], 1, n=n)
+            self.e("vmul", acc[MB], acc[MB], im.NEG, n=n)
         else:                                            # keys after the query: -2^30
             CM = r["CM"]
-            self.rep(f"vsub acc[{CM}], acc[{r['QIDX']}], acc[{LANE}], n={n}", (n, n, 0))
-            v(f"vsub acc[{CM}], acc[{CM}], r7", n, n)
-            v(f"vsra acc[{CM}], acc[{CM}], 31", n, n)
-            v(f"vmul acc[{CM}], acc[{CM}], {-im.NEG}", n, n)
-        self.e("fence all")
+            self.rep("vsub", acc[CM], acc[r["QIDX"]], acc[LANE], n=n, st=(n, n, 0))
+            v("vsub", acc[CM], acc[CM], TB.KEY0)
+            v("vsra", acc[CM], acc[CM], 31)
+            v("vmul", acc[CM], acc[CM], -im.NEG)
+        self.e("fence", "all")
         for h in range(H):
-            self.e(f"mxu.lw spm[{KTS + h * R}], k={dh}")
-            self.rep(f"mxu.mm acc[{S + h * Q}], spm[{QKV8 + h * Q}], n={Q}", (n, nq3))
-        self.e("fence all")
+            self.e("mxu.lw", spm[KTS + h * R], k=dh)
+            self.rep("mxu.mm", acc[S + h * Q], spm[QKV8 + h * Q], n=Q, st=(n, nq3))
+        self.e("fence", "all")
         if not self.fused:                                # scores through DRAM
-            self.rep(f"dma.st dram[{s_dram}], acc[{S}], rows={n}, len={C}, rstride={C * 4}, estride=4",
-                     (n * C * 4, n))
-            self.e("fence all")
-            self.rep(f"dma.ld acc[{S}], dram[{s_dram}], rows={n}, len={C}, rstride={C * 4}, estride=4",
-                     (n, n * C * 4))
-            self.e("fence all")
+            self.rep("dma.st", dram[s_dram], acc[S], rows=n, len=C, rstride=C * 4, estride=4, st=(n * C * 4, n))
+            self.e("fence", "all")
+            self.rep("dma.ld", acc[S], dram[s_dram], rows=n, len=C, rstride=C * 4, estride=4, st=(n, n * C * 4))
+            self.e("fence", "all")
         if not self.qb.causal:
-            self.rep(f"vadd acc[{S}], acc[{S}], acc[{MB}], n={n}", (n, n, 0))
+            self.rep("vadd", acc[S], acc[S], acc[MB], n=n, st=(n, n, 0))
         else:
-            v(f"vadd acc[{S}], acc[{S}], acc[{r['CM']}]", n, n)
+            v("vadd", acc[S], acc[S], acc[r["CM"]])
         if first:                                        # m = rowmax, p = exp(s - m), l = sum p8
-            v(f"vrmax acc[{M}], acc[{S}]", n, n)
-            v(f"vsub acc[{S}], acc[{S}], acc[{M}]", n, n)
+            v("vrmax", acc[M], acc[S])
+            v("vsub", acc[S], acc[S], acc[M])
             self.iexp(S, Z, G, n, n)
-            self.e(f"vqcfg shift={im.EXP_E}, zp=0, lo=0, hi=127, round=half_up")
-            v(f"vreq spm[{P8}], acc[{G}], 127", n, n)
-            v(f"vrsum acc[{L}], spm[{P8}]", n, n)
+            self.requant(im.EXP_E, 0)
+            v("vreq", spm[P8], acc[G], 127)
+            v("vrsum", acc[L], spm[P8])
         else:                                            # U = m_new; S: s - m_new, then m - m_new
-            v(f"vrmax acc[{U}], acc[{S}]", n, n)
-            v(f"vmax acc[{U}], acc[{U}], acc[{M}]", n, n)
-            v(f"vsub acc[{S}], acc[{S}], acc[{U}]", n, n)
+            v("vrmax", acc[U], acc[S])
+            v("vmax", acc[U], acc[U], acc[M])
+            v("vsub", acc[S], acc[S], acc[U])
             self.iexp(S, Z, G, n, n)
-            self.e(f"vqcfg shift={im.EXP_E}, zp=0, lo=0, hi=127, round=half_up")
-            v(f"vreq spm[{P8}], acc[{G}], 127", n, n)
-            v(f"vsub acc[{S}], acc[{M}], acc[{U}]", n, n)
+            self.requant(im.EXP_E, 0)
+            v("vreq", spm[P8], acc[G], 127)
+            v("vsub", acc[S], acc[M], acc[U])
             self.iexp(S, Z, G, n, n)
-            v(f"vsra acc[{AL}], acc[{G}], {im.EXP_E - im.ALPHA_BITS}", n, n)
-            v(f"vmov acc[{M}], acc[{U}]", n, n)
-            v(f"vmul acc[{L}], acc[{L}], acc[{AL}]", n, n)
-            v(f"vsra acc[{L}], acc[{L}], {im.ALPHA_BITS}", n, n)
-            v(f"vrsum acc[{U}], spm[{P8}]", n, n)
-            v(f"vadd acc[{L}], acc[{L}], acc[{U}]", n, n)
-            v(f"vmul acc[{O}], acc[{O}], acc[{AL}]", n, n)
-            v(f"vsra acc[{O}], acc[{O}], {im.ALPHA_BITS}", n, n)
-        self.e("fence all")
+            v("vsra", acc[AL], acc[G], im.EXP_E - im.ALPHA_BITS)
+            v("vmov", acc[M], acc[U])
+            v("vmul", acc[L], acc[L], acc[AL])
+            v("vsra", acc[L], acc[L], im.ALPHA_BITS)
+            v("vrsum", acc[U], spm[P8])
+            v("vadd", acc[L], acc[L], acc[U])
+            v("vmul", acc[O], acc[O], acc[AL])
+            v("vsra", acc[O], acc[O], im.ALPHA_BITS)
+        self.e("fence", "all")
         if not self.fused:                                # probabilities through DRAM
-            self.rep(f"dma.st dram[{p_dram}], spm[{P8}], rows={n}, len={C}, rstride={C}", (n * C, n))
-            self.e("fence all")
-            self.rep(f"dma.ld spm[{P8}], dram[{p_dram}], rows={n}, len={C}, rstride={C}", (n, n * C))
-            self.e("fence all")
+            self.rep("dma.st", dram[p_dram], spm[P8], rows=n, len=C, rstride=C, st=(n * C, n))
+            self.e("fence", "all")
+            self.rep("dma.ld", spm[P8], dram[p_dram], rows=n, len=C, rstride=C, st=(n, n * C))
+            self.e("fence", "all")
         mm = "mxu.mm" if first else "mxu.mma"            # the first block writes O, later ones add
         for h in range(H):
-            self.e(f"mxu.lw spm[{VS + h * R}], k={C}")
-            self.rep(f"{mm} acc[{O + h * Q}], spm[{P8 + h * Q}], n={Q}", (n, n))
-        self.e("addi r1, r1, 1")
-        self.e(f"addi r4, r4, {-C}")
-        self.e(f"addi r5, r5, {C}")
-        self.e(f"addi r6, r6, {C * dh}")
+            self.e("mxu.lw", spm[VS + h * R], k=C)
+            self.rep(mm, acc[O + h * Q], spm[P8 + h * Q], n=Q, st=(n, n))
+        self.e("addi", TB.KBLOCK, TB.KBLOCK, 1)
+        self.e("addi", TB.VALID, TB.VALID, -C)
+        self.e("addi", TB.KT_OFF, TB.KT_OFF, C)
+        self.e("addi", TB.V_OFF, TB.V_OFF, C * dh)
         if self.qb.causal:
-            self.e(f"addi r7, r7, {C}")
-        self.e("fence all")
+            self.e("addi", TB.KEY0, TB.KEY0, C)
+        self.e("fence", "all")
 
     def relu(self, Hh, nb, G8):
         """FC1's int32 output to int8 with a requantization clamped at 0."""
         gm, gsh = self.qb.g_req
         S = nb * self.Q
-        self.e(f"vqcfg shift={gsh}, zp=0, lo=0, hi=127, round=half_up")
-        self.rep(f"vreq spm[{G8}], acc[{Hh}], {gm}, n={S}", (S, S))
-        self.e("fence all")
+        self.requant(gsh, 0)
+        self.rep("vreq", spm[G8], acc[Hh], gm, n=S, st=(S, S))
+        self.e("fence", "all")
 
     def gelu(self, Hh, nb, G8):
         """``intmath.i_gelu`` then ``vreq`` to int8, in chunks of column blocks sized to the free ACC."""
@@ -436,25 +440,25 @@ class _Emitter:
         A, T = self.acc(ch * TM), self.acc(ch * TM)
         S, n = nb * Q, ch * Q                             # rows per query block: H region, chunk
         gm, gsh = self.qb.g_req
-        self.e(f"vqcfg shift={gsh}, zp=0, lo=-128, hi=127, round=half_up")
+        self.requant(gsh, -128)
         for c in range(nb // ch):
             h = Hh + c * n
-            ops = [  # (text, strides of the memory operands)
-                (f"vsra acc[{h}], acc[{h}], {p.sh}", (S, S)),
-                (f"vmin acc[{h}], acc[{h}], {p.hc}", (S, S)),
-                (f"vmax acc[{h}], acc[{h}], {-p.hc}", (S, S)),
-                (f"vabs acc[{A}], acc[{h}]", (n, S)),
-                (f"vmin acc[{T}], acc[{A}], {-p.qb}", (n, n)),
-                (f"vadd acc[{T}], acc[{T}], {p.qb}", (n, n)),
-                (f"vmul acc[{T}], acc[{T}], acc[{T}]", (n, n, n)),
-                (f"vadd acc[{T}], acc[{T}], {p.qc}", (n, n)),
-                (f"vmul acc[{A}], acc[{A}], acc[{T}]", (n, n, n)),
-                (f"vmul acc[{h}], acc[{h}], {p.q1}", (S, S)),
-                (f"vadd acc[{A}], acc[{A}], acc[{h}]", (n, n, S)),
-                (f"vreq spm[{G8 + c * n}], acc[{A}], {gm}", (S, n))]
-            for text, st in ops:
-                self.rep(f"{text}, n={n}", st)
-        self.e("fence all")
+            ops = [  # (mnemonic, operands, strides of the memory operands)
+                ("vsra", (acc[h], acc[h], p.sh), (S, S)),
+                ("vmin", (acc[h], acc[h], p.hc), (S, S)),
+                ("vmax", (acc[h], acc[h], -p.hc), (S, S)),
+                ("vabs", (acc[A], acc[h]), (n, S)),
+                ("vmin", (acc[T], acc[A], -p.qb), (n, n)),
+                ("vadd", (acc[T], acc[T], p.qb), (n, n)),
+                ("vmul", (acc[T], acc[T], acc[T]), (n, n, n)),
+                ("vadd", (acc[T], acc[T], p.qc), (n, n)),
+                ("vmul", (acc[A], acc[A], acc[T]), (n, n, n)),
+                ("vmul", (acc[h], acc[h], p.q1), (S, S)),
+                ("vadd", (acc[A], acc[A], acc[h]), (n, n, S)),
+                ("vreq", (spm[G8 + c * n], acc[A], gm), (S, n))]
+            for op, operands, st in ops:
+                self.rep(op, *operands, n=n, st=st)
+        self.e("fence", "all")
 
 
 @dataclass
@@ -493,7 +497,7 @@ def check_shapes(cfg: ChipConfig, d: int, H: int, ff: int) -> None:
 
 def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     """The program of a stack of blocks (``qbs``: QBlocks, or one) for ``TM`` rows (a multiple of
-    ``cols``): (Program, Layout, asm text)."""
+    ``cols``): (Program, Layout, its listing)."""
     qbs = list(qbs) if isinstance(qbs, (list, tuple)) else [qbs]
     C, R = cfg.cols, cfg.rows
     qb0 = qbs[0]
@@ -506,7 +510,7 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     n = H * TM
     lay = Layout(x=0, out=TM * d, kt=2 * TM * d, v=3 * TM * d, s=4 * TM * d,
                  p=4 * TM * d + n * C * 4, const_base=0)
-    base = -(-(lay.p + n * C) // 64) * 64
+    base = align_up(lay.p + n * C, 64)
     k = _Consts(base)
     lay.const_base = base
 
@@ -542,23 +546,21 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     em.tmp8a, em.tmp8b = sp(nd), sp(nd)
     mats = (("wqkv", (d, 3 * d)), ("wo", (d, d))) + ((("w1", (d, ff)), ("w2", (ff, d))) if ff else ())
     WS = {key: sp(K * N // C) for key, (K, N) in mats}
-    L = em.L
-    L.append(f"; {len(qbs)} transformer block(s) d={d} heads={H} ff={ff}, T <= {TM} (r{DYN_REG}), "
-             f"{'fused' if fused else 'unfused'} attention")
+    em.b.comment(f"{len(qbs)} transformer block(s) d={d} heads={H} ff={ff}, T <= {TM} ({DYN_REG!r}), "
+                 f"{'fused' if fused else 'unfused'} attention")
     em.phase("load x")
-    em.e(f"addi r{em.NQ}, r{DYN_REG}, {Q - 1}")
-    em.e(f"seti r3, {int(math.log2(Q))}")
-    em.e(f"sra r{em.NQ}, r{em.NQ}, r3")                # ceil(T / Q) query (and key) blocks
-    em.rep(f"dma.ld spm[{X8}], dram[{lay.x}], rows={Q}, len={C}, rstride={d}", (nb * Q, Q * d),
-           inner=(nb, (Q, C)))
-    em.e("fence all")
+    em.e("addi", NQ_REG, DYN_REG, Q - 1)
+    em.e("seti", TB.SHIFT, int(math.log2(Q)))
+    em.e("sra", NQ_REG, NQ_REG, TB.SHIFT)             # ceil(T / Q) query (and key) blocks
+    em.rep("dma.ld", spm[X8], dram[lay.x], rows=Q, len=C, rstride=d, st=(nb * Q, Q * d), inner=(nb, (Q, C)))
+    em.e("fence", "all")
     for bi, qb in enumerate(qbs):
         em.qb, ad = qb, ads[bi]
         em.prefix = f"block {bi}: " if len(qbs) > 1 else ""
 
         def prefetch(ad=ad):                        # the block's weights, loaded under its LayerNorm 1
             for key, (K, N) in mats:
-                em.e(f"dma.ld spm[{WS[key]}], dram[{ad[key]}], rows={K * N // C}, len={C}, rstride={C}")
+                em.e("dma.ld", spm[WS[key]], dram[ad[key]], rows=K * N // C, len=C, rstride=C)
 
         if qb.kind == "mha":                        # self-attention alone (no residual)
             em.phase("weights")
@@ -574,24 +576,24 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
 
         def store_kt(OUT, SC, qb=qb):               # K first: its transposing store overlaps Q, V
             em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, nb, 2 * nb, qb.sh_qkv[1])
-            em.e("fence vpu")
-            em.rep(f"dma.st dram[{lay.kt}], spm[{QKV8 + H * Q}], rows={Q}, len={dh}, rstride=1, estride={TM}",
-                   (Q, 3 * H * Q), inner=(H, (dh * TM, Q)))
+            em.e("fence", "vpu")
+            em.rep("dma.st", dram[lay.kt], spm[QKV8 + H * Q], rows=Q, len=dh, rstride=1, estride=TM,
+                   st=(Q, 3 * H * Q), inner=(H, (dh * TM, Q)))
 
         order = list(range(nb, 2 * nb)) + list(range(nb)) + list(range(2 * nb, 3 * nb))
         OUT, SC = em.gemm(QIN, d, 3 * d, WS["wqkv"], ad["bqkv"], ad["sqkv"], "QKV projection", order,
                           (nb, store_kt))
         for i in (0, 2):
             em.requant_blocks(QKV8, 3 * nb, OUT, 3 * nb, SC, i * nb, (i + 1) * nb, qb.sh_qkv[i])
-        em.e("fence all")
-        em.rep(f"dma.st dram[{lay.v}], spm[{QKV8 + 2 * H * Q}], rows={Q}, len={dh}, rstride={dh}",
-               (Q * dh, 3 * H * Q), inner=(H, (TM * dh, Q)))
-        em.e("fence all")
+        em.e("fence", "all")
+        em.rep("dma.st", dram[lay.v], spm[QKV8 + 2 * H * Q], rows=Q, len=dh, rstride=dh,
+               st=(Q * dh, 3 * H * Q), inner=(H, (TM * dh, Q)))
+        em.e("fence", "all")
         em.attention(QKV8, O8, lay.kt, lay.v, lane, lay.s, lay.p, f"kblock{bi}", qidx)
         if qb.kind == "mha":
             OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection")
             em.requant_blocks(OUT8, nb, OUT, nb, SC, 0, nb, qb.res1[3])
-            em.e("fence all")
+            em.e("fence", "all")
             X8, OUT8 = OUT8, X8
             continue
         OUT, SC = em.gemm(O8, d, d, WS["wo"], ad["bo"], ad["so"], "output projection + residual")
@@ -617,19 +619,16 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
         X8, OUT8 = OUT8, X8                          # the next block reads this one's output
     em.prefix = ""
     em.phase("store")
-    em.rep(f"dma.st dram[{lay.out}], spm[{X8}], rows={Q}, len={C}, rstride={d}", (Q * d, nb * Q),
-           inner=(nb, (C, Q)))
-    em.e("fence all")
+    em.rep("dma.st", dram[lay.out], spm[X8], rows=Q, len=C, rstride=d, st=(Q * d, nb * Q), inner=(nb, (C, Q)))
+    em.e("fence", "all")
     em.e("halt")
-    lay.phases = list(em.marks)
+    lay.phases = list(em.b.marks)
     em.phase("end")
     lay.usage = {"spm": _Usage(em.spm.top, cfg.spm_rows, "rows"), "acc": _Usage(em.acc_peak, cfg.acc_rows, "rows"),
                  "dram": _Usage(k.top, cfg.dram_bytes, "bytes")}
-    text = "\n".join(L) + "\n"
-    prog = assemble(text, cfg, "<transformer>")
-    if len(prog) > cfg.imem_words:
-        raise ChipCompileError(f"TransformerBlock: {len(prog)} instructions exceed imem ({cfg.imem_words})")
-    return prog, lay, text
+    if len(em.b) > cfg.imem_words:
+        raise ChipCompileError(f"TransformerBlock: {len(em.b)} instructions exceed imem ({cfg.imem_words})")
+    return em.b.build("<transformer>"), lay, em.b.text()
 
 
 def dram_bytes_by_phase(program, layout: Layout, trace) -> dict:
@@ -659,4 +658,4 @@ def cycles_by_phase(layout: Layout, trace) -> dict:
     return {layout.phases[k][0]: hi - lo + 1 for k, (lo, hi) in sorted(span.items())}
 
 
-__all__ = ["emit", "check_shapes", "dram_bytes_by_phase", "cycles_by_phase", "Layout", "DYN_REG"]
+__all__ = ["emit", "check_shapes", "dram_bytes_by_phase", "cycles_by_phase", "Layout"]
