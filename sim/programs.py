@@ -50,8 +50,10 @@ from numpy.typing import ArrayLike
 from isa.builder import ProgramBuilder, acc, dram, spm
 from isa.config import ChipConfig
 from isa.errors import TetrachipError
+from isa.ints import align_up, cdiv
 from isa.program import Program
 from isa.regs import L0, L1, RefGemm as G
+from isa.table import SPACE_BYTES, Space
 
 if TYPE_CHECKING:
     from .chip import Chip
@@ -92,8 +94,10 @@ class Gemm:
                 "C": {"addr": self.c_addr, "shape": [self.M, self.N], "dtype": "int32"}}
 
 
-def _align(x: int, a: int = 64) -> int:
-    return -(-x // a) * a
+#: DRAM alignment of the matrices placed after A
+_ALIGN = 64
+#: bytes of an element of C: an ACC lane
+_CB = SPACE_BYTES[Space.ACC]
 
 
 def gemm(M: int, K: int, N: int, config: str | Path | ChipConfig = "base", *, a_addr: int = 0,
@@ -103,16 +107,16 @@ def gemm(M: int, K: int, N: int, config: str | Path | ChipConfig = "base", *, a_
     if min(M, K, N) < 1:
         raise GemmError(f"GEMM dimensions must be >= 1, got {M}x{K}x{N}")
     R, Cc = cfg.rows, cfg.cols
-    b_addr = _align(a_addr + M * K) if b_addr is None else b_addr
-    c_addr = _align(b_addr + K * N) if c_addr is None else c_addr
-    if c_addr + 4 * M * N > cfg.dram_bytes:
-        raise GemmError(f"GEMM {M}x{K}x{N} needs {c_addr + 4 * M * N} bytes of DRAM; config {cfg.name!r} "
+    b_addr = align_up(a_addr + M * K, _ALIGN) if b_addr is None else b_addr
+    c_addr = align_up(b_addr + K * N, _ALIGN) if c_addr is None else c_addr
+    if c_addr + _CB * M * N > cfg.dram_bytes:
+        raise GemmError(f"GEMM {M}x{K}x{N} needs {c_addr + _CB * M * N} bytes of DRAM; config {cfg.name!r} "
                         f"has {cfg.dram_bytes}")
     if cfg.scalar_regs < G.NEEDED or cfg.loop_regs < 2:
         raise GemmError(f"the GEMM program needs {G.NEEDED} scalar and 2 loop registers; config {cfg.name!r} has "
                         f"{cfg.scalar_regs} and {cfg.loop_regs}")
-    KT, NT = -(-K // R), -(-N // Cc)
-    NB = KT * -(-4 // KT)                       # weight slots: a multiple of KT, at least 4
+    KT, NT = cdiv(K, R), cdiv(N, Cc)
+    NB = align_up(4, KT)                        # weight slots: a multiple of KT, at least 4
     w_rows = NB * R
     if KT * M + w_rows <= cfg.spm_rows and 2 * M <= cfg.acc_rows:
         Mt, nbuf = M, 1
@@ -120,7 +124,7 @@ def gemm(M: int, K: int, N: int, config: str | Path | ChipConfig = "base", *, a_
         Mt, nbuf = min((cfg.spm_rows - w_rows) // (2 * KT), cfg.acc_rows // 2, M), 2
         if Mt < 1:
             raise GemmError(f"K = {K} is too large for config {cfg.name!r}: {KT} K tiles of A do not fit SPM")
-    MT = -(-M // Mt)
+    MT = cdiv(M, Mt)
     W_SPM = nbuf * KT * Mt
     e = ProgramBuilder(cfg)
     e.comment(f"int8 GEMM {M}x{K}x{N} on {cfg.name} ({R}x{Cc}): KT={KT} NT={NT} M tiles of {Mt} rows "
@@ -183,7 +187,7 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int) -> None:
         _n_tile(e, g, mrows, Nedge, with_a=False, last_of_m=True)
     # next M tile: A and C offsets, the other A buffer
     e.emit("addi", G.AROW, G.AROW, mrows * g["K"])
-    e.emit("addi", G.CROW, G.CROW, mrows * N * 4)
+    e.emit("addi", G.CROW, G.CROW, mrows * N * _CB)
     if g["nbuf"] == 2:
         e.emit("sub", G.ABUF, G.ABUFSZ, G.ABUF)
 
@@ -216,7 +220,7 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, ncols: int, *, with_a: bool,
 
     # store the N tile (frees its ACC region: -> mxu; the M tile's last store frees its A buffer: -> load)
     def store(signal: str) -> None:
-        e.emit("dma.st", dram[g["c"] + G.C], acc[G.ACC], rows=mrows, len=ncols, rstride=4 * N, wait="mxu",
+        e.emit("dma.st", dram[g["c"] + G.C], acc[G.ACC], rows=mrows, len=ncols, rstride=_CB * N, wait="mxu",
                signal=signal)
     e.emit("add", G.C, G.CROW, G.CCOL)
     if MT > 1 and last_of_m and last_guard:
@@ -235,7 +239,7 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, ncols: int, *, with_a: bool,
         store("mxu|load" if MT > 1 and last_of_m else "mxu")
     # next N tile: B and C column offsets, the other ACC region, the next group of weight slots
     e.emit("addi", G.NCOL, G.NCOL, Cc)
-    e.emit("addi", G.CCOL, G.CCOL, 4 * Cc)
+    e.emit("addi", G.CCOL, G.CCOL, _CB * Cc)
     e.emit("sub", G.ACC, G.MTROWS, G.ACC)
     if g["NB"] > KT:
         wrap = e.fresh_label("w")

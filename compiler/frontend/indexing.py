@@ -13,6 +13,8 @@ from typing import Self
 
 import numpy as np
 
+from isa.ints import cdiv
+
 from compiler.frontend.shapes import broadcast_shape, shape_error
 from compiler.ir import dtypes
 
@@ -71,11 +73,11 @@ def _getitem(x, idx):
         elif isinstance(i, slice):
             start, stop, step = i.indices(n)
             if step > 0:
-                length = max(0, -(-(stop - start) // step))
+                length = max(0, cdiv(stop - start, step))
                 bounds.append((start, start + max(0, (length - 1) * step + 1) if length else start))
                 flips.append(False)
             else:
-                length = max(0, -(-(start - stop) // -step))
+                length = max(0, cdiv(start - stop, -step))
                 lo = start - (length - 1) * -step if length else start
                 bounds.append((lo, start + 1) if length else (0, 0))
                 flips.append(True)

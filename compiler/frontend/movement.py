@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Self
 
+from isa.ints import cdiv
+
 from compiler.frontend import autograd as ag
 from compiler.frontend.shapes import norm_axis, shape_arg, shape_error
 from compiler.ir import dtypes
@@ -121,7 +123,7 @@ class MovementMixin:
         if step == 1:
             return self
         n = self.shape[axis]
-        m = -(-n // step)
+        m = cdiv(n, step)
         x = self.pad([(0, m * step - n) if i == axis else (0, 0) for i in range(self.ndim)])
         x = x.reshape(self.shape[:axis] + (m, step) + self.shape[axis + 1:])
         x = x.shrink([(0, 1) if i == axis + 1 else None for i in range(x.ndim)])
@@ -146,7 +148,7 @@ class MovementMixin:
 
     def chunk(self, chunks: int, dim=0):
         n = self.shape[norm_axis("chunk", self.shape, dim)]
-        return self.split(max(-(-n // chunks), 1), dim)
+        return self.split(max(cdiv(n, chunks), 1), dim)
 
     def repeat(self, *repeats) -> Self:
         """PyTorch's repeat (numpy's tile): repeat the whole tensor ``repeats[i]`` times along dim i."""

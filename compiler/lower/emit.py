@@ -34,6 +34,7 @@ import numpy as np
 from isa.builder import ProgramBuilder, acc, dram, spm
 from isa.regs import L0, L1, L2, Elementwise, LoopReg, Reg
 from isa.regs import GemmKernel as GK
+from isa.table import SPACE_BYTES, Space
 
 from compiler.lower.tiling import Group, KTile, Tiling, groups
 
@@ -43,6 +44,8 @@ _GK_REGS = (GK.WSLOT, GK.WCOL, GK.ACC, GK.OBUF, GK.OCOL, GK.BIAS, GK.SCALE, GK.N
             GK.ABUF, GK.MT)
 #: rows of zeros a border store reads at once (the SPM zero block the planner reserves)
 ZERO_FILL_ROWS = 64
+#: bytes of an SPM element (int8 results) and of an ACC element (int32 results, biases, scales)
+_SPM_BYTES, _ACC_BYTES = SPACE_BYTES[Space.SPM], SPACE_BYTES[Space.ACC]
 
 
 @dataclass
@@ -86,13 +89,13 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg) -> None:
     if tl.order == "mnk":
         return _emit_kernel(e, kc, cfg, False, False)
     C, R = cfg.cols, cfg.rows
-    eb = 1 if kc.out_int8 else 4
+    eb = _SPM_BYTES if kc.out_int8 else _ACC_BYTES
     resident = tl.nbuf >= tl.MT
     for n in range(tl.NT):
         col = replace(tl, N=min(C, tl.N - n * C), NT=1, acc_rows=2 * tl.Mt + (1 if kc.out_int8 else 0))
         kn = replace(kc, name=f"{kc.name}.n{n}", tiling=col, w_addr=kc.w_addr + n * tl.KT * R * C,
-                     bias_addr=None if kc.bias_addr is None else kc.bias_addr + 4 * C * n,
-                     scale_addr=None if kc.scale_addr is None else kc.scale_addr + 4 * C * n,
+                     bias_addr=None if kc.bias_addr is None else kc.bias_addr + _ACC_BYTES * C * n,
+                     scale_addr=None if kc.scale_addr is None else kc.scale_addr + _ACC_BYTES * C * n,
                      out_rows=np.asarray(kc.out_rows) + n * C * eb)
         _emit_kernel(e, kn, cfg, True, resident and n > 0)
 
@@ -131,7 +134,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     if kc.out_int8:
         e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=127, round="half_up", rep=L2, signal=free_c)
         e.emit("dma.st", dram[0], spm[0], rows=0, rep=L2, signal="vpu")
-        e.emit("dma.ld", acc[kc.acc_base + 2 * Mt], dram[kc.scale_addr], rows=NT, len=C, rstride=4 * C)
+        e.emit("dma.ld", acc[kc.acc_base + 2 * Mt], dram[kc.scale_addr], rows=NT, len=C, rstride=_ACC_BYTES * C)
     else:
         e.emit("dma.st", dram[0], acc[0], rows=0, rep=L2, signal=free_c)
     if gate:                                   # one token per free A buffer
@@ -277,16 +280,16 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     if kc.out_int8:
         e.emit("vreq", spm[kc.spm_o + GK.OBUF], acc_t, acc[kc.acc_base + 2 * Mt + GK.SCALE], n=mrows,
                **_mods(["mxu", "store"], ["store", g["free_c"]]))
-        _stores(e, o_groups, spm, kc.spm_o, GK.OBUF, ncols, 1, ["vpu"], ["vpu"] + gate_sig)
+        _stores(e, o_groups, spm, kc.spm_o, GK.OBUF, ncols, _SPM_BYTES, ["vpu"], ["vpu"] + gate_sig)
     else:
         if kc.relu:
             e.emit("vrelu", acc_t, acc_t, n=mrows, wait="mxu", signal="store")
-        _stores(e, o_groups, acc, kc.acc_base, GK.ACC, ncols, 4, ["vpu" if kc.relu else "mxu"],
+        _stores(e, o_groups, acc, kc.acc_base, GK.ACC, ncols, _ACC_BYTES, ["vpu" if kc.relu else "mxu"],
                 [g["free_c"]] + gate_sig)
     # next N tile
     e.emit("addi", GK.WCOL, GK.WCOL, KT * R * C)
-    e.emit("addi", GK.OCOL, GK.OCOL, C * (1 if kc.out_int8 else 4))
-    e.emit("addi", GK.BIAS, GK.BIAS, 4 * C)
+    e.emit("addi", GK.OCOL, GK.OCOL, C * (_SPM_BYTES if kc.out_int8 else _ACC_BYTES))
+    e.emit("addi", GK.BIAS, GK.BIAS, _ACC_BYTES * C)
     e.emit("addi", GK.SCALE, GK.SCALE, 1)
     e.emit("seti", GK.TMP, Mt)
     e.emit("sub", GK.ACC, GK.TMP, GK.ACC)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from isa.config import ChipConfig
+from isa.ints import align_up, cdiv
 from isa.program import Program
 
 from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
@@ -87,8 +88,7 @@ class CompiledModel(Compiled):
         vals = {}
         for ti in self.output_tensors():
             t = s.tensors[ti]
-            dt = np.int32 if ti in q.int32 else np.int8
-            vals[ti] = t.from_phys(read(self.tensor_addr[ti], t.phys_size, dt))
+            vals[ti] = t.from_phys(read(self.tensor_addr[ti], t.phys_size, q.dtype(ti)))
         return dequantize_outputs(q, vals), vals
 
     def reference(self, *inputs) -> list[np.ndarray]:
@@ -152,7 +152,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         bufs.append(Buffer(f"t{ti}", t.phys_size * q.elem_bytes(ti), start, end))
     dplan = plan(bufs, memory="dram", align=DRAM_ALIGN)
     tensor_addr = {ti: dram_base + dplan.offsets[f"t{ti}"] for ti in range(len(s.tensors))}
-    const_base = dram_base + -(-dplan.footprint // DRAM_ALIGN) * DRAM_ALIGN
+    const_base = dram_base + align_up(dplan.footprint, DRAM_ALIGN)
     consts: list[np.ndarray] = []
     cpos = [const_base]
 
@@ -310,7 +310,7 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, K
         p = _common_period(in_rows[0], out_rows)
         if p > 1 and all(_common_period(r, out_rows) == p for r in in_rows) and Mt >= p:
             Mt = Mt // p * p
-    MT = -(-rows // Mt)
+    MT = cdiv(rows, Mt)
     tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt, 2 * Mt)
     ec = EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0)
     return ec, KernelInfo(k.name, rows, nin, L, tl, 0, 0, "elementwise")
