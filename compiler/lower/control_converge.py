@@ -17,8 +17,8 @@ are stored to DRAM; the host reads both.
 For ``0 <= a < 2**shift`` the step is a monotone contraction on the integers, so the sequence is
 monotone and stops at a fixed point (``tol = 0`` terminates); ``max_iter`` bounds it anyway.
 
-Registers: r1 trips, r2 tol, r3 max_iter, r4 the change read by ``sld``. ACC rows: x, the new
-x, the change, b (``rows`` each), one row for the trip count.
+Registers (``isa.regs.Converge``): trips, tol, max_iter, the change read by ``sld``. ACC rows: x, the
+new x, the change, b (``rows`` each), one row for the trip count.
 """
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from isa.asm import assemble
+from isa.builder import ProgramBuilder, acc, dram
 from isa.config import ChipConfig
+from isa.regs import Converge as R
 from isa.semantics import wrap32
 from isa.table import SPACE_BYTES, Space
 
@@ -92,33 +93,35 @@ def until_converged(rows: int, a: int, b, shift: int, tol: int = 0, max_iter: in
     eb = SPACE_BYTES[Space.ACC]
     rb = eb * C                                          # bytes of one int32 row
     x_addr, b_addr, out_addr, count_addr = 0, rows * rb, 2 * rows * rb, 3 * rows * rb
-    L = [f"; until converged: x <- ({a} * x + b) >> {shift} over {rows} row(s), while max|dx| > {tol}",
-         "    seti r1, 0",
-         f"    seti r2, {tol}",
-         f"    seti r3, {max_iter}",
-         f"    dma.ld acc[{X}], dram[{x_addr}], rows={rows}, len={C}, rstride={rb}, estride={eb}",
-         f"    dma.ld acc[{B}], dram[{b_addr}], rows={rows}, len={C}, rstride={rb}, estride={eb}",
-         "    fence all",
-         "top:",
-         f"    vmul acc[{T}], acc[{X}], {a}, n={rows}",
-         f"    vadd acc[{T}], acc[{T}], acc[{B}], n={rows}",
-         f"    vsra acc[{T}], acc[{T}], {shift}, n={rows}",
-         f"    vsub acc[{D}], acc[{T}], acc[{X}], n={rows}",
-         f"    vabs acc[{D}], acc[{D}], n={rows}"]
-    L += [f"    vmax acc[{D}], acc[{D}], acc[{D + i}], n=1" for i in range(1, rows)]
-    L += [f"    vrmax acc[{D}], acc[{D}], n=1, signal=scalar",
-          f"    vmov acc[{X}], acc[{T}], n={rows}",
-          f"    sld r4, acc[{D}], 0, wait=vpu",       # the VPU's result steers the branch
-          "    addi r1, r1, 1",
-          "    bge r1, r3, done",
-          "    blt r2, r4, top",
-          "done:",
-          "    fence all",
-          f"    sst r1, acc[{CNT}], 0",
-          f"    dma.st dram[{out_addr}], acc[{X}], rows={rows}, len={C}, rstride={rb}, estride={eb}",
-          f"    dma.st dram[{count_addr}], acc[{CNT}], rows=1, len=1, rstride={rb}, estride={eb}",
-          "    halt"]
-    prog = assemble("\n".join(L) + "\n", cfg, "<until_converged>")
+    pb = ProgramBuilder(cfg)
+    pb.comment(f"until converged: x <- ({a} * x + b) >> {shift} over {rows} row(s), while max|dx| > {tol}")
+    pb.emit("seti", R.TRIPS, 0)
+    pb.emit("seti", R.TOL, tol)
+    pb.emit("seti", R.MAX_ITER, max_iter)
+    pb.emit("dma.ld", acc[X], dram[x_addr], rows=rows, len=C, rstride=rb, estride=eb)
+    pb.emit("dma.ld", acc[B], dram[b_addr], rows=rows, len=C, rstride=rb, estride=eb)
+    pb.emit("fence", "all")
+    top, done = pb.label("top"), pb.new_label("done")
+    pb.emit("vmul", acc[T], acc[X], a, n=rows)
+    pb.emit("vadd", acc[T], acc[T], acc[B], n=rows)
+    pb.emit("vsra", acc[T], acc[T], shift, n=rows)
+    pb.emit("vsub", acc[D], acc[T], acc[X], n=rows)
+    pb.emit("vabs", acc[D], acc[D], n=rows)
+    for i in range(1, rows):
+        pb.emit("vmax", acc[D], acc[D], acc[D + i], n=1)
+    pb.emit("vrmax", acc[D], acc[D], n=1, signal="scalar")
+    pb.emit("vmov", acc[X], acc[T], n=rows)
+    pb.emit("sld", R.CHANGE, acc[D], 0, wait="vpu")      # the VPU's result steers the branch
+    pb.emit("addi", R.TRIPS, R.TRIPS, 1)
+    pb.emit("bge", R.TRIPS, R.MAX_ITER, done)
+    pb.emit("blt", R.TOL, R.CHANGE, top)
+    pb.place(done)
+    pb.emit("fence", "all")
+    pb.emit("sst", R.TRIPS, acc[CNT], 0)
+    pb.emit("dma.st", dram[out_addr], acc[X], rows=rows, len=C, rstride=rb, estride=eb)
+    pb.emit("dma.st", dram[count_addr], acc[CNT], rows=1, len=1, rstride=rb, estride=eb)
+    pb.emit("halt")
+    prog = pb.build("<until_converged>")
     return ConvergeLoop(cfg, rows, int(a), b, int(shift), int(tol), int(max_iter), prog,
                         x_addr, b_addr, out_addr, count_addr)
 
