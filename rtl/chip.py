@@ -112,9 +112,8 @@ class Chip(wiring.Component):
         h = self.host
         start = Signal()
         m.d.comb += start.eq(h.start & ~iss.running)
-        units = {Unit.LOAD: DmaLoad(cfg), Unit.STORE: DmaStore(cfg), Unit.MXU: MxuUnit(cfg),
+        units = {Unit.LOAD: DmaLoad(cfg), Unit.STORE: DmaStore(cfg), Unit.MXU: MxuUnit(cfg, mac=self.mac),
                  Unit.VPU: VpuUnit(cfg), Unit.LTX: LinkTx(cfg), Unit.LRX: LinkRx(cfg)}
-        units[Unit.MXU].mac = self.mac
         for u, unit in units.items():
             # every unit starts a run from reset (queues, pipelines, weights, LUT, credits)
             m.submodules[u.name.lower()] = ResetInserter({"sync": start})(unit)
@@ -205,10 +204,10 @@ class Ring(wiring.Component):
 
     Ports: ``host{i}`` In(HostSignature), ``dram{i}`` Out(DramSignature), ``trace{i}``
     Out(TraceSignature) for each chip i.
-    Chips: ``self.chips``.
+    Chips: ``self.chips``, each ``Chip(cfg, mac, mem)``.
     """
 
-    def __init__(self, cfg, n: int, mem: str = "flat"):
+    def __init__(self, cfg, n: int, mac: str = "dsp", mem: str = "flat"):
         if cfg.links < 2 and n > 1:
             raise ValueError(f"a ring needs 2 link ports per chip; config {cfg.name!r} has {cfg.links}")
         self.cfg, self.n = cfg, n
@@ -218,7 +217,7 @@ class Ring(wiring.Component):
             sig[f"dram{i}"] = Out(DramSignature(cfg))
             sig[f"trace{i}"] = Out(TraceSignature(cfg))
         super().__init__(sig)
-        self.chips = [Chip(cfg, mem=mem) for _ in range(n)]
+        self.chips = [Chip(cfg, mac=mac, mem=mem) for _ in range(n)]
 
     def elaborate(self, platform):
         m = Module()

@@ -45,6 +45,14 @@ class MxuUnit(UnitBase):
 
     unit = Unit.MXU
 
+    def __init__(self, cfg, mac: str = "dsp", pipe: int | None = None):
+        # mac: how the array multiplies (``rtl/mac.py``); pipe: cycles from a row's SPM read to its
+        # ACC write, the contract's ``isa.timing.mxu_pipe(cfg)`` unless given (a shorter one shows
+        # which arrays do not fit)
+        self.mac = mac
+        self.pipe = mxu_pipe(cfg) if pipe is None else pipe
+        super().__init__(cfg)
+
     def extra_ports(self, cfg):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         return {"spm_w": Out(RowReadSignature(aw, 8 * cfg.cols)), "spm_x": Out(RowReadSignature(aw, 8 * cfg.cols)),
@@ -54,8 +62,8 @@ class MxuUnit(UnitBase):
     def datapath(self, m, q, go):
         cfg = self.cfg
         R, C = cfg.rows, cfg.cols
-        PIPE = mxu_pipe(cfg)
-        m.submodules.array = arr = SystolicArray(R, C, mac=getattr(self, "mac", "dsp"))
+        PIPE = self.pipe
+        m.submodules.array = arr = SystolicArray(R, C, mac=self.mac)
         op = q.word.opcode
         is_lw = op == BY_MNEMONIC["mxu.lw"].opcode
         is_mma = op == BY_MNEMONIC["mxu.mma"].opcode
