@@ -2,18 +2,22 @@
 
 A body (a branch, a loop body, the kernels before/after) is compiled by the ordinary pipeline
 into a DRAM region of its own (``compile_body``, with ``_retie`` forcing shared int8 scales);
-``body_text`` gives its assembly with labels renamed apart. The glue between bodies: ``copy_bytes``
-(DRAM -> SPM -> DRAM rows, an optional register offset on the source), ``pred_code`` (the
-predicate's reduction on the VPU, ``sld`` and the branch), ``store_counter``.
+``inline_body`` appends its program to the control flow's ``isa.builder.ProgramBuilder`` (labels
+renamed apart, its registers checked against those the control flow reserved). The glue between
+bodies, emitted into the same builder: ``copy_bytes`` (DRAM -> SPM -> DRAM rows, an optional
+register offset on the source), ``move_value``, ``pred_code`` (the predicate's reduction on the
+VPU, ``sld`` and the branch), ``store_counter``. The glue's registers are ``isa.regs.ControlGlue``.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from isa.builder import Label, ProgramBuilder, acc, dram, spm
 from isa.ints import align_up, cdiv
+from isa.regs import L0, Reg
+from isa.regs import ControlGlue as G
 from isa.table import SPACE_BYTES, Space
 
 from compiler.ir import engine
@@ -22,9 +26,6 @@ from compiler.lower.control_pred import Pred, control_error
 from compiler.lower.pipeline import DRAM_ALIGN, lower_schedule
 from compiler.lower.quantize import ew_int, kernel_int, quantize, quantize_ew, quantize_gemm
 from compiler.lower.schedule import EwKernel, TensorInfo, gather_base, kernel_inputs, lift
-
-R_TRIP = 14                     # the trip counter / branch flag: no kernel body uses r14
-
 
 def _retie(q, fixed: dict) -> None:
     """Force tensors to int8 with the given scales (a loop carry and the body's result share one)
@@ -51,6 +52,7 @@ class Body:
     out_addr: int
     end: int                 # first DRAM byte after the region
     outs: list = field(default_factory=list)     # every result: (tensor index, view, DRAM address)
+    what: str = "body"       # what it is, for errors (e.g. "loop body")
 
     @property
     def q(self):
@@ -107,12 +109,10 @@ def compile_body(g, calib: list, scales: dict, out_scale, cfg, base: int, search
         fixed[out_t] = sc
     _retie(q, fixed)
     cm = lower_schedule(q, cfg, names, True, len(nodes), None, searcher, dram_base=base)
-    if re.search(rf"\br{R_TRIP}\b", cm.asm):
-        raise control_error(f"{what}: the body needs scalar register r{R_TRIP}, which the control flow keeps")
     ins = {key(n): (sched.inputs[n], cm.tensor_addr[sched.inputs[n]]) for n in names}
     end = cm.const_base + len(cm.const_image)
     outs = [(t, idx, cm.tensor_addr[t]) for t, idx in sched.outputs]
-    return Body(cm, ins, outs[0][0], outs[0][1], outs[0][2], align_up(end, DRAM_ALIGN), outs)
+    return Body(cm, ins, outs[0][0], outs[0][1], outs[0][2], align_up(end, DRAM_ALIGN), outs, what)
 
 
 def phys_offsets_of(t: TensorInfo, idx=None) -> np.ndarray:
@@ -143,50 +143,46 @@ def layout_of(t: TensorInfo, idx=None) -> BufferLayout:
     return BufferLayout(phys_offsets_of(t, idx), t.phys_size)
 
 
-def body_text(body: Body, tag: str) -> str:
-    """A body's assembly without its ``halt``, labels renamed apart."""
-    lines = [ln for ln in body.cm.asm.splitlines() if ln.strip() != "halt"]
-    labels = [ln[:-1] for ln in lines if re.fullmatch(r"\w+:", ln)]
-    text = "\n".join(lines)
-    for lb in sorted(labels, key=len, reverse=True):
-        text = re.sub(rf"\b{lb}\b", f"{tag}_{lb}", text)
-    return text
+def inline_body(b: ProgramBuilder, body: Body, tag: str) -> None:
+    """Append a body's program without its ``halt``, labels renamed ``tag_NAME``; a register the body
+    uses that the control flow reserved (``ProgramBuilder.reserve``) raises ``RegisterClash``."""
+    b.inline(body.cm.program, tag, owner=body.what)
 
 
 # ------------------------------------------------------------------------------- glue code
 
-def copy_bytes(L: list, src: int, dst: int, nbytes: int, cfg, src_reg: int | None = None) -> None:
+def copy_bytes(b: ProgramBuilder, src: int, dst: int, nbytes: int, cfg, src_reg: Reg | None = None) -> None:
     """DRAM -> SPM -> DRAM, rows of ``cols`` bytes (kernels are fenced: SPM row 0 up is free)."""
     C = cfg.cols
-    x = f"+r{src_reg}" if src_reg else ""
     full, rem = divmod(nbytes, C)
     chunk = cfg.spm_rows
     pieces = [(r0 * C, min(chunk, full - r0), C) for r0 in range(0, full, chunk)]
     if rem:
         pieces.append((full * C, 1, rem))
     for i, (off, rows, ln) in enumerate(pieces):     # a piece's load waits until the last store read SPM
-        L.append(f"    dma.ld spm[0], dram[{src + off}{x}], rows={rows}, len={ln}, rstride={C}, "
-                 + ("wait=store, " if i else "") + "signal=store")
-        L.append(f"    dma.st dram[{dst + off}], spm[0], rows={rows}, len={ln}, rstride={C}, wait=load"
-                 + (", signal=load" if i < len(pieces) - 1 else ""))
-    L.append("    fence all")
+        a = src + off
+        b.emit("dma.ld", spm[0], dram[a + src_reg if src_reg is not None else a], rows=rows, len=ln, rstride=C,
+               wait="store" if i else None, signal="store")
+        b.emit("dma.st", dram[dst + off], spm[0], rows=rows, len=ln, rstride=C, wait="load",
+               signal="load" if i < len(pieces) - 1 else None)
+    b.emit("fence", "all")
 
 
-def move_value(L: list, src: int, src_lay: BufferLayout, dst: int, dst_lay: BufferLayout, cfg) -> None:
+def move_value(b: ProgramBuilder, src: int, src_lay: BufferLayout, dst: int, dst_lay: BufferLayout, cfg) -> None:
     """Copy a value between two DRAM buffers of its layouts: a byte copy when they agree, else
     runs contiguous in both, cut to ``cols`` bytes and grouped into strided DMAs (e.g. into the
     interior of a convolution input's zero border)."""
     if src_lay.same(dst_lay):
-        return copy_bytes(L, src, dst, src_lay.nbytes, cfg)
+        return copy_bytes(b, src, dst, src_lay.nbytes, cfg)
     C = cfg.cols
     s, d = src_lay.offsets.reshape(-1), dst_lay.offsets.reshape(-1)
     o = np.argsort(d, kind="stable")
     s, d = s[o], d[o]
     cut = np.flatnonzero((np.diff(s) != 1) | (np.diff(d) != 1)) + 1
     pieces = []                               # (offset in its run, run, src, dst, length)
-    for r, (a, b) in enumerate(zip(np.r_[0, cut], np.r_[cut, len(s)])):
-        for k in range(a, b, C):
-            pieces.append((k - a, r, int(s[k]), int(d[k]), min(C, b - k)))
+    for r, (lo, hi) in enumerate(zip(np.r_[0, cut], np.r_[cut, len(s)])):
+        for k in range(lo, hi, C):
+            pieces.append((k - lo, r, int(s[k]), int(d[k]), min(C, hi - k)))
     pieces.sort()
     groups: list = []                         # [src, dst, length, count, src stride, dst stride]
     for _, _, s0, d0, ln in pieces:
@@ -200,14 +196,14 @@ def move_value(L: list, src: int, src_lay: BufferLayout, dst: int, dst_lay: Buff
                 continue
         groups.append([s0, d0, ln, 1, C, C])
     for i, (s0, d0, ln, n, ss, ds) in enumerate(groups):
-        L.append(f"    dma.ld spm[0], dram[{src + s0}], rows={n}, len={ln}, rstride={ss}, "
-                 + ("wait=store, " if i else "") + "signal=store")
-        L.append(f"    dma.st dram[{dst + d0}], spm[0], rows={n}, len={ln}, rstride={ds}, wait=load"
-                 + (", signal=load" if i < len(groups) - 1 else ""))
-    L.append("    fence all")
+        b.emit("dma.ld", spm[0], dram[src + s0], rows=n, len=ln, rstride=ss, wait="store" if i else None,
+               signal="store")
+        b.emit("dma.st", dram[dst + d0], spm[0], rows=n, len=ln, rstride=ds, wait="load",
+               signal="load" if i < len(groups) - 1 else None)
+    b.emit("fence", "all")
 
 
-def pred_code(L: list, p: Pred, addrs: list, nbytes: int, cfg, false_label: str) -> None:
+def pred_code(b: ProgramBuilder, p: Pred, addrs: list, nbytes: int, cfg, false_label: Label) -> None:
     """Reduce the leaf tensors on the VPU, ``sld`` the result, branch to ``false_label`` when the
     predicate is false."""
     C = cfg.cols
@@ -215,48 +211,49 @@ def pred_code(L: list, p: Pred, addrs: list, nbytes: int, cfg, false_label: str)
     if len(addrs) * rows > cfg.spm_rows or rows > cfg.acc_rows:
         raise control_error(f"a predicate over {nbytes} elements does not fit SPM/ACC on config {cfg.name!r}")
     bufs = [i * rows for i in range(len(addrs))]
-    L.append(f"; predicate: {p.red}({p.form}) over {nbytes} elements, threshold {p.T}")
+    b.comment(f"predicate: {p.red}({p.form}) over {nbytes} elements, threshold {p.T}")
     full, rem = divmod(nbytes, C)
     # a DMA zeroes the lanes past ``len``: neutral for sums and for max of |x|, |x - y| (>= 0); for
     # max(x) the last row is instead the tensor's last ``cols`` bytes (repeats are harmless to a max)
     overlap = rem and p.red == "max" and p.form == "a"
     if overlap and nbytes < C:
         raise control_error(f"max(x) over {nbytes} elements (fewer than the {C} lanes of a row) is not lowered")
-    loads = []
-    for b, a in zip(bufs, addrs):
+    loads = []                                # (SPM row, DRAM address, rows, len)
+    for buf, a in zip(bufs, addrs):
         if full:
-            loads.append(f"dma.ld spm[{b}], dram[{a}], rows={full}, len={C}, rstride={C}")
+            loads.append((buf, a, full, C))
         if overlap:
-            loads.append(f"dma.ld spm[{b + full}], dram[{a + nbytes - C}], rows=1, len={C}, rstride={C}")
+            loads.append((buf + full, a + nbytes - C, 1, C))
         elif rem:
-            loads.append(f"dma.ld spm[{b + full}], dram[{a + full * C}], rows=1, len={rem}, rstride={C}")
-    for j, ld in enumerate(loads):
-        L.append("    " + ld + (", signal=vpu" if j == len(loads) - 1 else ""))
+            loads.append((buf + full, a + full * C, 1, rem))
+    for j, (row, a, n, ln) in enumerate(loads):
+        b.emit("dma.ld", spm[row], dram[a], rows=n, len=ln, rstride=C, signal="vpu" if j == len(loads) - 1 else None)
     D = 0
     if p.form == "a":
-        L.append(f"    vadd acc[{D}], spm[{bufs[0]}], 0, n={rows}, wait=load")
+        b.emit("vadd", acc[D], spm[bufs[0]], 0, n=rows, wait="load")
     elif p.form == "|a|":
-        L.append(f"    vabs acc[{D}], spm[{bufs[0]}], n={rows}, wait=load")
+        b.emit("vabs", acc[D], spm[bufs[0]], n=rows, wait="load")
     else:
-        L.append(f"    vsub acc[{D}], spm[{bufs[0]}], spm[{bufs[1]}], n={rows}, wait=load")
+        b.emit("vsub", acc[D], spm[bufs[0]], spm[bufs[1]], n=rows, wait="load")
         if p.form == "|a-b|":
-            L.append(f"    vabs acc[{D}], acc[{D}], n={rows}")
+            b.emit("vabs", acc[D], acc[D], n=rows)
     op, rop = ("vmax", "vrmax") if p.red == "max" else ("vadd", "vrsum")
     if rows > 1:
-        L.append(f"    loop l0, {rows - 1}, s0=0, s1=0, s2=1")
-        L.append(f"    {op} acc[{D}], acc[{D}], acc[{D + 1}], n=1, rep=l0:1")
-    L.append(f"    {rop} acc[{D}], acc[{D}], n=1, signal=scalar")
-    L.append(f"    sld r1, acc[{D}], 0, wait=vpu")
-    L.append(f"    seti r2, {p.T}")
-    L.append("    fence all")
+        b.emit("loop", L0, rows - 1, s0=0, s1=0, s2=1)
+        b.emit(op, acc[D], acc[D], acc[D + 1], n=1, rep=L0)
+    b.emit(rop, acc[D], acc[D], n=1, signal="scalar")
+    b.emit("sld", G.A, acc[D], 0, wait="vpu")
+    b.emit("seti", G.B, p.T)
+    b.emit("fence", "all")
     # false: hi -> R < T; not hi -> R >= T
-    L.append(f"    {'blt' if p.hi else 'bge'} r1, r2, {false_label}")
+    b.emit("blt" if p.hi else "bge", G.A, G.B, false_label)
 
 
-def store_counter(L: list, addr: int) -> None:
-    L.append("    fence all")
-    L.append(f"    sst r{R_TRIP}, acc[0], 0")
+def store_counter(b: ProgramBuilder, addr: int, *regs: Reg) -> None:
+    """Store the counters ``regs`` (int32, in order) to DRAM ``addr`` through ACC row 0."""
     eb = SPACE_BYTES[Space.ACC]
-    L.append(f"    dma.st dram[{addr}], acc[0], rows=1, len=1, rstride={eb}, estride={eb}")
-    L.append("    fence all")
-    L.append("    halt")
+    b.emit("fence", "all")
+    for lane, r in enumerate(regs):
+        b.emit("sst", r, acc[0], lane)
+    b.emit("dma.st", dram[addr], acc[0], rows=1, len=len(regs), rstride=len(regs) * eb, estride=eb)
+    b.emit("fence", "all")

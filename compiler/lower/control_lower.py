@@ -8,7 +8,9 @@ together as the ``pre`` body, which runs first; its results are copied to where 
 them); kernels after it (the ``post`` body) read its result and the inputs and give the model's
 outputs. Each body (a branch, a loop body) is compiled by the ordinary
 pipeline (lift, quantize, tile, plan, emit) into its own DRAM region, and the glue here stitches
-the bodies' assembly with scalar branches:
+the bodies' programs with scalar branches into one ``isa.builder.ProgramBuilder``. The control
+flow reserves its registers there (``isa.regs``: ``TRIP_REG`` r14, ``BRANCH_TRIPS`` r15 in a
+loop over a cond, ``DYN_REG`` r15 for a symbolic trip count); a body that uses one is refused:
 
 * ``cond(pred, f, g, *xs)``: the predicate is evaluated on the chip, then only the taken branch
   runs (``blt``/``bge`` around the other one); both write one result buffer.
@@ -46,31 +48,28 @@ loop this lowering grew from.
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from isa.asm import assemble
+from isa.builder import ProgramBuilder, RegisterClash
 from isa.config import ChipConfig
 from isa.ints import align_up
-from isa.table import SPACE_BYTES, Space
+from isa.regs import BRANCH_TRIPS, DYN_REG, TRIP_REG
+from isa.regs import ControlGlue as G
 
 from compiler.ir.evaluate import evaluate
 from compiler.ir.graph import CONTROL, Node, Ops, substitute, toposort
 from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
-from compiler.lower.control_glue import (R_TRIP, Body, BufferLayout, body_text, compile_body, copy_bytes, layout_of,
+from compiler.lower.control_glue import (Body, BufferLayout, compile_body, copy_bytes, inline_body, layout_of,
                                          move_value, phys_offsets_of, pred_code, store_counter)
 from compiler.lower.control_pred import (Pred, control_error, float_eval, input_ids, match_pred, structural_keys,
                                          threshold)
-from compiler.lower.dynamic import DYN_REG, host_feeds
+from compiler.lower.dynamic import host_feeds
 from compiler.lower.pipeline import DRAM_ALIGN
 from compiler.lower.quantize import dequantize_outputs, quantize_array
 from compiler.lower.schedule import ChipCompileError, TensorInfo, default_perm
-
-_ACC_BYTES = SPACE_BYTES[Space.ACC]
-
 
 # ------------------------------------------------------------------------------- the model
 
@@ -251,9 +250,10 @@ def _value(op: tuple, node: Node, feeds: dict) -> np.ndarray:
     return feeds[name] if name is not None else c
 
 
-def _pre_kernels(cm, nodes: list, ops: list, calib: list, cfg, searcher, per_channel: bool, L: list) -> None:
+def _pre_kernels(cm, nodes: list, ops: list, calib: list, cfg, searcher, per_channel: bool,
+                 b: ProgramBuilder) -> None:
     """Compile the operands computed from the inputs (one ``pre`` body at ``cm.arena``), emit it
-    and the copies of its results to each operand's destinations into ``L``."""
+    and the copies of its results to each operand's destinations into ``b``."""
     idx = [j for j, o in enumerate(ops) if o[2]]
     if not idx:
         return
@@ -262,14 +262,14 @@ def _pre_kernels(cm, nodes: list, ops: list, calib: list, cfg, searcher, per_cha
     cm.pre, cm.arena = pre, pre.end
     for name, (t, addr) in pre.ins.items():
         cm.pre_inputs.append(_Operand(name, None, pre.tensor(t), pre.q.scales[t], [addr]))
-    L.append(body_text(pre, "pre"))
+    inline_body(b, pre, "pre")
     for i, j in enumerate(idx):
         op = cm.operands[j]
         t, view, addr = pre.outs[i]
         op.pre = i
         dst = op.info if isinstance(op.info, BufferLayout) else layout_of(op.info)
         for a in op.addrs:
-            move_value(L, addr, layout_of(pre.tensor(t), view), a, dst, cfg)
+            move_value(b, addr, layout_of(pre.tensor(t), view), a, dst, cfg)
 
 
 def _amax(vals) -> float:
@@ -301,18 +301,23 @@ def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, 
     if search:
         from compiler.lower.search import Searcher
         searcher = Searcher(cfg, search_budget_s, cache_dir)
-    build = _build_cond if node.op is Ops.IF else _build_loop
-    cm, L = build(node, names, calib, cfg, per_channel, searcher)
-    if spec is not None:
-        if cm.kind != "loop" or cm.pre is not None:
-            raise control_error(f"a symbolic length ({spec.symbol}) is lowered for a plain scan loop only")
-        i = L.index("loop_top:")
-        assert L[i + 1].startswith("    seti r1,") and L[i + 2].startswith(f"    bge r{R_TRIP}, r1,")
-        L[i + 1:i + 3] = [f"    bge r{R_TRIP}, r{DYN_REG}, loop_done"]      # n trips, n set at launch
-        cm.dynamic = spec
-    if list(outputs) != [node]:
-        L = L[:-1] + _post_kernels(cm, node, list(outputs), names, calib, cfg, searcher, per_channel) + L[-1:]
-    cm.program = _finish(cfg, L, cm.kind)
+    b = ProgramBuilder(cfg)
+    b.reserve(TRIP_REG, "the control flow's trip counter / branch flag")   # no body may use it
+    try:
+        if node.op is Ops.IF:
+            cm = _build_cond(node, names, calib, cfg, per_channel, searcher, b)
+        else:
+            cm = _build_loop(node, names, calib, cfg, per_channel, searcher, b, spec)
+        if spec is not None:
+            if cm.kind != "loop" or cm.pre is not None:
+                raise control_error(f"a symbolic length ({spec.symbol}) is lowered for a plain scan loop only")
+            cm.dynamic = spec
+        if list(outputs) != [node]:
+            _post_kernels(cm, node, list(outputs), names, calib, cfg, searcher, per_channel, b)
+    except RegisterClash as e:              # a body needs a register the control flow keeps
+        raise control_error(str(e)) from e
+    b.emit("halt")
+    cm.program = _finish(cfg, b, cm.kind)
     cm.program.manifest = {"kind": "control-model", "control": cm.kind, "counter": cm.counter_addr,
                            "result": cm.out_addr}
     cm.input_names, cm.single, cm.graph = names, single, list(outputs)
@@ -322,42 +327,38 @@ def compile_control(outputs: list, names: list, single: bool, calib: list, cfg, 
     return cm
 
 
-def _post_kernels(cm, node, outputs: list, names: list, calib: list, cfg, searcher, per_channel) -> list:
-    """The kernels after the cond/loop (its result is the INPUT ``ctl`` of a ``post`` body, copied
-    in from the result buffer; the post body's outputs are the model's)."""
+def _post_kernels(cm, node, outputs: list, names: list, calib: list, cfg, searcher, per_channel,
+                  b: ProgramBuilder) -> None:
+    """The kernels after the cond/loop, emitted into ``b`` (its result is the INPUT ``ctl`` of a ``post``
+    body, copied in from the result buffer; the post body's outputs are the model's)."""
     outs = substitute(outputs, {id(node): Node(Ops.INPUT, node.dtype, (), ("ctl", node.shape))})
     fl = [{k: np.asarray(v, np.float32) for k, v in f.items()} for f in calib]
     feeds = [dict(f, ctl=np.asarray(float_eval(node, f), np.float32)) for f in fl]
     post = compile_body(None, feeds, {"ctl": cm.out_scale}, None, cfg, cm.arena, searcher, per_channel,
                         "the kernels after the cond/loop", outputs=outs)
     cm.post, cm.arena = post, post.end
-    L = [body_text(post, "post")]
     if "ctl" in post.ins:
         t, addr = post.ins["ctl"]
         if not layout_of(post.tensor(t)).same(cm.out_info):
             raise control_error("the kernels after the cond/loop read its result padded or reordered: not lowered")
-        L = []
-        copy_bytes(L, cm.out_addr, addr, cm.out_info.nbytes, cfg)
-        L.append(body_text(post, "post"))
+        copy_bytes(b, cm.out_addr, addr, cm.out_info.nbytes, cfg)
+    inline_body(b, post, "post")
     for name, (t, addr) in post.ins.items():
         if name != "ctl":
             cm.post_inputs.append(_Operand(name, None, post.tensor(t), post.q.scales[t], [addr]))
-    return L
 
 
 def _host_info(name: str, shape) -> TensorInfo:
     return TensorInfo(name, tuple(shape), default_perm(tuple(shape)), "input")
 
 
-def _finish(cfg, L: list, what: str):
-    text = "\n".join(L) + "\n"
-    n = sum(1 for ln in text.splitlines() if ln.startswith(" "))
-    if n > cfg.imem_words:
-        raise control_error(f"{what} needs {n} instructions; config {cfg.name!r} holds {cfg.imem_words}")
-    return assemble(text, cfg, f"<{what}>")
+def _finish(cfg, b: ProgramBuilder, what: str):
+    if len(b) > cfg.imem_words:
+        raise control_error(f"{what} needs {len(b)} instructions; config {cfg.name!r} holds {cfg.imem_words}")
+    return b.build(f"<{what}>")
 
 
-def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
+def _build_cond(node, names, calib, cfg, per_channel, searcher, b: ProgramBuilder) -> ControlModel:
     then_g, else_g = node.arg
     ops = [_operand(s, names) for s in node.src[1:]]
     n_ops = len(ops)
@@ -406,35 +407,35 @@ def _build_cond(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     operands, moves = [], {k: [] for k in bodies}
     for j, ((nm, c, _), inf) in enumerate(zip(ops, infos)):
         dests = [addr[j]]
-        for k, b in bodies.items():
-            if j in b.ins:
-                if layout_of(inf).same(b.in_layout(j)):
-                    dests.append(b.ins[j][1])           # the host writes it there too
+        for k, bk in bodies.items():
+            if j in bk.ins:
+                if layout_of(inf).same(bk.in_layout(j)):
+                    dests.append(bk.ins[j][1])          # the host writes it there too
                 else:                                   # e.g. a padded convolution input: the taken branch moves it
-                    moves[k].append((addr[j], layout_of(inf), b.ins[j][1], b.in_layout(j)))
+                    moves[k].append((addr[j], layout_of(inf), bk.ins[j][1], bk.in_layout(j)))
         operands.append(_Operand(nm, c, inf, op_scale[j], dests))
-    L = [f"; tetrachip cond: {'then' if hi else 'else'}-branch when {red}({form}) >= {T}"]
-    pred_code(L, pred, [addr[j] for j in lf], n, cfg, "cond_else")
-    for k in ("then", "else"):
-        if k == "else":
-            L.append("cond_else:")
-        if ident[k]:
-            move_value(L, addr[0], layout_of(infos[0]), res_addr, res_info, cfg)
-        else:
-            for src, src_lay, dst, dst_lay in moves[k]:
-                move_value(L, src, src_lay, dst, dst_lay, cfg)
-            L.append(body_text(bodies[k], k))
-            move_value(L, bodies[k].out_addr, bodies[k].out_layout(), res_addr, res_info, cfg)
-        L.append(f"    seti r{R_TRIP}, {1 if k == 'then' else 0}")
-        if k == "then":
-            L.append("    jmp cond_end")
-    L.append("cond_end:")
-    store_counter(L, cnt)
     cm = ControlModel(cfg, None, "cond", bodies, operands, res_info, res_addr, out_scale, tuple(node.shape),
                       cnt, names, True, pred, 0, next((k for k, v in ident.items() if v), None), base)
-    pre: list = []
-    _pre_kernels(cm, list(node.src[1:]), ops, fl, cfg, searcher, per_channel, pre)
-    return cm, L[:1] + pre + L[1:]
+    b.comment(f"tetrachip cond: {'then' if hi else 'else'}-branch when {red}({form}) >= {T}")
+    _pre_kernels(cm, list(node.src[1:]), ops, fl, cfg, searcher, per_channel, b)
+    els, end = b.new_label("cond_else"), b.new_label("cond_end")
+    pred_code(b, pred, [addr[j] for j in lf], n, cfg, els)
+    for k in ("then", "else"):
+        if k == "else":
+            b.place(els)
+        if ident[k]:
+            move_value(b, addr[0], layout_of(infos[0]), res_addr, res_info, cfg)
+        else:
+            for src, src_lay, dst, dst_lay in moves[k]:
+                move_value(b, src, src_lay, dst, dst_lay, cfg)
+            inline_body(b, bodies[k], k)
+            move_value(b, bodies[k].out_addr, bodies[k].out_layout(), res_addr, res_info, cfg)
+        b.emit("seti", TRIP_REG, 1 if k == "then" else 0)          # the flag: which branch ran
+        if k == "then":
+            b.emit("jmp", end)
+    b.place(end)
+    store_counter(b, cnt, TRIP_REG)
+    return cm
 
 
 def _while_form(g) -> tuple | None:
@@ -450,7 +451,9 @@ def _while_form(g) -> tuple | None:
     return None
 
 
-def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
+def _build_loop(node, names, calib, cfg, per_channel, searcher, b: ProgramBuilder, spec=None) -> ControlModel:
+    """A ``loop`` (``spec``: its trip count is the symbolic length, in ``DYN_REG`` at launch) or a
+    ``while_loop``, emitted into ``b``."""
     g, nscan = node.arg
     ops = [_operand(s, names) for s in node.src]
     if len(node.src) != 1 + nscan:
@@ -461,7 +464,7 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     init_vals = [_value(ops[0], node.src[0], f) for f in fl]
     scans = [[_value(o, x, f) for o, x in zip(ops[1:], node.src[1:])] for f in fl]
     if wf is None and g.output.op is Ops.IF:
-        return _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_channel, searcher)
+        return _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_channel, searcher, b)
     if wf is not None:
         ifn, fg, f_is_then = wf
         feeds, seen = [], []
@@ -507,14 +510,10 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
     base = body.end
     operands = [_Operand(ops[0][0], ops[0][1], c_info, s_c, [c_addr])]
     cu = None
-    L = [f"; tetrachip {'while_loop' if wf else 'loop'}: at most {trips} trips, counter r{R_TRIP}",
-         f"    seti r{R_TRIP}, 0"]
     if wf is not None and not c_info.same(t_lay):
         # a padded carry (a convolution input): the predicate compares f(c) with a copy of the
         # carry in f(c)'s layout
         cu, base = base, base + align_up(t_lay.nbytes, DRAM_ALIGN)
-        move_value(L, c_addr, c_info, cu, t_lay, cfg)
-    L += ["loop_top:", f"    seti r1, {trips}", f"    bge r{R_TRIP}, r1, loop_done"]
     copies = []
     for j in range(nscan if wf is None else 0):
         shape = node.src[1 + j].shape
@@ -529,32 +528,46 @@ def _build_loop(node, names, calib, cfg, per_channel, searcher) -> ControlModel:
                                     "(padded or reordered)")
             copies.append((base, body.ins[j + 1][1], rowb))
         base += align_up(inf.phys_size, DRAM_ALIGN)
-    for src, dst, rowb in copies:
-        L += [f"    seti r2, {rowb}", f"    mul r1, r{R_TRIP}, r2"]
-        copy_bytes(L, src, dst, rowb, cfg, src_reg=1)
-    L.append(body_text(body, "body"))
-    if wf is not None:
-        addrs = [{"c": c_addr if cu is None else cu, "f": body.out_addr}[x] for x in pred.leaves]
-        pred_code(L, pred, addrs, t_lay.nbytes, cfg, "loop_done")
-        if cu is not None:
-            copy_bytes(L, body.out_addr, cu, t_lay.nbytes, cfg)
-    move_value(L, body.out_addr, t_lay, c_addr, c_info, cfg)
-    L += [f"    addi r{R_TRIP}, r{R_TRIP}, 1", "    jmp loop_top", "loop_done:"]
     cnt, base = base, base + DRAM_ALIGN
-    store_counter(L, cnt)
     kind = "while" if wf else "loop"
     cm = ControlModel(cfg, None, kind, {"body": body}, operands, c_info, c_addr, s_c, tuple(node.shape), cnt,
                       names, True, pred, trips, None, base)
-    pre: list = []
-    _pre_kernels(cm, list(node.src), ops, fl, cfg, searcher, per_channel, pre)
-    return cm, L[:1] + pre + L[1:]
+    b.comment(f"tetrachip {'while_loop' if wf else 'loop'}: at most {trips} trips, counter {TRIP_REG!r}")
+    _pre_kernels(cm, list(node.src), ops, fl, cfg, searcher, per_channel, b)
+    b.emit("seti", TRIP_REG, 0)
+    if cu is not None:
+        move_value(b, c_addr, c_info, cu, t_lay, cfg)
+    top, done = b.label("loop_top"), b.new_label("loop_done")
+    if spec is not None and kind == "loop":        # n trips, n written by the host at launch
+        b.reserve(DYN_REG, f"the symbolic length {spec.symbol}")
+        b.emit("bge", TRIP_REG, DYN_REG, done)
+    else:
+        b.emit("seti", G.A, trips)
+        b.emit("bge", TRIP_REG, G.A, done)
+    for src, dst, rowb in copies:                  # row i of each scanned tensor into the body's input
+        b.emit("seti", G.B, rowb)
+        b.emit("mul", G.A, TRIP_REG, G.B)
+        copy_bytes(b, src, dst, rowb, cfg, src_reg=G.A)
+    inline_body(b, body, "body")
+    if wf is not None:
+        addrs = [{"c": c_addr if cu is None else cu, "f": body.out_addr}[x] for x in pred.leaves]
+        pred_code(b, pred, addrs, t_lay.nbytes, cfg, done)
+        if cu is not None:
+            copy_bytes(b, body.out_addr, cu, t_lay.nbytes, cfg)
+    move_value(b, body.out_addr, t_lay, c_addr, c_info, cfg)
+    b.emit("addi", TRIP_REG, TRIP_REG, 1)
+    b.emit("jmp", top)
+    b.place(done)
+    store_counter(b, cnt, TRIP_REG)
+    return cm
 
 
-def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_channel, searcher):
+def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_channel, searcher,
+                     b: ProgramBuilder):
     """A loop whose body is ``cond(p(carry), f, g, *args)`` (args: the carry and scanned rows):
     per trip the predicate on the carry picks the branch; the carry lives in its own buffer, is
-    copied into the taken branch's input and its result copied back; ``r15`` counts the trips
-    that took ``f``."""
+    copied into the taken branch's input and its result copied back; ``BRANCH_TRIPS`` (r15) counts
+    the trips that took ``f``."""
     ifn = g.output
     then_g, else_g = ifn.arg
     args = list(ifn.src[1:])
@@ -587,8 +600,6 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
             bodies[k] = compile_body(bg, bfeeds, arg_scale, s_c, cfg, base, searcher, per_channel,
                                      f"loop's cond {k}-branch")
             base = bodies[k].end
-            if re.search(r"\br15\b", bodies[k].cm.asm):
-                raise control_error(f"the loop's cond {k}-branch needs scalar register r15, which counts its trips")
     red, form, leaves, h, rph = match_pred(ifn.src[0], {("role", "c"): "c"}, {id(g.inputs[0]): "c"})
     c_info = _host_info("carry", node.src[0].shape)
     n = c_info.numel
@@ -604,43 +615,52 @@ def _build_loop_cond(node, g, names, ops, fl, init_vals, scans, trips, cfg, per_
         rows.append((inf, base, inf.phys_size // shape[0]))
         base += align_up(inf.phys_size, DRAM_ALIGN)
     cnt, base = base, base + DRAM_ALIGN
-    L = [f"; tetrachip loop over a cond: {trips} trips; then-branch when {red}({form}) "
-         f"{'>=' if hi else '<'} {T}; r{R_TRIP} trips, r15 then-trips",
-         f"    seti r{R_TRIP}, 0", "    seti r15, 0", "loop_top:", f"    seti r1, {trips}",
-         f"    bge r{R_TRIP}, r1, loop_done"]
-    pred_code(L, pred, [cm_addr], n, cfg, "br_else")
-    for k in ("then", "else"):
-        if k == "else":
-            L.append("br_else:")
-        if not ident[k]:
-            b = bodies[k]
-            for a, j in enumerate(amap):
-                if a not in b.ins:
-                    continue
-                if j == 0:
-                    move_value(L, cm_addr, layout_of(c_info), b.ins[a][1], b.in_layout(a), cfg)
-                else:
-                    inf, addr, rowb = rows[j - 1]
-                    t = b.tensor(b.ins[a][0])
-                    if inf.perm[0] != 0 or t.phys_size != rowb or \
-                            not np.array_equal(phys_offsets_of(t).reshape(-1), phys_offsets_of(inf)[0].reshape(-1)):
-                        raise control_error(f"scanned tensor {j - 1}: a row is not stored like the {k}-branch's input")
-                    L += [f"    seti r2, {rowb}", f"    mul r1, r{R_TRIP}, r2"]
-                    copy_bytes(L, addr, b.ins[a][1], rowb, cfg, src_reg=1)
-            L.append(body_text(b, k))
-            move_value(L, b.out_addr, b.out_layout(), cm_addr, layout_of(c_info), cfg)
-        if k == "then":
-            L += ["    addi r15, r15, 1", "    jmp br_join"]
-    L += ["br_join:", f"    addi r{R_TRIP}, r{R_TRIP}, 1", "    jmp loop_top", "loop_done:", "    fence all",
-          f"    sst r{R_TRIP}, acc[0], 0", "    sst r15, acc[0], 1",
-          f"    dma.st dram[{cnt}], acc[0], rows=1, len=2, rstride={2 * _ACC_BYTES}, estride={_ACC_BYTES}",
-          "    fence all", "    halt"]
     cm = ControlModel(cfg, None, "loop-cond", bodies, operands, layout_of(c_info), cm_addr, s_c, tuple(node.shape), cnt,
                       names, True, pred, trips, next((k for k, v in ident.items() if v), None), base)
     cm.branch_args = amap
-    pre: list = []
-    _pre_kernels(cm, list(node.src), ops, fl, cfg, searcher, per_channel, pre)
-    return cm, L[:1] + pre + L[1:]
+    b.comment(f"tetrachip loop over a cond: {trips} trips; then-branch when {red}({form}) "
+              f"{'>=' if hi else '<'} {T}; {TRIP_REG!r} trips, {BRANCH_TRIPS!r} then-trips")
+    _pre_kernels(cm, list(node.src), ops, fl, cfg, searcher, per_channel, b)
+    counter = "the loop's count of then-branch trips"
+    b.reserve(BRANCH_TRIPS, counter)               # no branch body may use it
+    b.emit("seti", TRIP_REG, 0)
+    b.emit("seti", BRANCH_TRIPS, 0)
+    top, done = b.label("loop_top"), b.new_label("loop_done")
+    els, join = b.new_label("br_else"), b.new_label("br_join")
+    b.emit("seti", G.A, trips)
+    b.emit("bge", TRIP_REG, G.A, done)
+    pred_code(b, pred, [cm_addr], n, cfg, els)
+    for k in ("then", "else"):
+        if k == "else":
+            b.place(els)
+        if not ident[k]:
+            bk = bodies[k]
+            for a, j in enumerate(amap):
+                if a not in bk.ins:
+                    continue
+                if j == 0:
+                    move_value(b, cm_addr, layout_of(c_info), bk.ins[a][1], bk.in_layout(a), cfg)
+                else:
+                    inf, addr, rowb = rows[j - 1]
+                    t = bk.tensor(bk.ins[a][0])
+                    if inf.perm[0] != 0 or t.phys_size != rowb or \
+                            not np.array_equal(phys_offsets_of(t).reshape(-1), phys_offsets_of(inf)[0].reshape(-1)):
+                        raise control_error(f"scanned tensor {j - 1}: a row is not stored like the {k}-branch's input")
+                    b.emit("seti", G.B, rowb)
+                    b.emit("mul", G.A, TRIP_REG, G.B)
+                    copy_bytes(b, addr, bk.ins[a][1], rowb, cfg, src_reg=G.A)
+            inline_body(b, bk, k)
+            move_value(b, bk.out_addr, bk.out_layout(), cm_addr, layout_of(c_info), cfg)
+        if k == "then":
+            b.emit("addi", BRANCH_TRIPS, BRANCH_TRIPS, 1)
+            b.emit("jmp", join)
+    b.place(join)
+    b.emit("addi", TRIP_REG, TRIP_REG, 1)
+    b.emit("jmp", top)
+    b.place(done)
+    store_counter(b, cnt, TRIP_REG, BRANCH_TRIPS)
+    b.release(BRANCH_TRIPS, counter)
+    return cm
 
 
 __all__ = ["compile_control", "ControlModel"]

@@ -305,3 +305,15 @@ def test_not_lowerable_is_a_clear_error(model, msg):
     x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
     with pytest.raises(tc.ChipCompileError, match=msg):
         tc.compile(model, [x])
+
+
+def test_a_body_needing_the_trip_counter_is_refused():
+    """A loop body whose elementwise kernel reads 11 tensors uses r4..r14, and r14 is the loop's trip
+    counter (``isa.regs.TRIP_REG``, reserved in the control flow's program builder): the error names both."""
+    rng = np.random.default_rng(0)
+    h0 = rng.standard_normal((2, 8)).astype(np.float32)
+    rows = [rng.standard_normal((3, 2, 8)).astype(np.float32) for _ in range(10)]
+    with pytest.raises(tc.ChipCompileError, match=r"'loop body', but r14 is reserved for .*trip counter"):
+        tc.compile(lambda h, *xs: tc.loop(lambda c, *rs: sum(rs, c), h, *xs), [h0, *rows])
+    cm = tc.compile(lambda h, *xs: tc.loop(lambda c, *rs: sum(rs, c), h, *xs), [h0, *rows[:9]])   # r4..r13
+    assert tc.Device("sim").run(cm, h0, *rows[:9]).ints["trips"] == 3
