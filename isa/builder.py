@@ -22,9 +22,9 @@ immediate an int, a branch target a ``Label`` (or an instruction index), units a
 assembler's spelling (``"load|mxu"``, ``"all"``), ``Unit`` values or an iterable of either, an enum
 operand its name or value. Keyword operands (``rows=``, ``n=``...) and the modifiers ``rep=`` (a
 ``LoopReg``: depth 1, or ``(LoopReg, depth)``), ``wait=``, ``signal=``, ``sync=`` (``"each"``/``"once"``)
-are keywords; ``None`` leaves one at its default. The fields come from the same defaults and checks
-as the assembler's (``resolve_default``, ``check_values``, ``canonical``), so ``build()`` gives the
-instructions that assembling the listing gives.
+are keywords; ``None`` leaves one at its default. The values and their mapping to fields live in
+``isa.operands``, which the assembler calls too, so ``build()`` gives the instructions that
+assembling the listing gives.
 
 The builder counts instructions (``len(b)`` is the next pc), resolves labels when it builds, keeps
 comments and phase marks for the listing, and checks register ownership: ``reserve(reg, owner)``
@@ -37,20 +37,16 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
-from operator import index
-from typing import SupportsIndex
 
-from .asm import QHDR_KEYS, _syntax_hint, format_instruction, predefined, resolve_default
+from . import operands as ops
+from .asm import _syntax_hint, predefined
+from .disasm import format_instruction
 from .encoding import Instruction, canonical, check_values
-from .errors import EncodeError, TetrachipError
+from .errors import TetrachipError
+from .operands import Label, Mem, OperandError, acc, dram, spm
 from .program import Program
-from .regs import Addr, LoopReg, Reg
-from .table import BY_MNEMONIC, UNIT_NAMES, CountMode, Instr, Operand, ScaleMode, Space, SrcMode, Sync, Unit
-
-
-class OperandError(EncodeError):
-    """An operand value that the instruction does not take (wrong kind, missing, out of range)."""
+from .regs import Reg
+from .table import BY_MNEMONIC, CountMode, Instr, Operand, ScaleMode, SrcMode
 
 
 class BuildError(TetrachipError):
@@ -59,58 +55,6 @@ class BuildError(TetrachipError):
 
 class RegisterClash(TetrachipError):
     """A scalar register claimed by two owners."""
-
-
-# --------------------------------------------------------------------------------------------
-# Operand values
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Mem:
-    """A memory operand: ``space`` is "spm", "acc" or "dram"; the address is ``addr + reg``."""
-
-    space: str
-    addr: int
-    reg: Reg | None = None
-
-    def __repr__(self) -> str:
-        return f"{self.space}[{Addr(self.addr, self.reg)!r}]"
-
-
-class _Memory:
-    """``spm[row]``, ``acc[row]``, ``dram[byte]``: the index is an int, a ``Reg`` or ``int + Reg``."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __getitem__(self, a: "Reg | Addr | SupportsIndex") -> Mem:
-        if isinstance(a, Reg):
-            return Mem(self.name, 0, a)
-        if isinstance(a, Addr):
-            return Mem(self.name, a.imm, a.reg)
-        if isinstance(a, bool) or not isinstance(a, SupportsIndex):
-            raise OperandError(f"{self.name}[...] takes an int, a Reg or int + Reg, not {a!r}")
-        return Mem(self.name, index(a), None)
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-spm, acc, dram = _Memory("spm"), _Memory("acc"), _Memory("dram")
-
-
-class Label:
-    """A position in a builder's program; ``pc`` is None until the label is placed."""
-
-    __slots__ = ("name", "pc", "_builder")
-
-    def __init__(self, name: str, builder: "ProgramBuilder"):
-        self.name = name
-        self.pc: int | None = None
-        self._builder = builder
-
-    def __repr__(self) -> str:
-        return f"Label({self.name!r}, pc={self.pc})"
 
 
 def registers(ins: Instruction) -> set[int]:
@@ -256,10 +200,7 @@ class ProgramBuilder:
         spec = BY_MNEMONIC.get(op)
         if spec is None:
             raise OperandError(f"unknown mnemonic {op!r}")
-        positional = [o for o in spec.syntax if o.key is None]
-        keyed = {o.key: o for o in spec.syntax if o.key is not None}
-        modifiers = QHDR_KEYS if spec.queued else ("wait", "signal") if any(
-            f.name == "wait" for f in spec.fields) else ()
+        positional = ops.positional(spec)
         if len(operands) != len(positional):
             raise OperandError(f"{op} takes {len(positional)} operand(s) ({_syntax_hint(spec)}), got {len(operands)}")
         values: dict[str, int] = {}
@@ -269,22 +210,13 @@ class ProgramBuilder:
         for key, v in keywords.items():
             if v is None:
                 continue
-            if key in keyed:
-                target = self._operand(spec, keyed[key], v, values) or target
-            elif key in modifiers:
-                self._modifier(spec, key, v, values)
+            slot = ops.keyword(spec, key)
+            if isinstance(slot, str):
+                with _naming(f"{op} {key}="):
+                    ops.modifier(slot, v, values, self.config)
             else:
-                allowed = list(keyed) + list(modifiers)
-                raise OperandError(f"{op} has no operand {key}=" + (
-                    f" (it takes {', '.join(k + '=' for k in allowed)})" if allowed else ""))
-        for key, o in keyed.items():
-            if o.fields[0] not in values:
-                if o.default is None:
-                    raise OperandError(f"{op} needs {key}=")
-                values[o.fields[0]] = resolve_default(o, values, self.config)
-        ins = Instruction.make(op, **values)
-        check_values(ins, self.config)
-        return self._append(canonical(ins, self.config), target)
+                target = self._operand(spec, slot, v, values) or target
+        return self._append(ops.finish(spec, values, self.config), target)
 
     def append(self, ins: Instruction, target: Label | None = None) -> Instruction:
         """Append an instruction value as it is (``target``: a label its branch target resolves to)."""
@@ -346,117 +278,8 @@ class ProgramBuilder:
                 raise RegisterClash(f"{what} uses r{n} for {owner!r}, but r{n} is reserved for {held!r}")
 
     def _operand(self, spec: Instr, o: Operand, v: object, values: dict[str, int]) -> Label | None:
-        k, cfg = o.kind, self.config
-        what = f"{spec.mnemonic} operand {o.key + '=' if o.key else _hint_of(o)}"
-        if k == "reg":
-            values[o.fields[0]] = self._reg(v, what)
-        elif k == "lreg":
-            if not isinstance(v, LoopReg):
-                raise OperandError(f"{what}: expected a loop register (isa.regs.LoopReg), got {v!r}")
-            if v.n >= cfg.loop_regs:
-                raise OperandError(f"{what}: loop register l{v.n} does not exist (l0..l{cfg.loop_regs - 1})")
-            values[o.fields[0]] = v.n
-        elif k == "imm":
-            values[o.fields[0]] = self._int(v, what)
-        elif k == "target":
-            if isinstance(v, Label):
-                values[o.fields[0]] = 0
-                return v
-            values[o.fields[0]] = self._int(v, what)
-        elif k == "mem":
-            space, addr, x = self._mem(v, what, o.space)
-            if o.space is None:
-                values[o.fields[0]] = space
-            values[o.fields[-2]], values[o.fields[-1]] = addr, x
-        elif k == "dram":
-            if not isinstance(v, Mem) or v.space != "dram":
-                raise OperandError(f"{what}: expected dram[address], got {v!r}")
-            if not 0 <= v.addr < cfg.dram_bytes:
-                raise OperandError(f"{what}: DRAM address {v.addr:#x} out of range (DRAM has "
-                                   f"{cfg.dram_bytes:#x} bytes)")
-            values[o.fields[0]], values[o.fields[1]] = v.addr, self._index(v.reg, what)
-        elif k in ("src", "scale", "count"):
-            mode_f, val_f = o.fields[:2]
-            if isinstance(v, Reg):
-                mode = {"src": SrcMode.REG, "scale": ScaleMode.REG, "count": CountMode.REG}[k]
-                val = self._reg(v, what)
-            elif isinstance(v, Mem) and k != "count":
-                space, val, x = self._mem(v, what, Space.ACC if k == "scale" else None)
-                mode = SrcMode(space) if k == "src" else ScaleMode.ROW
-                values[o.fields[2]] = x
-            else:
-                mode = {"src": SrcMode.IMM, "scale": ScaleMode.IMM, "count": CountMode.IMM}[k]
-                val = self._int(v, what)
-            values[mode_f], values[val_f] = int(mode), val
-        elif k == "units":
-            values[o.fields[0]] = _units(v, what)
-        elif k == "enum":
-            if isinstance(v, str):
-                if v.strip().lower() not in o.names:
-                    raise OperandError(f"{what}: expected one of {', '.join(o.names)}, got {v!r}")
-                values[o.fields[0]] = o.names.index(v.strip().lower())
-            else:
-                n = self._int(v, what)
-                if not 0 <= n < len(o.names):
-                    raise OperandError(f"{what}: expected one of {', '.join(o.names)}, got {v!r}")
-                values[o.fields[0]] = n
-        else:  # pragma: no cover - the table is checked at import
-            raise AssertionError(k)
-        return None
-
-    def _modifier(self, spec: Instr, key: str, v: object, values: dict[str, int]) -> None:
-        what = f"{spec.mnemonic} {key}="
-        if key == "rep":
-            base, depth = (v, 1) if isinstance(v, LoopReg) else v if isinstance(v, tuple) and len(v) == 2 \
-                else (None, None)
-            if not isinstance(base, LoopReg):
-                raise OperandError(f"{what}: expected a LoopReg (depth 1) or (LoopReg, depth), got {v!r}")
-            if base.n >= self.config.loop_regs:
-                raise OperandError(f"{what}: loop register l{base.n} does not exist "
-                                   f"(l0..l{self.config.loop_regs - 1})")
-            values["rep_base"], values["rep_depth"] = base.n, self._int(depth, what)
-        elif key == "sync":
-            names = [s.name.lower() for s in Sync]
-            if isinstance(v, Sync):
-                values["sync"] = int(v)
-            elif isinstance(v, str) and v.strip().lower() in names:
-                values["sync"] = names.index(v.strip().lower())
-            else:
-                raise OperandError(f"{what}: expected 'each' or 'once', got {v!r}")
-        else:
-            values[key] = _units(v, what)
-
-    def _int(self, v: object, what: str) -> int:
-        if isinstance(v, bool) or not isinstance(v, SupportsIndex):
-            raise OperandError(f"{what}: expected an integer, got {v!r}")
-        return index(v)
-
-    def _reg(self, v: object, what: str) -> int:
-        if not isinstance(v, Reg):
-            raise OperandError(f"{what}: expected a scalar register (isa.regs.Reg), got {v!r}")
-        if v.n >= self.config.scalar_regs:
-            raise OperandError(f"{what}: register r{v.n} does not exist (r0..r{self.config.scalar_regs - 1})")
-        return v.n
-
-    def _index(self, reg: Reg | None, what: str) -> int:
-        if reg is None:
-            return 0
-        n = self._reg(reg, what)
-        if n == 0:
-            raise OperandError(f"{what}: r0 cannot index an address (it reads 0); leave it out")
-        return n
-
-    def _mem(self, v: object, what: str, only: Space | None) -> tuple[int, int, int]:
-        want = f"{only.name.lower()}[row]" if only is not None else "spm[row] or acc[row]"
-        if not isinstance(v, Mem) or v.space not in ("spm", "acc"):
-            raise OperandError(f"{what}: expected {want}, got {v!r}")
-        space = Space[v.space.upper()]
-        if only is not None and space != only:
-            raise OperandError(f"{what}: expected {want}, got {v!r}")
-        depth = self.config.spm_rows if space == Space.SPM else self.config.acc_rows
-        if not 0 <= v.addr < depth:
-            raise OperandError(f"{what}: {space.name} row {v.addr} out of range ({space.name} has {depth} rows)")
-        return int(space), v.addr, self._index(v.reg, what)
+        with _naming(f"{spec.mnemonic} operand {o.key + '=' if o.key else _hint_of(o)}"):
+            return ops.operand(o, v, values, self.config)
 
     # -- output --------------------------------------------------------------------------------
     def instructions(self) -> list[Instruction]:
@@ -499,30 +322,13 @@ class ProgramBuilder:
         return "\n".join(out) + "\n"
 
 
-def _units(v: object, what: str) -> int:
-    if isinstance(v, Unit):
-        return 1 << int(v)
-    if isinstance(v, str):
-        t = v.strip().lower()
-        if t == "none":
-            return 0
-        if t == "all":
-            return (1 << len(Unit)) - 1
-        parts: list[object] = [p.strip() for p in t.split("|")]
-    else:
-        try:
-            parts = list(v)  # type: ignore[call-overload]
-        except TypeError:
-            raise OperandError(f"{what}: expected units ('load|mxu', 'all', Unit values), got {v!r}") from None
-    mask = 0
-    for p in parts:
-        if isinstance(p, Unit):
-            mask |= 1 << int(p)
-        elif isinstance(p, str) and p.strip().lower() in UNIT_NAMES:
-            mask |= 1 << UNIT_NAMES.index(p.strip().lower())
-        else:
-            raise OperandError(f"{what}: unknown unit {p!r} (units: {', '.join(UNIT_NAMES)}, none, all)")
-    return mask
+@contextlib.contextmanager
+def _naming(what: str) -> Iterator[None]:
+    """An OperandError raised in the block names ``what`` (the instruction and its operand)."""
+    try:
+        yield
+    except OperandError as e:
+        raise OperandError(f"{what}: {e}", expected=e.expected, index=e.index) from None
 
 
 def _hint_of(o: Operand) -> str:
