@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .table import check_layout
 
 #: Smallest number of loop (repeat) registers; the ISA promises nests of at least 3 levels.
 MIN_LOOP_REGS = 3
@@ -87,7 +88,6 @@ class ChipConfig:
         need(self.spm_rows * self.cols >= 256,
              "SPM must hold at least 256 bytes (the VPU lookup table is loaded from it)")
         # The instruction layout must fit the word for this config's derived widths.
-        from .table import check_layout  # local import: table imports config
         check_layout(self)
 
     # -- derived sizes -------------------------------------------------------------------

@@ -8,14 +8,25 @@ their default value (``resolve_default``) are left out.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from .encoding import Instruction
 from .table import BY_MNEMONIC, SPACE_BYTES, UNIT_NAMES, CountMode, Operand, ScaleMode, Space, SrcMode, Unit
 
 if TYPE_CHECKING:
     from .config import ChipConfig
-    from .program import Program
+
+
+class ProgramView(Protocol):
+    """What ``disassemble`` reads of an ``isa.program.Program`` (which imports this module)."""
+
+    @property
+    def config(self) -> ChipConfig: ...
+    @property
+    def instructions(self) -> Sequence[Instruction]: ...
+    @property
+    def labels(self) -> Mapping[str, int]: ...
 
 
 def resolve_default(o: Operand, values: dict[str, int], cfg: ChipConfig) -> int:
@@ -102,7 +113,7 @@ def _indexed(v: int, x: int, hexa: bool = False) -> str:
     return imm if not x else f"r{x}" if v == 0 else f"r{x} + {imm}"
 
 
-def disassemble(program: Program) -> str:
+def disassemble(program: ProgramView) -> str:
     """Assembly text for a whole Program; ``assemble(disassemble(p))`` gives the same bytes."""
     cfg = program.config
     targets = sorted({i["target"] for i in program.instructions if "target" in i.as_dict()})

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import enum
 import functools
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .ints import clog2
-
-if TYPE_CHECKING:
-    from .config import ChipConfig
 
 WORD_BITS = 192
 WORD_BYTES = WORD_BITS // 8
@@ -119,7 +117,36 @@ class Sync(enum.IntEnum):
     ONCE = 1
 
 
-def derived_widths(cfg: ChipConfig) -> dict[str, int]:
+class Sizes(Hashable, Protocol):
+    """The sizes of a chip that field widths and limits derive from: an ``isa.config.ChipConfig``.
+
+    The config checks its layout against this table when it is made, so the table names only
+    what it reads of one and does not import it (hashable: ``layout`` is cached per config).
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def cols(self) -> int: ...
+    @property
+    def spm_rows(self) -> int: ...
+    @property
+    def acc_rows(self) -> int: ...
+    @property
+    def dram_bytes(self) -> int: ...
+    @property
+    def imem_words(self) -> int: ...
+    @property
+    def scalar_regs(self) -> int: ...
+    @property
+    def loop_regs(self) -> int: ...
+    @property
+    def links(self) -> int: ...
+
+
+def derived_widths(cfg: Sizes) -> dict[str, int]:
     """Field widths that depend on the ChipConfig."""
     laddr = clog2(max(cfg.spm_rows, cfg.acc_rows))
     return {
@@ -151,10 +178,10 @@ class Field:
     #: accept unsigned spellings of a signed field (a 32-bit register value written in hex)
     wrap: bool = False
 
-    def bits(self, cfg: ChipConfig) -> int:
+    def bits(self, cfg: Sizes) -> int:
         return self.width if isinstance(self.width, int) else derived_widths(cfg)[self.width]
 
-    def max_value(self, cfg: ChipConfig) -> int | None:
+    def max_value(self, cfg: Sizes) -> int | None:
         """Largest legal value beyond what the width allows, or None."""
         if self.limit is None:
             return None
@@ -519,7 +546,7 @@ def _check_table() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def layout(cfg: ChipConfig) -> Layout:
+def layout(cfg: Sizes) -> Layout:
     """Compute and check the bit layout for ``cfg`` (raises ConfigError if a format does not fit)."""
     from .errors import ConfigError
 
@@ -547,7 +574,7 @@ def layout(cfg: ChipConfig) -> Layout:
     return Layout(formats)
 
 
-def check_layout(cfg: ChipConfig) -> None:
+def check_layout(cfg: Sizes) -> None:
     layout(cfg)
 
 
