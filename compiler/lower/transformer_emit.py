@@ -25,9 +25,14 @@ from isa.config import ChipConfig
 from isa.ints import align_up
 from isa.regs import DYN_REG, L1, L3, NQ_REG, ZERO, LoopReg
 from isa.regs import TransformerBlock as TB
+from isa.table import SPACE_BYTES, Space
 
 from compiler.lower import intmath as im
 from compiler.lower.schedule import ChipCompileError
+
+#: bytes of an ACC element: int32 rows (biases, scales, scores) move in these
+EB = SPACE_BYTES[Space.ACC]
+
 
 class _Alloc:
     def __init__(self, limit: int, what: str, cfg):
@@ -203,8 +208,8 @@ class _Emitter:
     def const_rows(self, dst_acc, src, nblk):
         """ACC rows ``dst + c*Q + i`` (c < nblk, i < Q) = int32 row c at DRAM ``src`` (row stride 0)."""
         Q = self.Q
-        self.loop(3, nblk, (Q, self.C * 4))
-        self.e("dma.ld", acc[dst_acc], dram[src], rows=Q, len=self.C, rstride=0, estride=4, rep=L3)
+        self.loop(3, nblk, (Q, self.C * EB))
+        self.e("dma.ld", acc[dst_acc], dram[src], rows=Q, len=self.C, rstride=0, estride=EB, rep=L3)
 
     def row_sum(self, DST, SRC, nb):
         """Per-row array ``DST`` (Q rows per query block) = sum over the ``nb`` blocks of ``SRC``."""
@@ -262,7 +267,7 @@ class _Emitter:
         OUT, SC, BB = a(NT * TM), a(NT), a(NT * Q)
         self.const_rows(BB, b_dram, NT)                   # the bias rows, each repeated Q times
         if s_dram is not None:
-            self.e("dma.ld", acc[SC], dram[s_dram], rows=NT, len=C, rstride=C * 4, estride=4)
+            self.e("dma.ld", acc[SC], dram[s_dram], rows=NT, len=C, rstride=C * EB, estride=EB)
         self.e("fence", "all")
         self.rep("vmov", acc[OUT], acc[BB], n=NT * Q, st=(NT * Q, 0))     # ACC starts at the bias
         self.e("fence", "vpu")
@@ -310,8 +315,8 @@ class _Emitter:
         self.const_rows(r["LANE"], lane_dram, H)
         if self.qb.causal:
             r["QIDX"], r["CM"] = a(H * TM), r["U"]      # the mask is added before U is used
-            self.rep("dma.ld", acc[r["QIDX"]], dram[qidx], rows=n, len=self.C, rstride=self.C * 4, estride=4,
-                     st=(n, n * self.C * 4))
+            self.rep("dma.ld", acc[r["QIDX"]], dram[qidx], rows=n, len=self.C, rstride=self.C * EB, estride=EB,
+                     st=(n, n * self.C * EB))
             self.e("seti", TB.KEY0, 0)                    # Q kb: the first key of the block
         self.e("add", TB.VALID, DYN_REG, ZERO)            # T - Q kb: the valid lanes of this block
         self.e("seti", TB.KBLOCK, 0)
@@ -371,9 +376,9 @@ class _Emitter:
             self.rep("mxu.mm", acc[S + h * Q], spm[QKV8 + h * Q], n=Q, st=(n, nq3))
         self.e("fence", "all")
         if not self.fused:                                # scores through DRAM
-            self.rep("dma.st", dram[s_dram], acc[S], rows=n, len=C, rstride=C * 4, estride=4, st=(n * C * 4, n))
+            self.rep("dma.st", dram[s_dram], acc[S], rows=n, len=C, rstride=C * EB, estride=EB, st=(n * C * EB, n))
             self.e("fence", "all")
-            self.rep("dma.ld", acc[S], dram[s_dram], rows=n, len=C, rstride=C * 4, estride=4, st=(n, n * C * 4))
+            self.rep("dma.ld", acc[S], dram[s_dram], rows=n, len=C, rstride=C * EB, estride=EB, st=(n, n * C * EB))
             self.e("fence", "all")
         if not self.qb.causal:
             self.rep("vadd", acc[S], acc[S], acc[MB], n=n, st=(n, n, 0))
@@ -509,7 +514,7 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
             raise ChipCompileError("a stack of TransformerBlocks must have one d_model, head count and ff width")
     n = H * TM
     lay = Layout(x=0, out=TM * d, kt=2 * TM * d, v=3 * TM * d, s=4 * TM * d,
-                 p=4 * TM * d + n * C * 4, const_base=0)
+                 p=4 * TM * d + n * C * EB, const_base=0)
     base = align_up(lay.p + n * C, 64)
     k = _Consts(base)
     lay.const_base = base
@@ -643,7 +648,7 @@ def dram_bytes_by_phase(program, layout: Layout, trace) -> dict:
             continue
         ins = decode(words[r.pc], program.config)
         k = max(i for i, pc in enumerate(starts) if pc <= r.pc)
-        out[layout.phases[k][0]] += ins["rows"] * ins["len"] * (4 if ins["space"] else 1)
+        out[layout.phases[k][0]] += ins["rows"] * ins["len"] * SPACE_BYTES[ins["space"]]
     return out
 
 
