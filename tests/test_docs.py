@@ -149,3 +149,10 @@ def test_readme_and_docs_links_stay_inside_the_repository():
 def test_readme_names_no_file_outside_the_repository():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "../" not in text, "README.md points outside the repository"
+
+
+def test_no_file_names_a_document_outside_the_repository():
+    """The repository documents itself: its architecture is docs/architecture.md."""
+    outside = re.compile(r"\b(?:DESIGN|STYLE)\.md\b")
+    found = _where(CODE + [d for d in DOCS if d.exists()], outside.findall)
+    assert not found, f"documents outside the repository named in: {found}"

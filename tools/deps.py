@@ -5,10 +5,10 @@ arrow), the graph inside each package that has sub-packages, the module graph, a
 circle: among the top-level packages, among the sub-packages of one package, and among the modules
 of one package. Every import statement counts, at module level or inside a function (a function
 that imports ties the two modules together just the same); imports under ``if TYPE_CHECKING:``
-do not, as they never run (the mixin pattern of STYLE.md).
+do not, as they never run (a mixin imports the class it serves only for type checking).
 
 Exits 1 when there is any circle, 0 otherwise. The graph is read by grimp; the layer rules of
-DESIGN.md are import-linter contracts in pyproject.toml (``make lint``).
+docs/architecture.md are import-linter contracts in pyproject.toml (``make lint``).
 
     python tools/deps.py [--no-modules] [PACKAGE ...]
 """
