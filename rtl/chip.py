@@ -15,7 +15,7 @@ from .link import LinkRx, LinkSignature, LinkTx
 from .mem import RowMemory
 from .mxu import MxuUnit
 from .queue import INDEX_BITS
-from .unit import ERR_BITS, RETIRE_SLOTS
+from .unit import ACC_BITS, ERR_BITS, RETIRE_SLOTS, SPM_BITS
 from .vpu import VpuUnit
 
 __all__ = ["HostSignature", "TraceSignature", "Chip", "Ring", "TRACE_LANES", "RETIRE_LANES", "MEMORY_PORTS"]
@@ -100,8 +100,8 @@ class Chip(wiring.Component):
                           "lrx": In(LinkSignature(cfg)).array(cfg.links),
                           "trace": Out(TraceSignature(cfg))})
         C = cfg.cols
-        self.spm = RowMemory("spm", 8, C, cfg.spm_rows, impl=mem)
-        self.acc = RowMemory("acc", 32, C, cfg.acc_rows, impl=mem)
+        self.spm = RowMemory("spm", SPM_BITS, C, cfg.spm_rows, impl=mem)
+        self.acc = RowMemory("acc", ACC_BITS, C, cfg.acc_rows, impl=mem)
         self.imem = memory.Memory(shape=unsigned(WORD_BITS), depth=cfg.imem_words, init=[])
 
     def elaborate(self, platform):

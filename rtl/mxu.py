@@ -25,7 +25,7 @@ from isa.timing import mxu_pipe, mxu_swap_delay
 
 from .queue import event_width
 from .systolic import SystolicArray
-from .unit import RowReadSignature, RowWriteSignature, UnitBase, in_range
+from .unit import ACC_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, UnitBase, in_range
 
 __all__ = ["MxuUnit"]
 
@@ -55,9 +55,10 @@ class MxuUnit(UnitBase):
 
     def extra_ports(self, cfg):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
-        return {"spm_w": Out(RowReadSignature(aw, 8 * cfg.cols)), "spm_x": Out(RowReadSignature(aw, 8 * cfg.cols)),
-                "acc_rd": Out(RowReadSignature(aw, 32 * cfg.cols)),
-                "acc_wr": Out(RowWriteSignature(aw, 32 * cfg.cols, cfg.cols))}
+        return {"spm_w": Out(RowReadSignature(aw, SPM_BITS * cfg.cols)),
+                "spm_x": Out(RowReadSignature(aw, SPM_BITS * cfg.cols)),
+                "acc_rd": Out(RowReadSignature(aw, ACC_BITS * cfg.cols)),
+                "acc_wr": Out(RowWriteSignature(aw, ACC_BITS * cfg.cols, cfg.cols))}
 
     def datapath(self, m, q, go):
         cfg = self.cfg
@@ -118,7 +119,7 @@ class MxuUnit(UnitBase):
         # the row (and swap bit) enters the array one cycle later
         x_valid, x_swap = Signal(), Signal()
         m.d.sync += [x_valid.eq(mm_beat & (cur_n != 0)), x_swap.eq(swap)]
-        m.d.comb += [arr.x.eq(Mux(x_valid, self.spm_x.data[:8 * R], 0)), arr.swap.eq(x_swap)]
+        m.d.comb += [arr.x.eq(Mux(x_valid, self.spm_x.data[:SPM_BITS * R], 0)), arr.swap.eq(x_swap)]
 
         # pending weights / swap wavefront bookkeeping
         with m.If(lw_go):
@@ -147,13 +148,13 @@ class MxuUnit(UnitBase):
             raise ValueError(f"the array's latency {arr.LATENCY} does not fit the MXU pipeline "
                              f"(isa.timing.mxu_pipe = {PIPE}): at most {PIPE - 1 - (R + C - 1)} extra array stages")
         for i in range(lag):
-            ny = Signal(32 * C, name=f"mxy{i}")
+            ny = Signal(ACC_BITS * C, name=f"mxy{i}")
             m.d.sync += ny.eq(y)
             y = ny
         m.d.comb += self.acc_rd.addr.eq(t_rd.dst)
-        acc_old = data.View(data.ArrayLayout(signed(32), C), self.acc_rd.data)
-        y_v = data.View(data.ArrayLayout(signed(32), C), y)
-        out = Signal(data.ArrayLayout(signed(32), C))
+        acc_old = data.View(data.ArrayLayout(signed(ACC_BITS), C), self.acc_rd.data)
+        y_v = data.View(data.ArrayLayout(signed(ACC_BITS), C), y)
+        out = Signal(data.ArrayLayout(signed(ACC_BITS), C))
         for n in range(C):
             m.d.comb += out[n].eq(y_v[n] + Mux(t_wr.acc, acc_old[n], 0))
         m.d.comb += [self.acc_wr.addr.eq(t_wr.dst), self.acc_wr.data.eq(out)]
