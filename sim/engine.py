@@ -10,17 +10,54 @@ components due at the same cycle may act in any order. Idle cycles cost nothing.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
+from isa.encoding import Instruction
 from isa.errors import ErrorCode
 from isa.table import Unit
 
 from .errors import SimError
-from .units import INF
+from .state import INF, ChipState
 
 if TYPE_CHECKING:
-    from .chip import Chip
+    from .links import Channel
     from .units import QueuedUnit
+
+class Component(Protocol):
+    """What the loop runs: a chip's issue stage or one of its queued units."""
+
+    def next_time(self) -> int: ...
+
+    def act(self, t: int, horizon: int) -> None: ...
+
+
+class Issue(Protocol):
+    @property
+    def pc(self) -> int: ...
+    @property
+    def halted(self) -> bool: ...
+
+
+class Clocked(ChipState, Protocol):
+    """What the loop uses of a chip besides its state (``sim.chip.Chip`` implements it)."""
+
+    halt_cycle: int | None
+    max_cycles: int
+
+    @property
+    def issue(self) -> Issue: ...
+    @property
+    def prog(self) -> Sequence[Instruction | None]: ...
+    @property
+    def units(self) -> Mapping[Unit, QueuedUnit]: ...
+    @property
+    def tx(self) -> Mapping[int, Channel]: ...
+    @property
+    def rx(self) -> Mapping[int, Channel]: ...
+
+    def components(self) -> Sequence[Component]: ...
+
 
 #: cycle limit of a run when the caller gives none
 DEFAULT_MAX_CYCLES = 1 << 40
@@ -44,7 +81,7 @@ def _one_blas_thread():
     return _BLAS[0].limit(limits=1, user_api="blas") if _BLAS[0] is not None else contextlib.nullcontext()
 
 
-def run(chips: list[Chip], max_cycles: int | None = None) -> None:
+def run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
     with _one_blas_thread():
         try:
             _run(chips, max_cycles)
@@ -56,7 +93,7 @@ def run(chips: list[Chip], max_cycles: int | None = None) -> None:
             raise
 
 
-def _run(chips: list[Chip], max_cycles: int | None = None) -> None:
+def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
     limit = DEFAULT_MAX_CYCLES if max_cycles is None else int(max_cycles)
     for ch in chips:
         ch.max_cycles = limit
@@ -85,7 +122,7 @@ def _run(chips: list[Chip], max_cycles: int | None = None) -> None:
         times = [c.next_time() for c in comps]
 
 
-def _deadlock(chips: list[Chip], last: int) -> SimError:
+def _deadlock(chips: Sequence[Clocked], last: int) -> SimError:
     """Nothing can ever act again but some chip has not halted: name what is stuck."""
     cycle = max([last] + [u.max_retire for ch in chips for u in ch.units.values()]) + 1
     for ch in chips:
@@ -96,7 +133,7 @@ def _deadlock(chips: list[Chip], last: int) -> SimError:
         others = "; ".join(f"{u.name} waits for {u.blocked_on()}" for _, u in stuck)
         if stuck:
             u = stuck[0][1]
-            pc = u.queue[0].pc if u.queue else _open_pc(u)
+            pc = u.queue[0].pc if u.queue else _open_pc(ch, u)
             return ch.error(ErrorCode.DEADLOCK, f"no unit can make progress ({others}); "
                             f"the issue stage is stuck at pc {ch.issue.pc}", cycle, pc)
         return ch.error(ErrorCode.DEADLOCK, "the issue stage waits for a token that is never signalled",
@@ -104,8 +141,8 @@ def _deadlock(chips: list[Chip], last: int) -> SimError:
     return SimError(ErrorCode.DEADLOCK, "no chip can make progress", cycle=cycle)
 
 
-def _open_pc(unit: QueuedUnit) -> int | None:
-    for ch in (unit.chip.tx.values() if unit.uid == Unit.LTX else unit.chip.rx.values()):
+def _open_pc(chip: Clocked, unit: QueuedUnit) -> int | None:
+    for ch in (chip.tx.values() if unit.uid == Unit.LTX else chip.rx.values()):
         jobs = ch.sends if unit.uid == Unit.LTX else ch.recvs
         if jobs:
             return jobs[0].inst.ent.pc

@@ -22,8 +22,7 @@ from isa.errors import ErrorCode
 from isa.table import INSTRUCTIONS, SPACE_BYTES, SPACE_NAME, ScaleMode, Space, SrcMode
 
 if TYPE_CHECKING:
-    from .chip import Chip
-    from .units import Entry
+    from .state import ChipState
 
 #: element bytes by the memory names that footprints and statistics use
 _NAME_BYTES = {SPACE_NAME[s]: SPACE_BYTES[s] for s in Space}
@@ -65,8 +64,8 @@ def _rng(space, lo, n):
 # DMA
 # --------------------------------------------------------------------------------------------
 
-def _dma(chip: Chip, ent: Entry, local: int, dram: int, load: bool) -> Plan:
-    f, cfg = ent.f, chip.cfg
+def _dma(chip: ChipState, f: dict[str, int], local: int, dram: int, load: bool) -> Plan:
+    cfg = chip.cfg
     space, rows, length, rs, es = f["space"], f["rows"], f["len"], f["rstride"], f["estride"]
     err = _rows_error(chip, space, local, rows, "dma")
     if err:
@@ -99,11 +98,11 @@ def _store(dram_arr, mem, local, dram, rows, length, rs, es, space):
 
 
 def q_dma_ld(chip, ent, a):
-    return _dma(chip, ent, a[0], a[1], load=True)
+    return _dma(chip, ent.f, a[0], a[1], load=True)
 
 
 def q_dma_st(chip, ent, a):
-    return _dma(chip, ent, a[1], a[0], load=False)
+    return _dma(chip, ent.f, a[1], a[0], load=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,12 +21,11 @@ from isa.table import Sync, Unit
 
 from .errors import SimError
 from .handlers import HANDLERS, Plan
+from .state import INF, ChipState
 
 if TYPE_CHECKING:
-    from .chip import Chip
     from .stats import Record
 
-INF = 1 << 62
 #: instances whose addresses are expanded at once (longer nests are expanded in chunks)
 CHUNK = 4096
 
@@ -82,7 +81,7 @@ class Instance:
 class QueuedUnit:
     """Queue, repeat expansion, tokens and bookkeeping shared by every queued unit."""
 
-    def __init__(self, chip: Chip, uid: Unit) -> None:
+    def __init__(self, chip: ChipState, uid: Unit) -> None:
         self.chip, self.uid, self.name = chip, uid, uid.name.lower()
         self.queue: deque[Entry] = deque()
         self.recent: deque[Entry] = deque(maxlen=timing.QUEUE_DEPTH)
@@ -299,10 +298,10 @@ class LinkUnit(QueuedUnit):
         return self.chip.link_start(self, inst, t, port, space, addr, plan.n)
 
 
-def make_units(chip: Chip) -> dict[Unit, QueuedUnit]:
+def make_units(chip: ChipState) -> dict[Unit, QueuedUnit]:
     kinds = {Unit.LOAD: DmaUnit, Unit.STORE: DmaUnit, Unit.MXU: MxuUnit, Unit.VPU: VpuUnit,
              Unit.LTX: LinkUnit, Unit.LRX: LinkUnit}
     return {u: kinds[u](chip, u) for u in Unit if u is not Unit.SCALAR}
 
 
-__all__ = ["Entry", "Instance", "QueuedUnit", "make_units", "INF", "SimError", "ErrorCode"]
+__all__ = ["Entry", "Instance", "QueuedUnit", "make_units", "SimError", "ErrorCode"]

@@ -1,0 +1,192 @@
+"""A chip's state that its units, handlers and links share, and ``ChipState``, what they use of a chip.
+
+The token counters, the in-flight footprints for race detection and the MXU's and VPU's data
+state live here, below the units; ``sim.chip.Chip`` holds one of each and implements
+``ChipState``, so the units, handlers and links name the chip by that protocol and never import
+``sim.chip`` (which imports them).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from isa import timing
+from isa.config import ChipConfig
+from isa.errors import ErrorCode
+from isa.table import LUT_ENTRIES, QCFG_RESET, Unit
+
+from .errors import SimError
+from .stats import Stats, Trace
+
+#: a cycle that never comes (a time not known yet, or no limit)
+INF = 1 << 62
+
+#: a footprint: (memory name, first row or byte, one past the last)
+Span = tuple[str, int, int]
+
+#: unit set (a wait/signal mask) -> the unit numbers in it
+_MEMBERS = [tuple(int(u) for u in Unit if m >> u & 1) for m in range(1 << len(Unit))]
+
+
+class Tokens:
+    """A counter per (producer, consumer) pair; a signal at r counts at r and is usable at r + TOKEN_LATENCY."""
+
+    def __init__(self, chip: ChipState) -> None:
+        self.chip = chip
+        self.pending: dict = {}         # (P, C) -> heap of (r, pc) not yet counted
+        self.ready: dict = {}           # (P, C) -> deque of r counted, not consumed
+        self.active: set = set()
+
+    def signal(self, unit: Unit, mask: int, r: int, pc: int) -> None:
+        p = int(unit)
+        for c in _MEMBERS[mask]:
+            key = (p, c)
+            heapq.heappush(self.pending.setdefault(key, []), (r, pc))
+            self.active.add(key)
+
+    def flush(self, t: int) -> None:
+        """Count every signal with r < t, before anything acts at t.
+
+        Every consumption at a cycle <= r has happened by then, so the count after a signal is the
+        counter's value at the end of cycle r: above TOKEN_MAX it raises TOKEN_OVERFLOW at r.
+        """
+        for key in list(self.active):
+            heap = self.pending[key]
+            dq = self.ready.setdefault(key, deque())
+            while heap and heap[0][0] < t:
+                r, pc = heapq.heappop(heap)
+                dq.append(r)
+                if len(dq) > timing.TOKEN_MAX:
+                    p, c = (Unit(k).name.lower() for k in key)
+                    raise self.chip.error(ErrorCode.TOKEN_OVERFLOW,
+                                          f"token counter {p}->{c} exceeds TOKEN_MAX ({timing.TOKEN_MAX})", r, pc)
+            if not heap:
+                self.active.discard(key)
+
+    def usable_time(self, p: int, c: int) -> int:
+        key = (p, c)
+        dq = self.ready.get(key)
+        if dq:
+            return dq[0] + timing.TOKEN_LATENCY
+        heap = self.pending.get(key)
+        return heap[0][0] + timing.TOKEN_LATENCY if heap else INF
+
+    def wait_time(self, mask: int, c: int, t: int) -> tuple[int, int | None]:
+        """First cycle >= t at which a token from every unit in ``mask`` is usable, and the last producer."""
+        worst, who = t, None
+        c = int(c)
+        for p in _MEMBERS[mask]:
+            u = self.usable_time(p, c)
+            if u > worst:
+                worst, who = u, p
+        return worst, who
+
+    def consume(self, mask: int, c: int, t: int) -> None:
+        c = int(c)
+        for p in _MEMBERS[mask]:
+            self.ready[(p, c)].popleft()
+
+
+class Races:
+    """Instances in flight with their footprints; a new one overlapping another unit's is a RACE."""
+
+    def __init__(self, chip: ChipState) -> None:
+        self.chip = chip
+        self.live: list = []            # [unit, pc, s, r, reads, writes]
+
+    def start(self, unit: Unit, pc: int, s: int, reads: Sequence[Span], writes: Sequence[Span],
+              r: int = INF) -> list[Any]:
+        rec = [unit, pc, s, r, reads, writes]
+        if not reads and not writes:
+            return rec
+        live = [x for x in self.live if x[3] >= s]
+        for x in live:
+            if x[0] == unit:
+                continue
+            hit = _overlap(writes, x[4]) or _overlap(writes, x[5]) or _overlap(reads, x[5])
+            if hit:
+                mem, lo, hi = hit
+                unit_of = lambda u: Unit(u).name.lower()  # noqa: E731
+                what = "rows" if mem != "dram" else "bytes"
+                other_r = "?" if x[3] >= INF else x[3]
+                raise self.chip.error(
+                    ErrorCode.RACE,
+                    f"{unit_of(unit)} instance of pc {pc} `{self.chip.text(pc)}` starting at {s} overlaps "
+                    f"{unit_of(x[0])} instance of pc {x[1]} `{self.chip.text(x[1])}` in flight {x[2]}..{other_r} "
+                    f"on {mem} {what} {lo}..{hi - 1}", s, pc, f"{mem} {what} {lo}..{hi - 1}",
+                    other=(x[1], self.chip.text(x[1])))
+        live.append(rec)
+        self.live = live
+        return rec
+
+
+def _overlap(a: Sequence[Span], b: Sequence[Span]) -> Span | None:
+    for m1, lo1, hi1 in a:
+        for m2, lo2, hi2 in b:
+            if m1 == m2 and lo1 < hi2 and lo2 < hi1:
+                return m1, max(lo1, lo2), min(hi1, hi2)
+    return None
+
+
+class MxuState:
+    """The array's data state: front weights (used by mm), shadow (filled by lw), pending flag."""
+
+    def __init__(self, cfg):
+        self.front = np.zeros((cfg.rows, cfg.cols), np.int8)
+        self.shadow = np.zeros((cfg.rows, cfg.cols), np.int8)
+        self.front_k = self.shadow_k = 0
+        self.pending = False
+
+
+class VpuState:
+    def __init__(self):
+        self.lut = np.zeros(LUT_ENTRIES, np.int8)
+        self.qcfg = tuple(QCFG_RESET.values())      # shift, zp, lo, hi, rounding (reset values)
+
+
+class ChipState(Protocol):
+    """What the units, handlers and links use of a chip (``sim.chip.Chip`` implements it)."""
+
+    @property
+    def cfg(self) -> ChipConfig: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def stats(self) -> Stats: ...
+    @property
+    def trace(self) -> Trace | None: ...
+    @property
+    def tokens(self) -> Tokens: ...
+    @property
+    def races(self) -> Races: ...
+    @property
+    def mxu(self) -> MxuState: ...
+    @property
+    def vpu(self) -> VpuState: ...
+    @property
+    def spm(self) -> np.ndarray: ...
+    @property
+    def acc(self) -> np.ndarray: ...
+    @property
+    def dram(self) -> np.ndarray: ...
+    @property
+    def regs(self) -> list[int]: ...
+    @property
+    def loops(self) -> list[tuple[int, tuple[int, int, int]]]: ...
+
+    def mem(self, space: int) -> np.ndarray: ...
+
+    def set_reg(self, r: int, v: int) -> None: ...
+
+    def text(self, pc: int) -> str: ...
+
+    def error(self, code: ErrorCode, msg: str, cycle: int | None, pc: int | None = None, address: str | None = None,
+              other: tuple[int, str] | None = None) -> SimError: ...
+
+    # unit: the sim.units.LinkUnit starting instance inst (sim.units sits above this module)
+    def link_start(self, unit: Any, inst: Any, t: int, port: int, space: int, addr: int, n: int) -> int | None: ...
