@@ -3,9 +3,10 @@
 Prints the graph of the packages (who imports whom, with the number of module pairs behind each
 arrow), the graph inside each package that has sub-packages, the module graph, and every import
 circle: among the top-level packages, among the sub-packages of one package, and among the modules
-of one package. Every import statement counts, at module level or inside a function (a function
-that imports ties the two modules together just the same); imports under ``if TYPE_CHECKING:``
-do not, as they never run (a mixin imports the class it serves only for type checking).
+of one package. Every import statement counts: at module level, inside a function (a function
+that imports ties the two modules together just the same) and under ``if TYPE_CHECKING:`` (a
+module that names another's types depends on it for a reader and for the type checker; a need
+that is only a type is met by a protocol in a module below both).
 
 Exits 1 when there is any circle, 0 otherwise. The graph is read by grimp; the layer rules of
 docs/architecture.md are import-linter contracts in pyproject.toml (``make lint``).
@@ -16,6 +17,7 @@ docs/architecture.md are import-linter contracts in pyproject.toml (``make lint`
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import sys
 from collections import defaultdict
@@ -31,39 +33,74 @@ PACKAGES = ("isa", "sim", "rtl", "compiler", "runtime", "verify", "tetrachip")
 MAX_CIRCLES = 40
 
 
+#: where an import statement sits; an edge takes the first of these that one of its imports has
+MODULE, FUNCTION, TYPE_CHECKING = "module", "function", "type checking"
+#: how the listings mark an edge none of whose imports is at module level
+MARK = {MODULE: "", FUNCTION: "*", TYPE_CHECKING: "~"}
+SAYS = {MODULE: "", FUNCTION: " (in a function)", TYPE_CHECKING: " (type checking only)"}
+
+
 @dataclass(frozen=True)
 class Edge:
     importer: str
     imported: str
-    line: int               # the first line of importer that imports imported
-    in_function: bool       # every import of imported in importer sits inside a function
+    where: str              # MODULE if one import runs at import time, else FUNCTION, else TYPE_CHECKING
+    line: int               # the first line of importer that imports imported from there
 
 
 def _package_of(module: str, depth: int = 1) -> str:
     return ".".join(module.split(".")[:depth])
 
 
-def _indented(module: str, line: int, cache: dict[str, list[str]]) -> bool:
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def import_lines(source: str) -> dict[int, str]:
+    """Every line of every import statement in source -> where the statement sits."""
+    found: dict[int, str] = {}
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for n in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                found[n] = where
+            return
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for stmt in node.body:
+                visit(stmt, TYPE_CHECKING)
+            for stmt in node.orelse:
+                visit(stmt, where)
+            return
+        inner = FUNCTION if where == MODULE and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                  ast.Lambda)) else where
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(source), MODULE)
+    return found
+
+
+def _where(module: str, line: int, cache: dict[str, dict[int, str]]) -> str:
     if module not in cache:
         spec = importlib.util.find_spec(module)
         origin = spec.origin if spec else None
-        cache[module] = open(origin, encoding="utf-8").read().splitlines() if origin else []
-    text = cache[module]
-    return 0 < line <= len(text) and text[line - 1][:1].isspace()
+        cache[module] = import_lines(open(origin, encoding="utf-8").read()) if origin else {}
+    return cache[module].get(line, MODULE)
 
 
 def module_edges(graph: grimp.ImportGraph) -> dict[str, list[Edge]]:
     """importer -> its imports of project modules, sorted by imported module."""
-    sources: dict[str, list[str]] = {}
+    sources: dict[str, dict[int, str]] = {}
     out: dict[str, list[Edge]] = {}
     for importer in sorted(graph.modules):
         edges = []
         for imported in sorted(graph.find_modules_directly_imported_by(importer)):
             details = sorted(graph.get_import_details(importer=importer, imported=imported),
                              key=lambda d: d["line_number"])
-            lines = [d["line_number"] for d in details]
-            edges.append(Edge(importer, imported, lines[0] if lines else 0,
-                              bool(lines) and all(_indented(importer, n, sources) for n in lines)))
+            places = [(_where(importer, d["line_number"], sources), d["line_number"]) for d in details]
+            where = next((w for w in (MODULE, FUNCTION, TYPE_CHECKING) if any(p == w for p, _ in places)), MODULE)
+            edges.append(Edge(importer, imported, where, min((n for p, n in places if p == where), default=0)))
         out[importer] = edges
     return out
 
@@ -154,13 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("packages", nargs="*", default=list(PACKAGES), help="packages to read (default: all)")
     ap.add_argument("--no-modules", action="store_true", help="leave out the module graph (circles still listed)")
     args = ap.parse_args(argv)
-    graph = grimp.build_graph(*args.packages, exclude_type_checking_imports=True, cache_dir=None)
+    graph = grimp.build_graph(*args.packages, exclude_type_checking_imports=False, cache_dir=None)
     edges = module_edges(graph)
     at = {(e.importer, e.imported): e for es in edges.values() for e in es}
 
     def label(a: str, b: str) -> str:
         e = at[(a, b)]
-        return f"{a}:{e.line}" + (" (in a function)" if e.in_function else "")
+        return f"{a}:{e.line}{SAYS[e.where]}"
 
     def grouped(part: Callable[[str], str | None]) -> dict[str, dict[str, int]]:
         g: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -176,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {p:<20} -> " + (", ".join(f"{q} ({n})" for q, n in sorted(deps.items())) or "-"))
 
     bad = 0
-    print("packages (importer -> imported (module pairs)); function-level imports count\n")
+    print("packages (importer -> imported (module pairs)); imports in functions and under TYPE_CHECKING count\n")
     top = grouped(_package_of)
     print_graph(top, list(args.packages))
     bad += _print_circles("\ncircles among packages", circles(list(args.packages), {p: sorted(top[p]) for p in top}),
@@ -199,10 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         bad += _print_circles(f"circles among the parts of {pkg}", circles(names, {p: sorted(inner[p]) for p in inner}),
                               lambda a, b: a)
     if not args.no_modules:
-        print("\nmodules (importer -> imported project modules; * inside a function)\n")
+        print("\nmodules (importer -> imported project modules; * inside a function, ~ under TYPE_CHECKING only)\n")
         for m, es in edges.items():
             if es:
-                print(f"  {m} -> " + ", ".join(e.imported + ("*" if e.in_function else "") for e in es))
+                print(f"  {m} -> " + ", ".join(e.imported + MARK[e.where] for e in es))
     print("\nmodule:line is the line of that module that imports the next one")
     for pkg in args.packages:
         mods = sorted(m for m in graph.modules if _package_of(m) == pkg)
