@@ -17,7 +17,10 @@ come in any order after the positional ones. Queued instructions take the modifi
 Expressions use integers (decimal, 0x, 0b, 0o), constants, labels, parentheses and the C
 operators ``+ - * / % << >> & ^ | ~``.
 
-Every error is an ``AsmError`` printed as ``FILE:LINE:COL: message``.
+The assembler reads text (expressions, labels, constants, directives) into the operand values of
+``isa.operands`` (``Reg``, ``LoopReg``, ``spm[...]``/``acc[...]``/``dram[...]``, unit and enum
+names) and hands them to its mapping, the one the program builder (``isa.builder``) calls, for the
+fields. Every error is an ``AsmError`` printed as ``FILE:LINE:COL: message``.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from . import operands as ops
 from .disasm import disassemble, format_instruction, resolve_default
-from .encoding import Instruction, canonical, check_values, decode_all
+from .encoding import Instruction, decode_all
 from .errors import AsmError, EncodeError, TetrachipError
-from .table import (BY_MNEMONIC, UNIT_NAMES, CountMode, Instr, Operand, Round, ScaleMode,
-                    Space, SrcMode, Sync, Unit)
+from .operands import Mem, OperandError
+from .regs import LoopReg, Reg
+from .table import BY_MNEMONIC, Instr, Operand, Round
 
 if TYPE_CHECKING:
     from .config import ChipConfig
@@ -41,7 +46,6 @@ if TYPE_CHECKING:
 #: how the assembler reports an error at a column of the current line (raises AsmError)
 ErrorAt = Callable[[str, int], NoReturn]
 
-QHDR_KEYS = ("rep", "wait", "signal", "sync")
 _TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|\d[\d_]*)"
                     r"|([A-Za-z_.$][\w.$]*)|(<<|>>|[-+*/%&|^~()\[\]:=]))")
 
@@ -271,16 +275,13 @@ class Assembler:
             self.err(f"unexpected {toks[e.i].text!r} in expression", toks[e.i].col)
         return v
 
-    # pass 2: operands -> fields
+    # pass 2: operand text -> operand values (isa.operands) -> fields
     def instruction(self, ln: _Line, pc: int) -> Instruction:
         self.lineno = ln.lineno
         spec = BY_MNEMONIC.get(ln.mnemonic)
         if spec is None:
             self.err(f"unknown mnemonic {ln.mnemonic!r}", ln.mcol)
-        positional = [o for o in spec.syntax if o.key is None]
-        keyed = {o.key: o for o in spec.syntax if o.key is not None}
-        modifiers = QHDR_KEYS if spec.queued else ("wait", "signal") if "wait" in \
-            [f.name for f in spec.fields] else ()
+        positional = ops.positional(spec)
         values: dict[str, int] = {}
         cols: dict[str, int] = {}
         npos, seen = 0, set()
@@ -292,14 +293,14 @@ class Assembler:
                 if key in seen:
                     self.err(f"{key}= given twice", col)
                 seen.add(key)
-                if key in keyed:
-                    self.operand(keyed[key], vtext, vcol, values, cols)
-                elif key in modifiers:
-                    self.modifier(key, vtext, vcol, values, cols)
+                try:
+                    slot = ops.keyword(spec, key)
+                except OperandError as e:
+                    self.err(str(e), col)
+                if isinstance(slot, str):
+                    self.modifier(slot, vtext, vcol, values, cols)
                 else:
-                    allowed = list(keyed) + list(modifiers)
-                    self.err(f"{spec.mnemonic} has no operand {key}=" +
-                             (f" (it takes {', '.join(k + '=' for k in allowed)})" if allowed else ""), col)
+                    self.operand(slot, vtext, vcol, values, cols)
                 continue
             if seen:
                 self.err("positional operand after a keyword operand", col)
@@ -310,142 +311,88 @@ class Assembler:
         if npos < len(positional):
             self.err(f"{spec.mnemonic} takes {len(positional)} operand(s) "
                      f"({_syntax_hint(spec)}), got {npos}", ln.mcol)
-        for key, o in keyed.items():
-            if o.fields[0] not in values:
-                if o.default is None:
-                    self.err(f"{spec.mnemonic} needs {key}=", ln.mcol)
-                values[o.fields[0]] = resolve_default(o, values, self.cfg)
         try:
-            ins = Instruction.make(spec.mnemonic, **values)
-            check_values(ins, self.cfg)
-            ins = canonical(ins, self.cfg)
-        except EncodeError as e:
+            return ops.finish(spec, values, self.cfg)
+        except EncodeError as e:           # an OperandError (a keyword operand missing) names no field
             self.err(str(e), cols.get(getattr(e, "field", ""), ln.mcol))
-        return ins
 
     def operand(self, o: Operand, text: str, col: int, values: dict[str, int], cols: dict[str, int]) -> None:
-        def put(name: str, v: int) -> None:
-            values[name] = v
-            cols[name] = col
-
-        k = o.kind
+        """Parse ``text`` into the value of operand ``o`` and put its fields."""
+        k, icol = o.kind, col
+        v: object = text                       # units and enum names: the mapping reads the text
         if k in ("reg", "lreg"):
-            put(o.fields[0], self.register(text, col, "r" if k == "reg" else "l"))
+            v = (Reg if k == "reg" else LoopReg)(self.register(text, col, "r" if k == "reg" else "l"))
         elif k in ("imm", "target"):
             if k == "target" and re.fullmatch(r"[A-Za-z_.$][\w.$]*", text) and text not in self.names:
                 self.err(f"undefined label {text!r}", col)
-            put(o.fields[0], self.expr(text, col))
-        elif k == "mem":
-            space, addr, x = self.memref(text, col, o.space)
-            if o.space is None:
-                put(o.fields[0], space)
-            put(o.fields[-2], addr)
-            put(o.fields[-1], x)
-        elif k == "dram":
-            m = re.fullmatch(r"dram\s*\[(.*)\]\s*", text, re.S)
-            if not m:
-                self.err(f"expected dram[address], found {text!r}", col)
-            v, x = self.indexed(m.group(1), col + m.start(1))
-            if not 0 <= v < self.cfg.dram_bytes:
-                self.err(f"DRAM address {v:#x} out of range (DRAM has {self.cfg.dram_bytes:#x} bytes)", col)
-            put(o.fields[0], v)
-            put(o.fields[1], x)
+            v = self.expr(text, col)
+        elif k in ("mem", "dram"):
+            v, icol = self.memref(o, text, col)
         elif k in ("src", "scale", "count"):
-            mode_f, val_f = o.fields[:2]
             if re.fullmatch(r"[rR]\d+", text):
-                mode = {"src": SrcMode.REG, "scale": ScaleMode.REG, "count": CountMode.REG}[k]
-                v = self.register(text, col, "r")
-            elif re.match(r"(spm|acc)\s*\[", text, re.I) and k != "count":
-                space, v, x = self.memref(text, col, Space.ACC if k == "scale" else None)
-                mode = SrcMode(space) if k == "src" else ScaleMode.ROW
-                put(o.fields[2], x)
+                v = Reg(self.register(text, col, "r"))
+            elif ops.spaces(o) and re.match(r"(spm|acc)\s*\[", text, re.I):
+                v, icol = self.memref(o, text, col)
             else:
-                mode = {"src": SrcMode.IMM, "scale": ScaleMode.IMM, "count": CountMode.IMM}[k]
                 v = self.expr(text, col)
-            put(mode_f, int(mode))
-            put(val_f, v)
-        elif k == "units":
-            put(o.fields[0], self.units(text, col))
-        elif k == "enum":
-            t = text.strip().lower()
-            if t not in o.names:
-                self.err(f"expected one of {', '.join(o.names)}, found {text!r}", col)
-            put(o.fields[0], o.names.index(t))
-        else:  # pragma: no cover - the table is checked at import
-            raise AssertionError(k)
+        self.put(lambda: ops.operand(o, v, values, self.cfg), text, col, icol, values, cols)
 
     def modifier(self, key: str, text: str, col: int, values: dict[str, int], cols: dict[str, int]) -> None:
+        """Parse ``text`` into the value of modifier ``key`` and put its fields."""
+        v: object = text                       # wait, signal, sync: the mapping reads the text
         if key == "rep":
             m = re.fullmatch(r"\s*[lL](\d+)\s*:\s*(.+?)\s*", text)
             if not m:
                 self.err(f"expected rep=lBASE:DEPTH, found {text!r}", col)
-            base = int(m.group(1))
-            if base >= self.cfg.loop_regs:
-                self.err(f"loop register l{base} does not exist (l0..l{self.cfg.loop_regs - 1})", col)
-            values["rep_base"], values["rep_depth"] = base, self.expr(m.group(2), col + m.start(2))
-            cols["rep_base"] = cols["rep_depth"] = col
-        elif key == "sync":
-            names = [s.name.lower() for s in Sync]
-            if text.strip().lower() not in names:
-                self.err(f"expected sync=each or sync=once, found {text!r}", col)
-            values["sync"], cols["sync"] = names.index(text.strip().lower()), col
-        else:
-            values[key], cols[key] = self.units(text, col), col
+            v = (LoopReg(int(m.group(1))), self.expr(m.group(2), col + m.start(2)))
+        self.put(lambda: ops.modifier(key, v, values, self.cfg), text, col, col, values, cols)
+
+    def put(self, mapping: Callable[[], object], text: str, col: int, icol: int, values: dict[str, int],
+            cols: dict[str, int]) -> None:
+        """Run ``mapping`` (it puts one operand's fields): its errors point at ``col`` (an index
+        register's at ``icol``), and so do encoding errors about the fields it put."""
+        before = set(values)
+        try:
+            mapping()
+        except OperandError as e:
+            if e.expected is not None:
+                self.err(f"expected {e.expected}, found {text!r}", col)
+            self.err(str(e), icol if e.index else col)
+        for name in values.keys() - before:
+            cols[name] = col
 
     def register(self, text: str, col: int, prefix: str) -> int:
+        """The number of register ``rN`` (``prefix`` "r") or ``lN`` ("l"); the mapping checks it exists."""
         m = re.fullmatch(rf"[{prefix}{prefix.upper()}](\d+)", text.strip())
-        count = self.cfg.scalar_regs if prefix == "r" else self.cfg.loop_regs
-        kind = "register" if prefix == "r" else "loop register"
         if not m:
+            count = self.cfg.scalar_regs if prefix == "r" else self.cfg.loop_regs
+            kind = "register" if prefix == "r" else "loop register"
             self.err(f"expected a {kind} {prefix}0..{prefix}{count - 1}, found {text!r}", col)
-        n = int(m.group(1))
-        if n >= count:
-            self.err(f"{kind} {prefix}{n} does not exist ({prefix}0..{prefix}{count - 1})", col)
-        return n
+        return int(m.group(1))
 
-    def memref(self, text: str, col: int, only: Space | None) -> tuple[int, int, int]:
-        m = re.fullmatch(r"(spm|acc)\s*\[(.*)\]\s*", text, re.S | re.I)
-        want = f"{only.name.lower()}[row]" if only is not None else "spm[row] or acc[row]"
-        if not m:
-            self.err(f"expected {want}, found {text!r}", col)
-        space = Space[m.group(1).upper()]
-        if only is not None and space != only:
-            self.err(f"expected {want}, found {text!r}", col)
-        v, x = self.indexed(m.group(2), col + m.start(2))
-        depth = self.cfg.spm_rows if space == Space.SPM else self.cfg.acc_rows
-        if not 0 <= v < depth:
-            self.err(f"{space.name} row {v} out of range ({space.name} has {depth} rows)", col)
-        return int(space), v, x
+    def memref(self, o: Operand, text: str, col: int) -> tuple[object, int]:
+        """``spm[...]``, ``acc[...]`` or ``dram[...]`` as a ``Mem`` and the column of its index
+        register. Text that is no such address, or names a memory that ``o`` does not address, comes
+        back as it is, unread, for the mapping to say what the operand takes."""
+        m = re.fullmatch(r"((?i:spm|acc)|dram)\s*\[(.*)\]\s*", text, re.S)
+        if not m or m.group(1).lower() not in ops.spaces(o):
+            return text, col
+        v, x, xcol = self.indexed(m.group(2), col + m.start(2))
+        return Mem(m.group(1).lower(), v, x), xcol
 
-    def indexed(self, text: str, col: int) -> tuple[int, int]:
-        """An address ``expr``, ``rN``, ``rN + expr`` or ``expr + rN``: (immediate, register)."""
+    def indexed(self, text: str, col: int) -> tuple[int, Reg | None, int]:
+        """An address ``expr``, ``rN``, ``rN + expr`` or ``expr + rN``: (immediate, register, its column)."""
         m = re.fullmatch(r"\s*([rR]\d+)\s*(?:\+(.*))?", text, re.S) or \
             re.fullmatch(r"(?P<e>.*)\+\s*(?P<r>[rR]\d+)\s*", text, re.S)
         if not m:
-            return self.expr(text, col), 0
+            return self.expr(text, col), None, col
         if m.re.groupindex:
             rtext, rcol, etext, ecol = m.group("r"), col + m.start("r"), m.group("e"), col
         else:
             rtext, rcol = m.group(1), col + m.start(1)
             etext, ecol = m.group(2), col + (m.start(2) if m.group(2) is not None else 0)
-        x = self.register(rtext, rcol, "r")
-        if x == 0:
-            self.err("r0 cannot index an address (it reads 0); leave it out", rcol)
-        return (self.expr(etext, ecol) if etext is not None else 0), x
-
-    def units(self, text: str, col: int) -> int:
-        t = text.strip().lower()
-        if t == "none":
-            return 0
-        if t == "all":
-            return (1 << len(Unit)) - 1
-        mask = 0
-        for part in t.split("|"):
-            p = part.strip()
-            if p not in UNIT_NAMES:
-                self.err(f"unknown unit {p!r} (units: {', '.join(UNIT_NAMES)}, none, all)", col)
-            mask |= 1 << UNIT_NAMES.index(p)
-        return mask
+        x = Reg(self.register(rtext, rcol, "r"))
+        return (self.expr(etext, ecol) if etext is not None else 0), x, rcol
 
 
 def _syntax_hint(spec: Instr) -> str:
@@ -499,5 +446,5 @@ def disassemble_words(data: bytes, cfg: ChipConfig) -> str:
     return disassemble(Program(cfg, decode_all(data, cfg)))
 
 
-__all__ = ["assemble", "assemble_file", "disassemble", "format_instruction", "AsmError",
+__all__ = ["assemble", "assemble_file", "disassemble", "format_instruction", "resolve_default", "AsmError",
            "TetrachipError", "Round", "predefined"]

@@ -21,7 +21,8 @@ enum        its name (any case) or its value
 Modifiers of queued instructions: ``rep`` (a ``LoopReg``: depth 1, or ``(LoopReg, depth)``),
 ``wait``/``signal`` (units) and ``sync`` (``"each"``/``"once"`` or a ``Sync``).
 
-``positional``, ``keyword`` and ``modifiers`` say which slots an instruction has; ``operand`` and
+``positional``, ``keyword`` and ``modifiers`` say which slots an instruction has, ``spaces`` which
+memories an operand addresses; ``operand`` and
 ``modifier`` put one value's fields into a dict of field values; ``finish`` fills the defaults of
 keyword operands left out and gives the checked, canonical ``Instruction``. An ``OperandError``
 says what is wrong without naming the instruction: the builder adds the instruction and operand, the
@@ -145,6 +146,17 @@ def keyword(spec: Instr, key: str) -> Operand | str:
                        (f" (it takes {', '.join(k + '=' for k in allowed)})" if allowed else ""))
 
 
+def spaces(o: Operand) -> tuple[str, ...]:
+    """The memories (``Mem.space``) whose address operand ``o`` may hold."""
+    if o.kind == "dram":
+        return ("dram",)
+    if o.kind == "scale":
+        return ("acc",)
+    if o.kind == "mem" and o.space is not None:
+        return (o.space.name.lower(),)
+    return ("spm", "acc") if o.kind in ("mem", "src") else ()
+
+
 # --------------------------------------------------------------------------------------------
 # Values to fields
 # --------------------------------------------------------------------------------------------
@@ -165,12 +177,12 @@ def operand(o: Operand, v: object, values: dict[str, int], cfg: ChipConfig) -> L
             return v
         values[o.fields[0]] = _int(v)
     elif k == "mem":
-        space, addr, x = _mem(v, o.space, cfg)
+        space, addr, x = _mem(v, o, cfg)
         if o.space is None:
             values[o.fields[0]] = space
         values[o.fields[-2]], values[o.fields[-1]] = addr, x
     elif k == "dram":
-        if not isinstance(v, Mem) or v.space != "dram":
+        if not isinstance(v, Mem) or v.space not in spaces(o):
             raise _wrong("dram[address]", v)
         x = _index(v.reg, cfg)
         if not 0 <= v.addr < cfg.dram_bytes:
@@ -182,7 +194,7 @@ def operand(o: Operand, v: object, values: dict[str, int], cfg: ChipConfig) -> L
             mode = {"src": SrcMode.REG, "scale": ScaleMode.REG, "count": CountMode.REG}[k]
             val = _reg(v, cfg)
         elif isinstance(v, (Mem, str)) and k != "count":     # a string: memory text the assembler could not read
-            space, val, x = _mem(v, Space.ACC if k == "scale" else None, cfg)
+            space, val, x = _mem(v, o, cfg)
             mode = SrcMode(space) if k == "src" else ScaleMode.ROW
             values[o.fields[2]] = x
         else:
@@ -298,14 +310,11 @@ def _index(reg: Reg | None, cfg: ChipConfig) -> int:
     return n
 
 
-def _mem(v: object, only: Space | None, cfg: ChipConfig) -> tuple[int, int, int]:
-    """(space, row, index register) of an SPM or ACC operand (``only``: the one space it may name)."""
-    want = f"{only.name.lower()}[row]" if only is not None else "spm[row] or acc[row]"
-    if not isinstance(v, Mem) or v.space not in ("spm", "acc"):
-        raise _wrong(want, v)
+def _mem(v: object, o: Operand, cfg: ChipConfig) -> tuple[int, int, int]:
+    """(space, row, index register) of an SPM or ACC row."""
+    if not isinstance(v, Mem) or v.space not in spaces(o):
+        raise _wrong(" or ".join(f"{s}[row]" for s in spaces(o)), v)
     space = Space[v.space.upper()]
-    if only is not None and space != only:
-        raise _wrong(want, v)
     x = _index(v.reg, cfg)
     depth = cfg.spm_rows if space == Space.SPM else cfg.acc_rows
     if not 0 <= v.addr < depth:
@@ -314,4 +323,4 @@ def _mem(v: object, only: Space | None, cfg: ChipConfig) -> tuple[int, int, int]
 
 
 __all__ = ["Mem", "Label", "spm", "acc", "dram", "OperandError", "QHDR_KEYS", "positional", "modifiers",
-           "keyword", "operand", "modifier", "finish", "units"]
+           "keyword", "spaces", "operand", "modifier", "finish", "units"]
