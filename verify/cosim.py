@@ -11,6 +11,7 @@ See docs/cosim.md.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import inspect
 import os
@@ -162,14 +163,24 @@ class Cosim:
         self.generate_s = 0.0
 
     def build(self) -> "Cosim":
-        """Generate the Verilog and build the model unless the cached one matches."""
-        from cocotb_tools.runner import get_runner
+        """Generate the Verilog and build the model unless the cached one matches. Processes that
+        share the build directory (pytest-xdist workers, parallel CLI runs) take turns: one builds,
+        the others wait for it and use its model."""
         digest = _rtl_digest(self.cfg, self.chips, self.simulator, self.mem)
         stamp = self.dir / "stamp"
         if stamp.exists() and stamp.read_text() == digest:
             return self
-        from rtl.verilog import generate
         self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir.parent / f"{self.dir.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes
+            if not (stamp.exists() and stamp.read_text() == digest):
+                stamp.unlink(missing_ok=True)
+                self._build(digest)
+        return self
+
+    def _build(self, digest: str) -> None:
+        from rtl.verilog import generate
+        stamp = self.dir / "stamp"
         t = time.perf_counter()
         src = self.dir / f"{self.top}.v"
         text = generate(self.cfg, self.chips if self.ring else 1, name=self.top, mem=self.mem)
@@ -203,7 +214,6 @@ class Cosim:
                 os.environ["MAKEFLAGS"] = old
         self.build_s = time.perf_counter() - t
         stamp.write_text(digest)
-        return self
 
     def run(self, jobs: list[Job]) -> list[dict]:
         """Play ``jobs`` in one simulator process; one result dict per job (see cosim_bench)."""
