@@ -1,9 +1,10 @@
-"""tetrachip ISA: ChipConfig, the instruction table, encoding, assembler and the Program container.
+"""tetrachip ISA: ChipConfig, the instruction table, encoding, assembler, program builder, the Program container.
 
 Imports only numpy and the standard library.
 """
 
 from .asm import assemble, assemble_file
+from .builder import ProgramBuilder
 from .config import PRESETS, ChipConfig
 from .disasm import disassemble, format_instruction
 from .encoding import Instruction, decode, encode
@@ -13,6 +14,6 @@ from .program import Program
 from .table import INSTRUCTIONS, WORD_BITS, WORD_BYTES, Space, Unit
 
 __all__ = ["ChipConfig", "PRESETS", "Instruction", "encode", "decode", "assemble", "assemble_file",
-           "disassemble", "format_instruction", "Program", "INSTRUCTIONS", "WORD_BITS", "WORD_BYTES",
-           "Space", "Unit", "ErrorCode", "TetrachipError", "AsmError", "BinaryFormatError",
+           "ProgramBuilder", "disassemble", "format_instruction", "Program", "INSTRUCTIONS", "WORD_BITS",
+           "WORD_BYTES", "Space", "Unit", "ErrorCode", "TetrachipError", "AsmError", "BinaryFormatError",
            "ConfigError", "DecodeError", "EncodeError"]
