@@ -193,7 +193,7 @@ def operand(o: Operand, v: object, values: dict[str, int], cfg: ChipConfig) -> L
         if isinstance(v, Reg):
             mode = {"src": SrcMode.REG, "scale": ScaleMode.REG, "count": CountMode.REG}[k]
             val = _reg(v, cfg)
-        elif isinstance(v, (Mem, str)) and k != "count":     # a string: memory text the assembler could not read
+        elif isinstance(v, (Mem, str)) and spaces(o):       # a string: text the assembler read as no address
             space, val, x = _mem(v, o, cfg)
             mode = SrcMode(space) if k == "src" else ScaleMode.ROW
             values[o.fields[2]] = x
