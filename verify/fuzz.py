@@ -1,8 +1,8 @@
 """Constrained-random programs for co-simulation (riscv-dv style), seeded and replayable.
 
-``generate(cfg, seed)`` returns a ``FuzzCase``: assembly text for chip 0 and chip 1 of a 2-chip
-ring, a DRAM image per chip, host-written scalar registers, and the coverage points it exercises.
-The same seed gives the same case.
+``generate(cfg, seed)`` returns a ``FuzzCase``: the programs of chip 0 and chip 1 of a 2-chip ring
+(built with ``isa.builder``, with their listings for reports), a DRAM image per chip, host-written
+scalar registers, and the coverage points it exercises. The same seed gives the same case.
 
 Legal programs are a sequence of blocks:
 
@@ -25,12 +25,13 @@ r9 a VPU/requantizer scalar operand (host).
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from isa import ChipConfig
+from isa.builder import Label, Mem, ProgramBuilder, acc, dram, spm
+from isa.regs import L0, ZERO, LoopReg, Reg
 from isa.table import (BRANCHES, INSTRUCTIONS, SCALAR_ALU, SPACE_BYTES, UNIT_NAMES, VPU_BINARY, VPU_UNARY, Space,
                        Unit)
 from isa.timing import lut_rows
@@ -47,14 +48,32 @@ FAULTS = ("overlap", "spm_range", "acc_range", "dram_range", "token_overflow", "
 @dataclass
 class FuzzCase:
     seed: int
-    sources: list          # assembly text of chip 0 and chip 1
+    sources: list          # the listing of chip 0's and chip 1's program (``ProgramBuilder.text``)
     drams: list            # uint8 DRAM image per chip
     regs: list             # {reg: value} per chip
     illegal: bool = False
     fault: str | None = None
     #: (mnemonic, depth, mode) coverage points of chip 0 and chip 1
     points: set = field(default_factory=set)
-    raw: dict = field(default_factory=dict)   # {chip: {pc: word}} words to patch after assembly
+    raw: dict = field(default_factory=dict)   # {"reserved": True}: a word to patch after building
+    programs: list = field(default_factory=list)   # the isa.Program of chip 0 and chip 1
+
+
+@dataclass
+class _Ins:
+    """An instruction not emitted yet: the generator still adjusts its strides and tokens."""
+
+    op: str
+    args: tuple
+    kw: dict = field(default_factory=dict)
+
+
+MEM = {"spm": spm, "acc": acc}
+#: registers of the generated programs (see the module docstring)
+TRIPS = {1: Reg(1), 2: Reg(2)}
+BASE, LOOP, OPERAND = Reg(3), Reg(8), Reg(9)
+SCRATCH = range(4, 8)
+SLD_DST, FAULT_ADDR = Reg(5), Reg(4)
 
 
 class _Alloc:
@@ -77,8 +96,8 @@ class Gen:
     def __init__(self, cfg: ChipConfig, rng: random.Random, regs: dict):
         self.cfg, self.r, self.regs = cfg, rng, regs
         self.C, self.R = cfg.cols, cfg.rows
-        self.lines: list[str] = []
-        self.partner: list[str] = []         # chip 1's complement of chip 0's link traffic
+        self.b = ProgramBuilder(cfg)          # chip 0
+        self.partner = ProgramBuilder(cfg)    # chip 1: the complement of chip 0's link traffic
         self.points: set = set()
         self.labels = 0
         # scalar rows at the top of SPM/ACC: no queued instruction touches them
@@ -87,12 +106,15 @@ class Gen:
         self.dram_out = _Alloc(DRAM_IN, cfg.dram_bytes)
 
     # -- helpers ------------------------------------------------------------------------
-    def emit(self, s: str) -> None:
-        self.lines.append("        " + s)
+    def emit(self, op: str, *args, **kw) -> None:
+        self.b.emit(op, *args, **kw)
 
-    def label(self) -> str:
+    def put(self, ins: _Ins) -> None:
+        self.b.emit(ins.op, *ins.args, **ins.kw)
+
+    def label(self) -> Label:
         self.labels += 1
-        return f"L{self.labels}"
+        return self.b.new_label(f"L{self.labels}")
 
     def cover(self, mn: str, depth: int, mode: str) -> None:
         self.points.add((mn, depth, mode))
@@ -100,51 +122,50 @@ class Gen:
     def alloc(self, space: str, n: int) -> int | None:
         return (self.spm if space == "spm" else self.acc).take(max(n, 1))
 
-    def addr(self, space: str, base: int) -> tuple[str, str]:
-        """``space[base]`` or, sometimes, ``space[r3+k]`` with r3 a host register (mode 'x')."""
+    def addr(self, space: str, base: int) -> tuple[Mem, str]:
+        """``space[base]`` or, sometimes, ``space[r3 + k]`` with r3 a host register (mode 'x')."""
         v = self.regs.get(3, 0)
         if base >= v and self.r.random() < 0.3:
-            return f"{space}[r3+{base - v}]", "x"
-        return f"{space}[{base}]", ""
+            return MEM[space][base - v + BASE], "x"
+        return MEM[space][base], ""
 
     def nest(self, rowspan: int, nslots: int):
-        """A repeat nest: (loop lines, rep text, depth, trip count, per-slot total offsets).
+        """A repeat nest: (loop instructions, rep modifier, depth, trip count, mode, per-slot total offsets).
 
         Stride of each slot at level j = rowspan * (product of inner trip counts) so instances
         never overlap; trip counts from immediates or from r1/r2 (host-written)."""
         d = self.r.choice([0, 0, 1, 1, 2, 3, 4][: 3 + self.cfg.loop_regs])
         d = min(d, self.cfg.loop_regs)
         if d == 0:
-            return [], "", 0, 1, "imm", rowspan
+            return [], None, 0, 1, "imm", rowspan
         base = self.r.randint(0, self.cfg.loop_regs - d)
         counts, modes = [], []
         for _ in range(d):
             if self.r.random() < 0.3:
                 rr = self.r.choice([1, 2])
                 counts.append(self.regs[rr])
-                modes.append(f"r{rr}")
+                modes.append(TRIPS[rr])
             else:
                 counts.append(self.r.choice([1, 2, 2, 3]))
                 modes.append(None)
-        lines, stride = [], rowspan
+        loops, stride = [], rowspan
         strides = [0] * d
         for j in reversed(range(d)):
             strides[j] = stride
             stride *= max(counts[j], 1)
         for j in range(d):
-            c = modes[j] or str(counts[j])
             self.cover("loop", 0, "reg" if modes[j] else "imm")
-            ss = ", ".join(f"s{k}={strides[j]}" for k in range(nslots))
-            lines.append(f"loop l{base + j}, {c}" + (f", {ss}" if ss else ""))
+            loops.append(_Ins("loop", (LoopReg(base + j), modes[j] or counts[j]),
+                              {f"s{k}": strides[j] for k in range(nslots)}))
         total = 1
         for c in counts:
             total *= c
         cm = "reg" if any(modes) else "imm"
-        return lines, f", rep=l{base}:{d}", d, total, cm, stride
+        return loops, (LoopReg(base), d), d, total, cm, stride
 
     # -- queued instructions --------------------------------------------------------------
     def queued(self, kind: str, reads_from=None):
-        """One queued instruction (with its loop lines); returns (lines, unit, written region) or None.
+        """One queued instruction (with its loops); returns (instructions, unit, written region) or None.
 
         Every operand has its own freshly allocated rows. ``reads_from``: (space, row, rows) a
         producer wrote; the instruction reads those rows instead (a consumer, no repeat nest)."""
@@ -154,7 +175,7 @@ class Gen:
 
         def nest(rows, nslots):
             if rf:
-                return [], "", 0, 1, "imm", max(rows, 1)
+                return [], None, 0, 1, "imm", max(rows, 1)
             return self._nest_for(rows, nslots)
 
         def src(space, span):
@@ -169,24 +190,26 @@ class Gen:
             ln = r.choice([C, C, r.randint(1, C)])
             rs = r.choice([C * esz, r.randint(0, 3 * C)])
             es = r.choice([esz, esz, r.randint(1, 2 * esz)])
-            lines, rep, d, total, cm, span = nest(rows, 2)
+            loops, rep, d, total, cm, span = nest(rows, 2)
             dst = self.alloc(space, span)
             if dst is None:
                 return None
-            lines = [re.sub(r"s1=-?\d+", f"s1={r.randint(0, 64)}", l) for l in lines]   # DRAM bytes
+            for lp in loops:                                    # slot 1 strides DRAM bytes
+                lp.kw["s1"] = r.randint(0, 64)
             a, x = self.addr(space, dst)
             self.cover(kind, d, f"{space}{x}/{cm}")
-            return lines + [f"dma.ld {a}, dram[{r.randint(0, DRAM_IN // 2)}], rows={rows}, len={ln}, "
-                            f"rstride={rs}, estride={es}{rep}"], Unit.LOAD, (space, dst, span)
+            return loops + [_Ins("dma.ld", (a, dram[r.randint(0, DRAM_IN // 2)]),
+                                 dict(rows=rows, len=ln, rstride=rs, estride=es, rep=rep))], Unit.LOAD, \
+                (space, dst, span)
         if kind == "dma.st":
             space = rf[0] if rf else r.choice(["spm", "acc"])
             rows = min(cap, r.randint(1, 4))
             esz = SPACE_BYTES[Space[space.upper()]]
             ln = r.choice([C, r.randint(1, C)])
             rs = ln * esz + r.choice([0, 0, 4])
-            lines, rep, d, total, cm, span = nest(rows, 2)
+            loops, rep, d, total, cm, span = nest(rows, 2)
             if d:   # DRAM stride per level: the bytes one instance writes (instances stay apart)
-                lines = self._dram_strides(lines, rows * rs, d)
+                self._dram_strides(loops, rows * rs)
             s = src(space, span)
             if s is None:
                 return None
@@ -197,106 +220,99 @@ class Gen:
                 out = self.dram_out.take(nbytes)
             a, x = self.addr(space, s)
             self.cover(kind, d, f"{space}{x}/{cm}")
-            return lines + [f"dma.st dram[{out}], {a}, rows={rows}, len={ln}, rstride={rs}{rep}"], Unit.STORE, None
+            return loops + [_Ins("dma.st", (dram[out], a), dict(rows=rows, len=ln, rstride=rs, rep=rep))], \
+                Unit.STORE, None
         if kind == "mxu.lw":
             k = r.randint(1, min(self.R, cap))
-            lines, rep, d, total, cm, _ = ([], "", 0, 1, "imm", 0) if rf else self.nest(0, 1)
+            loops, rep, d, total, cm, _ = ([], None, 0, 1, "imm", 0) if rf else self.nest(0, 1)
             s = src("spm", self.R)
             if s is None:
                 return None
             a, x = self.addr("spm", s)
             self.cover(kind, d, f"spm{x}/{cm}")
-            return lines + [f"mxu.lw {a}, k={k}{rep}"], Unit.MXU, None
+            return loops + [_Ins("mxu.lw", (a,), dict(k=k, rep=rep))], Unit.MXU, None
         if kind in ("mxu.mm", "mxu.mma"):
             n = r.randint(0 if not rf else 1, min(4, cap))
-            lines, rep, d, total, cm, span = nest(n, 2)
+            loops, rep, d, total, cm, span = nest(n, 2)
             dst = self.alloc("acc", span)
             s = src("spm", span)
             if dst is None or s is None:
                 return None
             a, x = self.addr("acc", dst)
             self.cover(kind, d, f"acc{x}/{cm}")
-            return lines + [f"{kind} {a}, spm[{s}], n={n}{rep}"], Unit.MXU, ("acc", dst, span)
+            return loops + [_Ins(kind, (a, spm[s]), dict(n=n, rep=rep))], Unit.MXU, ("acc", dst, span)
         if kind in VPU_BINARY + VPU_UNARY:
             n = r.randint(1, min(4, cap))
             dsp = r.choice(["spm", "acc"])
             asp = rf[0] if rf else r.choice(["spm", "acc"])
-            lines, rep, d, total, cm, span = nest(n, 3 if kind in VPU_BINARY else 2)
+            loops, rep, d, total, cm, span = nest(n, 3 if kind in VPU_BINARY else 2)
             dst = self.alloc(dsp, span)
             asrc = src(asp, span)
             if dst is None or asrc is None:
                 return None
             da, x = self.addr(dsp, dst)
             mode = f"{dsp}{x},{asp}"
-            text = f"{kind} {da}, {asp}[{asrc}]"
+            args: tuple = (da, MEM[asp][asrc])
             if kind in VPU_BINARY:
                 bm = r.choice(["spm", "acc", "reg", "imm"])
                 if bm in ("spm", "acc"):
                     b = self.alloc(bm, span)
                     if b is None:
                         return None
-                    text += f", {bm}[{b}]"
+                    args += (MEM[bm][b],)
                 elif bm == "reg":
-                    text += ", r9"
+                    args += (OPERAND,)
                 else:
-                    text += f", {r.randint(-40, 40) if kind not in ('vshl', 'vsra') else r.randint(0, 33)}"
+                    args += (r.randint(-40, 40) if kind not in ('vshl', 'vsra') else r.randint(0, 33),)
                 mode += f",{bm}"
             self.cover(kind, d, mode + f"/{cm}")
-            return lines + [f"{text}, n={n}{rep}"], Unit.VPU, (dsp, dst, span)
+            return loops + [_Ins(kind, args, dict(n=n, rep=rep))], Unit.VPU, (dsp, dst, span)
         if kind == "vreq":
             n = r.randint(1, min(4, cap))
-            lines, rep, d, total, cm, span = nest(n, 3)
+            loops, rep, d, total, cm, span = nest(n, 3)
             dst = self.alloc("spm", span)
             s = src("acc", span)
             if dst is None or s is None:
                 return None
             sm = r.choice(["imm", "reg", "row"])
-            sc = {"imm": str(r.randint(-300, 300)), "reg": "r9"}.get(sm)
+            imm = r.randint(-300, 300)                            # drawn whatever the mode
+            sc = {"imm": imm, "reg": OPERAND}.get(sm)
             if sm == "row":
                 row = self.alloc("acc", span)
                 if row is None:
                     return None
-                sc = f"acc[{row}]"
+                sc = acc[row]
             self.cover(kind, d, f"{sm}/{cm}")
-            return lines + [f"vreq spm[{dst}], acc[{s}], {sc}, n={n}{rep}"], Unit.VPU, ("spm", dst, span)
+            return loops + [_Ins("vreq", (spm[dst], acc[s], sc), dict(n=n, rep=rep))], Unit.VPU, ("spm", dst, span)
         if kind == "vqcfg":
             rnd = r.choice(["floor", "half_up", "half_even"])
             self.cover(kind, 0, rnd)
             lo = r.randint(-128, 0)
-            return [f"vqcfg shift={r.randint(0, 12)}, zp={r.randint(-5, 5)}, lo={lo}, hi={r.randint(lo, 127)}, "
-                    f"round={rnd}"], Unit.VPU, None
+            shift, zp = r.randint(0, 12), r.randint(-5, 5)
+            return [_Ins("vqcfg", (), dict(shift=shift, zp=zp, lo=lo, hi=r.randint(lo, 127), round=rnd))], \
+                Unit.VPU, None
         if kind == "vlutld":
             s = self.alloc("spm", lut_rows(self.cfg))
             if s is None:
                 return None
             self.cover(kind, 0, "spm")
-            return [f"vlutld spm[{s}]"], Unit.VPU, None
+            return [_Ins("vlutld", (spm[s],))], Unit.VPU, None
         raise ValueError(kind)
 
     def _nest_for(self, rows: int, nslots: int):
-        lines, rep, d, total, cm, span = self.nest(max(rows, 1), nslots)
-        return lines, rep, d, total, cm, (span if d else max(rows, 1))
+        loops, rep, d, total, cm, span = self.nest(max(rows, 1), nslots)
+        return loops, rep, d, total, cm, (span if d else max(rows, 1))
 
-    def _dram_strides(self, lines, inst_bytes, d):
-        out, st = [], inst_bytes
-        strides = []
-        for _ in range(d):
-            strides.append(st)
-        # strides from inner to outer multiply by counts: recompute from the loop lines
-        counts = []
-        for l in lines:
-            c = l.split(",")[1].strip()
-            counts.append(self.regs[int(c[1:])] if c.startswith("r") else int(c))
+    def _dram_strides(self, loops: list, inst_bytes: int) -> None:
+        """Slot 0 of each level strides the DRAM bytes of one instance times the inner trip counts."""
+        counts = [self.regs[c.n] if isinstance(c, Reg) else c for _, c in (lp.args for lp in loops)]
         s = inst_bytes
-        res = [0] * d
-        for j in reversed(range(d)):
+        res = [0] * len(loops)
+        for j in reversed(range(len(loops))):
             res[j] = s
             s *= max(counts[j], 1)
-        for j, l in enumerate(lines):
-            head = l.split(", s0=")[0]
-            s1 = l.split("s1=")[1].split(",")[0]
-            out.append(f"{head}, s0={res[j]}, s1={s1}")
-        return out
+        for j, lp in enumerate(loops):
+            lp.kw = {"s0": res[j], "s1": lp.kw["s1"]}
 
     # -- blocks -----------------------------------------------------------------------------
     def phase(self, link: bool):
@@ -311,7 +327,7 @@ class Gen:
             got = self.queued(k)
             if got is None:
                 continue
-            lines, unit, wrote = got
+            instrs, unit, wrote = got
             consumer = None
             if wrote and r.random() < 0.4:
                 # a consumer of what this instruction wrote, ordered by a token
@@ -323,27 +339,28 @@ class Gen:
                     consumer = None
             if consumer:
                 cu = UNIT_NAME[consumer[1]]
-                lines[-1] += f", sync=once, signal={cu}"
-                consumer[0][-1] += f", sync=once, wait={UNIT_NAME[unit]}"
-                lines += consumer[0]
+                instrs[-1].kw.update(sync="once", signal=cu)
+                consumer[0][-1].kw.update(sync="once", wait=UNIT_NAME[unit])
+                instrs += consumer[0]
                 used.add(cu)
                 self.cover("token", 0, f"{UNIT_NAME[unit]}->{cu}")
             elif wrote and r.random() < 0.2:
                 # the scalar unit waits for it and reads one lane of what it wrote
-                lines[-1] += ", sync=once, signal=scalar"
-                lines.append(f"sld r5, {wrote[0]}[{wrote[1]}], {r.randint(0, self.C - 1)}, wait={UNIT_NAME[unit]}")
+                instrs[-1].kw.update(sync="once", signal="scalar")
+                instrs.append(_Ins("sld", (SLD_DST, MEM[wrote[0]][wrote[1]], r.randint(0, self.C - 1)),
+                                   dict(wait=UNIT_NAME[unit])))
                 self.cover("token", 0, f"{UNIT_NAME[unit]}->scalar")
             used.add(UNIT_NAME[unit])
-            for l in lines:
-                self.emit(l)
+            for ins in instrs:
+                self.put(ins)
         if link:
             self.link()
             used |= {"ltx", "lrx"}
         if used and r.random() < 0.5:
-            self.emit("fence " + "|".join(sorted(used)))
+            self.emit("fence", "|".join(sorted(used)))
             self.cover("fence", 0, "units")
         else:
-            self.emit("fence all")
+            self.emit("fence", "all")
             self.cover("fence", 0, "all")
 
     def link(self):
@@ -357,36 +374,35 @@ class Gen:
         top = self.spm.hi if space == "spm" else self.acc.hi
         theirs = r.randint(0, min(200 if space == "spm" else 100, top - n))
         if r.random() < 0.5:
-            self.emit(f"link.send 0, {space}[{mine}], n={n}")
-            self.partner.append(f"link.recv 1, {space}[{theirs}], n={n}")
+            self.emit("link.send", 0, MEM[space][mine], n=n)
+            self.partner.emit("link.recv", 1, MEM[space][theirs], n=n)
             self.cover("link.send", 0, space)
             self.cover("link.recv", 0, space)      # chip 1's side
         else:
-            self.emit(f"link.recv 1, {space}[{mine}], n={n}")
-            self.partner.append(f"link.send 0, {space}[{theirs}], n={n}")
+            self.emit("link.recv", 1, MEM[space][mine], n=n)
+            self.partner.emit("link.send", 0, MEM[space][theirs], n=n)
             self.cover("link.recv", 0, space)
             self.cover("link.send", 0, space)
-        self.partner.append("fence all")
+        self.partner.emit("fence", "all")
 
     def scalar(self):
         r = self.r
         for _ in range(r.randint(1, 4)):
             op = r.choice(list(SCALAR_ALU) + ["addi", "seti", "sld", "sst", "nop"])
-            rd, a, b = (f"r{r.randint(4, 7)}" for _ in range(3))
+            rd, a, b = (Reg(r.randint(SCRATCH[0], SCRATCH[-1])) for _ in range(3))
             if op in SCALAR_ALU:
-                self.emit(f"{op} {rd}, {a}, {r.choice([b, 'r9', 'r0'])}")
+                self.emit(op, rd, a, r.choice([b, OPERAND, ZERO]))
             elif op == "addi":
-                self.emit(f"addi {rd}, {a}, {r.randint(-1000, 1000)}")
+                self.emit("addi", rd, a, r.randint(-1000, 1000))
             elif op == "seti":
-                self.emit(f"seti {rd}, {r.randint(-2**31, 2**31 - 1)}")
+                self.emit("seti", rd, r.randint(-2**31, 2**31 - 1))
             elif op == "nop":
                 self.emit("nop")
             else:
                 space = r.choice(["spm", "acc"])
                 top = self.cfg.spm_rows if space == "spm" else self.cfg.acc_rows
                 row = r.randint(top - 8, top - 1)
-                self.emit(f"{op} {rd}, {space}[{row}], {r.randint(0, self.C - 1)}")
-                op = f"{op}"
+                self.emit(op, rd, MEM[space][row], r.randint(0, self.C - 1))
                 self.cover(op, 0, space)
                 continue
             self.cover(op, 0, "reg")
@@ -396,21 +412,21 @@ class Gen:
         if r.random() < 0.5:
             op = r.choice(BRANCHES)
             skip = self.label()
-            self.emit(f"{op} r{r.randint(4, 7)}, r{r.choice([0, 1, 2, 9])}, {skip}")
+            self.emit(op, Reg(r.randint(SCRATCH[0], SCRATCH[-1])), Reg(r.choice([0, 1, 2, 9])), skip)
             self.cover(op, 0, "fwd")
             self.scalar()
             if r.random() < 0.3:
-                self.emit(f"jmp {skip}")
+                self.emit("jmp", skip)
                 self.cover("jmp", 0, "fwd")
                 self.emit("nop")
-            self.lines.append(f"{skip}:")
+            self.b.place(skip)
         else:
             top = self.label()
-            self.emit(f"seti r8, {r.randint(1, 3)}")
-            self.lines.append(f"{top}:")
+            self.emit("seti", LOOP, r.randint(1, 3))
+            self.b.place(top)
             self.phase(link=False)
-            self.emit("addi r8, r8, -1")
-            self.emit(f"bne r8, r0, {top}")
+            self.emit("addi", LOOP, LOOP, -1)
+            self.emit("bne", LOOP, ZERO, top)
             self.cover("bne", 0, "back")
 
 
@@ -437,41 +453,41 @@ def generate(cfg, seed: int, *, illegal: bool | None = None, link: bool = True, 
         _fault(g, fault, raw)
     g.emit("halt")
     g.cover("halt", 0, "")
-    partner = ["        " + l for l in g.partner] + ["        halt"]
+    g.partner.emit("halt")
     rng = np.random.default_rng(seed)
     drams = []
     for _ in range(2):
         d = np.zeros(cfg.dram_bytes, np.uint8)
         d[:DRAM_IN] = rng.integers(0, 256, DRAM_IN, dtype=np.uint8)
         drams.append(d)
-    return FuzzCase(seed, [f".config {cfg.name}\n" + "\n".join(g.lines) + "\n",
-                           f".config {cfg.name}\n" + "\n".join(partner) + "\n"],
-                    drams, [regs, {}], illegal, fault, g.points, raw)
+    chips = (g.b, g.partner)
+    return FuzzCase(seed, [f".config {cfg.name}\n" + b.text() for b in chips], drams, [regs, {}], illegal, fault,
+                    g.points, raw, [b.build(f"<fuzz seed {seed} chip {i}>") for i, b in enumerate(chips)])
 
 
 def _fault(g: Gen, fault: str, raw: dict) -> None:
     cfg, r = g.cfg, g.r
-    g.emit("fence all")
+    g.emit("fence", "all")
     if fault == "overlap":       # a VPU destination partly overlapping its source
-        g.emit(f"vadd spm[{r.choice([1, 2, 3])}], spm[0], 1, n=4")
+        g.emit("vadd", spm[r.choice([1, 2, 3])], spm[0], 1, n=4)
     elif fault == "spm_range":
-        g.emit(f"seti r4, {cfg.spm_rows + r.randint(0, 5)}")
-        g.emit("sld r5, spm[r4], 0")
+        g.emit("seti", FAULT_ADDR, cfg.spm_rows + r.randint(0, 5))
+        g.emit("sld", SLD_DST, spm[FAULT_ADDR], 0)
     elif fault == "acc_range":
-        g.emit(f"mxu.mm acc[{cfg.acc_rows - 2}], spm[0], n=4")
+        g.emit("mxu.mm", acc[cfg.acc_rows - 2], spm[0], n=4)
     elif fault == "dram_range":
-        g.emit(f"dma.ld spm[0], dram[{cfg.dram_bytes - 8}], rows=4, rstride={cfg.cols}")
+        g.emit("dma.ld", spm[0], dram[cfg.dram_bytes - 8], rows=4, rstride=cfg.cols)
     elif fault == "token_overflow":
-        g.emit("loop l0, 300")
-        g.emit("vmov spm[0], spm[1], rep=l0:1, signal=scalar")
+        g.emit("loop", L0, 300)
+        g.emit("vmov", spm[0], spm[1], rep=L0, signal="scalar")
     elif fault == "pc_range":
-        g.emit(f"jmp {len([l for l in g.lines if not l.endswith(':')]) + 50}")
+        g.emit("jmp", len(g.b) + 50)
     elif fault == "reserved":
         raw["reserved"] = True          # the word after this marker is replaced by a bad opcode
         g.emit("nop")
     elif fault == "link_mismatch":
-        g.emit("link.send 0, acc[0], n=1")
-        g.partner.append("link.recv 1, spm[0], n=1")
+        g.emit("link.send", 0, acc[0], n=1)
+        g.partner.emit("link.recv", 1, spm[0], n=1)
     g.cover("fault", 0, fault)
 
 
@@ -492,10 +508,8 @@ def coverage_table(points: set) -> dict:
 def case_job(cfg, case: FuzzCase, max_cycles: int = 20000, chips: int = 2):
     """The co-simulation job of a case: the chips' words (a reserved word patched in); ``chips=1``
     for one ``Chip`` (cases generated with ``link=False``)."""
-    from isa import assemble
     from .cosim import Job
-    cfg = ChipConfig.load(cfg)
-    words = [assemble(src, cfg).words() for src in case.sources]
+    words = [p.words() for p in case.programs]
     if case.fault == "reserved":
         words[0][-2] = 0xFF                    # the nop before halt: an opcode the table lacks
     return Job(words[:chips], case.drams[:chips], case.regs[:chips], max_cycles, case.seed, f"fuzz seed {case.seed}",
@@ -529,7 +543,7 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
         if progress:
             progress(len(cases))
     cov = coverage_table(points)
-    return {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "seed": seed, "programs": count, "illegal": illegal,
-            "mismatches": len(mismatches), "reports": mismatches, "rtl_cycles": cycles,
+    return {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "seed": seed, "programs": count,
+            "illegal": illegal, "mismatches": len(mismatches), "reports": mismatches, "rtl_cycles": cycles,
             "build_s": round(build_s, 2), "wall_s": round(time.perf_counter() - t0, 2), "coverage": cov,
             "ok": not mismatches and not (require_all_opcodes and cov["missing"])}
