@@ -64,7 +64,7 @@ class CompiledModel(Compiled):
     timings: dict = field(default_factory=dict)
     dynamic: object = None           # compiler.lower.dynamic.DynSpec when a dimension is symbolic
     search_report: list | None = None  # compiler.lower.search: per kernel, the winner and the default
-    asm: str = ""                    # the assembly text (compiler.lower.control_lower stitches bodies)
+    asm: str = ""                    # the program's listing (isa.builder.ProgramBuilder.text), to read
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
