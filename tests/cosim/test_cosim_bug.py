@@ -13,7 +13,7 @@ from isa import ChipConfig
 from verify.cosim import Cosim, available, compare
 from verify.fuzz import case_job, generate
 
-pytestmark = [pytest.mark.cosim, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 SIM = os.environ.get("SIM", "verilator")
 TINY = ChipConfig.preset("tiny")
 

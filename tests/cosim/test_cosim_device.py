@@ -13,7 +13,6 @@ import tetrachip as tc
 from isa.errors import TetrachipError
 from verify.cosim import available
 
-pytestmark = pytest.mark.cosim
 SIM = os.environ.get("SIM", "verilator")
 
 

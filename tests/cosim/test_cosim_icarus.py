@@ -1,37 +1,34 @@
 """The co-simulation under Icarus Verilog when ``iverilog`` is installed, whatever ``SIM`` says:
-``Ring(tiny, 2)`` on the directed jobs (every example program, nests, branches, errors, the ring
-pass-around) and ``TETRACHIP_COSIM_ICARUS_COUNT`` (default 40) random programs, 0 mismatches.
-Kept small for the CI budget (Icarus runs the chip at a few hundred cycles per second); the
-whole suite runs under Icarus with ``SIM=icarus`` (docs/cosim.md)."""
+``Ring(tiny, 2)`` on the case library's programs (``verify.cases``: every instruction, the
+examples, nests, branches, errors, the ring pass-around) and ``TETRACHIP_COSIM_ICARUS_COUNT``
+(default 40) random programs, 0 mismatches. Kept small for the CI budget (Icarus runs the chip at a
+few hundred cycles per second); the whole suite runs under Icarus with ``SIM=icarus``
+(docs/cosim.md)."""
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
 from isa import ChipConfig
+from tests.cosim.jobs import assert_ring_results_match, directed_and_random_jobs
 from verify.cosim import Cosim, available
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cosim_directed import assert_ring_results_match, ring_and_random_jobs  # noqa: E402
-
-pytestmark = [pytest.mark.cosim, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 TINY = ChipConfig.preset("tiny")
 
 
 @pytest.mark.skipif(os.environ.get("SIM", "verilator") == "icarus",
-                    reason="SIM=icarus: test_cosim_ring.py runs these jobs and more under Icarus")
+                    reason="SIM=icarus: test_cases_verilog.py and test_cosim_ring.py run these and more under Icarus")
 def test_cosim_ring_tiny_under_icarus():
     why = available("icarus")
     if why:
         pytest.skip(f"Icarus: {why}")
     count = int(os.environ.get("TETRACHIP_COSIM_ICARUS_COUNT", "40"))
-    _, jobs = ring_and_random_jobs(TINY, 10_000, count)
+    _, jobs = directed_and_random_jobs(TINY, 10_000, count)
     results = Cosim(TINY, 2, "icarus").run(jobs)
     assert_ring_results_match(TINY, jobs, results, " under Icarus")
     # the vector_loop.s jobs once hung under Icarus (X in the VPU tag): they finished here
-    vl = [r for j, r in zip(jobs, results) if j.name.startswith("vector_loop")]
+    vl = [r for j, r in zip(jobs, results) if j.name.startswith("vector_loop.s")]
     assert vl and all(r["chips"][0]["done"] and r["chips"][0]["error"] == 0 for r in vl)

@@ -1,24 +1,19 @@
 """The FPGA build's memories under co-simulation: ``Ring(tiny, 2, mem="lvt")`` (SPM and ACC as
-live-value-table memories, rtl/mem.py) against ``sim.System``: every example, the directed jobs
-and ``TETRACHIP_COSIM_LVT_COUNT`` (default 100) random programs, with SPM and ACC read back
+live-value-table memories, rtl/mem.py) against ``sim.System``: the case library's programs
+(``verify.cases``) and ``TETRACHIP_COSIM_LVT_COUNT`` (default 100) random programs, with SPM and ACC read back
 through the live-value tables and banks (reading every row from the first write port's bank
 instead makes 24 of 36 jobs differ). See docs/cosim.md."""
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
 from isa import ChipConfig
+from tests.cosim.jobs import assert_ring_results_match, directed_and_random_jobs
 from verify.cosim import Cosim, available
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cosim_directed import assert_ring_results_match, ring_and_random_jobs  # noqa: E402
-
-pytestmark = pytest.mark.cosim
 SIM = os.environ.get("SIM", "verilator")
 TINY = ChipConfig.preset("tiny")
 
@@ -28,7 +23,7 @@ def test_cosim_ring_tiny_lvt_memories():
     if why:
         pytest.skip(f"SIM={SIM}: {why}")
     count = int(os.environ.get("TETRACHIP_COSIM_LVT_COUNT", "100"))
-    _, jobs = ring_and_random_jobs(TINY, 50_000, count)
+    _, jobs = directed_and_random_jobs(TINY, 50_000, count)
     cs = Cosim(TINY, 2, SIM, mem="lvt")
     assert cs.mem == "lvt" and cs.dir.name.endswith("_lvt")
     assert_ring_results_match(TINY, jobs, cs.run(jobs))

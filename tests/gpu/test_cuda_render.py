@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from gpu_helpers import device_or_skip
+from tests.gpu.gpu_helpers import device_or_skip
 
-import test_tensor as T  # noqa: E402
+import test_tensor as T  # the frontend's cases (tests/compiler is on pytest's pythonpath)
 from compiler.ir.passes import run_passes
 from compiler.render.cuda import render as render_cuda
 from compiler.render.schedule import schedule

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from gpu_helpers import device_or_skip
+from tests.gpu.gpu_helpers import device_or_skip
 
 import tetrachip as tc
 from runtime import opencl_backend

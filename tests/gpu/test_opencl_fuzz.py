@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from gpu_helpers import device_or_skip
+from tests.gpu.gpu_helpers import device_or_skip
 
 F = pytest.importorskip("test_fuzz", reason="the frontend's fuzz tester (tests/compiler/test_fuzz.py) is missing")
 

@@ -5,9 +5,9 @@ The fixture first records every graph the cases execute (on numpy) and builds al
 in a few programs: PoCL's cost is per program, so this saves most of the compile time."""
 import pytest
 
-from gpu_helpers import device_or_skip
+from tests.gpu.gpu_helpers import device_or_skip
 
-import test_tensor as T  # noqa: E402  (the frontend's cases; gpu_helpers put its folder on sys.path)
+import test_tensor as T  # the frontend's cases (tests/compiler is on pytest's pythonpath)
 
 
 def _all_cases():

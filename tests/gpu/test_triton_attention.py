@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from gpu_helpers import device_or_skip
+from tests.gpu.gpu_helpers import device_or_skip
 
 torch = pytest.importorskip("torch", reason="torch is not installed (Triton needs it; pip install torch)")
 if not torch.cuda.is_available():  # before triton is imported: it reads the switch then

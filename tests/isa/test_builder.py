@@ -11,7 +11,7 @@ from isa.errors import EncodeError
 from isa.regs import L0, L1, TRIP_REG, LoopReg, Reg
 from isa.table import INSTRUCTIONS, CountMode, ScaleMode, Space, SrcMode, Unit
 
-from isa_strategies import instructions
+from tests.isa.isa_strategies import instructions
 
 CONFIGS = ["tiny", "base", "tpu"]
 TINY = PRESETS["tiny"]

@@ -8,7 +8,7 @@ from isa.asm import format_instruction
 from isa.encoding import to_bytes
 from isa.table import INSTRUCTIONS, WORD_BITS
 
-from isa_strategies import instructions
+from tests.isa.isa_strategies import instructions
 
 CONFIGS = ["tiny", "base", "tpu"]
 

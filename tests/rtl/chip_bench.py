@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from amaranth.sim import Simulator
 
-from isa import Program
-from isa.asm import format_instruction
 from rtl.chip import RETIRE_LANES, TRACE_LANES, Chip, Ring
-from rtl_helpers import unpack
+from tests.rtl.rtl_helpers import unpack
 
 
 @dataclass
@@ -26,20 +24,21 @@ class RunResult:
     acc: np.ndarray
     regs: list[int]
     sim_cycles: int
+    done: int = 0
     #: (chip, unit, pc, index, issue, start, retire) of every retired instance, in retire order
     records: list = field(default_factory=list)
-    texts: dict = field(default_factory=dict)
 
-    def trace(self):
-        """The run as a simulator ``Trace`` (sim/stats.py), built from the trace port."""
-        from sim.stats import Record, Trace
-        tr = Trace()
-        for chip, unit, pc, index, issue, start, retire in self.records:
-            tr.records.append(Record(chip, unit, pc, index, self.texts.get(pc, "?"), issue, start, retire))
-        return tr
+    def as_cosim(self) -> dict:
+        """This chip's result in ``verify.cosim``'s form (``Cosim.run``), which ``verify.cosim.compare``
+        and ``verify.cases`` check: the run starts from zeroed SPM and ACC."""
+        return {"cycles": self.cycles, "error": self.error, "done": self.done, "dram": self.dram, "spm": self.spm,
+                "acc": self.acc, "pre_spm": np.zeros_like(self.spm), "pre_acc": np.zeros_like(self.acc),
+                "records": [r[1:] for r in self.records], "regs": self.regs}
 
-    def line_trace(self) -> str:
-        return self.trace().line_trace()
+
+def as_cosim(results: list[RunResult]) -> dict:
+    """A run of every chip in ``verify.cosim``'s form."""
+    return {"chips": [r.as_cosim() for r in results], "bench_cycles": max(r.sim_cycles for r in results)}
 
 
 class DramModel:
@@ -105,8 +104,7 @@ class TraceMonitor:
         self.records += sorted(done)
 
 
-def _load_host(ctx, h, prog, regs):
-    words = prog.words()
+def _load_host(ctx, h, words, regs):
     for i, w in enumerate(words):          # program load through the host port
         ctx.set(h.imem_we, 1)
         ctx.set(h.imem_addr, i)
@@ -122,42 +120,37 @@ def _load_host(ctx, h, prog, regs):
     ctx.set(h.reg_we, 0)
 
 
-def _texts(prog) -> dict:
-    out = {}
-    for pc, ins in enumerate(getattr(prog, "instructions", []) or []):
-        try:
-            out[pc] = format_instruction(ins, prog.config)
-        except Exception:               # an undecodable word: the simulator prints "?"
-            out[pc] = "?"
-    return out
+def _words(prog) -> list[int]:
+    return list(prog) if isinstance(prog, (list, tuple)) else prog.words()
 
 
-def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *, max_cycles: int = 20000,
-             spm_init: list | None = None, vcd: str | None = None, ring: bool = True) -> list[RunResult]:
-    """Run one program per chip: ``Ring(cfg, len(progs))`` (``ring``), else one ``Chip``.
+class _Bench:
+    """One elaborated top and its simulator, kept for every run on the same build (elaborating
+    ``Chip(tiny)`` takes about a second, a short program a fraction of that): each run resets the
+    simulation (signals, memories, the clock and the testbench) and plays the next job."""
 
-    Every chip is loaded, then all start in the same cycle; the run ends when every chip is done
-    (halted or stopped by an error) or after ``max_cycles``.
-    """
-    cfg = progs[0].config
-    n = len(progs)
-    top = Ring(cfg, n) if ring else Chip(cfg)
-    chips = top.chips if ring else [top]
-    hosts = [getattr(top, f"host{i}") for i in range(n)] if ring else [top.host]
-    dports = [getattr(top, f"dram{i}") for i in range(n)] if ring else [top.dram]
-    traces = [getattr(top, f"trace{i}") for i in range(n)] if ring else [top.trace]
-    drams = drams or [None] * n
-    dms = [DramModel(d if d is not None else np.zeros(cfg.dram_bytes, np.uint8), cfg.dma_beat_bytes,
-                     cfg.dram_latency) for d in drams]
-    mons = [TraceMonitor(i if ring and n > 1 else 0) for i in range(n)]
-    regs = regs or [None] * n
-    box = {}
+    def __init__(self, cfg, n: int, ring: bool, mac: str, mem: str):
+        self.cfg, self.n, self.ring = cfg, n, ring
+        self.top = Ring(cfg, n, mac=mac, mem=mem) if ring else Chip(cfg, mac=mac, mem=mem)
+        self.job: dict = {}
+        self.sim = Simulator(self.top)
+        self.sim.add_clock(1e-6)
+        self.sim.add_testbench(self.bench)
+        self.used = False
 
-    async def bench(ctx):
+    async def bench(self, ctx):
+        job, top, cfg, n, ring = self.job, self.top, self.cfg, self.n, self.ring
+        chips = top.chips if ring else [top]
+        hosts = [getattr(top, f"host{i}") for i in range(n)] if ring else [top.host]
+        dports = [getattr(top, f"dram{i}") for i in range(n)] if ring else [top.dram]
+        traces = [getattr(top, f"trace{i}") for i in range(n)] if ring else [top.trace]
+        dms = [DramModel(d if d is not None else np.zeros(cfg.dram_bytes, np.uint8), cfg.dma_beat_bytes,
+                         cfg.dram_latency) for d in job["drams"]]
+        mons = [TraceMonitor(i if ring and n > 1 else 0) for i in range(n)]
         for i in range(n):
-            for _ in _load_host(ctx, hosts[i], progs[i], regs[i]):
+            for _ in _load_host(ctx, hosts[i], job["words"][i], job["regs"][i]):
                 await ctx.tick()
-            for row, v in ((spm_init or [None] * n)[i] or {}).items():
+            for row, v in (job["spm_init"][i] or {}).items():
                 chips[i].spm.poke(ctx, row, v)
         for h in hosts:
             ctx.set(h.start, 1)
@@ -165,7 +158,7 @@ def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *
         for h in hosts:
             ctx.set(h.start, 0)
         cycle = 0
-        while cycle < max_cycles:
+        while cycle < job["max_cycles"]:
             for i in range(n):
                 dms[i].step(ctx, dports[i], cycle)
                 mons[i].sample(ctx, traces[i])
@@ -173,7 +166,6 @@ def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *
             cycle += 1
             if all(ctx.get(h.done) for h in hosts):
                 break
-        box["sim_cycles"] = cycle
         out = []
         for i, (h, chip) in enumerate(zip(hosts, chips)):
             spm = np.array([unpack(chip.spm.peek(ctx, k), 8, cfg.cols) for k in range(cfg.spm_rows)])
@@ -184,23 +176,53 @@ def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *
                 v = ctx.get(h.reg_rdata)
                 rr.append(v - (1 << 32) if v >> 31 else v)
             out.append(RunResult(ctx.get(h.cycles), ctx.get(h.error), dms[i].mem, spm.astype(np.int8),
-                                 acc.astype(np.int32), rr, cycle, mons[i].records, _texts(progs[i])))
-        box["out"] = out
+                                 acc.astype(np.int32), rr, cycle, ctx.get(h.done), mons[i].records))
+        job["out"] = out
 
-    sim = Simulator(top)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    if vcd:
-        with sim.write_vcd(vcd):
-            sim.run()
-    else:
-        sim.run()
-    return box["out"]
+    def run(self, job: dict, vcd: str | None = None) -> list:
+        self.job = job
+        if self.used:
+            self.sim.reset()
+        self.used = True
+        if vcd:
+            with self.sim.write_vcd(vcd):
+                self.sim.run()
+        else:
+            self.sim.run()
+        return job["out"]
 
 
-def run_chip(prog: Program, dram: np.ndarray | None = None, regs: dict[int, int] | None = None,
-             *, max_cycles: int = 20000, spm_init: dict | None = None, vcd: str | None = None,
-             loopback: bool = False) -> RunResult:
+_BENCHES: dict = {}
+
+
+def bench(cfg, n: int = 1, *, ring: bool = False, mac: str = "dsp", mem: str = "flat") -> _Bench:
+    """The bench of ``Ring(cfg, n, mac, mem)`` (``ring``) or ``Chip(cfg, mac, mem)``, built once
+    per process; ``bench(...).top`` is the elaborated design."""
+    key = (cfg, n, ring, mac, mem)
+    if key not in _BENCHES:
+        _BENCHES[key] = _Bench(cfg, n, ring, mac, mem)
+    return _BENCHES[key]
+
+
+def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *, cfg=None, max_cycles: int = 20000,
+             spm_init: list | None = None, vcd: str | None = None, ring: bool = True, mac: str = "dsp",
+             mem: str = "flat") -> list[RunResult]:
+    """Run one program (a Program, or raw words with ``cfg``) per chip: ``Ring(cfg, len(progs))``
+    (``ring``), else one ``Chip``; ``mac``, ``mem``: the build options (``rtl.chip.Chip``).
+
+    Every chip is loaded, then all start in the same cycle; the run ends when every chip is done
+    (halted or stopped by an error) or after ``max_cycles``.
+    """
+    cfg = cfg or progs[0].config
+    n = len(progs)
+    job = {"words": [_words(p) for p in progs], "drams": list(drams or [None] * n), "regs": list(regs or [None] * n),
+           "spm_init": list(spm_init or [None] * n), "max_cycles": max_cycles}
+    return bench(cfg, n, ring=ring, mac=mac, mem=mem).run(job, vcd)
+
+
+def run_chip(prog, dram: np.ndarray | None = None, regs: dict[int, int] | None = None, *, cfg=None,
+             max_cycles: int = 20000, spm_init: dict | None = None, vcd: str | None = None,
+             loopback: bool = False, mac: str = "dsp", mem: str = "flat") -> RunResult:
     """One chip; ``loopback``: inside ``Ring(cfg, 1)``, whose link port 0 transmits into port 1."""
-    return run_ring([prog], [dram], [regs], max_cycles=max_cycles, spm_init=[spm_init], vcd=vcd,
-                    ring=loopback)[0]
+    return run_ring([prog], [dram], [regs], cfg=cfg, max_cycles=max_cycles, spm_init=[spm_init], vcd=vcd,
+                    ring=loopback, mac=mac, mem=mem)[0]

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from rtl.fpga.flow import FlowError, tool
 
-pytestmark = [pytest.mark.rtl, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def _have_yosys() -> bool:

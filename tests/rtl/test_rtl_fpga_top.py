@@ -15,7 +15,7 @@ from rtl.fpga import protocol as P
 from rtl.fpga.devices import DEVICES
 from rtl.fpga.fit import FitError, check, estimate
 from rtl.fpga.top import HostCore, UartRx, UartTx
-from rtl_helpers import run
+from tests.rtl.rtl_helpers import run
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ChipConfig.preset("tiny")
@@ -48,7 +48,6 @@ class _Host:
         raise AssertionError(f"{len(self.got)} of {replies} reply bytes")
 
 
-@pytest.mark.rtl
 def test_host_link_runs_gemm_tiled():
     prog = assemble_file(ROOT / "examples/gemm_tiled.s")
     rng = np.random.default_rng(5)

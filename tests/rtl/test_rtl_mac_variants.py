@@ -1,9 +1,8 @@
-"""MAC variants (rtl/mac.py): LUT products against numpy, and the whole array built with each
-variant against numpy matmul (the same cases as test_rtl_systolic.py, only the DUT swapped)."""
+"""MAC variants (rtl/mac.py): LUT products against numpy, the whole array built with each variant
+against numpy matmul (the same cases as test_rtl_systolic.py, only the DUT swapped), and which
+arrays fit the MXU's pipeline. (The whole chip with each variant: test_cases_rtl.py.)"""
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import pytest
@@ -11,12 +10,10 @@ from amaranth import Module, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-import test_rtl_systolic
 from rtl.mac import parse_mac, pe_kinds, product, split_reg
 from rtl.systolic import SystolicArray
-from rtl_helpers import run
-
-pytestmark = pytest.mark.rtl
+from tests.rtl.rtl_helpers import run
+from tests.rtl.test_rtl_systolic import check_array
 
 
 class _Mul(wiring.Component):
@@ -53,9 +50,8 @@ def test_product_matches_numpy(kind):
 @pytest.mark.parametrize("mac,rows,cols", [("lut", 4, 4), ("lut", 3, 5), ("dsp:5", 4, 4), ("dsp:0", 2, 2),
                                              ("dsp+reg", 4, 4), ("dsp:5+reg", 3, 5), ("dsp+reg", 1, 1),
                                              ("lut+reg", 8, 8), ("lut+reg2", 4, 4), ("dsp:7+reg2", 3, 5)])
-def test_array_variant_matches_numpy(monkeypatch, mac, rows, cols):
-    monkeypatch.setattr(test_rtl_systolic, "SystolicArray", functools.partial(SystolicArray, mac=mac))
-    test_rtl_systolic.test_array_matches_numpy(rows, cols)
+def test_array_variant_matches_numpy(mac, rows, cols):
+    check_array(rows, cols, mac)
 
 
 def test_pe_kinds_and_bad_options():
@@ -68,3 +64,19 @@ def test_pe_kinds_and_bad_options():
     for bad in ("dsp2", "lut:3", "dsp:x", "", 3, "dsp+", "dsp+pipe", "reg+dsp", "dsp+reg3"):
         with pytest.raises(ValueError, match="mac"):
             parse_mac(bad)
+
+
+def test_three_stages_do_not_fit():
+    """``+reg3`` is no option; and with a contract of one fewer extra stage, ``+reg2`` would not
+    fit the MXU's pipeline: the MXU says so."""
+    from amaranth.back import rtlil
+
+    from isa import ChipConfig
+    from isa.timing import mxu_pipe
+    from rtl.mxu import MxuUnit
+    with pytest.raises(ValueError):
+        split_reg("dsp+reg3")
+    cfg = ChipConfig.preset("tiny")
+    with pytest.raises(ValueError, match="does not fit the MXU pipeline"):
+        rtlil.convert(MxuUnit(cfg, mac="dsp+reg2", pipe=mxu_pipe(cfg) - 1))
+    rtlil.convert(MxuUnit(cfg, mac="dsp+reg2"))          # the contract's pipeline holds it

@@ -7,7 +7,7 @@ import pytest
 
 from isa import semantics as sem
 from rtl.systolic import SystolicArray
-from rtl_helpers import pack, run, unpack
+from tests.rtl.rtl_helpers import pack, run, unpack
 
 
 def _load(ctx, dut, w):
@@ -25,8 +25,14 @@ def _load(ctx, dut, w):
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (2, 2), (4, 4), (4, 8), (3, 5), (8, 8)])
 def test_array_matches_numpy(rows, cols):
+    check_array(rows, cols)
+
+
+def check_array(rows: int, cols: int, mac: str = "dsp") -> None:
+    """``SystolicArray(rows, cols, mac)`` against numpy: three weight tiles, each swapped in while
+    the previous streams, random input rows."""
     rng = np.random.default_rng(rows * 100 + cols)
-    dut = SystolicArray(rows, cols)
+    dut = SystolicArray(rows, cols, mac=mac)
     tiles = [rng.integers(-128, 128, (rows, cols)).astype(np.int8) for _ in range(3)]
     inputs = [rng.integers(-128, 128, (int(rng.integers(1, 7)), rows)).astype(np.int8) for _ in tiles]
 

@@ -20,7 +20,7 @@ from rtl.decode import Decoder
 from rtl.dma import dram_window
 from rtl.queue import RepeatQueue, nest_jumps, unit_reads
 from rtl.vpu import ALU_OPS, VpuAlu
-from rtl_helpers import pack, run, unpack
+from tests.rtl.rtl_helpers import pack, run, unpack
 
 TINY = ChipConfig.preset("tiny")
 

@@ -14,7 +14,6 @@ import pytest
 from isa import ChipConfig
 from rtl.verilog import generate
 
-pytestmark = pytest.mark.rtl
 ALLOWED = {"WIDTHEXPAND", "WIDTHTRUNC", "WIDTH"}
 
 

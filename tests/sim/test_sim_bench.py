@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench import sim_vs_scalesim as mod      # bench/ (no __init__.py) from the rootdir on pytest's pythonpath
 
 
-def test_bench_our_side(tmp_path, capsys, monkeypatch):
-    # imported by name (bench/ is not a package) so that its spawned children can import it too
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    mod = importlib.import_module("sim_vs_scalesim")
+def test_bench_our_side(tmp_path, capsys):
     out = tmp_path / "b.json"
     assert mod.main(["--no-scalesim", "--quick", "--json", str(out)]) == 0
     data = json.loads(out.read_text())

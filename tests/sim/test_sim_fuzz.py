@@ -6,9 +6,6 @@ program (hypothesis shows the falsifying example) so it can be replayed.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,9 +13,7 @@ from hypothesis import strategies as st
 from isa import ChipConfig
 from isa.encoding import Instruction
 from sim import Chip, SimError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "isa"))
-from isa_strategies import instructions  # noqa: E402
+from tests.isa.isa_strategies import instructions
 
 TINY = ChipConfig.preset("tiny")
 

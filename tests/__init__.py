@@ -1,0 +1,1 @@
+"""The test suite, one folder per package (``tests/conftest.py`` marks each test by its folder)."""

@@ -1,0 +1,26 @@
+"""Markers by folder: every test carries the name of its folder under ``tests/`` as a marker
+(``isa``, ``sim``, ``rtl``, ``cosim``, ``compiler``, ``runtime``, ``gpu``, ``bench``; registered in
+pyproject.toml), so the lanes select by what a test needs without a ``pytestmark`` line per file:
+``-m "not rtl and not cosim"`` is every test without an RTL simulation (``make test-fast``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)          # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    known = {line.split(":")[0].strip() for line in config.getini("markers")}
+    for item in items:
+        parts = Path(item.path).resolve().relative_to(TESTS).parts
+        if len(parts) < 2:
+            continue
+        folder = parts[0]
+        if folder not in known:
+            raise pytest.UsageError(f"{item.nodeid}: tests/{folder} has no marker; register `{folder}` in "
+                                    "[tool.pytest.ini_options] markers of pyproject.toml")
+        item.add_marker(folder)

@@ -1,0 +1,1 @@
+"""The chip's Verilog under cocotb against the simulator (marked ``cosim``)."""

@@ -1,0 +1,1 @@
+"""Tests of ``rtl``: units and the whole chip under Amaranth's simulator (marked ``rtl``)."""
