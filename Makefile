@@ -1,12 +1,12 @@
 # tetrachip: two commands from a fresh clone.
 #   make demo   the main end-to-end job on the embedded default config
-#   make test   the whole test suite
+#   make test   the whole test suite (what CI runs); lanes: make test-fast | test-rtl | test-cosim
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv clean docs
+.PHONY: demo test test-fast test-rtl test-cosim venv clean docs
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tetrachip needs Python >= 3.11 (found %s)" % sys.version.split()[0])'
@@ -20,8 +20,24 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m runtime.demo
 
+# pytest-xdist spreads the tests over the cores; the Verilog runs of the case library stay together
+# (one simulator process on one worker: --dist loadgroup); `make test XDIST=` runs in one process.
+XDIST ?= -n auto --dist loadgroup
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
+
+# no RTL simulation: every test not marked rtl or cosim (tests/conftest.py marks them by folder)
+test-fast: $(STAMP)
+	$(PY) -m pytest -q $(XDIST) -m "not rtl and not cosim"
+
+# the Amaranth units and the whole chip under Amaranth's simulator (tests/rtl)
+test-rtl: $(STAMP)
+	$(PY) -m pytest -q $(XDIST) -m rtl
+
+# the chip's Verilog under cocotb against the simulator (tests/cosim)
+test-cosim: $(STAMP)
+	$(PY) -m pytest -q $(XDIST) -m cosim
 
 docs: $(STAMP)
 	$(PY) -m isa.docgen
