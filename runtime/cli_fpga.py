@@ -67,14 +67,19 @@ def fpga_cmd() -> None:
 
 @fpga_cmd.command("build")
 @click.option("--config", "config", default="small", show_default=True, help=CONFIG_HELP)
-@click.option("--board", required=True, type=click.Choice(sorted(__import__("rtl.fpga.devices", fromlist=["BOARDS"]).BOARDS)))
-@click.option("--freq", "freq", type=float, default=None, help="clock in MHz (default: the board's oscillator; else a PLL)")
+@click.option("--board", required=True,
+              type=click.Choice(sorted(__import__("rtl.fpga.devices", fromlist=["BOARDS"]).BOARDS)))
+@click.option("--freq", "freq", type=float, default=None,
+              help="clock in MHz (default: the board's oscillator; else a PLL)")
 @click.option("--mac", default="auto", show_default=True, help=MAC_HELP)
-@click.option("--dram-kib", default=16, show_default=True, type=click.IntRange(min=1), help="DRAM in block RAM (power of two)")
+@click.option("--dram-kib", default=16, show_default=True, type=click.IntRange(min=1),
+              help="DRAM in block RAM (power of two)")
 @click.option("--baud", default=115200, show_default=True, type=click.IntRange(min=1200))
-@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("build/fpga"), show_default=True)
+@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("build/fpga"),
+              show_default=True)
 @click.option("--no-fit-check", is_flag=True, help="build even when the estimate exceeds the device")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="write the report here too")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="write the report here too")
 @click.option("--seed", default=1, show_default=True, type=click.IntRange(min=1),
               help="nextpnr's placement seed (a full device may route with one seed and not another; docs/fpga.md)")
 @_mem_options
@@ -100,7 +105,8 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
 @click.option("--mac", default="auto", show_default=True, help=MAC_HELP)
 @click.option("--dram-kib", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option("--no-pnr", is_flag=True, help="Yosys only (resources, no Fmax)")
-@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("build/fpga-synth"), show_default=True)
+@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("build/fpga-synth"), show_default=True)
 @click.option("--no-fit-check", is_flag=True, help="run even when the estimate exceeds the device")
 @click.option("--timeout", type=float, default=None, help="seconds per tool")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)

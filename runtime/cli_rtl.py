@@ -32,7 +32,8 @@ def verilog_cmd(config: str, chips: int, output: Path, name: str | None) -> None
     except OSError as e:
         raise TetrachipError(f"{output}: cannot write: {e.strerror}") from None
     click.echo(f"{output}: {'ring of %d chips' % chips if chips > 1 else 'chip'} for config {cfg.name}, "
-               f"{len(text.splitlines())} lines, {time.monotonic() - t:.1f} s ({_cpu() - c:.1f} CPU-s with Yosys)", err=True)
+               f"{len(text.splitlines())} lines, {time.monotonic() - t:.1f} s ({_cpu() - c:.1f} CPU-s with Yosys)",
+               err=True)
 
 
 def _cpu() -> float:

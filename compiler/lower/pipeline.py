@@ -297,8 +297,8 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, K
     order = np.argsort(out_p, kind="stable")
     seqs = [out_p[order]] + [s.tensors[t].phys_offsets(idx).reshape(-1)[order] for t, idx in k.srcs]
     n = len(order)
-    L = next(l for l in range(min(cfg.cols, n), 0, -1)
-             if n % l == 0 and all(np.all(np.diff(a.reshape(-1, l), axis=1) == 1) for a in seqs))
+    L = next(w for w in range(min(cfg.cols, n), 0, -1)
+             if n % w == 0 and all(np.all(np.diff(a.reshape(-1, w), axis=1) == 1) for a in seqs))
     rows = n // L
     out_rows = tensor_addr[k.out] + seqs[0].reshape(-1, L)[:, 0]
     in_rows = [tensor_addr[t] + a.reshape(-1, L)[:, 0] for (t, _), a in zip(k.srcs, seqs[1:])]

@@ -24,7 +24,8 @@ import numpy as np
 from isa import semantics as sem
 from isa.table import Round
 
-from compiler.lower.schedule import ChipCompileError, EwKernel, Schedule, gather_base, kernel_inputs, mn_to_base, run_float
+from compiler.lower.schedule import (ChipCompileError, EwKernel, Schedule, gather_base, kernel_inputs, mn_to_base,
+                                     run_float)
 
 ROUND = Round.HALF_UP
 #: Largest requantization scale (the VPU reads the low 16 bits, signed).

@@ -88,7 +88,8 @@ def weights_of(block) -> BlockWeights:
         lins = (block.q_proj, block.k_proj, block.v_proj)
         return BlockWeights(
             d=a(block.q_proj.weight).shape[1], heads=block.num_heads, ff=0, ln1=None, ln2=None,
-            wqkv=np.concatenate([a(l.weight).T for l in lins], 1), bqkv=np.concatenate([a(l.bias) for l in lins]),
+            wqkv=np.concatenate([a(lin.weight).T for lin in lins], 1),
+            bqkv=np.concatenate([a(lin.bias) for lin in lins]),
             wo=a(block.out_proj.weight).T, bo=a(block.out_proj.bias), w1=None, b1=None, w2=None, b2=None,
             kind="mha")
     if isinstance(block, TransformerBlock):
@@ -109,8 +110,8 @@ def weights_of(block) -> BlockWeights:
     return BlockWeights(
         d=a(at.q_proj.weight).shape[1], heads=at.num_heads, ff=a(fc1.weight).shape[0],
         ln1=(a(ln1.weight), a(ln1.bias), ln1.eps), ln2=(a(ln2.weight), a(ln2.bias), ln2.eps),
-        wqkv=np.concatenate([a(l.weight).T for l in (at.q_proj, at.k_proj, at.v_proj)], 1),
-        bqkv=np.concatenate([a(l.bias) for l in (at.q_proj, at.k_proj, at.v_proj)]),
+        wqkv=np.concatenate([a(lin.weight).T for lin in (at.q_proj, at.k_proj, at.v_proj)], 1),
+        bqkv=np.concatenate([a(lin.bias) for lin in (at.q_proj, at.k_proj, at.v_proj)]),
         wo=a(at.out_proj.weight).T, bo=a(at.out_proj.bias),
         w1=a(fc1.weight).T, b1=a(fc1.bias), w2=a(fc2.weight).T, b2=a(fc2.bias), **flags)
 
