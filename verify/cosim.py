@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isa import ChipConfig
+from isa import PRESETS, ChipConfig
 from isa.table import WORD_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +150,10 @@ class Cosim:
             raise CosimUnavailable(why)
         bug = os.environ.get("TETRACHIP_RTL_BUG", "")
         self.mem = mem or _mem()
-        tag = f"{self.cfg.name}_{'ring' if self.ring else 'chip'}{chips}_{self.simulator}" + (f"_bug_{bug}" if bug else "")
+        # a config that differs from the preset of its name (``--fpga-mem`` depths) gets its own
+        # model: two configs of one name would otherwise rebuild each other's
+        name = self.cfg.name if PRESETS.get(self.cfg.name) == self.cfg else f"{self.cfg.name}-{self.cfg.digest().hex()}"
+        tag = f"{name}_{'ring' if self.ring else 'chip'}{chips}_{self.simulator}" + (f"_bug_{bug}" if bug else "")
         if self.mem != "flat":
             tag += f"_{self.mem}"
         if self.simulator == "verilator" and _opt() != "1":
