@@ -33,6 +33,9 @@ MAGIC = b"TCHP"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<4sHH16s8sIIII")
 HEADER_BYTES = _HEADER.size
+#: byte alignment of the tensors a program places in DRAM (compiled models, the reference GEMM):
+#: one DMA beat or more, so a tensor never shares a beat with the one before it
+DRAM_ALIGN = 64
 
 
 @dataclass

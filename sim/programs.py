@@ -51,7 +51,7 @@ from isa.builder import ProgramBuilder, acc, dram, spm
 from isa.config import ChipConfig
 from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
-from isa.program import Program
+from isa.program import DRAM_ALIGN, Program
 from isa.regs import L0, L1, RefGemm as G
 from isa.table import SPACE_BYTES, Space
 
@@ -94,8 +94,6 @@ class Gemm:
                 "C": {"addr": self.c_addr, "shape": [self.M, self.N], "dtype": "int32"}}
 
 
-#: DRAM alignment of the matrices placed after A
-_ALIGN = 64
 #: bytes of an element of C: an ACC lane
 _CB = SPACE_BYTES[Space.ACC]
 
@@ -107,8 +105,8 @@ def gemm(M: int, K: int, N: int, config: str | Path | ChipConfig = "base", *, a_
     if min(M, K, N) < 1:
         raise GemmError(f"GEMM dimensions must be >= 1, got {M}x{K}x{N}")
     R, Cc = cfg.rows, cfg.cols
-    b_addr = align_up(a_addr + M * K, _ALIGN) if b_addr is None else b_addr
-    c_addr = align_up(b_addr + K * N, _ALIGN) if c_addr is None else c_addr
+    b_addr = align_up(a_addr + M * K, DRAM_ALIGN) if b_addr is None else b_addr
+    c_addr = align_up(b_addr + K * N, DRAM_ALIGN) if c_addr is None else c_addr
     if c_addr + _CB * M * N > cfg.dram_bytes:
         raise GemmError(f"GEMM {M}x{K}x{N} needs {c_addr + _CB * M * N} bytes of DRAM; config {cfg.name!r} "
                         f"has {cfg.dram_bytes}")

@@ -16,6 +16,7 @@ import numpy as np
 
 from isa.builder import Label, ProgramBuilder, acc, dram, spm
 from isa.ints import align_up, cdiv
+from isa.program import DRAM_ALIGN
 from isa.regs import L0, Reg
 from isa.regs import ControlGlue as G
 from isa.table import SPACE_BYTES, Space
@@ -23,7 +24,7 @@ from isa.table import SPACE_BYTES, Space
 from compiler.ir import engine
 from compiler.ir.graph import CONTROL, toposort
 from compiler.lower.control_pred import Pred, control_error
-from compiler.lower.pipeline import DRAM_ALIGN, lower_schedule
+from compiler.lower.pipeline import lower_schedule
 from compiler.lower.quantize import ew_int, kernel_int, quantize, quantize_ew, quantize_gemm
 from compiler.lower.schedule import EwKernel, TensorInfo, gather_base, kernel_inputs, lift
 

@@ -56,6 +56,7 @@ import numpy as np
 from isa.builder import ProgramBuilder, RegisterClash
 from isa.config import ChipConfig
 from isa.ints import align_up
+from isa.program import DRAM_ALIGN
 from isa.regs import BRANCH_TRIPS, DYN_REG, TRIP_REG
 from isa.regs import ControlGlue as G
 
@@ -67,7 +68,6 @@ from compiler.lower.control_glue import (Body, BufferLayout, compile_body, copy_
 from compiler.lower.control_pred import (Pred, control_error, float_eval, input_ids, match_pred, structural_keys,
                                          threshold)
 from compiler.lower.dynamic import host_feeds
-from compiler.lower.pipeline import DRAM_ALIGN
 from compiler.lower.quantize import dequantize_outputs, quantize_array
 from compiler.lower.schedule import ChipCompileError, TensorInfo, default_perm
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from isa.config import ChipConfig
 from isa.ints import align_up, cdiv
-from isa.program import Program
+from isa.program import DRAM_ALIGN, Program
 
 from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
@@ -31,7 +31,6 @@ from compiler.lower.quantize import QSchedule, dequantize_outputs, input_ints, r
 from compiler.lower.schedule import ChipCompileError, EwKernel, Schedule, base_to_mn, kernel_inputs, run_float
 from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, period, tile_weights
 
-DRAM_ALIGN = 64
 
 
 @dataclass
@@ -330,4 +329,4 @@ def reference_tensors(cm: CompiledModel, feeds: dict) -> dict:
     return run_int(cm.qsched, feeds)[1]
 
 
-__all__ = ["CompiledModel", "KernelInfo", "DRAM_ALIGN", "lower_schedule", "reference_tensors"]
+__all__ = ["CompiledModel", "KernelInfo", "lower_schedule", "reference_tensors"]

@@ -23,6 +23,7 @@ import numpy as np
 from isa.builder import Label, ProgramBuilder, acc, dram, spm
 from isa.config import ChipConfig
 from isa.ints import align_up
+from isa.program import DRAM_ALIGN
 from isa.regs import DYN_REG, L1, L3, NQ_REG, ZERO, LoopReg
 from isa.regs import TransformerBlock as TB
 from isa.table import SPACE_BYTES, Space
@@ -56,7 +57,7 @@ class _Consts:
         b = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         a = self.top
         self.parts.append((a, b.copy()))
-        self.top = align_up(a + b.size, 64)
+        self.top = align_up(a + b.size, DRAM_ALIGN)
         return a
 
 
@@ -515,7 +516,7 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     n = H * TM
     lay = Layout(x=0, out=TM * d, kt=2 * TM * d, v=3 * TM * d, s=4 * TM * d,
                  p=4 * TM * d + n * C * EB, const_base=0)
-    base = align_up(lay.p + n * C, 64)
+    base = align_up(lay.p + n * C, DRAM_ALIGN)
     k = _Consts(base)
     lay.const_base = base
 
