@@ -14,7 +14,7 @@ from isa import ChipConfig, Instruction, encode
 from isa import semantics as sem
 from isa.encoding import decode
 from isa.errors import DecodeError
-from isa.table import BY_MNEMONIC, INSTRUCTIONS, VPU_BINARY, VPU_UNARY, WORD_BITS, Round, Space, derived_widths, layout
+from isa.table import BY_MNEMONIC, INSTRUCTIONS, VPU_BINARY, VPU_UNARY, WORD_BITS, Space, derived_widths, layout
 from isa.timing import QUEUE_DEPTH
 from rtl.decode import Decoder
 from rtl.dma import dram_window
@@ -106,7 +106,6 @@ def test_repeat_queue_matches_expand_nest(pruned):
         bases = [int(rng.integers(-1000, 1000)) for _ in range(3)]
         sync = int(rng.integers(0, 2))
         entries.append((depth, counts, strides, bases, sync))
-    mm = BY_MNEMONIC["mxu.mm"]
 
     async def bench(ctx):
         got = [[] for _ in entries]
@@ -148,7 +147,7 @@ def test_repeat_queue_matches_expand_nest(pruned):
         return got
 
     got = run(dut, bench)
-    for (depth, counts, strides, bases, sync), g in zip(entries, got):
+    for (_, counts, strides, bases, sync), g in zip(entries, got):
         want = sem.expand_nest(counts, strides, bases)
         assert [x[0] for x in g] == [row[:kept] + [0] * (3 - kept) for row in want.tolist()]
         T = len(want)
