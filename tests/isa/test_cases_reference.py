@@ -4,9 +4,12 @@ memories and registers; and every instruction of the table has a case."""
 
 from __future__ import annotations
 
+import pytest
+
 from isa.table import INSTRUCTIONS
 from tests.levels import CaseTests
 from verify.cases import core, library
+from verify import reference
 
 
 class TestReference(CaseTests):
@@ -24,8 +27,5 @@ def test_every_instruction_has_a_case():
 
 
 def test_the_reference_refuses_links():
-    import pytest
-
-    from verify.reference import NotModelled, run
-    with pytest.raises(NotModelled, match="link.send needs a link"):
-        run("tiny", library.by_name("ring2-pass-around").setup.progs[0])
+    with pytest.raises(reference.NotModelled, match="link.send needs a link"):
+        reference.run("tiny", library.by_name("ring2-pass-around").setup.progs[0])
