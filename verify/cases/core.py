@@ -100,7 +100,6 @@ class Case:
     max_cycles: int = 4000
     topology: str = "chip"
     levels: tuple = ()
-    doc: str = ""
 
     def __post_init__(self):
         if self.topology not in ("chip", "loopback", "ring"):
