@@ -1,5 +1,5 @@
 """Markers by folder: every test carries the name of its folder under ``tests/`` as a marker
-(``isa``, ``sim``, ``rtl``, ``cosim``, ``compiler``, ``runtime``, ``gpu``, ``bench``; registered in
+(``isa``, ``sim``, ``rtl``, ``cosim``, ``verify``, ``compiler``, ``runtime``, ``gpu``, ``bench``; registered in
 pyproject.toml), so the lanes select by what a test needs without a ``pytestmark`` line per file:
 ``-m "not rtl and not cosim"`` is every test without an RTL simulation (``make test-fast``)."""
 

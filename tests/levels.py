@@ -2,10 +2,10 @@
 test per case, ``test_case[<case>-<level>]``, the same checks at every level; a subclass swaps only
 the device under test. The subclasses, one file per level's folder (so the folder's marker applies):
 
-* ``tests/isa/test_cases_reference.py``  ``reference``: the program in order on ``isa.semantics``
-* ``tests/sim/test_cases_sim.py``        ``sim``: the cycle-level simulator
-* ``tests/rtl/test_cases_rtl.py``        ``rtl``, ``rtl-lvt``, ``rtl-mac-*``: the Amaranth chip
-* ``tests/cosim/test_cases_verilog.py``  ``verilog``: the chip's Verilog under cocotb
+* ``tests/verify/test_cases_reference.py``  ``reference``: the program in order on ``isa.semantics``
+* ``tests/sim/test_cases_sim.py``           ``sim``: the cycle-level simulator
+* ``tests/rtl/test_cases_rtl.py``           ``rtl``, ``rtl-lvt``, ``rtl-mac-*``: the Amaranth chip
+* ``tests/cosim/test_cases_verilog.py``     ``verilog``: the chip's Verilog under cocotb
 """
 
 from __future__ import annotations
