@@ -234,8 +234,9 @@ class Cosim:
             tmp = Path(tmp)
             (tmp / "jobs.pkl").write_bytes(pickle.dumps(spec))
             runner = get_runner(self.simulator)
+            paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             env = {"TETRACHIP_COSIM_JOBS": str(tmp / "jobs.pkl"), "TETRACHIP_COSIM_RESULTS": str(tmp / "results.pkl"),
-                   "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+                   "PYTHONPATH": os.pathsep.join(paths)}
             kw = {"timescale": ("1ns", "1ps")} if self.simulator == "icarus" else {}
             xml = runner.test(test_module="verify.cosim_bench", hdl_toplevel=self.hdl_top, hdl_toplevel_lang="verilog",
                               build_dir=self.dir / "model",
@@ -336,7 +337,7 @@ def wrapper(verilog: str, top: str, cfg: ChipConfig, chips: int, ring: bool, log
           "    if (bench_flush) $fflush(fd);",
           "  end"]
     parts = memory_parts(verilog, top, ring)
-    for i, s in enumerate(sfx):
+    for i in range(len(sfx)):
         scope = "u" if not ring else f"u.chip{i}"
         L += ["  always @(posedge clk)", "    if (bench_dump) begin " + " ".join(_dumps(parts, scope, i)) + " end"]
     W = 8 * beat
@@ -360,9 +361,11 @@ def wrapper(verilog: str, top: str, cfg: ChipConfig, chips: int, ring: bool, log
               f"    rq{i}[0] <= rnow{i};"]
         L += [f"    rq{i}[{k}] <= rq{i}[{k - 1}];" for k in range(1, lat)]
         L.append(f"    if ({d}wr_valid && !rst) begin")
-        L += [f"      if ({d}wr_strb[{j}] && wa{i} + {j} < {n}) dram{i}[wa{i}[{aw - 1}:0] + {j}] <= {d}wr_data[{8 * j + 7}:{8 * j}];"
+        L += [f"      if ({d}wr_strb[{j}] && wa{i} + {j} < {n}) "
+              f"dram{i}[wa{i}[{aw - 1}:0] + {j}] <= {d}wr_data[{8 * j + 7}:{8 * j}];"
               for j in range(beat)]
-        L.append(f'      if (running) $fwrite(fd, "W {i} %0d %h %h %h\\n", bench_cycle, {d}wr_addr, {d}wr_data, {d}wr_strb);')
+        L.append(f'      if (running) $fwrite(fd, "W {i} %0d %h %h %h\\n", '
+                 f'bench_cycle, {d}wr_addr, {d}wr_data, {d}wr_strb);')
         L.append("    end")
         t = f"trace{s}__"
         L.append(f"    if (running && !rst && ({t}start != 0 || {t}retire != 0))")
@@ -461,7 +464,8 @@ def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False) -> str 
             for name, a, b in (("SPM", r["spm"], ch.spm), ("ACC", r["acc"], ch.acc)):
                 if not np.array_equal(a, b):
                     row = int(np.flatnonzero((a != b).any(axis=1))[0])
-                    problems.append(f"{tag}{name} differs first at row {row}: rtl {a[row].tolist()} sim {b[row].tolist()}")
+                    problems.append(f"{tag}{name} differs first at row {row}: "
+                                    f"rtl {a[row].tolist()} sim {b[row].tolist()}")
     strace = rtrace = None
     if not stopped:
         strace, rtrace = line_traces(chips, result)

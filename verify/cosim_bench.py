@@ -218,7 +218,7 @@ class Bench:
         pre = [p.last for p in ports] if self.clean else await self.dump()
         # DRAM images: only the bytes that differ from what the HDL DRAMs hold
         load = False
-        for i, p in enumerate(ports):
+        for i in range(len(ports)):
             new = np.asarray(job["drams"][i], dtype=np.uint8)
             if _hexfile(f"dram{i}.hex", self.images[i], new):
                 load = True
