@@ -13,10 +13,14 @@ import zlib
 
 import numpy as np
 
+from isa.config import ChipConfig
+from isa.table import SPACE_BYTES, Space
+
 from .core import Case, Data, Expect, Setup, one
 
-L = 4          # lanes (cols) of tiny
-R = 4          # array rows of tiny
+TINY = ChipConfig.preset("tiny")
+L = TINY.cols  # lanes of tiny
+R = TINY.rows  # array rows of tiny
 
 
 def w32(v: int) -> int:
@@ -164,7 +168,7 @@ def _dma_store(space: str) -> Case:
     """Lanes 0..2 of 3 rows stored with a row stride of 40 bytes and an element stride of 2 elements,
     then loaded back the same way (lane 3 of each row comes back 0)."""
     def build(cfg):
-        eb = 4 if space == "acc" else 1
+        eb = SPACE_BYTES[Space.ACC if space == "acc" else Space.SPM]
         dt = np.int32 if eb == 4 else np.int8
         lo, hi = (-(1 << 31), (1 << 31) - 1) if eb == 4 else (-128, 127)
         data = _rng(f"dma.st-{space}").integers(lo, hi, (3, L)).astype(dt)
