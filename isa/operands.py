@@ -282,20 +282,23 @@ def _int(v: object) -> int:
     return index(v)
 
 
-def _reg(v: object, cfg: ChipConfig) -> int:
-    if not isinstance(v, Reg):
-        raise _wrong("a scalar register (isa.regs.Reg)", v)
-    if v.n >= cfg.scalar_regs:
-        raise OperandError(f"register r{v.n} does not exist (r0..r{cfg.scalar_regs - 1})")
+def _register(v: object, kind: type[Reg] | type[LoopReg], count: int) -> int:
+    """The number of register ``v`` of ``kind``, one of the ``count`` the config has."""
+    scalar = kind is Reg
+    if not isinstance(v, kind):
+        raise _wrong(f"a {'scalar' if scalar else 'loop'} register (isa.regs.{kind.__name__})", v)
+    if v.n >= count:
+        name, p = ("register", "r") if scalar else ("loop register", "l")
+        raise OperandError(f"{name} {p}{v.n} does not exist ({p}0..{p}{count - 1})")
     return v.n
+
+
+def _reg(v: object, cfg: ChipConfig) -> int:
+    return _register(v, Reg, cfg.scalar_regs)
 
 
 def _loop_reg(v: object, cfg: ChipConfig) -> int:
-    if not isinstance(v, LoopReg):
-        raise _wrong("a loop register (isa.regs.LoopReg)", v)
-    if v.n >= cfg.loop_regs:
-        raise OperandError(f"loop register l{v.n} does not exist (l0..l{cfg.loop_regs - 1})")
-    return v.n
+    return _register(v, LoopReg, cfg.loop_regs)
 
 
 def _index(reg: Reg | None, cfg: ChipConfig) -> int:
