@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from . import operands as ops
-from .disasm import disassemble, format_instruction, resolve_default
+from .disasm import disassemble
 from .encoding import Instruction, decode_all
 from .errors import AsmError, EncodeError, TetrachipError
 from .operands import Mem, OperandError
@@ -446,5 +446,5 @@ def disassemble_words(data: bytes, cfg: ChipConfig) -> str:
     return disassemble(Program(cfg, decode_all(data, cfg)))
 
 
-__all__ = ["assemble", "assemble_file", "disassemble", "format_instruction", "resolve_default", "AsmError",
+__all__ = ["assemble", "assemble_file", "disassemble", "AsmError",
            "TetrachipError", "Round", "predefined"]

@@ -7,7 +7,8 @@ from amaranth import Module, ResetInserter, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from isa.table import WORD_BITS, Unit, clog2
+from isa.ints import clog2
+from isa.table import WORD_BITS, Unit
 
 from .dma import DmaLoad, DmaStore, DramSignature
 from .issue import IssueStage

@@ -16,7 +16,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
-from isa.table import BY_MNEMONIC, SPACE_BYTES, Space, Unit, clog2, derived_widths
+from isa.ints import clog2
+from isa.table import BY_MNEMONIC, SPACE_BYTES, Space, Unit, derived_widths
 
 from .queue import WINDOW_BITS, event_width
 from .unit import ACC_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, UnitBase, in_range

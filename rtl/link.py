@@ -16,7 +16,8 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.errors import ErrorCode
-from isa.table import SPACE_BYTES, Space, Unit, clog2
+from isa.ints import clog2
+from isa.table import SPACE_BYTES, Space, Unit
 from isa.timing import flits_per_row
 
 from .queue import event_width

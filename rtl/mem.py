@@ -41,7 +41,7 @@ from __future__ import annotations
 from amaranth import Cat, Elaboratable, Module, Mux, Signal, unsigned
 from amaranth.lib import memory
 
-from isa.table import clog2
+from isa.ints import clog2
 
 __all__ = ["RowMemory", "IMPLS", "LUTRAM_DEPTH"]
 

@@ -20,7 +20,8 @@ from amaranth.lib import data
 from amaranth.lib.wiring import Out
 
 from isa.errors import ErrorCode
-from isa.table import BY_MNEMONIC, Unit, clog2
+from isa.ints import clog2
+from isa.table import BY_MNEMONIC, Unit
 from isa.timing import mxu_pipe, mxu_swap_delay
 
 from .queue import event_width

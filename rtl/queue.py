@@ -25,7 +25,8 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.semantics import wrap32_int
-from isa.table import INSTRUCTIONS, MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, Sync, Unit, clog2
+from isa.ints import clog2
+from isa.table import INSTRUCTIONS, MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, Sync, Unit
 from isa.table import layout as isa_layout
 from isa.timing import QUEUE_DEPTH
 

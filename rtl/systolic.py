@@ -22,7 +22,7 @@ from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from isa.table import clog2
+from isa.ints import clog2
 
 from .mac import pe_kinds, product, split_reg
 

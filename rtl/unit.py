@@ -15,7 +15,8 @@ from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from isa.table import SPACE_BITS, Space, Unit, clog2
+from isa.ints import clog2
+from isa.table import SPACE_BITS, Space, Unit
 
 from .queue import INDEX_BITS, UNITS, EntrySignature, RepeatQueue, unit_reads
 

@@ -29,7 +29,8 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from isa.table import WORD_BITS, clog2
+from isa.ints import clog2
+from isa.table import WORD_BITS
 
 from ..chip import Chip
 

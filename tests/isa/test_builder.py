@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from isa import PRESETS, assemble
-from isa.asm import format_instruction, resolve_default
+from isa.disasm import format_instruction, resolve_default
 from isa.builder import BuildError, Label, OperandError, ProgramBuilder, RegisterClash, acc, dram, registers, spm
 from isa.encoding import Instruction
 from isa.errors import EncodeError

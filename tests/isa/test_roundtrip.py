@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from isa import PRESETS, Program, assemble, decode, encode
-from isa.asm import format_instruction
+from isa.disasm import format_instruction
 from isa.encoding import to_bytes
 from isa.table import INSTRUCTIONS, WORD_BITS
 
