@@ -21,6 +21,7 @@ import numpy as np
 
 from isa.config import ChipConfig
 from isa.errors import TetrachipError
+from isa.regs import GemmKernel
 
 from compiler.ir import engine
 from compiler.ir.graph import CONTROL, toposort
@@ -28,7 +29,6 @@ from compiler.lower import control_lower, transformer
 from compiler.lower import dynamic as dyn
 from compiler.lower import search as srch
 from compiler.lower.compiled import Compiled
-from compiler.lower.emit import SCALAR_REGS_NEEDED
 from compiler.lower.pipeline import lower_schedule
 from compiler.lower.quantize import quantize
 from compiler.lower.schedule import ChipCompileError, lift
@@ -69,8 +69,9 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
         raise
     except (TypeError, ValueError) as e:
         raise ChipCompileError(f"invalid config {config!r}: {e}") from None
-    if cfg.scalar_regs < SCALAR_REGS_NEEDED or cfg.loop_regs < 3:
-        raise ChipCompileError(f"config {cfg.name!r}: compiled kernels need {SCALAR_REGS_NEEDED} scalar and 3 "
+    if cfg.scalar_regs < GemmKernel.NEEDED or cfg.loop_regs < GemmKernel.LOOPS_NEEDED:
+        raise ChipCompileError(f"config {cfg.name!r}: compiled kernels need {GemmKernel.NEEDED} scalar and "
+                               f"{GemmKernel.LOOPS_NEEDED} "
                                f"loop registers, it has {cfg.scalar_regs} and {cfg.loop_regs}")
     times = {}
     outputs, names, single, example = trace(model_or_fn, example_inputs)

@@ -38,8 +38,6 @@ from isa.table import SPACE_BYTES, Space
 
 from compiler.lower.tiling import Group, KTile, Tiling, groups
 
-#: scalar registers a config needs for compiled kernels (isa.regs.GemmKernel)
-SCALAR_REGS_NEEDED = GK.NEEDED
 _GK_REGS = (GK.WSLOT, GK.WCOL, GK.ACC, GK.OBUF, GK.OCOL, GK.BIAS, GK.SCALE, GK.NT, GK.TMP, GK.AOFF, GK.OOFF,
             GK.ABUF, GK.MT)
 #: rows of zeros a border store reads at once (the SPM zero block the planner reserves)
