@@ -120,8 +120,6 @@ class GemmKernel:
     MT = Reg(13)        #: M-tile loop counter
     #: scalar registers a config needs for compiled kernels (r0..r13)
     NEEDED = 14
-    #: loop registers the kernels repeat over (l0..l2)
-    LOOPS_NEEDED = 3
 
 
 class Elementwise:

@@ -69,10 +69,9 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
         raise
     except (TypeError, ValueError) as e:
         raise ChipCompileError(f"invalid config {config!r}: {e}") from None
-    if cfg.scalar_regs < GemmKernel.NEEDED or cfg.loop_regs < GemmKernel.LOOPS_NEEDED:
-        raise ChipCompileError(f"config {cfg.name!r}: compiled kernels need {GemmKernel.NEEDED} scalar and "
-                               f"{GemmKernel.LOOPS_NEEDED} "
-                               f"loop registers, it has {cfg.scalar_regs} and {cfg.loop_regs}")
+    if cfg.scalar_regs < GemmKernel.NEEDED:     # their loop registers l0..l2: every config has MIN_LOOP_REGS
+        raise ChipCompileError(f"config {cfg.name!r}: compiled kernels need {GemmKernel.NEEDED} scalar registers, "
+                               f"it has {cfg.scalar_regs}")
     times = {}
     outputs, names, single, example = trace(model_or_fn, example_inputs)
     if dynamic:
