@@ -182,7 +182,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         src, out = s.tensors[k.src], s.tensors[k.out]
         P = src.phys_offsets(k.gather)                         # int8 elements = bytes
         order, kts, rows = k_tiles(P, R, what)
-        a_rows = tensor_addr[k.src] + P[:, 0]
+        a_rows = tensor_addr[k.src] + rows          # row offsets relative to P[0, 0]; the K tiles hold P[0, k]
         eb = q.elem_bytes(k.out)
         offs = base_to_mn(out.phys_offsets(out.identity()), out, k)
         if k.N > 1 and not np.all(np.diff(offs, axis=1) == 1):
