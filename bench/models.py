@@ -8,16 +8,20 @@ empty cache directory (the search runs), and ``search=True`` again (cache hits);
 cycles of the default and the searched binary, both bit-exact checks, the two search compile
 times and their ratio.
 
-Models: GEMMs (int8 x int8, int32 out), the digits MLP and CNN (trained on the reference backend;
-``--quick`` uses untrained weights, same shapes and cycles), and ResNet-style 3x3 conv layers with
-64 and 128 channels (two conv layers each, the first with bias + ReLU, so both the requantizing and
-the int32 epilogue are measured). Every case is compiled with ``tc.compile`` for each config, run
-once on the simulator and checked bit for bit against the quantized numpy reference.
+Models: GEMMs (int8 x int8, int32 out), the digits MLP, CNN and BatchNorm/pooling CNN (trained on the
+reference backend; ``--quick`` uses untrained weights, same shapes and cycles), ResNet-style 3x3 conv
+layers with 64 and 128 channels (two conv layers each, the first with bias + ReLU, so both the
+requantizing and the int32 epilogue are measured), and the real architectures of examples/zoo.py:
+ResNet-18 (ImageNet layout) at 32x32 and 224x224, MobileNetV2 at 224x224, and a decoder-only
+transformer written with plain functions (causal, dynamic T). Every case is compiled with
+``tc.compile`` for each config, run once on the simulator and checked bit for bit against the
+quantized numpy reference.
 
 Columns: cycles; MXU utilization (``Stats.mxu_utilization``: MACs issued / (rows*cols*cycles));
 ideal = useful MACs / (rows*cols*cycles); DRAM bytes read/written; the DRAM plan's footprint vs its
 live-bytes bound (and the footprint of every ordering the planner tried, in the JSON); compile
-and simulation wall time. A case that does not fit a config reports the compiler's error.
+and simulation wall time; err % = largest |chip - float model| relative to the float output's largest
+magnitude (the quantization error). A case that does not fit a config reports the compiler's error.
 """
 from __future__ import annotations
 
@@ -81,13 +85,24 @@ def _digits(kind, quick):
     if quick:
         tc.manual_seed(0)
         data = digits.load()
-        model = digits.mlp() if kind == "mlp" else digits.CNN()
+        model = digits.mlp() if kind == "mlp" else (digits.BNCNN() if kind == "bncnn" else digits.CNN())
         shape, acc = ((-1, 64) if kind == "mlp" else (-1, 1, 8, 8)), None
     else:
         model, data, shape, acc = digits.trained(kind)
     Xtr, Xte, _, yte = data
     x = Xte.reshape(shape)
     return model, x, [[Xtr[:len(Xte)].reshape(shape)]], (yte, acc)
+
+
+def _zoo(kind, size):
+    """A model of examples/zoo.py (random weights, BatchNorm statistics random) on a random image."""
+    import zoo
+    if kind == "gpt":
+        layers, d, heads, T = size
+        x = np.random.default_rng(T).standard_normal((1, T, d)).astype(np.float32)
+        return zoo.gpt_decoder(layers, d, heads), x, None, None, {"dynamic": {"T": T}, "shapes": {"x": (1, "T", d)}}
+    model = zoo.resnet18() if kind == "resnet18" else zoo.mobilenet_v2()
+    return model, zoo.image(size), None, None
 
 
 def _conv(c, hw, cout=None, stride=1):
@@ -104,22 +119,30 @@ def cases(quick: bool):
         out.append(("gemm 1024x1024x1024", lambda: _gemm(1024, 1024, 1024)))
     out += [("digits mlp", lambda: _digits("mlp", quick)),
             ("digits cnn", lambda: _digits("cnn", quick)),
+            ("digits bn-cnn (BatchNorm, pooling)", lambda: _digits("bncnn", quick)),
             ("resnet conv 64ch 14x14", lambda: _conv(64, 14)),
             ("resnet block+residual 64ch 14x14", lambda: _block(64, 14))]
     if not quick:
         out += [("resnet conv 64ch 28x28", lambda: _conv(64, 28)),
                 ("resnet conv 64ch 56x56", lambda: _conv(64, 56)),
                 ("resnet conv 64->128ch s2 28x28", lambda: _conv(64, 28, 128, 2))]
+    out += [("resnet-18 32x32", lambda: _zoo("resnet18", 32)),
+            ("gpt decoder 2x64 4 heads T=32", lambda: _zoo("gpt", (2, 64, 4, 32)))]
+    if not quick:
+        out += [("resnet-18 224x224", lambda: _zoo("resnet18", 224)),
+                ("mobilenet-v2 224x224", lambda: _zoo("mobilenet", 224)),
+                ("gpt decoder 6x384 6 heads T=256", lambda: _zoo("gpt", (6, 384, 6, 256)))]
     return out
 
 
 def run_case(name, build, config):
     cfg = ChipConfig.load(config)
-    model, x, calib, extra = build()
+    model, x, calib, extra, *kw = build()
+    kw = kw[0] if kw else {}
     row = {"model": name, "config": cfg.name}
     t0 = time.perf_counter()
     try:
-        cm = tc.compile(model, [x], config=cfg, calibration=calib)
+        cm = tc.compile(model, [x], config=cfg, calibration=calib, **kw)
     except tc.ChipCompileError as e:
         row["error"] = str(e)
         return row
@@ -134,6 +157,7 @@ def run_case(name, build, config):
                dram_read=st.bytes["dram_read"], dram_write=st.bytes["dram_write"],
                instructions=len(cm.program), kernels=[f"{k.name} {k.M}x{k.K}x{k.N}" for k in cm.kernels],
                bit_exact=bool(all(np.array_equal(a, b) for a, b in zip(res.outputs, cm.reference(x)))),
+               float_error=_float_error(res.outputs, cm.float_reference(x)),
                plans={k: p.to_dict() for k, p in cm.plans.items()})
     if extra is not None:
         labels, float_acc = extra
@@ -142,9 +166,16 @@ def run_case(name, build, config):
     return row
 
 
+def _float_error(outs, floats) -> float:
+    """Largest |chip - float| over the outputs, relative to the float output's largest magnitude."""
+    return max(float(np.abs(o - f).max() / max(float(np.abs(f).max()), 1e-12)) for o, f in zip(outs, floats))
+
+
 def run_search_case(name, build, config, budget, cache):
     cfg = ChipConfig.load(config)
-    model, x, calib, _ = build()
+    model, x, calib, _, *kw = build()
+    if kw:
+        return {"model": name, "config": cfg.name, "error": "the search bench runs static shapes only"}
     row = {"model": name, "config": cfg.name}
     tp = time.perf_counter()
     try:
@@ -187,7 +218,7 @@ def search_table(rows) -> str:
 
 def table(rows) -> str:
     head = (f"{'model':<36}{'config':<7}{'cycles':>10}{'MXU %':>8}{'ideal %':>8}{'DRAM rd':>11}{'DRAM wr':>10}"
-            f"{'plan/bound':>12}{'compile s':>10}{'sim s':>7}  exact")
+            f"{'plan/bound':>12}{'compile s':>10}{'sim s':>7}{'err %':>7}  exact")
     out = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
@@ -201,7 +232,8 @@ def table(rows) -> str:
                    else "  (untrained weights)")
         out.append(f"{r['model']:<36}{r['config']:<7}{r['cycles']:>10}{100 * r['mxu_utilization']:>8.1f}"
                    f"{100 * r['ideal_utilization']:>8.1f}{r['dram_read']:>11}{r['dram_write']:>10}"
-                   f"{d['footprint'] / max(d['bound'], 1):>12.3f}{r['compile_s']:>10.2f}{r['sim_s']:>7.2f}  "
+                   f"{d['footprint'] / max(d['bound'], 1):>12.3f}{r['compile_s']:>10.2f}{r['sim_s']:>7.2f}"
+                   f"{100 * r['float_error']:>7.2f}  "
                    f"{'yes' if r['bit_exact'] else 'NO'}{acc}")
     plans = [r for r in rows if "error" not in r]
     if plans:

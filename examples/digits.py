@@ -46,6 +46,23 @@ class CNN(nn.Module):
         return self.fc(self.c2(self.c1(x).relu()).relu().flatten(1))
 
 
+class BNCNN(nn.Module):
+    """conv 3x3 (1->16) + BatchNorm + ReLU, 2x2 max-pool, conv 3x3 (16->32) + BatchNorm + ReLU, 2x2 average
+    pool, linear 128 -> 10: the layers of a modern CNN (BatchNorm folded into the convs on the chip)."""
+
+    def __init__(self):
+        self.c1 = nn.Conv2d(1, 16, 3, padding=1, bias=False)
+        self.b1 = nn.BatchNorm2d(16)
+        self.c2 = nn.Conv2d(16, 32, 3, padding=1, bias=False)
+        self.b2 = nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32 * 2 * 2, 10)
+
+    def forward(self, x):
+        y = F.max_pool2d(self.b1(self.c1(x)).relu(), 2)
+        y = F.avg_pool2d(self.b2(self.c2(y)).relu(), 2)
+        return self.fc(y.flatten(1))
+
+
 def _one_blas_thread():
     try:
         from threadpoolctl import threadpool_limits
@@ -88,7 +105,7 @@ def trained(kind: str = "mlp", epochs: int = 10, progress=None):
         model, shape = mlp(), (-1, 64)
         acc = train(model, data, shape, epochs, lr=0.01, batch=64, progress=progress)
     else:
-        model, shape = CNN(), (-1, 1, 8, 8)
+        model, shape = (BNCNN() if kind == "bncnn" else CNN()), (-1, 1, 8, 8)
         acc = train(model, data, shape, epochs, lr=0.01, batch=64, progress=progress)
     return model, data, shape, acc
 
