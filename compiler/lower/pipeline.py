@@ -29,7 +29,10 @@ from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program
 from compiler.lower.planner import Buffer, plan
 from compiler.lower.quantize import QSchedule, dequantize_outputs, input_ints, run_int
 from compiler.lower.schedule import ChipCompileError, EwKernel, Schedule, base_to_mn, kernel_inputs, run_float
-from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, period, tile_weights
+from compiler.lower.bmm import BmmKernel
+from compiler.lower.bmm_lower import lower_bmm
+from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, tile_weights
+from compiler.lower.tiling import common_period as _common_period
 
 
 
@@ -167,6 +170,16 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
 
     codes, infos, spm_bufs, acc_bufs = [], [], [], []
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
+        if isinstance(k, BmmKernel):
+            if spec is not None:
+                raise ChipCompileError(f"kernel {k.name}: a product of two activations with a symbolic dimension "
+                                       "is not supported on the chip")
+            bc, slice_infos, sb, ab = lower_bmm(cfg, s, i, k, qk, tensor_addr, put)
+            codes.append(bc)
+            infos += [KernelInfo(*a) for a in slice_infos]
+            spm_bufs += sb
+            acc_bufs += ab
+            continue
         if isinstance(k, EwKernel):
             ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
             if spec is not None:
@@ -223,6 +236,9 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
                                f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
     for i, kc in enumerate(codes):
+        if hasattr(kc, "place"):                 # compiler.lower.bmm_lower: several GEMMs share the kernel's buffers
+            kc.place(splan.offsets, aplan.offsets, i)
+            continue
         if isinstance(kc, EwCode):
             kc.spm_base, kc.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
             continue
@@ -313,15 +329,6 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, K
     tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt, 2 * Mt)
     ec = EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0)
     return ec, KernelInfo(k.name, rows, nin, L, tl, 0, 0, "elementwise")
-
-
-def _common_period(a_rows, out_rows) -> int:
-    p = period(a_rows)
-    if p > 1:
-        d = out_rows[p:] - out_rows[:-p]
-        if len(d) and not np.all(d == d[0]):
-            p = 1
-    return p
 
 
 def reference_tensors(cm: CompiledModel, feeds: dict) -> dict:

@@ -24,6 +24,7 @@ import numpy as np
 from isa import semantics as sem
 from isa.table import Round
 
+from compiler.lower.bmm import BmmKernel, to_base
 from compiler.lower.schedule import (ChipCompileError, EwKernel, Schedule, gather_base, kernel_inputs, mn_to_base,
                                      run_float)
 
@@ -55,6 +56,16 @@ class QEw:
 
 #: Largest elementwise multiplier: sums of a few int8 x int15 products stay far inside int32.
 EW_COEF_MAX = 1 << 14
+
+
+@dataclass
+class QBmm:
+    """A batched matmul on integers: ``clamp(round_shift((A_q @ B_q) * scale, shift), lo, 127)``."""
+    scale: np.ndarray               # (N,) int32, one value: mult * s_a * s_b / s_out
+    shift: int
+    lo: int
+    s_w: np.ndarray                 # (N,) float: the "weight" scale of each column, mult * s_b
+    out_int8: bool = True
 
 
 @dataclass
@@ -130,7 +141,7 @@ def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> 
     consumed = {t for k in s.kernels for t in kernel_inputs(k)}
     q = QSchedule(s, [])
     for ti, t in enumerate(s.tensors):
-        if t.kind == "kernel" and ti not in consumed and not isinstance(s.kernels[t.producer], EwKernel):
+        if t.kind == "kernel" and ti not in consumed and not isinstance(s.kernels[t.producer], (EwKernel, BmmKernel)):
             q.int32.add(ti)
         else:
             q.scales[ti] = _scale_of(amax.get(ti, 0.0))
@@ -138,6 +149,13 @@ def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> 
         lo = 0 if k.relu else -128
         if isinstance(k, EwKernel):
             q.qkernels.append(quantize_ew(q, k, lo))
+            continue
+        if isinstance(k, BmmKernel):
+            s_w = np.full(k.N, k.mult * q.scales[k.b])
+            scale, shift = requant_params(np.abs(q.scales[k.a] * s_w / q.scales[k.out]))
+            if k.mult < 0:
+                scale = -scale
+            q.qkernels.append(QBmm(scale, shift, lo, s_w))
             continue
         wmax = np.max(np.abs(k.weight), axis=0) if per_channel else \
             np.full(k.N, np.max(np.abs(k.weight)) if k.weight.size else 0.0)
@@ -160,6 +178,17 @@ def kernel_int(q: QSchedule, i: int, x_q: np.ndarray) -> np.ndarray:
     if qk.out_int8:
         return sem.requantize(acc, qk.scale[None, :], qk.shift, 0, qk.lo, 127, ROUND)
     return np.maximum(acc, 0) if k.relu else acc
+
+
+def bmm_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
+    """One batched matmul on integers, (S, M, N) int8: each slice is a GEMM the chip runs with the
+    slice of ``b`` as its weights."""
+    k, qk = q.sched.kernels[i], q.qkernels[i]
+    t = q.sched.tensors
+    av = gather_base(vals[k.a], t[k.a], k.ga).astype(np.int64)
+    bv = gather_base(vals[k.b], t[k.b], k.gb).astype(np.int64)
+    acc = sem.wrap32(np.matmul(av, bv))
+    return sem.requantize(acc, qk.scale[None, None, :], qk.shift, 0, qk.lo, 127, ROUND)
 
 
 def ew_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
@@ -190,6 +219,9 @@ def run_int(q: QSchedule, feeds: dict) -> tuple[list[np.ndarray], dict[int, np.n
     s = q.sched
     vals = input_ints(q, feeds)
     for i, k in enumerate(s.kernels):
+        if isinstance(k, BmmKernel):
+            vals[k.out] = to_base(bmm_int(q, i, vals), s.tensors[k.out].shape, k)
+            continue
         if isinstance(k, EwKernel):
             vals[k.out] = ew_int(q, i, vals)
         else:

@@ -33,6 +33,7 @@ from isa.errors import TetrachipError
 
 from compiler.ir import semantics
 from compiler.ir.graph import Node, Ops, fmt_shape, is_static, toposort
+from compiler.lower.bmm import BmmKernel, bmm_float, gathers, split_axes, to_base
 
 #: Margin (per axis, each side) of the index space an activation view may reach through PAD.
 MARGIN = 8
@@ -198,6 +199,8 @@ class EwKernel:
 
 def kernel_inputs(k) -> list[int]:
     """The tensors a kernel reads."""
+    if isinstance(k, BmmKernel):
+        return k.reads()
     return [t for t, _ in k.srcs] if isinstance(k, EwKernel) else [k.src]
 
 
@@ -212,6 +215,12 @@ class Schedule:
         lines = []
         for i, k in enumerate(self.kernels):
             t_in, t_out = self.tensors[k.src], self.tensors[k.out]
+            if isinstance(k, BmmKernel):
+                t_b = self.tensors[k.b]
+                lines.append(f"k{i} {k.name}: {t_in.name}{fmt_shape(t_in.shape)} x {t_b.name}{fmt_shape(t_b.shape)} "
+                             f"-> {t_out.name}{fmt_shape(t_out.shape)} {k.S} GEMMs {k.M}x{k.K}x{k.N}"
+                             f"{'+relu' if k.relu else ''}")
+                continue
             if isinstance(k, EwKernel):
                 names = " + ".join(self.tensors[t].name for t, _ in k.srcs)
                 lines.append(f"k{i} {k.name}: {names} -> {self.tensors[k.out].name} elementwise"
@@ -237,6 +246,14 @@ class _Act:
 class _Prod:
     act: _Act
     const: np.ndarray
+    node: Node
+
+
+@dataclass
+class _Prod2:
+    """A product of two activation views: the operand of a batched matmul's SUM."""
+    a: _Act
+    b: _Act
     node: Node
 
 
@@ -310,11 +327,17 @@ def lift(outputs: list[Node], input_perm=None) -> Schedule:
             val[id(n)] = _move(n, srcv[0]) if n.op in _MOVES else \
                 np.asarray(semantics.apply(n, *srcv))
             continue
+        for sv, sn in zip(srcv, n.src):
+            if isinstance(sv, _Prod2) and n.op is not Ops.SUM:
+                raise _op_err(sn, "an elementwise product of two activations is not supported on the chip "
+                                  "(a product of two activations runs only as a matmul: summed over an axis)")
         val[id(n)] = _lift_node(n, srcv, users, tensors, kernels)
 
     outs = []
     for o in outputs:
         v = val[id(o)]
+        if isinstance(v, _Prod2):
+            raise _op_err(o, "an elementwise product of two activations is not supported on the chip")
         if not isinstance(v, _Act):
             raise _op_err(o, "a graph output must be computed from the inputs by chip kernels")
         outs.append((v.t, np.ascontiguousarray(v.idx)))
@@ -357,13 +380,24 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         if isinstance(b, _Act) and isinstance(a, np.ndarray):
             a, b = b, a
         if isinstance(a, _Act) and isinstance(b, np.ndarray):
+            prod = tensors[a.t].producer
+            an = n.src[0] if isinstance(srcv[0], _Act) else n.src[1]
+            if b.size and np.all(b == b.reshape(-1)[0]) and a.fusable and users.get(id(an), 0) == 1 \
+                    and prod is not None \
+                    and isinstance(kernels[prod], BmmKernel) and not kernels[prod].relu:
+                kernels[prod].mult *= float(b.reshape(-1)[0])           # attention's scores * 1/sqrt(d)
+                return _Act(a.t, a.idx, True)
             return _Prod(a, b, n)
-        raise _op_err(n, "a product of two activations (attention-style batched matmul) is not "
-                         "supported on the chip yet; one operand must be a constant (weights)")
+        if isinstance(a, _Act) and isinstance(b, _Act):
+            return _Prod2(a, b, n)
+        raise _op_err(n, "unsupported operands")
     if op is Ops.SUM:
         p = srcv[0]
+        if isinstance(p, _Prod2) and users.get(id(n.src[0]), 0) == 1:
+            return _bmm_contraction(n, p, tensors, kernels)
         if not isinstance(p, _Prod) or users.get(id(n.src[0]), 0) != 1:
-            raise _op_err(n, "only a sum of a product with a constant (matmul, convolution) runs on the chip")
+            raise _op_err(n, "only a sum of a product with a constant (matmul, convolution) or of two activations "
+                             "(a batched matmul) runs on the chip")
         return _contraction(n, p, tensors, kernels)
     if op is Ops.ADD and isinstance(srcv[0], _Act) and isinstance(srcv[1], _Act):
         return _elementwise_add(n, srcv, users, tensors, kernels)
@@ -452,6 +486,21 @@ def _contraction(n: Node, p: _Prod, tensors, kernels) -> _Act:
     return _Act(ti, tensors[ti].identity(), True)
 
 
+def _bmm_contraction(n: Node, p: _Prod2, tensors, kernels) -> _Act:
+    """``SUM(MUL(view(a), view(b)))`` of two activations: a batched matmul (compiler.lower.bmm)."""
+    red = tuple(n.arg)
+    full = n.src[0].shape
+    a, b = np.broadcast_to(p.a.idx, full), np.broadcast_to(p.b.idx, full)
+    s_axes, m_axes, n_axes = split_axes(a, b, red)
+    ga, gb = gathers(a, b, red, s_axes, m_axes, n_axes)
+    tensors.append(TensorInfo(f"t{len(tensors)}", tuple(n.shape), tuple(list(red) + s_axes + m_axes + n_axes),
+                              "kernel", producer=len(kernels)))
+    ti = len(tensors) - 1
+    kernels.append(BmmKernel(f"bmm{len(kernels)}", p.a.t, p.b.t, ga, gb, ti, tuple(s_axes), tuple(m_axes),
+                             tuple(n_axes), op_text=f"SUM{fmt_shape(full)} over {red} of two activations"))
+    return _Act(ti, tensors[ti].identity(), True)
+
+
 def _elementwise_add(n: Node, srcv, users, tensors, kernels) -> _Act:
     """``a + b`` of two activations: a new elementwise kernel, or one more term of the chain that
     produced ``a`` (or ``b``) when nothing else reads that intermediate value."""
@@ -481,6 +530,8 @@ def _elementwise_add(n: Node, srcv, users, tensors, kernels) -> _Act:
 def _fuse_bias(n: Node, a: _Act, b: np.ndarray, tensors, kernels) -> _Act:
     t = tensors[a.t]
     k = kernels[t.producer]
+    if isinstance(k, BmmKernel):
+        raise _op_err(n, "adding a constant to a product of two activations is not supported on the chip")
     if isinstance(k, EwKernel):
         raise _op_err(n, "adding a constant to an elementwise sum is not supported on the chip")
     if not _pure_view(a, t) or k.relu:
@@ -506,6 +557,11 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
             raise ChipCompileError(f"no value for input {name!r}")
         vals[ti] = np.asarray(feeds[name], np.float64).reshape(s.tensors[ti].shape)
     for k in s.kernels:
+        if isinstance(k, BmmKernel):
+            av = gather_base(vals[k.a], s.tensors[k.a], k.ga)
+            bv = gather_base(vals[k.b], s.tensors[k.b], k.gb)
+            vals[k.out] = to_base(bmm_float(k, av, bv), s.tensors[k.out].shape, k)
+            continue
         if isinstance(k, EwKernel):
             y = sum(c * gather_base(vals[t], s.tensors[t], idx) for (t, idx), c in zip(k.srcs, k.coefs))
             vals[k.out] = np.maximum(y, 0) if k.relu else y

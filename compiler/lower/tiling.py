@@ -126,6 +126,16 @@ def period(addrs: np.ndarray) -> int:
     return 1
 
 
+def common_period(a_rows: np.ndarray, out_rows: np.ndarray) -> int:
+    """``period`` of a kernel's input rows when its output rows repeat with it (else 1)."""
+    p = period(a_rows)
+    if p > 1:
+        d = out_rows[p:] - out_rows[:-p]
+        if len(d) and not np.all(d == d[0]):
+            p = 1
+    return p
+
+
 @dataclass(frozen=True)
 class Tiling:
     M: int
