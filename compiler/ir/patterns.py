@@ -509,7 +509,7 @@ def _attention(n: Node, **_) -> Node | None:
     return composite("attention", src, n.dtype, scale=scale, causal=causal, mask="" if causal else kind)
 
 
-_ONE_TIMES_RULE = (ONE_TIMES, lambda n, one, y: y if one == 1 and y.shape == n.shape and y.dtype == n.dtype else None)
+_ONE_TIMES_RULE = (ONE_TIMES, lambda n, one, y: y if one == 1 and is_composite(y) and y.shape == n.shape else None)
 
 #: The chip compiler's composites, most specific first (LayerNorm before RMSNorm: its core is an RMSNorm of x - mean).
 COMPOSITES = PatternMatcher([

@@ -17,6 +17,9 @@ walks the graph once and recognises, without caring how the views were spelled:
   matmul, bias, activation and requantization as one kernel.
 * **pads** of an activation become zero borders of its DRAM layout (the producer
   writes the interior; the reader's strided DMA reads the border as zeros).
+* **norm kernels**: LayerNorm, RMSNorm and softmax over the last axis, found as composites by
+  ``compiler.ir.patterns.recognise`` (run first), become one ``NormKernel`` each (a VPU kernel:
+  ``compiler.lower.norms``).
 
 Anything else that touches an activation raises ``ChipCompileError`` naming the op
 and its shapes, before anything is emitted or simulated. Constant subgraphs are
@@ -33,6 +36,7 @@ from isa.errors import TetrachipError
 
 from compiler.ir import semantics
 from compiler.ir.graph import Node, Ops, fmt_shape, is_static, toposort
+from compiler.ir.patterns import Composite, recognise
 
 #: Margin (per axis, each side) of the index space an activation view may reach through PAD.
 MARGIN = 8
@@ -196,6 +200,27 @@ class EwKernel:
         return self.srcs[0][0]
 
 
+@dataclass
+class NormKernel:
+    """``out[r, :] = comp(x[idx[r, :]]) * weight + bias`` row by row over the last axis: LayerNorm,
+    RMSNorm or softmax (``comp``, axes (1,)), one VPU kernel (``compiler.lower.norms``)."""
+    name: str
+    src: int
+    idx: np.ndarray                 # (rows, d) margin-space indices into the input tensor
+    out: int                        # its tensor: the node's shape, rows contiguous
+    comp: Composite
+    weight: np.ndarray | None       # (d,) float
+    bias: np.ndarray | None
+    relu: bool = False
+    macs: int = 0
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """The float rows (``x`` gathered, (rows, d))."""
+        y = self.comp.evaluate(x)
+        y = y * self.weight if self.weight is not None else y
+        return y + self.bias if self.bias is not None else y
+
+
 def kernel_inputs(k) -> list[int]:
     """The tensors a kernel reads."""
     return [t for t, _ in k.srcs] if isinstance(k, EwKernel) else [k.src]
@@ -212,6 +237,9 @@ class Schedule:
         lines = []
         for i, k in enumerate(self.kernels):
             t_in, t_out = self.tensors[k.src], self.tensors[k.out]
+            if isinstance(k, NormKernel):
+                lines.append(f"k{i} {k.name}: {t_in.name} -> {t_out.name}{fmt_shape(t_out.shape)} {k.comp} (VPU)")
+                continue
             if isinstance(k, EwKernel):
                 names = " + ".join(self.tensors[t].name for t, _ in k.srcs)
                 lines.append(f"k{i} {k.name}: {names} -> {self.tensors[k.out].name} elementwise"
@@ -278,6 +306,7 @@ def _pure_view(act: _Act, t: TensorInfo) -> bool:
 
 def lift(outputs: list[Node], input_perm=None) -> Schedule:
     """Group a prepared graph into kernels; raises ChipCompileError for anything the chip cannot run."""
+    outputs = recognise(outputs)
     order = toposort(outputs)
     users: dict[int, int] = {}
     for n in order:
@@ -375,6 +404,8 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
                 and users.get(id(n.src[0] if isinstance(srcv[0], _Act) else n.src[1]), 0) == 1:
             return _fuse_bias(n, a, b, tensors, kernels)
         raise _op_err(n, "only a bias added to a matmul/convolution output is supported on the chip")
+    if op is Ops.COMPOSITE:
+        return _norm_kernel(n, srcv, tensors, kernels)
     if op is Ops.CMPLT:
         a, b = srcv
         if _is_zero(a) and isinstance(b, _Act):
@@ -391,6 +422,32 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
                          "on the chip")
     raise _op_err(n, f"{op.name} of an activation is not supported on the chip "
                      f"(supported: matmul, convolution, bias, ReLU, movement)")
+
+
+def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
+    """A LayerNorm/RMSNorm/softmax composite over the last axis of an activation, with constant
+    weight and bias varying along that axis only: a ``NormKernel``."""
+    c: Composite = n.arg
+    x, consts = srcv[0], srcv[1:]
+    if c.kind not in ("layernorm", "rmsnorm", "softmax") or not isinstance(x, _Act) \
+            or not all(isinstance(v, np.ndarray) for v in consts):
+        raise _op_err(n, f"{c} is not supported on the chip (supported: LayerNorm, RMSNorm and softmax of an "
+                         "activation over its last axis, with a constant weight and bias)")
+    if tuple(c.axes) != (len(n.shape) - 1,):
+        raise _op_err(n, f"{c}: only a norm or softmax over the last axis (the features) runs on the chip")
+    d = n.shape[-1]
+    rows = math.prod(n.shape) // d
+    wb = [np.broadcast_to(v, n.shape).reshape(rows, d) for v in consts]
+    if any(np.any(v != v[:1]) for v in wb):
+        raise _op_err(n, f"{c}: the weight and bias must vary along the last axis only")
+    it = iter(v[0].astype(np.float64) for v in wb)
+    w, b = (next(it) if f else None for f in c.affine)
+    tensors.append(TensorInfo(f"t{len(tensors)}", tuple(n.shape), tuple(range(len(n.shape))), "kernel",
+                              producer=len(kernels)))
+    ti = len(tensors) - 1
+    kernels.append(NormKernel(f"{c.kind}{len(kernels)}", x.t, np.ascontiguousarray(np.reshape(x.idx, (rows, d))),
+                              ti, Composite(c.kind, (1,), c.eps), w, b))
+    return _Act(ti, tensors[ti].identity(), False)
 
 
 def _pad_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:
@@ -506,6 +563,10 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
             raise ChipCompileError(f"no value for input {name!r}")
         vals[ti] = np.asarray(feeds[name], np.float64).reshape(s.tensors[ti].shape)
     for k in s.kernels:
+        if isinstance(k, NormKernel):
+            x = gather_base(vals[k.src], s.tensors[k.src], k.idx)
+            vals[k.out] = k.run(x).reshape(s.tensors[k.out].shape)
+            continue
         if isinstance(k, EwKernel):
             y = sum(c * gather_base(vals[t], s.tensors[t], idx) for (t, idx), c in zip(k.srcs, k.coefs))
             vals[k.out] = np.maximum(y, 0) if k.relu else y
