@@ -28,6 +28,7 @@ import numpy as np
 from isa.builder import ProgramBuilder, acc, dram, spm
 from isa.config import ChipConfig
 from isa.ints import cdiv
+from isa.operands import OperandError
 from isa.regs import L1, LoopReg
 
 from compiler.lower import intmath as im
@@ -265,8 +266,6 @@ def lower_norm(cfg: ChipConfig, s: Schedule, k: NormKernel, qn: QNorm, tensor_ad
     """The kernel's code (constants placed with ``put``) and the SPM and ACC rows it needs: the largest
     group of rows that fits ``spm_free`` SPM rows and the ACC."""
     what = f"kernel {k.name} ({k.comp} of {k.idx.shape[0]} rows x {qn.d})"
-    if s.tensors[k.src].kind == "kernel" and k.src not in tensor_addr:
-        raise ChipCompileError(f"{what}: input tensor has no DRAM address")
     i0, irs = _affine_rows(s, k.src, k.idx, what)
     out = s.tensors[k.out]
     o0, ors = _affine_rows(s, k.out, out.identity().reshape(k.idx.shape), what)
@@ -276,17 +275,21 @@ def lower_norm(cfg: ChipConfig, s: Schedule, k: NormKernel, qn: QNorm, tensor_ad
     code = NormCode(k.name, qn, k.idx.shape[0], tensor_addr[k.src] + i0, irs, tensor_addr[k.out] + o0, ors,
                     consts, Q, cfg)
 
-    def acc_need(tm: int) -> int:                  # a dry run: the ACC rows a group of tm rows uses
+    def acc_need(tm: int) -> int | None:            # a dry run: the ACC rows a group of tm rows uses
         code.TM = tm
-        return _NormEmitter(cfg, ProgramBuilder(cfg), code, acc_limit=1 << 40).run()
+        try:
+            return _NormEmitter(cfg, ProgramBuilder(cfg), code, acc_limit=1 << 40).run()
+        except OperandError:                        # a row beyond the ACC
+            return None
 
-    a1, a2 = acc_need(Q), acc_need(2 * Q)
-    per_tile, fixed = a2 - a1, 2 * a1 - a2
     tiles = cdiv(code.rows, Q)
-    G = min(tiles, (cfg.acc_rows - fixed) // per_tile if per_tile else tiles, spm_free // (2 * nb * Q))
-    if G < 1:
-        raise ChipCompileError(f"{what}: one tile of {Q} rows needs {a1} ACC rows (config {cfg.name!r} has "
-                               f"{cfg.acc_rows}) and {2 * nb * Q} SPM rows ({spm_free} free)")
+    a1 = acc_need(Q)
+    a2 = acc_need(2 * Q) if tiles > 1 and a1 is not None else None
+    G = 1 if a2 is None else min(tiles, (cfg.acc_rows - (2 * a1 - a2)) // max(1, a2 - a1))
+    G = min(G, spm_free // (2 * nb * Q))
+    if a1 is None or a1 > cfg.acc_rows or G < 1:
+        raise ChipCompileError(f"{what}: one tile of {Q} rows needs {a1 or 'more than the'} ACC rows (config "
+                               f"{cfg.name!r} has {cfg.acc_rows}) and {2 * nb * Q} SPM rows ({spm_free} free)")
     code.TM = G * Q
     return code, 2 * nb * code.TM, acc_need(code.TM)
 

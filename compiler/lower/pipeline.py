@@ -26,11 +26,12 @@ from isa.program import DRAM_ALIGN, Program
 from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
 from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program
+from compiler.lower.attention import AttnCode, lower_attention
 from compiler.lower.norms import NormCode, lower_norm
 from compiler.lower.planner import Buffer, plan
 from compiler.lower.quantize import QSchedule, dequantize_outputs, input_ints, run_int
-from compiler.lower.schedule import (ChipCompileError, EwKernel, NormKernel, Schedule, base_to_mn, kernel_inputs,
-                                     run_float)
+from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule, base_to_mn,
+                                     kernel_inputs, run_float)
 from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, period, tile_weights
 
 
@@ -117,7 +118,7 @@ class CompiledModel(Compiled):
         for k in self.kernels:
             t = k.tiling
             if k.kind == "norm":
-                lines.append(f"  {k.name:<10} VPU kernel: {k.M} rows of {k.N} features")
+                lines.append(f"  {k.name:<10} VPU kernel: {k.M} rows of {k.N} features")  # norm or attention
                 continue
             if k.kind == "elementwise":
                 lines.append(f"  {k.name:<10} elementwise sum of {k.K} tensors: {k.M} rows of {k.N} lanes, "
@@ -172,15 +173,17 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
 
     codes, infos, spm_bufs, acc_bufs = [], [], [], []
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
-        if isinstance(k, NormKernel):                   # compiler.lower.norms: a VPU kernel
+        if isinstance(k, (NormKernel, AttnKernel)):     # compiler.lower.norms / .attention: VPU kernels
             if spec is not None:
                 raise ChipCompileError(f"kernel {k.name} ({k.comp}): a symbolic dimension is not supported "
-                                       "for norm kernels yet")
-            nc, n_spm, n_acc = lower_norm(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
+                                       "for norm and attention kernels yet")
+            lower = lower_norm if isinstance(k, NormKernel) else lower_attention
+            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
             spm_bufs.append(Buffer(f"k{i}.A", n_spm, i, i))
             acc_bufs.append(Buffer(f"k{i}.acc", n_acc, i, i))
             codes.append(nc)
-            infos.append(KernelInfo(k.name, nc.rows, 1, qk.d, None, 0, 0, "norm"))
+            M, N = (nc.rows, qk.d) if isinstance(k, NormKernel) else (qk.B * qk.H * qk.L, qk.dh)
+            infos.append(KernelInfo(k.name, M, 1, N, None, 0, 0, "norm"))
             continue
         if isinstance(k, EwKernel):
             ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
@@ -238,7 +241,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
                                f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
     for i, kc in enumerate(codes):
-        if isinstance(kc, (EwCode, NormCode)):
+        if isinstance(kc, (EwCode, NormCode, AttnCode)):
             kc.spm_base, kc.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
             continue
         kc.spm_a = splan.offsets[f"k{i}.A"]

@@ -19,7 +19,8 @@ walks the graph once and recognises, without caring how the views were spelled:
   writes the interior; the reader's strided DMA reads the border as zeros).
 * **norm kernels**: LayerNorm, RMSNorm and softmax over the last axis, found as composites by
   ``compiler.ir.patterns.recognise`` (run first), become one ``NormKernel`` each (a VPU kernel:
-  ``compiler.lower.norms``).
+  ``compiler.lower.norms``); an attention composite (``softmax(q k^T * scale) v``, maybe causal)
+  of three activations an ``AttnKernel`` (the fused attention: ``compiler.lower.attention``).
 
 Anything else that touches an activation raises ``ChipCompileError`` naming the op
 and its shapes, before anything is emitted or simulated. Constant subgraphs are
@@ -221,9 +222,26 @@ class NormKernel:
         return y + self.bias if self.bias is not None else y
 
 
+@dataclass
+class AttnKernel:
+    """``out[b, h] = softmax(scale q k^T (causal)) v`` per batch element ``b`` and head ``h`` from views
+    of three tensors (``srcs``: (tensor, (B, H, L, dh) margin-space indices) for q, k, v): the
+    transformer block's fused attention (``compiler.lower.attention``)."""
+    name: str
+    srcs: list
+    out: int                        # (..., L, dh), rows contiguous
+    comp: Composite
+    relu: bool = False
+    macs: int = 0
+
+    @property
+    def src(self) -> int:
+        return self.srcs[0][0]
+
+
 def kernel_inputs(k) -> list[int]:
     """The tensors a kernel reads."""
-    return [t for t, _ in k.srcs] if isinstance(k, EwKernel) else [k.src]
+    return [t for t, _ in k.srcs] if isinstance(k, (EwKernel, AttnKernel)) else [k.src]
 
 
 @dataclass
@@ -237,7 +255,7 @@ class Schedule:
         lines = []
         for i, k in enumerate(self.kernels):
             t_in, t_out = self.tensors[k.src], self.tensors[k.out]
-            if isinstance(k, NormKernel):
+            if isinstance(k, (NormKernel, AttnKernel)):
                 lines.append(f"k{i} {k.name}: {t_in.name} -> {t_out.name}{fmt_shape(t_out.shape)} {k.comp} (VPU)")
                 continue
             if isinstance(k, EwKernel):
@@ -429,10 +447,13 @@ def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
     weight and bias varying along that axis only: a ``NormKernel``."""
     c: Composite = n.arg
     x, consts = srcv[0], srcv[1:]
+    if c.kind == "attention" and not c.mask and all(isinstance(v, _Act) for v in srcv):
+        return _attn_kernel(n, srcv, tensors, kernels)
     if c.kind not in ("layernorm", "rmsnorm", "softmax") or not isinstance(x, _Act) \
             or not all(isinstance(v, np.ndarray) for v in consts):
         raise _op_err(n, f"{c} is not supported on the chip (supported: LayerNorm, RMSNorm and softmax of an "
-                         "activation over its last axis, with a constant weight and bias)")
+                         "activation over its last axis, with a constant weight and bias; attention of three "
+                         "activations without a mask or with a causal one)")
     if tuple(c.axes) != (len(n.shape) - 1,):
         raise _op_err(n, f"{c}: only a norm or softmax over the last axis (the features) runs on the chip")
     d = n.shape[-1]
@@ -447,6 +468,21 @@ def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
     ti = len(tensors) - 1
     kernels.append(NormKernel(f"{c.kind}{len(kernels)}", x.t, np.ascontiguousarray(np.reshape(x.idx, (rows, d))),
                               ti, Composite(c.kind, (1,), c.eps), w, b))
+    return _Act(ti, tensors[ti].identity(), False)
+
+
+def _attn_kernel(n: Node, srcv, tensors, kernels) -> _Act:
+    """An attention composite of three activations: an ``AttnKernel`` over (batch, head) pairs (the
+    leading axes: the last one the heads, the others the batch)."""
+    *lead, L, dh = n.src[0].shape
+    H = lead[-1] if lead else 1
+    B = math.prod(lead) // H
+    tensors.append(TensorInfo(f"t{len(tensors)}", tuple(n.shape), tuple(range(len(n.shape))), "kernel",
+                              producer=len(kernels)))
+    ti = len(tensors) - 1
+    srcs = [(a.t, np.ascontiguousarray(np.broadcast_to(a.idx, s.shape)).reshape(B, H, *s.shape[-2:]))
+            for a, s in zip(srcv, n.src)]
+    kernels.append(AttnKernel(f"attention{len(kernels)}", srcs, ti, n.arg))
     return _Act(ti, tensors[ti].identity(), False)
 
 
@@ -563,6 +599,10 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
             raise ChipCompileError(f"no value for input {name!r}")
         vals[ti] = np.asarray(feeds[name], np.float64).reshape(s.tensors[ti].shape)
     for k in s.kernels:
+        if isinstance(k, AttnKernel):
+            qkv = [gather_base(vals[t], s.tensors[t], idx) for t, idx in k.srcs]
+            vals[k.out] = k.comp.evaluate(*qkv).reshape(s.tensors[k.out].shape)
+            continue
         if isinstance(k, NormKernel):
             x = gather_base(vals[k.src], s.tensors[k.src], k.idx)
             vals[k.out] = k.run(x).reshape(s.tensors[k.out].shape)

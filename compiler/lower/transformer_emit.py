@@ -222,6 +222,8 @@ class VpuEmitter:
 class _Emitter(VpuEmitter):
     """The block's instructions (``VpuEmitter``'s layout); the query-block count is ``NQ_REG = ceil(T / Q)``
     (set from ``DYN_REG = T`` at launch), so the rows of the first ``ceil(T / Q)`` query blocks are a prefix."""
+    #: rows from one query block of the queries (``QKV8``) to the next; None: the block's ``3 H Q``
+    q_stride: int | None = None
 
     def __init__(self, cfg: ChipConfig, qb, TM: int, fused: bool):
         super().__init__(cfg, ProgramBuilder(cfg), TM, NQ_REG)
@@ -369,7 +371,7 @@ class _Emitter(VpuEmitter):
     def key_block(self, r, QKV8, kt_dram, v_dram, s_dram, p_dram, first: bool):
         TM, C, R, Q = self.TM, self.C, self.cfg.rows, self.Q
         H, dh = self.qb.heads, self.qb.d // self.qb.heads
-        n, nq3 = H * Q, 3 * H * Q
+        n, nq3 = H * Q, self.q_stride or 3 * H * Q
         S, O, M, L, U, Z, G, AL, MB, LANE = (r[k] for k in "S O M L U Z G AL MB LANE".split())
         KTS, VS, P8 = r["KTS"], r["VS"], r["P8"]
         v = self.vpu(n, n)
@@ -518,6 +520,17 @@ def check_shapes(cfg: ChipConfig, d: int, H: int, ff: int) -> None:
         raise ChipCompileError(f"TransformerBlock: d_model must be a power of two >= 16, got {d}")
 
 
+def lane_rows(C: int, H: int) -> np.ndarray:
+    """The attention's lane-index constant: ``H`` rows of ``0 .. C-1``."""
+    return np.tile(np.arange(C), H)
+
+
+def query_index_rows(C: int, H: int, TM: int) -> np.ndarray:
+    """Causal attention: the query index of every attention row (query block, head, row), in all ``C`` lanes."""
+    return np.repeat((np.arange(TM // C)[:, None, None] * C + np.arange(C)[None, None, :])
+                     .repeat(H, 1).reshape(-1), C)
+
+
 def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     """The program of a stack of blocks (``qbs``: QBlocks, or one) for ``TM`` rows (a multiple of
     ``cols``): (Program, Layout, its listing)."""
@@ -545,10 +558,8 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     def rows32(v):
         return k.add(np.asarray(v, np.int64).astype(np.int32).reshape(-1, C))
 
-    lane = rows32(np.tile(np.arange(C), H))
-    # causal: the query index of every attention row (query block, head, row), in all lanes
-    qidx = rows32(np.repeat((np.arange(TM // C)[:, None, None] * C + np.arange(C)[None, None, :])
-                            .repeat(H, 1).reshape(-1), C)) if any(q.causal for q in qbs) else None
+    lane = rows32(lane_rows(C, H))
+    qidx = rows32(query_index_rows(C, H, TM)) if any(q.causal for q in qbs) else None
     def consts(qb):
         c = dict(wqkv=tiles(qb.wqkv), bqkv=rows32(qb.bqkv), sqkv=rows32(qb.m_qkv),
                  wo=tiles(qb.wo), bo=rows32(qb.bo), so=rows32(qb.res1[2]))
