@@ -117,8 +117,8 @@ class CompiledModel(Compiled):
                  f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
         for k in self.kernels:
             t = k.tiling
-            if k.kind == "norm":
-                lines.append(f"  {k.name:<10} VPU kernel: {k.M} rows of {k.N} features")  # norm or attention
+            if k.kind in ("norm", "attention"):
+                lines.append(f"  {k.name:<10} {k.kind} (VPU): {k.M} rows of {k.N} features")
                 continue
             if k.kind == "elementwise":
                 lines.append(f"  {k.name:<10} elementwise sum of {k.K} tensors: {k.M} rows of {k.N} lanes, "
@@ -182,8 +182,9 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             spm_bufs.append(Buffer(f"k{i}.A", n_spm, i, i))
             acc_bufs.append(Buffer(f"k{i}.acc", n_acc, i, i))
             codes.append(nc)
-            M, N = (nc.rows, qk.d) if isinstance(k, NormKernel) else (qk.B * qk.H * qk.L, qk.dh)
-            infos.append(KernelInfo(k.name, M, 1, N, None, 0, 0, "norm"))
+            M, N, kind = (nc.rows, qk.d, "norm") if isinstance(k, NormKernel) else \
+                (qk.B * qk.H * qk.L, qk.dh, "attention")
+            infos.append(KernelInfo(k.name, M, 1, N, None, 0, 0, kind))
             continue
         if isinstance(k, EwKernel):
             ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
