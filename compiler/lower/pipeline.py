@@ -30,8 +30,8 @@ from compiler.lower.attention import AttnCode, lower_attention
 from compiler.lower.norms import NormCode, lower_norm
 from compiler.lower.planner import Buffer, plan
 from compiler.lower.quantize import QSchedule, dequantize_outputs, input_ints, run_int
-from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule, base_to_mn,
-                                     kernel_inputs, run_float)
+from compiler.lower.schedule import (LUT_KINDS, AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule,
+                                     base_to_mn, kernel_inputs, run_float)
 from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, period, tile_weights
 
 
@@ -117,7 +117,7 @@ class CompiledModel(Compiled):
                  f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
         for k in self.kernels:
             t = k.tiling
-            if k.kind in ("norm", "attention"):
+            if k.kind in ("norm", "lut", "attention"):
                 lines.append(f"  {k.name:<10} {k.kind} (VPU): {k.M} rows of {k.N} features")
                 continue
             if k.kind == "elementwise":
@@ -182,8 +182,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             spm_bufs.append(Buffer(f"k{i}.A", n_spm, i, i))
             acc_bufs.append(Buffer(f"k{i}.acc", n_acc, i, i))
             codes.append(nc)
-            M, N, kind = (nc.rows, qk.d, "norm") if isinstance(k, NormKernel) else \
-                (qk.B * qk.H * qk.L, qk.dh, "attention")
+            M, N, kind = (nc.rows, qk.d, "lut" if qk.kind in LUT_KINDS else "norm") if isinstance(k, NormKernel) \
+                else (qk.B * qk.H * qk.L, qk.dh, "attention")
             infos.append(KernelInfo(k.name, M, 1, N, None, 0, 0, kind))
             continue
         if isinstance(k, EwKernel):

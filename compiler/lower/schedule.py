@@ -29,7 +29,7 @@ evaluated here with numpy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -204,7 +204,8 @@ class EwKernel:
 @dataclass
 class NormKernel:
     """``out[r, :] = comp(x[idx[r, :]]) * weight + bias`` row by row over the last axis: LayerNorm,
-    RMSNorm or softmax (``comp``, axes (1,)), one VPU kernel (``compiler.lower.norms``)."""
+    RMSNorm or softmax (``comp``, axes (1,)), or an elementwise ``comp`` (GELU, SiLU, sigmoid, tanh,
+    erf); one VPU kernel (``compiler.lower.norms``)."""
     name: str
     src: int
     idx: np.ndarray                 # (rows, d) margin-space indices into the input tensor
@@ -442,19 +443,26 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
                      f"(supported: matmul, convolution, bias, ReLU, movement)")
 
 
+#: composites that run as a NormKernel: reductions over the last axis, and elementwise functions (a lookup table)
+NORM_KINDS = ("layernorm", "rmsnorm", "softmax")
+LUT_KINDS = ("gelu", "silu", "sigmoid", "tanh", "erf")
+
+
 def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
     """A LayerNorm/RMSNorm/softmax composite over the last axis of an activation, with constant
-    weight and bias varying along that axis only: a ``NormKernel``."""
+    weight and bias varying along that axis only, or an elementwise composite (GELU, SiLU, ...):
+    a ``NormKernel``."""
     c: Composite = n.arg
     x, consts = srcv[0], srcv[1:]
     if c.kind == "attention" and not c.mask and all(isinstance(v, _Act) for v in srcv):
         return _attn_kernel(n, srcv, tensors, kernels)
-    if c.kind not in ("layernorm", "rmsnorm", "softmax") or not isinstance(x, _Act) \
+    if c.kind not in NORM_KINDS + LUT_KINDS or not isinstance(x, _Act) \
             or not all(isinstance(v, np.ndarray) for v in consts):
         raise _op_err(n, f"{c} is not supported on the chip (supported: LayerNorm, RMSNorm and softmax of an "
-                         "activation over its last axis, with a constant weight and bias; attention of three "
-                         "activations without a mask or with a causal one)")
-    if tuple(c.axes) != (len(n.shape) - 1,):
+                         "activation over its last axis, with a constant weight and bias; GELU, SiLU, sigmoid, "
+                         "tanh, erf of an activation; attention of three activations without a mask or with a "
+                         "causal one)")
+    if c.kind in NORM_KINDS and tuple(c.axes) != (len(n.shape) - 1,):
         raise _op_err(n, f"{c}: only a norm or softmax over the last axis (the features) runs on the chip")
     d = n.shape[-1]
     rows = math.prod(n.shape) // d
@@ -467,7 +475,7 @@ def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
                               producer=len(kernels)))
     ti = len(tensors) - 1
     kernels.append(NormKernel(f"{c.kind}{len(kernels)}", x.t, np.ascontiguousarray(np.reshape(x.idx, (rows, d))),
-                              ti, Composite(c.kind, (1,), c.eps), w, b))
+                              ti, replace(c, axes=(1,) if c.axes else (), affine=(False, False)), w, b))
     return _Act(ti, tensors[ti].identity(), False)
 
 
