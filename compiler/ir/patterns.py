@@ -301,8 +301,10 @@ def _mean(inner: UPat, s: str, n: str, view: bool = False) -> UPat:
     return _P(Ops.MUL, _P(Ops.SUM, inner, name=s), scalar(n), view=view)
 
 
-def _count(x: Node, axes) -> int:
-    return math.prod(x.shape[a] for a in axes)
+def _count(x: Node, axes) -> float:
+    """Elements per reduction (NaN when a reduced axis is dynamic: no constant can match it)."""
+    dims = [x.shape[a] for a in axes]
+    return math.prod(dims) if all(isinstance(d, int) for d in dims) else math.nan
 
 
 def _no_inputs(n: Node) -> bool:

@@ -204,3 +204,14 @@ def test_default_passes_keep_primitives():
     t = tc.Tensor(X).softmax(-1)
     assert not any(n.op is Ops.COMPOSITE for n in toposort(engine.prepare([t.node])))
     np.testing.assert_allclose(t.numpy(), np.exp(X) / np.exp(X).sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_dynamic_rows():
+    """A symbolic row count: the composites are found and evaluate with the dimension bound."""
+    x = tc.Tensor.placeholder("x", ("N", 48))
+    y = F.layer_norm(x, 48).softmax(-1)
+    g = engine.prepare([y.node])
+    r = patterns.recognise(g)
+    assert sorted(n.arg.kind for n in toposort(r) if n.op is Ops.COMPOSITE) == ["layernorm", "softmax"]
+    (a,), (b,) = evaluate(g, {"x": X}), evaluate(r, {"x": X})
+    np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-6)
