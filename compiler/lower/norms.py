@@ -87,7 +87,8 @@ def norm_int(s: Schedule, k: NormKernel, qn: QNorm, vals: dict) -> np.ndarray:
 @dataclass
 class NormCode:
     """A norm kernel ready to emit: rows of ``d`` int8 features at ``in_addr + r * in_rs`` (bytes),
-    written at ``out_addr + r * out_rs``; ``consts`` the DRAM addresses of its int32 constant rows."""
+    written at ``out_addr + r * out_rs``; ``consts`` the DRAM addresses of its constants (``_const_rows``);
+    ``TM`` rows per group; its SPM holds the lookup table (if any), then the group's input and output."""
     name: str
     qn: QNorm
     rows: int
