@@ -20,6 +20,8 @@ Primitives (everything in ``compiler.frontend.tensor`` is composed from these):
                   the body takes (carry, one row of each scanned tensor, *invariants) and
                   returns the next carry; the scanned tensors' shared leading dimension
                   (static or dynamic) is the trip count; the node's value is the last carry
+* composite COMPOSITE  a whole layer found by ``compiler.ir.patterns`` (softmax, LayerNorm, attention...);
+                  ``arg`` (a ``patterns.Composite``) gives its shape rule and its meaning
 
 Bodies are closed: their leaves are their own INPUTs, CONSTs and BUFFERs.
 """
@@ -47,6 +49,7 @@ class Ops(enum.Enum):
     RESHAPE = enum.auto(); PERMUTE = enum.auto(); EXPAND = enum.auto()
     PAD = enum.auto(); SHRINK = enum.auto(); FLIP = enum.auto()
     IF = enum.auto(); LOOP = enum.auto()
+    COMPOSITE = enum.auto()
 
 
 SOURCE = {Ops.CONST, Ops.BUFFER, Ops.INPUT}
@@ -171,6 +174,13 @@ def infer_shape(op: Ops, dtype: DType, src: tuple, arg) -> tuple:  # noqa: C901 
         if x.dtype != dtype:
             raise _err(op, src, f"source dtype {x.dtype} differs from {dtype}")
         return _movement_shape(op, x, arg)
+    if op is Ops.COMPOSITE:
+        if not hasattr(arg, "shape_of") or not src:
+            raise _err(op, src, f"COMPOSITE needs sources and a compiler.ir.patterns.Composite arg, got {arg!r}")
+        try:
+            return arg.shape_of(src)
+        except ValueError as e:
+            raise _err(op, src, f"{arg}: {e}") from None
     if op is Ops.IF:
         then_g, else_g = arg
         pred, *ops = src

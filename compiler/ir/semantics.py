@@ -95,6 +95,8 @@ def apply(n: Node, *xs: np.ndarray, dims: dict | None = None) -> np.ndarray:
         out = _REDUCE[op](xs[0], axis=n.arg, keepdims=True) if n.arg else xs[0]
     elif op in _OTHER:
         out = _OTHER[op](n, *xs)
+    elif op is Ops.COMPOSITE:
+        out = n.arg.evaluate(*xs)
     else:
         raise ValueError(f"{op.name} has no elementwise reference semantics (it is a source or control op)")
     return np.asarray(out).astype(n.dtype.np, copy=False)

@@ -46,6 +46,7 @@ class Relayout:
 class BmmCode:
     """Everything the emitter needs for one batched matmul: per slice, a relayout then a GEMM."""
     name: str
+    cfg: object
     slices: list = field(default_factory=list)      # [(Relayout, KernelCode)]
     stage: int = 0                                   # SPM row of the staging buffer
 
@@ -55,7 +56,8 @@ class BmmCode:
             kc.spm_a, kc.spm_w = spm_off[f"k{i}.A"], spm_off[f"k{i}.W"]
             kc.spm_o, kc.acc_base = spm_off[f"k{i}.O"], acc_off[f"k{i}.acc"]
 
-    def emit(self, e: ProgramBuilder, cfg) -> None:
+    def emit(self, e: ProgramBuilder) -> None:
+        cfg = self.cfg
         for s, (rl, kc) in enumerate(self.slices):
             e.comment(f"kernel {self.name}: slice {s}, its weights relaid from the activation")
             e.emit("fence", "all")
@@ -119,7 +121,7 @@ def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put
     offs = from_base(to.phys_offsets(to.identity()), to.shape, k)           # (S, M, N) element offsets
     if k.N > 1 and not np.all(np.diff(offs, axis=2) == 1):
         raise ChipCompileError(f"{what}: output columns are not contiguous in DRAM")
-    code = BmmCode(k.name)
+    code = BmmCode(k.name, cfg)
     infos, tl_max = [], None
     sc_addr = put(pad_lanes(qk.scale, C))
     for sl in range(k.S):

@@ -345,10 +345,10 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> ProgramBui
             emit_zero_fill(e, zero_row, chunks, ZERO_FILL_ROWS)
         if isinstance(kc, KernelCode):
             emit_kernel(e, kc, cfg)
-        elif hasattr(kc, "emit"):          # a kernel that emits itself (compiler.lower.bmm_lower.BmmCode)
-            kc.emit(e, cfg)
-        else:
+        elif isinstance(kc, EwCode):
             emit_ew(e, kc, cfg)
+        else:                   # a kernel that emits itself (compiler.lower.norms.NormCode, bmm_lower.BmmCode)
+            kc.emit(e)
     e.emit("halt")
     return e
 

@@ -20,7 +20,10 @@ The ISA has no divide, no exponent and no count-leading-zeros, so:
 * ``i_gelu``: I-BERT's ``x/2 (1 + erf(x / sqrt 2))`` with ``erf ~ sgn(x) (a (min(|x|, -b) + b)^2 + 1)``,
   written ``|q| T + q q1`` so that no sign function is needed.
 * ``layernorm``: mean by lane sums, centred values with 4 extra fraction bits, variance,
-  ``rsqrt``, then ``gamma``/``beta`` and a requantization.
+  ``rsqrt``, then ``gamma``/``beta`` and a requantization (``d`` a power of two: the block's).
+* ``norm_rows``: LayerNorm or RMSNorm over any ``d`` (the ordinary pipeline's ``compiler.lower.norms``):
+  the mean by a multiply, ``rsqrt`` of the sum of squares (``sqrt(d)`` folded into gamma).
+* ``softmax_rows``: ``i_exp`` of ``x - max``, ``recip`` of the (shifted) sum, a requantization.
 * ``attention_head``: one head's fused attention with an online softmax over key blocks of
   ``blk`` keys (FlashAttention-2: running max ``m``, running sum ``l``, accumulator ``O``
   rescaled by ``alpha = exp(m_old - m_new)``; probabilities int8 for the MXU), then ``O / l``.
@@ -168,17 +171,24 @@ class LNParams:
 
     @classmethod
     def make(cls, gamma, beta, eps: float, s_in: float, s_out: float) -> "LNParams":
-        gamma, beta = np.asarray(gamma, np.float64), np.asarray(beta, np.float64)
-        gmax = max(float(np.abs(gamma).max()) / s_out, 1e-9)
-        gs = int(math.floor(math.log2((1 << 14) / gmax)))
-        bmax = float(np.abs(beta).max()) / s_out
-        while gs > 0 and bmax * (1 << (LN_R + gs)) >= (1 << 29):
-            gs -= 1
-        if gs < 0:
-            raise ValueError("LayerNorm: gamma / output scale too large for the integer kernel")
+        g, b, gs = affine_consts(gamma, beta, s_out, LN_R)
         eps_q = max(1, round(eps * (1 << (2 * LN_XB)) / s_in ** 2))
-        return cls(int(eps_q), np.round(gamma / s_out * (1 << gs)).astype(np.int64),
-                   np.round(beta / s_out * (1 << (LN_R + gs))).astype(np.int64), gs)
+        return cls(int(eps_q), g, b, gs)
+
+
+def affine_consts(gamma, beta, s_out: float, r: int, max_shift: int = 63) -> tuple[np.ndarray, np.ndarray, int]:
+    """A norm's gamma and beta as integers for a value with ``r`` fraction bits: ``g = gamma / s_out * 2^gs``
+    (``|g| <= 2^14``), ``b = beta / s_out * 2^(r + gs)`` (``|b| < 2^29``), and the shift ``gs``."""
+    gamma, beta = np.asarray(gamma, np.float64), np.asarray(beta, np.float64)
+    gmax = max(float(np.abs(gamma).max()) / s_out, 1e-9)
+    gs = min(int(math.floor(math.log2((1 << 14) / gmax))), max_shift - r)
+    bmax = float(np.abs(beta).max()) / s_out
+    while gs > 0 and bmax * (1 << (r + gs)) >= (1 << 29):
+        gs -= 1
+    if gs < 0:
+        raise ValueError("LayerNorm: gamma / output scale too large for the integer kernel")
+    return (np.round(gamma / s_out * (1 << gs)).astype(np.int64),
+            np.round(beta / s_out * (1 << (r + gs))).astype(np.int64), gs)
 
 
 def layernorm(x, p: LNParams) -> np.ndarray:
@@ -193,6 +203,84 @@ def layernorm(x, p: LNParams) -> np.ndarray:
     xn = _fit(xc * y, "layernorm xc*y") >> (h + (RSQRT_QY - LN_R))
     z = _fit(_fit(xn * p.g, "layernorm gamma") + p.b, "layernorm beta")
     return requant(z, 1, LN_R + p.gs)
+
+
+# --- LayerNorm / RMSNorm over any feature count -------------------------------------------------
+NORM_R = 14                    #: fraction bits of the normalised value (of x / sqrt(sum of squares))
+MEAN_SH = 19                   #: mean = (sum * md) >> MEAN_SH, md = round(2^(xb + MEAN_SH) / d)
+
+
+@dataclass(frozen=True)
+class NormParams:
+    """A LayerNorm (``center``) or RMSNorm over ``d`` features for any ``d`` (no power of two needed).
+
+    ``xs = x << xb`` (``xb`` extra fraction bits, as many as keep the sum of squares below 2^30),
+    centred by the mean ``(sum x * md) >> MEAN_SH``; ``ss = sum xs^2``; ``rsqrt(ss + eps_q)`` is
+    ``1 / (sqrt(d) * std)``, so ``sqrt(d)`` is folded into ``g`` (no divide by ``d`` anywhere)."""
+    center: bool
+    d: int
+    xb: int
+    md: int
+    eps_q: int          # eps in units of ss: eps * d * 2^(2 xb) / s_in^2
+    g: np.ndarray       # per-feature gamma sqrt(d) / s_out * 2^gs
+    b: np.ndarray       # per-feature beta / s_out * 2^(NORM_R + gs)
+    gs: int
+
+    @classmethod
+    def make(cls, center: bool, gamma, beta, eps: float, s_in: float, s_out: float) -> "NormParams":
+        gamma = np.asarray(gamma, np.float64)
+        d = gamma.shape[-1]
+        xb = min(LN_XB, (16 - int(math.ceil(math.log2(d)))) // 2)
+        if xb < 0:
+            raise ValueError(f"norm: {d} features are too many for the integer kernel (at most 65536)")
+        eps_q = max(1, round(eps * d * (1 << (2 * xb)) / s_in ** 2))
+        if eps_q >= 1 << 30:
+            raise ValueError(f"norm: eps {eps:g} is too large for the input scale {s_in:g}")
+        g, b, gs = affine_consts(gamma * math.sqrt(d), beta, s_out, NORM_R)
+        return cls(center, d, xb, round((1 << (xb + MEAN_SH)) / d), int(eps_q), g, b, gs)
+
+
+def norm_rows(x, p: NormParams) -> np.ndarray:
+    """int8 rows ``(n, d)`` -> int8 rows at the output scale: LayerNorm or RMSNorm, then gamma and beta."""
+    x = np.asarray(x, np.int64)
+    xs = x << p.xb
+    if p.center:
+        s = x.sum(-1, keepdims=True)
+        xs = xs - (_fit(s * p.md, "norm mean") >> MEAN_SH)
+    ss = _fit(_fit(xs * xs, "norm square").sum(-1, keepdims=True) + p.eps_q, "norm sum of squares")
+    y, h = rsqrt(ss)
+    xn = _fit(xs * y, "norm xs*y") >> (h + RSQRT_QY - NORM_R)
+    z = _fit(_fit(xn * p.g, "norm gamma") + p.b, "norm beta")
+    return requant(z, 1, NORM_R + p.gs)
+
+
+# --- softmax over any feature count ---------------------------------------------------------------
+@dataclass(frozen=True)
+class SoftmaxParams:
+    """``p = i_exp(x - max x)``, ``l = sum p >> ls`` (below 2^17, ``recip``'s range), ``t = p recip(l)``
+    (``~ softmax * 2^(14 + ls)``), out = ``vreq(t * mult, shift)`` clamped to [0, 127]."""
+    ep: ExpParams
+    ls: int
+    lo_e: int          # floor(log2) of the smallest l (exp(0) >> ls): recip's search starts there
+    mult: int
+    shift: int
+
+    @classmethod
+    def make(cls, d: int, s_in: float, s_out: float) -> "SoftmaxParams":
+        ep = ExpParams.for_scale(s_in)
+        top = int(i_exp(np.zeros(1, np.int64), ep)[0])              # exp(0) in units 2^-E
+        ls = max(0, (d * top).bit_length() - 17)
+        m, sh = mult_shift(1.0 / (s_out * (1 << (RECIP_Q + ls))), max_shift=63)
+        return cls(ep, ls, int(math.floor(math.log2(top >> ls))), int(m[0]), sh)
+
+
+def softmax_rows(x, p: SoftmaxParams) -> np.ndarray:
+    """int8 rows ``(n, d)`` -> int8 probabilities at the output scale."""
+    x = np.asarray(x, np.int64)
+    e = i_exp(x - x.max(-1, keepdims=True), p.ep)
+    y, k = recip(e.sum(-1, keepdims=True) >> p.ls)
+    t = _fit(e * y, "softmax p*y") >> k
+    return requant(t, p.mult, p.shift, 0, 127)
 
 
 # --- GELU ----------------------------------------------------------------------------------------
@@ -268,4 +356,5 @@ def attention_head(q, k, v, ep: ExpParams, blk: int, causal: bool = False) -> np
 
 
 __all__ = ["ExpParams", "i_exp", "ilog2", "recip", "rsqrt", "requant", "mult_shift", "LNParams",
-           "layernorm", "GeluParams", "i_gelu", "attention_head", "IntRangeError"]
+           "layernorm", "affine_consts", "NormParams", "norm_rows", "SoftmaxParams", "softmax_rows",
+           "GeluParams", "i_gelu", "attention_head", "IntRangeError"]

@@ -26,11 +26,14 @@ from isa.program import DRAM_ALIGN, Program
 from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
 from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program
+from compiler.lower.attention import AttnCode, lower_attention
+from compiler.lower.norms import NormCode, lower_norm
 from compiler.lower.planner import Buffer, plan
 from compiler.lower.quantize import QSchedule, dequantize_outputs, input_ints, run_int
-from compiler.lower.schedule import ChipCompileError, EwKernel, Schedule, base_to_mn, kernel_inputs, run_float
 from compiler.lower.bmm import BmmKernel
 from compiler.lower.bmm_lower import lower_bmm
+from compiler.lower.schedule import (LUT_KINDS, AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule,
+                                     base_to_mn, kernel_inputs, run_float)
 from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, tile_weights
 from compiler.lower.tiling import common_period as _common_period
 
@@ -117,6 +120,9 @@ class CompiledModel(Compiled):
                  f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
         for k in self.kernels:
             t = k.tiling
+            if k.kind in ("norm", "lut", "attention"):
+                lines.append(f"  {k.name:<10} {k.kind} (VPU): {k.M} rows of {k.N} features")
+                continue
             if k.kind == "elementwise":
                 lines.append(f"  {k.name:<10} elementwise sum of {k.K} tensors: {k.M} rows of {k.N} lanes, "
                              f"{t.MT} tile(s) of {t.Mt}")
@@ -180,6 +186,19 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             spm_bufs += sb
             acc_bufs += ab
             continue
+        if isinstance(k, (NormKernel, AttnKernel)):     # compiler.lower.norms / .attention: VPU kernels
+            if spec is not None:
+                raise ChipCompileError(f"kernel {k.name} ({k.comp}): a symbolic dimension is not supported "
+                                       "for norm and attention kernels yet")
+            lower = lower_norm if isinstance(k, NormKernel) else lower_attention
+            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
+            spm_bufs.append(Buffer(f"k{i}.A", n_spm, i, i))
+            acc_bufs.append(Buffer(f"k{i}.acc", n_acc, i, i))
+            codes.append(nc)
+            M, N, kind = (nc.rows, qk.d, "lut" if qk.kind in LUT_KINDS else "norm") if isinstance(k, NormKernel) \
+                else (qk.B * qk.H * qk.L, qk.dh, "attention")
+            infos.append(KernelInfo(k.name, M, 1, N, None, 0, 0, kind))
+            continue
         if isinstance(k, EwKernel):
             ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
             if spec is not None:
@@ -239,7 +258,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         if hasattr(kc, "place"):                 # compiler.lower.bmm_lower: several GEMMs share the kernel's buffers
             kc.place(splan.offsets, aplan.offsets, i)
             continue
-        if isinstance(kc, EwCode):
+        if isinstance(kc, (EwCode, NormCode, AttnCode)):
             kc.spm_base, kc.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
             continue
         kc.spm_a = splan.offsets[f"k{i}.A"]

@@ -24,9 +24,14 @@ import numpy as np
 from isa import semantics as sem
 from isa.table import Round
 
+from compiler.lower.attention import attention_int, quantize_attention
 from compiler.lower.bmm import BmmKernel, to_base
-from compiler.lower.schedule import (ChipCompileError, EwKernel, Schedule, gather_base, kernel_inputs, mn_to_base,
-                                     run_float)
+from compiler.lower.norms import norm_int, quantize_norm
+from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule, gather_base,
+                                     kernel_inputs, mn_to_base, run_float)
+
+#: kernels whose output is int8 even when only the host reads it
+_INT8_OUT = (EwKernel, NormKernel, AttnKernel, BmmKernel)
 
 ROUND = Round.HALF_UP
 #: Largest requantization scale (the VPU reads the low 16 bits, signed).
@@ -141,12 +146,19 @@ def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> 
     consumed = {t for k in s.kernels for t in kernel_inputs(k)}
     q = QSchedule(s, [])
     for ti, t in enumerate(s.tensors):
-        if t.kind == "kernel" and ti not in consumed and not isinstance(s.kernels[t.producer], (EwKernel, BmmKernel)):
+        if t.kind == "kernel" and ti not in consumed and not isinstance(s.kernels[t.producer], _INT8_OUT):
             q.int32.add(ti)
         else:
             q.scales[ti] = _scale_of(amax.get(ti, 0.0))
     for k in s.kernels:
         lo = 0 if k.relu else -128
+        if isinstance(k, AttnKernel):              # compiler.lower.attention: the output at v's scale
+            q.scales[k.out] = q.scales[k.srcs[2][0]]
+            q.qkernels.append(quantize_attention(k, q.scales[k.srcs[0][0]], q.scales[k.srcs[1][0]]))
+            continue
+        if isinstance(k, NormKernel):              # compiler.lower.norms: int8 in, int8 out
+            q.qkernels.append(quantize_norm(k, q.scales[k.src], q.scales[k.out]))
+            continue
         if isinstance(k, EwKernel):
             q.qkernels.append(quantize_ew(q, k, lo))
             continue
@@ -221,8 +233,11 @@ def run_int(q: QSchedule, feeds: dict) -> tuple[list[np.ndarray], dict[int, np.n
     for i, k in enumerate(s.kernels):
         if isinstance(k, BmmKernel):
             vals[k.out] = to_base(bmm_int(q, i, vals), s.tensors[k.out].shape, k)
-            continue
-        if isinstance(k, EwKernel):
+        elif isinstance(k, AttnKernel):
+            vals[k.out] = attention_int(s, k, q.qkernels[i], vals)
+        elif isinstance(k, NormKernel):
+            vals[k.out] = norm_int(s, k, q.qkernels[i], vals)
+        elif isinstance(k, EwKernel):
             vals[k.out] = ew_int(q, i, vals)
         else:
             vals[k.out] = mn_to_base(kernel_int(q, i, vals[k.src]), s.tensors[k.out], k)

@@ -17,6 +17,10 @@ walks the graph once and recognises, without caring how the views were spelled:
   matmul, bias, activation and requantization as one kernel.
 * **pads** of an activation become zero borders of its DRAM layout (the producer
   writes the interior; the reader's strided DMA reads the border as zeros).
+* **norm kernels**: LayerNorm, RMSNorm and softmax over the last axis, found as composites by
+  ``compiler.ir.patterns.recognise`` (run first), become one ``NormKernel`` each (a VPU kernel:
+  ``compiler.lower.norms``); an attention composite (``softmax(q k^T * scale) v``, maybe causal)
+  of three activations an ``AttnKernel`` (the fused attention: ``compiler.lower.attention``).
 
 Anything else that touches an activation raises ``ChipCompileError`` naming the op
 and its shapes, before anything is emitted or simulated. Constant subgraphs are
@@ -25,7 +29,7 @@ evaluated here with numpy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -33,6 +37,7 @@ from isa.errors import TetrachipError
 
 from compiler.ir import semantics
 from compiler.ir.graph import Node, Ops, fmt_shape, is_static, toposort
+from compiler.ir.patterns import Composite, recognise
 from compiler.lower.bmm import BmmKernel, bmm_float, gathers, split_axes, to_base
 
 #: Margin (per axis, each side) of the index space an activation view may reach through PAD.
@@ -197,11 +202,50 @@ class EwKernel:
         return self.srcs[0][0]
 
 
+@dataclass
+class NormKernel:
+    """``out[r, :] = comp(x[idx[r, :]]) * weight + bias`` row by row over the last axis: LayerNorm,
+    RMSNorm or softmax (``comp``, axes (1,)), or an elementwise ``comp`` (GELU, SiLU, sigmoid, tanh,
+    erf); one VPU kernel (``compiler.lower.norms``)."""
+    name: str
+    src: int
+    idx: np.ndarray                 # (rows, d) margin-space indices into the input tensor
+    out: int                        # its tensor: the node's shape, rows contiguous
+    comp: Composite
+    weight: np.ndarray | None       # (d,) float
+    bias: np.ndarray | None
+    relu: bool = False
+    macs: int = 0
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """The float rows (``x`` gathered, (rows, d))."""
+        y = self.comp.evaluate(x)
+        y = y * self.weight if self.weight is not None else y
+        return y + self.bias if self.bias is not None else y
+
+
+@dataclass
+class AttnKernel:
+    """``out[b, h] = softmax(scale q k^T (causal)) v`` per batch element ``b`` and head ``h`` from views
+    of three tensors (``srcs``: (tensor, (B, H, L, dh) margin-space indices) for q, k, v): the
+    transformer block's fused attention (``compiler.lower.attention``)."""
+    name: str
+    srcs: list
+    out: int                        # (..., L, dh), rows contiguous
+    comp: Composite
+    relu: bool = False
+    macs: int = 0
+
+    @property
+    def src(self) -> int:
+        return self.srcs[0][0]
+
+
 def kernel_inputs(k) -> list[int]:
     """The tensors a kernel reads."""
     if isinstance(k, BmmKernel):
         return k.reads()
-    return [t for t, _ in k.srcs] if isinstance(k, EwKernel) else [k.src]
+    return [t for t, _ in k.srcs] if isinstance(k, (EwKernel, AttnKernel)) else [k.src]
 
 
 @dataclass
@@ -220,6 +264,9 @@ class Schedule:
                 lines.append(f"k{i} {k.name}: {t_in.name}{fmt_shape(t_in.shape)} x {t_b.name}{fmt_shape(t_b.shape)} "
                              f"-> {t_out.name}{fmt_shape(t_out.shape)} {k.S} GEMMs {k.M}x{k.K}x{k.N}"
                              f"{'+relu' if k.relu else ''}")
+                continue
+            if isinstance(k, (NormKernel, AttnKernel)):
+                lines.append(f"k{i} {k.name}: {t_in.name} -> {t_out.name}{fmt_shape(t_out.shape)} {k.comp} (VPU)")
                 continue
             if isinstance(k, EwKernel):
                 names = " + ".join(self.tensors[t].name for t, _ in k.srcs)
@@ -295,6 +342,7 @@ def _pure_view(act: _Act, t: TensorInfo) -> bool:
 
 def lift(outputs: list[Node], input_perm=None) -> Schedule:
     """Group a prepared graph into kernels; raises ChipCompileError for anything the chip cannot run."""
+    outputs = recognise(outputs)
     order = toposort(outputs)
     users: dict[int, int] = {}
     for n in order:
@@ -409,6 +457,8 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
                 and users.get(id(n.src[0] if isinstance(srcv[0], _Act) else n.src[1]), 0) == 1:
             return _fuse_bias(n, a, b, tensors, kernels)
         raise _op_err(n, "only a bias added to a matmul/convolution output is supported on the chip")
+    if op is Ops.COMPOSITE:
+        return _norm_kernel(n, srcv, tensors, kernels)
     if op is Ops.CMPLT:
         a, b = srcv
         if _is_zero(a) and isinstance(b, _Act):
@@ -425,6 +475,57 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
                          "on the chip")
     raise _op_err(n, f"{op.name} of an activation is not supported on the chip "
                      f"(supported: matmul, convolution, bias, ReLU, movement)")
+
+
+#: composites that run as a NormKernel: reductions over the last axis, and elementwise functions (a lookup table)
+NORM_KINDS = ("layernorm", "rmsnorm", "softmax")
+LUT_KINDS = ("gelu", "silu", "sigmoid", "tanh", "erf")
+
+
+def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
+    """A LayerNorm/RMSNorm/softmax composite over the last axis of an activation, with constant
+    weight and bias varying along that axis only, or an elementwise composite (GELU, SiLU, ...):
+    a ``NormKernel``."""
+    c: Composite = n.arg
+    x, consts = srcv[0], srcv[1:]
+    if c.kind == "attention" and not c.mask and all(isinstance(v, _Act) for v in srcv):
+        return _attn_kernel(n, srcv, tensors, kernels)
+    if c.kind not in NORM_KINDS + LUT_KINDS or not isinstance(x, _Act) \
+            or not all(isinstance(v, np.ndarray) for v in consts):
+        raise _op_err(n, f"{c} is not supported on the chip (supported: LayerNorm, RMSNorm and softmax of an "
+                         "activation over its last axis, with a constant weight and bias; GELU, SiLU, sigmoid, "
+                         "tanh, erf of an activation; attention of three activations without a mask or with a "
+                         "causal one)")
+    if c.kind in NORM_KINDS and tuple(c.axes) != (len(n.shape) - 1,):
+        raise _op_err(n, f"{c}: only a norm or softmax over the last axis (the features) runs on the chip")
+    d = n.shape[-1]
+    rows = math.prod(n.shape) // d
+    wb = [np.broadcast_to(v, n.shape).reshape(rows, d) for v in consts]
+    if any(np.any(v != v[:1]) for v in wb):
+        raise _op_err(n, f"{c}: the weight and bias must vary along the last axis only")
+    it = iter(v[0].astype(np.float64) for v in wb)
+    w, b = (next(it) if f else None for f in c.affine)
+    tensors.append(TensorInfo(f"t{len(tensors)}", tuple(n.shape), tuple(range(len(n.shape))), "kernel",
+                              producer=len(kernels)))
+    ti = len(tensors) - 1
+    kernels.append(NormKernel(f"{c.kind}{len(kernels)}", x.t, np.ascontiguousarray(np.reshape(x.idx, (rows, d))),
+                              ti, replace(c, axes=(1,) if c.axes else (), affine=(False, False)), w, b))
+    return _Act(ti, tensors[ti].identity(), False)
+
+
+def _attn_kernel(n: Node, srcv, tensors, kernels) -> _Act:
+    """An attention composite of three activations: an ``AttnKernel`` over (batch, head) pairs (the
+    leading axes: the last one the heads, the others the batch)."""
+    *lead, L, dh = n.src[0].shape
+    H = lead[-1] if lead else 1
+    B = math.prod(lead) // H
+    tensors.append(TensorInfo(f"t{len(tensors)}", tuple(n.shape), tuple(range(len(n.shape))), "kernel",
+                              producer=len(kernels)))
+    ti = len(tensors) - 1
+    srcs = [(a.t, np.ascontiguousarray(np.broadcast_to(a.idx, s.shape)).reshape(B, H, *s.shape[-2:]))
+            for a, s in zip(srcv, n.src)]
+    kernels.append(AttnKernel(f"attention{len(kernels)}", srcs, ti, n.arg))
+    return _Act(ti, tensors[ti].identity(), False)
 
 
 def _pad_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:
@@ -561,6 +662,14 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
             av = gather_base(vals[k.a], s.tensors[k.a], k.ga)
             bv = gather_base(vals[k.b], s.tensors[k.b], k.gb)
             vals[k.out] = to_base(bmm_float(k, av, bv), s.tensors[k.out].shape, k)
+            continue
+        if isinstance(k, AttnKernel):
+            qkv = [gather_base(vals[t], s.tensors[t], idx) for t, idx in k.srcs]
+            vals[k.out] = k.comp.evaluate(*qkv).reshape(s.tensors[k.out].shape)
+            continue
+        if isinstance(k, NormKernel):
+            x = gather_base(vals[k.src], s.tensors[k.src], k.idx)
+            vals[k.out] = k.run(x).reshape(s.tensors[k.out].shape)
             continue
         if isinstance(k, EwKernel):
             y = sum(c * gather_base(vals[t], s.tensors[t], idx) for (t, idx), c in zip(k.srcs, k.coefs))

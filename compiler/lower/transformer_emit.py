@@ -36,15 +36,19 @@ EB = SPACE_BYTES[Space.ACC]
 
 
 class _Alloc:
-    def __init__(self, limit: int, what: str, cfg):
-        self.limit, self.what, self.cfg, self.top = limit, what, cfg, 0
+    """Rows handed out from ``base`` upwards; more than ``limit`` in all raises ChipCompileError."""
+
+    def __init__(self, limit: int, what: str, cfg, base: int = 0, owner: str = "TransformerBlock",
+                 hint: str = "lower the maximum T"):
+        self.limit, self.what, self.cfg, self.top, self.base = limit, what, cfg, 0, base
+        self.owner, self.hint = owner, hint
 
     def __call__(self, n: int) -> int:
         a, self.top = self.top, self.top + n
         if self.top > self.limit:
-            raise ChipCompileError(f"TransformerBlock: {self.what} needs more than its {self.limit} rows on "
-                                   f"config {self.cfg.name!r} (lower the maximum T)")
-        return a
+            raise ChipCompileError(f"{self.owner}: {self.what} needs more than its {self.limit} rows on "
+                                   f"config {self.cfg.name!r} ({self.hint})")
+        return self.base + a
 
 
 class _Consts:
@@ -61,36 +65,25 @@ class _Consts:
         return a
 
 
-class _Emitter:
-    """The block's instructions, built with ``isa.builder``. Activations live in SPM/ACC *query-block
-    major*: the row of token ``t``, column block ``c`` of a tensor with ``nb`` blocks is
-    ``(t // Q) * nb * Q + c * Q + t % Q`` (``Q = cols``), so the rows of the first ``ceil(T / Q)``
-    query blocks are a prefix. Every instruction that touches activations repeats over the query
-    blocks with a loop register whose trip count is ``NQ_REG = ceil(T / Q)`` (set from ``DYN_REG = T``
-    at launch)."""
+class VpuEmitter:
+    """The VPU instruction sequences of ``compiler.lower.intmath`` (each method mirrors one function,
+    op for op), shared by the transformer block (``_Emitter``) and the norm kernels of the ordinary
+    pipeline (``compiler.lower.norms``).
 
-    def __init__(self, cfg: ChipConfig, qb, TM: int, fused: bool):
-        self.cfg, self.qb, self.TM, self.fused = cfg, qb, TM, fused
-        self.b = ProgramBuilder(cfg)
+    Activations live in SPM/ACC *query-block major*: the row of token ``t``, column block ``c`` of a
+    tensor with ``nb`` blocks is ``(t // Q) * nb * Q + c * Q + t % Q`` (``Q = cols``). Every
+    instruction that touches activations repeats over the query blocks with loop register l1 whose
+    trip count is ``nq``: a scalar register (the transformer's ``NQ_REG``) or an immediate. ``self.acc``
+    hands out ACC rows (an ``_Alloc``); ``self.b`` is the program builder emitted into."""
+
+    def __init__(self, cfg: ChipConfig, b: ProgramBuilder, TM: int, nq):
+        self.cfg, self.b, self.TM, self.nq = cfg, b, TM, nq
         self.C = self.Q = cfg.cols
-        self.spm = _Alloc(cfg.spm_rows, "SPM", cfg)
         self.acc = None
         self._loops: dict = {}
 
     def e(self, op: str, *operands, **keywords) -> None:
         self.b.emit(op, *operands, **keywords)
-
-    def label(self, name: str) -> Label:
-        self._loops = {}
-        return self.b.label(name)
-
-    def phase(self, name: str) -> "_Alloc":
-        if self.acc is not None:
-            self.acc_peak = max(getattr(self, "acc_peak", 0), self.acc.top)
-        name = getattr(self, "prefix", "") + name
-        self.b.mark(name)
-        self.acc = _Alloc(self.cfg.acc_rows, f"ACC ({name})", self.cfg)
-        return self.acc
 
     def loop(self, k: int, count, strides) -> None:
         key = (count, tuple(strides))
@@ -103,7 +96,7 @@ class _Emitter:
     def rep(self, op: str, *operands, st, inner=None, **keywords) -> None:
         """``op`` once per active query block (memory operand k advances by ``st[k]`` rows/bytes), and
         per ``inner = (count, strides)`` inside it."""
-        self.loop(1, NQ_REG, st)
+        self.loop(1, self.nq, st)
         if inner is None:
             self.e(op, *operands, rep=L1, **keywords)
         else:
@@ -184,9 +177,9 @@ class _Emitter:
             v("vmul", acc[Y], acc[Y], acc[T])
             v("vsra", acc[Y], acc[Y], qy + 1)
 
-    def iexp(self, U, Z, G, n, st):
-        """``G = i_exp(U)`` (``U`` holds ``d``, destroyed; ``Z`` a temporary)."""
-        p, F, v = self.qb.ep, im.EXP_F, self.vpu(n, st)
+    def iexp(self, U, Z, G, n, st, p: im.ExpParams | None = None):
+        """``G = i_exp(U)`` (``U`` holds ``d``, destroyed; ``Z`` a temporary); ``p`` defaults to the block's."""
+        p, F, v = p or self.qb.ep, im.EXP_F, self.vpu(n, st)
         v("vmax", acc[U], acc[U], -p.lim)
         v("vmul", acc[U], acc[U], p.nc)
         v("vsra", acc[U], acc[U], im.EXP_SC)
@@ -205,25 +198,51 @@ class _Emitter:
         """The requantizer for the ``vreq`` that follow: ``shift``, clamp to [lo, 127], half up."""
         self.e("vqcfg", shift=shift, zp=0, lo=lo, hi=127, round="half_up")
 
-    # --- phases -------------------------------------------------------------------------------
+    # --- per-row helpers --------------------------------------------------------------------------
     def const_rows(self, dst_acc, src, nblk):
         """ACC rows ``dst + c*Q + i`` (c < nblk, i < Q) = int32 row c at DRAM ``src`` (row stride 0)."""
         Q = self.Q
         self.loop(3, nblk, (Q, self.C * EB))
         self.e("dma.ld", acc[dst_acc], dram[src], rows=Q, len=self.C, rstride=0, estride=EB, rep=L3)
 
-    def row_sum(self, DST, SRC, nb):
-        """Per-row array ``DST`` (Q rows per query block) = sum over the ``nb`` blocks of ``SRC``."""
+    def row_sum(self, DST, SRC, nb, op: str = "vadd"):
+        """Per-row array ``DST`` (Q rows per query block) = sum (``op="vmax"``: max) over the ``nb``
+        blocks of ``SRC``."""
         Q = self.Q
         self.rep("vmov", acc[DST], acc[SRC], n=Q, st=(Q, nb * Q))
         for c in range(1, nb):
-            self.rep("vadd", acc[DST], acc[DST], acc[SRC + c * Q], n=Q, st=(Q, Q, nb * Q))
+            self.rep(op, acc[DST], acc[DST], acc[SRC + c * Q], n=Q, st=(Q, Q, nb * Q))
 
     def per_row(self, op, BIG, ROW, nb):
         """``op BIG, BIG, ROW`` on every block of ``BIG`` (nb blocks), the per-row array ``ROW`` as operand b."""
         Q = self.Q
         self.rep(op, acc[BIG], acc[BIG], acc[ROW], n=Q, st=(nb * Q, nb * Q, Q), inner=(nb, (Q, Q, 0)))
 
+
+class _Emitter(VpuEmitter):
+    """The block's instructions (``VpuEmitter``'s layout); the query-block count is ``NQ_REG = ceil(T / Q)``
+    (set from ``DYN_REG = T`` at launch), so the rows of the first ``ceil(T / Q)`` query blocks are a prefix."""
+    #: rows from one query block of the queries (``QKV8``) to the next; None: the block's ``3 H Q``
+    q_stride: int | None = None
+
+    def __init__(self, cfg: ChipConfig, qb, TM: int, fused: bool):
+        super().__init__(cfg, ProgramBuilder(cfg), TM, NQ_REG)
+        self.qb, self.fused = qb, fused
+        self.spm = _Alloc(cfg.spm_rows, "SPM", cfg)
+
+    def label(self, name: str) -> Label:
+        self._loops = {}
+        return self.b.label(name)
+
+    def phase(self, name: str) -> "_Alloc":
+        if self.acc is not None:
+            self.acc_peak = max(getattr(self, "acc_peak", 0), self.acc.top)
+        name = getattr(self, "prefix", "") + name
+        self.b.mark(name)
+        self.acc = _Alloc(self.cfg.acc_rows, f"ACC ({name})", self.cfg)
+        return self.acc
+
+    # --- phases -------------------------------------------------------------------------------
     def layernorm(self, X8, OUT8, p: im.LNParams, g_dram, b_dram, hook=None, name="LayerNorm"):
         TM, Q, d = self.TM, self.Q, self.qb.d
         nb = d // Q
@@ -352,7 +371,7 @@ class _Emitter:
     def key_block(self, r, QKV8, kt_dram, v_dram, s_dram, p_dram, first: bool):
         TM, C, R, Q = self.TM, self.C, self.cfg.rows, self.Q
         H, dh = self.qb.heads, self.qb.d // self.qb.heads
-        n, nq3 = H * Q, 3 * H * Q
+        n, nq3 = H * Q, self.q_stride or 3 * H * Q
         S, O, M, L, U, Z, G, AL, MB, LANE = (r[k] for k in "S O M L U Z G AL MB LANE".split())
         KTS, VS, P8 = r["KTS"], r["VS"], r["P8"]
         v = self.vpu(n, n)
@@ -501,6 +520,17 @@ def check_shapes(cfg: ChipConfig, d: int, H: int, ff: int) -> None:
         raise ChipCompileError(f"TransformerBlock: d_model must be a power of two >= 16, got {d}")
 
 
+def lane_rows(C: int, H: int) -> np.ndarray:
+    """The attention's lane-index constant: ``H`` rows of ``0 .. C-1``."""
+    return np.tile(np.arange(C), H)
+
+
+def query_index_rows(C: int, H: int, TM: int) -> np.ndarray:
+    """Causal attention: the query index of every attention row (query block, head, row), in all ``C`` lanes."""
+    return np.repeat((np.arange(TM // C)[:, None, None] * C + np.arange(C)[None, None, :])
+                     .repeat(H, 1).reshape(-1), C)
+
+
 def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     """The program of a stack of blocks (``qbs``: QBlocks, or one) for ``TM`` rows (a multiple of
     ``cols``): (Program, Layout, its listing)."""
@@ -528,10 +558,8 @@ def emit(cfg: ChipConfig, qbs, TM: int, fused: bool = True):
     def rows32(v):
         return k.add(np.asarray(v, np.int64).astype(np.int32).reshape(-1, C))
 
-    lane = rows32(np.tile(np.arange(C), H))
-    # causal: the query index of every attention row (query block, head, row), in all lanes
-    qidx = rows32(np.repeat((np.arange(TM // C)[:, None, None] * C + np.arange(C)[None, None, :])
-                            .repeat(H, 1).reshape(-1), C)) if any(q.causal for q in qbs) else None
+    lane = rows32(lane_rows(C, H))
+    qidx = rows32(query_index_rows(C, H, TM)) if any(q.causal for q in qbs) else None
     def consts(qb):
         c = dict(wqkv=tiles(qb.wqkv), bqkv=rows32(qb.bqkv), sqkv=rows32(qb.m_qkv),
                  wo=tiles(qb.wo), bo=rows32(qb.bo), so=rows32(qb.res1[2]))

@@ -1,0 +1,338 @@
+"""LayerNorm, RMSNorm and softmax over the last axis, and elementwise GELU, SiLU, sigmoid, tanh and erf,
+as VPU kernels of the ordinary pipeline.
+
+``compiler.ir.patterns`` finds the layers in the primitive graph; ``schedule.lift`` turns each into a
+``schedule.NormKernel`` (rows of ``d`` features, constant weight and bias). This module gives it
+
+* its quantized form ``QNorm`` (``quantize_norm``: ``intmath.NormParams`` or ``intmath.SoftmaxParams``
+  for the input and output scales calibration found),
+* its integer reference ``norm_int``: ``intmath.norm_rows`` / ``intmath.softmax_rows`` on the gathered
+  int8 rows, bit for bit what the chip computes (``quantize.run_int`` calls it); an elementwise
+  function is a ``vlut`` table (``lut_table``: the float function at each of the 256 int8 inputs,
+  requantized), its reference ``isa.semantics.lut``,
+* its lowering ``lower_norm`` (``pipeline.lower_schedule`` calls it) to a ``NormCode``, whose ``emit``
+  writes the instructions with ``transformer_emit.VpuEmitter``: the same VPU sequences (``rsqrt``,
+  ``recip``, ``iexp``, per-row sums) the transformer block uses.
+
+Layout: rows are processed in groups of ``TM`` rows (a multiple of ``Q = cols``: ``G = TM / Q`` tiles
+of ``Q`` rows). In SPM and ACC a group is *tile major*: chunk ``c`` (lanes ``c*Q .. c*Q + Q - 1`` of the
+features, ``nb = ceil(d / Q)`` chunks) of row ``t`` is at ``(t // Q) * nb * Q + c * Q + t % Q``, the
+transformer's query-block layout, so every VPU instruction repeats over the ``G`` tiles with loop
+register l1. A last chunk shorter than ``Q`` is loaded with zeros in its spare lanes; they are masked
+(LayerNorm's centred values are multiplied by a 0/1 row, softmax's inputs get ``-2^30`` added) and
+never stored. A last tile with fewer than ``Q`` rows computes garbage rows that are never stored.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from isa import semantics as isem
+from isa.builder import ProgramBuilder, acc, dram, spm
+from isa.config import ChipConfig
+from isa.ints import cdiv
+from isa.operands import OperandError
+from isa.regs import L1, LoopReg
+from isa.table import LUT_ENTRIES
+
+from compiler.lower import intmath as im
+from compiler.lower.schedule import LUT_KINDS, ChipCompileError, NormKernel, Schedule, gather_base
+from compiler.lower.transformer_emit import VpuEmitter, _Alloc
+
+
+@dataclass
+class QNorm:
+    """A norm kernel on integers: which one, its feature count and the ``intmath`` parameters."""
+    kind: str                       # layernorm | rmsnorm | softmax
+    d: int
+    params: object                  # intmath.NormParams, intmath.SoftmaxParams or a vlut table (256 int8)
+
+
+def quantize_norm(k: NormKernel, s_in: float, s_out: float) -> QNorm:
+    """The integer parameters of ``k`` for input scale ``s_in`` and output scale ``s_out``."""
+    d = k.idx.shape[1]
+    if k.comp.kind in LUT_KINDS:
+        return QNorm(k.comp.kind, d, lut_table(k, s_in, s_out))
+    try:
+        if k.comp.kind == "softmax":
+            return QNorm("softmax", d, im.SoftmaxParams.make(d, s_in, s_out))
+        w = k.weight if k.weight is not None else np.ones(d)
+        b = k.bias if k.bias is not None else np.zeros(d)
+        return QNorm(k.comp.kind, d, im.NormParams.make(k.comp.kind == "layernorm", w, b, k.comp.eps, s_in, s_out))
+    except ValueError as e:
+        raise ChipCompileError(f"kernel {k.name} ({k.comp}, {d} features): {e}") from None
+
+
+def lut_table(k: NormKernel, s_in: float, s_out: float) -> np.ndarray:
+    """An elementwise kernel's ``vlut`` table: entry ``i`` (the int8 input ``i - 256`` when ``i >= 128``)
+    holds ``round(f(x s_in) / s_out)`` clamped to int8's symmetric range."""
+    x = np.arange(LUT_ENTRIES, dtype=np.int64)
+    x = np.where(x >= 128, x - 256, x).astype(np.float64)
+    return np.clip(np.rint(k.run(x[None, :] * s_in)[0] / s_out), -127, 127).astype(np.int8)
+
+
+def norm_int(s: Schedule, k: NormKernel, qn: QNorm, vals: dict) -> np.ndarray:
+    """The kernel's int8 output (its tensor's base shape) from the integer tensors ``vals``."""
+    x = gather_base(vals[k.src], s.tensors[k.src], k.idx)
+    if qn.kind in LUT_KINDS:
+        y = isem.lut(x, qn.params)                   # the instruction's own meaning
+    else:
+        y = (im.softmax_rows if qn.kind == "softmax" else im.norm_rows)(x, qn.params)
+    return y.astype(np.int8).reshape(s.tensors[k.out].shape)
+
+
+# ---------------------------------------------------------------------------------------------- lowering
+
+@dataclass
+class NormCode:
+    """A norm kernel ready to emit: rows of ``d`` int8 features at ``in_addr + r * in_rs`` (bytes),
+    written at ``out_addr + r * out_rs``; ``consts`` the DRAM addresses of its constants (``_const_rows``);
+    ``TM`` rows per group; its SPM holds the lookup table (if any), then the group's input and output."""
+    name: str
+    qn: QNorm
+    rows: int
+    in_addr: int
+    in_rs: int
+    out_addr: int
+    out_rs: int
+    consts: dict
+    TM: int
+    cfg: ChipConfig
+    spm_base: int = 0
+    acc_base: int = 0
+
+    def emit(self, b: ProgramBuilder) -> int:
+        """Emit the kernel into ``b``; returns the ACC rows it used."""
+        return _NormEmitter(self.cfg, b, self).run()
+
+
+class _NormEmitter(VpuEmitter):
+    """The instructions of one ``NormCode`` (see the module docstring for the layout)."""
+
+    def __init__(self, cfg: ChipConfig, b: ProgramBuilder, code: NormCode, acc_limit: int | None = None):
+        super().__init__(cfg, b, code.TM, 1)
+        self.acc_limit = cfg.acc_rows if acc_limit is None else acc_limit
+        self.code, self.qn = code, code.qn
+        self.d = code.qn.d
+        self.nb = cdiv(self.d, self.Q)
+        self.nbf, self.lc = divmod(self.d, self.Q)
+        self.tab_rows = table_rows(code.qn, self.Q)
+
+    def run(self) -> int:
+        c, Q, TM = self.code, self.Q, self.TM
+        tiles = cdiv(c.rows, Q)
+        G = TM // Q
+        top = 0
+        self.e("fence", "all")
+        for g0 in range(0, tiles, G):
+            self.acc = _Alloc(self.acc_limit, "ACC", self.cfg, base=c.acc_base, owner=f"kernel {c.name}",
+                              hint="fewer features")
+            self.nq = min(G, tiles - g0)
+            r0 = g0 * Q
+            nrows = min(TM, c.rows - r0)
+            X8 = c.spm_base + self.tab_rows
+            OUT8 = X8 + self.nb * TM
+            self._dma("dma.ld", X8, c.in_addr + r0 * c.in_rs, c.in_rs, nrows, load=True)
+            self.e("fence", "all")
+            if self.qn.kind in LUT_KINDS:
+                self.lut(c.spm_base, X8, OUT8, first=g0 == 0)
+            elif self.qn.kind == "softmax":
+                self.softmax(X8, OUT8, first=g0 == 0)
+            else:
+                self.norm(X8, OUT8, first=g0 == 0)
+            self.e("fence", "all")
+            self._dma("dma.st", OUT8, c.out_addr + r0 * c.out_rs, c.out_rs, nrows, load=False)
+            self.e("fence", "all")
+            top = max(top, self.acc.top)
+        self._loops = {}
+        return top
+
+    # --- data movement ---------------------------------------------------------------------------
+    def _dma(self, op: str, buf: int, addr: int, rs: int, nrows: int, load: bool) -> None:
+        """Load (or store) ``nrows`` rows of ``d`` int8 features between DRAM (row stride ``rs``) and
+        the tile-major SPM buffer ``buf``: full tiles with loop l1, full chunks with loop l2, then
+        the short chunk and the short tile."""
+        Q, nb = self.Q, self.nb
+        full, part = divmod(nrows, Q)
+
+        def one(rows, s_off, d_off, length, rep, strides):
+            mem = (spm[buf + s_off], dram[addr + d_off])
+            ops = mem if load else mem[::-1]
+            kw = dict(rows=rows, len=length, rstride=rs)
+            if rep is not None:
+                for k, st in strides:
+                    self.loop(k, *st)
+            self.e(op, *ops, rep=rep, **kw)
+
+        def sw(a, b):                               # strides in operand order
+            return (a, b) if load else (b, a)
+
+        for rows, t0, tiles in ((Q, 0, full), (part, full, 1 if part else 0)):
+            if not tiles:
+                continue
+            s_off, d_off = t0 * nb * Q, t0 * Q * rs
+            outer = [(1, (tiles, sw(nb * Q, Q * rs)))] if tiles > 1 else []
+            if self.nbf:
+                inner = [(2, (self.nbf, sw(Q, Q)))] if self.nbf > 1 else []
+                loops = outer + inner
+                rep = None if not loops else (LoopReg(loops[0][0]), len(loops))
+                one(rows, s_off, d_off, Q, rep, loops)
+            if self.lc:
+                rep = L1 if outer else None
+                one(rows, s_off + self.nbf * Q, d_off + self.nbf * Q, self.lc, rep, outer)
+
+    # --- the kernels -------------------------------------------------------------------------------
+    def lut(self, TAB, X8, OUT8, first: bool) -> None:
+        """An elementwise function: ``vlut`` with the kernel's table (loaded into SPM, then ``vlutld``)."""
+        if first:
+            self.e("dma.ld", spm[TAB], dram[self.code.consts["lut"]], rows=self.tab_rows, len=self.Q, rstride=self.Q)
+            self.e("fence", "all")
+            self.e("vlutld", spm[TAB])
+        S = self.nb * self.Q
+        self.rep("vlut", spm[OUT8], spm[X8], n=S, st=(S, S))
+
+    def norm(self, X8, OUT8, first: bool) -> None:
+        """``intmath.norm_rows``, op for op."""
+        p: im.NormParams = self.qn.params
+        TM, Q, nb = self.TM, self.Q, self.nb
+        N = S = nb * Q
+        a, cst = self.acc, self.code.consts
+        GB, BB = a(N), a(N)
+        MASK = a(Q) if self.lc else None
+        XC, SS = a(nb * TM), a(nb * TM)
+        SUM, V, Y, H = a(TM), a(TM), a(TM), a(TM)
+        if first:
+            self.const_rows(GB, cst["g"], nb)
+            self.const_rows(BB, cst["b"], nb)
+            if MASK is not None:
+                self.const_rows(MASK, cst["mask"], 1)
+            self.e("fence", "load")
+        v = self.vpu(Q, Q)
+        self.rep("vshl", acc[XC], spm[X8], p.xb, n=N, st=(S, S))
+        if p.center:
+            self.rep("vrsum", acc[SS], spm[X8], n=N, st=(S, S))
+            self.row_sum(SUM, SS, nb)
+            v("vmul", acc[SUM], acc[SUM], p.md)
+            v("vsra", acc[SUM], acc[SUM], im.MEAN_SH)
+            self.per_row("vsub", XC, SUM, nb)
+            if MASK is not None:                      # the spare lanes of the short chunk: 0 again
+                last = XC + (nb - 1) * Q
+                self.rep("vmul", acc[last], acc[last], acc[MASK], n=Q, st=(S, S, 0))
+        self.rep("vmul", acc[SS], acc[XC], acc[XC], n=N, st=(S, S, S))
+        self.rep("vrsum", acc[SS], acc[SS], n=N, st=(S, S))
+        self.row_sum(V, SS, nb)
+        v("vadd", acc[V], acc[V], p.eps_q)
+        self.rsqrt(Y, H, V, Q, Q)
+        if im.RSQRT_QY != im.NORM_R:
+            v("vadd", acc[H], acc[H], im.RSQRT_QY - im.NORM_R)
+        self.per_row("vmul", XC, Y, nb)
+        self.per_row("vsra", XC, H, nb)
+        self.rep("vmul", acc[XC], acc[XC], acc[GB], n=N, st=(S, S, 0))
+        self.rep("vadd", acc[XC], acc[XC], acc[BB], n=N, st=(S, S, 0))
+        self.requant(im.NORM_R + p.gs, -128)
+        self.rep("vreq", spm[OUT8], acc[XC], 1, n=N, st=(S, S))
+
+    def softmax(self, X8, OUT8, first: bool) -> None:
+        """``intmath.softmax_rows``, op for op."""
+        p: im.SoftmaxParams = self.qn.params
+        TM, Q, nb = self.TM, self.Q, self.nb
+        N = S = nb * Q
+        a, cst = self.acc, self.code.consts
+        MB = a(Q) if self.lc else None
+        XA, Z, G = a(nb * TM), a(nb * TM), a(nb * TM)
+        M, L, Y, E = a(TM), a(TM), a(TM), a(TM)
+        temps = [a(TM) for _ in range(4)]
+        if first and MB is not None:
+            self.const_rows(MB, cst["mask"], 1)
+            self.e("fence", "load")
+        v = self.vpu(Q, Q)
+        self.rep("vmov", acc[XA], spm[X8], n=N, st=(S, S))
+        if MB is not None:                            # the spare lanes: -2^30, their exp is 0
+            last = XA + (nb - 1) * Q
+            self.rep("vadd", acc[last], acc[last], acc[MB], n=Q, st=(S, S, 0))
+        self.rep("vrmax", acc[Z], acc[XA], n=N, st=(S, S))
+        self.row_sum(M, Z, nb, "vmax")
+        self.per_row("vsub", XA, M, nb)
+        self.iexp(XA, Z, G, N, S, p.ep)
+        self.rep("vrsum", acc[Z], acc[G], n=N, st=(S, S))
+        self.row_sum(L, Z, nb)
+        if p.ls:
+            v("vsra", acc[L], acc[L], p.ls)
+        self.recip(Y, E, L, Q, Q, p.lo_e, 17, temps)
+        self.per_row("vmul", G, Y, nb)
+        self.per_row("vsra", G, E, nb)
+        self.requant(p.shift, 0)
+        self.rep("vreq", spm[OUT8], acc[G], p.mult, n=N, st=(S, S))
+
+
+def table_rows(qn: QNorm, C: int) -> int:
+    """SPM rows of the kernel's lookup table (0 without one)."""
+    return cdiv(LUT_ENTRIES, C) if qn.kind in LUT_KINDS else 0
+
+
+def _const_rows(qn: QNorm, C: int) -> dict:
+    """The kernel's constant rows (``C`` lanes each): gamma and beta per chunk, the spare-lane row (int32),
+    or the lookup table (int8)."""
+    if qn.kind in LUT_KINDS:
+        return {"lut": np.asarray(qn.params, np.int8)}
+    nb = cdiv(qn.d, C)
+    out = {}
+    if qn.kind != "softmax":
+        for key in ("g", "b"):
+            v = np.zeros(nb * C, np.int64)
+            v[:qn.d] = getattr(qn.params, key)
+            out[key] = v.reshape(nb, C)
+    if qn.d % C:
+        lanes = np.arange(C) < qn.d % C
+        out["mask"] = (lanes.astype(np.int64) if qn.kind != "softmax" else np.where(lanes, 0, im.NEG))[None, :]
+    return {k: v.astype(np.int32) for k, v in out.items()}
+
+
+def _affine_rows(s: Schedule, t: int, idx: np.ndarray, what: str) -> tuple[int, int]:
+    """(first row's byte offset, row stride) of a tensor view whose rows are contiguous features at a
+    constant stride; ChipCompileError otherwise."""
+    off = s.tensors[t].phys_offsets(idx)
+    rows = off[:, 0]
+    rs = int(rows[1] - rows[0]) if len(rows) > 1 else off.shape[1]
+    if np.any(np.diff(off, axis=1) != 1) or np.any(rows != rows[0] + rs * np.arange(len(rows))):
+        raise ChipCompileError(f"{what}: its rows must be contiguous features at one stride in DRAM "
+                               "(a transposed or sliced view is not supported)")
+    return int(rows[0]), rs
+
+
+def lower_norm(cfg: ChipConfig, s: Schedule, k: NormKernel, qn: QNorm, tensor_addr: dict, put,
+               spm_free: int) -> tuple[NormCode, int, int]:
+    """The kernel's code (constants placed with ``put``) and the SPM and ACC rows it needs: the largest
+    group of rows that fits ``spm_free`` SPM rows and the ACC."""
+    what = f"kernel {k.name} ({k.comp} of {k.idx.shape[0]} rows x {qn.d})"
+    i0, irs = _affine_rows(s, k.src, k.idx, what)
+    out = s.tensors[k.out]
+    o0, ors = _affine_rows(s, k.out, out.identity().reshape(k.idx.shape), what)
+    consts = {key: put(v) for key, v in _const_rows(qn, cfg.cols).items()}
+    Q = cfg.cols
+    nb = cdiv(qn.d, Q)
+    code = NormCode(k.name, qn, k.idx.shape[0], tensor_addr[k.src] + i0, irs, tensor_addr[k.out] + o0, ors,
+                    consts, Q, cfg)
+
+    def acc_need(tm: int) -> int | None:            # a dry run: the ACC rows a group of tm rows uses
+        code.TM = tm
+        try:
+            return _NormEmitter(cfg, ProgramBuilder(cfg), code, acc_limit=1 << 40).run()
+        except OperandError:                        # a row beyond the ACC
+            return None
+
+    tiles = cdiv(code.rows, Q)
+    a1 = acc_need(Q)
+    a2 = acc_need(2 * Q) if tiles > 1 and a1 is not None else None
+    G = 1 if a2 is None else min(tiles, (cfg.acc_rows - (2 * a1 - a2)) // max(1, a2 - a1))
+    tab = table_rows(qn, Q)
+    G = min(G, (spm_free - tab) // (2 * nb * Q))
+    if a1 is None or a1 > cfg.acc_rows or G < 1:
+        raise ChipCompileError(f"{what}: one tile of {Q} rows needs {a1 or 'more than the'} ACC rows (config "
+                               f"{cfg.name!r} has {cfg.acc_rows}) and {2 * nb * Q} SPM rows ({spm_free} free)")
+    code.TM = G * Q
+    return code, tab + 2 * nb * code.TM, max(1, acc_need(code.TM) or 0)
+
+
+__all__ = ["QNorm", "quantize_norm", "norm_int", "NormCode", "lower_norm"]

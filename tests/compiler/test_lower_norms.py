@@ -1,0 +1,110 @@
+"""LayerNorm, RMSNorm and softmax written as plain functions or modules, and elementwise GELU, SiLU,
+sigmoid and tanh, compiled by the ordinary pipeline (``compiler.lower.norms``): on ``Device("sim")``
+bit-exact to ``cm.reference`` (the ``intmath`` integer definitions; ``vlut`` tables), ``float_reference``
+equal to the frontend's value, and the chip within 3% of the largest float output (int8 in and out:
+two half steps of 1/127, plus the integer rsqrt / exp polynomials; measured at most 1.4%), 4% with
+two int8 matmuls around the kernel (measured at most 2.9%)."""
+import numpy as np
+import pytest
+
+import tetrachip as tc
+from compiler.frontend import functional as F
+from compiler.frontend import nn
+from compiler.lower.schedule import ChipCompileError
+
+#: the chip's largest error, as a fraction of the largest float output
+BOUND = 0.03
+
+
+def _model(kind: str, d: int, rng):
+    if kind == "softmax":
+        return lambda t: F.softmax(t, -1)
+    m = nn.LayerNorm(d) if kind == "layernorm" else nn.RMSNorm(d)
+    m.weight = tc.Tensor(rng.uniform(0.5, 1.5, d).astype(np.float32))
+    if kind == "layernorm":
+        m.bias = tc.Tensor(rng.uniform(-0.5, 0.5, d).astype(np.float32))
+    return m
+
+
+def _run(model, x, cfg, n_norm=1, kind="norm", bound=BOUND):
+    cm = tc.compile(model, [x], config=cfg)
+    assert sum(k.kind == kind for k in cm.kernels) == n_norm
+    res = tc.Device("sim", config=cfg).run(cm, {"x": x})
+    got, ref = res.outputs[0], cm.reference({"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+    flt = cm.float_reference({"x": x})[0]
+    front = model(tc.Tensor(x)).numpy()
+    np.testing.assert_allclose(flt, front, rtol=1e-4, atol=1e-5)
+    err = float(np.abs(got - front).max() / np.abs(front).max())
+    assert err <= bound, err
+    return cm, got, front
+
+
+CASES = [("layernorm", 48, 10, "small"), ("layernorm", 100, 37, "base"), ("rmsnorm", 100, 37, "base"),
+         ("softmax", 100, 37, "base"), ("softmax", 48, 21, "small"), ("layernorm", 384, 40, "base"),
+         ("softmax", 384, 40, "base"), ("layernorm", 12, 9, "tiny"), ("softmax", 12, 9, "tiny"),
+         ("rmsnorm", 16, 16, "small"), ("layernorm", 20, 11, "small")]
+
+
+@pytest.mark.parametrize("kind,d,rows,cfg", CASES, ids=[f"{k}-{d}x{r}-{c}" for k, d, r, c in CASES])
+def test_norm_rows(kind, d, rows, cfg):
+    rng = np.random.default_rng(d + rows)
+    x = (rng.standard_normal((rows, d)) * 1.5 + 0.2).astype(np.float32)
+    _run(_model(kind, d, rng), x, cfg)
+
+
+def test_many_row_groups():
+    """More rows than one group's ACC: groups of tiles, the last one short."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((130, 100)) * 2).astype(np.float32)
+    cm, _, _ = _run(_model("rmsnorm", 100, rng), x, "small")
+    code = [k for k in cm.kernels if k.kind == "norm"][0]
+    assert code.M == 130
+
+
+def test_norms_between_matmuls():
+    """Linear -> LayerNorm -> Linear -> softmax on a (B, T, d) input: GEMMs and VPU kernels in one program."""
+    rng = np.random.default_rng(9)
+    w1 = (rng.standard_normal((24, 40)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((40, 20)) * 0.3).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, 40).astype(np.float32)
+
+    def model(t):
+        h = F.layer_norm(t @ tc.Tensor(w1), 40, tc.Tensor(g))
+        return (h @ tc.Tensor(w2)).softmax(-1)
+
+    x = rng.standard_normal((2, 7, 24)).astype(np.float32)
+    cm, _, _ = _run(model, x, "small", n_norm=2)
+    assert [k.kind for k in cm.kernels] == ["gemm", "norm", "gemm", "norm"]
+
+
+ELEMENTWISE = {"gelu": lambda t: t.gelu(), "gelu-tanh": lambda t: F.gelu(t, "tanh"), "silu": F.silu,
+               "sigmoid": F.sigmoid, "tanh": F.tanh}
+
+
+@pytest.mark.parametrize("name,cfg", [("gelu", "small"), ("gelu-tanh", "small"), ("silu", "base"),
+                                      ("sigmoid", "tiny"), ("tanh", "small")])
+def test_elementwise_lookup(name, cfg):
+    """An elementwise composite alone and between two matmuls: one ``vlut`` kernel."""
+    rng = np.random.default_rng(3)
+    f = ELEMENTWISE[name]
+    w1 = (rng.standard_normal((20, 30)) * 0.4).astype(np.float32)
+    w2 = (rng.standard_normal((30, 12)) * 0.4).astype(np.float32)
+    x = rng.standard_normal((2, 9, 20)).astype(np.float32)
+    _run(f, x * 2, cfg, kind="lut")
+    cm, _, _ = _run(lambda t: f(t @ tc.Tensor(w1)) @ tc.Tensor(w2), x, cfg, kind="lut", bound=0.04)
+    assert [k.kind for k in cm.kernels] == ["gemm", "lut", "gemm"]
+
+
+def test_unsupported_composites_are_named():
+    x = np.ones((4, 16), np.float32)
+    with pytest.raises(ChipCompileError, match="last axis"):
+        tc.compile(lambda t: F.softmax(t, 0), [x], config="small")
+    w_rows = tc.Tensor(np.arange(64, dtype=np.float32).reshape(4, 16))   # a weight that varies along rows
+    with pytest.raises(ChipCompileError, match="last axis only"):
+        tc.compile(lambda t: F.layer_norm(t, 16) * w_rows, [x], config="small")
+    with pytest.raises(ChipCompileError, match="contiguous"):
+        tc.compile(lambda t: F.layer_norm(t.T, 4), [x], config="small")
+    act = lambda t: F.layer_norm(t, 16) * t  # noqa: E731 (an activation is no weight)
+    with pytest.raises(ChipCompileError, match="MUL"):
+        tc.compile(act, [x], config="small")
