@@ -32,7 +32,7 @@ import numpy as np
 from isa.errors import TetrachipError
 
 from compiler.ir import semantics
-from compiler.ir.graph import Node, Ops, fmt_shape, is_static, toposort
+from compiler.ir.graph import Node, Ops, fmt_shape, fmt_site, is_static, toposort
 
 #: Margin (per axis, each side) of the index space an activation view may reach through PAD.
 MARGIN = 8
@@ -43,8 +43,15 @@ class ChipCompileError(TetrachipError):
 
 
 def _op_err(n: Node, msg: str) -> ChipCompileError:
+    """The error for node ``n``: its op, type and operand shapes, ``msg``, and the user's source line."""
     shapes = ", ".join(fmt_shape(s.shape) for s in n.src)
-    return ChipCompileError(f"{n.op.name} {n.dtype}{fmt_shape(n.shape)} (operands {shapes or '-'}): {msg}")
+    return ChipCompileError(f"{n.op.name} {n.dtype}{fmt_shape(n.shape)} (operands {shapes or '-'}): {msg}"
+                            f"{_site_text(n)}")
+
+
+def _site_text(n: Node) -> str:
+    """`` at model.py:12``: where the frontend built ``n`` (``Node.site``), or nothing."""
+    return f" at {fmt_site(n.site)}" if n.site else ""
 
 
 # ---------------------------------------------------------------------------------------------- tensors
@@ -163,6 +170,8 @@ class Kernel:
     m_axes: tuple                   # output base axes making up M (row-major), then N axes
     n_axes: tuple
     op_text: str = ""
+    #: (K, N) structural nonzeros of ``weight`` (a grouped contraction's block diagonal); None: dense
+    wmask: np.ndarray | None = None
 
     @property
     def M(self) -> int:
@@ -178,7 +187,8 @@ class Kernel:
 
     @property
     def macs(self) -> int:
-        return self.M * self.K * self.N
+        """Useful multiply-accumulates (the block diagonal's zeros not counted)."""
+        return self.M * (self.K * self.N if self.wmask is None else int(np.count_nonzero(self.wmask)))
 
 
 @dataclass
@@ -418,38 +428,66 @@ def _pad_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:
     return _ravel(tuple(coords), t.mshape).astype(np.int64)
 
 
+#: Largest block-diagonal weight (K x N elements) a grouped contraction may expand to.
+GROUPED_MAX = 1 << 25
+
+
 def _contraction(n: Node, p: _Prod, tensors, kernels) -> _Act:
+    """``SUM(MUL(view(x), view(W)))`` as one GEMM kernel. An output axis along which both the activation
+    and the weights vary (the group axis of a grouped or depthwise convolution) is folded into K and N
+    with a block-diagonal weight ``W'[(g, k), (g', n)] = delta(g, g') W[g, k, n]``; ``Kernel.wmask``
+    marks its structural nonzeros (``compiler.lower.pipeline`` runs only those blocks)."""
     red = tuple(n.arg)
     full = n.src[0].shape
     outax = [i for i in range(len(full)) if i not in red]
     a, c = p.act.idx, np.broadcast_to(p.const, full)
-    n_axes, m_axes = [], []
+    n_axes, m_axes, g_axes = [], [], []
     for ax in outax:
         cv, av = _varies(c, ax), _varies(a, ax)
         if cv and av:
-            raise _op_err(n, f"axis {ax} indexes both the activation and the weights "
-                             "(a batched matmul of activations is not supported on the chip yet)")
+            g_axes.append(ax)
         (n_axes if cv else m_axes).append(ax)
-    # A[m, k]: the activation with N axes fixed at 0; W[k, n]: the constant with M axes fixed at 0
-    a0 = a[tuple(0 if ax in n_axes else slice(None) for ax in range(len(full)))]
-    rest = [ax for ax in range(len(full)) if ax not in n_axes]
-    a_perm = [rest.index(ax) for ax in m_axes] + [rest.index(ax) for ax in red]
+    G = math.prod(full[ax] for ax in g_axes)
+    # A[m, (g, k)]: the activation with the other N axes fixed at 0; W[k, n]: the constant with M axes at 0
+    a0 = a[tuple(0 if ax in n_axes and ax not in g_axes else slice(None) for ax in range(len(full)))]
+    rest = [ax for ax in range(len(full)) if ax not in n_axes or ax in g_axes]
+    a_perm = [rest.index(ax) for ax in m_axes] + [rest.index(ax) for ax in g_axes] + [rest.index(ax) for ax in red]
     M = math.prod(full[ax] for ax in m_axes)
     K = math.prod(full[ax] for ax in red)
     N = math.prod(full[ax] for ax in n_axes)
-    gather = np.ascontiguousarray(np.transpose(a0, a_perm)).reshape(M, K)
+    if G > 1 and G * K * N > GROUPED_MAX:
+        raise _op_err(n, f"axes {tuple(g_axes)} index both the activation and the weights (groups of a grouped "
+                         f"contraction); their block-diagonal weight ({G * K} x {N}) exceeds {GROUPED_MAX} elements")
+    gather = np.ascontiguousarray(np.transpose(a0, a_perm)).reshape(M, G * K)
     c0 = c[tuple(0 if ax in m_axes else slice(None) for ax in range(len(full)))]
     rest_c = [ax for ax in range(len(full)) if ax not in m_axes]
     c_perm = [rest_c.index(ax) for ax in red] + [rest_c.index(ax) for ax in n_axes]
     weight = np.ascontiguousarray(np.transpose(c0, c_perm)).reshape(K, N).astype(np.float64)
+    wmask = None
+    if G > 1:
+        weight, wmask = _block_diagonal(weight, [full[ax] for ax in n_axes], [n_axes.index(ax) for ax in g_axes])
     shape = n.shape
     tensors.append(TensorInfo(f"t{len(tensors)}", tuple(shape), tuple(list(red) + m_axes + n_axes), "kernel",
                               producer=len(kernels)))
     ti = len(tensors) - 1
     kind = "conv" if len(full) > 3 else "matmul"
+    text = f"SUM{fmt_shape(full)} over {red}" + (f", groups {G} on axes {tuple(g_axes)}" if G > 1 else "")
     kernels.append(Kernel(f"{kind}{len(kernels)}", p.act.t, ti, gather, weight, None, False,
-                          tuple(m_axes), tuple(n_axes), op_text=f"SUM{fmt_shape(full)} over {red}"))
+                          tuple(m_axes), tuple(n_axes), op_text=text + _site_text(n), wmask=wmask))
     return _Act(ti, tensors[ti].identity(), True)
+
+
+def _block_diagonal(w: np.ndarray, n_shape: list, g_pos: list) -> tuple[np.ndarray, np.ndarray]:
+    """``(K, N)`` weights whose columns belong to groups (the N coordinates at ``g_pos`` of ``n_shape``)
+    as the ``(G * K, N)`` block-diagonal weight with rows ``(g, k)``, and its structural mask."""
+    K, N = w.shape
+    coords = np.indices(n_shape, dtype=np.int64).reshape(len(n_shape), N)
+    g_of_n = _ravel(tuple(coords[i] for i in g_pos), [n_shape[i] for i in g_pos])
+    G = math.prod(n_shape[i] for i in g_pos)
+    mask = np.zeros((G, K, N), bool)
+    mask[g_of_n, :, np.arange(N)] = True
+    mask = mask.reshape(G * K, N)
+    return np.where(mask, np.tile(w, (G, 1)), 0.0), mask
 
 
 def _elementwise_add(n: Node, srcv, users, tensors, kernels) -> _Act:
