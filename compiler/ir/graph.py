@@ -97,13 +97,22 @@ _PKG_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(o
                   + os.sep for d in ("isa", "sim", "rtl", "verify", "compiler", "runtime", "tetrachip"))
 
 
+_in_pkg: dict[str, bool] = {}            # file name -> is it part of a tetrachip package
+
+
 def caller_site(depth: int = 2) -> tuple | None:
     """``(file, line)`` of the first stack frame outside the tetrachip packages (the user's code that
     built a node), starting ``depth`` frames up; None when there is none."""
     f = sys._getframe(depth)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIRS):
+    while f is not None:
+        fn = f.f_code.co_filename
+        inside = _in_pkg.get(fn)
+        if inside is None:
+            inside = _in_pkg[fn] = fn.startswith(_PKG_DIRS)
+        if not inside:
+            return fn, f.f_lineno
         f = f.f_back
-    return None if f is None else (f.f_code.co_filename, f.f_lineno)
+    return None
 
 
 def fmt_site(site) -> str:
