@@ -34,8 +34,10 @@ from isa.errors import TetrachipError
 from compiler.ir import semantics
 from compiler.ir.graph import Node, Ops, fmt_shape, fmt_site, is_static, toposort
 
-#: Margin (per axis, each side) of the index space an activation view may reach through PAD.
-MARGIN = 8
+#: Largest margin (per axis, each side) of the index space an activation view may reach through PAD
+#: (``cat`` pads each piece by the length of the others); axes of size 1 have none, and a tensor with
+#: many axes gets less so that its margin-space indices fit in int64 (``TensorInfo.margin``).
+MARGIN = 1 << 16
 
 
 class ChipCompileError(TetrachipError):
@@ -98,11 +100,15 @@ class TensorInfo:
 
     @property
     def mshape(self) -> tuple:
-        """Shape of the margin index space (MARGIN extra positions each side of every axis)."""
+        """Shape of the margin index space (``margin(a)`` extra positions each side of axis ``a``)."""
         return tuple(d + 2 * self.margin(a) for a, d in enumerate(self.shape))
 
     def margin(self, axis: int) -> int:
-        return MARGIN if self.shape[axis] > 1 else 0
+        d = self.shape[axis]
+        if d <= 1:
+            return 0
+        bits = 62 // sum(1 for e in self.shape if e > 1)          # the product of mshape stays below 2**62
+        return max(0, min(MARGIN, ((1 << bits) - d) // 2))
 
     @property
     def phys_shape(self) -> tuple:
@@ -150,9 +156,15 @@ class TensorInfo:
 
 def gather_base(x: np.ndarray, t: TensorInfo, midx: np.ndarray) -> np.ndarray:
     """Values of base-shape array ``x`` (tensor ``t``) at margin-space indices; zero outside it."""
-    padded = np.zeros(t.mshape, x.dtype)
-    padded[tuple(slice(t.margin(a), t.margin(a) + d) for a, d in enumerate(t.shape))] = x
-    return padded.reshape(-1)[midx]
+    coords = _unravel(midx, t.mshape)
+    inside = np.ones(np.shape(midx), bool)
+    base = []
+    for a, (c, d) in enumerate(zip(coords, t.shape)):
+        c = c - t.margin(a)
+        inside &= (c >= 0) & (c < d)
+        base.append(c)
+    flat = np.where(inside, _ravel(tuple(base), t.shape), 0)
+    return np.where(inside, np.asarray(x).reshape(-1)[flat], np.zeros((), x.dtype))
 
 
 # ---------------------------------------------------------------------------------------------- kernels
@@ -357,10 +369,9 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         a = srcv[0]
         if not isinstance(a, _Act):
             raise _op_err(n, "unsupported operand")
-        t = tensors[a.t]
         fus = a.fusable and users.get(id(n.src[0]), 0) == 1 and op is Ops.RESHAPE
         if op is Ops.PAD:
-            return _Act(a.t, _pad_view(n, a, t), False)
+            return _pad_act(n, a, tensors, kernels)
         return _Act(a.t, _move(n, a.idx), fus)
     if op is Ops.MUL:
         a, b = srcv
@@ -403,28 +414,71 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
                      f"(supported: matmul, convolution, bias, ReLU, movement)")
 
 
-def _pad_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:
-    """A PAD of a reshape of a whole tensor: the tensor gains a zero border; indices reach into it."""
-    if not _pure_view(a, t):
-        raise _op_err(n, "padding is supported only on a whole tensor (not on a slice or transposed view)")
-    vshape = n.src[0].shape
-    big = [d for d in t.shape if d != 1]
-    if [d for d in vshape if d != 1] != big:
-        raise _op_err(n, f"cannot relate the padded view {fmt_shape(vshape)} to tensor {t.name}{fmt_shape(t.shape)}")
-    vax = [i for i, d in enumerate(vshape) if d != 1]
-    tax = [i for i, d in enumerate(t.shape) if d != 1]
-    for i, (lo, hi) in enumerate(n.arg):
-        if (lo or hi) and i not in vax:
-            raise _op_err(n, "padding a size-1 axis of an activation is not supported")
-        if lo > MARGIN or hi > MARGIN:
-            raise _op_err(n, f"padding {lo, hi} exceeds the supported {MARGIN} per side")
-    grid = np.indices(n.shape, dtype=np.int64)
-    coords = [np.zeros(n.shape, np.int64) for _ in t.shape]
-    for v, ta in zip(vax, tax):
-        lo, hi = n.arg[v]
-        coords[ta] = grid[v] - lo + MARGIN
-        t.pads[ta][0] = max(t.pads[ta][0], lo)
-        t.pads[ta][1] = max(t.pads[ta][1], hi)
+def _pad_act(n: Node, a: _Act, tensors, kernels) -> _Act:
+    """A PAD of an activation view: the tensor gains a zero border that the padded indices reach into
+    (``_border_view``). A view that cannot reach a border (a slice padded along its sliced axis, as
+    ``cat`` of slices does) is first copied into a tensor of its own by an elementwise kernel."""
+    t = tensors[a.t]
+    why = _unborderable(n, a, t)
+    if why is None:
+        return _Act(a.t, _border_view(n, a, t), False)
+    for v, (lo, hi) in enumerate(n.arg):
+        if (lo or hi) and n.src[0].shape[v] == 1:
+            raise _op_err(n, f"padding axis {v}, of size 1, of an activation is not supported ({why})")
+    shape = tuple(n.src[0].shape)
+    tensors.append(TensorInfo(f"t{len(tensors)}", shape, default_perm(shape), "kernel", producer=len(kernels)))
+    ti = len(tensors) - 1
+    kernels.append(EwKernel(f"copy{len(kernels)}", [(a.t, np.ascontiguousarray(a.idx))], [1.0], ti))
+    c = _Act(ti, tensors[ti].identity())
+    return _Act(ti, _border_view(n, c, tensors[ti]), False)
+
+
+def _walk(coords: tuple, t: TensorInfo, v: int) -> tuple[int, int] | None:
+    """``(tensor axis, step)`` when view axis ``v`` walks one whole axis of ``t`` in steps of +1 or -1
+    with every other coordinate fixed; else None."""
+    moving = [ta for ta, c in enumerate(coords) if c.shape[v] > 1 and np.any(np.diff(c, axis=v))]
+    if len(moving) != 1:
+        return None
+    ta = moving[0]
+    d = np.diff(coords[ta], axis=v)
+    step = int(d.flat[0])
+    if step not in (1, -1) or np.any(d != step) or coords[ta].shape[v] != t.shape[ta]:
+        return None
+    return ta, step
+
+
+def _unborderable(n: Node, a: _Act, t: TensorInfo) -> str | None:
+    """Why the padded positions of this view cannot read a zero border of ``t`` (None: they can)."""
+    coords = _unravel(a.idx, t.mshape)
+    for v, (lo, hi) in enumerate(n.arg):
+        if not (lo or hi):
+            continue
+        w = _walk(coords, t, v)
+        if w is None:
+            return f"view axis {v} is not a whole axis of tensor {t.name}{fmt_shape(t.shape)}"
+        if max(lo, hi) > t.margin(w[0]):
+            raise _op_err(n, f"padding {lo, hi} exceeds the {t.margin(w[0])} per side that axis {w[0]} of tensor "
+                             f"{t.name}{fmt_shape(t.shape)} supports")
+    return None
+
+
+def _border_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:
+    """Margin-space indices of the padded view: each padded view axis extends the tensor axis it walks
+    (``_walk``) into the tensor's zero border, which grows to cover it."""
+    coords = list(_unravel(a.idx, t.mshape))
+    for v, (lo, hi) in enumerate(n.arg):
+        if not (lo or hi):
+            continue
+        ta, step = _walk(tuple(coords), t, v)
+        width = [(lo, hi) if i == v else (0, 0) for i in range(len(n.arg))]
+        coords = [np.pad(c, width, mode="edge") for c in coords]
+        pos = np.arange(-lo, coords[ta].shape[v] - lo)
+        beyond = (pos - np.clip(pos, 0, coords[ta].shape[v] - lo - hi - 1)).reshape(
+            [-1 if i == v else 1 for i in range(len(n.arg))])
+        coords[ta] = coords[ta] + step * beyond
+        before, after = (lo, hi) if step == 1 else (hi, lo)
+        t.pads[ta][0] = max(t.pads[ta][0], before)
+        t.pads[ta][1] = max(t.pads[ta][1], after)
     return _ravel(tuple(coords), t.mshape).astype(np.int64)
 
 
@@ -497,8 +551,9 @@ def _elementwise_add(n: Node, srcv, users, tensors, kernels) -> _Act:
         a, other = srcv[i], srcv[1 - i]
         t = tensors[a.t]
         k = kernels[t.producer] if t.producer is not None else None
+        made = tensors[other.t].producer            # the new term must exist before the chain runs
         if isinstance(k, EwKernel) and a.fusable and not k.relu and users.get(id(n.src[i]), 0) == 1 \
-                and _pure_view(a, t):
+                and _pure_view(a, t) and (made is None or made < t.producer):
             k.srcs.append((other.t, np.ascontiguousarray(np.reshape(other.idx, t.shape))))
             k.coefs.append(1.0)
             return _Act(a.t, a.idx, True)
