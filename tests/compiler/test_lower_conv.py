@@ -112,6 +112,20 @@ def test_mobilenet_v2_block(stride):
     assert "useful MACs" in cm.summary()
 
 
+def test_depthwise_with_a_symbolic_batch():
+    tc.manual_seed(5)
+    dw, pw = nn.Conv2d(24, 24, 3, padding=1, groups=24), nn.Conv2d(24, 8, 1)
+    model = lambda t: pw(dw(t).relu())  # noqa: E731
+    x = _x(4, 24, 6, 6, seed=7)
+    cm = tc.compile(model, [x], config="small", dynamic={"N": 4})
+    assert [k.name for k in cm.kernels] == ["conv0.c0", "conv0.c1", "conv0.c2", "conv1"]
+    for n in (1, 3):
+        res = tc.Device("sim", config="small").run(cm, x[:n])
+        np.testing.assert_array_equal(res.outputs[0], cm.reference(x[:n])[0])
+        f = model(tc.Tensor(x[:n])).numpy()
+        assert res.outputs[0].shape == f.shape and np.abs(res.outputs[0] - f).max() <= 0.05 * np.abs(f).max()
+
+
 def test_grouped_contraction_too_large_is_named():
     w = _x(2048, 64)
     with pytest.raises(ChipCompileError, match="block-diagonal weight"):
@@ -202,6 +216,7 @@ def test_reshapes_transposes_and_flips_between_kernels():
     _check(lambda t: a(c1(t).flip(2)[:, :3]), [x], "small")
     _check(lambda t: c5(c1(t).relu().pad([None, None, (1, 0), (0, 2)])), [x], "small")
     _check(lambda t: a(t).permute(0, 2, 3, 1), [x], "small")
+    _check(lambda t: c1(a(t).relu().transpose(2, 3)[:, 5:]), [x], "small")      # a padded conv of a transposed slice
     l1, l2, l3 = nn.Linear(5, 6), nn.Linear(4, 3), nn.Linear(20, 3)
     y = _x(3, 4, 5, seed=6)
     _check(lambda t: l2(l1(t).relu().transpose(1, 2)), [y], "small")
