@@ -25,6 +25,7 @@ Bodies are closed: their leaves are their own INPUTs, CONSTs and BUFFERs.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import os
@@ -98,6 +99,18 @@ _PKG_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(o
 
 
 _in_pkg: dict[str, bool] = {}            # file name -> is it part of a tetrachip package
+_recording = [0]                         # > 0: new nodes record their site (``recording_sites``)
+
+
+@contextlib.contextmanager
+def recording_sites():
+    """Nodes built inside record their ``site`` (the chip compiler's tracing turns this on: the frame
+    walk costs about a microsecond per node, which a training loop on the numpy device need not pay)."""
+    _recording[0] += 1
+    try:
+        yield
+    finally:
+        _recording[0] -= 1
 
 
 def caller_site(depth: int = 2) -> tuple | None:
@@ -123,7 +136,8 @@ def fmt_site(site) -> str:
 @dataclass(frozen=True, eq=False)
 class Node:
     """One IR operation. Identity is object identity; ``shape`` is inferred and checked at construction.
-    ``site`` is where the user's code built it (``caller_site``); a rewrite passes the original's on."""
+    ``site`` is where the user's code built it (``caller_site``, recorded inside ``recording_sites``);
+    a rewrite passes the original's on."""
     op: Ops
     dtype: DType
     src: tuple = ()
@@ -133,7 +147,7 @@ class Node:
 
     def __post_init__(self):
         object.__setattr__(self, "shape", infer_shape(self.op, self.dtype, self.src, self.arg))
-        if self.site is None:
+        if self.site is None and _recording[0]:
             object.__setattr__(self, "site", caller_site(3))
 
     def __repr__(self) -> str:

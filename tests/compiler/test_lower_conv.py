@@ -8,7 +8,7 @@ import pytest
 
 import tetrachip as tc
 from compiler.ir.engine import prepare
-from compiler.ir.graph import Ops, toposort
+from compiler.ir.graph import Ops, recording_sites, toposort
 from compiler.lower.pipeline import column_blocks
 from compiler.lower.schedule import ChipCompileError
 from isa.config import ChipConfig
@@ -246,8 +246,10 @@ def test_errors_name_the_users_source_line():
 
 def test_node_sites_survive_the_passes():
     x = tc.Tensor(np.ones((2, 3), np.float32))
-    y = (x.reshape(3, 2).reshape(2, 3) * 2.0).exp()          # the passes rebuild EXP on merged reshapes
-    line = test_node_sites_survive_the_passes.__code__.co_firstlineno + 2
+    with recording_sites():
+        y = (x.reshape(3, 2).reshape(2, 3) * 2.0).exp()      # the passes rebuild EXP on merged reshapes
+    assert (x * 2.0).node.site is None                       # outside tracing no site is recorded
+    line = test_node_sites_survive_the_passes.__code__.co_firstlineno + 3
     nodes = toposort(prepare([y.node]))
     assert not any(n.op is Ops.RESHAPE and n.src[0].op is Ops.RESHAPE for n in nodes)
     exp = [n for n in nodes if n.op is Ops.EXP]
