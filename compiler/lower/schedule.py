@@ -81,7 +81,8 @@ class TensorInfo:
     """A tensor kept in DRAM: a graph input or a kernel's output.
 
     ``shape`` is its base (logical) shape; ``perm`` the order of axes in memory (outermost
-    first); ``pads`` a zero border per base axis, grown by the readers that pad it.
+    first); ``pads`` a zero border per base axis, grown by the readers that pad it; ``wide`` the
+    axes of size 1 that have a margin all the same (a copy made to be padded along them).
     """
     name: str
     shape: tuple
@@ -89,6 +90,7 @@ class TensorInfo:
     kind: str                       # "input" | "kernel"
     producer: int | None = None
     pads: list = field(default_factory=list)
+    wide: tuple = ()
 
     def __post_init__(self):
         if not self.pads:
@@ -105,9 +107,10 @@ class TensorInfo:
 
     def margin(self, axis: int) -> int:
         d = self.shape[axis]
-        if d <= 1:
+        if d <= 1 and axis not in self.wide:
             return 0
-        bits = 62 // sum(1 for e in self.shape if e > 1)          # the product of mshape stays below 2**62
+        # the product of mshape stays below 2**62
+        bits = 62 // sum(1 for a, e in enumerate(self.shape) if e > 1 or a in self.wide)
         return max(0, min(MARGIN, ((1 << bits) - d) // 2))
 
     @property
@@ -417,26 +420,31 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
 def _pad_act(n: Node, a: _Act, tensors, kernels) -> _Act:
     """A PAD of an activation view: the tensor gains a zero border that the padded indices reach into
     (``_border_view``). A view that cannot reach a border (a slice padded along its sliced axis, as
-    ``cat`` of slices does) is first copied into a tensor of its own by an elementwise kernel."""
+    ``cat`` of slices does, or a new axis of size 1, as ``stack`` pads) is first copied into a tensor
+    of its own by an elementwise kernel."""
     t = tensors[a.t]
-    why = _unborderable(n, a, t)
-    if why is None:
+    if _unborderable(n, a, t) is None:
         return _Act(a.t, _border_view(n, a, t), False)
-    for v, (lo, hi) in enumerate(n.arg):
-        if (lo or hi) and n.src[0].shape[v] == 1:
-            raise _op_err(n, f"padding axis {v}, of size 1, of an activation is not supported ({why})")
     shape = tuple(n.src[0].shape)
-    tensors.append(TensorInfo(f"t{len(tensors)}", shape, default_perm(shape), "kernel", producer=len(kernels)))
+    wide = tuple(v for v, (lo, hi) in enumerate(n.arg) if (lo or hi) and shape[v] == 1)
+    tensors.append(TensorInfo(f"t{len(tensors)}", shape, default_perm(shape), "kernel", producer=len(kernels),
+                              wide=wide))
     ti = len(tensors) - 1
     kernels.append(EwKernel(f"copy{len(kernels)}", [(a.t, np.ascontiguousarray(a.idx))], [1.0], ti))
     c = _Act(ti, tensors[ti].identity())
-    return _Act(ti, _border_view(n, c, tensors[ti]), False)
+    why = _unborderable(n, c, tensors[ti], own=True)
+    if why is not None:
+        raise _op_err(n, f"cannot pad a copy of the view: {why}")
+    return _Act(ti, _border_view(n, c, tensors[ti], own=True), False)
 
 
-def _walk(coords: tuple, t: TensorInfo, v: int) -> tuple[int, int] | None:
+def _walk(coords: tuple, t: TensorInfo, v: int, own: bool = False) -> tuple[int, int] | None:
     """``(tensor axis, step)`` when view axis ``v`` walks one whole axis of ``t`` in steps of +1 or -1
-    with every other coordinate fixed; else None."""
+    with every other coordinate fixed; else None. ``own``: the view is ``t`` itself (its copy), so a
+    view axis of size 1 is the tensor's own axis ``v`` (in ``t.wide``)."""
     moving = [ta for ta, c in enumerate(coords) if c.shape[v] > 1 and np.any(np.diff(c, axis=v))]
+    if own and not moving and v in t.wide:
+        return v, 1
     if len(moving) != 1:
         return None
     ta = moving[0]
@@ -447,13 +455,13 @@ def _walk(coords: tuple, t: TensorInfo, v: int) -> tuple[int, int] | None:
     return ta, step
 
 
-def _unborderable(n: Node, a: _Act, t: TensorInfo) -> str | None:
+def _unborderable(n: Node, a: _Act, t: TensorInfo, own: bool = False) -> str | None:
     """Why the padded positions of this view cannot read a zero border of ``t`` (None: they can)."""
     coords = _unravel(a.idx, t.mshape)
     for v, (lo, hi) in enumerate(n.arg):
         if not (lo or hi):
             continue
-        w = _walk(coords, t, v)
+        w = _walk(coords, t, v, own)
         if w is None:
             return f"view axis {v} is not a whole axis of tensor {t.name}{fmt_shape(t.shape)}"
         if max(lo, hi) > t.margin(w[0]):
@@ -462,14 +470,14 @@ def _unborderable(n: Node, a: _Act, t: TensorInfo) -> str | None:
     return None
 
 
-def _border_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:
+def _border_view(n: Node, a: _Act, t: TensorInfo, own: bool = False) -> np.ndarray:
     """Margin-space indices of the padded view: each padded view axis extends the tensor axis it walks
     (``_walk``) into the tensor's zero border, which grows to cover it."""
     coords = list(_unravel(a.idx, t.mshape))
     for v, (lo, hi) in enumerate(n.arg):
         if not (lo or hi):
             continue
-        ta, step = _walk(tuple(coords), t, v)
+        ta, step = _walk(tuple(coords), t, v, own)
         width = [(lo, hi) if i == v else (0, 0) for i in range(len(n.arg))]
         coords = [np.pad(c, width, mode="edge") for c in coords]
         pos = np.arange(-lo, coords[ta].shape[v] - lo)

@@ -205,6 +205,15 @@ def test_split_chunk_and_padded_conv_on_a_slice():
     assert not any(k.name.startswith("copy") for k in cm.qsched.sched.kernels)   # read in place, zero border
 
 
+def test_stack_copies_pieces_to_pad_their_new_axis():
+    tc.manual_seed(6)
+    l1, l2 = nn.Linear(5, 6), nn.Linear(4, 3)
+    cm, _ = _check(lambda t: l2(tc.stack([l1(t)[..., :4], l1(t)[..., 2:]], 1)), [_x(3, 4, 5, seed=8)], "small")
+    assert sum(k.name.startswith("copy") for k in cm.qsched.sched.kernels) == 2
+    c1, c2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 1)
+    _check(lambda t: tc.stack([c1(t), c2(t)], 1), [_x(2, 3, 5, 5, seed=9)], "base")
+
+
 def test_reshapes_transposes_and_flips_between_kernels():
     tc.manual_seed(4)
     a = nn.Conv2d(3, 8, 3, padding=1)
@@ -235,13 +244,14 @@ def test_errors_name_the_users_source_line():
     with pytest.raises(ChipCompileError, match=rf"EXP .* at test_lower_conv\.py:{line}$"):
         tc.compile(model, [np.ones((2, 3), np.float32)], config="base")
 
-    l1, l2 = nn.Linear(5, 4), nn.Linear(4, 3)
+    conv = nn.Conv2d(3, 4, 3, padding=1)
 
-    def stack(t):
-        return l2(tc.stack([l1(t)[..., :4], l1(t)], 1))
-    line = stack.__code__.co_firstlineno + 1
-    with pytest.raises(ChipCompileError, match=rf"PAD .*size 1.* at test_lower_conv\.py:{line}$"):
-        tc.compile(stack, [_x(3, 4, 5)], config="small")
+    class Pooled(nn.Module):
+        def forward(self, t):
+            return tc.functional.max_pool2d(conv(t), 2)
+    line = Pooled.forward.__code__.co_firstlineno + 1
+    with pytest.raises(ChipCompileError, match=rf"at test_lower_conv\.py:{line}$"):
+        tc.compile(Pooled(), [_x(1, 3, 4, 4)], config="small")
 
 
 def test_node_sites_survive_the_passes():
