@@ -372,7 +372,9 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         a = srcv[0]
         if not isinstance(a, _Act):
             raise _op_err(n, "unsupported operand")
-        fus = a.fusable and users.get(id(n.src[0]), 0) == 1 and op is Ops.RESHAPE
+        # a single-use view of a kernel output may still gain a ReLU (it commutes with movement; a bias
+        # and further sum terms check for a whole, in-order view themselves)
+        fus = a.fusable and users.get(id(n.src[0]), 0) == 1
         if op is Ops.PAD:
             return _pad_act(n, a, tensors, kernels)
         return _Act(a.t, _move(n, a.idx), fus)

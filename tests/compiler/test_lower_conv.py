@@ -203,6 +203,55 @@ def test_split_chunk_and_padded_conv_on_a_slice():
     _check(lambda t: w(a(t).relu()[:, 2:6, 1:4, :]), [x], "small")         # ... of a spatial and channel slice
     cm, _ = _check(lambda t: w(a(t).relu()[:, 4:]), [x], "small")
     assert not any(k.name.startswith("copy") for k in cm.qsched.sched.kernels)   # read in place, zero border
+    cm, _ = _check(lambda t: w(a(t)[:, 4:, 1:4].relu()), [x], "small")          # ReLU of a slice: fused
+    assert cm.qsched.sched.kernels[0].relu
+
+
+def _movement_chain(y, t, branch, r):
+    """One to three random views of a conv output ``y``: transposes, slices, flips, pads, a channel
+    concatenation with (or a residual add of) ``branch(t)``."""
+    ref_shape = y.shape
+    for _ in range(r.integers(1, 4)):
+        k = r.integers(0, 6)
+        if k == 0:
+            y = y.transpose(2, 3)
+        elif k == 1:
+            ax = int(r.integers(1, 4))
+            if y.shape[ax] > 1:
+                b = int(r.integers(0, y.shape[ax] - 1))
+                y = y.shrink([(b, int(r.integers(b + 1, y.shape[ax] + 1))) if i == ax else None for i in range(4)])
+        elif k == 2:
+            y = y.flip(int(r.integers(1, 4)))
+        elif k == 3:
+            ax = int(r.integers(1, 4))
+            y = y.pad([(int(r.integers(0, 3)), int(r.integers(0, 3))) if i == ax else None for i in range(4)])
+        elif k == 4 and y.shape[2:] == ref_shape[2:]:
+            y = tc.cat([y, branch(t).relu()], 1)
+        elif k == 5 and y.shape == ref_shape:
+            y = (y + branch(t)).relu()
+    return y
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_views_between_convs(seed):
+    """Random movement between two convolutions (the second one grouped or not): bit-exact or a
+    ChipCompileError, never a wrong result."""
+    rng = np.random.default_rng(seed)
+    tc.manual_seed(seed)
+    b, cin, hw = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(4, 9))
+    cout = int(rng.integers(2, 9))
+    c1, cb = nn.Conv2d(cin, cout, 3, padding=int(rng.integers(0, 2))), nn.Conv2d(cin, cout, 1)
+    branch = lambda t: cb(t)[:, :, :c1(t).shape[2], :c1(t).shape[3]]  # noqa: E731
+
+    def chain(t):
+        return _movement_chain(c1(t).relu(), t, branch, np.random.default_rng(seed + 7))
+    y0 = chain(tc.Tensor(np.zeros((b, cin, hw, hw), np.float32)))
+    k2, s2, p2 = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(0, 3))
+    g2 = int(rng.choice([1, y0.shape[1]]))
+    if min(y0.shape[2:]) + 2 * p2 < k2:
+        k2 = 1
+    c2 = nn.Conv2d(y0.shape[1], y0.shape[1] * 2 if g2 > 1 else 5, k2, stride=s2, padding=p2, groups=g2)
+    _check(lambda t: c2(chain(t)), [_x(b, cin, hw, hw, seed=seed)], ["tiny", "small", "base"][seed % 3], rel=0.08)
 
 
 def test_stack_copies_pieces_to_pad_their_new_axis():
