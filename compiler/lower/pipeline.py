@@ -133,10 +133,11 @@ class CompiledModel(Compiled):
 # ---------------------------------------------------------------------------------------------- lowering
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
-                   dram_base: int = 0) -> CompiledModel:
+                   dram_base: int = 0, blocks: bool = True) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
-    places bodies side by side)."""
+    places bodies side by side). ``blocks``: grouped kernels may run as column blocks (when the
+    program then overflows instruction memory, it is lowered once more with whole kernels)."""
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -185,7 +186,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             infos.append(info)
             continue
         first_code.append(len(codes))
-        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher):
+        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, blocks):
             j, tl = len(codes), kc.tiling
             spm_bufs += [Buffer(f"k{j}.A", tl.nbuf * tl.KT * tl.Mt, j, j), Buffer(f"k{j}.W", tl.NB * R, j, j)]
             if kc.out_int8:
@@ -219,6 +220,11 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     zero = splan.offsets.get("zero")
     prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
     built = emit_program(codes, cfg, prefixes)
+    if len(built) > cfg.imem_words and blocks and len(codes) > nk:
+        try:
+            return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False)
+        except ChipCompileError:
+            pass
     if len(built) > cfg.imem_words:
         raise ChipCompileError(f"the compiled program needs {len(built)} instructions; config {cfg.name!r} "
                                f"holds {cfg.imem_words} (imem_words)")
@@ -237,7 +243,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                          {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=built.text())
 
 
-def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, spec, searcher) -> list:
+def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, spec, searcher,
+                blocks: bool = True) -> list:
     """GEMM kernel ``i`` as (KernelCode, KernelInfo) per column block (``column_blocks``): one for a dense
     kernel; a grouped kernel's blocks each read only the K columns whose weights are nonzero in them
     (their own gather columns and K tiles, weight sub-matrix, bias and scale lanes, output columns)."""
@@ -250,10 +257,10 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
         raise ChipCompileError(f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text}): output channels are "
                                "not contiguous in DRAM")
     P = src.phys_offsets(k.gather)                             # int8 elements = bytes
-    blocks = _blocks_to_run(k, P, cfg)
+    parts = _blocks_to_run(k, P, cfg, blocks)
     res = []
-    for b, (n0, n1, ks, (order, kts, rows)) in enumerate(blocks):
-        name = k.name if len(blocks) == 1 else f"{k.name}.c{b}"
+    for b, (n0, n1, ks, (order, kts, rows)) in enumerate(parts):
+        name = k.name if len(parts) == 1 else f"{k.name}.c{b}"
         what = f"kernel {name} (GEMM {k.M}x{len(ks)}x{n1 - n0}, {k.op_text})"
         a_rows = tensor_addr[k.src] + rows          # row offsets relative to P[0, 0]; the K tiles hold P[0, k]
         out_rows = tensor_addr[k.out] + offs[:, n0] * eb
@@ -277,13 +284,13 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
     return res
 
 
-def _blocks_to_run(k, P: np.ndarray, cfg: ChipConfig) -> list:
+def _blocks_to_run(k, P: np.ndarray, cfg: ChipConfig, blocks: bool = True) -> list:
     """``(n0, n1, rows, k_tiles(...))`` per code of GEMM kernel ``k`` with input addresses ``P``: the
     grouped kernel's column blocks when they take fewer MXU passes (K tiles x N tiles) than the
     whole block-diagonal GEMM, else the whole GEMM as one block."""
     what = f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text})"
     whole = [(0, k.N, np.arange(k.K), k_tiles(P, cfg.rows, what))]
-    if k.wmask is None:
+    if k.wmask is None or not blocks:
         return whole
     split = [(n0, n1, ks, k_tiles(P[:, ks], cfg.rows, f"{what}, columns {n0}:{n1}"))
              for n0, n1, ks in column_blocks(k.wmask, k.K, k.N, cfg.cols)]
