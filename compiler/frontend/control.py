@@ -48,7 +48,8 @@ def _close(inputs: list[Node], out: Node) -> tuple[Node, list[Node], list[Node]]
             new[id(nd)] = nd
             continue
         src = tuple(new[id(s)] if id(s) in inside else outer(s) for s in nd.src)
-        new[id(nd)] = nd if all(a is b for a, b in zip(src, nd.src)) else Node(nd.op, nd.dtype, src, nd.arg)
+        new[id(nd)] = nd if all(a is b for a, b in zip(src, nd.src)) else \
+            Node(nd.op, nd.dtype, src, nd.arg, site=nd.site)
     body_out = new[id(out)] if id(out) in inside else outer(out)
     return body_out, [o for o, _ in lifted.values()], [p for _, p in lifted.values()]
 

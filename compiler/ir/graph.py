@@ -27,8 +27,11 @@ Bodies are closed: their leaves are their own INPUTs, CONSTs and BUFFERs.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
+import os
+import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,17 +96,62 @@ class Graph:
         return to_text([self.output], inputs=self.inputs)
 
 
+#: Source folders of the tetrachip packages: a node's ``site`` is the first frame outside them.
+_PKG_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), d)
+                  + os.sep for d in ("isa", "sim", "rtl", "verify", "compiler", "runtime", "tetrachip"))
+
+
+_in_pkg: dict[str, bool] = {}            # file name -> is it part of a tetrachip package
+_recording = [0]                         # > 0: new nodes record their site (``recording_sites``)
+
+
+@contextlib.contextmanager
+def recording_sites():
+    """Nodes built inside record their ``site`` (the chip compiler's tracing turns this on: the frame
+    walk costs about a microsecond per node, which a training loop on the numpy device need not pay)."""
+    _recording[0] += 1
+    try:
+        yield
+    finally:
+        _recording[0] -= 1
+
+
+def caller_site(depth: int = 2) -> tuple | None:
+    """``(file, line)`` of the first stack frame outside the tetrachip packages (the user's code that
+    built a node), starting ``depth`` frames up; None when there is none."""
+    f = sys._getframe(depth)
+    while f is not None:
+        fn = f.f_code.co_filename
+        inside = _in_pkg.get(fn)
+        if inside is None:
+            inside = _in_pkg[fn] = fn.startswith(_PKG_DIRS)
+        if not inside:
+            return fn, f.f_lineno
+        f = f.f_back
+    return None
+
+
+def fmt_site(site) -> str:
+    """``model.py:12`` for a node's ``site``."""
+    return f"{os.path.basename(site[0])}:{site[1]}" if site else "?"
+
+
 @dataclass(frozen=True, eq=False)
 class Node:
-    """One IR operation. Identity is object identity; ``shape`` is inferred and checked at construction."""
+    """One IR operation. Identity is object identity; ``shape`` is inferred and checked at construction.
+    ``site`` is where the user's code built it (``caller_site``, recorded inside ``recording_sites``);
+    a rewrite passes the original's on."""
     op: Ops
     dtype: DType
     src: tuple = ()
     arg: Any = None
     shape: tuple = field(init=False, compare=False)
+    site: tuple | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "shape", infer_shape(self.op, self.dtype, self.src, self.arg))
+        if self.site is None and _recording[0]:
+            object.__setattr__(self, "site", caller_site(3))
 
     def __repr__(self) -> str:
         return f"Node({self.op.name}, {self.dtype}, shape={fmt_shape(self.shape)}, nsrc={len(self.src)})"
@@ -301,7 +349,8 @@ def substitute(outputs, mapping: dict) -> list[Node]:
             new[id(nd)] = mapping[id(nd)]
             continue
         src = tuple(new[id(s)] for s in nd.src)
-        new[id(nd)] = nd if all(a is b for a, b in zip(src, nd.src)) else Node(nd.op, nd.dtype, src, nd.arg)
+        new[id(nd)] = nd if all(a is b for a, b in zip(src, nd.src)) else \
+            Node(nd.op, nd.dtype, src, nd.arg, site=nd.site)
     return [new[id(o)] for o in outputs]
 
 def _fmt_arg(n: Node) -> str:

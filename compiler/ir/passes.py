@@ -26,7 +26,7 @@ def rewrite(outputs, rule: Rule) -> list[Node]:
             arg = (_rewrite_graph(n.arg[0], rule), n.arg[1])
         same_arg = arg is n.arg or (n.op in CONTROL and all(a is b for a, b in zip(arg, n.arg)))
         same = same_arg and all(a is b for a, b in zip(src, n.src))
-        m = n if same else Node(n.op, n.dtype, src, arg)
+        m = n if same else Node(n.op, n.dtype, src, arg, site=n.site)
         r = rule(m)
         if r is not None and (r.shape != n.shape or r.dtype != n.dtype):
             raise IRError(n.op, [s.shape for s in n.src], f"rewritten to {r.op.name} {r.dtype}{r.shape}, "
@@ -70,11 +70,11 @@ def merge_movement(n: Node) -> Node | None:
         return None
     inner = n.src[0]
     if n.op is Ops.RESHAPE:
-        return Node(Ops.RESHAPE, n.dtype, inner.src, n.arg)
+        return Node(Ops.RESHAPE, n.dtype, inner.src, n.arg, site=n.site)
     if n.op is Ops.PERMUTE:
-        return Node(Ops.PERMUTE, n.dtype, inner.src, tuple(inner.arg[i] for i in n.arg))
+        return Node(Ops.PERMUTE, n.dtype, inner.src, tuple(inner.arg[i] for i in n.arg), site=n.site)
     if n.op is Ops.EXPAND:
-        return Node(Ops.EXPAND, n.dtype, inner.src, n.arg)
+        return Node(Ops.EXPAND, n.dtype, inner.src, n.arg, site=n.site)
     return None
 
 
@@ -88,7 +88,7 @@ def fold_constants(n: Node) -> Node | None:
         import numpy as np
         with np.errstate(all="ignore"):
             v = semantics.apply(n, *(semantics.source_value(s, {}) for s in n.src))
-        return Node(Ops.CONST, n.dtype, (), v.item())
+        return Node(Ops.CONST, n.dtype, (), v.item(), site=n.site)
     return None
 
 

@@ -113,7 +113,7 @@ def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C
 
 
 def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put) -> tuple:
-    """(BmmCode, per-slice KernelInfo arguments, SPM buffers, ACC buffers) of kernel ``i``; ``put(array)``
+    """(BmmCode, per-slice KernelInfo arguments, SPM buffers, ACC buffers) of the program's code ``i``; ``put(array)``
     places a constant in DRAM and returns its address."""
     R, C = cfg.rows, cfg.cols
     what = f"kernel {k.name} ({k.S} GEMMs {k.M}x{k.K}x{k.N} of two activations)"

@@ -47,8 +47,10 @@ class KernelInfo:
     N: int
     tiling: Tiling
     ktiles: int
-    macs: int
+    macs: int                        # useful multiply-accumulates (a grouped kernel's zero blocks not counted)
     kind: str = "gemm"
+    #: multiply-accumulate slots the MXU spends (rows streamed x weight rows x cols, as ``Stats.mxu_macs``)
+    mxu_macs: int = 0
 
 
 @dataclass
@@ -128,7 +130,8 @@ class CompiledModel(Compiled):
                              f"{t.MT} tile(s) of {t.Mt}")
                 continue
             lines.append(f"  {k.name:<10} GEMM {k.M}x{k.K}x{k.N}: {k.ktiles} K tiles, {t.NT} N tiles, "
-                         f"{t.MT} M tile(s) of {t.Mt}")
+                         f"{t.MT} M tile(s) of {t.Mt}; {k.macs} useful MACs of {k.mxu_macs} MXU slots "
+                         f"({100 * k.macs / max(k.mxu_macs, 1):.1f}%)")
         for name, p in self.plans.items():
             lines.append(f"  {name:<5} footprint {p.footprint} vs live bound {p.bound} "
                          f"({100 * (p.ratio - 1):+.1f}%), best ordering {p.best}; per ordering: "
@@ -139,10 +142,11 @@ class CompiledModel(Compiled):
 # ---------------------------------------------------------------------------------------------- lowering
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
-                   dram_base: int = 0) -> CompiledModel:
+                   dram_base: int = 0, blocks: bool = True) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
-    places bodies side by side)."""
+    places bodies side by side). ``blocks``: grouped kernels may run as column blocks (when the
+    program then overflows instruction memory, it is lowered once more with whole kernels)."""
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -174,13 +178,15 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         cpos[0] += len(b) + pad
         return addr
 
-    codes, infos, spm_bufs, acc_bufs = [], [], [], []
+    # SPM/ACC buffers live for one code (a kernel, or one column block of a grouped kernel), named by it
+    codes, infos, spm_bufs, acc_bufs, first_code = [], [], [], [], []
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, BmmKernel):
             if spec is not None:
                 raise ChipCompileError(f"kernel {k.name}: a product of two activations with a symbolic dimension "
                                        "is not supported on the chip")
-            bc, slice_infos, sb, ab = lower_bmm(cfg, s, i, k, qk, tensor_addr, put)
+            first_code.append(len(codes))
+            bc, slice_infos, sb, ab = lower_bmm(cfg, s, len(codes), k, qk, tensor_addr, put)
             codes.append(bc)
             infos += [KernelInfo(*a) for a in slice_infos]
             spm_bufs += sb
@@ -192,63 +198,47 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                                        "for norm and attention kernels yet")
             lower = lower_norm if isinstance(k, NormKernel) else lower_attention
             nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
-            spm_bufs.append(Buffer(f"k{i}.A", n_spm, i, i))
-            acc_bufs.append(Buffer(f"k{i}.acc", n_acc, i, i))
+            j = len(codes)
+            first_code.append(j)
+            spm_bufs.append(Buffer(f"k{j}.A", n_spm, j, j))
+            acc_bufs.append(Buffer(f"k{j}.acc", n_acc, j, j))
             codes.append(nc)
             M, N, kind = (nc.rows, qk.d, "lut" if qk.kind in LUT_KINDS else "norm") if isinstance(k, NormKernel) \
                 else (qk.B * qk.H * qk.L, qk.dh, "attention")
             infos.append(KernelInfo(k.name, M, 1, N, None, 0, 0, kind))
             continue
         if isinstance(k, EwKernel):
+            first_code.append(len(codes))
+            j = len(codes)
             ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
             if spec is not None:
                 ec.tiling, ec.dyn = fit_ew(cfg, ec.tiling, ec.in_rows, ec.out_rows, spec.max,
                                            f"elementwise kernel {k.name}")
                 info.tiling = ec.tiling
-            spm_bufs.append(Buffer(f"k{i}.A", ec.tiling.spm_rows, i, i))
-            acc_bufs.append(Buffer(f"k{i}.acc", ec.tiling.acc_rows, i, i))
+            spm_bufs.append(Buffer(f"k{j}.A", ec.tiling.spm_rows, j, j))
+            acc_bufs.append(Buffer(f"k{j}.acc", ec.tiling.acc_rows, j, j))
             codes.append(ec)
             infos.append(info)
             continue
-        what = f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text})"
-        src, out = s.tensors[k.src], s.tensors[k.out]
-        P = src.phys_offsets(k.gather)                         # int8 elements = bytes
-        order, kts, rows = k_tiles(P, R, what)
-        a_rows = tensor_addr[k.src] + rows          # row offsets relative to P[0, 0]; the K tiles hold P[0, k]
-        eb = q.elem_bytes(k.out)
-        offs = base_to_mn(out.phys_offsets(out.identity()), out, k)
-        if k.N > 1 and not np.all(np.diff(offs, axis=1) == 1):
-            raise ChipCompileError(f"{what}: output channels are not contiguous in DRAM")
-        out_rows = tensor_addr[k.out] + offs[:, 0] * eb
-        run = _common_period(a_rows, out_rows)
-        tl = choose(cfg, k.M, len(kts), k.N, qk.out_int8, run, what,
-                    single_ok=qk.out_int8 or qk.bias_q is None)
-        w_addr = put(tile_weights(qk.w_q, order, kts, R, C))
-        b_addr = put(pad_lanes(qk.bias_q, C)) if qk.bias_q is not None else None
-        sc_addr = put(pad_lanes(qk.scale, C)) if qk.out_int8 else None
-        if searcher is not None:          # compiler.lower.search: the simulator picks (Mt, nbuf, NB)
-            tl = searcher.pick(KernelCode(k.name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr,
-                                          sc_addr, qk.shift, qk.lo, k.relu, 0, 0, 0, 0), run)
-        dk = None
-        if spec is not None:
-            tl, dk = fit_gemm(cfg, tl, k.M, a_rows, out_rows, spec.max, what, qk.out_int8, qk.bias_q is not None)
-        spm_bufs += [Buffer(f"k{i}.A", tl.nbuf * tl.KT * tl.Mt, i, i), Buffer(f"k{i}.W", tl.NB * R, i, i)]
-        if qk.out_int8:
-            spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, i, i))
-        acc_bufs.append(Buffer(f"k{i}.acc", tl.acc_rows, i, i))     # two regions, then the scale rows
-        codes.append(KernelCode(k.name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
-                                qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk))
-        infos.append(KernelInfo(k.name, k.M, k.K, k.N, tl, len(kts), k.macs))
+        first_code.append(len(codes))
+        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, blocks):
+            j, tl = len(codes), kc.tiling
+            spm_bufs += [Buffer(f"k{j}.A", tl.nbuf * tl.KT * tl.Mt, j, j), Buffer(f"k{j}.W", tl.NB * R, j, j)]
+            if kc.out_int8:
+                spm_bufs.append(Buffer(f"k{j}.O", 2 * tl.Mt, j, j))
+            acc_bufs.append(Buffer(f"k{j}.acc", tl.acc_rows, j, j))     # two regions, then the scale rows
+            codes.append(kc)
+            infos.append(info)
     if cpos[0] > cfg.dram_bytes:
         raise ChipCompileError(f"the model needs {cpos[0]} bytes of DRAM (tensors {dplan.footprint}, constants "
                                f"{cpos[0] - const_base}); config {cfg.name!r} has {cfg.dram_bytes}")
-    borders = {i: [] for i in range(nk)}
+    borders = {j: [] for j in first_code}                  # by the producer's first code
     for ti, t in enumerate(s.tensors):
         if t.kind == "kernel" and t.padded:
             if _reused(bufs[ti], bufs, dplan.offsets):     # else the zeroed arena already holds zeros
-                borders[t.producer].append(_border_chunks(t, tensor_addr[ti], C))
+                borders[first_code[t.producer]].append(_border_chunks(t, tensor_addr[ti], C))
     if any(borders.values()):
-        spm_bufs.append(Buffer("zero", ZERO_ROWS, 0, nk))          # never written: reads as zeros
+        spm_bufs.append(Buffer("zero", ZERO_ROWS, 0, len(codes)))  # never written: reads as zeros
     splan = plan(spm_bufs, memory="spm")
     aplan = plan(acc_bufs, memory="acc")
     if splan.footprint > cfg.spm_rows or aplan.footprint > cfg.acc_rows:
@@ -268,6 +258,11 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     zero = splan.offsets.get("zero")
     prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
     built = emit_program(codes, cfg, prefixes)
+    if len(built) > cfg.imem_words and blocks and len(codes) > nk:
+        try:
+            return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False)
+        except ChipCompileError:
+            pass
     if len(built) > cfg.imem_words:
         raise ChipCompileError(f"the compiled program needs {len(built)} instructions; config {cfg.name!r} "
                                f"holds {cfg.imem_words} (imem_words)")
@@ -284,6 +279,85 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     }
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
                          {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=built.text())
+
+
+def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, spec, searcher,
+                blocks: bool = True) -> list:
+    """GEMM kernel ``i`` as (KernelCode, KernelInfo) per column block (``column_blocks``): one for a dense
+    kernel; a grouped kernel's blocks each read only the K columns whose weights are nonzero in them
+    (their own gather columns and K tiles, weight sub-matrix, bias and scale lanes, output columns)."""
+    s, k, qk = q.sched, q.sched.kernels[i], q.qkernels[i]
+    R, C = cfg.rows, cfg.cols
+    src, out = s.tensors[k.src], s.tensors[k.out]
+    eb = q.elem_bytes(k.out)
+    offs = base_to_mn(out.phys_offsets(out.identity()), out, k)
+    if k.N > 1 and not np.all(np.diff(offs, axis=1) == 1):
+        raise ChipCompileError(f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text}): output channels are "
+                               "not contiguous in DRAM")
+    P = src.phys_offsets(k.gather)                             # int8 elements = bytes
+    parts = _blocks_to_run(k, P, cfg, blocks)
+    res = []
+    for b, (n0, n1, ks, (order, kts, rows)) in enumerate(parts):
+        name = k.name if len(parts) == 1 else f"{k.name}.c{b}"
+        what = f"kernel {name} (GEMM {k.M}x{len(ks)}x{n1 - n0}, {k.op_text})"
+        a_rows = tensor_addr[k.src] + rows          # row offsets relative to P[0, 0]; the K tiles hold P[0, k]
+        out_rows = tensor_addr[k.out] + offs[:, n0] * eb
+        run = _common_period(a_rows, out_rows)
+        bias = qk.bias_q[n0:n1] if qk.bias_q is not None else None
+        tl = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, single_ok=qk.out_int8 or bias is None)
+        w_addr = put(tile_weights(qk.w_q[ks, n0:n1], order, kts, R, C))
+        b_addr = put(pad_lanes(bias, C)) if bias is not None else None
+        sc_addr = put(pad_lanes(qk.scale[n0:n1], C)) if qk.out_int8 else None
+        if searcher is not None:          # compiler.lower.search: the simulator picks (Mt, nbuf, NB)
+            tl = searcher.pick(KernelCode(name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr,
+                                          sc_addr, qk.shift, qk.lo, k.relu, 0, 0, 0, 0), run)
+        dk = None
+        if spec is not None:
+            tl, dk = fit_gemm(cfg, tl, k.M, a_rows, out_rows, spec.max, what, qk.out_int8, bias is not None)
+        useful = k.M * (len(ks) * (n1 - n0) if k.wmask is None else int(np.count_nonzero(k.wmask[ks, n0:n1])))
+        res.append((KernelCode(name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
+                               qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk),
+                    KernelInfo(name, k.M, len(ks), n1 - n0, tl, len(kts), useful,
+                               mxu_macs=k.M * sum(t.klen for t in kts) * tl.NT * C)))
+    return res
+
+
+def _blocks_to_run(k, P: np.ndarray, cfg: ChipConfig, blocks: bool = True) -> list:
+    """``(n0, n1, rows, k_tiles(...))`` per code of GEMM kernel ``k`` with input addresses ``P``: the
+    grouped kernel's column blocks when they take fewer MXU passes (K tiles x N tiles) than the
+    whole block-diagonal GEMM, else the whole GEMM as one block."""
+    what = f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text})"
+    whole = [(0, k.N, np.arange(k.K), k_tiles(P, cfg.rows, what))]
+    if k.wmask is None or not blocks:
+        return whole
+    split = [(n0, n1, ks, k_tiles(P[:, ks], cfg.rows, f"{what}, columns {n0}:{n1}"))
+             for n0, n1, ks in column_blocks(k.wmask, k.K, k.N, cfg.cols)]
+
+    def passes(blocks) -> int:
+        return sum(len(kt[1]) * cdiv(n1 - n0, cfg.cols) for n0, n1, _, kt in blocks)
+    return split if passes(split) < passes(whole) else whole
+
+
+def column_blocks(wmask: np.ndarray | None, K: int, N: int, cols: int) -> list[tuple[int, int, np.ndarray]]:
+    """``(n0, n1, rows)``: the output columns ``n0:n1`` of a kernel cut into blocks of at most ``cols``
+    columns and the weight rows each needs (those nonzero in ``wmask``, all rows when it is None).
+    Runs of columns with the same rows (a group) are kept whole in one block where they fit, and
+    packed with their neighbours while the block has room."""
+    if wmask is None:
+        return [(0, N, np.arange(K))]
+    change = np.flatnonzero(np.any(wmask[:, 1:] != wmask[:, :-1], axis=0)) + 1
+    bounds = [0, *change.tolist(), N]
+    pieces = []                                            # groups, cut to at most ``cols`` columns
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        pieces += [(c, min(c + cols, b)) for c in range(a, b, cols)]
+    blocks, n0, n1 = [], 0, 0
+    for a, b in pieces:
+        if b - n0 > cols:
+            blocks.append((n0, n1))
+            n0 = a
+        n1 = b
+    blocks.append((n0, n1))
+    return [(a, b, np.flatnonzero(np.any(wmask[:, a:b], axis=1))) for a, b in blocks]
 
 
 #: SPM rows reserved (never written) as the source of zero-border stores

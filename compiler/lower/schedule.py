@@ -36,12 +36,14 @@ import numpy as np
 from isa.errors import TetrachipError
 
 from compiler.ir import semantics
-from compiler.ir.graph import Node, Ops, fmt_shape, is_static, toposort
+from compiler.ir.graph import Node, Ops, fmt_shape, fmt_site, is_static, toposort
 from compiler.ir.patterns import Composite, recognise
 from compiler.lower.bmm import BmmKernel, bmm_float, gathers, split_axes, to_base
 
-#: Margin (per axis, each side) of the index space an activation view may reach through PAD.
-MARGIN = 8
+#: Largest margin (per axis, each side) of the index space an activation view may reach through PAD
+#: (``cat`` pads each piece by the length of the others); axes of size 1 have none, and a tensor with
+#: many axes gets less so that its margin-space indices fit in int64 (``TensorInfo.margin``).
+MARGIN = 1 << 16
 
 
 class ChipCompileError(TetrachipError):
@@ -49,8 +51,15 @@ class ChipCompileError(TetrachipError):
 
 
 def _op_err(n: Node, msg: str) -> ChipCompileError:
+    """The error for node ``n``: its op, type and operand shapes, ``msg``, and the user's source line."""
     shapes = ", ".join(fmt_shape(s.shape) for s in n.src)
-    return ChipCompileError(f"{n.op.name} {n.dtype}{fmt_shape(n.shape)} (operands {shapes or '-'}): {msg}")
+    return ChipCompileError(f"{n.op.name} {n.dtype}{fmt_shape(n.shape)} (operands {shapes or '-'}): {msg}"
+                            f"{_site_text(n)}")
+
+
+def _site_text(n: Node) -> str:
+    """`` at model.py:12``: where the frontend built ``n`` (``Node.site``), or nothing."""
+    return f" at {fmt_site(n.site)}" if n.site else ""
 
 
 # ---------------------------------------------------------------------------------------------- tensors
@@ -78,7 +87,8 @@ class TensorInfo:
     """A tensor kept in DRAM: a graph input or a kernel's output.
 
     ``shape`` is its base (logical) shape; ``perm`` the order of axes in memory (outermost
-    first); ``pads`` a zero border per base axis, grown by the readers that pad it.
+    first); ``pads`` a zero border per base axis, grown by the readers that pad it; ``wide`` the
+    axes of size 1 that have a margin all the same (a copy made to be padded along them).
     """
     name: str
     shape: tuple
@@ -86,6 +96,7 @@ class TensorInfo:
     kind: str                       # "input" | "kernel"
     producer: int | None = None
     pads: list = field(default_factory=list)
+    wide: tuple = ()
 
     def __post_init__(self):
         if not self.pads:
@@ -97,11 +108,16 @@ class TensorInfo:
 
     @property
     def mshape(self) -> tuple:
-        """Shape of the margin index space (MARGIN extra positions each side of every axis)."""
+        """Shape of the margin index space (``margin(a)`` extra positions each side of axis ``a``)."""
         return tuple(d + 2 * self.margin(a) for a, d in enumerate(self.shape))
 
     def margin(self, axis: int) -> int:
-        return MARGIN if self.shape[axis] > 1 else 0
+        d = self.shape[axis]
+        if d <= 1 and axis not in self.wide:
+            return 0
+        # the product of mshape stays below 2**62
+        bits = 62 // sum(1 for a, e in enumerate(self.shape) if e > 1 or a in self.wide)
+        return max(0, min(MARGIN, ((1 << bits) - d) // 2))
 
     @property
     def phys_shape(self) -> tuple:
@@ -149,9 +165,15 @@ class TensorInfo:
 
 def gather_base(x: np.ndarray, t: TensorInfo, midx: np.ndarray) -> np.ndarray:
     """Values of base-shape array ``x`` (tensor ``t``) at margin-space indices; zero outside it."""
-    padded = np.zeros(t.mshape, x.dtype)
-    padded[tuple(slice(t.margin(a), t.margin(a) + d) for a, d in enumerate(t.shape))] = x
-    return padded.reshape(-1)[midx]
+    coords = _unravel(midx, t.mshape)
+    inside = np.ones(np.shape(midx), bool)
+    base = []
+    for a, (c, d) in enumerate(zip(coords, t.shape)):
+        c = c - t.margin(a)
+        inside &= (c >= 0) & (c < d)
+        base.append(c)
+    flat = np.where(inside, _ravel(tuple(base), t.shape), 0)
+    return np.where(inside, np.asarray(x).reshape(-1)[flat], np.zeros((), x.dtype))
 
 
 # ---------------------------------------------------------------------------------------------- kernels
@@ -169,6 +191,8 @@ class Kernel:
     m_axes: tuple                   # output base axes making up M (row-major), then N axes
     n_axes: tuple
     op_text: str = ""
+    #: (K, N) structural nonzeros of ``weight`` (a grouped contraction's block diagonal); None: dense
+    wmask: np.ndarray | None = None
 
     @property
     def M(self) -> int:
@@ -184,7 +208,8 @@ class Kernel:
 
     @property
     def macs(self) -> int:
-        return self.M * self.K * self.N
+        """Useful multiply-accumulates (the block diagonal's zeros not counted)."""
+        return self.M * (self.K * self.N if self.wmask is None else int(np.count_nonzero(self.wmask)))
 
 
 @dataclass
@@ -418,10 +443,11 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         a = srcv[0]
         if not isinstance(a, _Act):
             raise _op_err(n, "unsupported operand")
-        t = tensors[a.t]
-        fus = a.fusable and users.get(id(n.src[0]), 0) == 1 and op is Ops.RESHAPE
+        # a single-use view of a kernel output may still gain a ReLU (it commutes with movement; a bias
+        # and further sum terms check for a whole, in-order view themselves)
+        fus = a.fusable and users.get(id(n.src[0]), 0) == 1
         if op is Ops.PAD:
-            return _Act(a.t, _pad_view(n, a, t), False)
+            return _pad_act(n, a, tensors, kernels)
         return _Act(a.t, _move(n, a.idx), fus)
     if op is Ops.MUL:
         a, b = srcv
@@ -528,62 +554,125 @@ def _attn_kernel(n: Node, srcv, tensors, kernels) -> _Act:
     return _Act(ti, tensors[ti].identity(), False)
 
 
-def _pad_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:
-    """A PAD of a reshape of a whole tensor: the tensor gains a zero border; indices reach into it."""
-    if not _pure_view(a, t):
-        raise _op_err(n, "padding is supported only on a whole tensor (not on a slice or transposed view)")
-    vshape = n.src[0].shape
-    big = [d for d in t.shape if d != 1]
-    if [d for d in vshape if d != 1] != big:
-        raise _op_err(n, f"cannot relate the padded view {fmt_shape(vshape)} to tensor {t.name}{fmt_shape(t.shape)}")
-    vax = [i for i, d in enumerate(vshape) if d != 1]
-    tax = [i for i, d in enumerate(t.shape) if d != 1]
-    for i, (lo, hi) in enumerate(n.arg):
-        if (lo or hi) and i not in vax:
-            raise _op_err(n, "padding a size-1 axis of an activation is not supported")
-        if lo > MARGIN or hi > MARGIN:
-            raise _op_err(n, f"padding {lo, hi} exceeds the supported {MARGIN} per side")
-    grid = np.indices(n.shape, dtype=np.int64)
-    coords = [np.zeros(n.shape, np.int64) for _ in t.shape]
-    for v, ta in zip(vax, tax):
-        lo, hi = n.arg[v]
-        coords[ta] = grid[v] - lo + MARGIN
-        t.pads[ta][0] = max(t.pads[ta][0], lo)
-        t.pads[ta][1] = max(t.pads[ta][1], hi)
+def _pad_act(n: Node, a: _Act, tensors, kernels) -> _Act:
+    """A PAD of an activation view: the tensor gains a zero border that the padded indices reach into
+    (``_border_view``). A view that cannot reach a border (a slice padded along its sliced axis, as
+    ``cat`` of slices does, or a new axis of size 1, as ``stack`` pads) is first copied into a tensor
+    of its own by an elementwise kernel."""
+    t = tensors[a.t]
+    if _unborderable(n, a, t) is None:
+        return _Act(a.t, _border_view(n, a, t), False)
+    shape = tuple(n.src[0].shape)
+    wide = tuple(v for v, (lo, hi) in enumerate(n.arg) if (lo or hi) and shape[v] == 1)
+    tensors.append(TensorInfo(f"t{len(tensors)}", shape, default_perm(shape), "kernel", producer=len(kernels),
+                              wide=wide))
+    ti = len(tensors) - 1
+    kernels.append(EwKernel(f"copy{len(kernels)}", [(a.t, np.ascontiguousarray(a.idx))], [1.0], ti))
+    c = _Act(ti, tensors[ti].identity())
+    why = _unborderable(n, c, tensors[ti], own=True)
+    if why is not None:
+        raise _op_err(n, f"cannot pad a copy of the view: {why}")
+    return _Act(ti, _border_view(n, c, tensors[ti], own=True), False)
+
+
+def _walk(coords: tuple, t: TensorInfo, v: int, own: bool = False) -> tuple[int, int] | None:
+    """``(tensor axis, step)`` when view axis ``v`` walks one whole axis of ``t`` in steps of +1 or -1
+    with every other coordinate fixed; else None. ``own``: the view is ``t`` itself (its copy), so a
+    view axis of size 1 is the tensor's own axis ``v`` (in ``t.wide``)."""
+    moving = [ta for ta, c in enumerate(coords) if c.shape[v] > 1 and np.any(np.diff(c, axis=v))]
+    if own and not moving and v in t.wide:
+        return v, 1
+    if len(moving) != 1:
+        return None
+    ta = moving[0]
+    d = np.diff(coords[ta], axis=v)
+    step = int(d.flat[0])
+    if step not in (1, -1) or np.any(d != step) or coords[ta].shape[v] != t.shape[ta]:
+        return None
+    return ta, step
+
+
+def _unborderable(n: Node, a: _Act, t: TensorInfo, own: bool = False) -> str | None:
+    """Why the padded positions of this view cannot read a zero border of ``t`` (None: they can)."""
+    coords = _unravel(a.idx, t.mshape)
+    for v, (lo, hi) in enumerate(n.arg):
+        if not (lo or hi):
+            continue
+        w = _walk(coords, t, v, own)
+        if w is None:
+            return f"view axis {v} is not a whole axis of tensor {t.name}{fmt_shape(t.shape)}"
+        if max(lo, hi) > t.margin(w[0]):
+            raise _op_err(n, f"padding {lo, hi} exceeds the {t.margin(w[0])} per side that axis {w[0]} of tensor "
+                             f"{t.name}{fmt_shape(t.shape)} supports")
+    return None
+
+
+def _border_view(n: Node, a: _Act, t: TensorInfo, own: bool = False) -> np.ndarray:
+    """Margin-space indices of the padded view: each padded view axis extends the tensor axis it walks
+    (``_walk``) into the tensor's zero border, which grows to cover it."""
+    coords = list(_unravel(a.idx, t.mshape))
+    for v, (lo, hi) in enumerate(n.arg):
+        if not (lo or hi):
+            continue
+        ta, step = _walk(tuple(coords), t, v, own)
+        width = [(lo, hi) if i == v else (0, 0) for i in range(len(n.arg))]
+        coords = [np.pad(c, width, mode="edge") for c in coords]
+        pos = np.arange(-lo, coords[ta].shape[v] - lo)
+        beyond = (pos - np.clip(pos, 0, coords[ta].shape[v] - lo - hi - 1)).reshape(
+            [-1 if i == v else 1 for i in range(len(n.arg))])
+        coords[ta] = coords[ta] + step * beyond
+        before, after = (lo, hi) if step == 1 else (hi, lo)
+        t.pads[ta][0] = max(t.pads[ta][0], before)
+        t.pads[ta][1] = max(t.pads[ta][1], after)
     return _ravel(tuple(coords), t.mshape).astype(np.int64)
 
 
+#: Largest block-diagonal weight (K x N elements) a grouped contraction may expand to.
+GROUPED_MAX = 1 << 25
+
+
 def _contraction(n: Node, p: _Prod, tensors, kernels) -> _Act:
+    """``SUM(MUL(view(x), view(W)))`` as one GEMM kernel. An output axis along which both the activation
+    and the weights vary (the group axis of a grouped or depthwise convolution) is folded into K and N
+    with a block-diagonal weight ``W'[(g, k), (g', n)] = delta(g, g') W[g, k, n]``; ``Kernel.wmask``
+    marks its structural nonzeros (``compiler.lower.pipeline`` runs only those blocks)."""
     red = tuple(n.arg)
     full = n.src[0].shape
     outax = [i for i in range(len(full)) if i not in red]
     a, c = p.act.idx, np.broadcast_to(p.const, full)
-    n_axes, m_axes = [], []
+    n_axes, m_axes, g_axes = [], [], []
     for ax in outax:
         cv, av = _varies(c, ax), _varies(a, ax)
         if cv and av:
-            raise _op_err(n, f"axis {ax} indexes both the activation and the weights "
-                             "(a batched matmul of activations is not supported on the chip yet)")
+            g_axes.append(ax)
         (n_axes if cv else m_axes).append(ax)
-    # A[m, k]: the activation with N axes fixed at 0; W[k, n]: the constant with M axes fixed at 0
-    a0 = a[tuple(0 if ax in n_axes else slice(None) for ax in range(len(full)))]
-    rest = [ax for ax in range(len(full)) if ax not in n_axes]
-    a_perm = [rest.index(ax) for ax in m_axes] + [rest.index(ax) for ax in red]
+    G = math.prod(full[ax] for ax in g_axes)
+    # A[m, (g, k)]: the activation with the other N axes fixed at 0; W[k, n]: the constant with M axes at 0
+    a0 = a[tuple(0 if ax in n_axes and ax not in g_axes else slice(None) for ax in range(len(full)))]
+    rest = [ax for ax in range(len(full)) if ax not in n_axes or ax in g_axes]
+    a_perm = [rest.index(ax) for ax in m_axes] + [rest.index(ax) for ax in g_axes] + [rest.index(ax) for ax in red]
     M = math.prod(full[ax] for ax in m_axes)
     K = math.prod(full[ax] for ax in red)
     N = math.prod(full[ax] for ax in n_axes)
-    gather = np.ascontiguousarray(np.transpose(a0, a_perm)).reshape(M, K)
+    if G > 1 and G * K * N > GROUPED_MAX:
+        raise _op_err(n, f"axes {tuple(g_axes)} index both the activation and the weights (groups of a grouped "
+                         f"contraction); their block-diagonal weight ({G * K} x {N}) exceeds {GROUPED_MAX} elements")
+    gather = np.ascontiguousarray(np.transpose(a0, a_perm)).reshape(M, G * K)
     c0 = c[tuple(0 if ax in m_axes else slice(None) for ax in range(len(full)))]
     rest_c = [ax for ax in range(len(full)) if ax not in m_axes]
     c_perm = [rest_c.index(ax) for ax in red] + [rest_c.index(ax) for ax in n_axes]
     weight = np.ascontiguousarray(np.transpose(c0, c_perm)).reshape(K, N).astype(np.float64)
+    wmask = None
+    if G > 1:
+        weight, wmask = _block_diagonal(weight, [full[ax] for ax in n_axes], [n_axes.index(ax) for ax in g_axes])
     shape = n.shape
     tensors.append(TensorInfo(f"t{len(tensors)}", tuple(shape), tuple(list(red) + m_axes + n_axes), "kernel",
                               producer=len(kernels)))
     ti = len(tensors) - 1
     kind = "conv" if len(full) > 3 else "matmul"
+    text = f"SUM{fmt_shape(full)} over {red}" + (f", groups {G} on axes {tuple(g_axes)}" if G > 1 else "")
     kernels.append(Kernel(f"{kind}{len(kernels)}", p.act.t, ti, gather, weight, None, False,
-                          tuple(m_axes), tuple(n_axes), op_text=f"SUM{fmt_shape(full)} over {red}"))
+                          tuple(m_axes), tuple(n_axes), op_text=text + _site_text(n), wmask=wmask))
     return _Act(ti, tensors[ti].identity(), True)
 
 
@@ -602,6 +691,19 @@ def _bmm_contraction(n: Node, p: _Prod2, tensors, kernels) -> _Act:
     return _Act(ti, tensors[ti].identity(), True)
 
 
+def _block_diagonal(w: np.ndarray, n_shape: list, g_pos: list) -> tuple[np.ndarray, np.ndarray]:
+    """``(K, N)`` weights whose columns belong to groups (the N coordinates at ``g_pos`` of ``n_shape``)
+    as the ``(G * K, N)`` block-diagonal weight with rows ``(g, k)``, and its structural mask."""
+    K, N = w.shape
+    coords = np.indices(n_shape, dtype=np.int64).reshape(len(n_shape), N)
+    g_of_n = _ravel(tuple(coords[i] for i in g_pos), [n_shape[i] for i in g_pos])
+    G = math.prod(n_shape[i] for i in g_pos)
+    mask = np.zeros((G, K, N), bool)
+    mask[g_of_n, :, np.arange(N)] = True
+    mask = mask.reshape(G * K, N)
+    return np.where(mask, np.tile(w, (G, 1)), 0.0), mask
+
+
 def _elementwise_add(n: Node, srcv, users, tensors, kernels) -> _Act:
     """``a + b`` of two activations: a new elementwise kernel, or one more term of the chain that
     produced ``a`` (or ``b``) when nothing else reads that intermediate value."""
@@ -609,8 +711,9 @@ def _elementwise_add(n: Node, srcv, users, tensors, kernels) -> _Act:
         a, other = srcv[i], srcv[1 - i]
         t = tensors[a.t]
         k = kernels[t.producer] if t.producer is not None else None
+        made = tensors[other.t].producer            # the new term must exist before the chain runs
         if isinstance(k, EwKernel) and a.fusable and not k.relu and users.get(id(n.src[i]), 0) == 1 \
-                and _pure_view(a, t):
+                and _pure_view(a, t) and (made is None or made < t.producer):
             k.srcs.append((other.t, np.ascontiguousarray(np.reshape(other.idx, t.shape))))
             k.coefs.append(1.0)
             return _Act(a.t, a.idx, True)

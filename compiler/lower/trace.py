@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.frontend.tensor import Tensor
+from compiler.ir.graph import recording_sites
 from compiler.lower.schedule import ChipCompileError
 
 
@@ -22,7 +23,8 @@ def trace(model_or_fn, example_inputs) -> tuple[list, list[str], bool, list[dict
     if hasattr(fn, "eval") and hasattr(fn, "forward"):
         fn.eval()
     phs = [Tensor.placeholder(n, a.shape) for n, a in zip(names, arrays)]
-    out = fn(*phs)
+    with recording_sites():                 # ChipCompileError names the user's line of each node
+        out = fn(*phs)
     single = not isinstance(out, (list, tuple))
     outs = [out] if single else list(out)
     for o in outs:
