@@ -67,6 +67,7 @@ class KernelCode:
     acc_base: int
     #: symbolic batch (compiler.lower.dynamic.DynTile): the M-tile loop's trip count comes from a register
     dyn: object = None
+    hi: int = 127             # the requantization clamp's maximum (a folded clip, e.g. ReLU6)
 
 
 def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
@@ -130,7 +131,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     e.emit("mxu.lw", spm[kc.spm_w], k=0, rep=L2, signal="load")
     e.emit("loop", L2, 2)
     if kc.out_int8:
-        e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=127, round="half_up", rep=L2, signal=free_c)
+        e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=kc.hi, round="half_up", rep=L2, signal=free_c)
         e.emit("dma.st", dram[0], spm[0], rows=0, rep=L2, signal="vpu")
         e.emit("dma.ld", acc[kc.acc_base + 2 * Mt], dram[kc.scale_addr], rows=NT, len=C, rstride=_ACC_BYTES * C)
     else:
@@ -353,7 +354,9 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> ProgramBui
 
 @dataclass
 class EwCode:
-    """An elementwise kernel: rows of ``L`` lanes from each input, ``sum c_i x_i``, requantized."""
+    """An elementwise kernel: rows of ``L`` lanes from each input, ``op_i c_i x_i`` (``op`` the VPU's
+    ``vadd``, ``vmax`` or ``vmin``) requantized; or, with ``lut_addr``, ``vlut`` of one input through
+    the 256-entry table stored there (loaded into SPM rows after the staging buffers, then ``vlutld``)."""
     name: str
     tiling: Tiling
     L: int
@@ -365,6 +368,9 @@ class EwCode:
     spm_base: int
     acc_base: int
     dyn: object = None        # compiler.lower.dynamic.DynTile, as for KernelCode
+    op: str = "vadd"          # how the scaled inputs combine: vadd, vmax or vmin
+    lut_addr: int | None = None   # DRAM byte address of the lookup table (a vlut kernel)
+    lut_rows: int = 0         # SPM rows the table occupies (isa.timing.lut_rows)
 
 
 EW_MAX_INPUTS = 12
@@ -382,12 +388,18 @@ def emit_ew(e: ProgramBuilder, kc: EwCode, cfg) -> None:
 def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r_in: list[Reg]) -> None:
     tl, k = kc.tiling, len(kc.in_rows)
     Mt = tl.Mt
-    e.comment(f"kernel {kc.name}: elementwise sum of {k} tensors, {tl.M} rows of {kc.L} lanes, "
+    what = f"lookup table ({kc.lut_rows} SPM rows)" if kc.lut_addr is not None else f"{kc.op} of {k} tensors"
+    e.comment(f"kernel {kc.name}: elementwise {what}, {tl.M} rows of {kc.L} lanes, "
               f"{tl.MT} tile(s) of {Mt} rows{', relu' if kc.lo == 0 else ''}")
     for r in [r_out] + r_in:
         e.emit("seti", r, 0)
     e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=127, round="half_up", signal="load")
     e.emit("dma.st", dram[0], spm[0], rows=0, signal="vpu")
+    if kc.lut_addr is not None:            # the table: its load is the first load -> vpu token
+        tab = kc.spm_base + (k + 1) * Mt
+        C = e.config.cols
+        e.emit("dma.ld", spm[tab], dram[kc.lut_addr], rows=kc.lut_rows, len=C, rstride=C, signal="vpu")
+        e.emit("vlutld", spm[tab], wait="load")
     tiles = [(t * Mt, min(Mt, tl.M - t * Mt)) for t in range(tl.MT)]
     full = [t for t in tiles if t[1] == Mt]
     steps = [_translation(rows, Mt, len(full)) for rows in kc.in_rows + [kc.out_rows]]
@@ -434,12 +446,15 @@ def _ew_tile(e: ProgramBuilder, kc: EwCode, mrows: int, in_rows: list, out_rows:
             rep = L1
         e.emit("dma.ld", spm[buf[i] + g.local], dram[g.dram + r_in[i]], rows=g.rows, len=kc.L, rstride=g.rstride,
                **_mods(w, s, True, rep))
-    for i in range(k):
-        w = ["load"] if i == 0 else []
-        s = ["load"] if i == k - 1 else []
-        dst = acc_r if i == 0 else acc_t
-        e.emit("vmul", acc[dst], spm[buf[i]], int(kc.coefs[i]), n=mrows, **_mods(w, s))
-        if i:
-            e.emit("vadd", acc[acc_r], acc[acc_r], acc[acc_t], n=mrows)
-    e.emit("vreq", spm[obuf], acc[acc_r], 1, n=mrows, wait="store", signal="store")
+    if kc.lut_addr is not None:            # one input, through the table, straight to the staging rows
+        e.emit("vlut", spm[obuf], spm[buf[0]], n=mrows, **_mods(["load", "store"], ["load", "store"]))
+    else:
+        for i in range(k):
+            w = ["load"] if i == 0 else []
+            s = ["load"] if i == k - 1 else []
+            dst = acc_r if i == 0 else acc_t
+            e.emit("vmul", acc[dst], spm[buf[i]], int(kc.coefs[i]), n=mrows, **_mods(w, s))
+            if i:
+                e.emit(kc.op, acc[acc_r], acc[acc_r], acc[acc_t], n=mrows)
+        e.emit("vreq", spm[obuf], acc[acc_r], 1, n=mrows, wait="store", signal="store")
     _stores(e, groups(out_rows), spm, obuf, None, kc.L, 1, ["vpu"], ["vpu"], dram_reg=r_out)

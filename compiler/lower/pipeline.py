@@ -22,6 +22,7 @@ import numpy as np
 from isa.config import ChipConfig
 from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
+from isa.timing import lut_rows
 
 from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
@@ -114,8 +115,11 @@ class CompiledModel(Compiled):
                  f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
         for k in self.kernels:
             t = k.tiling
+            if k.kind == "lookup table":
+                lines.append(f"  {k.name:<10} lookup table: {k.M} rows of {k.N} lanes, {t.MT} tile(s) of {t.Mt}")
+                continue
             if k.kind == "elementwise":
-                lines.append(f"  {k.name:<10} elementwise sum of {k.K} tensors: {k.M} rows of {k.N} lanes, "
+                lines.append(f"  {k.name:<10} elementwise {k.K} tensors: {k.M} rows of {k.N} lanes, "
                              f"{t.MT} tile(s) of {t.Mt}")
                 continue
             lines.append(f"  {k.name:<10} GEMM {k.M}x{k.K}x{k.N}: {k.ktiles} K tiles, {t.NT} N tiles, "
@@ -169,6 +173,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, EwKernel):
             ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
+            if qk.table is not None:
+                ec.lut_addr = put(np.asarray(qk.table, np.int8))
             if spec is not None:
                 ec.tiling, ec.dyn = fit_ew(cfg, ec.tiling, ec.in_rows, ec.out_rows, spec.max,
                                            f"elementwise kernel {k.name}")
@@ -205,7 +211,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, i, i))
         acc_bufs.append(Buffer(f"k{i}.acc", tl.acc_rows, i, i))     # two regions, then the scale rows
         codes.append(KernelCode(k.name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
-                                qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk))
+                                qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk, hi=qk.hi))
         infos.append(KernelInfo(k.name, k.M, k.K, k.N, tl, len(kts), k.macs))
     if cpos[0] > cfg.dram_bytes:
         raise ChipCompileError(f"the model needs {cpos[0]} bytes of DRAM (tensors {dplan.footprint}, constants "
@@ -302,7 +308,8 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, K
     out_rows = tensor_addr[k.out] + seqs[0].reshape(-1, L)[:, 0]
     in_rows = [tensor_addr[t] + a.reshape(-1, L)[:, 0] for (t, _), a in zip(k.srcs, seqs[1:])]
     nin = len(in_rows)
-    Mt = min(rows, cfg.spm_rows // (nin + 1), cfg.acc_rows // 2)
+    lut = lut_rows(cfg) if qk.table is not None else 0      # a lookup-table kernel keeps its table in SPM
+    Mt = min(rows, (cfg.spm_rows - lut) // (nin + 1), cfg.acc_rows // 2)
     if Mt < 1:
         raise ChipCompileError(f"{what}: {nin} inputs do not fit SPM on config {cfg.name!r}")
     if Mt < rows:
@@ -310,9 +317,10 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, K
         if p > 1 and all(_common_period(r, out_rows) == p for r in in_rows) and Mt >= p:
             Mt = Mt // p * p
     MT = cdiv(rows, Mt)
-    tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt, 2 * Mt)
-    ec = EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0)
-    return ec, KernelInfo(k.name, rows, nin, L, tl, 0, 0, "elementwise")
+    tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt + lut, 2 * Mt)
+    ec = EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0,
+                op={"sum": "vadd", "max": "vmax", "min": "vmin", "lut": "vadd"}[k.op], lut_rows=lut)
+    return ec, KernelInfo(k.name, rows, nin, L, tl, 0, 0, "lookup table" if lut else "elementwise")
 
 
 def _common_period(a_rows, out_rows) -> int:
