@@ -455,9 +455,11 @@ def _compose(n: Node, srcv, users) -> _Fn:
     fns = {i: _fn_of(v, n.src[i]) for i, v in enumerate(srcv) if isinstance(v, (_Act, _Fn))}
     first = next(iter(fns.values()))
     if any(not _same_view(g, first) for g in fns.values()):
-        what = "a product" if n.op is Ops.MUL else n.op.name
-        raise _op_err(n, f"{what} of two different activations is not supported on the chip (one operand must "
-                         "be a constant, or both must read the same tensor elementwise)")
+        if n.op is Ops.MUL:
+            raise _op_err(n, "a product of two activations (attention-style batched matmul) is not supported on "
+                             "the chip yet; one operand must be a constant (weights)")
+        raise _op_err(n, f"{n.op.name} of two different activations is not supported on the chip (one operand "
+                         "must be a constant, or both must read the same tensor elementwise)")
     consts = {}
     for i, v in enumerate(srcv):
         if i not in fns:
@@ -599,7 +601,8 @@ def _as_clamp(f) -> tuple | None:
 def _act_of(n: Node, v, users, tensors, kernels) -> _Act:
     """An activation value as a plain view (a chain becomes its tensor)."""
     if isinstance(v, _Fn):
-        return _Act(_materialize(n, v, users, tensors, kernels), v.idx)
+        ti = _materialize(n, v, users, tensors, kernels)
+        return _Act(ti, v.idx, _pure_view(_Act(ti, v.idx), tensors[ti]))
     return v
 
 
@@ -658,6 +661,9 @@ def _nonneg(k) -> bool:
     """Does kernel ``k``'s output never go below zero (its requantization clamps at 0)?"""
     if isinstance(k, Kernel):
         return k.relu or (k.clamp is not None and k.clamp[0] >= 0)
+    if isinstance(k, EwKernel) and k.op == "lut":
+        with np.errstate(all="ignore"):
+            return bool(np.all(np.asarray(k.fn(_PROBE)) >= 0))
     return isinstance(k, EwKernel) and k.relu
 
 
