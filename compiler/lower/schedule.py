@@ -406,6 +406,8 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
     if op not in _ELEMENTWISE:
         raise _op_err(n, f"{op.name} of an activation is not supported on the chip")
     acts = [i for i, v in enumerate(srcv) if isinstance(v, (_Act, _Fn))]
+    if op is Ops.MUL and len(acts) == 1 and isinstance(srcv[acts[0]], _Fn) and _uniform(srcv[1 - acts[0]]) is None:
+        srcv[acts[0]] = _act_of(n, srcv[acts[0]], users, tensors, kernels)    # a chain read by a matmul
     if op is Ops.MUL and len(acts) == 1 and isinstance(srcv[acts[0]], _Act):
         return _Prod(srcv[acts[0]], srcv[1 - acts[0]], n, n.src[acts[0]])
     if op is Ops.NEG and isinstance(srcv[0], _Act):
@@ -571,7 +573,9 @@ def _materialize(n: Node, fn: _Fn, users, tensors, kernels) -> int:
         k.fn = lambda x, g=g, f=f: f(g(x))
         ti = fn.t
     elif owned and isinstance(k, Kernel) and not k.relu and k.clamp is None and _as_clamp(fn.f) is not None:
-        k.clamp = _as_clamp(fn.f)
+        sign, k.clamp = _as_clamp(fn.f)
+        k.weight = k.weight * sign
+        k.bias = None if k.bias is None else k.bias * sign
         ti = fn.t
     else:
         tensors.append(TensorInfo(f"t{len(tensors)}", t.shape, t.perm, "kernel", producer=len(kernels),
@@ -587,15 +591,19 @@ _PROBE = np.concatenate([np.linspace(-1000.0, 1000.0, 40001), [-1e30, 1e30]]).as
 
 
 def _as_clamp(f) -> tuple | None:
-    """``(lo, hi)`` when ``f`` is ``clip(x, lo, hi)`` (an infinite bound for a missing side), else None."""
+    """``(sign, (lo, hi))`` when ``f`` is ``clip(sign * x, lo, hi)`` with sign +-1 (an infinite bound for a
+    missing side; a minimum alone is spelled ``-max(-x, -hi)``), else None."""
     with np.errstate(all="ignore"):
         y = np.asarray(f(_PROBE), np.float64)
-    lo, hi = float(y[-2]), float(y[-1])
+    lo, hi = sorted((float(y[-2]), float(y[-1])))
     lo = -np.inf if lo <= -1e29 else lo
     hi = np.inf if hi >= 1e29 else hi
-    if not lo <= hi or (np.isinf(lo) and np.isinf(hi)):
+    if np.isinf(lo) and np.isinf(hi):
         return None
-    return (lo, hi) if np.array_equal(y, np.clip(_PROBE.astype(np.float64), lo, hi)) else None
+    for sign in (1.0, -1.0):
+        if np.array_equal(y, np.clip(sign * _PROBE.astype(np.float64), lo, hi)):
+            return sign, (lo, hi)
+    return None
 
 
 def _act_of(n: Node, v, users, tensors, kernels) -> _Act:

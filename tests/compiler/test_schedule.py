@@ -5,7 +5,7 @@ import pytest
 import tetrachip as tc
 from compiler.ir.engine import prepare
 from compiler.lower.trace import trace
-from compiler.lower.schedule import ChipCompileError, EwKernel, lift, run_float
+from compiler.lower.schedule import EwKernel, lift, run_float
 
 
 def _lift(fn, x):
