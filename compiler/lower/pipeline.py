@@ -15,7 +15,7 @@ it implements ``compiler.lower.compiled.Compiled``, so ``runtime`` runs it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -172,12 +172,13 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     codes, infos, spm_bufs, acc_bufs = [], [], [], []
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, EwKernel):
-            ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
+            ec, info = _lower_ew(cfg, s, k, qk, tensor_addr, spec.max if spec is not None else 1)
             if qk.table is not None:
                 ec.lut_addr = put(np.asarray(qk.table, np.int8))
             if spec is not None:
                 ec.tiling, ec.dyn = fit_ew(cfg, ec.tiling, ec.in_rows, ec.out_rows, spec.max,
                                            f"elementwise kernel {k.name}")
+                ec.tiling = replace(ec.tiling, spm_rows=ec.tiling.spm_rows + ec.lut_rows)   # the table's rows
                 info.tiling = ec.tiling
             spm_bufs.append(Buffer(f"k{i}.A", ec.tiling.spm_rows, i, i))
             acc_bufs.append(Buffer(f"k{i}.acc", ec.tiling.acc_rows, i, i))
@@ -292,8 +293,9 @@ def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
     return {n: np.array(v, np.int64) for n, v in out.items()}, outer, ostride
 
 
-def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, KernelInfo]:
-    """Rows of L lanes, contiguous in every input and in the output, in the output's memory order."""
+def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int = 1) -> tuple[EwCode, KernelInfo]:
+    """Rows of L lanes, contiguous in every input and in the output, in the output's memory order;
+    a row never straddles two of ``blocks`` equal parts (the elements of one symbolic batch entry)."""
     what = f"elementwise kernel {k.name}"
     if len(k.srcs) > EW_MAX_INPUTS:
         raise ChipCompileError(f"{what}: {len(k.srcs)} inputs, at most {EW_MAX_INPUTS} are supported")
@@ -303,7 +305,7 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, K
     seqs = [out_p[order]] + [s.tensors[t].phys_offsets(idx).reshape(-1)[order] for t, idx in k.srcs]
     n = len(order)
     L = next(w for w in range(min(cfg.cols, n), 0, -1)
-             if n % w == 0 and all(np.all(np.diff(a.reshape(-1, w), axis=1) == 1) for a in seqs))
+             if n % (w * blocks) == 0 and all(np.all(np.diff(a.reshape(-1, w), axis=1) == 1) for a in seqs))
     rows = n // L
     out_rows = tensor_addr[k.out] + seqs[0].reshape(-1, L)[:, 0]
     in_rows = [tensor_addr[t] + a.reshape(-1, L)[:, 0] for (t, _), a in zip(k.srcs, seqs[1:])]

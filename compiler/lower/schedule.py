@@ -36,6 +36,9 @@ from compiler.ir.graph import Node, Ops, fmt_shape, is_static, toposort
 
 #: Margin (per axis, each side) of the index space an activation view may reach through PAD.
 MARGIN = 8
+#: Views one max kernel reads at most (a longer max reduction chains kernels; below the emitter's
+#: ``EW_MAX_INPUTS``)
+MAX_TERMS = 9
 
 
 class ChipCompileError(TetrachipError):
@@ -695,9 +698,14 @@ def _max_reduce(n: Node, v, users, tensors, kernels) -> _Act:
     views = [np.ascontiguousarray(flat[..., i].reshape(n.shape)) for i in range(flat.shape[-1])]
     if len(views) == 1 and c == 1.0:
         return _Act(a.t, views[0])
-    ti = _ew_out(_Act(a.t, views[0]), n.shape, tensors, kernels)
-    kernels.append(EwKernel(f"max{len(kernels)}", [(a.t, w) for w in views], [c] * len(views), ti, op="max"))
-    return _Act(ti, tensors[ti].identity(), True)
+    srcs, coefs = [(a.t, w) for w in views], [c] * len(views)
+    while True:                 # a long reduction (global max pooling): a chain of kernels
+        ti = _ew_out(_Act(*srcs[0]), n.shape, tensors, kernels)
+        kernels.append(EwKernel(f"max{len(kernels)}", srcs[:MAX_TERMS], coefs[:MAX_TERMS], ti, op="max"))
+        srcs, coefs = srcs[MAX_TERMS:], coefs[MAX_TERMS:]
+        if not srcs:
+            return _Act(ti, tensors[ti].identity(), True)
+        srcs, coefs = [(ti, tensors[ti].identity())] + srcs, [1.0] + coefs
 
 
 def _pad_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:

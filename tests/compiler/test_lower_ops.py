@@ -203,6 +203,16 @@ def test_max_pool(k, s, p, cfg, n, c):
     assert _kinds(cm) == ["gemm", "max"]
 
 
+@pytest.mark.parametrize("cfg", ["tiny", "small"])
+def test_global_max_pool_chains_max_kernels(cfg):
+    conv = _conv(3, 5, 44)
+    x = _rng(45).standard_normal((2, 3, 7, 7)).astype(np.float32)
+    cm, _ = _check(lambda a: conv(a).max((2, 3)), x, cfg)
+    assert _kinds(cm) == ["gemm"] + ["max"] * 6          # 49 positions: 9, then 8 more per kernel
+    cm, _ = _check(lambda a: conv(a).min((2, 3)), x, cfg)
+    assert _kinds(cm)[:2] == ["gemm", "max"]
+
+
 def test_max_pool_of_a_signed_input_without_padding_and_refused_with_padding():
     conv = _conv(3, 5, 30)
     x = _rng(31).standard_normal((2, 3, 6, 6)).astype(np.float32)
@@ -253,3 +263,16 @@ def test_small_cnn_block():
     x = _rng(43).standard_normal((2, 3, 8, 8)).astype(np.float32)
     cm, _ = _check(model, x, "small", tol=0.06)
     assert _kinds(cm) == ["gemm", "max", "gemm", "sum", "lut", "gemm", "gemm"]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_symbolic_batch(n):
+    """Lookup-table, max and pooling kernels with a symbolic batch (rows never straddle two entries)."""
+    conv = _conv(3, 5, 46)
+    x = _rng(47).standard_normal((4, 3, 6, 6)).astype(np.float32)
+    model = lambda a: F.max_pool2d(conv(a).sigmoid(), 2).mean((2, 3))    # noqa: E731
+    cm = tc.compile(model, [x], config="small", dynamic={"N": 4})
+    res = tc.Device("sim", config="small").run(cm, {"x": x[:n]})
+    np.testing.assert_array_equal(res.outputs[0], cm.reference({"x": x[:n]})[0])
+    want = model(tc.Tensor(x[:n])).numpy()
+    assert np.max(np.abs(res.outputs[0] - want)) <= TOL * np.max(np.abs(want))
