@@ -24,6 +24,13 @@ loads retire in order); a kernel starts with the seed tokens and ends with empty
 that consume the seeds back, so kernels compose. Inner loops use repeat registers: the
 weight tiles of an N tile are one ``dma.ld`` over a nest, row groups of a tile are one DMA
 over a nest; the middle N tiles run as a scalar loop over register-indexed addresses.
+
+Elementwise kernels (``emit_ew``) run on the VPU alone: per tile, loads, then ``vmul`` of each
+input by its integer coefficient combined with ``vadd``/``vmax``/``vmin`` in ACC and ``vreq``,
+or, for a lookup-table kernel, one ``vlut`` from the input rows to the staging rows (the table
+is loaded into SPM and ``vlutld``-ed once, its load the kernel's first load -> vpu token); then
+stores. Their tokens: load -> vpu data, vpu -> load buffers free, vpu -> store staged,
+store -> vpu staging free.
 """
 from __future__ import annotations
 

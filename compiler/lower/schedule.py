@@ -12,11 +12,25 @@ walks the graph once and recognises, without caring how the views were spelled:
   ``A[m, k] = x[G[m, k]]`` (an im2col the DMA performs, see ``compiler.lower.tiling``).
   Output axes along which the constant varies are the GEMM's N axes, those along
   which the activation varies its M axes, the summed axes its K axes.
-* **fused epilogues**: ``+ bias`` (a constant varying along N only) and ReLU
-  (``WHERE(0 < y, y, 0)``) folded into the producing kernel, which then runs
-  matmul, bias, activation and requantization as one kernel.
+* **fused epilogues**: ``+ bias`` (a constant varying along N only), ``* scale`` (a constant
+  varying along N only: the weight columns and bias scale, which is how an eval-mode
+  BatchNorm folds into the convolution before it), ReLU (``WHERE(0 < y, y, 0)``) and a
+  clip (ReLU6, ``clamp``: the requantizer's lo/hi) folded into the producing kernel, which
+  then runs matmul, bias, activation and requantization as one kernel.
+* **elementwise kernels** (``EwKernel``, the VPU): ``a + b`` and ``max(a, b)`` of activations
+  (scaled sources summed or maxed lane-wise; a NEG or scalar MUL of the result scales the
+  coefficients, so ``minimum`` is a min kernel); a MAX reduction over window views (max
+  pooling) is a max over one view per window position.
+* **lookup tables**: a chain of elementwise ops whose only non-constant input is one
+  activation (sigmoid, tanh, GELU, SiLU = ``x * sigmoid(x)``, ELU, ``x * c + d``, ...) is kept
+  as a float function ``_Fn`` of that tensor and becomes one ``lut`` kernel when something else
+  reads it: the quantizer tabulates it over the 256 int8 inputs (``vlut``).
+* **sums of activation views** without a weight (average pooling, ``mean``) are contractions
+  with a constant weight (ones; N = 1), and the ``* 1/count`` after them folds into it.
 * **pads** of an activation become zero borders of its DRAM layout (the producer
-  writes the interior; the reader's strided DMA reads the border as zeros).
+  writes the interior; the reader's strided DMA reads the border as zeros). Max pooling's
+  ``-inf`` padding reads that zero border too, which is exact only for an input that is
+  never negative (after ReLU): otherwise it is refused.
 
 Anything else that touches an activation raises ``ChipCompileError`` naming the op
 and its shapes, before anything is emitted or simulated. Constant subgraphs are
