@@ -398,6 +398,9 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         if isinstance(a, _Fn):
             if op is not Ops.PAD:
                 return _Fn(a.t, _move(n, a.idx), a.f, a.lin, a.base, a.uses, a.fusable, a.solo, None, a.mat)
+            if a.lin is not None:              # c * pad(x): the border stays zero; c may fold into a weight
+                return _Fn(a.t, _pad_view(n, _Act(a.t, a.idx), tensors[a.t]), a.f, a.lin, a.base, a.uses,
+                           False, a.solo)
             a = _Act(_materialize(n, a, users, tensors, kernels), a.idx)
         if not isinstance(a, _Act):
             raise _op_err(n, "unsupported operand")
@@ -410,10 +413,10 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         return _Act(a.t, _move(n, a.idx), fus, a.floor)
     if op is Ops.SUM:
         p = srcv[0]
-        if isinstance(p, _Prod):
-            if users.get(id(n.src[0]), 0) != 1:
-                raise _op_err(n, "only a sum of a product with a constant (matmul, convolution) runs on the chip")
+        if isinstance(p, _Prod) and users.get(id(n.src[0]), 0) == 1:
             return _contraction(n, p, tensors, kernels)
+        if isinstance(p, _Prod):                 # the product is read elsewhere too: elementwise, then summed
+            p = _resolve(p, users, tensors, kernels)
         if isinstance(p, (_Act, _Fn)):          # a sum of an activation view: a contraction with ones
             a, lin = _term(n, p, users, tensors, kernels)
             return _contraction(n, _Prod(a, np.asarray(lin, np.float64), n), tensors, kernels)
@@ -424,7 +427,10 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         raise _op_err(n, f"{op.name} of an activation is not supported on the chip")
     acts = [i for i, v in enumerate(srcv) if isinstance(v, (_Act, _Fn))]
     if op is Ops.MUL and len(acts) == 1 and isinstance(srcv[acts[0]], _Fn) and _uniform(srcv[1 - acts[0]]) is None:
-        srcv[acts[0]] = _act_of(n, srcv[acts[0]], users, tensors, kernels)    # a chain read by a matmul
+        g = srcv[acts[0]]                      # a chain read by a matmul: its table, or its factor in the weight
+        if g.lin is not None:
+            return _Prod(_Act(g.t, g.idx), _times(srcv[1 - acts[0]], g.lin), n, n.src[acts[0]])
+        srcv[acts[0]] = _act_of(n, g, users, tensors, kernels)
     if op is Ops.MUL and len(acts) == 1 and isinstance(srcv[acts[0]], _Act):
         return _Prod(srcv[acts[0]], srcv[1 - acts[0]], n, n.src[acts[0]])
     if op is Ops.NEG and isinstance(srcv[0], _Act):
@@ -444,6 +450,13 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
     return _compose(n, srcv, users)
 
 
+def _times(c: np.ndarray, s: float) -> np.ndarray:
+    """``c * s`` keeping ``c``'s broadcast (stride-0) axes broadcast (``_varies`` reads them cheaply)."""
+    c = np.asarray(c)
+    compact = c[tuple(slice(0, 1) if st == 0 else slice(None) for st in c.strides)]
+    return np.broadcast_to(compact * s, c.shape)
+
+
 def _same_view(a, b) -> bool:
     return a.t == b.t and a.idx.shape == b.idx.shape and np.array_equal(a.idx, b.idx)
 
@@ -453,6 +466,7 @@ def _uniform(c: np.ndarray):
     c = np.asarray(c)
     if c.size == 0:
         return None
+    c = c[tuple(slice(0, 1) if st == 0 else slice(None) for st in c.strides)]     # broadcast axes once
     v = c.reshape(-1)[0]
     if not (np.all(c == v) or (np.isnan(v) and np.all(np.isnan(c)))):
         return None
@@ -500,6 +514,8 @@ def _compose(n: Node, srcv, users) -> _Fn:
             lin = -ls[0]
         elif n.op is Ops.CAST and n.dtype.is_float and n.src[0].dtype.is_float:
             lin = ls[0]
+    elif n.op is Ops.ADD and len(fns) == 2 and None not in ls:
+        lin = ls[0] + ls[1]
     solo = all(g.solo and (g.f is _identity or users.get(id(n.src[i]), 0) == 1) for i, g in fns.items())
     solo = solo and all(g.base is first.base for g in fns.values())
     cmp0 = None

@@ -163,6 +163,15 @@ def test_clip_after_a_gemm_folds_into_the_requantization_clamp(lo, hi):
     assert cm.reference({"x": x})[0].max() == np.float32(q.hi * s_out)     # the requantizer clamps there
 
 
+def test_scaled_and_negated_inputs_fold_into_the_weights():
+    conv = _conv(3, 5, 48)
+    x = _rng(49).standard_normal((2, 3, 5, 5)).astype(np.float32)
+    cm, _ = _check(lambda a: conv(a * 3 - a * 0.5).clamp(0, 6), x, "tiny")
+    assert _kinds(cm) == ["gemm"]
+    cm, _ = _check(lambda a: conv(-a).tanh(), x, "tiny")
+    assert _kinds(cm) == ["gemm", "lut"]
+
+
 def test_clip_of_a_value_read_twice_is_a_lookup_table():
     conv = _conv(3, 5, 20)
     x = (_rng(21).standard_normal((1, 3, 4, 4)) * 3).astype(np.float32)
