@@ -117,6 +117,17 @@ def test_function_of_one_activation_is_a_lookup_table(name):
     assert "vlutld" in cm.asm and "vlut " in cm.asm
 
 
+@pytest.mark.parametrize("cfg,n", [("tiny", 4), ("small", 3)])
+def test_lookup_table_over_several_tiles(cfg, n):
+    """More rows than one SPM tile: full tiles in a scalar loop, then the rest (and a residual add's)."""
+    conv = _conv(3, 5, 50)
+    x = _rng(51).standard_normal((n, 3, 8, 8)).astype(np.float32)
+    cm, _ = _check(lambda a: conv(a).silu(), x, cfg)
+    assert cm.kernels[1].tiling.MT >= (3 if cfg == "tiny" else 1)
+    cm, _ = _check(lambda a: (conv(a) + a[:, :1]).relu(), x, cfg)
+    assert cm.kernels[1].tiling.MT >= 2
+
+
 def test_lookup_table_is_the_quantized_function():
     """The integer reference's table, built here independently: entry j = quantize(sigmoid(int8(j) s_in), s_out)."""
     w = (_rng(12).standard_normal((6, 5)) * 0.5).astype(np.float32)
