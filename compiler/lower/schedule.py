@@ -29,8 +29,9 @@ walks the graph once and recognises, without caring how the views were spelled:
   with a constant weight (ones; N = 1), and the ``* 1/count`` after them folds into it.
 * **pads** of an activation become zero borders of its DRAM layout (the producer
   writes the interior; the reader's strided DMA reads the border as zeros). Max pooling's
-  ``-inf`` padding reads that zero border too, which is exact only for an input that is
-  never negative (after ReLU): otherwise it is refused.
+  ``-inf`` padding reads that zero border too when the input is never negative (after ReLU,
+  a clip at 0, a non-negative table); otherwise each border read is moved to the window's
+  nearest element inside the tensor (the same max).
 
 Anything else that touches an activation raises ``ChipCompileError`` naming the op
 and its shapes, before anything is emitted or simulated. Constant subgraphs are
@@ -566,9 +567,10 @@ def _where_special(n: Node, srcv, users, tensors, kernels):
         if (isinstance(k, Kernel) and k.clamp is None) or (isinstance(k, EwKernel) and k.op != "lut"):
             k.relu = True
             return _Act(x.t, x.idx, True)
-    if isinstance(c, np.ndarray) and isinstance(x, _Act) and isinstance(z, np.ndarray):
+    if isinstance(c, np.ndarray) and isinstance(x, (_Act, _Fn)) and isinstance(z, np.ndarray):
         u = _uniform(z)
         if u is not None and np.isneginf(u):
+            x = _act_of(n, x, users, tensors, kernels)
             mask = np.broadcast_to(c, n.shape).astype(bool)
             if np.array_equal(~mask, ~_interior(x.idx, tensors[x.t])):
                 return _Act(x.t, x.idx, False, True)
@@ -713,18 +715,20 @@ def _max_reduce(n: Node, v, users, tensors, kernels) -> _Act:
     per reduced position."""
     if not isinstance(v, (_Act, _Fn)):
         raise _op_err(n, "unsupported operand")
-    if isinstance(v, _Act) and v.floor:
-        t = tensors[v.t]
-        if t.producer is None or not _nonneg(kernels[t.producer]):
-            raise _op_err(n, "max pooling with padding needs an input that is never negative (e.g. after ReLU): "
-                             "its -inf border is stored as zeros")
-        a, c = _Act(v.t, v.idx), 1.0
-    else:
-        a, c = _term(n, v, users, tensors, kernels)
+    a, c = (_Act(v.t, v.idx), 1.0) if isinstance(v, _Act) and v.floor else _term(n, v, users, tensors, kernels)
     red = tuple(n.arg)
     nd = a.idx.ndim
     moved = np.moveaxis(a.idx, red, list(range(nd - len(red), nd)))
     flat = moved.reshape(moved.shape[:nd - len(red)] + (-1,))
+    t = tensors[a.t]
+    if isinstance(v, _Act) and v.floor:      # -inf padding
+        if not _interior(flat, t).any(axis=-1).all():
+            raise _op_err(n, "a max over a window of -inf padding only (no element of the input) is not supported")
+        if t.producer is None or not _nonneg(kernels[t.producer]):
+            flat = _clamp_inside(flat, t)      # a value that may be negative (else the zero border serves)
+            if flat is None:
+                raise _op_err(n, "max pooling with -inf padding of a value that may be negative: cannot read the "
+                                 "border as an element of the same window")
     views = [np.ascontiguousarray(flat[..., i].reshape(n.shape)) for i in range(flat.shape[-1])]
     if len(views) == 1 and c == 1.0:
         return _Act(a.t, views[0])
@@ -736,6 +740,24 @@ def _max_reduce(n: Node, v, users, tensors, kernels) -> _Act:
         if not srcs:
             return _Act(ti, tensors[ti].identity(), True)
         srcs, coefs = [(ti, tensors[ti].identity())] + srcs, [1.0] + coefs
+
+
+def _clamp_inside(groups: np.ndarray, t: TensorInfo) -> np.ndarray | None:
+    """Border reads of max-reduction groups (``(..., R)`` margin-space indices) moved to the nearest
+    element inside the tensor, axis by axis (replicate padding), when that element is itself read by
+    the same group: then the group's max is that of its inside elements, the max under -inf padding.
+    None when some group's clamped read is not among its own inside reads."""
+    coords = _unravel(groups, t.mshape)
+    cl = _ravel(tuple(np.clip(c, t.margin(a), t.margin(a) + t.shape[a] - 1) for a, c in enumerate(coords)),
+                t.mshape)
+    g = groups.reshape(-1, groups.shape[-1])
+    inside = _interior(g, t)
+    big = int(np.prod(t.mshape)) + 1
+    rows = np.arange(g.shape[0], dtype=np.int64)[:, None] * big
+    cand = np.sort(np.where(inside, g, -1), axis=1) + rows
+    want = cl.reshape(g.shape) + rows
+    pos = np.minimum(np.searchsorted(cand.reshape(-1), want.reshape(-1)), cand.size - 1)
+    return cl if np.array_equal(cand.reshape(-1)[pos], want.reshape(-1)) else None
 
 
 def _pad_view(n: Node, a: _Act, t: TensorInfo) -> np.ndarray:

@@ -233,12 +233,25 @@ def test_global_max_pool_chains_max_kernels(cfg):
     assert _kinds(cm)[:2] == ["gemm", "max"]
 
 
-def test_max_pool_of_a_signed_input_without_padding_and_refused_with_padding():
+@pytest.mark.parametrize("k,s,p", [(2, 2, 0), (3, 2, 1), (2, 2, 1), (3, 1, 1)])
+def test_max_pool_of_a_signed_input(k, s, p):
+    """No ReLU before the pool: the -inf border is read as the window's nearest inside element
+    (irregular reads: more DMA instructions than tiny's instruction memory holds)."""
     conv = _conv(3, 5, 30)
     x = _rng(31).standard_normal((2, 3, 6, 6)).astype(np.float32)
-    _check(lambda a: F.max_pool2d(conv(a), 2), x, "tiny")
-    with pytest.raises(tc.ChipCompileError, match="never negative"):
-        tc.compile(lambda a: F.max_pool2d(conv(a), 3, 2, 1), [x], config="tiny")
+    cm, _ = _check(lambda a: F.max_pool2d(conv(a) - 1.0, k, s, p), x, "small")
+    assert _kinds(cm) == ["gemm", "max"]
+    cm, _ = _check(lambda a: F.max_pool2d(a * 2.0, k, s, p).sigmoid(), x, "small")    # of an input
+    kinds = _kinds(cm)                           # sigmoid's NEG may turn the max into a min
+    assert kinds[-2] in ("max", "min") and kinds[-1] == "lut"
+
+
+def test_max_over_padding_only_is_refused():
+    conv = _conv(3, 5, 52)
+    x = np.ones((1, 3, 4, 4), np.float32)
+    with pytest.raises(tc.ChipCompileError, match="padding only"):
+        tc.compile(lambda a: F.max_pool2d(conv(a).relu().pad([None, None, (2, 2), (2, 2)], float("-inf")), 2),
+                   [x], config="tiny")
 
 
 @pytest.mark.parametrize("k,s,p", [(2, 2, 0), (3, 2, 1), (3, 1, 0)])
