@@ -439,8 +439,8 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
     if op is Ops.ADD and len(acts) == 1 and isinstance(srcv[acts[0]], _Act):
         a, b = srcv[acts[0]], srcv[1 - acts[0]]
         k = kernels[tensors[a.t].producer] if tensors[a.t].producer is not None else None
-        if isinstance(k, Kernel) and a.fusable and users.get(id(n.src[acts[0]]), 0) == 1 \
-                and _per_n(n, k, tensors[a.t], b) is not None and k.clamp is None:
+        if isinstance(k, Kernel) and a.fusable and users.get(id(n.src[acts[0]]), 0) == 1 and not k.relu \
+                and k.clamp is None and _pure_view(a, tensors[a.t]) and _per_n(n, k, tensors[a.t], b) is not None:
             return _fuse_bias(n, a, b, tensors, kernels)
     if op is Ops.WHERE:
         v = _where_special(n, srcv, users, tensors, kernels)
@@ -569,11 +569,10 @@ def _where_special(n: Node, srcv, users, tensors, kernels):
             return _Act(x.t, x.idx, True)
     if isinstance(c, np.ndarray) and isinstance(x, (_Act, _Fn)) and isinstance(z, np.ndarray):
         u = _uniform(z)
-        if u is not None and np.isneginf(u):
-            x = _act_of(n, x, users, tensors, kernels)
-            mask = np.broadcast_to(c, n.shape).astype(bool)
-            if np.array_equal(~mask, ~_interior(x.idx, tensors[x.t])):
-                return _Act(x.t, x.idx, False, True)
+        if u is not None and np.isneginf(u) \
+                and np.array_equal(np.broadcast_to(c, n.shape).astype(bool), _interior(x.idx, tensors[x.t])):
+            x = _act_of(n, x, users, tensors, kernels)         # (a table keeps its source's border)
+            return _Act(x.t, x.idx, False, True)
     return None
 
 

@@ -183,6 +183,13 @@ def test_scaled_and_negated_inputs_fold_into_the_weights():
     assert _kinds(cm) == ["gemm", "lut"]
 
 
+def test_constant_added_after_a_relu_is_a_lookup_table():
+    conv = _conv(3, 5, 53)
+    x = _rng(54).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    cm, _ = _check(lambda a: conv(a).relu() + 0.5, x, "tiny")
+    assert _kinds(cm) == ["gemm", "lut"] and cm.qsched.sched.kernels[0].relu
+
+
 def test_clip_of_a_value_read_twice_is_a_lookup_table():
     conv = _conv(3, 5, 20)
     x = (_rng(21).standard_normal((1, 3, 4, 4)) * 3).astype(np.float32)
