@@ -478,6 +478,32 @@ def _identity(x):
     return x
 
 
+@dataclass(frozen=True)
+class _Apply:
+    """One elementwise node of a chain, applied with the graph's semantics to the values of its
+    operands: a chain's function (``parts[i]`` of x) or a uniform constant (``consts[i]``). Plain data,
+    so a compiled model holding it pickles (``compiler.lower.search`` caches compiled models)."""
+    op: Ops
+    dtype: object
+    parts: tuple
+    consts: tuple
+    shape: tuple = ()
+    arg: object = None
+
+    def __call__(self, x):
+        return semantics.apply(self, *[c if p is None else p(x) for p, c in zip(self.parts, self.consts)])
+
+
+@dataclass(frozen=True)
+class _Then:
+    """``second(first(x))``: a chain continued after a lookup-table kernel (picklable, as ``_Apply``)."""
+    first: object
+    second: object
+
+    def __call__(self, x):
+        return self.second(self.first(x))
+
+
 def _fn_of(v, node: Node) -> _Fn:
     if isinstance(v, _Fn):
         return v
@@ -502,10 +528,8 @@ def _compose(n: Node, srcv, users) -> _Fn:
                 raise _op_err(n, "an elementwise op with a constant that varies per element is supported only as a "
                                  "bias or scale folded into a matmul/convolution")
             consts[i] = u
-    parts = [fns[i].f if i in fns else None for i in range(len(srcv))]
-
-    def f(x, parts=parts, consts=consts, node=n):
-        return semantics.apply(node, *[consts[i] if p is None else p(x) for i, p in enumerate(parts)])
+    f = _Apply(n.op, n.dtype, tuple(fns[i].f if i in fns else None for i in range(len(srcv))),
+               tuple(consts.get(i) for i in range(len(srcv))))
     lin = None
     ls = [g.lin for g in fns.values()]
     if len(fns) == 1 and ls[0] is not None:
@@ -603,8 +627,7 @@ def _materialize(n: Node, fn: _Fn, users, tensors, kernels) -> int:
     k = kernels[t.producer] if t.producer is not None else None
     owned = fn.fusable and fn.solo and fn.uses == users.get(id(fn.base), 0)
     if owned and isinstance(k, EwKernel) and k.op == "lut" and not k.relu:
-        g, f = k.fn, fn.f
-        k.fn = lambda x, g=g, f=f: f(g(x))
+        k.fn = _Then(k.fn, fn.f)
         ti = fn.t
     elif owned and isinstance(k, Kernel) and not k.relu and k.clamp is None and _as_clamp(fn.f) is not None:
         sign, k.clamp = _as_clamp(fn.f)

@@ -316,3 +316,14 @@ def test_symbolic_batch(n):
     np.testing.assert_array_equal(res.outputs[0], cm.reference({"x": x[:n]})[0])
     want = model(tc.Tensor(x[:n])).numpy()
     assert np.max(np.abs(res.outputs[0] - want)) <= TOL * np.max(np.abs(want))
+
+
+def test_compiled_model_with_tables_pickles():
+    """compiler.lower.search caches compiled models with pickle: the chains' functions are plain data."""
+    import pickle
+    conv = _conv(3, 5, 55)
+    x = _rng(56).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    cm, _ = _check(lambda a: (conv(a).gelu() * 2).sigmoid(), x, "tiny")
+    cm2 = pickle.loads(pickle.dumps(cm))
+    np.testing.assert_array_equal(cm2.reference({"x": x})[0], cm.reference({"x": x})[0])
+    np.testing.assert_array_equal(cm2.float_reference({"x": x})[0], cm.float_reference({"x": x})[0])
