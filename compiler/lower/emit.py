@@ -378,6 +378,7 @@ class EwCode:
     op: str = "vadd"          # how the scaled inputs combine: vadd, vmax or vmin
     lut_addr: int | None = None   # DRAM byte address of the lookup table (a vlut kernel)
     lut_rows: int = 0         # SPM rows the table occupies (isa.timing.lut_rows)
+    hi: int = 127             # the requantization clamp's maximum (a folded clip)
 
 
 EW_MAX_INPUTS = 12
@@ -400,7 +401,7 @@ def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r
               f"{tl.MT} tile(s) of {Mt} rows{', relu' if kc.lo == 0 else ''}")
     for r in [r_out] + r_in:
         e.emit("seti", r, 0)
-    e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=127, round="half_up", signal="load")
+    e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=kc.hi, round="half_up", signal="load")
     e.emit("dma.st", dram[0], spm[0], rows=0, signal="vpu")
     if kc.lut_addr is not None:            # the table: its load is the first load -> vpu token
         tab = kc.spm_base + (k + 1) * Mt

@@ -321,7 +321,7 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int = 1) -
     MT = cdiv(rows, Mt)
     tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt + lut, 2 * Mt)
     ec = EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0,
-                op={"sum": "vadd", "max": "vmax", "min": "vmin", "lut": "vadd"}[k.op], lut_rows=lut)
+                op={"sum": "vadd", "max": "vmax", "min": "vmin", "lut": "vadd"}[k.op], lut_rows=lut, hi=qk.hi)
     return ec, KernelInfo(k.name, rows, nin, L, tl, 0, 0, "lookup table" if lut else "elementwise")
 
 

@@ -60,6 +60,7 @@ class QEw:
     lo: int
     out_int8: bool = True
     table: np.ndarray | None = None  # (256,) int8: entry j for the input byte j
+    hi: int = 127                   # clamp maximum (a folded clip's upper bound)
 
 
 #: Largest elementwise multiplier: sums of a few int8 x int15 products stay far inside int32.
@@ -119,7 +120,17 @@ def quantize_ew(q: "QSchedule", k: EwKernel, lo: int) -> QEw:
     mult = np.array([c * q.scales[t] / q.scales[k.out] for (t, _), c in zip(k.srcs, k.coefs)])
     top = float(np.max(np.abs(mult)))
     shift = max(0, min(MAX_SHIFT, int(np.floor(np.log2(EW_COEF_MAX / top))))) if top > 0 else 0
-    return QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, lo)
+    lo, hi = _clamp_bounds(k, q.scales[k.out], lo)
+    return QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, lo, hi=hi)
+
+
+def _clamp_bounds(k, s_out: float, lo: int) -> tuple[int, int]:
+    """The requantizer's (lo, hi) for a kernel: a folded clip's bounds in output units, rounded."""
+    if k.clamp is None:
+        return lo, 127
+    lo2, hi = (int(np.clip(np.rint(b / s_out), -128, 127)) if np.isfinite(b) else d
+               for b, d in zip(k.clamp, (-128, 127)))
+    return max(lo, lo2), hi
 
 
 def quantize_gemm(q: "QSchedule", k, w_q: np.ndarray, s_w: np.ndarray, lo: int) -> QKernel:
@@ -134,10 +145,7 @@ def quantize_gemm(q: "QSchedule", k, w_q: np.ndarray, s_w: np.ndarray, lo: int) 
     hi = 127
     if out8:
         scale, shift = requant_params(s_x * s_w / q.scales[k.out])
-        if k.clamp is not None:       # a folded clip: its bounds in output units, rounded
-            lo, hi = (int(np.clip(np.rint(b / q.scales[k.out]), -128, 127)) if np.isfinite(b) else d
-                      for b, d in zip(k.clamp, (-128, 127)))
-            lo = max(lo, 0) if k.relu else lo
+        lo, hi = _clamp_bounds(k, q.scales[k.out], lo)
     else:
         scale, shift = np.zeros(k.N, np.int32), 0
     return QKernel(w_q, b_q, out8, scale, shift, lo, s_w, hi)
@@ -204,7 +212,7 @@ def ew_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
             acc = sem.wrap32(acc + term).astype(np.int64)
         else:
             acc = np.maximum(acc, term) if k.op == "max" else np.minimum(acc, term)
-    return sem.requantize(acc, 1, qk.shift, 0, qk.lo, 127, ROUND)
+    return sem.requantize(acc, 1, qk.shift, 0, qk.lo, qk.hi, ROUND)
 
 
 def input_ints(q: QSchedule, feeds: dict) -> dict[int, np.ndarray]:

@@ -215,6 +215,7 @@ class EwKernel:
     macs: int = 0
     op: str = "sum"
     fn: object = None               # "lut": float array -> float array, elementwise (graph semantics)
+    clamp: tuple | None = None      # (lo, hi) float: a clip folded into the requantization clamp
 
     @property
     def src(self) -> int:
@@ -571,7 +572,7 @@ def _scale(n: Node, a: _Act, anode: Node, c: np.ndarray, users, tensors, kernels
             k.bias = None if k.bias is None else k.bias * vec
             return _Act(a.t, a.idx, True)
     u = _uniform(c)
-    if own and isinstance(k, EwKernel) and k.op != "lut" and not k.relu and u is not None:
+    if own and isinstance(k, EwKernel) and k.op != "lut" and not k.relu and k.clamp is None and u is not None:
         k.coefs = [x * float(u) for x in k.coefs]
         if float(u) < 0 and k.op in ("max", "min"):
             k.op = "min" if k.op == "max" else "max"
@@ -588,7 +589,7 @@ def _where_special(n: Node, srcv, users, tensors, kernels):
     if isinstance(c, _Fn) and c.cmp0 is xn and isinstance(x, _Act) and _is_zero(z) and x.fusable \
             and users.get(id(xn), 0) == 2 and users.get(id(cn), 0) == 1:
         k = kernels[tensors[x.t].producer]
-        if (isinstance(k, Kernel) and k.clamp is None) or (isinstance(k, EwKernel) and k.op != "lut"):
+        if k.clamp is None and (isinstance(k, Kernel) or k.op != "lut"):
             k.relu = True
             return _Act(x.t, x.idx, True)
     if isinstance(c, np.ndarray) and isinstance(x, (_Act, _Fn)) and isinstance(z, np.ndarray):
@@ -633,6 +634,13 @@ def _materialize(n: Node, fn: _Fn, users, tensors, kernels) -> int:
         sign, k.clamp = _as_clamp(fn.f)
         k.weight = k.weight * sign
         k.bias = None if k.bias is None else k.bias * sign
+        ti = fn.t
+    elif owned and isinstance(k, EwKernel) and k.op != "lut" and not k.relu and k.clamp is None \
+            and _as_clamp(fn.f) is not None:
+        sign, k.clamp = _as_clamp(fn.f)
+        k.coefs = [c * sign for c in k.coefs]
+        if sign < 0 and k.op != "sum":
+            k.op = "min" if k.op == "max" else "max"
         ti = fn.t
     else:
         tensors.append(TensorInfo(f"t{len(tensors)}", t.shape, t.perm, "kernel", producer=len(kernels),
@@ -704,7 +712,7 @@ def _ew_combine(n: Node, op: str, srcv, users, tensors, kernels) -> _Act:
         t = tensors[a.t]
         k = kernels[t.producer] if t.producer is not None else None
         if isinstance(k, EwKernel) and k.op == op and isinstance(srcv[i], _Act) and srcv[i].fusable \
-                and not k.relu and users.get(id(n.src[i]), 0) == 1 and _pure_view(a, t) \
+                and not k.relu and k.clamp is None and users.get(id(n.src[i]), 0) == 1 and _pure_view(a, t) \
                 and _before(tensors[other.t], t.producer):
             k.srcs.append((other.t, np.ascontiguousarray(np.reshape(other.idx, t.shape))))
             k.coefs.append(oc)
@@ -724,12 +732,12 @@ def _before(t: TensorInfo, kernel: int) -> bool:
 
 def _nonneg(k) -> bool:
     """Does kernel ``k``'s output never go below zero (its requantization clamps at 0)?"""
-    if isinstance(k, Kernel):
-        return k.relu or (k.clamp is not None and k.clamp[0] >= 0)
+    if k.relu or (k.clamp is not None and k.clamp[0] >= 0):
+        return True
     if isinstance(k, EwKernel) and k.op == "lut":
         with np.errstate(all="ignore"):
             return bool(np.all(np.asarray(k.fn(_PROBE)) >= 0))
-    return isinstance(k, EwKernel) and k.relu
+    return False
 
 
 def _max_reduce(n: Node, v, users, tensors, kernels) -> _Act:
@@ -879,7 +887,8 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
         if isinstance(k, EwKernel):
             terms = [c * gather_base(vals[t], s.tensors[t], idx) for (t, idx), c in zip(k.srcs, k.coefs)]
             y = ew_float(k, terms)
-            vals[k.out] = np.maximum(y, 0) if k.relu else y
+            y = np.maximum(y, 0) if k.relu else y
+            vals[k.out] = y if k.clamp is None else np.clip(y, *k.clamp)
             continue
         A = gather_base(vals[k.src], s.tensors[k.src], k.gather)
         y = A @ k.weight

@@ -190,6 +190,18 @@ def test_constant_added_after_a_relu_is_a_lookup_table():
     assert _kinds(cm) == ["gemm", "lut"] and cm.qsched.sched.kernels[0].relu
 
 
+@pytest.mark.parametrize("cfg", ["tiny", "small"])
+def test_clip_after_an_elementwise_kernel_folds_into_its_clamp(cfg):
+    c1, c2 = _conv(3, 5, 57), _conv(3, 5, 58, k=1, padding=0)
+    x = (_rng(59).standard_normal((2, 3, 4, 4)) * 2).astype(np.float32)
+    cm, _ = _check(lambda a: (c1(a) + c2(a)).clamp(-0.5, 1.0), x, cfg)
+    q = cm.qsched.qkernels[2]
+    assert _kinds(cm) == ["gemm", "gemm", "sum"] and (q.lo, q.hi) != (-128, 127)    # the clamp is folded
+    cm, _ = _check(lambda a: c1(a).maximum(c2(a)).clamp(None, 0.5), x, cfg)
+    q = cm.qsched.qkernels[2]
+    assert _kinds(cm) == ["gemm", "gemm", "max"] and (q.lo, q.hi) != (-128, 127)
+
+
 def test_clip_of_a_value_read_twice_is_a_lookup_table():
     conv = _conv(3, 5, 20)
     x = (_rng(21).standard_normal((1, 3, 4, 4)) * 3).astype(np.float32)
