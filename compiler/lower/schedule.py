@@ -285,6 +285,7 @@ class _Fn:
     solo: bool = True               # every intermediate node of the chain has one reader
     cmp0: Node | None = None        # the chain is exactly ``0 < cmp0`` (ReLU's condition)
     mat: list = field(default_factory=list)   # the tensor computed for it, shared by its views
+    clip: bool = True               # only max with a constant, negation, * +-1: a clip of +-x, if anything
 
 
 def _move(n: Node, x: np.ndarray, fill=0) -> np.ndarray:
@@ -399,7 +400,8 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         a = srcv[0]
         if isinstance(a, _Fn):
             if op is not Ops.PAD:
-                return _Fn(a.t, _move(n, a.idx), a.f, a.lin, a.base, a.uses, a.fusable, a.solo, None, a.mat)
+                return _Fn(a.t, _move(n, a.idx), a.f, a.lin, a.base, a.uses, a.fusable, a.solo, None, a.mat,
+                       a.clip)
             if a.lin is not None:              # c * pad(x): the border stays zero; c may fold into a weight
                 return _Fn(a.t, _pad_view(n, _Act(a.t, a.idx), tensors[a.t]), a.f, a.lin, a.base, a.uses,
                            False, a.solo)
@@ -547,8 +549,11 @@ def _compose(n: Node, srcv, users) -> _Fn:
     cmp0 = None
     if n.op is Ops.CMPLT and 0 in consts and not np.any(consts[0]) and 1 in fns and fns[1].f is _identity:
         cmp0 = n.src[1]
+    clip = len(fns) == 1 and first.clip and (
+        n.op in (Ops.MAX, Ops.NEG) or (n.op is Ops.MUL and lin is not None and abs(lin) == abs(ls[0]))
+        or (n.op is Ops.CAST and n.dtype.is_float and n.src[0].dtype.is_float))
     return _Fn(first.t, first.idx, f, lin, first.base, sum(g.uses for g in fns.values()),
-               first.fusable, solo, cmp0)
+               first.fusable, solo, cmp0, clip=clip)
 
 
 def _resolve(p: _Prod, users, tensors, kernels):
@@ -630,12 +635,13 @@ def _materialize(n: Node, fn: _Fn, users, tensors, kernels) -> int:
     if owned and isinstance(k, EwKernel) and k.op == "lut" and not k.relu:
         k.fn = _Then(k.fn, fn.f)
         ti = fn.t
-    elif owned and isinstance(k, Kernel) and not k.relu and k.clamp is None and _as_clamp(fn.f) is not None:
+    elif owned and fn.clip and isinstance(k, Kernel) and not k.relu and k.clamp is None \
+            and _as_clamp(fn.f) is not None:
         sign, k.clamp = _as_clamp(fn.f)
         k.weight = k.weight * sign
         k.bias = None if k.bias is None else k.bias * sign
         ti = fn.t
-    elif owned and isinstance(k, EwKernel) and k.op != "lut" and not k.relu and k.clamp is None \
+    elif owned and fn.clip and isinstance(k, EwKernel) and k.op != "lut" and not k.relu and k.clamp is None \
             and _as_clamp(fn.f) is not None:
         sign, k.clamp = _as_clamp(fn.f)
         k.coefs = [c * sign for c in k.coefs]
@@ -657,7 +663,9 @@ _PROBE = np.concatenate([np.linspace(-1000.0, 1000.0, 40001), [-1e30, 1e30]]).as
 
 def _as_clamp(f) -> tuple | None:
     """``(sign, (lo, hi))`` when ``f`` is ``clip(sign * x, lo, hi)`` with sign +-1 (an infinite bound for a
-    missing side; a minimum alone is spelled ``-max(-x, -hi)``), else None."""
+    missing side; a minimum alone is spelled ``-max(-x, -hi)``), else None. ``f`` is a chain of maxima
+    with constants and negations (``_Fn.clip``), which is always such a clip or a constant: its
+    values at the ends of the probe are its bounds, the probe tells which."""
     with np.errstate(all="ignore"):
         y = np.asarray(f(_PROBE), np.float64)
     lo, hi = sorted((float(y[-2]), float(y[-1])))

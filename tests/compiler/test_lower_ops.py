@@ -80,6 +80,9 @@ def test_batchnorm_after_a_linear_layer_and_a_conv_with_bias():
     x = _rng(8).standard_normal((4, 6)).astype(np.float32)
     cm, _ = _check(lambda a: bn1(lin(a).reshape(4, 5, 1, 1)), x, "small")
     assert _kinds(cm) == ["gemm"]
+    r = bn1                                     # BatchNorm1d's spelling: (N, C), statistics along C
+    cm, _ = _check(lambda a: F.batch_norm(lin(a), r.running_mean, r.running_var, r.weight, r.bias).relu(), x, "small")
+    assert _kinds(cm) == ["gemm"]
     x = _rng(9).standard_normal((2, 3, 4, 4)).astype(np.float32)
     cm, _ = _check(lambda a: bn2(conv(a)).relu(), x, "small")
     assert _kinds(cm) == ["gemm"]
