@@ -311,7 +311,8 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int = 1) -
     in_rows = [tensor_addr[t] + a.reshape(-1, L)[:, 0] for (t, _), a in zip(k.srcs, seqs[1:])]
     nin = len(in_rows)
     lut = lut_rows(cfg) if qk.table is not None else 0      # a lookup-table kernel keeps its table in SPM
-    Mt = min(rows, (cfg.spm_rows - lut) // (nin + 1), cfg.acc_rows // 2)
+    # (the SPM zero block of padded tensors' borders may be live during the kernel: left free)
+    Mt = min(rows, (cfg.spm_rows - lut - ZERO_ROWS) // (nin + 1), cfg.acc_rows // 2)
     if Mt < 1:
         raise ChipCompileError(f"{what}: {nin} inputs do not fit SPM on config {cfg.name!r}")
     if Mt < rows:
