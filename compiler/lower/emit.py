@@ -379,6 +379,12 @@ class EwCode:
     lut_addr: int | None = None   # DRAM byte address of the lookup table (a vlut kernel)
     lut_rows: int = 0         # SPM rows the table occupies (isa.timing.lut_rows)
     hi: int = 127             # the requantization clamp's maximum (a folded clip)
+    rest: "EwCode | None" = None  # more rows of the same kernel with another lane count, emitted next
+    lut_loaded: bool = False  # the table is already in the VPU (an earlier part of this kernel loaded it)
+
+    def parts(self) -> list:
+        """This code and the ones that follow it (``rest``)."""
+        return [self] + (self.rest.parts() if self.rest is not None else [])
 
 
 EW_MAX_INPUTS = 12
@@ -391,6 +397,8 @@ def emit_ew(e: ProgramBuilder, kc: EwCode, cfg) -> None:
     r_mt, r_tmp, r_out, r_in = Elementwise.MT, Elementwise.TMP, Elementwise.OUT, Elementwise.inputs(k)
     with e.scope(f"kernel {kc.name}", r_mt, r_tmp, r_out, *r_in):
         _ew_body(e, kc, r_mt, r_tmp, r_out, r_in)
+    if kc.rest is not None:
+        emit_ew(e, kc.rest, cfg)
 
 
 def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r_in: list[Reg]) -> None:
@@ -403,7 +411,7 @@ def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r
         e.emit("seti", r, 0)
     e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=kc.hi, round="half_up", signal="load")
     e.emit("dma.st", dram[0], spm[0], rows=0, signal="vpu")
-    if kc.lut_addr is not None:            # the table: its load is the first load -> vpu token
+    if kc.lut_addr is not None and not kc.lut_loaded:      # the table: the first load -> vpu token
         tab = kc.spm_base + (k + 1) * Mt
         C = e.config.cols
         e.emit("dma.ld", spm[tab], dram[kc.lut_addr], rows=kc.lut_rows, len=C, rstride=C, signal="vpu")

@@ -172,16 +172,18 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     codes, infos, spm_bufs, acc_bufs = [], [], [], []
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, EwKernel):
-            ec, info = _lower_ew(cfg, s, k, qk, tensor_addr, spec.max if spec is not None else 1)
+            ec, info = _lower_ew(cfg, s, k, qk, tensor_addr, spec.max if spec is not None else None)
             if qk.table is not None:
-                ec.lut_addr = put(np.asarray(qk.table, np.int8))
+                addr = put(np.asarray(qk.table, np.int8))
+                for j, p in enumerate(ec.parts()):
+                    p.lut_addr, p.lut_loaded = addr, j > 0
             if spec is not None:
                 ec.tiling, ec.dyn = fit_ew(cfg, ec.tiling, ec.in_rows, ec.out_rows, spec.max,
                                            f"elementwise kernel {k.name}")
                 ec.tiling = replace(ec.tiling, spm_rows=ec.tiling.spm_rows + ec.lut_rows)   # the table's rows
                 info.tiling = ec.tiling
-            spm_bufs.append(Buffer(f"k{i}.A", ec.tiling.spm_rows, i, i))
-            acc_bufs.append(Buffer(f"k{i}.acc", ec.tiling.acc_rows, i, i))
+            spm_bufs.append(Buffer(f"k{i}.A", max(p.tiling.spm_rows for p in ec.parts()), i, i))
+            acc_bufs.append(Buffer(f"k{i}.acc", max(p.tiling.acc_rows for p in ec.parts()), i, i))
             codes.append(ec)
             infos.append(info)
             continue
@@ -231,7 +233,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                                f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
     for i, kc in enumerate(codes):
         if isinstance(kc, EwCode):
-            kc.spm_base, kc.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
+            for p in kc.parts():
+                p.spm_base, p.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
             continue
         kc.spm_a = splan.offsets[f"k{i}.A"]
         kc.spm_w = splan.offsets[f"k{i}.W"]
@@ -293,9 +296,11 @@ def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
     return {n: np.array(v, np.int64) for n, v in out.items()}, outer, ostride
 
 
-def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int = 1) -> tuple[EwCode, KernelInfo]:
-    """Rows of L lanes, contiguous in every input and in the output, in the output's memory order;
-    a row never straddles two of ``blocks`` equal parts (the elements of one symbolic batch entry)."""
+def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int | None = None) -> tuple[EwCode, KernelInfo]:
+    """Rows of L lanes, contiguous in every input and in the output, in the output's memory order.
+    With a symbolic batch of at most ``blocks`` entries, a row never straddles two entries; without
+    one, contiguous blocks longer than a row may be cut into rows of ``cols`` lanes and a remainder
+    (``EwCode.rest``)."""
     what = f"elementwise kernel {k.name}"
     if len(k.srcs) > EW_MAX_INPUTS:
         raise ChipCompileError(f"{what}: {len(k.srcs)} inputs, at most {EW_MAX_INPUTS} are supported")
@@ -304,13 +309,43 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int = 1) -
     order = np.argsort(out_p, kind="stable")
     seqs = [out_p[order]] + [s.tensors[t].phys_offsets(idx).reshape(-1)[order] for t, idx in k.srcs]
     n = len(order)
-    L = next(w for w in range(min(cfg.cols, n), 0, -1)
-             if n % (w * blocks) == 0 and all(np.all(np.diff(a.reshape(-1, w), axis=1) == 1) for a in seqs))
-    rows = n // L
-    out_rows = tensor_addr[k.out] + seqs[0].reshape(-1, L)[:, 0]
-    in_rows = [tensor_addr[t] + a.reshape(-1, L)[:, 0] for (t, _), a in zip(k.srcs, seqs[1:])]
-    nin = len(in_rows)
+    L = next(w for w in range(min(cfg.cols, n), 0, -1) if n % (w * (blocks or 1)) == 0 and _runs(seqs, w))
+    starts = [np.arange(0, n, L)]                       # each row's first element, in output order
+    R = _block(seqs, n, cfg.cols) if blocks is None and L < cfg.cols else None
+    if R is not None and (n // R) * cdiv(R, cfg.cols) < n // L:
+        # contiguous blocks of R > cols elements (e.g. 17 channels on 16 lanes): rows of cols lanes,
+        # then a second part of the R % cols lanes left in every block
+        b0 = np.arange(0, n, R)[:, None]
+        L, full = cfg.cols, R // cfg.cols
+        starts = [(b0 + np.arange(full) * L).reshape(-1)] + ([b0[:, 0] + full * L] if R % L else [])
     lut = lut_rows(cfg) if qk.table is not None else 0      # a lookup-table kernel keeps its table in SPM
+    parts = [_ew_part(cfg, k, qk, what, [tensor_addr[k.out]] + [tensor_addr[t] for t, _ in k.srcs], seqs, st,
+                      lanes, lut) for st, lanes in zip(starts, [L, R % L if R else 0])]
+    for a, b in zip(parts, parts[1:]):
+        a.rest = b
+    ec = parts[0]
+    return ec, KernelInfo(k.name, sum(p.tiling.M for p in parts), len(k.srcs), L, ec.tiling, 0, 0,
+                          "lookup table" if lut else "elementwise")
+
+
+def _runs(seqs: list, w: int) -> bool:
+    """Are all element sequences contiguous within consecutive blocks of ``w``?"""
+    return all(np.all(np.diff(a.reshape(-1, w), axis=1) == 1) for a in seqs)
+
+
+def _block(seqs: list, n: int, cols: int) -> int | None:
+    """The longest block length above ``cols`` (a divisor of ``n``) within which every sequence is
+    contiguous, or None."""
+    return next((w for w in range(n, cols, -1) if n % w == 0 and _runs(seqs, w)), None)
+
+
+def _ew_part(cfg, k: EwKernel, qk, what: str, bases: list, seqs: list, starts: np.ndarray, L: int,
+             lut: int) -> EwCode:
+    """The code of rows of ``L`` lanes starting at elements ``starts`` (in output order)."""
+    rows = len(starts)
+    out_rows = bases[0] + seqs[0][starts]
+    in_rows = [b + a[starts] for b, a in zip(bases[1:], seqs[1:])]
+    nin = len(in_rows)
     # (the SPM zero block of padded tensors' borders may be live during the kernel: left free)
     Mt = min(rows, (cfg.spm_rows - lut - ZERO_ROWS) // (nin + 1), cfg.acc_rows // 2)
     if Mt < 1:
@@ -321,9 +356,8 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int = 1) -
             Mt = Mt // p * p
     MT = cdiv(rows, Mt)
     tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt + lut, 2 * Mt)
-    ec = EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0,
-                op={"sum": "vadd", "max": "vmax", "min": "vmin", "lut": "vadd"}[k.op], lut_rows=lut, hi=qk.hi)
-    return ec, KernelInfo(k.name, rows, nin, L, tl, 0, 0, "lookup table" if lut else "elementwise")
+    return EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0,
+                  op={"sum": "vadd", "max": "vmax", "min": "vmin", "lut": "vadd"}[k.op], lut_rows=lut, hi=qk.hi)
 
 
 def _common_period(a_rows, out_rows) -> int:

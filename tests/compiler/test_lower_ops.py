@@ -342,3 +342,15 @@ def test_compiled_model_with_tables_pickles():
     cm2 = pickle.loads(pickle.dumps(cm))
     np.testing.assert_array_equal(cm2.reference({"x": x})[0], cm.reference({"x": x})[0])
     np.testing.assert_array_equal(cm2.float_reference({"x": x})[0], cm.float_reference({"x": x})[0])
+
+
+def test_rows_longer_than_the_lanes_split_into_full_rows_and_a_remainder():
+    """17 channels on base's 16 lanes: max pooling runs rows of 16 lanes, then the 17th channel of
+    every pixel as a second part; a table is loaded once for both parts."""
+    conv = _conv(3, 17, 60)
+    x = _rng(61).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    cm, _ = _check(lambda a: F.max_pool2d(conv(a), 2), x, "base")
+    assert cm.kernels[1].N == 16 and cm.kernels[1].M == 2 * 3 * 3 * 2      # 18 pixels: 16 lanes + 1
+    cm, _ = _check(lambda a: conv(a).tanh(), x, "base")    # 1224 contiguous values: 76 rows of 16, one of 8
+    assert _kinds(cm) == ["gemm", "lut"] and cm.kernels[1].M == 77
+    assert cm.asm.count("vlutld") == 1 and cm.asm.count("vlut ") == 2
