@@ -445,6 +445,8 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         if isinstance(k, Kernel) and a.fusable and users.get(id(n.src[acts[0]]), 0) == 1 and not k.relu \
                 and k.clamp is None and _pure_view(a, tensors[a.t]) and _per_n(n, k, tensors[a.t], b) is not None:
             return _fuse_bias(n, a, b, tensors, kernels)
+        if _uniform(b) is None and not a.floor:          # a per-channel shift of any activation
+            return _diagonal(n, a, None, b, tensors, kernels)
     if op is Ops.WHERE:
         v = _where_special(n, srcv, users, tensors, kernels)
         if v is not None:
@@ -582,8 +584,39 @@ def _scale(n: Node, a: _Act, anode: Node, c: np.ndarray, users, tensors, kernels
         if float(u) < 0 and k.op in ("max", "min"):
             k.op = "min" if k.op == "max" else "max"
         return _Act(a.t, a.idx, True)
+    if u is None:                                        # a per-channel scale of any activation
+        return _diagonal(n, a, c, None, tensors, kernels)
     srcv = [a if s is anode else c for s in n.src]
     return _compose(n, srcv, users)
+
+
+#: Largest N of a diagonal GEMM (a per-channel scale or shift of an activation no kernel owns)
+DIAG_MAX = 128
+
+
+def _diagonal(n: Node, a: _Act, scale, shift, tensors, kernels) -> _Act:
+    """``a * scale`` or ``a + shift`` with a constant that varies along some axes (a BatchNorm not right
+    after a GEMM, ``avg_pool2d(count_include_pad=False)``'s divisor): a GEMM whose weight is the
+    diagonal of the constant over those axes (its N axes; K = N, ``A[m, k]`` the element itself), or
+    identity weights and the shift as its bias; later scales, shifts and ReLU fold into it."""
+    c = np.broadcast_to(scale if scale is not None else shift, n.shape)
+    shape = tuple(n.shape)
+    n_axes = [ax for ax in range(len(shape)) if _varies(c, ax)]
+    m_axes = [ax for ax in range(len(shape)) if ax not in n_axes]
+    M, N = math.prod(shape[ax] for ax in m_axes), math.prod(shape[ax] for ax in n_axes)
+    if N > DIAG_MAX:
+        raise _op_err(n, f"an elementwise op with a constant that varies per element ({N} values along axes "
+                         f"{tuple(n_axes)}; at most {DIAG_MAX} as a diagonal GEMM) is not supported on the chip")
+    idx = np.broadcast_to(a.idx, shape)
+    gather = np.ascontiguousarray(np.transpose(idx, m_axes + n_axes)).reshape(M, N)
+    vec = np.transpose(c[tuple(slice(None) if ax in n_axes else 0 for ax in range(len(shape)))],
+                       [sorted(n_axes).index(ax) for ax in n_axes]).reshape(-1).astype(np.float64)
+    weight = np.diag(vec if scale is not None else np.ones(N))
+    tensors.append(TensorInfo(f"t{len(tensors)}", shape, tuple(m_axes + n_axes), "kernel", producer=len(kernels)))
+    ti = len(tensors) - 1
+    kernels.append(Kernel(f"diag{len(kernels)}", a.t, ti, gather, weight, None if scale is not None else vec,
+                          False, tuple(m_axes), tuple(n_axes), op_text=f"{n.op.name}{fmt_shape(shape)} per {n_axes}"))
+    return _Act(ti, tensors[ti].identity(), True)
 
 
 def _where_special(n: Node, srcv, users, tensors, kernels):

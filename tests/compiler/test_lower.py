@@ -100,8 +100,8 @@ def test_unsupported_op_named_before_simulation():
     with pytest.raises(ChipCompileError, match="PROD"):
         tc.compile(lambda a: (a @ tc.Tensor(np.ones((3, 2), np.float32))).prod(1), [x], config="base")
     with pytest.raises(ChipCompileError, match="varies per element"):
-        tc.compile(lambda a: (a @ tc.Tensor(np.ones((3, 2), np.float32))).relu() * tc.Tensor(np.eye(2, 2)),
-                   [x], config="base")
+        per_element = tc.Tensor(np.arange(400.0).reshape(2, 200))
+        tc.compile(lambda a: (a @ tc.Tensor(np.ones((3, 200), np.float32))).relu() * per_element, [x], config="base")
     with pytest.raises(ChipCompileError, match="two activations"):
         tc.compile(lambda a: a @ a.T, [x], config="base")
     with pytest.raises(ChipCompileError, match="nothing to run"):

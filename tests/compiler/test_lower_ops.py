@@ -88,6 +88,30 @@ def test_batchnorm_after_a_linear_layer_and_a_conv_with_bias():
     assert _kinds(cm) == ["gemm"]
 
 
+@pytest.mark.parametrize("cfg", ["tiny", "small", "base"])
+def test_batchnorm_of_any_activation_is_a_diagonal_gemm(cfg):
+    """BatchNorm after a residual add, on a graph input (pre-activation) and after max pooling: a
+    GEMM with the per-channel scale on its diagonal and the shift as its bias (ReLU fused)."""
+    c1, c2 = _conv(3, 5, 62), _conv(3, 5, 63, k=1, padding=0)
+    b5, b3 = _bn(5, 64), _bn(3, 65)
+    x = _rng(66).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    cm, _ = _check(lambda a: b5(c1(a) + c2(a)).relu(), x, cfg)
+    assert _kinds(cm) == ["gemm", "gemm", "sum", "gemm"]
+    k = cm.qsched.sched.kernels[3]
+    assert k.K == k.N == 5 and k.relu and np.count_nonzero(k.weight) == 5
+    cm, _ = _check(lambda a: c1(b3(a).relu()), x, cfg)
+    assert _kinds(cm) == ["gemm", "gemm"]
+    cm, _ = _check(lambda a: b5(F.max_pool2d(c1(a), 2)), x, cfg)
+    assert _kinds(cm) == ["gemm", "max", "gemm"]
+
+
+def test_per_element_constant_beyond_a_diagonal_gemm_is_refused():
+    conv = _conv(3, 5, 67)
+    x = np.ones((1, 3, 8, 8), np.float32)
+    with pytest.raises(tc.ChipCompileError, match="varies per element"):
+        tc.compile(lambda a: conv(a).relu() * tc.Tensor(_rng(68).standard_normal((1, 5, 8, 8))), [x], config="tiny")
+
+
 # ---------------------------------------------------------------------------------------------- one-input functions
 
 def _hardswish(a):
@@ -285,11 +309,13 @@ def test_avg_pool(k, s, p, cfg, n, c):
     assert _kinds(cm) == ["gemm", "gemm"]       # the mean is a contraction with a constant weight
 
 
-def test_avg_pool_not_counting_the_padding_is_refused():
+@pytest.mark.parametrize("cfg", ["tiny", "small"])
+def test_avg_pool_not_counting_the_padding(cfg):
+    """The divisor varies along the output's H and W: a diagonal GEMM over those 25 positions."""
     conv = _conv(3, 5, 34)
-    x = np.ones((1, 3, 5, 5), np.float32)
-    with pytest.raises(tc.ChipCompileError, match="varies per element"):
-        tc.compile(lambda a: F.avg_pool2d(conv(a), 3, 1, 1, count_include_pad=False), [x], config="tiny")
+    x = _rng(35).standard_normal((2, 3, 5, 5)).astype(np.float32)
+    cm, _ = _check(lambda a: F.avg_pool2d(conv(a), 3, 1, 1, count_include_pad=False), x, cfg)
+    assert _kinds(cm) == ["gemm", "gemm", "gemm"] and cm.qsched.sched.kernels[2].N == 25
 
 
 @pytest.mark.parametrize("cfg,n,c,hw", [("tiny", 1, 3, 7), ("small", 3, 17, 7), ("base", 2, 5, 9)])
