@@ -439,6 +439,8 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
         return _Prod(srcv[acts[0]], srcv[1 - acts[0]], n, n.src[acts[0]])
     if op is Ops.NEG and isinstance(srcv[0], _Act):
         return _scale(n, srcv[0], n.src[0], np.asarray(-1.0), users, tensors, kernels)
+    if op is Ops.ADD and len(acts) == 1 and isinstance(srcv[acts[0]], _Fn) and _uniform(srcv[1 - acts[0]]) is None:
+        srcv[acts[0]] = _act_of(n, srcv[acts[0]], users, tensors, kernels)     # then a per-channel shift
     if op is Ops.ADD and len(acts) == 1 and isinstance(srcv[acts[0]], _Act):
         a, b = srcv[acts[0]], srcv[1 - acts[0]]
         k = kernels[tensors[a.t].producer] if tensors[a.t].producer is not None else None
