@@ -27,6 +27,9 @@ walks the graph once and recognises, without caring how the views were spelled:
   reads it: the quantizer tabulates it over the 256 int8 inputs (``vlut``).
 * **sums of activation views** without a weight (average pooling, ``mean``) are contractions
   with a constant weight (ones; N = 1), and the ``* 1/count`` after them folds into it.
+* **diagonal GEMMs**: a scale or shift that varies along some axes of an activation no kernel
+  owns (a BatchNorm after an add, on an input, after pooling) is a GEMM whose weight is that
+  constant's diagonal (or identity weights and the shift as bias); later epilogues fold into it.
 * **pads** of an activation become zero borders of its DRAM layout (the producer
   writes the interior; the reader's strided DMA reads the border as zeros). Max pooling's
   ``-inf`` padding reads that zero border too when the input is never negative (after ReLU,
