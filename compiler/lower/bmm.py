@@ -38,6 +38,7 @@ class BmmKernel:
     mult: float = 1.0
     relu: bool = False
     op_text: str = ""
+    clamp: tuple | None = None      # never set: a clip after a batched matmul is a lookup-table kernel
 
     @property
     def src(self) -> int:

@@ -24,6 +24,13 @@ loads retire in order); a kernel starts with the seed tokens and ends with empty
 that consume the seeds back, so kernels compose. Inner loops use repeat registers: the
 weight tiles of an N tile are one ``dma.ld`` over a nest, row groups of a tile are one DMA
 over a nest; the middle N tiles run as a scalar loop over register-indexed addresses.
+
+Elementwise kernels (``emit_ew``) run on the VPU alone: per tile, loads, then ``vmul`` of each
+input by its integer coefficient combined with ``vadd``/``vmax``/``vmin`` in ACC and ``vreq``,
+or, for a lookup-table kernel, one ``vlut`` from the input rows to the staging rows (the table
+is loaded into SPM and ``vlutld``-ed once, its load the kernel's first load -> vpu token); then
+stores. Their tokens: load -> vpu data, vpu -> load buffers free, vpu -> store staged,
+store -> vpu staging free.
 """
 from __future__ import annotations
 
@@ -67,6 +74,7 @@ class KernelCode:
     acc_base: int
     #: symbolic batch (compiler.lower.dynamic.DynTile): the M-tile loop's trip count comes from a register
     dyn: object = None
+    hi: int = 127             # the requantization clamp's maximum (a folded clip, e.g. ReLU6)
 
 
 def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
@@ -130,7 +138,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     e.emit("mxu.lw", spm[kc.spm_w], k=0, rep=L2, signal="load")
     e.emit("loop", L2, 2)
     if kc.out_int8:
-        e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=127, round="half_up", rep=L2, signal=free_c)
+        e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=kc.hi, round="half_up", rep=L2, signal=free_c)
         e.emit("dma.st", dram[0], spm[0], rows=0, rep=L2, signal="vpu")
         e.emit("dma.ld", acc[kc.acc_base + 2 * Mt], dram[kc.scale_addr], rows=NT, len=C, rstride=_ACC_BYTES * C)
     else:
@@ -355,7 +363,9 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> ProgramBui
 
 @dataclass
 class EwCode:
-    """An elementwise kernel: rows of ``L`` lanes from each input, ``sum c_i x_i``, requantized."""
+    """An elementwise kernel: rows of ``L`` lanes from each input, ``op_i c_i x_i`` (``op`` the VPU's
+    ``vadd``, ``vmax`` or ``vmin``) requantized; or, with ``lut_addr``, ``vlut`` of one input through
+    the 256-entry table stored there (loaded into SPM rows after the staging buffers, then ``vlutld``)."""
     name: str
     tiling: Tiling
     L: int
@@ -367,6 +377,16 @@ class EwCode:
     spm_base: int
     acc_base: int
     dyn: object = None        # compiler.lower.dynamic.DynTile, as for KernelCode
+    op: str = "vadd"          # how the scaled inputs combine: vadd, vmax or vmin
+    lut_addr: int | None = None   # DRAM byte address of the lookup table (a vlut kernel)
+    lut_rows: int = 0         # SPM rows the table occupies (isa.timing.lut_rows)
+    hi: int = 127             # the requantization clamp's maximum (a folded clip)
+    rest: "EwCode | None" = None  # more rows of the same kernel with another lane count, emitted next
+    lut_loaded: bool = False  # the table is already in the VPU (an earlier part of this kernel loaded it)
+
+    def parts(self) -> list:
+        """This code and the ones that follow it (``rest``)."""
+        return [self] + (self.rest.parts() if self.rest is not None else [])
 
 
 EW_MAX_INPUTS = 12
@@ -379,17 +399,25 @@ def emit_ew(e: ProgramBuilder, kc: EwCode, cfg) -> None:
     r_mt, r_tmp, r_out, r_in = Elementwise.MT, Elementwise.TMP, Elementwise.OUT, Elementwise.inputs(k)
     with e.scope(f"kernel {kc.name}", r_mt, r_tmp, r_out, *r_in):
         _ew_body(e, kc, r_mt, r_tmp, r_out, r_in)
+    if kc.rest is not None:
+        emit_ew(e, kc.rest, cfg)
 
 
 def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r_in: list[Reg]) -> None:
     tl, k = kc.tiling, len(kc.in_rows)
     Mt = tl.Mt
-    e.comment(f"kernel {kc.name}: elementwise sum of {k} tensors, {tl.M} rows of {kc.L} lanes, "
+    what = f"lookup table ({kc.lut_rows} SPM rows)" if kc.lut_addr is not None else f"{kc.op} of {k} tensors"
+    e.comment(f"kernel {kc.name}: elementwise {what}, {tl.M} rows of {kc.L} lanes, "
               f"{tl.MT} tile(s) of {Mt} rows{', relu' if kc.lo == 0 else ''}")
     for r in [r_out] + r_in:
         e.emit("seti", r, 0)
-    e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=127, round="half_up", signal="load")
+    e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=kc.hi, round="half_up", signal="load")
     e.emit("dma.st", dram[0], spm[0], rows=0, signal="vpu")
+    if kc.lut_addr is not None and not kc.lut_loaded:      # the table: the first load -> vpu token
+        tab = kc.spm_base + (k + 1) * Mt
+        C = e.config.cols
+        e.emit("dma.ld", spm[tab], dram[kc.lut_addr], rows=kc.lut_rows, len=C, rstride=C, signal="vpu")
+        e.emit("vlutld", spm[tab], wait="load")
     tiles = [(t * Mt, min(Mt, tl.M - t * Mt)) for t in range(tl.MT)]
     full = [t for t in tiles if t[1] == Mt]
     steps = [_translation(rows, Mt, len(full)) for rows in kc.in_rows + [kc.out_rows]]
@@ -436,12 +464,15 @@ def _ew_tile(e: ProgramBuilder, kc: EwCode, mrows: int, in_rows: list, out_rows:
             rep = L1
         e.emit("dma.ld", spm[buf[i] + g.local], dram[g.dram + r_in[i]], rows=g.rows, len=kc.L, rstride=g.rstride,
                **_mods(w, s, True, rep))
-    for i in range(k):
-        w = ["load"] if i == 0 else []
-        s = ["load"] if i == k - 1 else []
-        dst = acc_r if i == 0 else acc_t
-        e.emit("vmul", acc[dst], spm[buf[i]], int(kc.coefs[i]), n=mrows, **_mods(w, s))
-        if i:
-            e.emit("vadd", acc[acc_r], acc[acc_r], acc[acc_t], n=mrows)
-    e.emit("vreq", spm[obuf], acc[acc_r], 1, n=mrows, wait="store", signal="store")
+    if kc.lut_addr is not None:            # one input, through the table, straight to the staging rows
+        e.emit("vlut", spm[obuf], spm[buf[0]], n=mrows, **_mods(["load", "store"], ["load", "store"]))
+    else:
+        for i in range(k):
+            w = ["load"] if i == 0 else []
+            s = ["load"] if i == k - 1 else []
+            dst = acc_r if i == 0 else acc_t
+            e.emit("vmul", acc[dst], spm[buf[i]], int(kc.coefs[i]), n=mrows, **_mods(w, s))
+            if i:
+                e.emit(kc.op, acc[acc_r], acc[acc_r], acc[acc_t], n=mrows)
+        e.emit("vreq", spm[obuf], acc[acc_r], 1, n=mrows, wait="store", signal="store")
     _stores(e, groups(out_rows), spm, obuf, None, kc.L, 1, ["vpu"], ["vpu"], dram_reg=r_out)

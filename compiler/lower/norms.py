@@ -1,5 +1,5 @@
-"""LayerNorm, RMSNorm and softmax over the last axis, and elementwise GELU, SiLU, sigmoid, tanh and erf,
-as VPU kernels of the ordinary pipeline.
+"""LayerNorm, RMSNorm and softmax over the last axis as VPU kernels of the ordinary pipeline (the
+elementwise composites, GELU, SiLU, sigmoid, tanh and erf, are lookup-table kernels of ``schedule``).
 
 ``compiler.ir.patterns`` finds the layers in the primitive graph; ``schedule.lift`` turns each into a
 ``schedule.NormKernel`` (rows of ``d`` features, constant weight and bias). This module gives it
@@ -7,9 +7,7 @@ as VPU kernels of the ordinary pipeline.
 * its quantized form ``QNorm`` (``quantize_norm``: ``intmath.NormParams`` or ``intmath.SoftmaxParams``
   for the input and output scales calibration found),
 * its integer reference ``norm_int``: ``intmath.norm_rows`` / ``intmath.softmax_rows`` on the gathered
-  int8 rows, bit for bit what the chip computes (``quantize.run_int`` calls it); an elementwise
-  function is a ``vlut`` table (``lut_table``: the float function at each of the 256 int8 inputs,
-  requantized), its reference ``isa.semantics.lut``,
+  int8 rows, bit for bit what the chip computes (``quantize.run_int`` calls it),
 * its lowering ``lower_norm`` (``pipeline.lower_schedule`` calls it) to a ``NormCode``, whose ``emit``
   writes the instructions with ``transformer_emit.VpuEmitter``: the same VPU sequences (``rsqrt``,
   ``recip``, ``iexp``, per-row sums) the transformer block uses.
@@ -28,16 +26,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from isa import semantics as isem
 from isa.builder import ProgramBuilder, acc, dram, spm
 from isa.config import ChipConfig
 from isa.ints import cdiv
 from isa.operands import OperandError
 from isa.regs import L1, LoopReg
-from isa.table import LUT_ENTRIES
 
 from compiler.lower import intmath as im
-from compiler.lower.schedule import LUT_KINDS, ChipCompileError, NormKernel, Schedule, gather_base
+from compiler.lower.schedule import ChipCompileError, NormKernel, Schedule, gather_base
 from compiler.lower.transformer_emit import VpuEmitter, _Alloc
 
 
@@ -46,14 +42,12 @@ class QNorm:
     """A norm kernel on integers: which one, its feature count and the ``intmath`` parameters."""
     kind: str                       # layernorm | rmsnorm | softmax
     d: int
-    params: object                  # intmath.NormParams, intmath.SoftmaxParams or a vlut table (256 int8)
+    params: object                  # intmath.NormParams or intmath.SoftmaxParams
 
 
 def quantize_norm(k: NormKernel, s_in: float, s_out: float) -> QNorm:
     """The integer parameters of ``k`` for input scale ``s_in`` and output scale ``s_out``."""
     d = k.idx.shape[1]
-    if k.comp.kind in LUT_KINDS:
-        return QNorm(k.comp.kind, d, lut_table(k, s_in, s_out))
     try:
         if k.comp.kind == "softmax":
             return QNorm("softmax", d, im.SoftmaxParams.make(d, s_in, s_out))
@@ -64,21 +58,10 @@ def quantize_norm(k: NormKernel, s_in: float, s_out: float) -> QNorm:
         raise ChipCompileError(f"kernel {k.name} ({k.comp}, {d} features): {e}") from None
 
 
-def lut_table(k: NormKernel, s_in: float, s_out: float) -> np.ndarray:
-    """An elementwise kernel's ``vlut`` table: entry ``i`` (the int8 input ``i - 256`` when ``i >= 128``)
-    holds ``round(f(x s_in) / s_out)`` clamped to int8's symmetric range."""
-    x = np.arange(LUT_ENTRIES, dtype=np.int64)
-    x = np.where(x >= 128, x - 256, x).astype(np.float64)
-    return np.clip(np.rint(k.run(x[None, :] * s_in)[0] / s_out), -127, 127).astype(np.int8)
-
-
 def norm_int(s: Schedule, k: NormKernel, qn: QNorm, vals: dict) -> np.ndarray:
     """The kernel's int8 output (its tensor's base shape) from the integer tensors ``vals``."""
     x = gather_base(vals[k.src], s.tensors[k.src], k.idx)
-    if qn.kind in LUT_KINDS:
-        y = isem.lut(x, qn.params)                   # the instruction's own meaning
-    else:
-        y = (im.softmax_rows if qn.kind == "softmax" else im.norm_rows)(x, qn.params)
+    y = (im.softmax_rows if qn.kind == "softmax" else im.norm_rows)(x, qn.params)
     return y.astype(np.int8).reshape(s.tensors[k.out].shape)
 
 
@@ -88,7 +71,7 @@ def norm_int(s: Schedule, k: NormKernel, qn: QNorm, vals: dict) -> np.ndarray:
 class NormCode:
     """A norm kernel ready to emit: rows of ``d`` int8 features at ``in_addr + r * in_rs`` (bytes),
     written at ``out_addr + r * out_rs``; ``consts`` the DRAM addresses of its constants (``_const_rows``);
-    ``TM`` rows per group; its SPM holds the lookup table (if any), then the group's input and output."""
+    ``TM`` rows per group; its SPM holds the group's input and output."""
     name: str
     qn: QNorm
     rows: int
@@ -117,7 +100,6 @@ class _NormEmitter(VpuEmitter):
         self.d = code.qn.d
         self.nb = cdiv(self.d, self.Q)
         self.nbf, self.lc = divmod(self.d, self.Q)
-        self.tab_rows = table_rows(code.qn, self.Q)
 
     def run(self) -> int:
         c, Q, TM = self.code, self.Q, self.TM
@@ -131,13 +113,11 @@ class _NormEmitter(VpuEmitter):
             self.nq = min(G, tiles - g0)
             r0 = g0 * Q
             nrows = min(TM, c.rows - r0)
-            X8 = c.spm_base + self.tab_rows
+            X8 = c.spm_base
             OUT8 = X8 + self.nb * TM
             self._dma("dma.ld", X8, c.in_addr + r0 * c.in_rs, c.in_rs, nrows, load=True)
             self.e("fence", "all")
-            if self.qn.kind in LUT_KINDS:
-                self.lut(c.spm_base, X8, OUT8, first=g0 == 0)
-            elif self.qn.kind == "softmax":
+            if self.qn.kind == "softmax":
                 self.softmax(X8, OUT8, first=g0 == 0)
             else:
                 self.norm(X8, OUT8, first=g0 == 0)
@@ -183,15 +163,6 @@ class _NormEmitter(VpuEmitter):
                 one(rows, s_off + self.nbf * Q, d_off + self.nbf * Q, self.lc, rep, outer)
 
     # --- the kernels -------------------------------------------------------------------------------
-    def lut(self, TAB, X8, OUT8, first: bool) -> None:
-        """An elementwise function: ``vlut`` with the kernel's table (loaded into SPM, then ``vlutld``)."""
-        if first:
-            self.e("dma.ld", spm[TAB], dram[self.code.consts["lut"]], rows=self.tab_rows, len=self.Q, rstride=self.Q)
-            self.e("fence", "all")
-            self.e("vlutld", spm[TAB])
-        S = self.nb * self.Q
-        self.rep("vlut", spm[OUT8], spm[X8], n=S, st=(S, S))
-
     def norm(self, X8, OUT8, first: bool) -> None:
         """``intmath.norm_rows``, op for op."""
         p: im.NormParams = self.qn.params
@@ -266,16 +237,8 @@ class _NormEmitter(VpuEmitter):
         self.rep("vreq", spm[OUT8], acc[G], p.mult, n=N, st=(S, S))
 
 
-def table_rows(qn: QNorm, C: int) -> int:
-    """SPM rows of the kernel's lookup table (0 without one)."""
-    return cdiv(LUT_ENTRIES, C) if qn.kind in LUT_KINDS else 0
-
-
 def _const_rows(qn: QNorm, C: int) -> dict:
-    """The kernel's constant rows (``C`` lanes each): gamma and beta per chunk, the spare-lane row (int32),
-    or the lookup table (int8)."""
-    if qn.kind in LUT_KINDS:
-        return {"lut": np.asarray(qn.params, np.int8)}
+    """The kernel's constant rows (``C`` lanes each): gamma and beta per chunk, the spare-lane row (int32)."""
     nb = cdiv(qn.d, C)
     out = {}
     if qn.kind != "softmax":
@@ -326,13 +289,12 @@ def lower_norm(cfg: ChipConfig, s: Schedule, k: NormKernel, qn: QNorm, tensor_ad
     a1 = acc_need(Q)
     a2 = acc_need(2 * Q) if tiles > 1 and a1 is not None else None
     G = 1 if a2 is None else min(tiles, (cfg.acc_rows - (2 * a1 - a2)) // max(1, a2 - a1))
-    tab = table_rows(qn, Q)
-    G = min(G, (spm_free - tab) // (2 * nb * Q))
+    G = min(G, spm_free // (2 * nb * Q))
     if a1 is None or a1 > cfg.acc_rows or G < 1:
         raise ChipCompileError(f"{what}: one tile of {Q} rows needs {a1 or 'more than the'} ACC rows (config "
                                f"{cfg.name!r} has {cfg.acc_rows}) and {2 * nb * Q} SPM rows ({spm_free} free)")
     code.TM = G * Q
-    return code, tab + 2 * nb * code.TM, max(1, acc_need(code.TM) or 0)
+    return code, 2 * nb * code.TM, max(1, acc_need(code.TM) or 0)
 
 
 __all__ = ["QNorm", "quantize_norm", "norm_int", "NormCode", "lower_norm"]

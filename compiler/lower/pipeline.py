@@ -15,13 +15,14 @@ it implements ``compiler.lower.compiled.Compiled``, so ``runtime`` runs it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from isa.config import ChipConfig
 from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
+from isa.timing import lut_rows
 
 from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
@@ -32,7 +33,7 @@ from compiler.lower.planner import Buffer, plan
 from compiler.lower.quantize import QSchedule, dequantize_outputs, input_ints, run_int
 from compiler.lower.bmm import BmmKernel
 from compiler.lower.bmm_lower import lower_bmm
-from compiler.lower.schedule import (LUT_KINDS, AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule,
+from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule,
                                      base_to_mn, kernel_inputs, run_float)
 from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, tile_weights
 from compiler.lower.tiling import common_period as _common_period
@@ -122,11 +123,14 @@ class CompiledModel(Compiled):
                  f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
         for k in self.kernels:
             t = k.tiling
-            if k.kind in ("norm", "lut", "attention"):
+            if k.kind in ("norm", "attention"):
                 lines.append(f"  {k.name:<10} {k.kind} (VPU): {k.M} rows of {k.N} features")
                 continue
+            if k.kind == "lookup table":
+                lines.append(f"  {k.name:<10} lookup table: {k.M} rows of {k.N} lanes, {t.MT} tile(s) of {t.Mt}")
+                continue
             if k.kind == "elementwise":
-                lines.append(f"  {k.name:<10} elementwise sum of {k.K} tensors: {k.M} rows of {k.N} lanes, "
+                lines.append(f"  {k.name:<10} elementwise {k.K} tensors: {k.M} rows of {k.N} lanes, "
                              f"{t.MT} tile(s) of {t.Mt}")
                 continue
             lines.append(f"  {k.name:<10} GEMM {k.M}x{k.K}x{k.N}: {k.ktiles} K tiles, {t.NT} N tiles, "
@@ -203,20 +207,25 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             spm_bufs.append(Buffer(f"k{j}.A", n_spm, j, j))
             acc_bufs.append(Buffer(f"k{j}.acc", n_acc, j, j))
             codes.append(nc)
-            M, N, kind = (nc.rows, qk.d, "lut" if qk.kind in LUT_KINDS else "norm") if isinstance(k, NormKernel) \
+            M, N, kind = (nc.rows, qk.d, "norm") if isinstance(k, NormKernel) \
                 else (qk.B * qk.H * qk.L, qk.dh, "attention")
             infos.append(KernelInfo(k.name, M, 1, N, None, 0, 0, kind))
             continue
         if isinstance(k, EwKernel):
             first_code.append(len(codes))
             j = len(codes)
-            ec, info = _lower_ew(cfg, s, k, qk, tensor_addr)
+            ec, info = _lower_ew(cfg, s, k, qk, tensor_addr, spec.max if spec is not None else None)
+            if qk.table is not None:
+                addr = put(np.asarray(qk.table, np.int8))
+                for pi, p in enumerate(ec.parts()):
+                    p.lut_addr, p.lut_loaded = addr, pi > 0
             if spec is not None:
                 ec.tiling, ec.dyn = fit_ew(cfg, ec.tiling, ec.in_rows, ec.out_rows, spec.max,
                                            f"elementwise kernel {k.name}")
+                ec.tiling = replace(ec.tiling, spm_rows=ec.tiling.spm_rows + ec.lut_rows)   # the table's rows
                 info.tiling = ec.tiling
-            spm_bufs.append(Buffer(f"k{j}.A", ec.tiling.spm_rows, j, j))
-            acc_bufs.append(Buffer(f"k{j}.acc", ec.tiling.acc_rows, j, j))
+            spm_bufs.append(Buffer(f"k{j}.A", max(p.tiling.spm_rows for p in ec.parts()), j, j))
+            acc_bufs.append(Buffer(f"k{j}.acc", max(p.tiling.acc_rows for p in ec.parts()), j, j))
             codes.append(ec)
             infos.append(info)
             continue
@@ -248,7 +257,11 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         if hasattr(kc, "place"):                 # compiler.lower.bmm_lower: several GEMMs share the kernel's buffers
             kc.place(splan.offsets, aplan.offsets, i)
             continue
-        if isinstance(kc, (EwCode, NormCode, AttnCode)):
+        if isinstance(kc, EwCode):
+            for p in kc.parts():
+                p.spm_base, p.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
+            continue
+        if isinstance(kc, (NormCode, AttnCode)):
             kc.spm_base, kc.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
             continue
         kc.spm_a = splan.offsets[f"k{i}.A"]
@@ -316,7 +329,7 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
             tl, dk = fit_gemm(cfg, tl, k.M, a_rows, out_rows, spec.max, what, qk.out_int8, bias is not None)
         useful = k.M * (len(ks) * (n1 - n0) if k.wmask is None else int(np.count_nonzero(k.wmask[ks, n0:n1])))
         res.append((KernelCode(name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
-                               qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk),
+                               qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk, hi=qk.hi),
                     KernelInfo(name, k.M, len(ks), n1 - n0, tl, len(kts), useful,
                                mxu_macs=k.M * sum(t.klen for t in kts) * tl.NT * C)))
     return res
@@ -395,8 +408,11 @@ def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
     return {n: np.array(v, np.int64) for n, v in out.items()}, outer, ostride
 
 
-def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, KernelInfo]:
-    """Rows of L lanes, contiguous in every input and in the output, in the output's memory order."""
+def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int | None = None) -> tuple[EwCode, KernelInfo]:
+    """Rows of L lanes, contiguous in every input and in the output, in the output's memory order.
+    With a symbolic batch of at most ``blocks`` entries, a row never straddles two entries; without
+    one, contiguous blocks longer than a row may be cut into rows of ``cols`` lanes and a remainder
+    (``EwCode.rest``)."""
     what = f"elementwise kernel {k.name}"
     if len(k.srcs) > EW_MAX_INPUTS:
         raise ChipCompileError(f"{what}: {len(k.srcs)} inputs, at most {EW_MAX_INPUTS} are supported")
@@ -405,13 +421,45 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, K
     order = np.argsort(out_p, kind="stable")
     seqs = [out_p[order]] + [s.tensors[t].phys_offsets(idx).reshape(-1)[order] for t, idx in k.srcs]
     n = len(order)
-    L = next(w for w in range(min(cfg.cols, n), 0, -1)
-             if n % w == 0 and all(np.all(np.diff(a.reshape(-1, w), axis=1) == 1) for a in seqs))
-    rows = n // L
-    out_rows = tensor_addr[k.out] + seqs[0].reshape(-1, L)[:, 0]
-    in_rows = [tensor_addr[t] + a.reshape(-1, L)[:, 0] for (t, _), a in zip(k.srcs, seqs[1:])]
+    L = next(w for w in range(min(cfg.cols, n), 0, -1) if n % (w * (blocks or 1)) == 0 and _runs(seqs, w))
+    starts = [np.arange(0, n, L)]                       # each row's first element, in output order
+    R = _block(seqs, n, cfg.cols) if blocks is None and L < cfg.cols else None
+    if R is not None and (n // R) * cdiv(R, cfg.cols) < n // L:
+        # contiguous blocks of R > cols elements (e.g. 17 channels on 16 lanes): rows of cols lanes,
+        # then a second part of the R % cols lanes left in every block
+        b0 = np.arange(0, n, R)[:, None]
+        L, full = cfg.cols, R // cfg.cols
+        starts = [(b0 + np.arange(full) * L).reshape(-1)] + ([b0[:, 0] + full * L] if R % L else [])
+    lut = lut_rows(cfg) if qk.table is not None else 0      # a lookup-table kernel keeps its table in SPM
+    parts = [_ew_part(cfg, k, qk, what, [tensor_addr[k.out]] + [tensor_addr[t] for t, _ in k.srcs], seqs, st,
+                      lanes, lut) for st, lanes in zip(starts, [L, R % L if R else 0])]
+    for a, b in zip(parts, parts[1:]):
+        a.rest = b
+    ec = parts[0]
+    return ec, KernelInfo(k.name, sum(p.tiling.M for p in parts), len(k.srcs), L, ec.tiling, 0, 0,
+                          "lookup table" if lut else "elementwise")
+
+
+def _runs(seqs: list, w: int) -> bool:
+    """Are all element sequences contiguous within consecutive blocks of ``w``?"""
+    return all(np.all(np.diff(a.reshape(-1, w), axis=1) == 1) for a in seqs)
+
+
+def _block(seqs: list, n: int, cols: int) -> int | None:
+    """The longest block length above ``cols`` (a divisor of ``n``) within which every sequence is
+    contiguous, or None."""
+    return next((w for w in range(n, cols, -1) if n % w == 0 and _runs(seqs, w)), None)
+
+
+def _ew_part(cfg, k: EwKernel, qk, what: str, bases: list, seqs: list, starts: np.ndarray, L: int,
+             lut: int) -> EwCode:
+    """The code of rows of ``L`` lanes starting at elements ``starts`` (in output order)."""
+    rows = len(starts)
+    out_rows = bases[0] + seqs[0][starts]
+    in_rows = [b + a[starts] for b, a in zip(bases[1:], seqs[1:])]
     nin = len(in_rows)
-    Mt = min(rows, cfg.spm_rows // (nin + 1), cfg.acc_rows // 2)
+    # (the SPM zero block of padded tensors' borders may be live during the kernel: left free)
+    Mt = min(rows, (cfg.spm_rows - lut - ZERO_ROWS) // (nin + 1), cfg.acc_rows // 2)
     if Mt < 1:
         raise ChipCompileError(f"{what}: {nin} inputs do not fit SPM on config {cfg.name!r}")
     if Mt < rows:
@@ -419,9 +467,9 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr) -> tuple[EwCode, K
         if p > 1 and all(_common_period(r, out_rows) == p for r in in_rows) and Mt >= p:
             Mt = Mt // p * p
     MT = cdiv(rows, Mt)
-    tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt, 2 * Mt)
-    ec = EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0)
-    return ec, KernelInfo(k.name, rows, nin, L, tl, 0, 0, "elementwise")
+    tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt + lut, 2 * Mt)
+    return EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0,
+                  op={"sum": "vadd", "max": "vmax", "min": "vmin", "lut": "vadd"}[k.op], lut_rows=lut, hi=qk.hi)
 
 
 def reference_tensors(cm: CompiledModel, feeds: dict) -> dict:

@@ -7,10 +7,16 @@ with one scale per output channel (``per_channel=True``, the default) or per ten
 A kernel computes ``acc = A_q @ W_q + b_q`` in int32 (``b_q = round(b / (s_x s_w))``)
 and then either
 
-* requantizes to int8 with the VPU's ``vreq``: ``clamp(round_shift(acc * scale_n, shift), lo, 127)``
-  where ``scale_n / 2**shift`` approximates ``s_x s_w[n] / s_y`` (``lo = 0`` fuses ReLU), or
+* requantizes to int8 with the VPU's ``vreq``: ``clamp(round_shift(acc * scale_n, shift), lo, hi)``
+  where ``scale_n / 2**shift`` approximates ``s_x s_w[n] / s_y`` (``lo = 0`` fuses ReLU, a folded
+  clip such as ReLU6 sets ``lo``/``hi`` to its bounds in output units), or
 * keeps int32 (kernels whose result only leaves the chip: the model's outputs), which the
   host dequantizes with ``s_x s_w[n]``.
+
+Elementwise kernels (``schedule.EwKernel``) scale each int8 source by an integer multiplier, sum
+them (or take their lane-wise max/min) in int32 and requantize with a shift; a lookup-table kernel
+maps each int8 input byte through a 256-entry int8 table built from the graph's float function
+(``lut_table``), the VPU's ``vlut``.
 
 ``run_int`` evaluates the quantized schedule with numpy using ``isa.semantics.requantize``
 (the instruction's own definition), so it is the bit-exact reference of the chip.
@@ -48,15 +54,19 @@ class QKernel:
     shift: int
     lo: int
     s_w: np.ndarray                 # (N,) float weight scales
+    hi: int = 127                   # clamp maximum (a folded clip's upper bound)
 
 
 @dataclass
 class QEw:
-    """An elementwise kernel on integers: ``clamp(round_shift(sum_i c_i x_i, shift), lo, 127)``."""
+    """An elementwise kernel on integers: ``clamp(round_shift(op_i c_i x_i, shift), lo, 127)`` (``op`` sum,
+    max or min), or for a lookup-table kernel ``table[x & 0xff]`` (``vlut``)."""
     coefs: np.ndarray               # int32 multipliers (|c| <= EW_COEF_MAX)
     shift: int
     lo: int
     out_int8: bool = True
+    table: np.ndarray | None = None  # (256,) int8: entry j for the input byte j
+    hi: int = 127                   # clamp maximum (a folded clip's upper bound)
 
 
 #: Largest elementwise multiplier: sums of a few int8 x int15 products stay far inside int32.
@@ -109,12 +119,34 @@ def requant_params(mult: np.ndarray) -> tuple[np.ndarray, int]:
     return scale.astype(np.int32), shift
 
 
+def lut_table(k: EwKernel, s_in: float, s_out: float) -> np.ndarray:
+    """The 256-entry int8 table of a lookup-table kernel: entry j = ``quantize(fn(int8(j) * s_in), s_out)``
+    (``fn`` in the graph's own float semantics; non-finite results clamp)."""
+    x = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32) * np.float32(s_in)
+    with np.errstate(all="ignore"):
+        y = np.asarray(k.fn(x), np.float64)
+    y = np.nan_to_num(y, nan=0.0, posinf=127.0 * s_out, neginf=-127.0 * s_out)
+    return quantize_array(y, s_out)
+
+
 def quantize_ew(q: "QSchedule", k: EwKernel, lo: int) -> QEw:
-    """An elementwise kernel's integer multipliers and shift for the scales ``q`` holds."""
+    """An elementwise kernel's integer multipliers and shift (or lookup table) for the scales ``q`` holds."""
+    if k.op == "lut":
+        return QEw(np.ones(1, np.int32), 0, -128, table=lut_table(k, q.scales[k.src], q.scales[k.out]))
     mult = np.array([c * q.scales[t] / q.scales[k.out] for (t, _), c in zip(k.srcs, k.coefs)])
     top = float(np.max(np.abs(mult)))
     shift = max(0, min(MAX_SHIFT, int(np.floor(np.log2(EW_COEF_MAX / top))))) if top > 0 else 0
-    return QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, lo)
+    lo, hi = _clamp_bounds(k, q.scales[k.out], lo)
+    return QEw(np.rint(mult * 2.0 ** shift).astype(np.int32), shift, lo, hi=hi)
+
+
+def _clamp_bounds(k, s_out: float, lo: int) -> tuple[int, int]:
+    """The requantizer's (lo, hi) for a kernel: a folded clip's bounds in output units, rounded."""
+    if k.clamp is None:
+        return lo, 127
+    lo2, hi = (int(np.clip(np.rint(b / s_out), -128, 127)) if np.isfinite(b) else d
+               for b, d in zip(k.clamp, (-128, 127)))
+    return max(lo, lo2), hi
 
 
 def quantize_gemm(q: "QSchedule", k, w_q: np.ndarray, s_w: np.ndarray, lo: int) -> QKernel:
@@ -126,11 +158,13 @@ def quantize_gemm(q: "QSchedule", k, w_q: np.ndarray, s_w: np.ndarray, lo: int) 
         info = np.iinfo(np.int32)
         b_q = np.clip(np.rint(k.bias / (s_x * s_w)), info.min, info.max).astype(np.int32)
     out8 = k.out not in q.int32
+    hi = 127
     if out8:
         scale, shift = requant_params(s_x * s_w / q.scales[k.out])
+        lo, hi = _clamp_bounds(k, q.scales[k.out], lo)
     else:
         scale, shift = np.zeros(k.N, np.int32), 0
-    return QKernel(w_q, b_q, out8, scale, shift, lo, s_w)
+    return QKernel(w_q, b_q, out8, scale, shift, lo, s_w, hi)
 
 
 def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> QSchedule:
@@ -146,7 +180,8 @@ def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> 
     consumed = {t for k in s.kernels for t in kernel_inputs(k)}
     q = QSchedule(s, [])
     for ti, t in enumerate(s.tensors):
-        if t.kind == "kernel" and ti not in consumed and not isinstance(s.kernels[t.producer], _INT8_OUT):
+        if t.kind == "kernel" and ti not in consumed and not isinstance(s.kernels[t.producer], _INT8_OUT) \
+                and getattr(s.kernels[t.producer], "clamp", None) is None:
             q.int32.add(ti)
         else:
             q.scales[ti] = _scale_of(amax.get(ti, 0.0))
@@ -188,7 +223,7 @@ def kernel_int(q: QSchedule, i: int, x_q: np.ndarray) -> np.ndarray:
         acc = acc + qk.bias_q.astype(np.int64)
     acc = sem.wrap32(acc)
     if qk.out_int8:
-        return sem.requantize(acc, qk.scale[None, :], qk.shift, 0, qk.lo, 127, ROUND)
+        return sem.requantize(acc, qk.scale[None, :], qk.shift, 0, qk.lo, qk.hi, ROUND)
     return np.maximum(acc, 0) if k.relu else acc
 
 
@@ -206,11 +241,19 @@ def bmm_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
 def ew_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
     """One elementwise kernel on integers (output tensor's base shape), as the VPU computes it."""
     k, qk = q.sched.kernels[i], q.qkernels[i]
-    acc = np.zeros(q.sched.tensors[k.out].shape, np.int64)
+    if qk.table is not None:
+        (t, idx), = k.srcs
+        return sem.lut(gather_base(vals[t], q.sched.tensors[t], idx), qk.table).astype(np.int8)
+    acc = None
     for (t, idx), c in zip(k.srcs, qk.coefs):
-        term = sem.wrap32(gather_base(vals[t], q.sched.tensors[t], idx).astype(np.int64) * int(c))
-        acc = sem.wrap32(acc + term).astype(np.int64)
-    return sem.requantize(acc, 1, qk.shift, 0, qk.lo, 127, ROUND)
+        term = sem.wrap32(gather_base(vals[t], q.sched.tensors[t], idx).astype(np.int64) * int(c)).astype(np.int64)
+        if acc is None:
+            acc = term
+        elif k.op == "sum":
+            acc = sem.wrap32(acc + term).astype(np.int64)
+        else:
+            acc = np.maximum(acc, term) if k.op == "max" else np.minimum(acc, term)
+    return sem.requantize(acc, 1, qk.shift, 0, qk.lo, qk.hi, ROUND)
 
 
 def input_ints(q: QSchedule, feeds: dict) -> dict[int, np.ndarray]:

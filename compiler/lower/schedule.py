@@ -12,11 +12,29 @@ walks the graph once and recognises, without caring how the views were spelled:
   ``A[m, k] = x[G[m, k]]`` (an im2col the DMA performs, see ``compiler.lower.tiling``).
   Output axes along which the constant varies are the GEMM's N axes, those along
   which the activation varies its M axes, the summed axes its K axes.
-* **fused epilogues**: ``+ bias`` (a constant varying along N only) and ReLU
-  (``WHERE(0 < y, y, 0)``) folded into the producing kernel, which then runs
-  matmul, bias, activation and requantization as one kernel.
+* **fused epilogues**: ``+ bias`` (a constant varying along N only), ``* scale`` (a constant
+  varying along N only: the weight columns and bias scale, which is how an eval-mode
+  BatchNorm folds into the convolution before it), ReLU (``WHERE(0 < y, y, 0)``) and a
+  clip (ReLU6, ``clamp``: the requantizer's lo/hi) folded into the producing kernel, which
+  then runs matmul, bias, activation and requantization as one kernel.
+* **elementwise kernels** (``EwKernel``, the VPU): ``a + b`` and ``max(a, b)`` of activations
+  (scaled sources summed or maxed lane-wise; a NEG or scalar MUL of the result scales the
+  coefficients, so ``minimum`` is a min kernel); a MAX reduction over window views (max
+  pooling) is a max over one view per window position.
+* **lookup tables**: a chain of elementwise ops whose only non-constant input is one
+  activation (sigmoid, tanh, GELU, SiLU = ``x * sigmoid(x)``, ELU, ``x * c + d``, ...) is kept
+  as a float function ``_Fn`` of that tensor and becomes one ``lut`` kernel when something else
+  reads it: the quantizer tabulates it over the 256 int8 inputs (``vlut``).
+* **sums of activation views** without a weight (average pooling, ``mean``) are contractions
+  with a constant weight (ones; N = 1), and the ``* 1/count`` after them folds into it.
+* **diagonal GEMMs**: a scale or shift that varies along some axes of an activation no kernel
+  owns (a BatchNorm after an add, on an input, after pooling) is a GEMM whose weight is that
+  constant's diagonal (or identity weights and the shift as bias); later epilogues fold into it.
 * **pads** of an activation become zero borders of its DRAM layout (the producer
-  writes the interior; the reader's strided DMA reads the border as zeros).
+  writes the interior; the reader's strided DMA reads the border as zeros). Max pooling's
+  ``-inf`` padding reads that zero border too when the input is never negative (after ReLU,
+  a clip at 0, a non-negative table); otherwise each border read is moved to the window's
+  nearest element inside the tensor (the same max).
 * **norm kernels**: LayerNorm, RMSNorm and softmax over the last axis, found as composites by
   ``compiler.ir.patterns.recognise`` (run first), become one ``NormKernel`` each (a VPU kernel:
   ``compiler.lower.norms``); an attention composite (``softmax(q k^T * scale) v``, maybe causal)
@@ -44,6 +62,9 @@ from compiler.lower.bmm import BmmKernel, bmm_float, gathers, split_axes, to_bas
 #: (``cat`` pads each piece by the length of the others); axes of size 1 have none, and a tensor with
 #: many axes gets less so that its margin-space indices fit in int64 (``TensorInfo.margin``).
 MARGIN = 1 << 16
+#: Views one max kernel reads at most (a longer max reduction chains kernels; below the emitter's
+#: ``EW_MAX_INPUTS``)
+MAX_TERMS = 9
 
 
 class ChipCompileError(TetrachipError):
@@ -193,6 +214,7 @@ class Kernel:
     op_text: str = ""
     #: (K, N) structural nonzeros of ``weight`` (a grouped contraction's block diagonal); None: dense
     wmask: np.ndarray | None = None
+    clamp: tuple | None = None      # (lo, hi) float: a clip folded into the requantization clamp
 
     @property
     def M(self) -> int:
@@ -214,13 +236,20 @@ class Kernel:
 
 @dataclass
 class EwKernel:
-    """``out = act(sum_i coef_i * x_i)`` elementwise over views of several tensors: one VPU pass."""
+    """``out = act(op_i coef_i * x_i)`` elementwise over views of several tensors: one VPU pass.
+
+    ``op`` is ``"sum"``, ``"max"`` or ``"min"`` (lane-wise over the scaled sources), or ``"lut"``:
+    ``out = fn(x_0)``, one source, an elementwise float function the quantizer turns into the
+    VPU's 256-entry lookup table."""
     name: str
     srcs: list                      # (tensor index, margin-space index array of the output's shape)
     coefs: list                     # float coefficient of each source
     out: int
     relu: bool = False
     macs: int = 0
+    op: str = "sum"
+    fn: object = None               # "lut": float array -> float array, elementwise (graph semantics)
+    clamp: tuple | None = None      # (lo, hi) float: a clip folded into the requantization clamp
 
     @property
     def src(self) -> int:
@@ -240,6 +269,7 @@ class NormKernel:
     weight: np.ndarray | None       # (d,) float
     bias: np.ndarray | None
     relu: bool = False
+    clamp: tuple | None = None
     macs: int = 0
 
     def run(self, x: np.ndarray) -> np.ndarray:
@@ -259,6 +289,7 @@ class AttnKernel:
     out: int                        # (..., L, dh), rows contiguous
     comp: Composite
     relu: bool = False
+    clamp: tuple | None = None
     macs: int = 0
 
     @property
@@ -312,13 +343,17 @@ class _Act:
     t: int                 # tensor index
     idx: np.ndarray        # margin-space index per element (may be a broadcast view)
     fusable: bool = False  # an unconsumed, unpadded view of a kernel output that may still gain an epilogue
+    floor: bool = False    # its zero-border reads stand for -inf (max pooling's padding): only RMAX may read it
 
 
 @dataclass
 class _Prod:
+    """``act * const``: a contraction's operand when a SUM reads it, else an elementwise product."""
     act: _Act
     const: np.ndarray
     node: Node
+    anode: Node | None = None       # the activation operand's node
+    done: object = None             # its value as an elementwise product, once resolved
 
 
 @dataclass
@@ -330,8 +365,21 @@ class _Prod2:
 
 
 @dataclass
-class _Cmp:
-    node: Node
+class _Fn:
+    """``f(x)`` elementwise, ``x`` one activation view (tensor ``t`` at ``idx``): a chain of elementwise
+    nodes whose only non-constant input is ``x`` (every constant in it uniform), composed with the
+    graph's own semantics; it becomes a lookup-table kernel (``_materialize``) when read otherwise."""
+    t: int
+    idx: np.ndarray
+    f: object                       # float array -> array, elementwise
+    lin: float | None               # f(v) == lin * v, when it is
+    base: Node                      # the node of x
+    uses: int                       # reads of ``base`` inside the chain
+    fusable: bool                   # x is an unconsumed view of a kernel output
+    solo: bool = True               # every intermediate node of the chain has one reader
+    cmp0: Node | None = None        # the chain is exactly ``0 < cmp0`` (ReLU's condition)
+    mat: list = field(default_factory=list)   # the tensor computed for it, shared by its views
+    clip: bool = True               # only max with a constant, negation, * +-1: a clip of +-x, if anything
 
 
 def _move(n: Node, x: np.ndarray, fill=0) -> np.ndarray:
@@ -411,7 +459,8 @@ def lift(outputs: list[Node], input_perm=None) -> Schedule:
         v = val[id(o)]
         if isinstance(v, _Prod2):
             raise _op_err(o, "an elementwise product of two activations is not supported on the chip")
-        if not isinstance(v, _Act):
+        v = _as_act(o, v, users, tensors, kernels)
+        if not isinstance(v, _Act) or v.floor:
             raise _op_err(o, "a graph output must be computed from the inputs by chip kernels")
         outs.append((v.t, np.ascontiguousarray(v.idx)))
     if not kernels:
@@ -432,80 +481,493 @@ def _is_zero(v) -> bool:
     return isinstance(v, np.ndarray) and v.size > 0 and not np.any(v)
 
 
+_ELEMENTWISE = {Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP, Ops.LOG, Ops.SIN, Ops.ATAN, Ops.CAST, Ops.ADD, Ops.MUL,
+                Ops.MAX, Ops.CMPLT, Ops.CMPEQ, Ops.WHERE}
+
+
 def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table of cases)
     op = n.op
+    if op is not Ops.SUM:
+        srcv = [_resolve(v, users, tensors, kernels) if isinstance(v, _Prod) else v for v in srcv]
+    if any(isinstance(v, _Act) and v.floor for v in srcv) and op not in _MOVES and op is not Ops.RMAX:
+        raise _op_err(n, "a tensor padded with -inf (max pooling) may only be read by a max reduction")
     if op is Ops.CAST:
         a = srcv[0]
         if isinstance(a, _Act) and n.dtype.is_float and n.src[0].dtype.is_float:
             return a
+        if isinstance(a, _Fn) or (isinstance(a, _Act) and n.src[0].dtype.is_float):
+            return _compose(n, srcv, users)
         raise _op_err(n, "casts of activations are not supported on the chip")
     if op in _MOVES:
         a = srcv[0]
+        if isinstance(a, _Fn):
+            if op is not Ops.PAD:
+                return _Fn(a.t, _move(n, a.idx), a.f, a.lin, a.base, a.uses, a.fusable, a.solo, None, a.mat,
+                       a.clip)
+            if a.lin is not None and _unborderable(n, _Act(a.t, a.idx), tensors[a.t]) is None:
+                # c * pad(x): the border stays zero; c may fold into a weight
+                return _Fn(a.t, _border_view(n, _Act(a.t, a.idx), tensors[a.t]), a.f, a.lin, a.base, a.uses,
+                           False, a.solo)
+            a = _Act(_materialize(n, a, users, tensors, kernels), a.idx)
         if not isinstance(a, _Act):
             raise _op_err(n, "unsupported operand")
         # a single-use view of a kernel output may still gain a ReLU (it commutes with movement; a bias
         # and further sum terms check for a whole, in-order view themselves)
         fus = a.fusable and users.get(id(n.src[0]), 0) == 1
         if op is Ops.PAD:
+            if a.floor:
+                raise _op_err(n, "padding a tensor already padded with -inf is not supported on the chip")
             return _pad_act(n, a, tensors, kernels)
-        return _Act(a.t, _move(n, a.idx), fus)
-    if op is Ops.MUL:
-        a, b = srcv
-        if isinstance(b, _Act) and isinstance(a, np.ndarray):
-            a, b = b, a
-        if isinstance(a, _Act) and isinstance(b, np.ndarray):
-            prod = tensors[a.t].producer
-            an = n.src[0] if isinstance(srcv[0], _Act) else n.src[1]
-            if b.size and np.all(b == b.reshape(-1)[0]) and a.fusable and users.get(id(an), 0) == 1 \
-                    and prod is not None \
-                    and isinstance(kernels[prod], BmmKernel) and not kernels[prod].relu:
-                kernels[prod].mult *= float(b.reshape(-1)[0])           # attention's scores * 1/sqrt(d)
-                return _Act(a.t, a.idx, True)
-            return _Prod(a, b, n)
-        if isinstance(a, _Act) and isinstance(b, _Act):
-            return _Prod2(a, b, n)
-        raise _op_err(n, "unsupported operands")
+        return _Act(a.t, _move(n, a.idx), fus, a.floor)
     if op is Ops.SUM:
         p = srcv[0]
         if isinstance(p, _Prod2) and users.get(id(n.src[0]), 0) == 1:
             return _bmm_contraction(n, p, tensors, kernels)
-        if not isinstance(p, _Prod) or users.get(id(n.src[0]), 0) != 1:
-            raise _op_err(n, "only a sum of a product with a constant (matmul, convolution) or of two activations "
-                             "(a batched matmul) runs on the chip")
-        return _contraction(n, p, tensors, kernels)
-    if op is Ops.ADD and isinstance(srcv[0], _Act) and isinstance(srcv[1], _Act):
-        return _elementwise_add(n, srcv, users, tensors, kernels)
-    if op is Ops.ADD:
-        a, b = srcv
-        if isinstance(b, _Act) and isinstance(a, np.ndarray):
-            a, b = b, a
-        if isinstance(a, _Act) and isinstance(b, np.ndarray) and a.fusable \
-                and users.get(id(n.src[0] if isinstance(srcv[0], _Act) else n.src[1]), 0) == 1:
-            return _fuse_bias(n, a, b, tensors, kernels)
-        raise _op_err(n, "only a bias added to a matmul/convolution output is supported on the chip")
+        if isinstance(p, _Prod) and users.get(id(n.src[0]), 0) == 1:
+            return _contraction(n, p, tensors, kernels)
+        if isinstance(p, _Prod):                 # the product is read elsewhere too: elementwise, then summed
+            p = _resolve(p, users, tensors, kernels)
+        if isinstance(p, (_Act, _Fn)):          # a sum of an activation view: a contraction with ones
+            a, lin = _term(n, p, users, tensors, kernels)
+            return _contraction(n, _Prod(a, np.asarray(lin, np.float64), n), tensors, kernels)
+        raise _op_err(n, "only a sum of a product with a constant (matmul, convolution) or of two activations "
+                         "(a batched matmul) runs on the chip")
     if op is Ops.COMPOSITE:
-        return _norm_kernel(n, srcv, tensors, kernels)
-    if op is Ops.CMPLT:
-        a, b = srcv
-        if _is_zero(a) and isinstance(b, _Act):
-            return _Cmp(n)
-        raise _op_err(n, "comparisons are supported only as part of ReLU (where(x > 0, x, 0))")
+        return _composite(n, srcv, users, tensors, kernels)
+    if op is Ops.RMAX:
+        return _max_reduce(n, srcv[0], users, tensors, kernels)
+    if op not in _ELEMENTWISE:
+        raise _op_err(n, f"{op.name} of an activation is not supported on the chip")
+    acts = [i for i, v in enumerate(srcv) if isinstance(v, (_Act, _Fn))]
+    if op is Ops.MUL and len(acts) == 1 and isinstance(srcv[acts[0]], _Fn) and _uniform(srcv[1 - acts[0]]) is None:
+        g = srcv[acts[0]]                      # a chain read by a matmul: its table, or its factor in the weight
+        if g.lin is not None:
+            return _Prod(_Act(g.t, g.idx), _times(srcv[1 - acts[0]], g.lin), n, n.src[acts[0]])
+        srcv[acts[0]] = _act_of(n, g, users, tensors, kernels)
+    if op is Ops.MUL and len(acts) == 2 and not _same_view(srcv[0], srcv[1]):     # a batched matmul's product
+        return _Prod2(*[_act_of(n, v, users, tensors, kernels) for v in srcv], n)
+    if op is Ops.MUL and len(acts) == 1 and isinstance(srcv[acts[0]], _Act):
+        return _Prod(srcv[acts[0]], srcv[1 - acts[0]], n, n.src[acts[0]])
+    if op is Ops.NEG and isinstance(srcv[0], _Act):
+        return _scale(n, srcv[0], n.src[0], np.asarray(-1.0), users, tensors, kernels)
+    if op is Ops.ADD and len(acts) == 1 and isinstance(srcv[acts[0]], _Fn) and _uniform(srcv[1 - acts[0]]) is None:
+        srcv[acts[0]] = _act_of(n, srcv[acts[0]], users, tensors, kernels)     # then a per-channel shift
+    if op is Ops.ADD and len(acts) == 1 and isinstance(srcv[acts[0]], _Act):
+        a, b = srcv[acts[0]], srcv[1 - acts[0]]
+        k = kernels[tensors[a.t].producer] if tensors[a.t].producer is not None else None
+        if isinstance(k, Kernel) and a.fusable and users.get(id(n.src[acts[0]]), 0) == 1 and not k.relu \
+                and k.clamp is None and _pure_view(a, tensors[a.t]) and _per_n(n, k, tensors[a.t], b) is not None:
+            return _fuse_bias(n, a, b, tensors, kernels)
+        if _uniform(b) is None and not a.floor:          # a per-channel shift of any activation
+            return _diagonal(n, a, None, b, tensors, kernels)
     if op is Ops.WHERE:
-        c, x, z = srcv
-        cn, xn = n.src[0], n.src[1]
-        if isinstance(c, _Cmp) and isinstance(x, _Act) and _is_zero(z) and cn.src[1] is xn \
-                and x.fusable and users.get(id(xn), 0) == 2 and users.get(id(cn), 0) == 1:
-            kernels[tensors[x.t].producer].relu = True
+        v = _where_special(n, srcv, users, tensors, kernels)
+        if v is not None:
+            return v
+    if len(acts) == 2 and op in (Ops.ADD, Ops.MAX) and not _same_view(srcv[acts[0]], srcv[acts[1]]):
+        return _ew_combine(n, "sum" if op is Ops.ADD else "max", srcv, users, tensors, kernels)
+    return _compose(n, srcv, users)
+
+
+def _times(c: np.ndarray, s: float) -> np.ndarray:
+    """``c * s`` keeping ``c``'s broadcast (stride-0) axes broadcast (``_varies`` reads them cheaply)."""
+    c = np.asarray(c)
+    compact = c[tuple(slice(0, 1) if st == 0 else slice(None) for st in c.strides)]
+    return np.broadcast_to(compact * s, c.shape)
+
+
+def _same_view(a, b) -> bool:
+    return a.t == b.t and a.idx.shape == b.idx.shape and np.array_equal(a.idx, b.idx)
+
+
+def _uniform(c: np.ndarray):
+    """A constant every element of which is the same: that value (0-d, its dtype), else None."""
+    c = np.asarray(c)
+    if c.size == 0:
+        return None
+    c = c[tuple(slice(0, 1) if st == 0 else slice(None) for st in c.strides)]     # broadcast axes once
+    v = c.reshape(-1)[0]
+    if not (np.all(c == v) or (np.isnan(v) and np.all(np.isnan(c)))):
+        return None
+    return np.asarray(v, c.dtype)
+
+
+def _identity(x):
+    return x
+
+
+@dataclass(frozen=True)
+class _Apply:
+    """One elementwise node of a chain, applied with the graph's semantics to the values of its
+    operands: a chain's function (``parts[i]`` of x) or a uniform constant (``consts[i]``). Plain data,
+    so a compiled model holding it pickles (``compiler.lower.search`` caches compiled models)."""
+    op: Ops
+    dtype: object
+    parts: tuple
+    consts: tuple
+    shape: tuple = ()
+    arg: object = None
+
+    def __call__(self, x):
+        return semantics.apply(self, *[c if p is None else p(x) for p, c in zip(self.parts, self.consts)])
+
+
+@dataclass(frozen=True)
+class _Then:
+    """``second(first(x))``: a chain continued after a lookup-table kernel (picklable, as ``_Apply``)."""
+    first: object
+    second: object
+
+    def __call__(self, x):
+        return self.second(self.first(x))
+
+
+def _fn_of(v, node: Node) -> _Fn:
+    if isinstance(v, _Fn):
+        return v
+    return _Fn(v.t, v.idx, _identity, 1.0, node, 1, v.fusable)
+
+
+def _compose(n: Node, srcv, users) -> _Fn:
+    """One more elementwise node on a single-activation chain (every other operand a uniform constant)."""
+    fns = {i: _fn_of(v, n.src[i]) for i, v in enumerate(srcv) if isinstance(v, (_Act, _Fn))}
+    first = next(iter(fns.values()))
+    if any(not _same_view(g, first) for g in fns.values()):
+        if n.op is Ops.MUL:
+            raise _op_err(n, "a product of two activations (attention-style batched matmul) is not supported on "
+                             "the chip yet; one operand must be a constant (weights)")
+        raise _op_err(n, f"{n.op.name} of two different activations is not supported on the chip (one operand "
+                         "must be a constant, or both must read the same tensor elementwise)")
+    consts = {}
+    for i, v in enumerate(srcv):
+        if i not in fns:
+            u = _uniform(v)
+            if u is None:
+                raise _op_err(n, "an elementwise op with a constant that varies per element is supported only as a "
+                                 "bias or scale folded into a matmul/convolution")
+            consts[i] = u
+    f = _Apply(n.op, n.dtype, tuple(fns[i].f if i in fns else None for i in range(len(srcv))),
+               tuple(consts.get(i) for i in range(len(srcv))))
+    lin = None
+    ls = [g.lin for g in fns.values()]
+    if len(fns) == 1 and ls[0] is not None:
+        if n.op is Ops.MUL:
+            lin = ls[0] * float(next(iter(consts.values())))
+        elif n.op is Ops.NEG:
+            lin = -ls[0]
+        elif n.op is Ops.CAST and n.dtype.is_float and n.src[0].dtype.is_float:
+            lin = ls[0]
+    elif n.op is Ops.ADD and len(fns) == 2 and None not in ls:
+        lin = ls[0] + ls[1]
+    solo = all(g.solo and (g.f is _identity or users.get(id(n.src[i]), 0) == 1) for i, g in fns.items())
+    solo = solo and all(g.base is first.base for g in fns.values())
+    cmp0 = None
+    if n.op is Ops.CMPLT and 0 in consts and not np.any(consts[0]) and 1 in fns and fns[1].f is _identity:
+        cmp0 = n.src[1]
+    clip = len(fns) == 1 and first.clip and (
+        n.op in (Ops.MAX, Ops.NEG) or (n.op is Ops.MUL and lin is not None and abs(lin) == abs(ls[0]))
+        or (n.op is Ops.CAST and n.dtype.is_float and n.src[0].dtype.is_float))
+    return _Fn(first.t, first.idx, f, lin, first.base, sum(g.uses for g in fns.values()),
+               first.fusable, solo, cmp0, clip=clip)
+
+
+def _resolve(p: _Prod, users, tensors, kernels):
+    """``act * const`` read as an elementwise product (once: folding mutates kernels)."""
+    if p.done is None:
+        p.done = _scale(p.node, p.act, p.anode, p.const, users, tensors, kernels)
+    return p.done
+
+
+def _scale(n: Node, a: _Act, anode: Node, c: np.ndarray, users, tensors, kernels):
+    """``a * c`` (``n`` is the MUL or NEG): folded into the producing kernel when ``a`` is its unconsumed
+    output (a GEMM's weight columns and bias scale by a per-N constant, e.g. an eval-mode BatchNorm;
+    an elementwise sum's or max's coefficients by a scalar), else one step of an elementwise chain."""
+    t = tensors[a.t]
+    k = kernels[t.producer] if t.producer is not None else None
+    own = a.fusable and users.get(id(anode), 0) == 1 and _pure_view(a, t)
+    if own and isinstance(k, Kernel) and not k.relu and k.clamp is None:
+        vec = _per_n(n, k, t, c)
+        if vec is not None:
+            k.weight = k.weight * vec[None, :]
+            k.bias = None if k.bias is None else k.bias * vec
+            return _Act(a.t, a.idx, True)
+    u = _uniform(c)
+    if own and isinstance(k, BmmKernel) and not k.relu and u is not None:
+        k.mult *= float(u)                              # attention's scores * 1/sqrt(d)
+        return _Act(a.t, a.idx, True)
+    if own and isinstance(k, EwKernel) and k.op != "lut" and not k.relu and k.clamp is None and u is not None:
+        k.coefs = [x * float(u) for x in k.coefs]
+        if float(u) < 0 and k.op in ("max", "min"):
+            k.op = "min" if k.op == "max" else "max"
+        return _Act(a.t, a.idx, True)
+    if u is None:                                        # a per-channel scale of any activation
+        return _diagonal(n, a, c, None, tensors, kernels)
+    srcv = [a if s is anode else c for s in n.src]
+    return _compose(n, srcv, users)
+
+
+#: Largest N of a diagonal GEMM (a per-channel scale or shift of an activation no kernel owns)
+DIAG_MAX = 128
+
+
+def _diagonal(n: Node, a: _Act, scale, shift, tensors, kernels) -> _Act:
+    """``a * scale`` or ``a + shift`` with a constant that varies along some axes (a BatchNorm not right
+    after a GEMM, ``avg_pool2d(count_include_pad=False)``'s divisor): a GEMM whose weight is the
+    diagonal of the constant over those axes (its N axes; K = N, ``A[m, k]`` the element itself), or
+    identity weights and the shift as its bias; later scales, shifts and ReLU fold into it."""
+    c = np.broadcast_to(scale if scale is not None else shift, n.shape)
+    shape = tuple(n.shape)
+    n_axes = [ax for ax in range(len(shape)) if _varies(c, ax)]
+    m_axes = [ax for ax in range(len(shape)) if ax not in n_axes]
+    M, N = math.prod(shape[ax] for ax in m_axes), math.prod(shape[ax] for ax in n_axes)
+    if N > DIAG_MAX:
+        raise _op_err(n, f"an elementwise op with a constant that varies per element ({N} values along axes "
+                         f"{tuple(n_axes)}; at most {DIAG_MAX} as a diagonal GEMM) is not supported on the chip")
+    idx = np.broadcast_to(a.idx, shape)
+    gather = np.ascontiguousarray(np.transpose(idx, m_axes + n_axes)).reshape(M, N)
+    vec = np.transpose(c[tuple(slice(None) if ax in n_axes else 0 for ax in range(len(shape)))],
+                       [sorted(n_axes).index(ax) for ax in n_axes]).reshape(-1).astype(np.float64)
+    weight = np.diag(vec if scale is not None else np.ones(N))
+    tensors.append(TensorInfo(f"t{len(tensors)}", shape, tuple(m_axes + n_axes), "kernel", producer=len(kernels)))
+    ti = len(tensors) - 1
+    kernels.append(Kernel(f"diag{len(kernels)}", a.t, ti, gather, weight, None if scale is not None else vec,
+                          False, tuple(m_axes), tuple(n_axes), op_text=f"{n.op.name}{fmt_shape(shape)} per {n_axes}"))
+    return _Act(ti, tensors[ti].identity(), True)
+
+
+def _where_special(n: Node, srcv, users, tensors, kernels):
+    """ReLU (``where(0 < x, x, 0)``) folded into the kernel producing ``x``; ``where(mask, pad(x), -inf)``
+    (max pooling's padding) as a view whose border reads stand for -inf. None: neither."""
+    c, x, z = srcv
+    cn, xn = n.src[0], n.src[1]
+    if isinstance(c, _Fn) and c.cmp0 is xn and isinstance(x, _Act) and _is_zero(z) and x.fusable \
+            and users.get(id(xn), 0) == 2 and users.get(id(cn), 0) == 1:
+        k = kernels[tensors[x.t].producer]
+        if getattr(k, "clamp", None) is None and getattr(k, "op", None) != "lut":
+            k.relu = True
             return _Act(x.t, x.idx, True)
-        raise _op_err(n, "only ReLU (where(x > 0, x, 0)) right after a matmul, convolution or sum is supported "
-                         "on the chip")
-    raise _op_err(n, f"{op.name} of an activation is not supported on the chip "
-                     f"(supported: matmul, convolution, bias, ReLU, movement)")
+    if isinstance(c, np.ndarray) and isinstance(x, (_Act, _Fn)) and isinstance(z, np.ndarray):
+        u = _uniform(z)
+        if u is not None and np.isneginf(u) \
+                and np.array_equal(np.broadcast_to(c, n.shape).astype(bool), _interior(x.idx, tensors[x.t])):
+            x = _act_of(n, x, users, tensors, kernels)         # (a table keeps its source's border)
+            return _Act(x.t, x.idx, False, True)
+    return None
+
+
+def _interior(idx: np.ndarray, t: TensorInfo) -> np.ndarray:
+    """Which margin-space indices lie inside the tensor (not on its zero border)."""
+    coords = _unravel(idx, t.mshape)
+    ok = np.ones(np.shape(idx), bool)
+    for a, cax in enumerate(coords):
+        ok &= (cax >= t.margin(a)) & (cax < t.margin(a) + t.shape[a])
+    return ok
+
+
+def _materialize(n: Node, fn: _Fn, users, tensors, kernels) -> int:
+    """The tensor holding ``fn.f`` of the whole of tensor ``fn.t``: folded into its producer when the
+    chain owns that output (a lookup-table kernel's function grows; a GEMM gains a clamp), else a new
+    lookup-table kernel."""
+    if fn.mat:
+        return fn.mat[0]
+    t = tensors[fn.t]
+    with np.errstate(all="ignore"):
+        y0 = np.asarray(fn.f(np.zeros(1, np.float32)))
+    if y0.dtype.kind != "f":
+        raise _op_err(n, f"an elementwise chain ending in a {y0.dtype} value (a comparison) is not supported on "
+                         "the chip; only float results are")
+    reach = not bool(np.all(_interior(fn.idx, t)))
+    if reach and y0[0] != 0:
+        raise _op_err(n, "an elementwise function with f(0) != 0 of a zero-padded view is not supported on the chip")
+    k = kernels[t.producer] if t.producer is not None else None
+    owned = fn.fusable and fn.solo and fn.uses == users.get(id(fn.base), 0)
+    if owned and isinstance(k, EwKernel) and k.op == "lut" and not k.relu:
+        k.fn = _Then(k.fn, fn.f)
+        ti = fn.t
+    elif owned and fn.clip and isinstance(k, Kernel) and not k.relu and k.clamp is None \
+            and _as_clamp(fn.f) is not None:
+        sign, k.clamp = _as_clamp(fn.f)
+        k.weight = k.weight * sign
+        k.bias = None if k.bias is None else k.bias * sign
+        ti = fn.t
+    elif owned and fn.clip and isinstance(k, EwKernel) and k.op != "lut" and not k.relu and k.clamp is None \
+            and _as_clamp(fn.f) is not None:
+        sign, k.clamp = _as_clamp(fn.f)
+        k.coefs = [c * sign for c in k.coefs]
+        if sign < 0 and k.op != "sum":
+            k.op = "min" if k.op == "max" else "max"
+        ti = fn.t
+    else:
+        tensors.append(TensorInfo(f"t{len(tensors)}", t.shape, t.perm, "kernel", producer=len(kernels),
+                                  pads=[list(p) for p in t.pads] if reach else []))
+        ti = len(tensors) - 1
+        kernels.append(EwKernel(f"lut{len(kernels)}", [(fn.t, t.identity())], [1.0], ti, op="lut", fn=fn.f))
+    fn.mat.append(ti)
+    return ti
+
+
+#: probe values for recognising a clamp (``_as_clamp``)
+_PROBE = np.concatenate([np.linspace(-1000.0, 1000.0, 40001), [-1e30, 1e30]]).astype(np.float32)
+
+
+def _as_clamp(f) -> tuple | None:
+    """``(sign, (lo, hi))`` when ``f`` is ``clip(sign * x, lo, hi)`` with sign +-1 (an infinite bound for a
+    missing side; a minimum alone is spelled ``-max(-x, -hi)``), else None. ``f`` is a chain of maxima
+    with constants and negations (``_Fn.clip``), which is always such a clip or a constant: its
+    values at the ends of the probe are its bounds, the probe tells which."""
+    with np.errstate(all="ignore"):
+        y = np.asarray(f(_PROBE), np.float64)
+    lo, hi = sorted((float(y[-2]), float(y[-1])))
+    lo = -np.inf if lo <= -1e29 else lo
+    hi = np.inf if hi >= 1e29 else hi
+    if np.isinf(lo) and np.isinf(hi):
+        return None
+    for sign in (1.0, -1.0):
+        if np.array_equal(y, np.clip(sign * _PROBE.astype(np.float64), lo, hi)):
+            return sign, (lo, hi)
+    return None
+
+
+def _act_of(n: Node, v, users, tensors, kernels) -> _Act:
+    """An activation value as a plain view (a chain becomes its tensor)."""
+    if isinstance(v, _Fn):
+        ti = _materialize(n, v, users, tensors, kernels)
+        return _Act(ti, v.idx, _pure_view(_Act(ti, v.idx), tensors[ti]))
+    return v
+
+
+def _as_act(n: Node, v, users, tensors, kernels):
+    if isinstance(v, _Prod):
+        v = _resolve(v, users, tensors, kernels)
+    return _act_of(n, v, users, tensors, kernels) if isinstance(v, _Fn) else v
+
+
+def _term(n: Node, v, users, tensors, kernels) -> tuple[_Act, float]:
+    """An operand of a sum/max kernel: a view and its coefficient (a linear chain keeps its factor)."""
+    if isinstance(v, _Fn) and v.lin is not None:
+        return _Act(v.t, v.idx), v.lin
+    return _act_of(n, v, users, tensors, kernels), 1.0
+
+
+def _ew_out(a: _Act, shape: tuple, tensors, kernels) -> int:
+    """A new elementwise kernel's output tensor, stored in the axis order of ``a``'s memory layout."""
+    shape = tuple(shape)
+    p0 = tensors[a.t].phys_offsets(np.ascontiguousarray(a.idx)) if a.idx.size else None
+    strides = [0 if d == 1 or p0 is None else abs(int(np.take(p0, [1], axis=ax).flat[0] - p0.flat[0]))
+               for ax, d in enumerate(shape)]
+    perm = tuple(sorted(range(len(shape)), key=lambda ax: -strides[ax]))
+    tensors.append(TensorInfo(f"t{len(tensors)}", shape, perm, "kernel", producer=len(kernels)))
+    return len(tensors) - 1
+
+
+def _ew_combine(n: Node, op: str, srcv, users, tensors, kernels) -> _Act:
+    """``a + b`` or ``max(a, b)`` of two activations: a new elementwise kernel, or one more term of the
+    kernel (same op) that produced ``a`` (or ``b``) when nothing else reads that intermediate value."""
+    terms = [_term(n, v, users, tensors, kernels) for v in srcv]
+    for i in (0, 1):
+        (a, _), (other, oc) = terms[i], terms[1 - i]
+        t = tensors[a.t]
+        k = kernels[t.producer] if t.producer is not None else None
+        if isinstance(k, EwKernel) and k.op == op and isinstance(srcv[i], _Act) and srcv[i].fusable \
+                and not k.relu and k.clamp is None and users.get(id(n.src[i]), 0) == 1 and _pure_view(a, t) \
+                and _before(tensors[other.t], t.producer):
+            k.srcs.append((other.t, np.ascontiguousarray(np.reshape(other.idx, t.shape))))
+            k.coefs.append(oc)
+            return _Act(a.t, a.idx, True)
+    (a, ca), (b, cb) = terms
+    ti = _ew_out(a, n.shape, tensors, kernels)
+    kernels.append(EwKernel(f"{'add' if op == 'sum' else op}{len(kernels)}",
+                            [(a.t, np.ascontiguousarray(a.idx)), (b.t, np.ascontiguousarray(b.idx))],
+                            [ca, cb], ti, op=op))
+    return _Act(ti, tensors[ti].identity(), True)
+
+
+def _before(t: TensorInfo, kernel: int) -> bool:
+    """Is tensor ``t`` available before kernel number ``kernel`` runs (an input, or produced earlier)?"""
+    return t.producer is None or t.producer < kernel
+
+
+def _nonneg(k) -> bool:
+    """Does kernel ``k``'s output never go below zero (its requantization clamps at 0)?"""
+    if k.relu or (k.clamp is not None and k.clamp[0] >= 0):
+        return True
+    if isinstance(k, EwKernel) and k.op == "lut":
+        with np.errstate(all="ignore"):
+            return bool(np.all(np.asarray(k.fn(_PROBE)) >= 0))
+    return False
+
+
+def _max_reduce(n: Node, v, users, tensors, kernels) -> _Act:
+    """``max`` over axes of an activation view (max pooling): an elementwise max kernel over one view
+    per reduced position."""
+    if not isinstance(v, (_Act, _Fn)):
+        raise _op_err(n, "unsupported operand")
+    a, c = (_Act(v.t, v.idx), 1.0) if isinstance(v, _Act) and v.floor else _term(n, v, users, tensors, kernels)
+    red = tuple(n.arg)
+    nd = a.idx.ndim
+    moved = np.moveaxis(a.idx, red, list(range(nd - len(red), nd)))
+    flat = moved.reshape(moved.shape[:nd - len(red)] + (-1,))
+    t = tensors[a.t]
+    if isinstance(v, _Act) and v.floor:      # -inf padding
+        if not _interior(flat, t).any(axis=-1).all():
+            raise _op_err(n, "a max over a window of -inf padding only (no element of the input) is not supported")
+        if t.producer is None or not _nonneg(kernels[t.producer]):
+            flat = _clamp_inside(flat, t)      # a value that may be negative (else the zero border serves)
+            if flat is None:
+                raise _op_err(n, "max pooling with -inf padding of a value that may be negative: cannot read the "
+                                 "border as an element of the same window")
+    views = [np.ascontiguousarray(flat[..., i].reshape(n.shape)) for i in range(flat.shape[-1])]
+    if len(views) == 1 and c == 1.0:
+        return _Act(a.t, views[0])
+    srcs, coefs = [(a.t, w) for w in views], [c] * len(views)
+    while True:                 # a long reduction (global max pooling): a chain of kernels
+        ti = _ew_out(_Act(*srcs[0]), n.shape, tensors, kernels)
+        kernels.append(EwKernel(f"max{len(kernels)}", srcs[:MAX_TERMS], coefs[:MAX_TERMS], ti, op="max"))
+        srcs, coefs = srcs[MAX_TERMS:], coefs[MAX_TERMS:]
+        if not srcs:
+            return _Act(ti, tensors[ti].identity(), True)
+        srcs, coefs = [(ti, tensors[ti].identity())] + srcs, [1.0] + coefs
+
+
+def _clamp_inside(groups: np.ndarray, t: TensorInfo) -> np.ndarray | None:
+    """Border reads of max-reduction groups (``(..., R)`` margin-space indices) moved to the nearest
+    element inside the tensor, axis by axis (replicate padding), when that element is itself read by
+    the same group: then the group's max is that of its inside elements, the max under -inf padding.
+    None when some group's clamped read is not among its own inside reads."""
+    coords = _unravel(groups, t.mshape)
+    cl = _ravel(tuple(np.clip(c, t.margin(a), t.margin(a) + t.shape[a] - 1) for a, c in enumerate(coords)),
+                t.mshape)
+    g = groups.reshape(-1, groups.shape[-1])
+    cand = np.where(_interior(g, t), g, -1)              # (groups, R) inside reads; R is a window's size
+    want = cl.reshape(g.shape)
+    return cl if bool((want[:, :, None] == cand[:, None, :]).any(axis=2).all()) else None
 
 
 #: composites that run as a NormKernel: reductions over the last axis, and elementwise functions (a lookup table)
 NORM_KINDS = ("layernorm", "rmsnorm", "softmax")
 LUT_KINDS = ("gelu", "silu", "sigmoid", "tanh", "erf")
+
+
+@dataclass(frozen=True)
+class _CompositeFn:
+    """An elementwise composite's float meaning as a chain function (picklable, as ``_Apply``)."""
+    comp: Composite
+
+    def __call__(self, x):
+        return self.comp.evaluate(x)
+
+
+def _composite(n: Node, srcv, users, tensors, kernels):
+    """A composite node (``compiler.ir.patterns``): an elementwise one (GELU, SiLU, sigmoid, tanh, erf)
+    continues the single-activation chain of its input (a lookup-table kernel once read: ``_Fn``);
+    norms, softmax and attention become their kernels (``_norm_kernel``)."""
+    c: Composite = n.arg
+    if c.kind in LUT_KINDS and len(srcv) == 1 and isinstance(srcv[0], (_Act, _Fn)):
+        g = _fn_of(srcv[0], n.src[0])
+        solo = g.solo and (g.f is _identity or users.get(id(n.src[0]), 0) == 1)
+        return _Fn(g.t, g.idx, _Then(g.f, _CompositeFn(c)), None, g.base, g.uses, g.fusable, solo, clip=False)
+    srcv = [_act_of(n, v, users, tensors, kernels) if isinstance(v, _Fn) else v for v in srcv]
+    return _norm_kernel(n, srcv, tensors, kernels)
 
 
 def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
@@ -516,7 +978,7 @@ def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
     x, consts = srcv[0], srcv[1:]
     if c.kind == "attention" and not c.mask and all(isinstance(v, _Act) for v in srcv):
         return _attn_kernel(n, srcv, tensors, kernels)
-    if c.kind not in NORM_KINDS + LUT_KINDS or not isinstance(x, _Act) \
+    if c.kind not in NORM_KINDS or not isinstance(x, _Act) \
             or not all(isinstance(v, np.ndarray) for v in consts):
         raise _op_err(n, f"{c} is not supported on the chip (supported: LayerNorm, RMSNorm and softmax of an "
                          "activation over its last axis, with a constant weight and bias; GELU, SiLU, sigmoid, "
@@ -704,33 +1166,6 @@ def _block_diagonal(w: np.ndarray, n_shape: list, g_pos: list) -> tuple[np.ndarr
     return np.where(mask, np.tile(w, (G, 1)), 0.0), mask
 
 
-def _elementwise_add(n: Node, srcv, users, tensors, kernels) -> _Act:
-    """``a + b`` of two activations: a new elementwise kernel, or one more term of the chain that
-    produced ``a`` (or ``b``) when nothing else reads that intermediate value."""
-    for i in (0, 1):
-        a, other = srcv[i], srcv[1 - i]
-        t = tensors[a.t]
-        k = kernels[t.producer] if t.producer is not None else None
-        made = tensors[other.t].producer            # the new term must exist before the chain runs
-        if isinstance(k, EwKernel) and a.fusable and not k.relu and users.get(id(n.src[i]), 0) == 1 \
-                and _pure_view(a, t) and (made is None or made < t.producer):
-            k.srcs.append((other.t, np.ascontiguousarray(np.reshape(other.idx, t.shape))))
-            k.coefs.append(1.0)
-            return _Act(a.t, a.idx, True)
-    a, b = srcv
-    shape = tuple(n.shape)
-    # the output is stored in the axis order of the first operand's memory layout
-    p0 = tensors[a.t].phys_offsets(np.ascontiguousarray(a.idx)) if a.idx.size else None
-    strides = [0 if d == 1 or p0 is None else abs(int(np.take(p0, [1], axis=ax).flat[0] - p0.flat[0]))
-               for ax, d in enumerate(shape)]
-    perm = tuple(sorted(range(len(shape)), key=lambda ax: -strides[ax]))
-    tensors.append(TensorInfo(f"t{len(tensors)}", shape, perm, "kernel", producer=len(kernels)))
-    ti = len(tensors) - 1
-    kernels.append(EwKernel(f"add{len(kernels)}", [(a.t, np.ascontiguousarray(a.idx)),
-                                                  (b.t, np.ascontiguousarray(b.idx))], [1.0, 1.0], ti))
-    return _Act(ti, tensors[ti].identity(), True)
-
-
 def _fuse_bias(n: Node, a: _Act, b: np.ndarray, tensors, kernels) -> _Act:
     t = tensors[a.t]
     k = kernels[t.producer]
@@ -740,15 +1175,22 @@ def _fuse_bias(n: Node, a: _Act, b: np.ndarray, tensors, kernels) -> _Act:
         raise _op_err(n, "adding a constant to an elementwise sum is not supported on the chip")
     if not _pure_view(a, t) or k.relu:
         raise _op_err(n, "a bias must be added right after the matmul/convolution")
-    bb = np.broadcast_to(b, n.shape).reshape(t.shape)
-    for ax in k.m_axes:
-        if _varies(bb, ax):
-            raise _op_err(n, "the added constant varies along a row (M) axis: it is not a per-channel bias")
-    b0 = bb[tuple(slice(None) if ax in k.n_axes else 0 for ax in range(len(t.shape)))]
-    srt = sorted(k.n_axes)
-    vec = np.transpose(b0, [srt.index(ax) for ax in k.n_axes]).reshape(-1).astype(np.float64)
+    vec = _per_n(n, k, t, b)
+    if vec is None:
+        raise _op_err(n, "the added constant varies along a row (M) axis: it is not a per-channel bias")
     k.bias = vec if k.bias is None else k.bias + vec
     return _Act(a.t, a.idx, True)
+
+
+def _per_n(n: Node, k: Kernel, t: TensorInfo, c: np.ndarray) -> np.ndarray | None:
+    """A constant (broadcast to ``n``'s shape, a view of kernel ``k``'s output ``t``) as a vector over
+    the kernel's N columns, or None when it varies along an M axis."""
+    cc = np.broadcast_to(c, n.shape).reshape(t.shape)
+    if any(_varies(cc, ax) for ax in k.m_axes):
+        return None
+    c0 = cc[tuple(slice(None) if ax in k.n_axes else 0 for ax in range(len(t.shape)))]
+    srt = sorted(k.n_axes)
+    return np.transpose(c0, [srt.index(ax) for ax in k.n_axes]).reshape(-1).astype(np.float64)
 
 
 # ---------------------------------------------------------------------------------------------- float evaluation
@@ -775,8 +1217,10 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
             vals[k.out] = k.run(x).reshape(s.tensors[k.out].shape)
             continue
         if isinstance(k, EwKernel):
-            y = sum(c * gather_base(vals[t], s.tensors[t], idx) for (t, idx), c in zip(k.srcs, k.coefs))
-            vals[k.out] = np.maximum(y, 0) if k.relu else y
+            terms = [c * gather_base(vals[t], s.tensors[t], idx) for (t, idx), c in zip(k.srcs, k.coefs)]
+            y = ew_float(k, terms)
+            y = np.maximum(y, 0) if k.relu else y
+            vals[k.out] = y if k.clamp is None else np.clip(y, *k.clamp)
             continue
         A = gather_base(vals[k.src], s.tensors[k.src], k.gather)
         y = A @ k.weight
@@ -784,10 +1228,22 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
             y = y + k.bias
         if k.relu:
             y = np.maximum(y, 0)
+        if k.clamp is not None:
+            y = np.clip(y, *k.clamp)
         vals[k.out] = mn_to_base(y, s.tensors[k.out], k)
     if collect is not None:
         collect.update(vals)
     return [gather_base(vals[t], s.tensors[t], idx) for t, idx in s.outputs]
+
+
+def ew_float(k: EwKernel, terms: list) -> np.ndarray:
+    """An elementwise kernel's float result from its scaled source views (before ReLU)."""
+    if k.op == "lut":
+        with np.errstate(all="ignore"):
+            return np.asarray(k.fn(np.asarray(terms[0], np.float32)), np.float64)
+    if k.op == "sum":
+        return sum(terms)
+    return (np.maximum if k.op == "max" else np.minimum).reduce(np.stack(terms))
 
 
 def mn_to_base(y: np.ndarray, t: TensorInfo, k: Kernel) -> np.ndarray:

@@ -97,8 +97,11 @@ def test_conv_stride_taps_loaded_by_strided_dma():
 
 def test_unsupported_op_named_before_simulation():
     x = np.ones((2, 3), np.float32)
-    with pytest.raises(ChipCompileError, match="EXP"):
-        tc.compile(lambda a: (a @ tc.Tensor(np.ones((3, 2), np.float32))).exp(), [x], config="base")
+    with pytest.raises(ChipCompileError, match="PROD"):
+        tc.compile(lambda a: (a @ tc.Tensor(np.ones((3, 2), np.float32))).prod(1), [x], config="base")
+    with pytest.raises(ChipCompileError, match="varies per element"):
+        per_element = tc.Tensor(np.arange(400.0).reshape(2, 200))
+        tc.compile(lambda a: (a @ tc.Tensor(np.ones((3, 200), np.float32))).relu() * per_element, [x], config="base")
     with pytest.raises(ChipCompileError, match="MUL.*elementwise product of two activations"):
         tc.compile(lambda a: (a @ tc.Tensor(np.ones((3, 2), np.float32))) * a[:, :2], [x], config="base")
     with pytest.raises(ChipCompileError, match="nothing to run"):

@@ -36,10 +36,10 @@ def test_run_errors_are_one_line(tmp_path, monkeypatch):
     f.write_text("x = 1\n")
     r = CliRunner().invoke(main, ["run", str(f)])
     assert r.exit_code == 1 and "defines no `model`" in r.output
-    g = tmp_path / "exp.py"
-    g.write_text(MODEL.replace("model = lambda x: x @ tc.Tensor(w)", "model = lambda x: (x @ tc.Tensor(w)).exp()"))
+    g = tmp_path / "prod.py"
+    g.write_text(MODEL.replace("model = lambda x: x @ tc.Tensor(w)", "model = lambda x: (x @ tc.Tensor(w)).prod(1)"))
     r = CliRunner().invoke(main, ["run", str(g), "--device", "sim"])
-    assert r.exit_code == 1 and "EXP" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 1 and "PROD" in r.output and "Traceback" not in r.output
     monkeypatch.setattr("verify.cosim.available", lambda sim: "not installed")    # no HDL simulator
     r = CliRunner().invoke(main, ["run", str(g), "--device", "rtl"])
     assert r.exit_code == 1 and "co-simulation" in r.output and "Traceback" not in r.output
