@@ -15,7 +15,7 @@ it implements ``compiler.lower.compiled.Compiled``, so ``runtime`` runs it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -211,17 +211,17 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         raise ChipCompileError(f"the model needs {cpos[0]} bytes of DRAM (tensors {dplan.footprint}, constants "
                                f"{cpos[0] - const_base}); config {cfg.name!r} has {cfg.dram_bytes}")
     borders = {i: [] for i in range(nk)}
+    after = [-1] * nk             # per kernel: the last kernel that must be done before it writes DRAM
     for ti, t in enumerate(s.tensors):
         if t.kind == "kernel" and t.padded:
-            if _reused(bufs[ti], bufs, dplan.offsets):     # else the zeroed arena already holds zeros
+            reader = _reused(bufs[ti], bufs, dplan.offsets)
+            if reader >= 0:                            # else the zeroed arena already holds zeros
                 borders[t.producer].append(_border_chunks(t, tensor_addr[ti], C))
-    if any(borders.values()):
-        spm_bufs.append(Buffer("zero", ZERO_ROWS, 0, nk))          # never written: reads as zeros
-    splan = plan(spm_bufs, memory="spm")
-    aplan = plan(acc_bufs, memory="acc")
-    if splan.footprint > cfg.spm_rows or aplan.footprint > cfg.acc_rows:
-        raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
-                               f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
+                after[t.producer] = max(after[t.producer], reader)
+    for i, k in enumerate(s.kernels):     # ... and before it reads its inputs
+        after[i] = max([after[i]] + [s.tensors[t].producer for t in kernel_inputs(k) if s.tensors[t].kind == "kernel"])
+    zeros = [Buffer("zero", ZERO_ROWS, 0, nk)] if any(borders.values()) else []   # never written: reads as zeros
+    fences, splan, aplan = _plan_onchip(cfg, spm_bufs + zeros, acc_bufs, after)
     for i, kc in enumerate(codes):
         if isinstance(kc, EwCode):
             kc.spm_base, kc.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
@@ -232,7 +232,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         kc.acc_base = aplan.offsets[f"k{i}.acc"]
     zero = splan.offsets.get("zero")
     prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
-    built = emit_program(codes, cfg, prefixes)
+    built = emit_program(codes, cfg, prefixes, fences)
     if len(built) > cfg.imem_words:
         raise ChipCompileError(f"the compiled program needs {len(built)} instructions; config {cfg.name!r} "
                                f"holds {cfg.imem_words} (imem_words)")
@@ -255,10 +255,45 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
 ZERO_ROWS = 64
 
 
-def _reused(b: Buffer, bufs: list, offsets: dict) -> bool:
-    """Does a buffer that dies before ``b`` starts share some of ``b``'s bytes?"""
+def _reused(b: Buffer, bufs: list, offsets: dict) -> int:
+    """The last step that uses a buffer dying before ``b`` starts and sharing some of ``b``'s bytes; -1 if none."""
     lo, hi = offsets[b.name], offsets[b.name] + b.size
-    return any(o.end < b.start and offsets[o.name] < hi and lo < offsets[o.name] + o.size for o in bufs)
+    return max((o.end for o in bufs if o.end < b.start and offsets[o.name] < hi and lo < offsets[o.name] + o.size),
+               default=-1)
+
+
+def _plan_onchip(cfg: ChipConfig, spm_bufs: list, acc_bufs: list, after: list[int]):
+    """The SPM and ACC plans of the most overlapping ordering that fits (``_orderings``), with its fences."""
+    for fences, life in _orderings(after):
+        def alive(bufs, life=life):
+            return [b if b.name == "zero" else replace(b, end=life[b.start]) for b in bufs]
+        splan, aplan = plan(alive(spm_bufs), memory="spm"), plan(alive(acc_bufs), memory="acc")
+        if splan.footprint <= cfg.spm_rows and aplan.footprint <= cfg.acc_rows:
+            return fences, splan, aplan
+    raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
+                           f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
+
+
+def _orderings(after: list[int]):
+    """How kernels may overlap, most first: (``emit_program``'s fences, per kernel the last step its
+    SPM/ACC buffers live). ``after[i]``: the last kernel whose stores kernel ``i`` must wait for.
+
+    A ``fence store`` before kernel ``m``'s body waits for every kernel before ``m``; a kernel's
+    prologue (constants, tokens) runs while the previous one computes. So a kernel fences only when
+    it reads (or, by a border fill, overwrites) what a kernel after the last fence stored, and a
+    kernel's buffers stay reserved up to the next fence (the kernels before it may still run):
+    independent kernels overlap. If that does not fit SPM/ACC, every kernel fences (its buffers
+    live while the next kernel's prologue runs); if that does not fit either, every kernel waits
+    for the previous one before it starts (the buffers of one kernel at a time)."""
+    nk = len(after)
+    fences, done = {}, 0                       # every kernel before ``done`` has stored everything
+    for i in range(nk):
+        if after[i] >= done:
+            fences[i], done = "body", i
+    marks = sorted(fences) + [nk - 1]
+    yield fences, [min(m for m in marks if m > j) if j < nk - 1 else j for j in range(nk)]
+    yield {i: "body" for i in range(1, nk)}, [min(j + 1, nk - 1) for j in range(nk)]
+    yield {i: "prologue" for i in range(1, nk)}, list(range(nk))
 
 
 def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
