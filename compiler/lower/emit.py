@@ -137,20 +137,22 @@ def _requant(e: ProgramBuilder, shift: int, lo: int) -> None:
     e.emit("vqcfg", shift=shift, zp=0, lo=lo, hi=127, round="half_up")
 
 
-def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None) -> None:
+def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None,
+                overlap: bool = False) -> None:
     """The kernel in its tiling's loop order (``Tiling.order``, see ``compiler.lower.tiling``): ``mnk``
     runs M tiles outermost; ``nmk`` runs one column kernel per N tile (N outermost), each loading
     its weight tiles once for all M tiles, and, when every M tile has its own A buffer
     (``nbuf >= MT``), the columns after the first reuse the A tiles the first one loaded.
     ``tokens``: what the code before left (``Tokens``); ``before()`` emits what must precede the
-    kernel's first read of its inputs (``emit_program``: a fence, a border fill)."""
+    kernel's first read of its inputs (``emit_program``: a fence, a border fill); ``overlap``: its
+    prologue may run while an earlier kernel computes (worth a prefetch that costs per M tile)."""
     tokens = Tokens() if tokens is None else tokens
     tl = kc.tiling
     if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
         kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
         tl = kc.tiling
     if tl.order == "mnk":
-        return _emit_kernel(e, kc, cfg, False, False, tokens, before, True)
+        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "overlap" if overlap else "own")
     C, R = cfg.cols, cfg.rows
     eb = _SPM_BYTES if kc.out_int8 else _ACC_BYTES
     resident = tl.nbuf >= tl.MT
@@ -161,20 +163,22 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = 
                      scale_addr=None if kc.scale_addr is None else kc.scale_addr + _ACC_BYTES * C * n,
                      out_rows=np.asarray(kc.out_rows) + n * C * eb, scale_row=n)
         # a later column shares the kernel's buffers: fresh seeds after the previous column's uses
-        _emit_kernel(e, kn, cfg, True, resident and n > 0, tokens, before if n == 0 else None, n == 0)
+        _emit_kernel(e, kn, cfg, True, resident and n > 0, tokens, before if n == 0 else None,
+                     "column" if n else "overlap" if overlap else "own")
 
 
 def _emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 first: bool) -> None:
+                 start: str) -> None:
     """``w_once``: weight tiles are loaded in the first M tile only (one N tile, ``NB == KT``);
     ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them);
-    ``first``: the kernel's buffers are its own (else an earlier column of it used them)."""
+    ``start``: ``"own"`` the kernel's buffers are its own, ``"overlap"`` and an earlier kernel may
+    still compute, ``"column"`` an earlier column of the kernel used them."""
     with e.scope(f"kernel {kc.name}", *_GK_REGS):
-        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, first)
+        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start)
 
 
 def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 first: bool) -> None:
+                 start: str) -> None:
     tl = kc.tiling
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
     bias = kc.bias_addr is not None
@@ -197,7 +201,8 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     # loop over M tiles, the bias load repeats 0 times in the first trip, once after (an empty nest
     # still takes its token); the weight tile is not prefetched there (an empty nest signals when
     # it pops, ahead of the loads before it: its token could stand for theirs)
-    skip = None if not first else "static" if w_once or not looped else "dynamic"
+    skip = None if start == "column" else "static" if w_once or not looped else \
+        "dynamic" if start == "overlap" and kc.bias_addr is not None else None
     g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
@@ -215,7 +220,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     if skip == "static":                       # the prefetched loads wait for no token
         need[("mxu", "load")] -= 1
         need[(free_p, free_c)] -= bias
-    tokens.take(e, need, fresh=not first)
+    tokens.take(e, need, fresh=start == "column")
     if kc.out_int8:
         _requant(e, kc.shift, kc.lo)
     if before is not None:
@@ -449,7 +454,7 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict 
             sync(where == "prologue")
         before = (lambda: sync(True)) if where == "body" else None
         if isinstance(kc, KernelCode):
-            emit_kernel(e, kc, cfg, tokens, before)
+            emit_kernel(e, kc, cfg, tokens, before, overlap=i > 0 and where != "prologue")
         else:
             emit_ew(e, kc, cfg, tokens, before)
     tokens.release(e)

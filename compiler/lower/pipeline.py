@@ -263,37 +263,39 @@ def _reused(b: Buffer, bufs: list, offsets: dict) -> int:
 
 
 def _plan_onchip(cfg: ChipConfig, spm_bufs: list, acc_bufs: list, after: list[int]):
-    """The SPM and ACC plans of the most overlapping ordering that fits (``_orderings``), with its fences."""
-    for fences, life in _orderings(after):
-        def alive(bufs, life=life):
-            return [b if b.name == "zero" else replace(b, end=life[b.start]) for b in bufs]
-        splan, aplan = plan(alive(spm_bufs), memory="spm"), plan(alive(acc_bufs), memory="acc")
-        if splan.footprint <= cfg.spm_rows and aplan.footprint <= cfg.acc_rows:
-            return fences, splan, aplan
-    raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
-                           f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
+    """Fences (``emit_program``) and the SPM and ACC plans of the most overlapping kernel order that fits.
 
-
-def _orderings(after: list[int]):
-    """How kernels may overlap, most first: (``emit_program``'s fences, per kernel the last step its
-    SPM/ACC buffers live). ``after[i]``: the last kernel whose stores kernel ``i`` must wait for.
-
-    A ``fence store`` before kernel ``m``'s body waits for every kernel before ``m``; a kernel's
-    prologue (constants, tokens) runs while the previous one computes. So a kernel fences only when
-    it reads (or, by a border fill, overwrites) what a kernel after the last fence stored, and a
-    kernel's buffers stay reserved up to the next fence (the kernels before it may still run):
-    independent kernels overlap. If that does not fit SPM/ACC, every kernel fences (its buffers
-    live while the next kernel's prologue runs); if that does not fit either, every kernel waits
-    for the previous one before it starts (the buffers of one kernel at a time)."""
+    ``after[i]``: the last kernel whose stores kernel ``i`` must wait for. A ``fence store`` before
+    kernel ``m``'s body waits for every kernel before ``m``, and a kernel's prologue (constants,
+    tokens) runs while the kernels since the last fence compute, so a kernel's SPM/ACC buffers stay
+    reserved up to the next fence. First, a kernel fences only when it reads (or, by a border fill,
+    overwrites) what a kernel after the last fence stored: independent kernels overlap. If that
+    does not fit, every kernel fences before its body; while that does not fit, the kernel at the
+    fullest step waits for the previous one before its prologue instead (one kernel's buffers)."""
     nk = len(after)
     fences, done = {}, 0                       # every kernel before ``done`` has stored everything
     for i in range(nk):
         if after[i] >= done:
             fences[i], done = "body", i
-    marks = sorted(fences) + [nk - 1]
-    yield fences, [min(m for m in marks if m > j) if j < nk - 1 else j for j in range(nk)]
-    yield {i: "body" for i in range(1, nk)}, [min(j + 1, nk - 1) for j in range(nk)]
-    yield {i: "prologue" for i in range(1, nk)}, list(range(nk))
+    tries = [fences, {i: "body" for i in range(1, nk)}]
+    while tries:
+        fences = tries.pop(0)
+        life = [next((m - (fences[m] == "prologue") for m in range(j + 1, nk) if m in fences), nk - 1)
+                for j in range(nk)]
+        sb = [b if b.name == "zero" else replace(b, end=life[b.start]) for b in spm_bufs]
+        ab = [replace(b, end=life[b.start]) for b in acc_bufs]
+        splan, aplan = plan(sb, memory="spm"), plan(ab, memory="acc")
+        if splan.footprint <= cfg.spm_rows and aplan.footprint <= cfg.acc_rows:
+            return fences, splan, aplan
+        todo = [k for k in range(1, nk) if fences.get(k) != "prologue"]
+        if not tries and todo:
+
+            def full(k, sb=sb, ab=ab):
+                return max(sum(b.size for b in sb if b.start <= k <= b.end) / cfg.spm_rows,
+                           sum(b.size for b in ab if b.start <= k <= b.end) / cfg.acc_rows)
+            tries.append({**fences, max(todo, key=full): "prologue"})
+    raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
+                           f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
 
 
 def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
