@@ -165,6 +165,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         cpos[0] += len(b) + pad
         return addr
 
+    # SPM/ACC buffers live over steps: 2i, kernel i's prologue (its constants into its weight slots and
+    # ACC, while earlier kernels may run), 2i + 1 its body; their ends come from the fences (_plan_onchip)
     codes, infos, spm_bufs, acc_bufs = [], [], [], []
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, EwKernel):
@@ -173,8 +175,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 ec.tiling, ec.dyn = fit_ew(cfg, ec.tiling, ec.in_rows, ec.out_rows, spec.max,
                                            f"elementwise kernel {k.name}")
                 info.tiling = ec.tiling
-            spm_bufs.append(Buffer(f"k{i}.A", ec.tiling.spm_rows, i, i))
-            acc_bufs.append(Buffer(f"k{i}.acc", ec.tiling.acc_rows, i, i))
+            spm_bufs.append(Buffer(f"k{i}.A", ec.tiling.spm_rows, 2 * i + 1, 2 * i + 1))
+            acc_bufs.append(Buffer(f"k{i}.acc", ec.tiling.acc_rows, 2 * i + 1, 2 * i + 1))
             codes.append(ec)
             infos.append(info)
             continue
@@ -200,10 +202,11 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         dk = None
         if spec is not None:
             tl, dk = fit_gemm(cfg, tl, k.M, a_rows, out_rows, spec.max, what, qk.out_int8, qk.bias_q is not None)
-        spm_bufs += [Buffer(f"k{i}.A", tl.nbuf * tl.KT * tl.Mt, i, i), Buffer(f"k{i}.W", tl.NB * R, i, i)]
+        spm_bufs += [Buffer(f"k{i}.A", tl.nbuf * tl.KT * tl.Mt, 2 * i + 1, 2 * i + 1),
+                     Buffer(f"k{i}.W", tl.NB * R, 2 * i, 2 * i)]
         if qk.out_int8:
-            spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, i, i))
-        acc_bufs.append(Buffer(f"k{i}.acc", tl.acc_rows, i, i))     # two regions, then the scale rows
+            spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, 2 * i + 1, 2 * i + 1))
+        acc_bufs.append(Buffer(f"k{i}.acc", tl.acc_rows, 2 * i, 2 * i))     # two regions, then the scale rows
         codes.append(KernelCode(k.name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
                                 qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk))
         infos.append(KernelInfo(k.name, k.M, k.K, k.N, tl, len(kts), k.macs))
@@ -220,7 +223,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 after[t.producer] = max(after[t.producer], reader)
     for i, k in enumerate(s.kernels):     # ... and before it reads its inputs
         after[i] = max([after[i]] + [s.tensors[t].producer for t in kernel_inputs(k) if s.tensors[t].kind == "kernel"])
-    zeros = [Buffer("zero", ZERO_ROWS, 0, nk)] if any(borders.values()) else []   # never written: reads as zeros
+    zeros = [Buffer("zero", ZERO_ROWS, 0, 2 * nk)] if any(borders.values()) else []   # never written: reads as zeros
     fences, splan, aplan = _plan_onchip(cfg, spm_bufs + zeros, acc_bufs, after)
     for i, kc in enumerate(codes):
         if isinstance(kc, EwCode):
@@ -266,12 +269,13 @@ def _plan_onchip(cfg: ChipConfig, spm_bufs: list, acc_bufs: list, after: list[in
     """Fences (``emit_program``) and the SPM and ACC plans of the most overlapping kernel order that fits.
 
     ``after[i]``: the last kernel whose stores kernel ``i`` must wait for. A ``fence store`` before
-    kernel ``m``'s body waits for every kernel before ``m``, and a kernel's prologue (constants,
-    tokens) runs while the kernels since the last fence compute, so a kernel's SPM/ACC buffers stay
-    reserved up to the next fence. First, a kernel fences only when it reads (or, by a border fill,
-    overwrites) what a kernel after the last fence stored: independent kernels overlap. If that
-    does not fit, every kernel fences before its body; while that does not fit, the kernel at the
-    fullest step waits for the previous one before its prologue instead (one kernel's buffers)."""
+    kernel ``m``'s body waits for every kernel before ``m``, and a kernel's prologue (step ``2m``:
+    constants into its weight slots and ACC) runs while the kernels since the last fence compute,
+    so a kernel's SPM/ACC buffers stay reserved up to the next fence (through the fenced kernel's
+    prologue; its body, step ``2m + 1``, may reuse them). First, a kernel fences only when it reads
+    (or, by a border fill, overwrites) what a kernel after the last fence stored: independent
+    kernels overlap. If that does not fit, every kernel fences before its body; while that does not
+    fit, the kernel at the fullest step waits for the previous one before its prologue instead."""
     nk = len(after)
     fences, done = {}, 0                       # every kernel before ``done`` has stored everything
     for i in range(nk):
@@ -280,10 +284,10 @@ def _plan_onchip(cfg: ChipConfig, spm_bufs: list, acc_bufs: list, after: list[in
     tries = [fences, {i: "body" for i in range(1, nk)}]
     while tries:
         fences = tries.pop(0)
-        life = [next((m - (fences[m] == "prologue") for m in range(j + 1, nk) if m in fences), nk - 1)
+        life = [next((2 * m - (fences[m] == "prologue") for m in range(j + 1, nk) if m in fences), 2 * nk - 1)
                 for j in range(nk)]
-        sb = [b if b.name == "zero" else replace(b, end=life[b.start]) for b in spm_bufs]
-        ab = [replace(b, end=life[b.start]) for b in acc_bufs]
+        sb = [b if b.name == "zero" else replace(b, end=life[b.start // 2]) for b in spm_bufs]
+        ab = [replace(b, end=life[b.start // 2]) for b in acc_bufs]
         splan, aplan = plan(sb, memory="spm"), plan(ab, memory="acc")
         if splan.footprint <= cfg.spm_rows and aplan.footprint <= cfg.acc_rows:
             return fences, splan, aplan
@@ -291,8 +295,8 @@ def _plan_onchip(cfg: ChipConfig, spm_bufs: list, acc_bufs: list, after: list[in
         if not tries and todo:
 
             def full(k, sb=sb, ab=ab):
-                return max(sum(b.size for b in sb if b.start <= k <= b.end) / cfg.spm_rows,
-                           sum(b.size for b in ab if b.start <= k <= b.end) / cfg.acc_rows)
+                return max(sum(b.size for b in bs if b.start <= t <= b.end) / cap
+                           for t in (2 * k, 2 * k + 1) for bs, cap in ((sb, cfg.spm_rows), (ab, cfg.acc_rows)))
             tries.append({**fences, max(todo, key=full): "prologue"})
     raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
                            f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
