@@ -43,6 +43,31 @@ class _Branches(tc.nn.Module):
         return (self.a(x).relu() + self.b(x)).relu()
 
 
+class _Random(tc.nn.Module):
+    """A seeded random graph of convolutions (3x3 padded or 1x1, with or without bias and ReLU) on any
+    earlier value, and sums of two earlier values: chains, independent branches, residual adds."""
+
+    def __init__(self, seed, c=6, n=6):
+        rng = np.random.default_rng(seed)
+        self.inp = tc.nn.Conv2d(3, c, 3, padding=1)
+        self.ops = []
+        for i in range(n):
+            j, k = (int(v) for v in rng.integers(0, i + 1, 2))
+            kind = ["conv3", "conv1", "add"][int(rng.integers(0, 3)) if i else 0]
+            relu = bool(rng.integers(0, 2))
+            mod = None if kind == "add" else tc.nn.Conv2d(c, c, 3 if kind == "conv3" else 1,
+                                                          padding=1 if kind == "conv3" else 0,
+                                                          bias=bool(rng.integers(0, 2)))
+            self.ops.append((mod, j, k, relu))
+
+    def forward(self, x):
+        xs = [self.inp(x).relu()]
+        for mod, j, k, relu in self.ops:
+            y = xs[j] + xs[k] if mod is None else mod(xs[j])
+            xs.append(y.relu() if relu else y)
+        return xs[-1]
+
+
 def _mlp(d=32, n=4):
     rng = np.random.default_rng(5)
     ws = [rng.standard_normal((d, d)).astype(np.float32) / np.sqrt(d) for _ in range(n)]
@@ -157,6 +182,17 @@ def test_overlapped_kernels_exact_and_ordered(name, make, config, monkeypatch):
     f = cm.float_reference(x)[0]
     assert np.abs(res.outputs[0] - f).max() <= 0.1 * np.abs(f).max()
     assert log and not order_violations(cm, log)
+
+
+@pytest.mark.parametrize("seed,config", [(s, c) for s in range(8) for c in ("tiny", "small")])
+def test_random_graphs_exact_and_ordered(seed, config, monkeypatch):
+    tc.manual_seed(seed)
+    m = _Random(seed)
+    x = np.random.default_rng(seed).standard_normal((1, 3, 5, 5)).astype(np.float32)
+    cm = tc.compile(m, [x], config=config)
+    res, log = _run_logged(cm, x, config, monkeypatch)
+    np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+    assert not order_violations(cm, log)
 
 
 def test_checker_catches_missing_fences(monkeypatch):
