@@ -138,21 +138,22 @@ def _requant(e: ProgramBuilder, shift: int, lo: int) -> None:
 
 
 def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None,
-                overlap: bool = False) -> None:
+                overlap: int = 0) -> None:
     """The kernel in its tiling's loop order (``Tiling.order``, see ``compiler.lower.tiling``): ``mnk``
     runs M tiles outermost; ``nmk`` runs one column kernel per N tile (N outermost), each loading
     its weight tiles once for all M tiles, and, when every M tile has its own A buffer
     (``nbuf >= MT``), the columns after the first reuse the A tiles the first one loaded.
     ``tokens``: what the code before left (``Tokens``); ``before()`` emits what must precede the
-    kernel's first read of its inputs (``emit_program``: a fence, a border fill); ``overlap``: its
-    prologue may run while an earlier kernel computes (worth a prefetch that costs per M tile)."""
+    kernel's first read of its inputs (``emit_program``: a fence, a border fill); ``overlap``: the
+    rows of the previous kernel's last tile when this kernel's prologue may run under its epilogue
+    (then the prefetch is worth more weight tiles, and a bias load that costs per M tile), else 0."""
     tokens = Tokens() if tokens is None else tokens
     tl = kc.tiling
     if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
         kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
         tl = kc.tiling
     if tl.order == "mnk":
-        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "overlap" if overlap else "own")
+        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "overlap" if overlap else "own", overlap)
     C, R = cfg.cols, cfg.rows
     eb = _SPM_BYTES if kc.out_int8 else _ACC_BYTES
     resident = tl.nbuf >= tl.MT
@@ -164,21 +165,21 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = 
                      out_rows=np.asarray(kc.out_rows) + n * C * eb, scale_row=n)
         # a later column shares the kernel's buffers: fresh seeds after the previous column's uses
         _emit_kernel(e, kn, cfg, True, resident and n > 0, tokens, before if n == 0 else None,
-                     "column" if n else "overlap" if overlap else "own")
+                     "column" if n else "overlap" if overlap else "own", overlap)
 
 
 def _emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 start: str) -> None:
+                 start: str, window: int = 0) -> None:
     """``w_once``: weight tiles are loaded in the first M tile only (one N tile, ``NB == KT``);
     ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them);
     ``start``: ``"own"`` the kernel's buffers are its own, ``"overlap"`` and an earlier kernel may
-    still compute, ``"column"`` an earlier column of the kernel used them."""
+    still compute (``window``: rows of its last tile), ``"column"`` an earlier column of the kernel used them."""
     with e.scope(f"kernel {kc.name}", *_GK_REGS):
-        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start)
+        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start, window)
 
 
 def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 start: str) -> None:
+                 start: str, window: int) -> None:
     tl = kc.tiling
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
     bias = kc.bias_addr is not None
@@ -209,7 +210,10 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
     for r in (GK.WSLOT, GK.ACC, GK.OBUF, GK.AOFF, GK.OOFF, GK.ABUF):
         e.emit("seti", r, 0)
-    _prefetch(e, kc, cfg, Mt if looped else tiles[0][1], skip)
+    # prefetched weight tiles of the first N tile: as many as the previous kernel's epilogue covers
+    # (its last tile's rows pass the VPU and the store unit), at least the first
+    g["npre"] = npre = max(1, min(KT, window // cfg.rows)) if skip == "static" else 0
+    _prefetch(e, kc, cfg, Mt if looped else tiles[0][1], skip, npre)
     # tokens: weight slots, ACC regions, int8 staging buffers, A buffers
     seeds = {("mxu", "load"): tl.NB, (free_p, free_c): 2}
     if kc.out_int8:
@@ -218,7 +222,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
         seeds[("store", "load")] = tl.nbuf
     need = dict(seeds)
     if skip == "static":                       # the prefetched loads wait for no token
-        need[("mxu", "load")] -= 1
+        need[("mxu", "load")] -= npre
         need[(free_p, free_c)] -= bias
     tokens.take(e, need, fresh=start == "column")
     if kc.out_int8:
@@ -266,17 +270,20 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     tokens.leave(seeds)                        # the last uses' signals: the next kernel's seeds
 
 
-def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, rows0: int, skip: str | None) -> None:
+def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, rows0: int, skip: str | None, npre: int) -> None:
     """Constants into the kernel's own buffers, waiting for nothing: the per-channel scale rows and,
-    with ``skip``, the first M tile's bias (``rows0`` rows) and (``"static"``) first weight tile,
-    which signals its ``mxu.lw``. The first ``mxu.mma`` comes after the A loads, so after the bias."""
+    with ``skip``, the first M tile's bias (``rows0`` rows) and (``"static"``) the first ``npre``
+    weight tiles of its first N tile, one nest that signals the first ``mxu.lw`` once all are in
+    (the next ones wait for nothing). The first ``mxu.mma`` comes after the A loads, so after the bias."""
     R, C = cfg.rows, cfg.cols
     tl = kc.tiling
     if kc.out_int8:
         e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT, len=C,
                rstride=_ACC_BYTES * C)
     if skip == "static":
-        e.emit("dma.ld", spm[kc.spm_w], dram[kc.w_addr], rows=R, len=C, rstride=C, signal="mxu")
+        e.emit("loop", L2, npre, s0=R, s1=R * C)
+        e.emit("dma.ld", spm[kc.spm_w], dram[kc.w_addr], rows=R, len=C, rstride=C, rep=L2, sync="once",
+               signal="mxu")
     if skip is not None and kc.bias_addr is not None:
         e.emit("dma.ld", acc[kc.acc_base], dram[kc.bias_addr], rows=rows0, len=C, rstride=0)
 
@@ -342,7 +349,7 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     for kt, kti in enumerate(kc.ktiles):
         wrow = spm[kc.spm_w + kt * R + GK.WSLOT]
         load_a = first and g["load_a"]
-        if first and load_w and not (kt == 0 and skip == "static"):
+        if first and load_w and not (skip == "static" and kt < g["npre"]):
             e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
                    wait="mxu", signal="mxu")
         if load_a:
@@ -358,7 +365,8 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
                        rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
                        **_mods((), sig, True, rep))
         wtok = ["load"] if load_w else []          # a resident weight tile: no load to wait for, no slot to free
-        e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wtok, wtok))
+        later = first and skip == "static" and 0 < kt < g["npre"]   # prefetched with tile 0: its lw waited
+        e.emit("mxu.lw", wrow, k=kti.klen, **_mods([] if later else wtok, wtok))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
             ([g["free_p"]] if kt == 0 and not g["bias"] else [])
         sig = [g["ep"]] if kt == KT - 1 else []
@@ -454,7 +462,8 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict 
             sync(where == "prologue")
         before = (lambda: sync(True)) if where == "body" else None
         if isinstance(kc, KernelCode):
-            emit_kernel(e, kc, cfg, tokens, before, overlap=i > 0 and where != "prologue")
+            last = kernels[i - 1].tiling.M - (kernels[i - 1].tiling.MT - 1) * kernels[i - 1].tiling.Mt if i else 0
+            emit_kernel(e, kc, cfg, tokens, before, overlap=last if where != "prologue" else 0)
         else:
             emit_ew(e, kc, cfg, tokens, before)
     tokens.release(e)
