@@ -24,7 +24,7 @@ loads retire in order). A kernel needs its seed tokens at its start and leaves a
 (``Tokens``): the next kernel takes over what the previous one left (its first waits take those
 tokens: its buffers are its own), and empty instructions make up the difference (seeds: signals;
 drains: waits), so kernels compose without a fence. Before a kernel waits for its inputs it loads
-its constants (``_prefetch``: the scale rows, the first M tile's first weight tile and bias, which
+its constants (``_prefetch``: the scale rows, the first M tile's bias and first weight tiles, which
 the body then skips) while the previous kernel computes; the program orders a kernel after the
 stores it reads with ``fence store`` (``emit_program``, placed by ``compiler.lower.pipeline``).
 Inner loops use repeat registers: the
