@@ -198,10 +198,10 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     if kc.dyn is not None:
         da, do = kc.dyn.a_step, kc.dyn.o_step
     looped = kc.dyn is not None or (len(full) >= 2 and da is not None and do is not None)
-    # the first M tile's first N tile finds its bias and first weight tile loaded (_prefetch). In a
+    # the first M tile's first N tile finds its bias and first weight tiles loaded (_prefetch). In a
     # loop over M tiles, the bias load repeats 0 times in the first trip, once after (an empty nest
-    # still takes its token); the weight tile is not prefetched there (an empty nest signals when
-    # it pops, ahead of the loads before it: its token could stand for theirs)
+    # still takes its token); weight tiles are not prefetched there (an empty nest signals when it
+    # pops, ahead of the loads before it: its token could stand for theirs)
     skip = None if start == "column" else "static" if w_once or not looped else \
         "dynamic" if start == "overlap" and kc.bias_addr is not None else None
     g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip)
@@ -300,8 +300,8 @@ def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
 
 def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray,
             load_w: bool = True, skip: str | None = None) -> None:
-    """``skip``: the first N tile's bias and first weight tile were prefetched for the kernel's first
-    M tile: ``"static"`` this is it, ``"dynamic"`` it is the first trip of the M-tile loop."""
+    """``skip``: the first N tile's bias (and first weight tiles) were prefetched for the kernel's first
+    M tile: ``"static"`` this is it, ``"dynamic"`` it is the first trip of the M-tile loop (bias only)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     NT, C = tl.NT, cfg.cols
@@ -462,8 +462,9 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict 
             sync(where == "prologue")
         before = (lambda: sync(True)) if where == "body" else None
         if isinstance(kc, KernelCode):
-            last = kernels[i - 1].tiling.M - (kernels[i - 1].tiling.MT - 1) * kernels[i - 1].tiling.Mt if i else 0
-            emit_kernel(e, kc, cfg, tokens, before, overlap=last if where != "prologue" else 0)
+            prev = kernels[i - 1].tiling if i else None       # the rows of its last tile
+            last = prev.M - (prev.MT - 1) * prev.Mt if prev is not None and where != "prologue" else 0
+            emit_kernel(e, kc, cfg, tokens, before, overlap=last)
         else:
             emit_ew(e, kc, cfg, tokens, before)
     tokens.release(e)
