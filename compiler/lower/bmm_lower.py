@@ -22,7 +22,7 @@ from isa.ints import cdiv
 from isa.regs import L0
 
 from compiler.lower.bmm import BmmKernel, from_base
-from compiler.lower.emit import KernelCode, emit_kernel
+from compiler.lower.emit import KernelCode, Tokens, emit_kernel
 from compiler.lower.planner import Buffer
 from compiler.lower.schedule import ChipCompileError, Schedule
 from compiler.lower.tiling import Group, choose, common_period, groups, k_tiles, pad_lanes
@@ -73,7 +73,10 @@ class BmmCode:
                 e.emit("dma.st", dram[rl.scratch + r0 * rl.cols], spm[self.stage], rows=rows, len=rl.cols,
                        rstride=rl.cols)
                 e.emit("fence", "store")
-            emit_kernel(e, kc, cfg)
+            tokens = Tokens()
+            emit_kernel(e, kc, cfg, tokens)
+            tokens.release(e)
+        e.emit("fence", "all")
 
 
 def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int) -> Relayout:
@@ -143,9 +146,10 @@ def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put
         tl_max = [max(tl_max[0], tl.nbuf * tl.KT * tl.Mt), max(tl_max[1], tl.NB * R), max(tl_max[2], 2 * tl.Mt),
                   max(tl_max[3], tl.acc_rows)]
     stage = min(STAGE_ROWS, max(len(code.slices[0][1].ktiles), 1) * R * cdiv(k.N, C))
-    spm_bufs = [Buffer(f"k{i}.A", tl_max[0], i, i), Buffer(f"k{i}.W", tl_max[1], i, i),
-                Buffer(f"k{i}.O", tl_max[2], i, i), Buffer(f"k{i}.stage", stage, i, i)]
-    acc_bufs = [Buffer(f"k{i}.acc", tl_max[3], i, i)]
+    steps = (2 * i, 2 * i + 1)                     # the code is fenced before and after (emit_program)
+    spm_bufs = [Buffer(f"k{i}.A", tl_max[0], *steps), Buffer(f"k{i}.W", tl_max[1], *steps),
+                Buffer(f"k{i}.O", tl_max[2], *steps), Buffer(f"k{i}.stage", stage, *steps)]
+    acc_bufs = [Buffer(f"k{i}.acc", tl_max[3], *steps)]
     return code, infos, spm_bufs, acc_bufs
 
 

@@ -20,8 +20,14 @@ store -> load       the M tile's last store: its A buffer may be refilled       
 ==================  ============================================================  =========
 
 Every wait is matched in order with one earlier signal of the same kind (units start in order;
-loads retire in order); a kernel starts with the seed tokens and ends with empty instructions
-that consume the seeds back, so kernels compose. Inner loops use repeat registers: the
+loads retire in order). A kernel needs its seed tokens at its start and leaves as many at its end
+(``Tokens``): the next kernel takes over what the previous one left (its first waits take those
+tokens: its buffers are its own), and empty instructions make up the difference (seeds: signals;
+drains: waits), so kernels compose without a fence. Before a kernel waits for its inputs it loads
+its constants (``_prefetch``: the scale rows, the first M tile's bias and first weight tiles, which
+the body then skips) while the previous kernel computes; the program orders a kernel after the
+stores it reads with ``fence store`` (``emit_program``, placed by ``compiler.lower.pipeline``).
+Inner loops use repeat registers: the
 weight tiles of an N tile are one ``dma.ld`` over a nest, row groups of a tile are one DMA
 over a nest; the middle N tiles run as a scalar loop over register-indexed addresses.
 
@@ -75,6 +81,8 @@ class KernelCode:
     #: symbolic batch (compiler.lower.dynamic.DynTile): the M-tile loop's trip count comes from a register
     dyn: object = None
     hi: int = 127             # the requantization clamp's maximum (a folded clip, e.g. ReLU6)
+    #: the first scale row past the two ACC regions (a column kernel of ``nmk`` has its own row)
+    scale_row: int = 0
 
 
 def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
@@ -83,17 +91,77 @@ def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
     return {"wait": list(wait), "signal": list(signal), "rep": rep, "sync": "once" if once and rep else None}
 
 
-def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg) -> None:
+#: a token counter: (producer unit, consumer unit)
+Pair = tuple[str, str]
+
+
+def _empty(e: ProgramBuilder, pair: Pair, n: int, give: bool) -> None:
+    """``n`` instructions that do nothing but signal (``give``: on the producer) or wait for
+    (on the consumer) one token of ``pair`` each."""
+    if n <= 0:
+        return
+    prod, cons = pair
+    unit, mods = (prod, {"signal": cons}) if give else (cons, {"wait": prod})
+    e.emit("loop", L2, n)
+    if unit == "load":
+        e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, **mods)
+    elif unit == "store":
+        e.emit("dma.st", dram[0], spm[0], rows=0, rep=L2, **mods)
+    elif unit == "mxu":
+        e.emit("mxu.lw", spm[0], k=0, rep=L2, **mods)
+    else:                                  # the requantizer's reset values: a kernel sets its own after
+        e.emit("vqcfg", rep=L2, **mods)
+
+
+class Tokens:
+    """The tokens the kernels emitted so far leave behind, per pair. A kernel states how many of
+    each pair it needs at its start (its seeds) and leaves at its end; ``take`` emits the
+    difference from what is held, so the previous kernel's last signals stand in for the next
+    kernel's seeds (its buffers are its own: any earlier token frees them). Pairs a kernel does
+    not use are held for a later one; ``release`` drains everything (a program's end)."""
+
+    def __init__(self):
+        self.held: dict[Pair, int] = {}
+
+    def take(self, e: ProgramBuilder, need: dict, fresh: bool = False) -> None:
+        """Hold exactly ``need`` of its pairs: drains first, then seeds; ``fresh``: drain them all
+        first, so the seeds come after every earlier use (the buffers are shared with the code before)."""
+        for pair in sorted(need):
+            have = self.held.get(pair, 0)
+            _empty(e, pair, have if fresh else have - need[pair], give=False)
+        for pair in sorted(need):
+            have = 0 if fresh else self.held.get(pair, 0)
+            _empty(e, pair, need[pair] - have, give=True)
+        self.held.update(need)
+
+    def leave(self, left: dict) -> None:
+        self.held.update(left)
+
+    def release(self, e: ProgramBuilder) -> None:
+        self.take(e, {pair: 0 for pair in self.held})
+
+
+def _requant(e: ProgramBuilder, shift: int, lo: int, hi: int = 127) -> None:
+    e.emit("vqcfg", shift=shift, zp=0, lo=lo, hi=hi, round="half_up")
+
+
+def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None,
+                overlap: int = 0) -> None:
     """The kernel in its tiling's loop order (``Tiling.order``, see ``compiler.lower.tiling``): ``mnk``
     runs M tiles outermost; ``nmk`` runs one column kernel per N tile (N outermost), each loading
     its weight tiles once for all M tiles, and, when every M tile has its own A buffer
-    (``nbuf >= MT``), the columns after the first reuse the A tiles the first one loaded."""
+    (``nbuf >= MT``), the columns after the first reuse the A tiles the first one loaded.
+    ``tokens``: what the code before left (``Tokens``); ``before()`` emits what must precede the
+    kernel's first read of its inputs (``emit_program``: a fence, a border fill); ``overlap``: the
+    rows of the previous kernel's last tile when this kernel's prologue may run under its epilogue
+    (then the prefetch is worth more weight tiles, and a bias load that costs per M tile), else 0."""
+    tokens = Tokens() if tokens is None else tokens
     tl = kc.tiling
     if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
         kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
         tl = kc.tiling
     if tl.order == "mnk":
-        return _emit_kernel(e, kc, cfg, False, False)
+        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "overlap" if overlap else "own", overlap)
     C, R = cfg.cols, cfg.rows
     eb = _SPM_BYTES if kc.out_int8 else _ACC_BYTES
     resident = tl.nbuf >= tl.MT
@@ -102,20 +170,25 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg) -> None:
         kn = replace(kc, name=f"{kc.name}.n{n}", tiling=col, w_addr=kc.w_addr + n * tl.KT * R * C,
                      bias_addr=None if kc.bias_addr is None else kc.bias_addr + _ACC_BYTES * C * n,
                      scale_addr=None if kc.scale_addr is None else kc.scale_addr + _ACC_BYTES * C * n,
-                     out_rows=np.asarray(kc.out_rows) + n * C * eb)
-        _emit_kernel(e, kn, cfg, True, resident and n > 0)
+                     out_rows=np.asarray(kc.out_rows) + n * C * eb, scale_row=n)
+        # a later column shares the kernel's buffers: fresh seeds after the previous column's uses
+        _emit_kernel(e, kn, cfg, True, resident and n > 0, tokens, before if n == 0 else None,
+                     "column" if n else "overlap" if overlap else "own", overlap)
 
 
-def _emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool) -> None:
+def _emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
+                 start: str, window: int = 0) -> None:
     """``w_once``: weight tiles are loaded in the first M tile only (one N tile, ``NB == KT``);
-    ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them)."""
+    ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them);
+    ``start``: ``"own"`` the kernel's buffers are its own, ``"overlap"`` and an earlier kernel may
+    still compute (``window``: rows of its last tile), ``"column"`` an earlier column of the kernel used them."""
     with e.scope(f"kernel {kc.name}", *_GK_REGS):
-        _kernel_body(e, kc, cfg, w_once, a_skip)
+        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start, window)
 
 
-def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool) -> None:
+def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
+                 start: str, window: int) -> None:
     tl = kc.tiling
-    C = cfg.cols
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
     bias = kc.bias_addr is not None
     # who frees an ACC region, and who waits for it
@@ -127,31 +200,44 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     gate = tl.MT > 1 and not (not kc.out_int8 and bias)
     assert gate or tl.nbuf >= 2 or tl.MT == 1, "a single A buffer needs the gate"
     assert not w_once or (tl.NT == 1 and tl.NB == tl.KT), "resident weights: one N tile, no slot ring"
+    tiles = tl.m_tiles()
+    full = [t for t in tiles if t[1] == Mt]
+    da, do = _translation(kc.a_rows, Mt, len(full)), _translation(kc.out_rows, Mt, len(full))
+    if kc.dyn is not None:
+        da, do = kc.dyn.a_step, kc.dyn.o_step
+    looped = kc.dyn is not None or (len(full) >= 2 and da is not None and do is not None)
+    # the first M tile's first N tile finds its bias and first weight tiles loaded (_prefetch). In a
+    # loop over M tiles, the bias load repeats 0 times in the first trip, once after (an empty nest
+    # still takes its token); weight tiles are not prefetched there (an empty nest signals when it
+    # pops, ahead of the loads before it: its token could stand for theirs)
+    skip = None if start == "column" else "static" if w_once or not looped else \
+        "dynamic" if start == "overlap" and kc.bias_addr is not None else None
     g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
     for r in (GK.WSLOT, GK.ACC, GK.OBUF, GK.AOFF, GK.OOFF, GK.ABUF):
         e.emit("seti", r, 0)
-    # seeds
-    e.emit("loop", L2, tl.NB)
-    e.emit("mxu.lw", spm[kc.spm_w], k=0, rep=L2, signal="load")
-    e.emit("loop", L2, 2)
+    # prefetched weight tiles of the first N tile: as many as the previous kernel's epilogue covers
+    # (its last tile's rows pass the VPU and the store unit), at least the first
+    g["npre"] = npre = max(1, min(KT, window // cfg.rows)) if skip == "static" else 0
+    _prefetch(e, kc, cfg, Mt if looped else tiles[0][1], skip, npre)
+    # tokens: weight slots, ACC regions, int8 staging buffers, A buffers
+    seeds = {("mxu", "load"): tl.NB, (free_p, free_c): 2}
     if kc.out_int8:
-        e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=kc.hi, round="half_up", rep=L2, signal=free_c)
-        e.emit("dma.st", dram[0], spm[0], rows=0, rep=L2, signal="vpu")
-        e.emit("dma.ld", acc[kc.acc_base + 2 * Mt], dram[kc.scale_addr], rows=NT, len=C, rstride=_ACC_BYTES * C)
-    else:
-        e.emit("dma.st", dram[0], acc[0], rows=0, rep=L2, signal=free_c)
-    if gate:                                   # one token per free A buffer
-        e.emit("loop", L2, tl.nbuf)
-        e.emit("dma.st", dram[0], spm[0], rows=0, rep=L2, signal="load")
-    tiles = tl.m_tiles()
-    full = [t for t in tiles if t[1] == Mt]
-    da, do = _translation(kc.a_rows, Mt, len(full)), _translation(kc.out_rows, Mt, len(full))
-    if kc.dyn is not None:
-        da, do = kc.dyn.a_step, kc.dyn.o_step
-    if kc.dyn is not None or (len(full) >= 2 and da is not None and do is not None):
+        seeds[("store", "vpu")] = 2
+    if gate:
+        seeds[("store", "load")] = tl.nbuf
+    need = dict(seeds)
+    if skip == "static":                       # the prefetched loads wait for no token
+        need[("mxu", "load")] -= npre
+        need[(free_p, free_c)] -= bias
+    tokens.take(e, need, fresh=start == "column")
+    if kc.out_int8:
+        _requant(e, kc.shift, kc.lo, kc.hi)
+    if before is not None:
+        before()
+    if looped:
         # identical full M tiles, DMA addresses shifted: one body in a scalar loop
         e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop"
                   + (f" over r{kc.dyn.reg} batch elements" if kc.dyn is not None else ""))
@@ -166,11 +252,11 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
             elif tl.nbuf > 2:                  # every M tile has its own A buffer
                 e.emit("addi", GK.ABUF, GK.ABUF, KT * Mt)
         if w_once:                             # M tile 0 loads the weight tiles, the loop reuses them
-            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True)
+            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True, skip=skip)
             step()
             e.emit("seti", GK.MT, 1)
         top = e.place(e.fresh_label("mtile"))
-        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once)
+        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once, skip=None if w_once else skip)
         step()
         if kc.dyn is not None:             # trip count ceil(n / per_tile), n written by the host
             e.emit("addi", GK.MT, GK.MT, kc.dyn.per_tile)
@@ -187,21 +273,27 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     for (m0, mrows, buf) in rest:
         e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
         e.emit("seti", GK.ABUF, buf * KT * Mt)
-        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0)
-    # drains: take the seed tokens back so the next kernel starts from zero counters
-    e.emit("loop", L2, tl.NB)
-    e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, wait="mxu")
-    e.emit("loop", L2, 2)
-    if free_c == "load":
-        e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, wait=free_p)
-    else:
-        e.emit("mxu.lw", spm[kc.spm_w], k=0, rep=L2, wait=free_p)
+        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0,
+                skip=skip if m0 == 0 else None)
+    tokens.leave(seeds)                        # the last uses' signals: the next kernel's seeds
+
+
+def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, rows0: int, skip: str | None, npre: int) -> None:
+    """Constants into the kernel's own buffers, waiting for nothing: the per-channel scale rows and,
+    with ``skip``, the first M tile's bias (``rows0`` rows) and (``"static"``) the first ``npre``
+    weight tiles of its first N tile, one nest that signals the first ``mxu.lw`` once all are in
+    (the next ones wait for nothing). The first ``mxu.mma`` comes after the A loads, so after the bias."""
+    R, C = cfg.rows, cfg.cols
+    tl = kc.tiling
     if kc.out_int8:
-        e.emit("vqcfg", rep=L2, wait="store")
-    if gate:
-        e.emit("loop", L2, tl.nbuf)
-        e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, wait="store")
-    e.emit("fence", "all")
+        e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT, len=C,
+               rstride=_ACC_BYTES * C)
+    if skip == "static":
+        e.emit("loop", L2, npre, s0=R, s1=R * C)
+        e.emit("dma.ld", spm[kc.spm_w], dram[kc.w_addr], rows=R, len=C, rstride=C, rep=L2, sync="once",
+               signal="mxu")
+    if skip is not None and kc.bias_addr is not None:
+        e.emit("dma.ld", acc[kc.acc_base], dram[kc.bias_addr], rows=rows0, len=C, rstride=0)
 
 
 def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
@@ -215,7 +307,9 @@ def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
 
 
 def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray,
-            load_w: bool = True) -> None:
+            load_w: bool = True, skip: str | None = None) -> None:
+    """``skip``: the first N tile's bias (and first weight tiles) were prefetched for the kernel's first
+    M tile: ``"static"`` this is it, ``"dynamic"`` it is the first trip of the M-tile loop (bias only)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     NT, C = tl.NT, cfg.cols
@@ -224,10 +318,13 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
     for r in (GK.WCOL, GK.BIAS, GK.SCALE):
         e.emit("seti", r, 0)
     e.emit("add", GK.OCOL, GK.OOFF, Reg(0))
+    if skip == "dynamic" and kc.bias_addr is not None:     # l0 trips: 0 in the first M tile, 1 after
+        e.emit("slt", GK.TMP, Reg(0), GK.MT)
+        e.emit("loop", L0, GK.TMP)
     a_groups, o_groups = groups(a_rows), groups(out_rows)
     last_nc = tl.N - (NT - 1) * C
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
-            ncols=last_nc if NT == 1 else C, load_w=load_w)
+            ncols=last_nc if NT == 1 else C, load_w=load_w, skip=skip)
     if NT > 2:
         e.emit("seti", GK.NT, 1)
         top = e.place(e.fresh_label("ntile"))
@@ -240,7 +337,7 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
 
 
 def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
-            first: bool, last: bool, ncols: int, load_w: bool = True) -> None:
+            first: bool, last: bool, ncols: int, load_w: bool = True, skip: str | None = None) -> None:
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
@@ -248,9 +345,10 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     acc_t = acc[kc.acc_base + GK.ACC]          # the N tile's ACC region
     # with no weight or A load in this N tile, the first mma waits for the bias load itself
     bias_tok = g["bias"] and first and not load_w and not g["load_a"]
-    if g["bias"]:
+    pre = L0 if skip == "dynamic" else None    # the prefetched bias: repeated 0 or 1 times
+    if g["bias"] and skip != "static":
         e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
-               wait=g["free_p"], signal="mxu" if bias_tok else None)
+               wait=g["free_p"], signal="mxu" if bias_tok else None, rep=pre)
     if not first:
         e.emit("loop", L0, KT, s0=R, s1=R * C)
         e.emit("dma.ld", spm[kc.spm_w + GK.WSLOT], dram[kc.w_addr + GK.WCOL], rows=R, len=C, rstride=C,
@@ -259,7 +357,7 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     for kt, kti in enumerate(kc.ktiles):
         wrow = spm[kc.spm_w + kt * R + GK.WSLOT]
         load_a = first and g["load_a"]
-        if first and load_w:
+        if first and load_w and not (skip == "static" and kt < g["npre"]):
             e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
                    wait="mxu", signal="mxu")
         if load_a:
@@ -275,7 +373,8 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
                        rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
                        **_mods((), sig, True, rep))
         wtok = ["load"] if load_w else []          # a resident weight tile: no load to wait for, no slot to free
-        e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wtok, wtok))
+        later = first and skip == "static" and 0 < kt < g["npre"]   # prefetched with tile 0: its lw waited
+        e.emit("mxu.lw", wrow, k=kti.klen, **_mods([] if later else wtok, wtok))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
             ([g["free_p"]] if kt == 0 and not g["bias"] else [])
         sig = [g["ep"]] if kt == KT - 1 else []
@@ -284,7 +383,7 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
-        e.emit("vreq", spm[kc.spm_o + GK.OBUF], acc_t, acc[kc.acc_base + 2 * Mt + GK.SCALE], n=mrows,
+        e.emit("vreq", spm[kc.spm_o + GK.OBUF], acc_t, acc[kc.acc_base + 2 * Mt + kc.scale_row + GK.SCALE], n=mrows,
                **_mods(["mxu", "store"], ["store", g["free_c"]]))
         _stores(e, o_groups, spm, kc.spm_o, GK.OBUF, ncols, _SPM_BYTES, ["vpu"], ["vpu"] + gate_sig)
     else:
@@ -329,7 +428,8 @@ def emit_zero_fill(e: ProgramBuilder, zero_row: int, border: tuple, zrows: int) 
 
     ``border`` is ``({length: addresses of one slice}, slices, slice stride)``; the slices are
     the outer level of a repeat nest. Runs on the store unit ahead of the kernel that writes the
-    tensor's interior (disjoint bytes); the next kernel starts after ``fence all``."""
+    tensor's interior (disjoint bytes); the kernels that read the tensor wait for every store
+    before them (``emit_program``)."""
     chunks, outer, ostride = border
     e.comment("zero the border of a padded output")
     for n, addrs in sorted(chunks.items()):
@@ -343,20 +443,49 @@ def emit_zero_fill(e: ProgramBuilder, zero_row: int, border: tuple, zrows: int) 
                        rep=(L0, len(levels)) if levels else None)
 
 
-def emit_program(kernels: list, cfg, prefixes: dict | None = None) -> ProgramBuilder:
+def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict | None = None) -> ProgramBuilder:
     """The compiled model's program: ``len()`` counts its instructions, ``build()`` gives the Program,
-    ``text()`` its listing."""
+    ``text()`` its listing.
+
+    No fence between kernels: kernel ``i`` waits for the stores before it (``fence store``: every
+    instruction before has been issued, so the store unit holds them all) where ``fences[i]`` says:
+    ``"body"`` after loading its constants, before it reads its inputs (it reads a tensor an earlier
+    kernel stores, see ``compiler.lower.pipeline``); ``"prologue"`` before anything (its buffers
+    may share rows with the previous kernel's); absent: not at all. Without ``fences``, every kernel
+    after the first waits at its prologue. A kernel's zero-border fill (``prefixes[i]``) runs right
+    after its fence, else first. The program drains every token and ends with ``fence all``
+    (control flow inlines it without its ``halt``)."""
     e = ProgramBuilder(cfg)
     e.comment(f"tetrachip compiled model: {len(kernels)} kernel(s) for config {cfg.name}")
+    tokens = Tokens()
     for i, kc in enumerate(kernels):
-        for zero_row, chunks in (prefixes or {}).get(i, []):
-            emit_zero_fill(e, zero_row, chunks, ZERO_FILL_ROWS)
+        where = fences.get(i) if fences is not None else ("prologue" if i else None)
+
+        def sync(fence: bool, i=i) -> None:
+            if fence:
+                e.emit("fence", "store")
+            for zero_row, chunks in (prefixes or {}).get(i, []):
+                emit_zero_fill(e, zero_row, chunks, ZERO_FILL_ROWS)
+        if where != "body":
+            sync(where == "prologue")
+        before = (lambda: sync(True)) if where == "body" else None
         if isinstance(kc, KernelCode):
-            emit_kernel(e, kc, cfg)
+            prev = kernels[i - 1] if i else None             # the rows of its last tile
+            last = 0
+            if isinstance(prev, KernelCode) and where != "prologue":
+                last = prev.tiling.M - (prev.tiling.MT - 1) * prev.tiling.Mt
+            emit_kernel(e, kc, cfg, tokens, before, overlap=last)
         elif isinstance(kc, EwCode):
-            emit_ew(e, kc, cfg)
-        else:                   # a kernel that emits itself (compiler.lower.norms.NormCode, bmm_lower.BmmCode)
+            emit_ew(e, kc, cfg, tokens, before)
+        else:           # a kernel that emits itself (compiler.lower.norms.NormCode, bmm_lower.BmmCode ...):
+            tokens.release(e)                          # it starts and ends drained and fenced
+            e.emit("fence", "all")
+            if before is not None:
+                before()
             kc.emit(e)
+            tokens = Tokens()
+    tokens.release(e)
+    e.emit("fence", "all")
     e.emit("halt")
     return e
 
@@ -392,18 +521,21 @@ class EwCode:
 EW_MAX_INPUTS = 12
 
 
-def emit_ew(e: ProgramBuilder, kc: EwCode, cfg) -> None:
+def emit_ew(e: ProgramBuilder, kc: EwCode, cfg, tokens: Tokens | None = None, before=None) -> None:
     """Single-buffered: loads -> vmul/vadd chain -> vreq -> stores, ordered by tokens
-    (load->vpu data, vpu->load buffers free, vpu->store staged, store->vpu staging free)."""
+    (load->vpu data, vpu->load buffers free, vpu->store staged, store->vpu staging free).
+    ``tokens``, ``before``: as for ``emit_kernel``."""
     k = len(kc.in_rows)
+    tokens = Tokens() if tokens is None else tokens
     r_mt, r_tmp, r_out, r_in = Elementwise.MT, Elementwise.TMP, Elementwise.OUT, Elementwise.inputs(k)
     with e.scope(f"kernel {kc.name}", r_mt, r_tmp, r_out, *r_in):
-        _ew_body(e, kc, r_mt, r_tmp, r_out, r_in)
-    if kc.rest is not None:
-        emit_ew(e, kc.rest, cfg)
+        _ew_body(e, kc, r_mt, r_tmp, r_out, r_in, tokens, before)
+    if kc.rest is not None:                   # the remainder rows (compiler.lower.pipeline._lower_ew)
+        emit_ew(e, kc.rest, cfg, tokens)
 
 
-def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r_in: list[Reg]) -> None:
+def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r_in: list[Reg], tokens: Tokens,
+             before) -> None:
     tl, k = kc.tiling, len(kc.in_rows)
     Mt = tl.Mt
     what = f"lookup table ({kc.lut_rows} SPM rows)" if kc.lut_addr is not None else f"{kc.op} of {k} tensors"
@@ -411,8 +543,13 @@ def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r
               f"{tl.MT} tile(s) of {Mt} rows{', relu' if kc.lo == 0 else ''}")
     for r in [r_out] + r_in:
         e.emit("seti", r, 0)
-    e.emit("vqcfg", shift=kc.shift, zp=0, lo=kc.lo, hi=kc.hi, round="half_up", signal="load")
-    e.emit("dma.st", dram[0], spm[0], rows=0, signal="vpu")
+    seeds = {("vpu", "load"): 1, ("store", "vpu"): 1}          # the input buffers, the staging buffer
+    if kc.lut_addr is not None and not kc.lut_loaded:
+        seeds[("load", "vpu")] = 0                             # the table's load -> vlutld below
+    tokens.take(e, seeds)
+    _requant(e, kc.shift, kc.lo, kc.hi)
+    if before is not None:
+        before()
     if kc.lut_addr is not None and not kc.lut_loaded:      # the table: the first load -> vpu token
         tab = kc.spm_base + (k + 1) * Mt
         C = e.config.cols
@@ -443,9 +580,7 @@ def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r
     for m0, mrows in rest:
         _ew_tile(e, kc, mrows, [rows[m0:m0 + mrows] for rows in kc.in_rows], kc.out_rows[m0:m0 + mrows],
                  r_in, r_out)
-    e.emit("dma.ld", spm[0], dram[0], rows=0, wait="vpu")
-    e.emit("vqcfg", wait="store")
-    e.emit("fence", "all")
+    tokens.leave(seeds)
 
 
 def _ew_tile(e: ProgramBuilder, kc: EwCode, mrows: int, in_rows: list, out_rows: np.ndarray, r_in: list[Reg],

@@ -182,7 +182,9 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         cpos[0] += len(b) + pad
         return addr
 
-    # SPM/ACC buffers live for one code (a kernel, or one column block of a grouped kernel), named by it
+    # SPM/ACC buffers belong to one code (a kernel, one column block of a grouped kernel, or a kernel that
+    # emits itself), named by its index j, over steps: 2j, its prologue (its constants into its weight slots
+    # and ACC, while earlier codes may run), 2j + 1 its body; their ends come from the fences (_plan_onchip)
     codes, infos, spm_bufs, acc_bufs, first_code = [], [], [], [], []
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, BmmKernel):
@@ -204,8 +206,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
             j = len(codes)
             first_code.append(j)
-            spm_bufs.append(Buffer(f"k{j}.A", n_spm, j, j))
-            acc_bufs.append(Buffer(f"k{j}.acc", n_acc, j, j))
+            spm_bufs.append(Buffer(f"k{j}.A", n_spm, 2 * j, 2 * j + 1))      # fenced before and after
+            acc_bufs.append(Buffer(f"k{j}.acc", n_acc, 2 * j, 2 * j + 1))
             codes.append(nc)
             M, N, kind = (nc.rows, qk.d, "norm") if isinstance(k, NormKernel) \
                 else (qk.B * qk.H * qk.L, qk.dh, "attention")
@@ -224,35 +226,41 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                                            f"elementwise kernel {k.name}")
                 ec.tiling = replace(ec.tiling, spm_rows=ec.tiling.spm_rows + ec.lut_rows)   # the table's rows
                 info.tiling = ec.tiling
-            spm_bufs.append(Buffer(f"k{j}.A", max(p.tiling.spm_rows for p in ec.parts()), j, j))
-            acc_bufs.append(Buffer(f"k{j}.acc", max(p.tiling.acc_rows for p in ec.parts()), j, j))
+            spm_bufs.append(Buffer(f"k{j}.A", max(p.tiling.spm_rows for p in ec.parts()), 2 * j + 1, 2 * j + 1))
+            acc_bufs.append(Buffer(f"k{j}.acc", max(p.tiling.acc_rows for p in ec.parts()), 2 * j + 1, 2 * j + 1))
             codes.append(ec)
             infos.append(info)
             continue
         first_code.append(len(codes))
         for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, blocks):
             j, tl = len(codes), kc.tiling
-            spm_bufs += [Buffer(f"k{j}.A", tl.nbuf * tl.KT * tl.Mt, j, j), Buffer(f"k{j}.W", tl.NB * R, j, j)]
+            spm_bufs += [Buffer(f"k{j}.A", tl.nbuf * tl.KT * tl.Mt, 2 * j + 1, 2 * j + 1),
+                         Buffer(f"k{j}.W", tl.NB * R, 2 * j, 2 * j)]
             if kc.out_int8:
-                spm_bufs.append(Buffer(f"k{j}.O", 2 * tl.Mt, j, j))
-            acc_bufs.append(Buffer(f"k{j}.acc", tl.acc_rows, j, j))     # two regions, then the scale rows
+                spm_bufs.append(Buffer(f"k{j}.O", 2 * tl.Mt, 2 * j + 1, 2 * j + 1))
+            acc_bufs.append(Buffer(f"k{j}.acc", tl.acc_rows, 2 * j, 2 * j))     # two regions, then the scale rows
             codes.append(kc)
             infos.append(info)
     if cpos[0] > cfg.dram_bytes:
         raise ChipCompileError(f"the model needs {cpos[0]} bytes of DRAM (tensors {dplan.footprint}, constants "
                                f"{cpos[0] - const_base}); config {cfg.name!r} has {cfg.dram_bytes}")
+    nc = len(codes)
+    last_code = [(first_code[i + 1] if i + 1 < nk else nc) - 1 for i in range(nk)]
     borders = {j: [] for j in first_code}                  # by the producer's first code
+    after = [-1] * nc             # per code: the last code that must be done before it writes DRAM
     for ti, t in enumerate(s.tensors):
         if t.kind == "kernel" and t.padded:
-            if _reused(bufs[ti], bufs, dplan.offsets):     # else the zeroed arena already holds zeros
-                borders[first_code[t.producer]].append(_border_chunks(t, tensor_addr[ti], C))
-    if any(borders.values()):
-        spm_bufs.append(Buffer("zero", ZERO_ROWS, 0, len(codes)))  # never written: reads as zeros
-    splan = plan(spm_bufs, memory="spm")
-    aplan = plan(acc_bufs, memory="acc")
-    if splan.footprint > cfg.spm_rows or aplan.footprint > cfg.acc_rows:
-        raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
-                               f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
+            reader = _reused(bufs[ti], bufs, dplan.offsets)
+            if reader >= 0:                            # else the zeroed arena already holds zeros
+                j = first_code[t.producer]
+                borders[j].append(_border_chunks(t, tensor_addr[ti], C))
+                after[j] = max(after[j], last_code[min(reader, nk - 1)])
+    for i, k in enumerate(s.kernels):     # ... and before it reads its inputs
+        need = [last_code[s.tensors[t].producer] for t in kernel_inputs(k) if s.tensors[t].kind == "kernel"]
+        for j in range(first_code[i], last_code[i] + 1):
+            after[j] = max([after[j]] + need)
+    zeros = [Buffer("zero", ZERO_ROWS, 0, 2 * nc)] if any(borders.values()) else []   # never written: reads as zeros
+    fences, splan, aplan = _plan_onchip(cfg, spm_bufs + zeros, acc_bufs, after)
     for i, kc in enumerate(codes):
         if hasattr(kc, "place"):                 # compiler.lower.bmm_lower: several GEMMs share the kernel's buffers
             kc.place(splan.offsets, aplan.offsets, i)
@@ -270,7 +278,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         kc.acc_base = aplan.offsets[f"k{i}.acc"]
     zero = splan.offsets.get("zero")
     prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
-    built = emit_program(codes, cfg, prefixes)
+    built = emit_program(codes, cfg, prefixes, fences)
     if len(built) > cfg.imem_words and blocks and len(codes) > nk:
         try:
             return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False)
@@ -377,10 +385,48 @@ def column_blocks(wmask: np.ndarray | None, K: int, N: int, cols: int) -> list[t
 ZERO_ROWS = 64
 
 
-def _reused(b: Buffer, bufs: list, offsets: dict) -> bool:
-    """Does a buffer that dies before ``b`` starts share some of ``b``'s bytes?"""
+def _reused(b: Buffer, bufs: list, offsets: dict) -> int:
+    """The last step that uses a buffer dying before ``b`` starts and sharing some of ``b``'s bytes; -1 if none."""
     lo, hi = offsets[b.name], offsets[b.name] + b.size
-    return any(o.end < b.start and offsets[o.name] < hi and lo < offsets[o.name] + o.size for o in bufs)
+    return max((o.end for o in bufs if o.end < b.start and offsets[o.name] < hi and lo < offsets[o.name] + o.size),
+               default=-1)
+
+
+def _plan_onchip(cfg: ChipConfig, spm_bufs: list, acc_bufs: list, after: list[int]):
+    """Fences (``emit_program``) and the SPM and ACC plans of the most overlapping kernel order that fits.
+
+    ``after[i]``: the last kernel whose stores kernel ``i`` must wait for. A ``fence store`` before
+    kernel ``m``'s body waits for every kernel before ``m``, and a kernel's prologue (step ``2m``:
+    constants into its weight slots and ACC) runs while the kernels since the last fence compute,
+    so a kernel's SPM/ACC buffers stay reserved up to the next fence (through the fenced kernel's
+    prologue; its body, step ``2m + 1``, may reuse them). First, a kernel fences only when it reads
+    (or, by a border fill, overwrites) what a kernel after the last fence stored: independent
+    kernels overlap. If that does not fit, every kernel fences before its body; while that does not
+    fit, the kernel at the fullest step waits for the previous one before its prologue instead."""
+    nk = len(after)
+    fences, done = {}, 0                       # every kernel before ``done`` has stored everything
+    for i in range(nk):
+        if after[i] >= done:
+            fences[i], done = "body", i
+    tries = [fences, {i: "body" for i in range(1, nk)}]
+    while tries:
+        fences = tries.pop(0)
+        life = [next((2 * m - (fences[m] == "prologue") for m in range(j + 1, nk) if m in fences), 2 * nk - 1)
+                for j in range(nk)]
+        sb = [b if b.name == "zero" else replace(b, end=life[b.start // 2]) for b in spm_bufs]
+        ab = [replace(b, end=life[b.start // 2]) for b in acc_bufs]
+        splan, aplan = plan(sb, memory="spm"), plan(ab, memory="acc")
+        if splan.footprint <= cfg.spm_rows and aplan.footprint <= cfg.acc_rows:
+            return fences, splan, aplan
+        todo = [k for k in range(1, nk) if fences.get(k) != "prologue"]
+        if not tries and todo:
+
+            def full(k, sb=sb, ab=ab):
+                return max(sum(b.size for b in bs if b.start <= t <= b.end) / cap
+                           for t in (2 * k, 2 * k + 1) for bs, cap in ((sb, cfg.spm_rows), (ab, cfg.acc_rows)))
+            tries.append({**fences, max(todo, key=full): "prologue"})
+    raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
+                           f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
 
 
 def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
