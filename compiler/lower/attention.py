@@ -172,6 +172,33 @@ class _Shape:
     ep: im.ExpParams
 
 
+def fused_unfit(cfg: ChipConfig, spm_free: int, comp, qs: tuple, ks: tuple, vs: tuple) -> str | None:
+    """Why the fused attention cannot take an attention composite with q, k, v of shapes ``qs, ks, vs`` on
+    ``cfg`` (None: it can): the limits of ``lower_attention``, the SPM (of ``spm_free`` rows) and ACC rows
+    by a dry run.
+    ``schedule.lift`` composes the attention of batched matmuls and a softmax otherwise."""
+    *lead, L, dh = qs
+    if comp.mask:
+        return f"a {comp.mask!r} mask"
+    if not (dh == vs[-1] == cfg.rows == cfg.cols):
+        return f"head size {dh} (values {vs[-1]}) is not the array ({cfg.rows}x{cfg.cols})"
+    if ks[-2] != L:
+        return f"{L} queries and {ks[-2]} keys"
+    H = lead[-1] if lead else 1
+    qa = QAttn(im.ExpParams(-16, 1), 1, H, L, dh, comp.causal, cfg.cols)
+    zero = np.zeros((1, H), np.int64)
+    code = AttnCode("fit", qa, cfg, dict.fromkeys(("q", "k", "v", "out"), zero), dict.fromkeys(("q", "k", "v", "out"),
+                    dh), 0, 0 if comp.causal else None, 0, 0)
+    em = _AttnEmitter(code, ProgramBuilder(cfg), acc_limit=1 << 40)
+    try:
+        em.batch(0)
+    except (OperandError, ChipCompileError) as e:
+        return f"does not fit SPM/ACC ({e})"
+    if em.spm.top > spm_free or em.acc_top > cfg.acc_rows:
+        return f"needs {em.spm.top} SPM rows and {em.acc_top} ACC rows"
+    return None
+
+
 def _rows_of(s: Schedule, t: int, idx: np.ndarray, what: str) -> tuple[np.ndarray, int]:
     """Row-0 byte offsets ``(B, H)`` and the row stride of a ``(B, H, L, dh)`` view whose rows are
     contiguous at one stride (ChipCompileError otherwise)."""
@@ -222,4 +249,4 @@ def lower_attention(cfg: ChipConfig, s: Schedule, k: AttnKernel, qa: QAttn, tens
     return code, n_spm, n_acc
 
 
-__all__ = ["QAttn", "quantize_attention", "attention_int", "AttnCode", "lower_attention"]
+__all__ = ["QAttn", "quantize_attention", "attention_int", "AttnCode", "lower_attention", "fused_unfit"]

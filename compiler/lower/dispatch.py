@@ -15,6 +15,7 @@ Errors (``ChipCompileError``) name the op or the dimension and arrive before any
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -28,8 +29,9 @@ from compiler.ir.graph import CONTROL, toposort
 from compiler.lower import control_lower, transformer
 from compiler.lower import dynamic as dyn
 from compiler.lower import search as srch
+from compiler.lower.attention import fused_unfit
 from compiler.lower.compiled import Compiled
-from compiler.lower.pipeline import lower_schedule
+from compiler.lower.pipeline import ZERO_ROWS, lower_schedule
 from compiler.lower.quantize import quantize
 from compiler.lower.schedule import ChipCompileError, lift
 from compiler.lower.trace import trace
@@ -93,7 +95,7 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
             hit.timings = {"cached": time.perf_counter() - t0}
             hit.compile_s = hit.timings["total"] = time.perf_counter() - t0
             return hit
-    sched = lift(graph)
+    sched = lift(graph, attention_fits=functools.partial(fused_unfit, cfg, cfg.spm_rows - ZERO_ROWS))
     times["lift"] = time.perf_counter() - t0
     q = quantize(sched, calib, per_channel)
     times["quantize"] = time.perf_counter() - t0
