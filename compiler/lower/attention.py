@@ -29,7 +29,7 @@ from isa.regs import DYN_REG, L1, NQ_REG
 from isa.regs import TransformerBlock as TB
 
 from compiler.lower import intmath as im
-from compiler.lower.schedule import AttnKernel, ChipCompileError, Schedule, gather_base
+from compiler.lower.schedule import AttnKernel, ChipCompileError, Schedule, gather_base, rows_at_one_stride
 from compiler.lower.transformer_emit import _Alloc, _Emitter, lane_rows, query_index_rows
 
 
@@ -203,12 +203,10 @@ def _rows_of(s: Schedule, t: int, idx: np.ndarray, what: str) -> tuple[np.ndarra
     """Row-0 byte offsets ``(B, H)`` and the row stride of a ``(B, H, L, dh)`` view whose rows are
     contiguous at one stride (ChipCompileError otherwise)."""
     off = s.tensors[t].phys_offsets(idx)
-    first = off[..., 0]
-    rs = int(first[0, 0, 1] - first[0, 0, 0]) if off.shape[2] > 1 else off.shape[3]
-    L = off.shape[2]
-    if np.any(np.diff(off, axis=-1) != 1) or np.any(first != first[..., :1] + rs * np.arange(L)):
+    rs = rows_at_one_stride(off)
+    if rs is None:
         raise ChipCompileError(f"{what}: rows must be contiguous features at one stride in DRAM")
-    return first[..., 0].astype(np.int64), rs
+    return off[..., 0, 0].astype(np.int64), rs
 
 
 def lower_attention(cfg: ChipConfig, s: Schedule, k: AttnKernel, qa: QAttn, tensor_addr: dict, put,

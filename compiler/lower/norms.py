@@ -317,18 +317,18 @@ def _const_rows(qn: QNorm, C: int) -> dict:
             v[:qn.d] = getattr(qn.params, key)
             out[key] = v.reshape(nb, C)
     if qn.add is not None:
-        return {"add": _mask_tiles(qn.add, C)[0]}
+        return {"add": _mask_tiles(qn.add, C)}
     if qn.d % C:
         lanes = np.arange(C) < qn.d % C
         out["mask"] = (lanes.astype(np.int64) if qn.kind != "softmax" else np.where(lanes, 0, im.NEG))[None, :]
     return {k: v.astype(np.int32) for k, v in out.items()}
 
 
-def _mask_tiles(add: np.ndarray, C: int) -> tuple[np.ndarray, int]:
+def _mask_tiles(add: np.ndarray, C: int) -> np.ndarray:
     """A masked softmax's int32 rows ``(rows, d)`` as ``(tiles * nb * C, C)`` int32 in the tile-major layout
     (row ``(t * nb + c) * C + i`` holds lanes ``c*C ..`` of row ``t*C + i``; spare lanes ``NEG``, rows past
-    the last ``0``), and the tile count: one period of rows when they repeat with a period that is a
-    multiple of ``C`` dividing the row count (a mask broadcast over batch elements and heads), else all."""
+    the last ``0``): one period of rows when they repeat with a period that is a multiple of ``C``
+    dividing the row count (a mask broadcast over batch elements and heads), else all of them."""
     rows, d = add.shape
     period = rows
     for p in range(1, rows):
@@ -340,7 +340,7 @@ def _mask_tiles(add: np.ndarray, C: int) -> tuple[np.ndarray, int]:
     out = np.zeros((tiles * C, nb * C), np.int64)
     out[:, d:] = im.NEG
     out[:min(period, rows), :d] = add[:period]
-    return out.reshape(tiles, C, nb, C).transpose(0, 2, 1, 3).reshape(tiles * nb * C, C).astype(np.int32), tiles
+    return out.reshape(tiles, C, nb, C).transpose(0, 2, 1, 3).reshape(tiles * nb * C, C).astype(np.int32)
 
 
 def _affine_rows(s: Schedule, t: int, idx: np.ndarray, what: str) -> tuple[int, int]:
@@ -363,11 +363,12 @@ def lower_norm(cfg: ChipConfig, s: Schedule, k: NormKernel, qn: QNorm, tensor_ad
     i0, irs = _affine_rows(s, k.src, k.idx, what)
     out = s.tensors[k.out]
     o0, ors = _affine_rows(s, k.out, out.identity().reshape(k.idx.shape), what)
-    consts = {key: put(v) for key, v in _const_rows(qn, cfg.cols).items()}
+    rows = _const_rows(qn, cfg.cols)
+    consts = {key: put(v) for key, v in rows.items()}
     Q = cfg.cols
     nb = cdiv(qn.d, Q)
     code = NormCode(k.name, qn, k.idx.shape[0], tensor_addr[k.src] + i0, irs, tensor_addr[k.out] + o0, ors,
-                    consts, Q, cfg, mask_tiles=0 if qn.add is None else _mask_tiles(qn.add, Q)[1])
+                    consts, Q, cfg, mask_tiles=len(rows["add"]) // (nb * Q) if "add" in rows else 0)
 
     def acc_need(tm: int) -> int | None:            # a dry run: the ACC rows a group of tm rows uses
         code.TM = tm

@@ -590,14 +590,20 @@ def _fused_unfit(n: Node, srcv, tensors, fits) -> str | None:
         if why is not None:
             return why
     for a, s in zip(srcv[:3], n.src[:3]):
-        t = tensors[a.t]
-        off = t.phys_offsets(np.ascontiguousarray(np.broadcast_to(a.idx, s.shape)).reshape(-1, s.shape[-2],
-                                                                                            s.shape[-1]))
-        first = off[..., 0]
-        rs = int(first[0, 1] - first[0, 0]) if off.shape[1] > 1 else off.shape[2]
-        if np.any(np.diff(off, axis=-1) != 1) or np.any(first != first[:, :1] + rs * np.arange(off.shape[1])):
+        if rows_at_one_stride(tensors[a.t].phys_offsets(np.broadcast_to(a.idx, s.shape))) is None:
             return "rows of q, k or v are not contiguous at one stride in DRAM"
     return None
+
+
+def rows_at_one_stride(off: np.ndarray) -> int | None:
+    """The row stride of element offsets ``off (..., L, d)`` whose rows (last axis) are contiguous and follow
+    one another at one stride along axis -2 (``d`` when ``L == 1``); None otherwise."""
+    first = off[..., 0]
+    L = off.shape[-2]
+    rs = int(first.reshape(-1, L)[0, 1] - first.reshape(-1, L)[0, 0]) if L > 1 else off.shape[-1]
+    if np.any(np.diff(off, axis=-1) != 1) or np.any(first != first[..., :1] + rs * np.arange(L)):
+        return None
+    return rs
 
 
 def _attn_compose(n: Node, srcv, tensors, kernels) -> _Act:
