@@ -15,6 +15,7 @@ Errors (``ChipCompileError``) name the op or the dimension and arrive before any
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -32,8 +33,9 @@ from compiler.lower import search as srch
 from compiler.lower.attention import fused_unfit
 from compiler.lower.compiled import Compiled
 from compiler.lower.pipeline import ZERO_ROWS, lower_schedule
-from compiler.lower.quantize import quantize
-from compiler.lower.schedule import ChipCompileError, lift
+from compiler.lower.bmm import BmmKernel
+from compiler.lower.quantize import quantize, run_int
+from compiler.lower.schedule import ChipCompileError, NormKernel, lift
 from compiler.lower.trace import trace
 
 
@@ -95,10 +97,15 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
             hit.timings = {"cached": time.perf_counter() - t0}
             hit.compile_s = hit.timings["total"] = time.perf_counter() - t0
             return hit
-    sched = lift(graph, attention_fits=functools.partial(fused_unfit, cfg, cfg.spm_rows - ZERO_ROWS))
+    fits = functools.partial(fused_unfit, cfg, cfg.spm_rows - ZERO_ROWS) if spec is None else \
+        (lambda *_: "a symbolic dimension")      # the fused attention sets DYN_REG itself: composed instead
+    sched = lift(graph, attention_fits=fits)
     times["lift"] = time.perf_counter() - t0
     q = quantize(sched, calib, per_channel)
     times["quantize"] = time.perf_counter() - t0
+    if spec is not None and any(isinstance(k, (NormKernel, BmmKernel)) for k in sched.kernels):
+        dyn.check_padding(spec, lambda feeds: run_int(q, feeds)[0], calib[0])
+        spec = dataclasses.replace(spec, at_max=True)
     searcher = None
     if search:
         searcher = srch.Searcher(cfg, search_budget_s, cache_dir)

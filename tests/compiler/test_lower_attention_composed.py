@@ -185,3 +185,35 @@ def test_gpt_decoder(d, heads):
     cm, res, err = _run(model, {"x": x}, "base", bound=DECODER_BOUND)
     assert [k.kind for k in cm.kernels].count("norm") == 2 * 3 + 1          # LN1, softmax, LN2 per block; LN_f
     print(f"decoder d={d} heads={heads}: {res.stats.cycles} cycles, error {err:.4f} of the largest float output")
+
+
+# ---------------------------------------------------------------------------------------------- a symbolic length
+
+def test_gpt_decoder_symbolic_length():
+    """One binary for every T up to 32: the norm, softmax and batched-matmul kernels run at the maximum (the
+    causal mask gives the padded keys probability 0), the GEMMs and sums loop over T; bit-exact at each T."""
+    model = zoo.gpt_decoder(layers=2, d_model=64, heads=2)
+    x = np.random.default_rng(9).standard_normal((1, 32, 64)).astype(np.float32)
+    cm = tc.compile(model, x, config="base", dynamic={"T": 32}, shapes={"x": (1, "T", 64)})
+    dev = tc.Device("sim", config="base")
+    for T in (32, 13, 1):
+        xs = x[:, :T]
+        got = dev.run(cm, {"x": xs}).outputs[0]
+        assert got.shape == (1, T, 64)
+        np.testing.assert_array_equal(got, cm.reference({"x": xs})[0])
+        front = model(tc.Tensor(xs)).numpy()
+        assert np.abs(got - front).max() <= DECODER_BOUND * np.abs(front).max()
+
+
+def test_symbolic_length_without_causal_mask_is_named():
+    """Attention over a symbolic number of keys without a causal mask: the padded keys would take probability,
+    so the compiler refuses."""
+    x = np.random.default_rng(10).standard_normal((1, 16, 8)).astype(np.float32)
+    sdpa = lambda a: F.scaled_dot_product_attention(a, a, a)  # noqa: E731
+    with pytest.raises(ChipCompileError, match="padded positions"):
+        tc.compile(sdpa, x, config="small", dynamic={"L": 16}, shapes={"x": (1, "L", 8)})
+    cm = tc.compile(lambda a: F.scaled_dot_product_attention(a, a, a, is_causal=True), x, config="small",
+                    dynamic={"L": 16}, shapes={"x": (1, "L", 8)})
+    xs = x[:, :5]
+    np.testing.assert_array_equal(tc.Device("sim", config="small").run(cm, {"x": xs}).outputs[0],
+                                  cm.reference({"x": xs})[0])
