@@ -11,9 +11,10 @@ causal. Per batch element, all heads at once, this module
 * stores the output rows.
 
 Quantization: the scores' scale is ``s_q s_k scale`` (``intmath.ExpParams``); the output is at v's
-scale, as ``attention_head`` gives it. Limits (``ChipCompileError`` otherwise): the head size equals
-the array (``rows == cols``), queries and keys have one length, the rows of q, k and v are
-contiguous at one stride in DRAM.
+scale, as ``attention_head`` gives it. Limits: the head size equals the array (``rows == cols``),
+queries and keys have one length, the rows of q, k and v are contiguous at one stride in DRAM, SPM
+and ACC hold it; ``fused_unfit`` checks them for ``schedule.lift``, which composes any other attention
+of batched matmuls and a masked softmax (``schedule._attn_compose``).
 """
 from __future__ import annotations
 

@@ -19,8 +19,10 @@ walks the graph once and recognises, without caring how the views were spelled:
   writes the interior; the reader's strided DMA reads the border as zeros).
 * **norm kernels**: LayerNorm, RMSNorm and softmax over the last axis, found as composites by
   ``compiler.ir.patterns.recognise`` (run first), become one ``NormKernel`` each (a VPU kernel:
-  ``compiler.lower.norms``); an attention composite (``softmax(q k^T * scale) v``, maybe causal)
-  of three activations an ``AttnKernel`` (the fused attention: ``compiler.lower.attention``).
+  ``compiler.lower.norms``), a softmax maybe with a constant mask; an attention composite
+  (``softmax(mask(q k^T * scale)) v``) of three activations an ``AttnKernel`` (the fused attention:
+  ``compiler.lower.attention``) when it fits, else a batched matmul, a masked softmax and a batched
+  matmul (``_attn_compose``).
 
 Anything else that touches an activation raises ``ChipCompileError`` naming the op
 and its shapes, before anything is emitted or simulated. Constant subgraphs are
