@@ -566,8 +566,9 @@ def _attn_kernel(n: Node, srcv, tensors, kernels, fits=None) -> _Act:
     c: Composite = n.arg
     if not all(isinstance(v, _Act) for v in srcv[:3]) or not all(isinstance(v, np.ndarray) for v in srcv[3:]):
         raise _op_err(n, f"{c}: attention runs on the chip for three activations and a constant mask (or none)")
-    if _fused_unfit(n, srcv, tensors, fits) is not None:
-        return _attn_compose(n, srcv, tensors, kernels)
+    why = _fused_unfit(n, srcv, tensors, fits)
+    if why is not None:
+        return _attn_compose(n, srcv, tensors, kernels, why)
     *lead, L, dh = n.src[0].shape
     H = lead[-1] if lead else 1
     B = math.prod(lead) // H
@@ -608,16 +609,16 @@ def rows_at_one_stride(off: np.ndarray) -> int | None:
     return rs
 
 
-def _attn_compose(n: Node, srcv, tensors, kernels) -> _Act:
+def _attn_compose(n: Node, srcv, tensors, kernels, why: str = "") -> _Act:
     """``softmax(mask(scale q k^T)) v`` as three kernels: the scores ``q k^T`` (a batched matmul, the scale
     folded into it), a softmax over the keys with the causal or constant mask (a ``NormKernel``), the
-    product with ``v`` (a batched matmul)."""
+    product with ``v`` (a batched matmul). ``why``: why not the fused attention (in the kernels' text)."""
     c: Composite = n.arg
     qa, ka, va = srcv[:3]
     qs, ks, vs = (tuple(s.shape) for s in n.src[:3])
     lead, (Lq, dh), Lk, dv = qs[:-2], qs[-2:], ks[-2], vs[-1]
     nl = len(lead)
-    text = f"{c}{_site_text(n)}"
+    text = f"{c}{_site_text(n)}" + (f" (composed: {why})" if why else "")
     full = lead + (Lq, Lk, dh)
     qi = np.broadcast_to(np.broadcast_to(qa.idx, qs)[..., :, None, :], full)
     ki = np.broadcast_to(np.broadcast_to(ka.idx, ks)[..., None, :, :], full)

@@ -116,6 +116,14 @@ def test_fused_where_it_applies():
     assert [k.kind for k in cm.kernels] == ["attention"]
 
 
+def test_fused_too_large_is_composed():
+    """Head size equal to the array but the fused attention needs more ACC rows than the config has: composed,
+    the reason in the kernels' text."""
+    feeds = _qkv(np.random.default_rng(11), (2, 64, 8), (2, 64, 8), 8)
+    cm, _, _ = _run(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), feeds, "small")
+    assert "composed: needs" in cm.qsched.sched.kernels[0].op_text
+
+
 # ---------------------------------------------------------------------------------------------- masked softmax
 
 @pytest.mark.parametrize("kind", ["bool", "add", "causal"])
