@@ -9,7 +9,9 @@
 ``compile_model`` picks the lowerer: a transformer block goes to ``compiler.lower.transformer``, a
 graph holding a ``cond``/``loop`` to ``compiler.lower.control_lower``, every other graph through the
 steps above (with ``compiler.lower.dynamic`` for a symbolic dimension and ``compiler.lower.search``
-when asked). This module imports the lowerers; none of them imports it. Each returns a compiled
+when asked). ``lift`` gets the config's check of the fused attention (``attention.fused_unfit``);
+with a symbolic dimension, norm and batched-matmul kernels run at the maximum once
+``dynamic.check_padding`` passes. This module imports the lowerers; none of them imports it. Each returns a compiled
 model implementing ``compiler.lower.compiled.Compiled``, which ``runtime`` runs.
 Errors (``ChipCompileError``) name the op or the dimension and arrive before any simulation.
 """
@@ -31,9 +33,9 @@ from compiler.lower import control_lower, transformer
 from compiler.lower import dynamic as dyn
 from compiler.lower import search as srch
 from compiler.lower.attention import fused_unfit
+from compiler.lower.bmm import BmmKernel
 from compiler.lower.compiled import Compiled
 from compiler.lower.pipeline import ZERO_ROWS, lower_schedule
-from compiler.lower.bmm import BmmKernel
 from compiler.lower.quantize import quantize, run_int
 from compiler.lower.schedule import ChipCompileError, NormKernel, lift
 from compiler.lower.trace import trace
