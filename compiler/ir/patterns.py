@@ -21,9 +21,10 @@ causal flag) and whose reference meaning (``Composite.evaluate``, called by
 
 ``recognise(outputs)`` runs ``COMPOSITES``: softmax (with the max subtraction), LayerNorm and
 RMSNorm (their weight and bias folded in when constant), GELU (erf and tanh forms), SiLU, sigmoid,
-tanh, erf and attention (``q @ k^T``, a scale, an additive, boolean or causal mask, softmax,
-``@ v``). It is not in the default pass list (``compiler.ir.passes.PASSES``): devices evaluate the
-primitives; the chip compiler calls it (``compiler.lower.schedule.lift``).
+tanh, erf, a softmax of constant-masked scores (``where(mask, s, -inf)`` or ``s + mask``: a masked
+softmax) and attention (``q @ k^T``, a scale, an additive, boolean or causal mask, softmax, ``@ v``).
+It is not in the default pass list (``compiler.ir.passes.PASSES``): devices evaluate the primitives;
+the chip compiler calls it (``compiler.lower.schedule.lift``).
 """
 from __future__ import annotations
 
@@ -45,9 +46,10 @@ class Composite:
     """The ``arg`` of an ``Ops.COMPOSITE`` node: which layer, and its constants.
 
     Sources: ``x`` (then the weight and the bias, each of ``x``'s shape, when ``affine`` says so) for
-    the norms; ``x`` for the elementwise kinds and softmax; ``q, k, v`` (then the mask when ``mask``
-    is ``"add"`` or ``"bool"``) for attention, with ``q (..., Lq, d)``, ``k (..., Lk, d)``,
-    ``v (..., Lk, dv)``."""
+    the norms; ``x`` for the elementwise kinds; ``x`` (then a constant mask of ``x``'s shape when
+    ``mask`` is ``"add"``: ``softmax(x + mask)``, or ``"bool"``: ``softmax(where(mask, x, -inf))``)
+    for softmax; ``q, k, v`` (then the mask when ``mask`` is ``"add"`` or ``"bool"``) for attention,
+    with ``q (..., Lq, d)``, ``k (..., Lk, d)``, ``v (..., Lk, dv)``."""
     kind: str                       # softmax layernorm rmsnorm gelu silu sigmoid tanh erf attention
     axes: tuple = ()                # reduced axes (softmax, norms)
     eps: float = 0.0
@@ -55,7 +57,7 @@ class Composite:
     consts: tuple = ()              # erf: (p, a1..a5) of the A&S form; gelu: ("erf", erf consts) or ("tanh", k, c)
     scale: float = 1.0              # attention: the scores' scale
     causal: bool = False
-    mask: str = ""                  # attention: "", "add" (added to the scores) or "bool" (where(mask, s, -inf))
+    mask: str = ""                  # softmax, attention: "", "add" (added) or "bool" (where(mask, s, -inf))
 
     def __str__(self) -> str:
         parts = [self.kind]
@@ -66,6 +68,8 @@ class Composite:
             parts += [n for n, f in zip(("weight", "bias"), self.affine) if f]
         if self.kind == "gelu":
             parts.append(self.consts[0])
+        if self.kind == "softmax" and self.mask:
+            parts.append(f"mask={self.mask}")
         if self.kind == "attention":
             parts.append(f"scale={self.scale:g}")
             parts += ["causal"] * self.causal + ([f"mask={self.mask}"] if self.mask else [])
@@ -85,8 +89,9 @@ class Composite:
                 raise ValueError("attention needs q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv) and a mask of "
                                  "the scores' shape")
             return q.shape[:-1] + (v.shape[-1],)
-        if len(src) != 1 + sum(self.affine) or any(s.shape != x.shape for s in src[1:]):
-            raise ValueError(f"{self.kind} takes x and {sum(self.affine)} operand(s) of x's shape")
+        extra = sum(self.affine) + (self.kind == "softmax" and self.mask in ("add", "bool"))
+        if len(src) != 1 + extra or any(s.shape != x.shape for s in src[1:]):
+            raise ValueError(f"{self.kind} takes x and {extra} operand(s) of x's shape")
         if any(not 0 <= a < len(x.shape) for a in self.axes):
             raise ValueError(f"axes {self.axes} out of range")
         return x.shape
@@ -97,6 +102,7 @@ class Composite:
         x, ax = xs[0], self.axes
         with np.errstate(all="ignore"):
             if self.kind == "softmax":
+                x = masked(x, xs[1], self.mask) if self.mask else x
                 e = np.exp(x - x.max(axis=ax, keepdims=True))
                 return e / e.sum(axis=ax, keepdims=True)
             if self.kind in ("layernorm", "rmsnorm"):
@@ -123,12 +129,15 @@ class Composite:
                 s = np.matmul(q, np.swapaxes(k, -1, -2)) * self.scale
                 if self.causal:
                     s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
-                if self.mask == "bool":
-                    s = np.where(xs[3], s, -np.inf)
-                elif self.mask == "add":
-                    s = s + xs[3]
+                if self.mask:
+                    s = masked(s, xs[3], self.mask)
                 return np.matmul(Composite("softmax", (s.ndim - 1,)).evaluate(s), v)
         raise ValueError(f"unknown composite kind {self.kind!r}")
+
+
+def masked(x: np.ndarray, mask: np.ndarray, kind: str) -> np.ndarray:
+    """Scores ``x`` under a mask: ``x + mask`` (``kind="add"``) or ``where(mask, x, -inf)`` (``"bool"``)."""
+    return np.where(mask, x, -np.inf) if kind == "bool" else x + mask
 
 
 def _erf(y: np.ndarray, c: tuple) -> np.ndarray:
@@ -322,6 +331,29 @@ _E = _P(Ops.EXP, _P(Ops.ADD, UPat(name="x"), _P(Ops.NEG, _P(Ops.RMAX, UPat(name=
 SOFTMAX = _P(Ops.MUL, _E, _P(Ops.RECIP, _P(Ops.SUM, _E, name="s", view=True), view=True))
 
 
+def _mask_of(x: Node) -> tuple[Node, Node, str] | None:
+    """``(scores, mask, kind)`` when ``x`` is ``where(mask, s, -inf)`` (``"bool"``) or ``s + mask`` (``"add"``)
+    with a constant mask; else None."""
+    if x.op is Ops.WHERE and scalar_value(x.src[2]) == -math.inf and _no_inputs(x.src[0]) \
+            and not _no_inputs(x.src[1]):
+        return x.src[1], x.src[0], "bool"
+    if x.op is Ops.ADD:
+        for a, b in (x.src, x.src[::-1]):
+            if _no_inputs(b) and not _no_inputs(a) and scalar_value(b) is None:
+                return a, b, "add"
+    return None
+
+
+def _masked_softmax(n: Node, **_) -> Node | None:
+    """``softmax(where(mask, s, -inf))`` or ``softmax(s + mask)`` with a constant mask: one masked softmax."""
+    if n.arg.kind != "softmax" or n.arg.mask:
+        return None
+    m = _mask_of(n.src[0])
+    if m is None or m[0].shape != n.shape or m[1].shape != n.shape:
+        return None
+    return Node(Ops.COMPOSITE, n.dtype, (m[0], m[1]), replace(n.arg, mask=m[2]))
+
+
 def _norm(kind):
     def fn(n, x, xc, sq, inv, eps, **kw):
         axes = tuple(sq.arg)
@@ -493,7 +525,9 @@ def _attention(n: Node, **_) -> Node | None:
     if tuple(p.arg.axes) != (len(s.shape) - 1,):
         return None
     mask, kind = None, ""
-    if s.op is Ops.WHERE and scalar_value(s.src[2]) == -math.inf:
+    if p.arg.mask:                                  # a masked softmax (``_masked_softmax``)
+        mask, kind = p.src[1], p.arg.mask
+    elif s.op is Ops.WHERE and scalar_value(s.src[2]) == -math.inf:
         mask, kind, s = s.src[0], "bool", s.src[1]
     elif s.op is Ops.ADD:
         for a, b in (s.src, s.src[::-1]):
@@ -516,6 +550,7 @@ _ONE_TIMES_RULE = (ONE_TIMES, lambda n, one, y: y if one == 1 and is_composite(y
 #: The chip compiler's composites, most specific first (LayerNorm before RMSNorm: its core is an RMSNorm of x - mean).
 COMPOSITES = PatternMatcher([
     (SOFTMAX, _softmax),
+    (UPat(Ops.COMPOSITE), _masked_softmax),
     (LAYERNORM, _norm("layernorm")),
     (RMSNORM, _rms),
     (WEIGHT, _affine(0)),
@@ -544,4 +579,4 @@ def recognise(outputs) -> list[Node]:
 
 
 __all__ = ["Composite", "UPat", "PatternMatcher", "graph_rewrite", "recognise", "scalar", "scalar_value",
-           "same", "strip_view", "composite", "is_composite", "matmul_operands", "COMPOSITES"]
+           "same", "strip_view", "composite", "is_composite", "matmul_operands", "masked", "COMPOSITES"]

@@ -11,9 +11,10 @@ causal. Per batch element, all heads at once, this module
 * stores the output rows.
 
 Quantization: the scores' scale is ``s_q s_k scale`` (``intmath.ExpParams``); the output is at v's
-scale, as ``attention_head`` gives it. Limits (``ChipCompileError`` otherwise): the head size equals
-the array (``rows == cols``), queries and keys have one length, the rows of q, k and v are
-contiguous at one stride in DRAM.
+scale, as ``attention_head`` gives it. Limits: the head size equals the array (``rows == cols``),
+queries and keys have one length, the rows of q, k and v are contiguous at one stride in DRAM, SPM
+and ACC hold it; ``fused_unfit`` checks them for ``schedule.lift``, which composes any other attention
+of batched matmuls and a masked softmax (``schedule._attn_compose``).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from isa.regs import DYN_REG, L1, NQ_REG
 from isa.regs import TransformerBlock as TB
 
 from compiler.lower import intmath as im
-from compiler.lower.schedule import AttnKernel, ChipCompileError, Schedule, gather_base
+from compiler.lower.schedule import AttnKernel, ChipCompileError, Schedule, gather_base, rows_at_one_stride
 from compiler.lower.transformer_emit import _Alloc, _Emitter, lane_rows, query_index_rows
 
 
@@ -172,16 +173,41 @@ class _Shape:
     ep: im.ExpParams
 
 
+def fused_unfit(cfg: ChipConfig, spm_free: int, comp, qs: tuple, ks: tuple, vs: tuple) -> str | None:
+    """Why the fused attention cannot take an attention composite with q, k, v of shapes ``qs, ks, vs`` on
+    ``cfg`` (None: it can): the limits of ``lower_attention``, the SPM (of ``spm_free`` rows) and ACC rows
+    by a dry run.
+    ``schedule.lift`` composes the attention of batched matmuls and a softmax otherwise."""
+    *lead, L, dh = qs
+    if comp.mask:
+        return f"a {comp.mask!r} mask"
+    if not (dh == vs[-1] == cfg.rows == cfg.cols):
+        return f"head size {dh} (values {vs[-1]}) is not the array ({cfg.rows}x{cfg.cols})"
+    if ks[-2] != L:
+        return f"{L} queries and {ks[-2]} keys"
+    H = lead[-1] if lead else 1
+    qa = QAttn(im.ExpParams(-16, 1), 1, H, L, dh, comp.causal, cfg.cols)
+    zero = np.zeros((1, H), np.int64)
+    code = AttnCode("fit", qa, cfg, dict.fromkeys(("q", "k", "v", "out"), zero), dict.fromkeys(("q", "k", "v", "out"),
+                    dh), 0, 0 if comp.causal else None, 0, 0)
+    em = _AttnEmitter(code, ProgramBuilder(cfg), acc_limit=1 << 40)
+    try:
+        em.batch(0)
+    except (OperandError, ChipCompileError) as e:
+        return f"does not fit SPM/ACC ({e})"
+    if em.spm.top > spm_free or em.acc_top > cfg.acc_rows:
+        return f"needs {em.spm.top} SPM rows and {em.acc_top} ACC rows"
+    return None
+
+
 def _rows_of(s: Schedule, t: int, idx: np.ndarray, what: str) -> tuple[np.ndarray, int]:
     """Row-0 byte offsets ``(B, H)`` and the row stride of a ``(B, H, L, dh)`` view whose rows are
     contiguous at one stride (ChipCompileError otherwise)."""
     off = s.tensors[t].phys_offsets(idx)
-    first = off[..., 0]
-    rs = int(first[0, 0, 1] - first[0, 0, 0]) if off.shape[2] > 1 else off.shape[3]
-    L = off.shape[2]
-    if np.any(np.diff(off, axis=-1) != 1) or np.any(first != first[..., :1] + rs * np.arange(L)):
+    rs = rows_at_one_stride(off)
+    if rs is None:
         raise ChipCompileError(f"{what}: rows must be contiguous features at one stride in DRAM")
-    return first[..., 0].astype(np.int64), rs
+    return off[..., 0, 0].astype(np.int64), rs
 
 
 def lower_attention(cfg: ChipConfig, s: Schedule, k: AttnKernel, qa: QAttn, tensor_addr: dict, put,
@@ -222,4 +248,4 @@ def lower_attention(cfg: ChipConfig, s: Schedule, k: AttnKernel, qa: QAttn, tens
     return code, n_spm, n_acc
 
 
-__all__ = ["QAttn", "quantize_attention", "attention_int", "AttnCode", "lower_attention"]
+__all__ = ["QAttn", "quantize_attention", "attention_int", "AttnCode", "lower_attention", "fused_unfit"]

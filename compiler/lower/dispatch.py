@@ -9,12 +9,16 @@
 ``compile_model`` picks the lowerer: a transformer block goes to ``compiler.lower.transformer``, a
 graph holding a ``cond``/``loop`` to ``compiler.lower.control_lower``, every other graph through the
 steps above (with ``compiler.lower.dynamic`` for a symbolic dimension and ``compiler.lower.search``
-when asked). This module imports the lowerers; none of them imports it. Each returns a compiled
+when asked). ``lift`` gets the config's check of the fused attention (``attention.fused_unfit``);
+with a symbolic dimension, norm and batched-matmul kernels run at the maximum once
+``dynamic.check_padding`` passes. This module imports the lowerers; none of them imports it. Each returns a compiled
 model implementing ``compiler.lower.compiled.Compiled``, which ``runtime`` runs.
 Errors (``ChipCompileError``) name the op or the dimension and arrive before any simulation.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 
 import numpy as np
@@ -28,10 +32,12 @@ from compiler.ir.graph import CONTROL, toposort
 from compiler.lower import control_lower, transformer
 from compiler.lower import dynamic as dyn
 from compiler.lower import search as srch
+from compiler.lower.attention import fused_unfit
+from compiler.lower.bmm import BmmKernel
 from compiler.lower.compiled import Compiled
-from compiler.lower.pipeline import lower_schedule
-from compiler.lower.quantize import quantize
-from compiler.lower.schedule import ChipCompileError, lift
+from compiler.lower.pipeline import ZERO_ROWS, lower_schedule
+from compiler.lower.quantize import quantize, run_int
+from compiler.lower.schedule import ChipCompileError, NormKernel, lift
 from compiler.lower.trace import trace
 
 
@@ -93,10 +99,15 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
             hit.timings = {"cached": time.perf_counter() - t0}
             hit.compile_s = hit.timings["total"] = time.perf_counter() - t0
             return hit
-    sched = lift(graph)
+    fits = functools.partial(fused_unfit, cfg, cfg.spm_rows - ZERO_ROWS) if spec is None else \
+        (lambda *_: "a symbolic dimension")      # the fused attention sets DYN_REG itself: composed instead
+    sched = lift(graph, attention_fits=fits)
     times["lift"] = time.perf_counter() - t0
     q = quantize(sched, calib, per_channel)
     times["quantize"] = time.perf_counter() - t0
+    if spec is not None and any(isinstance(k, (NormKernel, BmmKernel)) for k in sched.kernels):
+        dyn.check_padding(spec, lambda feeds: run_int(q, feeds)[0], calib[0])
+        spec = dataclasses.replace(spec, at_max=True)
     searcher = None
     if search:
         searcher = srch.Searcher(cfg, search_budget_s, cache_dir)

@@ -51,6 +51,9 @@ class DynSpec:
     max: int
     in_axes: dict        # input name -> axis carrying the symbol
     out_axes: list       # per output: the axis carrying the symbol, or None
+    #: kernels without a symbolic loop (norms, softmax, batched matmuls) run at the maximum: set once
+    #: ``check_padding`` found the valid outputs independent of the padded positions
+    at_max: bool = False
 
     def to_manifest(self) -> dict:
         return {"symbol": self.symbol, "max": self.max, "register": DYN_REG,
@@ -173,6 +176,29 @@ def out_axes(model_or_fn, arrays: dict, axes: dict, mx: int, outputs_at_max: lis
             raise ChipCompileError(f"an output of shape {o1.shape} carries the symbolic dimension twice")
         res.append(diff[0] if diff else None)
     return res
+
+
+def check_padding(spec: DynSpec, run, feeds: dict, seed: int = 0) -> None:
+    """Kernels that run at the maximum (``DynSpec.at_max``: norms, softmax, batched matmuls over the
+    symbol) compute on padded positions too; that is harmless only when no valid output depends on them
+    (rows of a norm are independent; a causal mask gives the padded keys exactly zero probability for
+    every valid query). ``run(feeds)`` (the integer model at the maximum) is evaluated at a few lengths
+    with zero and with random padding; any difference in the valid outputs raises ChipCompileError."""
+    rng = np.random.default_rng(seed)
+    for n in sorted({1, spec.max // 2} - {0, spec.max}):
+        zero, rand = dict(feeds), dict(feeds)
+        for name, ax in spec.in_axes.items():
+            a = np.asarray(feeds[name], np.float32)
+            valid = np.take(a, np.arange(n), axis=ax)
+            zero[name] = pad_to(valid, ax, spec.max)
+            noise = rng.standard_normal(a.shape).astype(np.float32) * float(np.abs(a).max() or 1.0)
+            keep = (np.arange(spec.max) < n).reshape([-1 if i == ax else 1 for i in range(a.ndim)])
+            rand[name] = np.where(keep, zero[name], noise)
+        for i, (o0, o1) in enumerate(zip(cut(spec, run(zero), n), cut(spec, run(rand), n))):
+            if not np.array_equal(o0, o1):
+                raise ChipCompileError(f"output {i}: with {spec.symbol!r} = {n} its valid part depends on the "
+                                       f"padded positions (a reduction over {spec.symbol!r} without a causal mask), "
+                                       "so the kernels that run at the maximum cannot serve every length")
 
 
 def host_feeds(spec: DynSpec, feeds: dict) -> tuple[dict, int]:

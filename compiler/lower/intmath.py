@@ -23,7 +23,9 @@ The ISA has no divide, no exponent and no count-leading-zeros, so:
   ``rsqrt``, then ``gamma``/``beta`` and a requantization (``d`` a power of two: the block's).
 * ``norm_rows``: LayerNorm or RMSNorm over any ``d`` (the ordinary pipeline's ``compiler.lower.norms``):
   the mean by a multiply, ``rsqrt`` of the sum of squares (``sqrt(d)`` folded into gamma).
-* ``softmax_rows``: ``i_exp`` of ``x - max``, ``recip`` of the (shifted) sum, a requantization.
+* ``softmax_rows``: ``i_exp`` of ``x - max``, ``recip`` of the (shifted) sum, a requantization; a
+  constant mask is an int32 row added to ``x`` first (``mask_add``: ``NEG`` at masked positions, whose
+  ``i_exp`` is exactly 0, so their probability is exactly 0).
 * ``attention_head``: one head's fused attention with an online softmax over key blocks of
   ``blk`` keys (FlashAttention-2: running max ``m``, running sum ``l``, accumulator ``O``
   rescaled by ``alpha = exp(m_old - m_new)``; probabilities int8 for the MXU), then ``O / l``.
@@ -274,9 +276,24 @@ class SoftmaxParams:
         return cls(ep, ls, int(math.floor(math.log2(top >> ls))), int(m[0]), sh)
 
 
-def softmax_rows(x, p: SoftmaxParams) -> np.ndarray:
-    """int8 rows ``(n, d)`` -> int8 probabilities at the output scale."""
+#: largest additive mask value (units of the input scale): ``x + add - max`` stays inside int32
+MASK_MAX = 1 << 29
+
+
+def mask_add(mask, s_in: float) -> np.ndarray:
+    """A float additive mask (``-inf`` or anything at or below ``NEG * s_in``: masked) as int32 in units of
+    the softmax input's scale ``s_in``: ``round(mask / s_in)`` clamped to ``[NEG, MASK_MAX]``."""
+    m = np.asarray(mask, np.float64) / s_in
+    m = np.where(np.isneginf(m), NEG, np.clip(np.nan_to_num(m, posinf=MASK_MAX), NEG, MASK_MAX))
+    return np.rint(m).astype(np.int64)
+
+
+def softmax_rows(x, p: SoftmaxParams, add=None) -> np.ndarray:
+    """int8 rows ``(n, d)`` -> int8 probabilities at the output scale; ``add`` (``(n, d)`` int32 from
+    ``mask_add``, or None) is added to ``x`` first (``NEG``: a masked position, probability exactly 0)."""
     x = np.asarray(x, np.int64)
+    if add is not None:
+        x = x + np.asarray(add, np.int64)
     e = i_exp(x - x.max(-1, keepdims=True), p.ep)
     y, k = recip(e.sum(-1, keepdims=True) >> p.ls)
     t = _fit(e * y, "softmax p*y") >> k
@@ -357,4 +374,4 @@ def attention_head(q, k, v, ep: ExpParams, blk: int, causal: bool = False) -> np
 
 __all__ = ["ExpParams", "i_exp", "ilog2", "recip", "rsqrt", "requant", "mult_shift", "LNParams",
            "layernorm", "affine_consts", "NormParams", "norm_rows", "SoftmaxParams", "softmax_rows",
-           "GeluParams", "i_gelu", "attention_head", "IntRangeError"]
+           "mask_add", "MASK_MAX", "GeluParams", "i_gelu", "attention_head", "IntRangeError"]

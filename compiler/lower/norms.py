@@ -19,9 +19,16 @@ transformer's query-block layout, so every VPU instruction repeats over the ``G`
 register l1. A last chunk shorter than ``Q`` is loaded with zeros in its spare lanes; they are masked
 (LayerNorm's centred values are multiplied by a 0/1 row, softmax's inputs get ``-2^30`` added) and
 never stored. A last tile with fewer than ``Q`` rows computes garbage rows that are never stored.
+
+A masked softmax (``softmax(x + mask)``, ``where(mask, x, -inf)``, causal) adds an int32 row per input
+row (``intmath.mask_add``: ``NEG`` where masked, so the probability there is exactly 0) before the row
+maximum. The rows are a DRAM constant already in the tile-major layout (``_mask_tiles``, spare lanes
+``NEG``), one period of them when the mask repeats over the rows (over batch elements and heads);
+each group loads its tiles' rows into ACC with one DMA per run of consecutive mask tiles.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +41,7 @@ from isa.regs import L1, LoopReg
 
 from compiler.lower import intmath as im
 from compiler.lower.schedule import ChipCompileError, NormKernel, Schedule, gather_base
-from compiler.lower.transformer_emit import VpuEmitter, _Alloc
+from compiler.lower.transformer_emit import EB, VpuEmitter, _Alloc
 
 
 @dataclass
@@ -43,6 +50,7 @@ class QNorm:
     kind: str                       # layernorm | rmsnorm | softmax
     d: int
     params: object                  # intmath.NormParams or intmath.SoftmaxParams
+    add: np.ndarray | None = None   # a masked softmax: (rows, d) int32 added to the input (intmath.mask_add)
 
 
 def quantize_norm(k: NormKernel, s_in: float, s_out: float) -> QNorm:
@@ -50,7 +58,8 @@ def quantize_norm(k: NormKernel, s_in: float, s_out: float) -> QNorm:
     d = k.idx.shape[1]
     try:
         if k.comp.kind == "softmax":
-            return QNorm("softmax", d, im.SoftmaxParams.make(d, s_in, s_out))
+            add = None if k.mask is None else im.mask_add(k.mask, s_in)
+            return QNorm("softmax", d, im.SoftmaxParams.make(d, s_in, s_out), add)
         w = k.weight if k.weight is not None else np.ones(d)
         b = k.bias if k.bias is not None else np.zeros(d)
         return QNorm(k.comp.kind, d, im.NormParams.make(k.comp.kind == "layernorm", w, b, k.comp.eps, s_in, s_out))
@@ -61,7 +70,10 @@ def quantize_norm(k: NormKernel, s_in: float, s_out: float) -> QNorm:
 def norm_int(s: Schedule, k: NormKernel, qn: QNorm, vals: dict) -> np.ndarray:
     """The kernel's int8 output (its tensor's base shape) from the integer tensors ``vals``."""
     x = gather_base(vals[k.src], s.tensors[k.src], k.idx)
-    y = (im.softmax_rows if qn.kind == "softmax" else im.norm_rows)(x, qn.params)
+    if qn.kind == "softmax":
+        y = im.softmax_rows(x, qn.params, qn.add)
+    else:
+        y = im.norm_rows(x, qn.params)
     return y.astype(np.int8).reshape(s.tensors[k.out].shape)
 
 
@@ -71,7 +83,9 @@ def norm_int(s: Schedule, k: NormKernel, qn: QNorm, vals: dict) -> np.ndarray:
 class NormCode:
     """A norm kernel ready to emit: rows of ``d`` int8 features at ``in_addr + r * in_rs`` (bytes),
     written at ``out_addr + r * out_rs``; ``consts`` the DRAM addresses of its constants (``_const_rows``);
-    ``TM`` rows per group; its SPM holds the group's input and output."""
+    ``TM`` rows per group; its SPM holds the group's input and output; ``mask_tiles`` the number of tiles
+    of mask rows at ``consts["add"]`` (a masked softmax: tile ``t`` of the rows reads mask tile
+    ``t % mask_tiles``)."""
     name: str
     qn: QNorm
     rows: int
@@ -84,6 +98,7 @@ class NormCode:
     cfg: ChipConfig
     spm_base: int = 0
     acc_base: int = 0
+    mask_tiles: int = 0
 
     def emit(self, b: ProgramBuilder) -> int:
         """Emit the kernel into ``b``; returns the ACC rows it used."""
@@ -116,6 +131,8 @@ class _NormEmitter(VpuEmitter):
             X8 = c.spm_base
             OUT8 = X8 + self.nb * TM
             self._dma("dma.ld", X8, c.in_addr + r0 * c.in_rs, c.in_rs, nrows, load=True)
+            if c.mask_tiles:
+                self.load_mask(g0)
             self.e("fence", "all")
             if self.qn.kind == "softmax":
                 self.softmax(X8, OUT8, first=g0 == 0)
@@ -161,6 +178,20 @@ class _NormEmitter(VpuEmitter):
             if self.lc:
                 rep = L1 if outer else None
                 one(rows, s_off + self.nbf * Q, d_off + self.nbf * Q, self.lc, rep, outer)
+
+    def load_mask(self, g0: int) -> None:
+        """The mask rows of the group's tiles ``g0 ..`` into ACC (``self.MK``, tile-major like the input):
+        one DMA per run of consecutive mask tiles (``NormCode.mask_tiles``)."""
+        c, Q, nb = self.code, self.Q, self.nb
+        tile_rows = nb * Q
+        self.MK = self.acc(nb * self.TM)
+        j = 0
+        while j < self.nq:
+            mt = (g0 + j) % c.mask_tiles
+            run = min(self.nq - j, c.mask_tiles - mt)
+            self.e("dma.ld", acc[self.MK + j * tile_rows], dram[c.consts["add"] + mt * tile_rows * Q * EB],
+                   rows=run * tile_rows, len=Q, rstride=Q * EB)
+            j += run
 
     # --- the kernels -------------------------------------------------------------------------------
     def norm(self, X8, OUT8, first: bool) -> None:
@@ -210,7 +241,8 @@ class _NormEmitter(VpuEmitter):
         TM, Q, nb = self.TM, self.Q, self.nb
         N = S = nb * Q
         a, cst = self.acc, self.code.consts
-        MB = a(Q) if self.lc else None
+        masked = bool(self.code.mask_tiles)
+        MB = a(Q) if self.lc and not masked else None
         XA, Z, G = a(nb * TM), a(nb * TM), a(nb * TM)
         M, L, Y, E = a(TM), a(TM), a(TM), a(TM)
         temps = [a(TM) for _ in range(4)]
@@ -219,6 +251,8 @@ class _NormEmitter(VpuEmitter):
             self.e("fence", "load")
         v = self.vpu(Q, Q)
         self.rep("vmov", acc[XA], spm[X8], n=N, st=(S, S))
+        if masked:                                    # the mask rows (NEG in the spare lanes too)
+            self.rep("vadd", acc[XA], acc[XA], acc[self.MK], n=N, st=(S, S, S))
         if MB is not None:                            # the spare lanes: -2^30, their exp is 0
             last = XA + (nb - 1) * Q
             self.rep("vadd", acc[last], acc[last], acc[MB], n=Q, st=(S, S, 0))
@@ -246,10 +280,31 @@ def _const_rows(qn: QNorm, C: int) -> dict:
             v = np.zeros(nb * C, np.int64)
             v[:qn.d] = getattr(qn.params, key)
             out[key] = v.reshape(nb, C)
+    if qn.add is not None:
+        return {"add": _mask_tiles(qn.add, C)}
     if qn.d % C:
         lanes = np.arange(C) < qn.d % C
         out["mask"] = (lanes.astype(np.int64) if qn.kind != "softmax" else np.where(lanes, 0, im.NEG))[None, :]
     return {k: v.astype(np.int32) for k, v in out.items()}
+
+
+def _mask_tiles(add: np.ndarray, C: int) -> np.ndarray:
+    """A masked softmax's int32 rows ``(rows, d)`` as ``(tiles * nb * C, C)`` int32 in the tile-major layout
+    (row ``(t * nb + c) * C + i`` holds lanes ``c*C ..`` of row ``t*C + i``; spare lanes ``NEG``, rows past
+    the last ``0``): one period of rows when they repeat with a period that is a multiple of ``C``
+    dividing the row count (a mask broadcast over batch elements and heads), else all of them."""
+    rows, d = add.shape
+    period = rows
+    for p in range(1, rows):
+        if rows % p == 0 and (p * C) // math.gcd(p, C) < rows and rows % ((p * C) // math.gcd(p, C)) == 0 \
+                and np.array_equal(add.reshape(rows // p, p, d), np.broadcast_to(add[:p], (rows // p, p, d))):
+            period = (p * C) // math.gcd(p, C)
+            break
+    tiles, nb = cdiv(period, C), cdiv(d, C)
+    out = np.zeros((tiles * C, nb * C), np.int64)
+    out[:, d:] = im.NEG
+    out[:min(period, rows), :d] = add[:period]
+    return out.reshape(tiles, C, nb, C).transpose(0, 2, 1, 3).reshape(tiles * nb * C, C).astype(np.int32)
 
 
 def _affine_rows(s: Schedule, t: int, idx: np.ndarray, what: str) -> tuple[int, int]:
@@ -272,11 +327,12 @@ def lower_norm(cfg: ChipConfig, s: Schedule, k: NormKernel, qn: QNorm, tensor_ad
     i0, irs = _affine_rows(s, k.src, k.idx, what)
     out = s.tensors[k.out]
     o0, ors = _affine_rows(s, k.out, out.identity().reshape(k.idx.shape), what)
-    consts = {key: put(v) for key, v in _const_rows(qn, cfg.cols).items()}
+    rows = _const_rows(qn, cfg.cols)
+    consts = {key: put(v) for key, v in rows.items()}
     Q = cfg.cols
     nb = cdiv(qn.d, Q)
     code = NormCode(k.name, qn, k.idx.shape[0], tensor_addr[k.src] + i0, irs, tensor_addr[k.out] + o0, ors,
-                    consts, Q, cfg)
+                    consts, Q, cfg, mask_tiles=len(rows["add"]) // (nb * Q) if "add" in rows else 0)
 
     def acc_need(tm: int) -> int | None:            # a dry run: the ACC rows a group of tm rows uses
         code.TM = tm

@@ -188,7 +188,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     codes, infos, spm_bufs, acc_bufs, first_code = [], [], [], [], []
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, BmmKernel):
-            if spec is not None:
+            if spec is not None and not spec.at_max:
                 raise ChipCompileError(f"kernel {k.name}: a product of two activations with a symbolic dimension "
                                        "is not supported on the chip")
             first_code.append(len(codes))
@@ -199,7 +199,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             acc_bufs += ab
             continue
         if isinstance(k, (NormKernel, AttnKernel)):     # compiler.lower.norms / .attention: VPU kernels
-            if spec is not None:
+            if spec is not None and (not spec.at_max or isinstance(k, AttnKernel)):
                 raise ChipCompileError(f"kernel {k.name} ({k.comp}): a symbolic dimension is not supported "
                                        "for norm and attention kernels yet")
             lower = lower_norm if isinstance(k, NormKernel) else lower_attention

@@ -37,8 +37,10 @@ walks the graph once and recognises, without caring how the views were spelled:
   nearest element inside the tensor (the same max).
 * **norm kernels**: LayerNorm, RMSNorm and softmax over the last axis, found as composites by
   ``compiler.ir.patterns.recognise`` (run first), become one ``NormKernel`` each (a VPU kernel:
-  ``compiler.lower.norms``); an attention composite (``softmax(q k^T * scale) v``, maybe causal)
-  of three activations an ``AttnKernel`` (the fused attention: ``compiler.lower.attention``).
+  ``compiler.lower.norms``), a softmax maybe with a constant mask; an attention composite
+  (``softmax(mask(q k^T * scale)) v``) of three activations an ``AttnKernel`` (the fused attention:
+  ``compiler.lower.attention``) when it fits, else a batched matmul, a masked softmax and a batched
+  matmul (``_attn_compose``).
 
 Anything else that touches an activation raises ``ChipCompileError`` naming the op
 and its shapes, before anything is emitted or simulated. Constant subgraphs are
@@ -55,7 +57,7 @@ from isa.errors import TetrachipError
 
 from compiler.ir import semantics
 from compiler.ir.graph import Node, Ops, fmt_shape, fmt_site, is_static, toposort
-from compiler.ir.patterns import Composite, recognise
+from compiler.ir.patterns import Composite, masked, recognise
 from compiler.lower.bmm import BmmKernel, bmm_float, gathers, split_axes, to_base
 
 #: Largest margin (per axis, each side) of the index space an activation view may reach through PAD
@@ -271,10 +273,11 @@ class NormKernel:
     relu: bool = False
     clamp: tuple | None = None
     macs: int = 0
+    mask: np.ndarray | None = None  # a masked softmax (``comp.mask == "add"``): (rows, d) float added to x
 
     def run(self, x: np.ndarray) -> np.ndarray:
         """The float rows (``x`` gathered, (rows, d))."""
-        y = self.comp.evaluate(x)
+        y = self.comp.evaluate(x) if self.mask is None else self.comp.evaluate(x, self.mask)
         y = y * self.weight if self.weight is not None else y
         return y + self.bias if self.bias is not None else y
 
@@ -413,8 +416,11 @@ def _pure_view(act: _Act, t: TensorInfo) -> bool:
     return act.idx.size == t.numel and np.array_equal(np.ravel(act.idx), np.ravel(t.identity()))
 
 
-def lift(outputs: list[Node], input_perm=None) -> Schedule:
-    """Group a prepared graph into kernels; raises ChipCompileError for anything the chip cannot run."""
+def lift(outputs: list[Node], input_perm=None, attention_fits=None) -> Schedule:
+    """Group a prepared graph into kernels; raises ChipCompileError for anything the chip cannot run.
+    ``attention_fits(comp, q, k, v shapes)``: why the fused attention cannot take those shapes on the
+    target config, or None (``compiler.lower.attention.fused_unfit``); such attention is composed of
+    batched matmuls and a softmax instead (``_attn_compose``)."""
     outputs = recognise(outputs)
     order = toposort(outputs)
     users: dict[int, int] = {}
@@ -447,6 +453,10 @@ def lift(outputs: list[Node], input_perm=None) -> Schedule:
         if all(isinstance(v, np.ndarray) for v in srcv):          # constant subgraph: fold now
             val[id(n)] = _move(n, srcv[0]) if n.op in _MOVES else \
                 np.asarray(semantics.apply(n, *srcv))
+            continue
+        if n.op is Ops.COMPOSITE and n.arg.kind == "attention":
+            srcv = [_as_act(n, v, users, tensors, kernels) if isinstance(v, (_Fn, _Prod)) else v for v in srcv]
+            val[id(n)] = _attn_kernel(n, srcv, tensors, kernels, attention_fits)
             continue
         for sv, sn in zip(srcv, n.src):
             if isinstance(sv, _Prod2) and n.op is not Ops.SUM:
@@ -972,38 +982,56 @@ def _composite(n: Node, srcv, users, tensors, kernels):
 
 def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
     """A LayerNorm/RMSNorm/softmax composite over the last axis of an activation, with constant
-    weight and bias varying along that axis only, or an elementwise composite (GELU, SiLU, ...):
-    a ``NormKernel``."""
+    weight and bias varying along that axis only (a softmax maybe with a constant mask), or an
+    elementwise composite (GELU, SiLU, ...): a ``NormKernel``."""
     c: Composite = n.arg
     x, consts = srcv[0], srcv[1:]
-    if c.kind == "attention" and not c.mask and all(isinstance(v, _Act) for v in srcv):
-        return _attn_kernel(n, srcv, tensors, kernels)
     if c.kind not in NORM_KINDS or not isinstance(x, _Act) \
             or not all(isinstance(v, np.ndarray) for v in consts):
         raise _op_err(n, f"{c} is not supported on the chip (supported: LayerNorm, RMSNorm and softmax of an "
-                         "activation over its last axis, with a constant weight and bias; GELU, SiLU, sigmoid, "
-                         "tanh, erf of an activation; attention of three activations without a mask or with a "
-                         "causal one)")
+                         "activation over its last axis, with a constant weight and bias, a softmax with a constant "
+                         "mask; GELU, SiLU, sigmoid, tanh, erf of an activation; attention of three activations "
+                         "with a constant mask or none)")
     if c.kind in NORM_KINDS and tuple(c.axes) != (len(n.shape) - 1,):
         raise _op_err(n, f"{c}: only a norm or softmax over the last axis (the features) runs on the chip")
     d = n.shape[-1]
     rows = math.prod(n.shape) // d
+    mask = None
+    if c.kind == "softmax" and c.mask:
+        mask = masked(np.zeros(n.shape), np.broadcast_to(consts[0], n.shape), c.mask).reshape(rows, d)
+        consts = consts[1:]
     wb = [np.broadcast_to(v, n.shape).reshape(rows, d) for v in consts]
     if any(np.any(v != v[:1]) for v in wb):
         raise _op_err(n, f"{c}: the weight and bias must vary along the last axis only")
     it = iter(v[0].astype(np.float64) for v in wb)
     w, b = (next(it) if f else None for f in c.affine)
-    tensors.append(TensorInfo(f"t{len(tensors)}", tuple(n.shape), tuple(range(len(n.shape))), "kernel",
+    return _row_kernel(x, tuple(n.shape), c, w, b, mask, tensors, kernels)
+
+
+def _row_kernel(x: _Act, shape: tuple, c: Composite, w, b, mask, tensors, kernels) -> _Act:
+    """A ``NormKernel`` of ``c`` over the last axis of the view ``x`` (of ``shape``); its output tensor."""
+    d = shape[-1]
+    rows = math.prod(shape) // d
+    tensors.append(TensorInfo(f"t{len(tensors)}", shape, tuple(range(len(shape))), "kernel",
                               producer=len(kernels)))
     ti = len(tensors) - 1
+    comp = replace(c, axes=(1,) if c.axes else (), affine=(False, False), mask="add" if mask is not None else "")
     kernels.append(NormKernel(f"{c.kind}{len(kernels)}", x.t, np.ascontiguousarray(np.reshape(x.idx, (rows, d))),
-                              ti, replace(c, axes=(1,) if c.axes else (), affine=(False, False)), w, b))
+                              ti, comp, w, b, mask=mask))
     return _Act(ti, tensors[ti].identity(), False)
 
 
-def _attn_kernel(n: Node, srcv, tensors, kernels) -> _Act:
-    """An attention composite of three activations: an ``AttnKernel`` over (batch, head) pairs (the
-    leading axes: the last one the heads, the others the batch)."""
+def _attn_kernel(n: Node, srcv, tensors, kernels, fits=None) -> _Act:
+    """An attention composite of three activations (and a constant mask): the fused attention (an
+    ``AttnKernel`` over (batch, head) pairs, the leading axes: the last one the heads, the others the
+    batch) when it can take it (``_fused_unfit``), else composed of a batched matmul for the scores,
+    a masked softmax and a batched matmul with v (``_attn_compose``)."""
+    c: Composite = n.arg
+    if not all(isinstance(v, _Act) for v in srcv[:3]) or not all(isinstance(v, np.ndarray) for v in srcv[3:]):
+        raise _op_err(n, f"{c}: attention runs on the chip for three activations and a constant mask (or none)")
+    why = _fused_unfit(n, srcv, tensors, fits)
+    if why is not None:
+        return _attn_compose(n, srcv, tensors, kernels, why)
     *lead, L, dh = n.src[0].shape
     H = lead[-1] if lead else 1
     B = math.prod(lead) // H
@@ -1014,6 +1042,66 @@ def _attn_kernel(n: Node, srcv, tensors, kernels) -> _Act:
             for a, s in zip(srcv, n.src)]
     kernels.append(AttnKernel(f"attention{len(kernels)}", srcs, ti, n.arg))
     return _Act(ti, tensors[ti].identity(), False)
+
+
+def _fused_unfit(n: Node, srcv, tensors, fits) -> str | None:
+    """Why the fused attention cannot take this composite (None: it can). ``fits(comp, q, k, v shapes)``
+    (``lift``'s ``attention_fits``, bound to a config) says whether the shapes fit the config; without it
+    every composite without a mask (or a causal one) is taken, as the config is unknown."""
+    c: Composite = n.arg
+    if c.mask:
+        return f"mask {c.mask!r}"
+    if fits is not None:
+        why = fits(c, *(tuple(s.shape) for s in n.src[:3]))
+        if why is not None:
+            return why
+    for a, s in zip(srcv[:3], n.src[:3]):
+        if rows_at_one_stride(tensors[a.t].phys_offsets(np.broadcast_to(a.idx, s.shape))) is None:
+            return "rows of q, k or v are not contiguous at one stride in DRAM"
+    return None
+
+
+def rows_at_one_stride(off: np.ndarray) -> int | None:
+    """The row stride of element offsets ``off (..., L, d)`` whose rows (last axis) are contiguous and follow
+    one another at one stride along axis -2 (``d`` when ``L == 1``); None otherwise."""
+    first = off[..., 0]
+    L = off.shape[-2]
+    rs = int(first.reshape(-1, L)[0, 1] - first.reshape(-1, L)[0, 0]) if L > 1 else off.shape[-1]
+    if np.any(np.diff(off, axis=-1) != 1) or np.any(first != first[..., :1] + rs * np.arange(L)):
+        return None
+    return rs
+
+
+def _attn_compose(n: Node, srcv, tensors, kernels, why: str = "") -> _Act:
+    """``softmax(mask(scale q k^T)) v`` as three kernels: the scores ``q k^T`` (a batched matmul, the scale
+    folded into it), a softmax over the keys with the causal or constant mask (a ``NormKernel``), the
+    product with ``v`` (a batched matmul). ``why``: why not the fused attention (in the kernels' text)."""
+    c: Composite = n.arg
+    qa, ka, va = srcv[:3]
+    qs, ks, vs = (tuple(s.shape) for s in n.src[:3])
+    lead, (Lq, dh), Lk, dv = qs[:-2], qs[-2:], ks[-2], vs[-1]
+    nl = len(lead)
+    text = f"{c}{_site_text(n)}" + (f" (composed: {why})" if why else "")
+    full = lead + (Lq, Lk, dh)
+    qi = np.broadcast_to(np.broadcast_to(qa.idx, qs)[..., :, None, :], full)
+    ki = np.broadcast_to(np.broadcast_to(ka.idx, ks)[..., None, :, :], full)
+    sc = _bmm_kernel(qa.t, qi, ka.t, ki, (nl + 2,), lead + (Lq, Lk, 1), tensors, kernels,
+                     f"scores of {text}", c.scale)
+    sshape = lead + (Lq, Lk)
+    mask = None
+    if c.causal:
+        mask = np.where(np.tril(np.ones((Lq, Lk), bool)), 0.0, -np.inf)
+    if c.mask:
+        mask = masked(np.zeros(sshape) if mask is None else mask, srcv[3], c.mask)
+    if mask is not None:
+        mask = np.broadcast_to(mask, sshape).reshape(-1, Lk)
+    p = _row_kernel(_Act(sc.t, sc.idx.reshape(sshape)), sshape, Composite("softmax", (nl + 1,)), None, None,
+                    mask, tensors, kernels)
+    full = lead + (Lq, Lk, dv)
+    pi = np.broadcast_to(p.idx[..., None], full)
+    vi = np.broadcast_to(np.broadcast_to(va.idx, vs)[..., None, :, :], full)
+    o = _bmm_kernel(p.t, pi, va.t, vi, (nl + 1,), lead + (Lq, 1, dv), tensors, kernels, f"p @ v of {text}")
+    return _Act(o.t, o.idx.reshape(n.shape), False)
 
 
 def _pad_act(n: Node, a: _Act, tensors, kernels) -> _Act:
@@ -1140,16 +1228,23 @@ def _contraction(n: Node, p: _Prod, tensors, kernels) -> _Act:
 
 def _bmm_contraction(n: Node, p: _Prod2, tensors, kernels) -> _Act:
     """``SUM(MUL(view(a), view(b)))`` of two activations: a batched matmul (compiler.lower.bmm)."""
-    red = tuple(n.arg)
     full = n.src[0].shape
-    a, b = np.broadcast_to(p.a.idx, full), np.broadcast_to(p.b.idx, full)
+    return _bmm_kernel(p.a.t, p.a.idx, p.b.t, p.b.idx, tuple(n.arg), tuple(n.shape), tensors, kernels,
+                       f"SUM{fmt_shape(full)} over {tuple(n.arg)} of two activations")
+
+
+def _bmm_kernel(ta: int, a_idx, tb: int, b_idx, red: tuple, out_shape: tuple, tensors, kernels, text: str,
+                mult: float = 1.0) -> _Act:
+    """A ``BmmKernel``: ``out = mult * SUM(a * b)`` over the axes ``red`` of the two index arrays (broadcast to
+    one full shape); ``out_shape`` is the full shape with the summed axes of size 1."""
+    a, b = np.broadcast_arrays(a_idx, b_idx)
     s_axes, m_axes, n_axes = split_axes(a, b, red)
     ga, gb = gathers(a, b, red, s_axes, m_axes, n_axes)
-    tensors.append(TensorInfo(f"t{len(tensors)}", tuple(n.shape), tuple(list(red) + s_axes + m_axes + n_axes),
+    tensors.append(TensorInfo(f"t{len(tensors)}", out_shape, tuple(list(red) + s_axes + m_axes + n_axes),
                               "kernel", producer=len(kernels)))
     ti = len(tensors) - 1
-    kernels.append(BmmKernel(f"bmm{len(kernels)}", p.a.t, p.b.t, ga, gb, ti, tuple(s_axes), tuple(m_axes),
-                             tuple(n_axes), op_text=f"SUM{fmt_shape(full)} over {red} of two activations"))
+    kernels.append(BmmKernel(f"bmm{len(kernels)}", ta, tb, ga, gb, ti, tuple(s_axes), tuple(m_axes),
+                             tuple(n_axes), mult=mult, op_text=text))
     return _Act(ti, tensors[ti].identity(), True)
 
 

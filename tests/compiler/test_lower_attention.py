@@ -11,7 +11,6 @@ import pytest
 
 import tetrachip as tc
 from compiler.frontend import functional as F
-from compiler.lower.schedule import ChipCompileError
 
 BOUND = 0.05
 DH = {"tiny": 4, "small": 8, "base": 16}
@@ -72,18 +71,20 @@ def test_multi_head_attention_from_functions(cfg, B, L, H, causal):
     assert [k.kind for k in cm.kernels] == ["gemm"] * 3 + ["attention"] + ["gemm"]
 
 
-def test_unsupported_attention_is_named():
+def test_shapes_beyond_the_fused_attention_are_composed():
+    """Head size other than the array, Lq != Lk, an additive mask, 4-D inputs stored channel-last: no fused
+    attention kernel, but the composition (``tests/compiler/test_lower_attention_composed.py``), bit-exact."""
     rng = np.random.default_rng(0)
     sdpa = lambda a, b, c: F.scaled_dot_product_attention(a, b, c)  # noqa: E731
     q = rng.standard_normal((2, 8, 12)).astype(np.float32)
-    with pytest.raises(ChipCompileError, match="head size"):
-        tc.compile(sdpa, [q, q, q], config="small")
-    q, k = rng.standard_normal((2, 8, 8)).astype(np.float32), rng.standard_normal((2, 5, 8)).astype(np.float32)
-    with pytest.raises(ChipCompileError, match="self-attention"):
-        tc.compile(sdpa, [q, k, k], config="small")
+    q8, k5 = rng.standard_normal((2, 8, 8)).astype(np.float32), rng.standard_normal((2, 5, 8)).astype(np.float32)
     mask = tc.Tensor(rng.standard_normal((2, 8, 8)).astype(np.float32))
-    with pytest.raises(ChipCompileError, match="attention"):
-        tc.compile(lambda a, b, c: (a @ b.transpose(-2, -1) + mask).softmax(-1) @ c, [q, q, q], config="small")
     q4 = rng.standard_normal((1, 2, 8, 8)).astype(np.float32)      # 4-D inputs are stored channel-last
-    with pytest.raises(ChipCompileError, match="contiguous"):
-        tc.compile(sdpa, [q4, q4, q4], config="small")
+    cases = [(sdpa, [q, q, q]), (sdpa, [q8, k5, k5]), (sdpa, [q4, q4, q4]),
+             (lambda a, b, c: (a @ b.transpose(-2, -1) + mask).softmax(-1) @ c, [q8, q8, q8])]
+    for fn, xs in cases:
+        cm = tc.compile(fn, xs, config="small")
+        assert "attention" not in [k.kind for k in cm.kernels]
+        feeds = {f"x{i}": x for i, x in enumerate(xs)}
+        np.testing.assert_array_equal(tc.Device("sim", config="small").run(cm, feeds).outputs[0],
+                                      cm.reference(feeds)[0])
