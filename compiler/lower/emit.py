@@ -9,7 +9,7 @@ and adds a fused epilogue and strided-DMA im2col loads. Units overlap through to
 tokens (P -> C)     meaning                                                       seeds
 ==================  ============================================================  =========
 load -> mxu         a weight tile (every one) / an A tile (first N tile) arrived
-mxu -> load         ``mxu.lw`` read its weight slot: the slot may be refilled     NB
+mxu -> load         ``mxu.lw`` read its weight slot: the slot may be refilled     NB (<= 63)
 E -> mxu|load       an ACC region was drained (E = vpu for int8 output, store     2
                     for int32); its next user (the bias load, else the first
                     ``mm``) may write it
@@ -35,11 +35,15 @@ from isa.builder import ProgramBuilder, acc, dram, spm
 from isa.regs import L0, L1, L2, Elementwise, LoopReg, Reg
 from isa.regs import GemmKernel as GK
 from isa.table import SPACE_BYTES, Space
+from isa.timing import TOKEN_MAX
 
-from compiler.lower.tiling import Group, KTile, Tiling, groups
+from compiler.lower.tiling import Group, KTile, Tiling, groups, k_runs
 
 _GK_REGS = (GK.WSLOT, GK.WCOL, GK.ACC, GK.OBUF, GK.OCOL, GK.BIAS, GK.SCALE, GK.NT, GK.TMP, GK.AOFF, GK.OOFF,
             GK.ABUF, GK.MT)
+#: most weight-slot tokens a kernel seeds: loads run at most this many weight tiles ahead of the MXU,
+#: and with an A tile per weight tile their load -> mxu tokens stay below ``TOKEN_MAX`` (a long K)
+WEIGHT_TOKENS = TOKEN_MAX // 4
 #: rows of zeros a border store reads at once (the SPM zero block the planner reserves)
 ZERO_FILL_ROWS = 64
 #: bytes of an SPM element (int8 results) and of an ACC element (int32 results, biases, scales)
@@ -126,7 +130,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     for r in (GK.WSLOT, GK.ACC, GK.OBUF, GK.AOFF, GK.OOFF, GK.ABUF):
         e.emit("seti", r, 0)
     # seeds
-    e.emit("loop", L2, tl.NB)
+    e.emit("loop", L2, weight_seeds(tl))
     e.emit("mxu.lw", spm[kc.spm_w], k=0, rep=L2, signal="load")
     e.emit("loop", L2, 2)
     if kc.out_int8:
@@ -181,7 +185,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
         e.emit("seti", GK.ABUF, buf * KT * Mt)
         _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0)
     # drains: take the seed tokens back so the next kernel starts from zero counters
-    e.emit("loop", L2, tl.NB)
+    e.emit("loop", L2, weight_seeds(tl))
     e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, wait="mxu")
     e.emit("loop", L2, 2)
     if free_c == "load":
@@ -194,6 +198,12 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
         e.emit("loop", L2, tl.nbuf)
         e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, wait="store")
     e.emit("fence", "all")
+
+
+def weight_seeds(tl: Tiling) -> int:
+    """Free weight slots the kernel starts with (mxu -> load tokens): one per slot, at most
+    ``WEIGHT_TOKENS`` (fewer tokens than slots only keeps the loads less far ahead, never unsafe)."""
+    return min(tl.NB, WEIGHT_TOKENS)
 
 
 def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
@@ -244,35 +254,9 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
         e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
                wait=g["free_p"], signal="mxu" if bias_tok else None)
     if not first:
-        e.emit("loop", L0, KT, s0=R, s1=R * C)
-        e.emit("dma.ld", spm[kc.spm_w + GK.WSLOT], dram[kc.w_addr + GK.WCOL], rows=R, len=C, rstride=C,
-               rep=L0, wait="mxu", signal="mxu")
-    l1 = None                                  # the nest l1 holds (set once when every K tile uses it)
-    for kt, kti in enumerate(kc.ktiles):
-        wrow = spm[kc.spm_w + kt * R + GK.WSLOT]
-        load_a = first and g["load_a"]
-        if first and load_w:
-            e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
-                   wait="mxu", signal="mxu")
-        if load_a:
-            for gi, gr in enumerate(a_groups):
-                sig = ("mxu",) if gi == len(a_groups) - 1 else ()
-                rep = None
-                if gr.count > 1:
-                    if l1 != (gr.count, gr.lstride, gr.dstride):
-                        l1 = (gr.count, gr.lstride, gr.dstride)
-                        e.emit("loop", L1, gr.count, s0=gr.lstride, s1=gr.dstride)
-                    rep = L1
-                e.emit("dma.ld", spm[a_buf + kt * Mt + gr.local + GK.ABUF], dram[gr.dram + kti.col + GK.AOFF],
-                       rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
-                       **_mods((), sig, True, rep))
-        wtok = ["load"] if load_w else []          # a resident weight tile: no load to wait for, no slot to free
-        e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wtok, wtok))
-        waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
-            ([g["free_p"]] if kt == 0 and not g["bias"] else [])
-        sig = [g["ep"]] if kt == KT - 1 else []
-        op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
-        e.emit(op, acc_t, spm[a_buf + kt * Mt + GK.ABUF], n=mrows, **_mods(waits, sig))
+        _weight_stream(e, kc, cfg)
+    _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=first and g["load_a"], w_dma=first and load_w,
+             w_tok=load_w, bias_tok=bias_tok)
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
@@ -299,6 +283,94 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
         e.emit("blt", GK.WSLOT, GK.TMP, skip)
         e.emit("seti", GK.WSLOT, 0)
         e.place(skip)
+
+
+def _weight_stream(e: ProgramBuilder, kc: KernelCode, cfg) -> None:
+    """An N tile's weight tiles after the first, one repeated ``dma.ld`` (each waits for its slot):
+    slots ``kt`` (+ ``WSLOT``) when a column's tiles are resident, else a ring of ``NB`` slots
+    (``KT`` a multiple of ``NB``: slot ``kt % NB``, a two-level nest)."""
+    tl = kc.tiling
+    R, C = cfg.rows, cfg.cols
+    if _resident(tl):
+        e.emit("loop", L0, tl.KT, s0=R, s1=R * C)
+        rep = L0
+    else:
+        e.emit("loop", L0, tl.KT // tl.NB, s0=0, s1=tl.NB * R * C)
+        e.emit("loop", L1, tl.NB, s0=R, s1=R * C)
+        rep = (L0, 2)
+    e.emit("dma.ld", spm[kc.spm_w + GK.WSLOT], dram[kc.w_addr + GK.WCOL], rows=R, len=C, rstride=C,
+           rep=rep, wait="mxu", signal="mxu")
+
+
+def _resident(tl: Tiling) -> bool:
+    """Every weight tile of an N tile has its own slot (``NB`` a multiple of ``KT``); else the tiles
+    stream through ``NB`` slots, ``KT`` a multiple of ``NB`` (``compiler.lower.tiling.choose``)."""
+    return tl.NB % tl.KT == 0
+
+
+def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], acc_t, *,
+             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool) -> None:
+    """The K tiles of one N tile: per tile its weight load (``w_dma``; ``w_tok``: the tile was loaded
+    in this M tile, here or by ``_weight_stream``, so ``mxu.lw`` waits for it and frees its slot), its
+    A load (``load_a``), ``mxu.lw`` and ``mm``/``mma``. The first and last tiles stand alone (their tokens differ); the
+    others run as loops over repeated column patterns (``compiler.lower.tiling.k_runs``): one body
+    per run, the index registers (A buffer, weight slot, weight column, A column) advanced per trip
+    and restored after, so code size follows the number of runs, not K."""
+    kc, cfg = g["kc"], g["cfg"]
+    tl = kc.tiling
+    R, C = cfg.rows, cfg.cols
+    KT, Mt = tl.KT, tl.Mt
+    resident = _resident(tl)
+    l1 = [None]                                # the nest l1 holds (A row groups), None: unknown
+
+    def tile(kt: int) -> None:
+        kti = kc.ktiles[kt]
+        wrow = spm[kc.spm_w + (kt if resident else kt % tl.NB) * R + GK.WSLOT]
+        if w_dma:
+            e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
+                   wait="mxu", signal="mxu")
+        if load_a:
+            for gi, gr in enumerate(a_groups):
+                sig = ("mxu",) if gi == len(a_groups) - 1 else ()
+                rep = None
+                if gr.count > 1:
+                    if l1[0] != (gr.count, gr.lstride, gr.dstride):
+                        l1[0] = (gr.count, gr.lstride, gr.dstride)
+                        e.emit("loop", L1, gr.count, s0=gr.lstride, s1=gr.dstride)
+                    rep = L1
+                e.emit("dma.ld", spm[a_buf + kt * Mt + gr.local + GK.ABUF], dram[gr.dram + kti.col + GK.AOFF],
+                       rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
+                       **_mods((), sig, True, rep))
+        wtok = ["load"] if w_tok else []           # a resident weight tile: no load to wait for, no slot to free
+        e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wtok, wtok))
+        waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
+            ([g["free_p"]] if kt == 0 and not g["bias"] else [])
+        sig = [g["ep"]] if kt == KT - 1 else []
+        op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
+        e.emit(op, acc_t, spm[a_buf + kt * Mt + GK.ABUF], n=mrows, **_mods(waits, sig))
+
+    tile(0)
+    for run in k_runs(kc.ktiles, 1, KT - 1, 1 if resident else tl.NB):
+        p = run.period
+        if run.count == 1:
+            for kt in range(run.start, run.start + p):
+                tile(kt)
+            continue
+        adv = [(GK.ABUF, p * Mt)] + ([(GK.WSLOT, p * R)] if resident else []) + \
+            ([(GK.WCOL, p * R * C)] if w_dma else []) + ([(GK.AOFF, run.cstep)] if load_a and run.cstep else [])
+        e.comment(f"K tiles {run.start}..{run.start + p * run.count - 1}: {run.count} trips of {p}")
+        e.emit("addi", GK.TMP, GK.ABUF, run.count * p * Mt)
+        top = e.place(e.fresh_label("ktile"))
+        l1[0] = None                           # a trip starts with whatever nest the last one left
+        for kt in range(run.start, run.start + p):
+            tile(kt)
+        for r, d in adv:
+            e.emit("addi", r, r, d)
+        e.emit("blt", GK.ABUF, GK.TMP, top)
+        for r, d in adv:
+            e.emit("addi", r, r, -run.count * d)
+    if KT > 1:
+        tile(KT - 1)
 
 
 def _stores(e: ProgramBuilder, gs: list[Group], mem, base: int, reg: Reg | None, ncols: int, eb: int,

@@ -73,6 +73,48 @@ def k_tiles(P: np.ndarray, rows: int, what: str) -> tuple[np.ndarray, list[KTile
     return order, tiles, row + 0
 
 
+@dataclass(frozen=True)
+class KRun:
+    """K tiles ``start .. start + period * count - 1`` as ``count`` repetitions of a body of ``period``
+    tiles: repetition ``r`` is the first one with every column shifted by ``r * cstep`` bytes (same
+    ``klen`` and ``estride``), so one loop body serves them all (``compiler.lower.emit``)."""
+    start: int
+    period: int
+    count: int
+    cstep: int
+
+
+#: longest loop body over K tiles that ``k_runs`` looks for, in units of ``k_runs``' ``unit``
+MAX_K_PERIOD = 8
+
+
+def k_runs(tiles: list[KTile], lo: int, hi: int, unit: int = 1) -> list[KRun]:
+    """K tiles ``lo .. hi - 1`` as runs: greedily, the repetition covering the most tiles from the
+    current one (a body whose length is a multiple of ``unit``, at least two repetitions), else one
+    tile alone. Code size then grows with the number of distinct column patterns, not with K."""
+    out: list[KRun] = []
+    i = lo
+    while i < hi:
+        best = KRun(i, 1, 1, 0)
+        for p in range(unit, MAX_K_PERIOD * unit + 1, unit):
+            if i + 2 * p > hi:
+                break
+            step = tiles[i + p].col - tiles[i].col
+            c = 1
+            while i + (c + 1) * p <= hi and all(_shifted(tiles[i + j], tiles[i + c * p + j], c * step)
+                                                for j in range(p)):
+                c += 1
+            if c >= 2 and c * p > best.count * best.period:
+                best = KRun(i, p, c, step)
+        out.append(best)
+        i += best.period * best.count
+    return out
+
+
+def _shifted(a: KTile, b: KTile, d: int) -> bool:
+    return a.klen == b.klen and a.estride == b.estride and b.col - a.col == d
+
+
 def runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
     """(first index, length, stride) of maximal constant-stride runs."""
     out, i, n = [], 0, len(addrs)
