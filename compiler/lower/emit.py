@@ -201,9 +201,10 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
 
 
 def weight_seeds(tl: Tiling) -> int:
-    """Free weight slots the kernel starts with (mxu -> load tokens): one per slot, at most
-    ``WEIGHT_TOKENS`` (fewer tokens than slots only keeps the loads less far ahead, never unsafe)."""
-    return min(tl.NB, WEIGHT_TOKENS)
+    """Free weight slots the kernel starts with (mxu -> load tokens): one per group of ``KT`` slots
+    (``weight_mode`` group), else one per slot, at most ``WEIGHT_TOKENS`` (fewer tokens than slots
+    only keeps the loads less far ahead, never unsafe)."""
+    return 2 if weight_mode(tl) == "group" else min(tl.NB, WEIGHT_TOKENS)
 
 
 def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
@@ -248,15 +249,26 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     R, C = cfg.rows, cfg.cols
     KT, Mt = tl.KT, tl.Mt
     acc_t = acc[kc.acc_base + GK.ACC]          # the N tile's ACC region
-    # with no weight or A load in this N tile, the first mma waits for the bias load itself
-    bias_tok = g["bias"] and first and not load_w and not g["load_a"]
+    # with no weight or A load after the bias load in this N tile (grouped weights load one N tile
+    # ahead), the first mma waits for the bias load itself
+    mode = weight_mode(tl)
+    bias_tok = g["bias"] and ((first and not load_w and not g["load_a"]) or (mode == "group" and not first))
     if g["bias"]:
         e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
                wait=g["free_p"], signal="mxu" if bias_tok else None)
-    if not first:
+    if mode != "group" and not first:
         _weight_stream(e, kc, cfg)
-    _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=first and g["load_a"], w_dma=first and load_w,
-             w_tok=load_w, bias_tok=bias_tok)
+    elif mode == "group":               # this N tile's group (the first), or the next one's, ahead
+        assert load_w, "grouped weights are loaded in every M tile"
+        if first:
+            _weight_stream(e, kc, cfg)
+        elif not last:
+            _weight_stream(e, kc, cfg, ahead=True)
+    _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=first and g["load_a"],
+             w_dma=first and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
+             unroll=K_UNROLL if not (first or last) else 1)
+    if mode == "group" and first and not last:   # after the A loads: load -> mxu tokens stay in MXU order
+        _weight_stream(e, kc, cfg, ahead=True)
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
@@ -285,47 +297,74 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
         e.place(skip)
 
 
-def _weight_stream(e: ProgramBuilder, kc: KernelCode, cfg) -> None:
-    """An N tile's weight tiles after the first, one repeated ``dma.ld`` (each waits for its slot):
-    slots ``kt`` (+ ``WSLOT``) when a column's tiles are resident, else a ring of ``NB`` slots
-    (``KT`` a multiple of ``NB``: slot ``kt % NB``, a two-level nest)."""
+def weight_mode(tl: Tiling) -> str:
+    """How an N tile's weight tiles reach their slots (``compiler.lower.tiling.choose`` picks ``NB``):
+
+    ``group``  ``NB == 2 * KT``: all ``KT`` tiles of an N tile in one DMA instance into one of two groups
+               of slots, the next N tile's loaded while this one computes (one token each way: the
+               first ``mxu.lw`` waits for it, the last frees the group)
+    ``tile``   another multiple of ``KT``: slot ``kt`` (+ ``WSLOT``, a ring of whole N tiles), one DMA
+               instance and one token each way per tile
+    ``ring``   ``NB < KT``, ``KT`` a multiple of ``NB``: slot ``kt % NB``, a token each way per tile"""
+    if tl.NB == 2 * tl.KT:
+        return "group"
+    if tl.NB % tl.KT == 0:
+        return "tile"
+    assert tl.KT % tl.NB == 0, "a weight ring: KT a multiple of NB"
+    return "ring"
+
+
+def _weight_stream(e: ProgramBuilder, kc: KernelCode, cfg, ahead: bool = False) -> None:
+    """An N tile's weight tiles as one instruction before its K tiles (``weight_mode``): one
+    instance for the group, else one per tile, each waiting for its slot. ``ahead``: the next N
+    tile's group, into the other group of slots (``KT * R - WSLOT``)."""
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
-    if _resident(tl):
+    mode = weight_mode(tl)
+    rows, rep = R, None
+    if ahead:
+        e.emit("seti", GK.TMP, tl.KT * R)
+        e.emit("sub", GK.TMP, GK.TMP, GK.WSLOT)
+        e.emit("dma.ld", spm[kc.spm_w + GK.TMP], dram[kc.w_addr + tl.KT * R * C + GK.WCOL], rows=tl.KT * R,
+               len=C, rstride=C, wait="mxu", signal="mxu")
+        return
+    if mode == "group":
+        rows = tl.KT * R
+    elif mode == "tile":
         e.emit("loop", L0, tl.KT, s0=R, s1=R * C)
         rep = L0
     else:
         e.emit("loop", L0, tl.KT // tl.NB, s0=0, s1=tl.NB * R * C)
         e.emit("loop", L1, tl.NB, s0=R, s1=R * C)
         rep = (L0, 2)
-    e.emit("dma.ld", spm[kc.spm_w + GK.WSLOT], dram[kc.w_addr + GK.WCOL], rows=R, len=C, rstride=C,
+    e.emit("dma.ld", spm[kc.spm_w + GK.WSLOT], dram[kc.w_addr + GK.WCOL], rows=rows, len=C, rstride=C,
            rep=rep, wait="mxu", signal="mxu")
 
 
-def _resident(tl: Tiling) -> bool:
-    """Every weight tile of an N tile has its own slot (``NB`` a multiple of ``KT``); else the tiles
-    stream through ``NB`` slots, ``KT`` a multiple of ``NB`` (``compiler.lower.tiling.choose``)."""
-    return tl.NB % tl.KT == 0
+#: K tiles a loop body over a run holds at most (unrolled trips) in the middle N tiles, the code that
+#: runs most: fewer branches for the chip and scalar events for the simulator, for a little code
+K_UNROLL = 8
 
 
 def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], acc_t, *,
-             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool) -> None:
-    """The K tiles of one N tile: per tile its weight load (``w_dma``; ``w_tok``: the tile was loaded
-    in this M tile, here or by ``_weight_stream``, so ``mxu.lw`` waits for it and frees its slot), its
-    A load (``load_a``), ``mxu.lw`` and ``mm``/``mma``. The first and last tiles stand alone (their tokens differ); the
-    others run as loops over repeated column patterns (``compiler.lower.tiling.k_runs``): one body
-    per run, the index registers (A buffer, weight slot, weight column, A column) advanced per trip
-    and restored after, so code size follows the number of runs, not K."""
+             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool, unroll: int = 1) -> None:
+    """The K tiles of one N tile: per tile its weight load (``w_dma``; ``w_tok``: the weights were
+    loaded in this M tile, here or by ``_weight_stream``, so ``mxu.lw`` waits for them and frees their
+    slot), its A load (``load_a``), ``mxu.lw`` and ``mm``/``mma``. The first and last tiles stand
+    alone (their tokens differ); the others run as loops over repeated column patterns
+    (``compiler.lower.tiling.k_runs``), a body of up to ``unroll`` tiles, the index registers (A
+    buffer, weight slot, weight column, A column) advanced per trip and restored after: code size
+    follows the number of runs, not K."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
     KT, Mt = tl.KT, tl.Mt
-    resident = _resident(tl)
+    mode = weight_mode(tl)
     l1 = [None]                                # the nest l1 holds (A row groups), None: unknown
 
     def tile(kt: int) -> None:
         kti = kc.ktiles[kt]
-        wrow = spm[kc.spm_w + (kt if resident else kt % tl.NB) * R + GK.WSLOT]
+        wrow = spm[kc.spm_w + (kt % tl.NB if mode == "ring" else kt) * R + GK.WSLOT]
         if w_dma:
             e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
                    wait="mxu", signal="mxu")
@@ -341,8 +380,10 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
                 e.emit("dma.ld", spm[a_buf + kt * Mt + gr.local + GK.ABUF], dram[gr.dram + kti.col + GK.AOFF],
                        rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
                        **_mods((), sig, True, rep))
-        wtok = ["load"] if w_tok else []           # a resident weight tile: no load to wait for, no slot to free
-        e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wtok, wtok))
+        # weight tokens: per tile, or for the group at its first and last tile (none when resident)
+        wwait = ["load"] if w_tok and (mode != "group" or kt == 0) else []
+        wsig = ["load"] if w_tok and (mode != "group" or kt == KT - 1) else []
+        e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wwait, wsig))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
             ([g["free_p"]] if kt == 0 and not g["bias"] else [])
         sig = [g["ep"]] if kt == KT - 1 else []
@@ -350,25 +391,30 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         e.emit(op, acc_t, spm[a_buf + kt * Mt + GK.ABUF], n=mrows, **_mods(waits, sig))
 
     tile(0)
-    for run in k_runs(kc.ktiles, 1, KT - 1, 1 if resident else tl.NB):
+    for run in k_runs(kc.ktiles, 1, KT - 1, tl.NB if mode == "ring" else 1):
         p = run.period
-        if run.count == 1:
-            for kt in range(run.start, run.start + p):
+        u = max(1, min(run.count, unroll // p))            # trips per body
+        trips = run.count // u
+        done = run.start
+        if trips >= 2:
+            q = p * u
+            adv = [(GK.ABUF, q * Mt)] + ([(GK.WSLOT, q * R)] if mode != "ring" else []) + \
+                ([(GK.WCOL, q * R * C)] if w_dma else []) + \
+                ([(GK.AOFF, u * run.cstep)] if load_a and run.cstep else [])
+            e.comment(f"K tiles {run.start}..{run.start + q * trips - 1}: {trips} trips of {q}")
+            e.emit("addi", GK.TMP, GK.ABUF, trips * q * Mt)
+            top = e.place(e.fresh_label("ktile"))
+            l1[0] = None                       # a trip starts with whatever nest the last one left
+            for kt in range(run.start, run.start + q):
                 tile(kt)
-            continue
-        adv = [(GK.ABUF, p * Mt)] + ([(GK.WSLOT, p * R)] if resident else []) + \
-            ([(GK.WCOL, p * R * C)] if w_dma else []) + ([(GK.AOFF, run.cstep)] if load_a and run.cstep else [])
-        e.comment(f"K tiles {run.start}..{run.start + p * run.count - 1}: {run.count} trips of {p}")
-        e.emit("addi", GK.TMP, GK.ABUF, run.count * p * Mt)
-        top = e.place(e.fresh_label("ktile"))
-        l1[0] = None                           # a trip starts with whatever nest the last one left
-        for kt in range(run.start, run.start + p):
+            for r, d in adv:
+                e.emit("addi", r, r, d)
+            e.emit("blt", GK.ABUF, GK.TMP, top)
+            for r, d in adv:
+                e.emit("addi", r, r, -trips * d)
+            done += q * trips
+        for kt in range(done, run.start + p * run.count):
             tile(kt)
-        for r, d in adv:
-            e.emit("addi", r, r, d)
-        e.emit("blt", GK.ABUF, GK.TMP, top)
-        for r, d in adv:
-            e.emit("addi", r, r, -run.count * d)
     if KT > 1:
         tile(KT - 1)
 

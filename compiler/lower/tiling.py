@@ -193,19 +193,61 @@ class Tiling:
 
 
 def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, single_ok: bool = True) -> Tiling:
-    """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip."""
-    R, C = cfg.rows, cfg.cols
+    """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip.
+
+    Weight slots (``compiler.lower.emit.weight_mode``): two N tiles' worth (one DMA per N tile, the
+    next one's loading while this one computes; for long M tiles, ``GROUP_WORK``), else one N tile's
+    (at least 4, a DMA per tile), else, when
+    that does not fit SPM or a ring leaves taller M tiles, a ring of ``NB = ring_slots(KT)`` slots
+    the tiles stream through (``KT`` a multiple of ``NB``), so SPM holds the A tiles."""
+    C = cfg.cols
     NT = cdiv(N, C)
-    NB = align_up(4, KT)                 # weight slots: a multiple of KT, at least 4
+    scale_rows = NT if out_int8 else 0
+    if 2 + scale_rows > cfg.acc_rows:
+        raise ChipCompileError(f"{what}: N = {N} ({NT} tiles) needs more ACC rows than config "
+                               f"{cfg.name!r} has ({cfg.acc_rows})")
+    ring = ring_slots(KT)
+    res, best = None, None
+    for NB in (2 * KT, max(KT, align_up(4, KT)), ring):      # group, tile, ring (compiler.lower.emit)
+        t = _choose(cfg, M, KT, NT, N, out_int8, run, single_ok, NB)
+        if t is not None and NB == 2 * KT and NT * t.Mt < GROUP_WORK * cfg.rows * cdiv(C, cfg.dma_beat_bytes):
+            t = None                  # an M tile's first two groups load exposed: too long beside its work
+        # instructions the chip runs per K tile: lw and mm per M tile, and a DMA unless grouped
+        cost = None if t is None else t.MT * (2 if NB >= 2 * KT else 3)
+        if cost is not None and (best is None or cost < best):
+            res, best = t, cost
+    if res is None:
+        ostage = 2 if out_int8 else 0
+        raise ChipCompileError(f"{what}: K = {KT} tiles of {cfg.rows} rows do not fit SPM: one row of A tiles, "
+                               f"{min(ring, KT)} weight slot(s) and the output staging need "
+                               f"{KT + min(ring, KT) * cfg.rows + ostage} rows, config {cfg.name!r} has "
+                               f"{cfg.spm_rows} (spm_rows)")
+    return res
+
+
+#: group weights (one DMA per N tile) need an M tile's matmul cycles per K tile (N tiles x rows) to be
+#: this many times the beats of one weight tile: its first two groups' loads are then under 1% of it
+GROUP_WORK = 200
+#: K tiles x N tiles of one M tile from which a single A buffer (taller M tiles) is preferred to two:
+#: the stall at an M tile's start (its first A tile's load) is then under 1% of the tile's matmuls
+SINGLE_A_WORK = 256
+
+
+def ring_slots(KT: int) -> int:
+    """Weight slots of a streaming ring: the smallest divisor of ``KT`` from 4 to 16 (else 3, 2, 1),
+    so that K tile ``kt`` always uses slot ``kt % NB`` (``compiler.lower.emit``)."""
+    return next((d for d in [*range(4, 17), 3, 2] if KT % d == 0), 1)
+
+
+def _choose(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: int, single_ok: bool,
+            NB: int) -> Tiling | None:
+    """The tiling with ``NB`` weight slots, or None when not one row of A tiles fits beside them."""
+    R = cfg.rows
     w_rows = NB * R
     scale_rows = NT if out_int8 else 0
     ostage = 2 if out_int8 else 0
     if w_rows + KT + ostage > cfg.spm_rows:
-        raise ChipCompileError(f"{what}: K = {KT} tiles of {R} rows do not fit SPM ({cfg.spm_rows} rows) on "
-                               f"config {cfg.name!r}")
-    if 2 + scale_rows > cfg.acc_rows:
-        raise ChipCompileError(f"{what}: N = {N} ({NT} tiles) needs more ACC rows than config "
-                               f"{cfg.name!r} has ({cfg.acc_rows})")
+        return None
 
     def fits(mt: int, nbuf: int) -> bool:
         return nbuf * KT * mt + w_rows + ostage * mt <= cfg.spm_rows and 2 * mt + scale_rows <= cfg.acc_rows
@@ -215,15 +257,20 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     else:
         nbuf = 2
         Mt = min((cfg.spm_rows - w_rows) // (2 * KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
-        if Mt < 1:
-            raise ChipCompileError(f"{what}: K = {KT} tiles do not fit SPM on config {cfg.name!r}")
         mt1 = min((cfg.spm_rows - w_rows) // (KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
-        short = 2 * (2 * R + C)        # an mm shorter than this cannot hide the next weight load
+        if Mt < 1:
+            nbuf, Mt = 1, mt1                    # one A buffer: loads no longer overlap the matmuls
+        short = 2 * (2 * R + cfg.cols)        # an mm shorter than this cannot hide the next weight load
         if run > 1 and single_ok and run <= mt1 and (Mt < run or (Mt // run * run < short
                                                                   and mt1 // run >= 2 * (Mt // run))):
             # one A buffer (loads no longer overlap the previous M tile's matmuls) so that an M
             # tile holds a whole block and one loop body serves every tile (instruction memory)
             nbuf, Mt = 1, _blocks(M, run, mt1)
+        elif single_ok and NT * KT >= SINGLE_A_WORK and cdiv(M, mt1) < cdiv(M, Mt):
+            # a long reduction per M tile (every N tile reuses the A tiles, which load just ahead of
+            # their matmuls): one A buffer only stalls at the M tile's start, and taller tiles halve
+            # the instructions the chip (and the simulator) runs
+            nbuf, Mt = 1, (_blocks(M, run, mt1) if 1 < run <= mt1 else cdiv(M, cdiv(M, mt1)))
         elif run > 1 and Mt >= run:
             Mt = _blocks(M, run, Mt)             # whole blocks: every full M tile runs the same code
         else:
@@ -232,6 +279,8 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     MT = cdiv(M, Mt)
     if MT == 1:
         nbuf = 1
+    elif nbuf == 1 and not single_ok:
+        return None                              # (int32 output with a bias needs two A buffers)
     return Tiling(M, N, KT, NT, Mt, MT, NB, nbuf, nbuf * KT * Mt + w_rows + ostage * Mt,
                   2 * Mt + scale_rows)
 
