@@ -218,9 +218,11 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
             res, best = t, cost
     if res is None:
         ostage = 2 if out_int8 else 0
-        raise ChipCompileError(f"{what}: K = {KT} tiles of {cfg.rows} rows do not fit SPM: one row of A tiles, "
-                               f"{min(ring, KT)} weight slot(s) and the output staging need "
-                               f"{KT + min(ring, KT) * cfg.rows + ostage} rows, config {cfg.name!r} has "
+        bufs = 1 if single_ok or M == 1 else 2
+        why = "one row of A tiles" if bufs == 1 else "two A buffers of a row (int32 output with a bias)"
+        raise ChipCompileError(f"{what}: K = {KT} tiles of {cfg.rows} rows do not fit SPM: {why}, "
+                               f"{ring} weight slot(s) and the output staging need "
+                               f"{bufs * KT + ring * cfg.rows + ostage * bufs} rows, config {cfg.name!r} has "
                                f"{cfg.spm_rows} (spm_rows)")
     return res
 
