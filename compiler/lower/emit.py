@@ -444,11 +444,14 @@ def emit_zero_fill(e: ProgramBuilder, zero_row: int, border: tuple, zrows: int) 
     e.comment("zero the border of a padded output")
     for n, addrs in sorted(chunks.items()):
         for g in groups(addrs):
-            for c0 in range(0, g.rows, zrows):
-                rows = min(zrows, g.rows - c0)
-                levels = ([(outer, ostride)] if outer > 1 else []) + ([(g.count, g.dstride)] if g.count > 1 else [])
-                for lv, (cnt, st) in enumerate(levels):
-                    e.emit("loop", LoopReg(lv), cnt, s0=st, s1=0)
+            full = g.rows // zrows               # whole blocks of zrows rows: one more nest level
+            for c0, rows, cnt in ((0, zrows, full), (full * zrows, g.rows - full * zrows, 1)):
+                if not rows or not cnt:
+                    continue
+                levels = ([(outer, ostride)] if outer > 1 else []) + ([(g.count, g.dstride)] if g.count > 1 else []) \
+                    + ([(cnt, zrows * g.rstride)] if cnt > 1 else [])
+                for lv, (c, st) in enumerate(levels):
+                    e.emit("loop", LoopReg(lv), c, s0=st, s1=0)
                 e.emit("dma.st", dram[g.dram + c0 * g.rstride], spm[zero_row], rows=rows, len=n, rstride=g.rstride,
                        rep=(L0, len(levels)) if levels else None)
 

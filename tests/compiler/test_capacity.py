@@ -108,3 +108,25 @@ def test_resnet18_at_224_fits_instruction_memory():
     cm = tc.compile(_ResNet18(), [x], config="base")
     assert sum(k.kind == "gemm" for k in cm.kernels) == 21
     assert len(cm.program) <= cm.config.imem_words // 2
+
+
+def test_wide_zero_borders_are_nests():
+    """A padded tensor's border rows longer than the zero block: whole blocks are one store over a
+    nest level (not one store each), and the result is bit-exact with garbage in DRAM."""
+    from sim import Chip
+    tc.manual_seed(2)
+    stem, block = tc.nn.Conv2d(2, 8, 3, padding=1), _Basic(8, 8, 1)
+    x = np.random.default_rng(4).standard_normal((1, 2, 5, 150)).astype(np.float32)
+    cm = tc.compile(lambda a: block(stem(a).relu()), [x], config="small")
+    fill = cm.asm.split("zero the border")[1].split("; kernel")[0]
+    assert "rows=64" in fill and "rep=l0:" in fill
+    chip = Chip(cm.config)
+    chip.load(cm.program)
+    chip.dram[:] = np.random.default_rng(9).integers(0, 256, chip.dram.shape, dtype=np.uint8)
+    for addr, data in cm.dram_writes(cm.feeds([x])):
+        chip.write_dram(addr, data)
+    chip.run()
+    outs, _ = cm.read_outputs(chip.read_dram)
+    np.testing.assert_array_equal(outs[0], cm.reference(x)[0])
+    real = block(stem(tc.Tensor(x)).relu()).numpy()
+    assert np.abs(outs[0] - real).max() < 0.05 * np.abs(real).max()
