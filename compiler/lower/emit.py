@@ -8,22 +8,28 @@ and adds a fused epilogue and strided-DMA im2col loads. Units overlap through to
 ==================  ============================================================  =========
 tokens (P -> C)     meaning                                                       seeds
 ==================  ============================================================  =========
-load -> mxu         a weight tile (every one) / an A tile (first N tile) arrived
-mxu -> load         ``mxu.lw`` read its weight slot: the slot may be refilled     NB (<= 63)
+load -> mxu         a weight tile (or an N tile's group of them, ``weight_mode``)
+                    / an A tile (first N tile) / a bias tile (when nothing
+                    loaded after it orders it) arrived
+mxu -> load         ``mxu.lw`` read its weight slot (the last of a group): the    NB (<= 63),
+                    slot may be refilled                                          groups: 2
 E -> mxu|load       an ACC region was drained (E = vpu for int8 output, store     2
                     for int32); its next user (the bias load, else the first
                     ``mm``) may write it
 mxu -> vpu|store    the last ``mma`` of an N tile: its ACC region is complete
 vpu -> store        ``vreq`` wrote the int8 output tile to SPM staging
 store -> vpu        the staging buffer was stored and may be rewritten            2
-store -> load       the M tile's last store: its A buffer may be refilled         2
+store -> load       the M tile's last store: its A buffer may be refilled         nbuf
 ==================  ============================================================  =========
 
 Every wait is matched in order with one earlier signal of the same kind (units start in order;
 loads retire in order); a kernel starts with the seed tokens and ends with empty instructions
 that consume the seeds back, so kernels compose. Inner loops use repeat registers: the
-weight tiles of an N tile are one ``dma.ld`` over a nest, row groups of a tile are one DMA
-over a nest; the middle N tiles run as a scalar loop over register-indexed addresses.
+weight tiles of an N tile are one ``dma.ld`` over a nest (or one instance), row groups of a tile
+are one DMA over a nest; K tiles run as scalar loops over repeated column patterns
+(``compiler.lower.tiling.k_runs``), the middle N tiles and identical M tiles as scalar loops over
+register-indexed addresses: code size follows the number of kernels and column patterns, not the
+tensor sizes (only an edge M tile, if any, has its own copy).
 """
 from __future__ import annotations
 
@@ -139,8 +145,8 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
         e.emit("dma.ld", acc[kc.acc_base + 2 * Mt], dram[kc.scale_addr], rows=NT, len=C, rstride=_ACC_BYTES * C)
     else:
         e.emit("dma.st", dram[0], acc[0], rows=0, rep=L2, signal=free_c)
-    if gate:                                   # one token per free A buffer
-        e.emit("loop", L2, tl.nbuf)
+    if gate:                                   # one token per free A buffer (at most WEIGHT_TOKENS)
+        e.emit("loop", L2, min(tl.nbuf, WEIGHT_TOKENS))
         e.emit("dma.st", dram[0], spm[0], rows=0, rep=L2, signal="load")
     tiles = tl.m_tiles()
     full = [t for t in tiles if t[1] == Mt]
@@ -195,7 +201,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     if kc.out_int8:
         e.emit("vqcfg", rep=L2, wait="store")
     if gate:
-        e.emit("loop", L2, tl.nbuf)
+        e.emit("loop", L2, min(tl.nbuf, WEIGHT_TOKENS))
         e.emit("dma.ld", spm[0], dram[0], rows=0, rep=L2, wait="store")
     e.emit("fence", "all")
 

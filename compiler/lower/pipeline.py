@@ -209,7 +209,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         infos.append(KernelInfo(k.name, k.M, k.K, k.N, tl, len(kts), k.macs))
     if cpos[0] > cfg.dram_bytes:
         raise ChipCompileError(f"the model needs {cpos[0]} bytes of DRAM (tensors {dplan.footprint}, constants "
-                               f"{cpos[0] - const_base}); config {cfg.name!r} has {cfg.dram_bytes}")
+                               f"{cpos[0] - const_base}); config {cfg.name!r} has {cfg.dram_bytes} (dram_bytes)")
     borders = {i: [] for i in range(nk)}
     for ti, t in enumerate(s.tensors):
         if t.kind == "kernel" and t.padded:
@@ -221,7 +221,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     aplan = plan(acc_bufs, memory="acc")
     if splan.footprint > cfg.spm_rows or aplan.footprint > cfg.acc_rows:
         raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
-                               f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
+                               f"(of {cfg.spm_rows}, spm_rows), {aplan.footprint} ACC rows (of {cfg.acc_rows}, "
+                               f"acc_rows)")
     for i, kc in enumerate(codes):
         if isinstance(kc, EwCode):
             kc.spm_base, kc.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]

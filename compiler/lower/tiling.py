@@ -9,9 +9,14 @@
   stride (one DMA instance each: ``rows``, ``rstride``), and equal runs at a constant distance
   into one instruction over a repeat-register nest (``sync=once``).
 * **M, N tiles.** N tiles are the array's ``cols``; M tiles are as tall as SPM and ACC allow
-  (two A buffers when there are several, so the next M tile loads while this one computes),
-  rounded to whole runs. Edge tiles (non-multiple sizes) use the same code with smaller
-  ``len``/``k``/``rows``/``n``; weights and biases are padded in DRAM to whole tiles.
+  (two A buffers when there are several, so the next M tile loads while this one computes; one
+  when the reduction per M tile is long, ``SINGLE_A_WORK``), rounded to whole runs. Edge tiles
+  (non-multiple sizes) use the same code with smaller ``len``/``k``/``rows``/``n``; weights and
+  biases are padded in DRAM to whole tiles.
+* **Weight slots** (``choose``): two N tiles' groups, one N tile's, or a ring that the weight
+  tiles stream through (``ring_slots``), whichever leaves the fewest instructions to run; the
+  only SPM limit left is one row of A tiles beside the ring (the error names ``spm_rows``).
+* **K runs** (``k_runs``): K tiles whose columns repeat with a constant shift run as one loop body.
 """
 from __future__ import annotations
 
@@ -205,7 +210,7 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     scale_rows = NT if out_int8 else 0
     if 2 + scale_rows > cfg.acc_rows:
         raise ChipCompileError(f"{what}: N = {N} ({NT} tiles) needs more ACC rows than config "
-                               f"{cfg.name!r} has ({cfg.acc_rows})")
+                               f"{cfg.name!r} has ({cfg.acc_rows}, acc_rows)")
     ring = ring_slots(KT)
     res, best = None, None
     for NB in (2 * KT, max(KT, align_up(4, KT)), ring):      # group, tile, ring (compiler.lower.emit)
