@@ -11,8 +11,9 @@ tokens (P -> C)     meaning                                                     
 load -> mxu         a weight tile (or an N tile's group of them, ``weight_mode``)
                     / an A tile (first N tile) / a bias tile (when nothing
                     loaded after it orders it) arrived
-mxu -> load         ``mxu.lw`` read its weight slot (the last of a group): the    NB (<= 63),
-                    slot may be refilled                                          groups: 2
+mxu -> load         ``mxu.lw`` read its weight slot (the last of a group), or,    NB (<= 63),
+                    with an A ring (``Tiling.a_ring``), an ``mm`` its A slot:     groups: 2,
+                    the slot may be refilled                                      A ring: 2 NB
 E -> mxu|load       an ACC region was drained (E = vpu for int8 output, store     2
                     for int32); its next user (the bias load, else the first
                     ``mm``) may write it
@@ -126,8 +127,9 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     ep = "vpu" if (kc.out_int8 or kc.relu) else "store"        # the unit the last mma signals
     # the A-buffer gate (store -> load); with int32 output and a bias, store -> load already means
     # "ACC region free", and the bias load orders the next M tile's A loads behind it (two buffers)
-    gate = tl.MT > 1 and not (not kc.out_int8 and bias)
-    assert gate or tl.nbuf >= 2 or tl.MT == 1, "a single A buffer needs the gate"
+    gate = tl.MT > 1 and not (not kc.out_int8 and bias) and not tl.a_ring   # (an A ring frees slots per mm)
+    assert gate or tl.nbuf >= 2 or tl.MT == 1 or tl.a_ring, "a single A buffer needs the gate"
+    assert not tl.a_ring or weight_mode(tl) == "ring", "A tiles stream beside a weight ring"
     assert not w_once or (tl.NT == 1 and tl.NB == tl.KT), "resident weights: one N tile, no slot ring"
     g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
@@ -210,6 +212,8 @@ def weight_seeds(tl: Tiling) -> int:
     """Free weight slots the kernel starts with (mxu -> load tokens): one per group of ``KT`` slots
     (``weight_mode`` group), else one per slot, at most ``WEIGHT_TOKENS`` (fewer tokens than slots
     only keeps the loads less far ahead, never unsafe)."""
+    if tl.a_ring:                       # weight and A slots alternate on the counter: as many of each
+        return 2 * min(tl.NB, WEIGHT_TOKENS // 2)
     return 2 if weight_mode(tl) == "group" else min(tl.NB, WEIGHT_TOKENS)
 
 
@@ -262,7 +266,7 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     if g["bias"]:
         e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
                wait=g["free_p"], signal="mxu" if bias_tok else None)
-    if mode != "group" and not first:
+    if mode != "group" and not first and not tl.a_ring:
         _weight_stream(e, kc, cfg)
     elif mode == "group":               # this N tile's group (the first), or the next one's, ahead
         assert load_w, "grouped weights are loaded in every M tile"
@@ -270,8 +274,9 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
             _weight_stream(e, kc, cfg)
         elif not last:
             _weight_stream(e, kc, cfg, ahead=True)
-    _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=first and g["load_a"],
-             w_dma=first and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
+    loads = first or tl.a_ring                 # an A ring loads A and weights in every N tile
+    _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=loads and g["load_a"],
+             w_dma=loads and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
              unroll=K_UNROLL if not (first or last) else 1)
     if mode == "group" and first and not last:   # after the A loads: load -> mxu tokens stay in MXU order
         _weight_stream(e, kc, cfg, ahead=True)
@@ -366,35 +371,38 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
     R, C = cfg.rows, cfg.cols
     KT, Mt = tl.KT, tl.Mt
     mode = weight_mode(tl)
+    aring = tl.a_ring                          # A slot kt % NB, freed by its mm (a token like a weight slot's)
     l1 = [None]                                # the nest l1 holds (A row groups), None: unknown
 
     def tile(kt: int) -> None:
         kti = kc.ktiles[kt]
         wrow = spm[kc.spm_w + (kt % tl.NB if mode == "ring" else kt) * R + GK.WSLOT]
+        arow = a_buf + (kt % tl.NB if aring else kt) * Mt
         if w_dma:
             e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
                    wait="mxu", signal="mxu")
         if load_a:
             for gi, gr in enumerate(a_groups):
                 sig = ("mxu",) if gi == len(a_groups) - 1 else ()
+                wait = ("mxu",) if aring and gi == 0 else ()
                 rep = None
                 if gr.count > 1:
                     if l1[0] != (gr.count, gr.lstride, gr.dstride):
                         l1[0] = (gr.count, gr.lstride, gr.dstride)
                         e.emit("loop", L1, gr.count, s0=gr.lstride, s1=gr.dstride)
                     rep = L1
-                e.emit("dma.ld", spm[a_buf + kt * Mt + gr.local + GK.ABUF], dram[gr.dram + kti.col + GK.AOFF],
+                e.emit("dma.ld", spm[arow + gr.local + GK.ABUF], dram[gr.dram + kti.col + GK.AOFF],
                        rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
-                       **_mods((), sig, True, rep))
+                       **_mods(wait, sig, True, rep))
         # weight tokens: per tile, or for the group at its first and last tile (none when resident)
         wwait = ["load"] if w_tok and (mode != "group" or kt == 0) else []
         wsig = ["load"] if w_tok and (mode != "group" or kt == KT - 1) else []
         e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wwait, wsig))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
             ([g["free_p"]] if kt == 0 and not g["bias"] else [])
-        sig = [g["ep"]] if kt == KT - 1 else []
+        sig = ([g["ep"]] if kt == KT - 1 else []) + (["load"] if aring else [])
         op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
-        e.emit(op, acc_t, spm[a_buf + kt * Mt + GK.ABUF], n=mrows, **_mods(waits, sig))
+        e.emit(op, acc_t, spm[arow + GK.ABUF], n=mrows, **_mods(waits, sig))
 
     tile(0)
     for run in k_runs(kc.ktiles, 1, KT - 1, tl.NB if mode == "ring" else 1):
@@ -404,18 +412,19 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         done = run.start
         if trips >= 2:
             q = p * u
-            adv = [(GK.ABUF, q * Mt)] + ([(GK.WSLOT, q * R)] if mode != "ring" else []) + \
+            adv = ([(GK.ABUF, q * Mt)] if not aring else []) + ([(GK.WSLOT, q * R)] if mode != "ring" else []) + \
                 ([(GK.WCOL, q * R * C)] if w_dma else []) + \
                 ([(GK.AOFF, u * run.cstep)] if load_a and run.cstep else [])
+            bound, step = adv[0]                   # a register that grows every trip bounds the loop
             e.comment(f"K tiles {run.start}..{run.start + q * trips - 1}: {trips} trips of {q}")
-            e.emit("addi", GK.TMP, GK.ABUF, trips * q * Mt)
+            e.emit("addi", GK.TMP, bound, trips * step)
             top = e.place(e.fresh_label("ktile"))
             l1[0] = None                       # a trip starts with whatever nest the last one left
             for kt in range(run.start, run.start + q):
                 tile(kt)
             for r, d in adv:
                 e.emit("addi", r, r, d)
-            e.emit("blt", GK.ABUF, GK.TMP, top)
+            e.emit("blt", bound, GK.TMP, top)
             for r, d in adv:
                 e.emit("addi", r, r, -trips * d)
             done += q * trips

@@ -200,7 +200,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         dk = None
         if spec is not None:
             tl, dk = fit_gemm(cfg, tl, k.M, a_rows, out_rows, spec.max, what, qk.out_int8, qk.bias_q is not None)
-        spm_bufs += [Buffer(f"k{i}.A", tl.nbuf * tl.KT * tl.Mt, i, i), Buffer(f"k{i}.W", tl.NB * R, i, i)]
+        spm_bufs += [Buffer(f"k{i}.A", tl.a_rows, i, i), Buffer(f"k{i}.W", tl.NB * R, i, i)]
         if qk.out_int8:
             spm_bufs.append(Buffer(f"k{i}.O", 2 * tl.Mt, i, i))
         acc_bufs.append(Buffer(f"k{i}.acc", tl.acc_rows, i, i))     # two regions, then the scale rows

@@ -14,8 +14,10 @@
   (non-multiple sizes) use the same code with smaller ``len``/``k``/``rows``/``n``; weights and
   biases are padded in DRAM to whole tiles.
 * **Weight slots** (``choose``): two N tiles' groups, one N tile's, or a ring that the weight
-  tiles stream through (``ring_slots``), whichever leaves the fewest instructions to run; the
-  only SPM limit left is one row of A tiles beside the ring (the error names ``spm_rows``).
+  tiles stream through (``ring_slots``), whichever leaves the fewest instructions to run; when
+  not even one row of A tiles fits beside the ring, A tiles stream through a ring too
+  (``Tiling.a_ring``, reloaded per N tile), so any K compiles (the error names ``spm_rows``
+  only when the two rings of 4+ slots do not fit).
 * **K runs** (``k_runs``): K tiles whose columns repeat with a constant shift run as one loop body.
 """
 from __future__ import annotations
@@ -191,6 +193,14 @@ class Tiling:
     #: M tile has its own buffer, ``nbuf >= MT``, when later columns reuse them). K is innermost
     #: (accumulation in ACC) in both.
     order: str = "mnk"
+    #: A tiles stream too, through a ring of ``NB`` slots of ``Mt`` rows beside the weight ring
+    #: (reloaded for every N tile): when not even one row of A tiles fits SPM (a long reduction)
+    a_ring: bool = False
+
+    @property
+    def a_rows(self) -> int:
+        """SPM rows of the A buffers."""
+        return self.NB * self.Mt if self.a_ring else self.nbuf * self.KT * self.Mt
 
     def m_tiles(self):
         """(first row, rows, A buffer) of every M tile."""
@@ -222,14 +232,26 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
         if cost is not None and (best is None or cost < best):
             res, best = t, cost
     if res is None:
+        res = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, ring)
+    if res is None:
         ostage = 2 if out_int8 else 0
-        bufs = 1 if single_ok or M == 1 else 2
-        why = "one row of A tiles" if bufs == 1 else "two A buffers of a row (int32 output with a bias)"
-        raise ChipCompileError(f"{what}: K = {KT} tiles of {cfg.rows} rows do not fit SPM: {why}, "
-                               f"{ring} weight slot(s) and the output staging need "
-                               f"{bufs * KT + ring * cfg.rows + ostage * bufs} rows, config {cfg.name!r} has "
+        raise ChipCompileError(f"{what}: K = {KT} tiles of {cfg.rows} rows do not fit SPM even streamed: "
+                               f"{ring} weight and {ring} A slot(s) and the output staging need "
+                               f"{ring * cfg.rows + ring + ostage} rows, config {cfg.name!r} has "
                                f"{cfg.spm_rows} (spm_rows)")
     return res
+
+
+def _choose_a_ring(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: int, NB: int) -> Tiling | None:
+    """A tiles and weight tiles both stream through rings of ``NB`` slots (``Tiling.a_ring``)."""
+    ostage = 2 if out_int8 else 0
+    scale_rows = NT if out_int8 else 0
+    Mt = min((cfg.spm_rows - NB * cfg.rows) // (NB + ostage), (cfg.acc_rows - scale_rows) // 2, M)
+    if Mt < 1:
+        return None
+    Mt = _blocks(M, run, Mt) if 1 < run <= Mt else cdiv(M, cdiv(M, Mt))
+    return Tiling(M, N, KT, NT, Mt, cdiv(M, Mt), NB, 1, NB * Mt + NB * cfg.rows + ostage * Mt,
+                  2 * Mt + scale_rows, a_ring=True)
 
 
 #: group weights (one DMA per N tile) need an M tile's matmul cycles per K tile (N tiles x rows) to be

@@ -53,6 +53,18 @@ def test_weights_beyond_spm_stream_through_a_ring():
     assert weight_mode(t) == "ring" and t.NB < t.KT and t.MT > 1 and t.NT > 1
 
 
+@pytest.mark.parametrize("M,bias", [(100, True), (61, False)])
+def test_a_tiles_stream_when_one_row_exceeds_spm(M, bias):
+    """500 K tiles beside 256 SPM rows: A tiles stream through a ring too (reloaded per N tile);
+    several M and N tiles, with and without a bias, ReLU, int8 output into a second matmul."""
+    cfg = tc.ChipConfig.preset("tiny").replace(name="tinyspm", spm_rows=256, dram_bytes=1 << 20)
+    f, x = _gemm(M, 2000, 6, bias=bias, relu=True, seed=M)
+    w2 = np.random.default_rng(5).standard_normal((6, 5)).astype(np.float32)
+    cm, _ = _check(lambda a: f(a) @ tc.Tensor(w2), x, cfg, rel=0.05)
+    t = cm.kernels[0].tiling
+    assert t.a_ring and weight_mode(t) == "ring" and t.MT > 1 and t.NT > 1 and t.KT > cfg.spm_rows
+
+
 @pytest.mark.parametrize("bias,relu,chain", [(True, True, False), (True, False, False), (False, False, True)])
 def test_grouped_weights_load_one_n_tile_ahead(bias, relu, chain):
     """Tall M tiles and many N tiles: each N tile's weights are one DMA, loaded during the previous
