@@ -44,10 +44,13 @@ class Tokens:
 
     def signal(self, unit: Unit, mask: int, r: int, pc: int) -> None:
         p = int(unit)
+        units = self.chip.units
         for c in _MEMBERS[mask]:
             key = (p, c)
             heapq.heappush(self.pending.setdefault(key, []), (r, pc))
             self.active.add(key)
+            if c in units:                  # the consumer's next start may come earlier now
+                units[c].stale()
 
     def flush(self, t: int) -> None:
         """Count every signal with r < t, before anything acts at t.
@@ -162,6 +165,10 @@ class ChipState(Protocol):
     def trace(self) -> Trace | None: ...
     @property
     def tokens(self) -> Tokens: ...
+    # the queued units by number (sim.units.QueuedUnit, which sits above this module): a token
+    # signalled to one marks its cached next start stale
+    @property
+    def units(self) -> dict[int, Any]: ...
     @property
     def races(self) -> Races: ...
     @property

@@ -93,6 +93,11 @@ class QueuedUnit:
         self.pending_error: tuple[int, SimError] | None = None
         #: what bounds the next start: (base, unit_lb, reason, tok_t, tok_p)
         self._why: tuple[int, int, str | None, int, int | None] | None = None
+        #: next_time() as last computed, while ``fresh``: it depends on this unit's queue and state
+        #: and on the tokens it waits for, so only its own act, a push and a token signalled to it
+        #: change it (``stale``)
+        self._t = INF
+        self.fresh = False
 
     # -- the issue stage's view -----------------------------------------------------------
     def accept_time(self, t: int) -> int:
@@ -102,9 +107,17 @@ class QueuedUnit:
         d = self.recent[0].d
         return INF if d is None else max(t, d + 1)
 
+    #: whether next_time() may be cached (a link unit's depends on its channel)
+    cacheable = True
+
+    def stale(self) -> None:
+        """Something next_time() depends on changed."""
+        self.fresh = False
+
     def push(self, ent: Entry) -> None:
         self.queue.append(ent)
         self.recent.append(ent)
+        self.fresh = False
 
     def drained_time(self) -> int:
         """First cycle at which the queue is empty and every instance has retired (INF: not known)."""
@@ -123,9 +136,13 @@ class QueuedUnit:
 
     # -- the engine's view -------------------------------------------------------------------
     def next_time(self) -> int:
+        if self.fresh:
+            return self._t
         if self.pending_error is not None:
             return min(self._next_time(), self.pending_error[0])
-        return self._next_time() if self.queue else INF
+        t = self._next_time() if self.queue else INF
+        self._t, self.fresh = t, self.cacheable
+        return t
 
     def _next_time(self) -> int:
         if not self.queue:
@@ -150,6 +167,7 @@ class QueuedUnit:
     def act(self, t: int, horizon: int) -> None:
         if self.pending_error is not None and self.pending_error[0] == t:
             raise self.pending_error[1]
+        self.fresh = False
         chip, ent = self.chip, self.queue[0]
         assert self._why is not None    # next_time() ran first
         base, ulb, reason, tok_t, tok_p = self._why
@@ -205,6 +223,7 @@ class QueuedUnit:
 
     def retired_later(self, inst: Instance, r: int) -> None:
         """A link instance's retire cycle became known."""
+        self.fresh = False
         self.open -= 1
         self._retired(inst, r)
 
@@ -289,6 +308,8 @@ class VpuUnit(QueuedUnit):
 
 class LinkUnit(QueuedUnit):
     """LTX or LRX: instances run one after another; flit timing is the channel's (sim.links)."""
+
+    cacheable = False
 
     def lower_bound(self, ent, plan):
         return (INF, None) if self.open else (self.max_retire + 1, None)

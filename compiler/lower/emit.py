@@ -8,15 +8,19 @@ and adds a fused epilogue and strided-DMA im2col loads. Units overlap through to
 ==================  ============================================================  =========
 tokens (P -> C)     meaning                                                       seeds
 ==================  ============================================================  =========
-load -> mxu         a weight tile (every one) / an A tile (first N tile) arrived
-mxu -> load         ``mxu.lw`` read its weight slot: the slot may be refilled     NB
+load -> mxu         a weight tile (or an N tile's group of them, ``weight_mode``)
+                    / an A tile (first N tile) / a bias tile (when nothing
+                    loaded after it orders it) arrived
+mxu -> load         ``mxu.lw`` read its weight slot (the last of a group), or,    NB (<= 63),
+                    with an A ring (``Tiling.a_ring``), an ``mm`` its A slot:     groups: 2,
+                    the slot may be refilled                                      A ring: 2 NB
 E -> mxu|load       an ACC region was drained (E = vpu for int8 output, store     2
                     for int32); its next user (the bias load, else the first
                     ``mm``) may write it
 mxu -> vpu|store    the last ``mma`` of an N tile: its ACC region is complete
 vpu -> store        ``vreq`` wrote the int8 output tile to SPM staging
 store -> vpu        the staging buffer was stored and may be rewritten            2
-store -> load       the M tile's last store: its A buffer may be refilled         2
+store -> load       the M tile's last store: its A buffer may be refilled         nbuf
 ==================  ============================================================  =========
 
 Every wait is matched in order with one earlier signal of the same kind (units start in order;
@@ -24,12 +28,14 @@ loads retire in order). A kernel needs its seed tokens at its start and leaves a
 (``Tokens``): the next kernel takes over what the previous one left (its first waits take those
 tokens: its buffers are its own), and empty instructions make up the difference (seeds: signals;
 drains: waits), so kernels compose without a fence. Before a kernel waits for its inputs it loads
-its constants (``_prefetch``: the scale rows, the first M tile's bias and first weight tiles, which
-the body then skips) while the previous kernel computes; the program orders a kernel after the
+its scale rows (``_prefetch``) while the previous kernel computes; the program orders a kernel after the
 stores it reads with ``fence store`` (``emit_program``, placed by ``compiler.lower.pipeline``).
 Inner loops use repeat registers: the
-weight tiles of an N tile are one ``dma.ld`` over a nest, row groups of a tile are one DMA
-over a nest; the middle N tiles run as a scalar loop over register-indexed addresses.
+weight tiles of an N tile are one ``dma.ld`` over a nest (or one instance), row groups of a tile
+are one DMA over a nest; K tiles run as scalar loops over repeated column patterns
+(``compiler.lower.tiling.k_runs``), the middle N tiles and identical M tiles as scalar loops over
+register-indexed addresses: code size follows the number of kernels and column patterns, not the
+tensor sizes (only an edge M tile, if any, has its own copy).
 
 Elementwise kernels (``emit_ew``) run on the VPU alone: per tile, loads, then ``vmul`` of each
 input by its integer coefficient combined with ``vadd``/``vmax``/``vmin`` in ACC and ``vreq``,
@@ -48,11 +54,15 @@ from isa.builder import ProgramBuilder, acc, dram, spm
 from isa.regs import L0, L1, L2, Elementwise, LoopReg, Reg
 from isa.regs import GemmKernel as GK
 from isa.table import SPACE_BYTES, Space
+from isa.timing import TOKEN_MAX
 
-from compiler.lower.tiling import Group, KTile, Tiling, groups
+from compiler.lower.tiling import Group, KTile, Tiling, groups, k_runs
 
 _GK_REGS = (GK.WSLOT, GK.WCOL, GK.ACC, GK.OBUF, GK.OCOL, GK.BIAS, GK.SCALE, GK.NT, GK.TMP, GK.AOFF, GK.OOFF,
             GK.ABUF, GK.MT)
+#: most weight-slot tokens a kernel seeds: loads run at most this many weight tiles ahead of the MXU,
+#: and with an A tile per weight tile their load -> mxu tokens stay below ``TOKEN_MAX`` (a long K)
+WEIGHT_TOKENS = TOKEN_MAX // 4
 #: rows of zeros a border store reads at once (the SPM zero block the planner reserves)
 ZERO_FILL_ROWS = 64
 #: bytes of an SPM element (int8 results) and of an ACC element (int32 results, biases, scales)
@@ -145,23 +155,20 @@ def _requant(e: ProgramBuilder, shift: int, lo: int, hi: int = 127) -> None:
     e.emit("vqcfg", shift=shift, zp=0, lo=lo, hi=hi, round="half_up")
 
 
-def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None,
-                overlap: int = 0) -> None:
+def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None) -> None:
     """The kernel in its tiling's loop order (``Tiling.order``, see ``compiler.lower.tiling``): ``mnk``
     runs M tiles outermost; ``nmk`` runs one column kernel per N tile (N outermost), each loading
     its weight tiles once for all M tiles, and, when every M tile has its own A buffer
     (``nbuf >= MT``), the columns after the first reuse the A tiles the first one loaded.
     ``tokens``: what the code before left (``Tokens``); ``before()`` emits what must precede the
-    kernel's first read of its inputs (``emit_program``: a fence, a border fill); ``overlap``: the
-    rows of the previous kernel's last tile when this kernel's prologue may run under its epilogue
-    (then the prefetch is worth more weight tiles, and a bias load that costs per M tile), else 0."""
+    kernel's first read of its inputs (``emit_program``: a fence, a border fill)."""
     tokens = Tokens() if tokens is None else tokens
     tl = kc.tiling
     if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
         kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
         tl = kc.tiling
     if tl.order == "mnk":
-        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "overlap" if overlap else "own", overlap)
+        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "own")
     C, R = cfg.cols, cfg.rows
     eb = _SPM_BYTES if kc.out_int8 else _ACC_BYTES
     resident = tl.nbuf >= tl.MT
@@ -173,21 +180,21 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = 
                      out_rows=np.asarray(kc.out_rows) + n * C * eb, scale_row=n)
         # a later column shares the kernel's buffers: fresh seeds after the previous column's uses
         _emit_kernel(e, kn, cfg, True, resident and n > 0, tokens, before if n == 0 else None,
-                     "column" if n else "overlap" if overlap else "own", overlap)
+                     "column" if n else "own")
 
 
 def _emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 start: str, window: int = 0) -> None:
+                 start: str) -> None:
     """``w_once``: weight tiles are loaded in the first M tile only (one N tile, ``NB == KT``);
     ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them);
-    ``start``: ``"own"`` the kernel's buffers are its own, ``"overlap"`` and an earlier kernel may
-    still compute (``window``: rows of its last tile), ``"column"`` an earlier column of the kernel used them."""
+    ``start``: ``"own"`` the kernel's buffers are its own, ``"column"`` an earlier column of the kernel
+    used them (its seeds come after every earlier use)."""
     with e.scope(f"kernel {kc.name}", *_GK_REGS):
-        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start, window)
+        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start)
 
 
 def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 start: str, window: int) -> None:
+                 start: str) -> None:
     tl = kc.tiling
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
     bias = kc.bias_addr is not None
@@ -197,8 +204,9 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     ep = "vpu" if (kc.out_int8 or kc.relu) else "store"        # the unit the last mma signals
     # the A-buffer gate (store -> load); with int32 output and a bias, store -> load already means
     # "ACC region free", and the bias load orders the next M tile's A loads behind it (two buffers)
-    gate = tl.MT > 1 and not (not kc.out_int8 and bias)
-    assert gate or tl.nbuf >= 2 or tl.MT == 1, "a single A buffer needs the gate"
+    gate = tl.MT > 1 and not (not kc.out_int8 and bias) and not tl.a_ring   # (an A ring frees slots per mm)
+    assert gate or tl.nbuf >= 2 or tl.MT == 1 or tl.a_ring, "a single A buffer needs the gate"
+    assert not tl.a_ring or weight_mode(tl) == "ring", "A tiles stream beside a weight ring"
     assert not w_once or (tl.NT == 1 and tl.NB == tl.KT), "resident weights: one N tile, no slot ring"
     tiles = tl.m_tiles()
     full = [t for t in tiles if t[1] == Mt]
@@ -206,33 +214,20 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     if kc.dyn is not None:
         da, do = kc.dyn.a_step, kc.dyn.o_step
     looped = kc.dyn is not None or (len(full) >= 2 and da is not None and do is not None)
-    # the first M tile's first N tile finds its bias and first weight tiles loaded (_prefetch). In a
-    # loop over M tiles, the bias load repeats 0 times in the first trip, once after (an empty nest
-    # still takes its token); weight tiles are not prefetched there (an empty nest signals when it
-    # pops, ahead of the loads before it: its token could stand for theirs)
-    skip = None if start == "column" else "static" if w_once or not looped else \
-        "dynamic" if start == "overlap" and kc.bias_addr is not None else None
     g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
     for r in (GK.WSLOT, GK.ACC, GK.OBUF, GK.AOFF, GK.OOFF, GK.ABUF):
         e.emit("seti", r, 0)
-    # prefetched weight tiles of the first N tile: as many as the previous kernel's epilogue covers
-    # (its last tile's rows pass the VPU and the store unit), at least the first
-    g["npre"] = npre = max(1, min(KT, window // cfg.rows)) if skip == "static" else 0
-    _prefetch(e, kc, cfg, Mt if looped else tiles[0][1], skip, npre)
-    # tokens: weight slots, ACC regions, int8 staging buffers, A buffers
-    seeds = {("mxu", "load"): tl.NB, (free_p, free_c): 2}
+    _prefetch(e, kc, cfg)
+    # tokens: weight slots, ACC regions, int8 staging buffers, A buffers (seed counts capped: WEIGHT_TOKENS)
+    seeds = {("mxu", "load"): weight_seeds(tl), (free_p, free_c): 2}
     if kc.out_int8:
         seeds[("store", "vpu")] = 2
     if gate:
-        seeds[("store", "load")] = tl.nbuf
-    need = dict(seeds)
-    if skip == "static":                       # the prefetched loads wait for no token
-        need[("mxu", "load")] -= npre
-        need[(free_p, free_c)] -= bias
-    tokens.take(e, need, fresh=start == "column")
+        seeds[("store", "load")] = min(tl.nbuf, WEIGHT_TOKENS)
+    tokens.take(e, seeds, fresh=start == "column")
     if kc.out_int8:
         _requant(e, kc.shift, kc.lo, kc.hi)
     if before is not None:
@@ -252,11 +247,11 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
             elif tl.nbuf > 2:                  # every M tile has its own A buffer
                 e.emit("addi", GK.ABUF, GK.ABUF, KT * Mt)
         if w_once:                             # M tile 0 loads the weight tiles, the loop reuses them
-            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True, skip=skip)
+            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True)
             step()
             e.emit("seti", GK.MT, 1)
         top = e.place(e.fresh_label("mtile"))
-        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once, skip=None if w_once else skip)
+        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once)
         step()
         if kc.dyn is not None:             # trip count ceil(n / per_tile), n written by the host
             e.emit("addi", GK.MT, GK.MT, kc.dyn.per_tile)
@@ -273,27 +268,25 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     for (m0, mrows, buf) in rest:
         e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
         e.emit("seti", GK.ABUF, buf * KT * Mt)
-        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0,
-                skip=skip if m0 == 0 else None)
+        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0)
     tokens.leave(seeds)                        # the last uses' signals: the next kernel's seeds
 
 
-def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, rows0: int, skip: str | None, npre: int) -> None:
-    """Constants into the kernel's own buffers, waiting for nothing: the per-channel scale rows and,
-    with ``skip``, the first M tile's bias (``rows0`` rows) and (``"static"``) the first ``npre``
-    weight tiles of its first N tile, one nest that signals the first ``mxu.lw`` once all are in
-    (the next ones wait for nothing). The first ``mxu.mma`` comes after the A loads, so after the bias."""
-    R, C = cfg.rows, cfg.cols
+def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg) -> None:
+    """Constants into the kernel's own buffers, waiting for nothing: the per-channel scale rows."""
     tl = kc.tiling
     if kc.out_int8:
-        e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT, len=C,
-               rstride=_ACC_BYTES * C)
-    if skip == "static":
-        e.emit("loop", L2, npre, s0=R, s1=R * C)
-        e.emit("dma.ld", spm[kc.spm_w], dram[kc.w_addr], rows=R, len=C, rstride=C, rep=L2, sync="once",
-               signal="mxu")
-    if skip is not None and kc.bias_addr is not None:
-        e.emit("dma.ld", acc[kc.acc_base], dram[kc.bias_addr], rows=rows0, len=C, rstride=0)
+        e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT,
+               len=cfg.cols, rstride=_ACC_BYTES * cfg.cols)
+
+
+def weight_seeds(tl: Tiling) -> int:
+    """Free weight slots the kernel starts with (mxu -> load tokens): one per group of ``KT`` slots
+    (``weight_mode`` group), else one per slot, at most ``WEIGHT_TOKENS`` (fewer tokens than slots
+    only keeps the loads less far ahead, never unsafe)."""
+    if tl.a_ring:                       # weight and A slots alternate on the counter: as many of each
+        return 2 * min(tl.NB, WEIGHT_TOKENS // 2)
+    return 2 if weight_mode(tl) == "group" else min(tl.NB, WEIGHT_TOKENS)
 
 
 def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
@@ -307,9 +300,7 @@ def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
 
 
 def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray,
-            load_w: bool = True, skip: str | None = None) -> None:
-    """``skip``: the first N tile's bias (and first weight tiles) were prefetched for the kernel's first
-    M tile: ``"static"`` this is it, ``"dynamic"`` it is the first trip of the M-tile loop (bias only)."""
+            load_w: bool = True) -> None:
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     NT, C = tl.NT, cfg.cols
@@ -318,13 +309,10 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
     for r in (GK.WCOL, GK.BIAS, GK.SCALE):
         e.emit("seti", r, 0)
     e.emit("add", GK.OCOL, GK.OOFF, Reg(0))
-    if skip == "dynamic" and kc.bias_addr is not None:     # l0 trips: 0 in the first M tile, 1 after
-        e.emit("slt", GK.TMP, Reg(0), GK.MT)
-        e.emit("loop", L0, GK.TMP)
     a_groups, o_groups = groups(a_rows), groups(out_rows)
     last_nc = tl.N - (NT - 1) * C
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
-            ncols=last_nc if NT == 1 else C, load_w=load_w, skip=skip)
+            ncols=last_nc if NT == 1 else C, load_w=load_w)
     if NT > 2:
         e.emit("seti", GK.NT, 1)
         top = e.place(e.fresh_label("ntile"))
@@ -337,49 +325,33 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
 
 
 def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
-            first: bool, last: bool, ncols: int, load_w: bool = True, skip: str | None = None) -> None:
+            first: bool, last: bool, ncols: int, load_w: bool = True) -> None:
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
     KT, Mt = tl.KT, tl.Mt
     acc_t = acc[kc.acc_base + GK.ACC]          # the N tile's ACC region
-    # with no weight or A load in this N tile, the first mma waits for the bias load itself
-    bias_tok = g["bias"] and first and not load_w and not g["load_a"]
-    pre = L0 if skip == "dynamic" else None    # the prefetched bias: repeated 0 or 1 times
-    if g["bias"] and skip != "static":
+    # with no weight or A load after the bias load in this N tile (grouped weights load one N tile
+    # ahead), the first mma waits for the bias load itself
+    mode = weight_mode(tl)
+    bias_tok = g["bias"] and ((first and not load_w and not g["load_a"]) or (mode == "group" and not first))
+    if g["bias"]:
         e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
-               wait=g["free_p"], signal="mxu" if bias_tok else None, rep=pre)
-    if not first:
-        e.emit("loop", L0, KT, s0=R, s1=R * C)
-        e.emit("dma.ld", spm[kc.spm_w + GK.WSLOT], dram[kc.w_addr + GK.WCOL], rows=R, len=C, rstride=C,
-               rep=L0, wait="mxu", signal="mxu")
-    l1 = None                                  # the nest l1 holds (set once when every K tile uses it)
-    for kt, kti in enumerate(kc.ktiles):
-        wrow = spm[kc.spm_w + kt * R + GK.WSLOT]
-        load_a = first and g["load_a"]
-        if first and load_w and not (skip == "static" and kt < g["npre"]):
-            e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
-                   wait="mxu", signal="mxu")
-        if load_a:
-            for gi, gr in enumerate(a_groups):
-                sig = ("mxu",) if gi == len(a_groups) - 1 else ()
-                rep = None
-                if gr.count > 1:
-                    if l1 != (gr.count, gr.lstride, gr.dstride):
-                        l1 = (gr.count, gr.lstride, gr.dstride)
-                        e.emit("loop", L1, gr.count, s0=gr.lstride, s1=gr.dstride)
-                    rep = L1
-                e.emit("dma.ld", spm[a_buf + kt * Mt + gr.local + GK.ABUF], dram[gr.dram + kti.col + GK.AOFF],
-                       rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
-                       **_mods((), sig, True, rep))
-        wtok = ["load"] if load_w else []          # a resident weight tile: no load to wait for, no slot to free
-        later = first and skip == "static" and 0 < kt < g["npre"]   # prefetched with tile 0: its lw waited
-        e.emit("mxu.lw", wrow, k=kti.klen, **_mods([] if later else wtok, wtok))
-        waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
-            ([g["free_p"]] if kt == 0 and not g["bias"] else [])
-        sig = [g["ep"]] if kt == KT - 1 else []
-        op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
-        e.emit(op, acc_t, spm[a_buf + kt * Mt + GK.ABUF], n=mrows, **_mods(waits, sig))
+               wait=g["free_p"], signal="mxu" if bias_tok else None)
+    if mode != "group" and not first and not tl.a_ring:
+        _weight_stream(e, kc, cfg)
+    elif mode == "group":               # this N tile's group (the first), or the next one's, ahead
+        assert load_w, "grouped weights are loaded in every M tile"
+        if first:
+            _weight_stream(e, kc, cfg)
+        elif not last:
+            _weight_stream(e, kc, cfg, ahead=True)
+    loads = first or tl.a_ring                 # an A ring loads A and weights in every N tile
+    _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=loads and g["load_a"],
+             w_dma=loads and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
+             unroll=K_UNROLL if not (first or last) else 1)
+    if mode == "group" and first and not last:   # after the A loads: load -> mxu tokens stay in MXU order
+        _weight_stream(e, kc, cfg, ahead=True)
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
@@ -408,6 +380,132 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
         e.place(skip)
 
 
+def weight_mode(tl: Tiling) -> str:
+    """How an N tile's weight tiles reach their slots (``compiler.lower.tiling.choose`` picks ``NB``):
+
+    ``group``  ``NB == 2 * KT``: all ``KT`` tiles of an N tile in one DMA instance into one of two groups
+               of slots, the next N tile's loaded while this one computes (one token each way: the
+               first ``mxu.lw`` waits for it, the last frees the group)
+    ``tile``   another multiple of ``KT``: slot ``kt`` (+ ``WSLOT``, a ring of whole N tiles), one DMA
+               instance and one token each way per tile
+    ``ring``   ``NB < KT``, ``KT`` a multiple of ``NB``: slot ``kt % NB``, a token each way per tile"""
+    if tl.NB == 2 * tl.KT:
+        return "group"
+    if tl.NB % tl.KT == 0:
+        return "tile"
+    assert tl.KT % tl.NB == 0, "a weight ring: KT a multiple of NB"
+    return "ring"
+
+
+def _weight_stream(e: ProgramBuilder, kc: KernelCode, cfg, ahead: bool = False) -> None:
+    """An N tile's weight tiles as one instruction before its K tiles (``weight_mode``): one
+    instance for the group, else one per tile, each waiting for its slot. ``ahead``: the next N
+    tile's group, into the other group of slots (``KT * R - WSLOT``)."""
+    tl = kc.tiling
+    R, C = cfg.rows, cfg.cols
+    mode = weight_mode(tl)
+    rows, rep = R, None
+    if ahead:
+        e.emit("seti", GK.TMP, tl.KT * R)
+        e.emit("sub", GK.TMP, GK.TMP, GK.WSLOT)
+        e.emit("dma.ld", spm[kc.spm_w + GK.TMP], dram[kc.w_addr + tl.KT * R * C + GK.WCOL], rows=tl.KT * R,
+               len=C, rstride=C, wait="mxu", signal="mxu")
+        return
+    if mode == "group":
+        rows = tl.KT * R
+    elif mode == "tile":
+        e.emit("loop", L0, tl.KT, s0=R, s1=R * C)
+        rep = L0
+    else:
+        e.emit("loop", L0, tl.KT // tl.NB, s0=0, s1=tl.NB * R * C)
+        e.emit("loop", L1, tl.NB, s0=R, s1=R * C)
+        rep = (L0, 2)
+    e.emit("dma.ld", spm[kc.spm_w + GK.WSLOT], dram[kc.w_addr + GK.WCOL], rows=rows, len=C, rstride=C,
+           rep=rep, wait="mxu", signal="mxu")
+
+
+#: K tiles a loop body over a run holds at most (unrolled trips) in the middle N tiles, the code that
+#: runs most: fewer branches for the chip and scalar events for the simulator, for a little code
+K_UNROLL = 8
+
+
+def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], acc_t, *,
+             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool, unroll: int = 1) -> None:
+    """The K tiles of one N tile: per tile its weight load (``w_dma``; ``w_tok``: the weights were
+    loaded in this M tile, here or by ``_weight_stream``, so ``mxu.lw`` waits for them and frees their
+    slot), its A load (``load_a``), ``mxu.lw`` and ``mm``/``mma``. The first and last tiles stand
+    alone (their tokens differ); the others run as loops over repeated column patterns
+    (``compiler.lower.tiling.k_runs``), a body of up to ``unroll`` tiles, the index registers (A
+    buffer, weight slot, weight column, A column) advanced per trip and restored after: code size
+    follows the number of runs, not K."""
+    kc, cfg = g["kc"], g["cfg"]
+    tl = kc.tiling
+    R, C = cfg.rows, cfg.cols
+    KT, Mt = tl.KT, tl.Mt
+    mode = weight_mode(tl)
+    aring = tl.a_ring                          # A slot kt % NB, freed by its mm (a token like a weight slot's)
+    l1 = [None]                                # the nest l1 holds (A row groups), None: unknown
+
+    def tile(kt: int) -> None:
+        kti = kc.ktiles[kt]
+        wrow = spm[kc.spm_w + (kt % tl.NB if mode == "ring" else kt) * R + GK.WSLOT]
+        arow = a_buf + (kt % tl.NB if aring else kt) * Mt
+        if w_dma:
+            e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
+                   wait="mxu", signal="mxu")
+        if load_a:
+            for gi, gr in enumerate(a_groups):
+                sig = ("mxu",) if gi == len(a_groups) - 1 else ()
+                wait = ("mxu",) if aring and gi == 0 else ()
+                rep = None
+                if gr.count > 1:
+                    if l1[0] != (gr.count, gr.lstride, gr.dstride):
+                        l1[0] = (gr.count, gr.lstride, gr.dstride)
+                        e.emit("loop", L1, gr.count, s0=gr.lstride, s1=gr.dstride)
+                    rep = L1
+                e.emit("dma.ld", spm[arow + gr.local + GK.ABUF], dram[gr.dram + kti.col + GK.AOFF],
+                       rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
+                       **_mods(wait, sig, True, rep))
+        # weight tokens: per tile, or for the group at its first and last tile (none when resident)
+        wwait = ["load"] if w_tok and (mode != "group" or kt == 0) else []
+        wsig = ["load"] if w_tok and (mode != "group" or kt == KT - 1) else []
+        e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wwait, wsig))
+        waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
+            ([g["free_p"]] if kt == 0 and not g["bias"] else [])
+        sig = ([g["ep"]] if kt == KT - 1 else []) + (["load"] if aring else [])
+        op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
+        e.emit(op, acc_t, spm[arow + GK.ABUF], n=mrows, **_mods(waits, sig))
+
+    tile(0)
+    for run in k_runs(kc.ktiles, 1, KT - 1, tl.NB if mode == "ring" else 1):
+        p = run.period
+        u = max(1, min(run.count, unroll // p))            # trips per body
+        trips = run.count // u
+        done = run.start
+        if trips >= 2:
+            q = p * u
+            adv = ([(GK.ABUF, q * Mt)] if not aring else []) + ([(GK.WSLOT, q * R)] if mode != "ring" else []) + \
+                ([(GK.WCOL, q * R * C)] if w_dma else []) + \
+                ([(GK.AOFF, u * run.cstep)] if load_a and run.cstep else [])
+            bound, step = adv[0]                   # a register that grows every trip bounds the loop
+            e.comment(f"K tiles {run.start}..{run.start + q * trips - 1}: {trips} trips of {q}")
+            e.emit("addi", GK.TMP, bound, trips * step)
+            top = e.place(e.fresh_label("ktile"))
+            l1[0] = None                       # a trip starts with whatever nest the last one left
+            for kt in range(run.start, run.start + q):
+                tile(kt)
+            for r, d in adv:
+                e.emit("addi", r, r, d)
+            e.emit("blt", bound, GK.TMP, top)
+            for r, d in adv:
+                e.emit("addi", r, r, -trips * d)
+            done += q * trips
+        for kt in range(done, run.start + p * run.count):
+            tile(kt)
+    if KT > 1:
+        tile(KT - 1)
+
+
 def _stores(e: ProgramBuilder, gs: list[Group], mem, base: int, reg: Reg | None, ncols: int, eb: int,
             wait: list, signal: list, dram_reg: Reg = GK.OCOL) -> None:
     """Store row groups ``gs`` from ``mem[base + group row (+ reg)]`` to ``dram[group address + dram_reg]``."""
@@ -434,11 +532,14 @@ def emit_zero_fill(e: ProgramBuilder, zero_row: int, border: tuple, zrows: int) 
     e.comment("zero the border of a padded output")
     for n, addrs in sorted(chunks.items()):
         for g in groups(addrs):
-            for c0 in range(0, g.rows, zrows):
-                rows = min(zrows, g.rows - c0)
-                levels = ([(outer, ostride)] if outer > 1 else []) + ([(g.count, g.dstride)] if g.count > 1 else [])
-                for lv, (cnt, st) in enumerate(levels):
-                    e.emit("loop", LoopReg(lv), cnt, s0=st, s1=0)
+            full = g.rows // zrows               # whole blocks of zrows rows: one more nest level
+            for c0, rows, cnt in ((0, zrows, full), (full * zrows, g.rows - full * zrows, 1)):
+                if not rows or not cnt:
+                    continue
+                levels = ([(outer, ostride)] if outer > 1 else []) + ([(g.count, g.dstride)] if g.count > 1 else []) \
+                    + ([(cnt, zrows * g.rstride)] if cnt > 1 else [])
+                for lv, (c, st) in enumerate(levels):
+                    e.emit("loop", LoopReg(lv), c, s0=st, s1=0)
                 e.emit("dma.st", dram[g.dram + c0 * g.rstride], spm[zero_row], rows=rows, len=n, rstride=g.rstride,
                        rep=(L0, len(levels)) if levels else None)
 
@@ -470,11 +571,7 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict 
             sync(where == "prologue")
         before = (lambda: sync(True)) if where == "body" else None
         if isinstance(kc, KernelCode):
-            prev = kernels[i - 1] if i else None             # the rows of its last tile
-            last = 0
-            if isinstance(prev, KernelCode) and where != "prologue":
-                last = prev.tiling.M - (prev.tiling.MT - 1) * prev.tiling.Mt
-            emit_kernel(e, kc, cfg, tokens, before, overlap=last)
+            emit_kernel(e, kc, cfg, tokens, before)
         elif isinstance(kc, EwCode):
             emit_ew(e, kc, cfg, tokens, before)
         else:           # a kernel that emits itself (compiler.lower.norms.NormCode, bmm_lower.BmmCode ...):

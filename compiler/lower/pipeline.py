@@ -234,7 +234,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         first_code.append(len(codes))
         for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, blocks):
             j, tl = len(codes), kc.tiling
-            spm_bufs += [Buffer(f"k{j}.A", tl.nbuf * tl.KT * tl.Mt, 2 * j + 1, 2 * j + 1),
+            spm_bufs += [Buffer(f"k{j}.A", tl.a_rows, 2 * j + 1, 2 * j + 1),
                          Buffer(f"k{j}.W", tl.NB * R, 2 * j, 2 * j)]
             if kc.out_int8:
                 spm_bufs.append(Buffer(f"k{j}.O", 2 * tl.Mt, 2 * j + 1, 2 * j + 1))
@@ -243,7 +243,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             infos.append(info)
     if cpos[0] > cfg.dram_bytes:
         raise ChipCompileError(f"the model needs {cpos[0]} bytes of DRAM (tensors {dplan.footprint}, constants "
-                               f"{cpos[0] - const_base}); config {cfg.name!r} has {cfg.dram_bytes}")
+                               f"{cpos[0] - const_base}); config {cfg.name!r} has {cfg.dram_bytes} (dram_bytes)")
     nc = len(codes)
     last_code = [(first_code[i + 1] if i + 1 < nk else nc) - 1 for i in range(nk)]
     borders = {j: [] for j in first_code}                  # by the producer's first code
@@ -426,7 +426,7 @@ def _plan_onchip(cfg: ChipConfig, spm_bufs: list, acc_bufs: list, after: list[in
                            for t in (2 * k, 2 * k + 1) for bs, cap in ((sb, cfg.spm_rows), (ab, cfg.acc_rows)))
             tries.append({**fences, max(todo, key=full): "prologue"})
     raise ChipCompileError(f"SPM/ACC plan exceeds config {cfg.name!r}: {splan.footprint} SPM rows "
-                           f"(of {cfg.spm_rows}), {aplan.footprint} ACC rows (of {cfg.acc_rows})")
+                           f"(of {cfg.spm_rows}, spm_rows), {aplan.footprint} ACC rows (of {cfg.acc_rows}, acc_rows)")
 
 
 def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:

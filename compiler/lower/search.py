@@ -63,7 +63,8 @@ def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf:
     ``MT`` (every M tile its own A buffer: later columns reuse the A tiles)."""
     R = cfg.rows
     M, KT = base.M, base.KT
-    if not 1 <= Mt <= M or NB < KT or NB % KT or order not in ("mnk", "nmk"):
+    # weight slots (compiler.lower.emit.weight_mode): whole N tiles' worth, or a ring that KT fills evenly
+    if not 1 <= Mt <= M or NB < 1 or (NB % KT if NB >= KT else KT % NB) or order not in ("mnk", "nmk"):
         return None
     MT = cdiv(M, Mt)
     if order == "nmk" and NB != KT:

@@ -9,9 +9,16 @@
   stride (one DMA instance each: ``rows``, ``rstride``), and equal runs at a constant distance
   into one instruction over a repeat-register nest (``sync=once``).
 * **M, N tiles.** N tiles are the array's ``cols``; M tiles are as tall as SPM and ACC allow
-  (two A buffers when there are several, so the next M tile loads while this one computes),
-  rounded to whole runs. Edge tiles (non-multiple sizes) use the same code with smaller
-  ``len``/``k``/``rows``/``n``; weights and biases are padded in DRAM to whole tiles.
+  (two A buffers when there are several, so the next M tile loads while this one computes; one
+  when the reduction per M tile is long, ``SINGLE_A_WORK``), rounded to whole runs. Edge tiles
+  (non-multiple sizes) use the same code with smaller ``len``/``k``/``rows``/``n``; weights and
+  biases are padded in DRAM to whole tiles.
+* **Weight slots** (``choose``): two N tiles' groups, one N tile's, or a ring that the weight
+  tiles stream through (``ring_slots``), whichever leaves the fewest instructions to run; when
+  not even one row of A tiles fits beside the ring, A tiles stream through a ring too
+  (``Tiling.a_ring``, reloaded per N tile), so any K compiles (the error names ``spm_rows``
+  only when the two rings of 4+ slots do not fit).
+* **K runs** (``k_runs``): K tiles whose columns repeat with a constant shift run as one loop body.
 """
 from __future__ import annotations
 
@@ -71,6 +78,48 @@ def k_tiles(P: np.ndarray, rows: int, what: str) -> tuple[np.ndarray, list[KTile
         tiles.append(KTile(k0, klen, int(c[k0]), est))
         k0 += klen
     return order, tiles, row + 0
+
+
+@dataclass(frozen=True)
+class KRun:
+    """K tiles ``start .. start + period * count - 1`` as ``count`` repetitions of a body of ``period``
+    tiles: repetition ``r`` is the first one with every column shifted by ``r * cstep`` bytes (same
+    ``klen`` and ``estride``), so one loop body serves them all (``compiler.lower.emit``)."""
+    start: int
+    period: int
+    count: int
+    cstep: int
+
+
+#: longest loop body over K tiles that ``k_runs`` looks for, in units of ``k_runs``' ``unit``
+MAX_K_PERIOD = 8
+
+
+def k_runs(tiles: list[KTile], lo: int, hi: int, unit: int = 1) -> list[KRun]:
+    """K tiles ``lo .. hi - 1`` as runs: greedily, the repetition covering the most tiles from the
+    current one (a body whose length is a multiple of ``unit``, at least two repetitions), else one
+    tile alone. Code size then grows with the number of distinct column patterns, not with K."""
+    out: list[KRun] = []
+    i = lo
+    while i < hi:
+        best = KRun(i, 1, 1, 0)
+        for p in range(unit, MAX_K_PERIOD * unit + 1, unit):
+            if i + 2 * p > hi:
+                break
+            step = tiles[i + p].col - tiles[i].col
+            c = 1
+            while i + (c + 1) * p <= hi and all(_shifted(tiles[i + j], tiles[i + c * p + j], c * step)
+                                                for j in range(p)):
+                c += 1
+            if c >= 2 and c * p > best.count * best.period:
+                best = KRun(i, p, c, step)
+        out.append(best)
+        i += best.period * best.count
+    return out
+
+
+def _shifted(a: KTile, b: KTile, d: int) -> bool:
+    return a.klen == b.klen and a.estride == b.estride and b.col - a.col == d
 
 
 def runs(addrs: np.ndarray) -> list[tuple[int, int, int]]:
@@ -154,6 +203,14 @@ class Tiling:
     #: M tile has its own buffer, ``nbuf >= MT``, when later columns reuse them). K is innermost
     #: (accumulation in ACC) in both.
     order: str = "mnk"
+    #: A tiles stream too, through a ring of ``NB`` slots of ``Mt`` rows beside the weight ring
+    #: (reloaded for every N tile): when not even one row of A tiles fits SPM (a long reduction)
+    a_ring: bool = False
+
+    @property
+    def a_rows(self) -> int:
+        """SPM rows of the A buffers."""
+        return self.NB * self.Mt if self.a_ring else self.nbuf * self.KT * self.Mt
 
     def m_tiles(self):
         """(first row, rows, A buffer) of every M tile."""
@@ -161,19 +218,75 @@ class Tiling:
 
 
 def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, single_ok: bool = True) -> Tiling:
-    """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip."""
-    R, C = cfg.rows, cfg.cols
+    """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip.
+
+    Weight slots (``compiler.lower.emit.weight_mode``): two N tiles' worth (one DMA per N tile, the
+    next one's loading while this one computes; for long M tiles, ``GROUP_WORK``), else one N tile's
+    (at least 4, a DMA per tile), else, when
+    that does not fit SPM or a ring leaves taller M tiles, a ring of ``NB = ring_slots(KT)`` slots
+    the tiles stream through (``KT`` a multiple of ``NB``), so SPM holds the A tiles."""
+    C = cfg.cols
     NT = cdiv(N, C)
-    NB = align_up(4, KT)                 # weight slots: a multiple of KT, at least 4
+    scale_rows = NT if out_int8 else 0
+    if 2 + scale_rows > cfg.acc_rows:
+        raise ChipCompileError(f"{what}: N = {N} ({NT} tiles) needs more ACC rows than config "
+                               f"{cfg.name!r} has ({cfg.acc_rows}, acc_rows)")
+    ring = ring_slots(KT)
+    res, best = None, None
+    for NB in (2 * KT, max(KT, align_up(4, KT)), ring):      # group, tile, ring (compiler.lower.emit)
+        t = _choose(cfg, M, KT, NT, N, out_int8, run, single_ok, NB)
+        if t is not None and NB == 2 * KT and NT * t.Mt < GROUP_WORK * cfg.rows * cdiv(C, cfg.dma_beat_bytes):
+            t = None                  # an M tile's first two groups load exposed: too long beside its work
+        # instructions the chip runs per K tile: lw and mm per M tile, and a DMA unless grouped
+        cost = None if t is None else t.MT * (2 if NB >= 2 * KT else 3)
+        if cost is not None and (best is None or cost < best):
+            res, best = t, cost
+    if res is None:
+        res = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, ring)
+    if res is None:
+        ostage = 2 if out_int8 else 0
+        raise ChipCompileError(f"{what}: K = {KT} tiles of {cfg.rows} rows do not fit SPM even streamed: "
+                               f"{ring} weight and {ring} A slot(s) and the output staging need "
+                               f"{ring * cfg.rows + ring + ostage} rows, config {cfg.name!r} has "
+                               f"{cfg.spm_rows} (spm_rows)")
+    return res
+
+
+def _choose_a_ring(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: int, NB: int) -> Tiling | None:
+    """A tiles and weight tiles both stream through rings of ``NB`` slots (``Tiling.a_ring``)."""
+    ostage = 2 if out_int8 else 0
+    scale_rows = NT if out_int8 else 0
+    Mt = min((cfg.spm_rows - NB * cfg.rows) // (NB + ostage), (cfg.acc_rows - scale_rows) // 2, M)
+    if Mt < 1:
+        return None
+    Mt = _blocks(M, run, Mt) if 1 < run <= Mt else cdiv(M, cdiv(M, Mt))
+    return Tiling(M, N, KT, NT, Mt, cdiv(M, Mt), NB, 1, NB * Mt + NB * cfg.rows + ostage * Mt,
+                  2 * Mt + scale_rows, a_ring=True)
+
+
+#: group weights (one DMA per N tile) need an M tile's matmul cycles per K tile (N tiles x rows) to be
+#: this many times the beats of one weight tile: its first two groups' loads are then under 1% of it
+GROUP_WORK = 200
+#: K tiles x N tiles of one M tile from which a single A buffer (taller M tiles) is preferred to two:
+#: the stall at an M tile's start (its first A tile's load) is then under 1% of the tile's matmuls
+SINGLE_A_WORK = 256
+
+
+def ring_slots(KT: int) -> int:
+    """Weight slots of a streaming ring: the smallest divisor of ``KT`` from 4 to 16 (else 3, 2, 1),
+    so that K tile ``kt`` always uses slot ``kt % NB`` (``compiler.lower.emit``)."""
+    return next((d for d in [*range(4, 17), 3, 2] if KT % d == 0), 1)
+
+
+def _choose(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: int, single_ok: bool,
+            NB: int) -> Tiling | None:
+    """The tiling with ``NB`` weight slots, or None when not one row of A tiles fits beside them."""
+    R = cfg.rows
     w_rows = NB * R
     scale_rows = NT if out_int8 else 0
     ostage = 2 if out_int8 else 0
     if w_rows + KT + ostage > cfg.spm_rows:
-        raise ChipCompileError(f"{what}: K = {KT} tiles of {R} rows do not fit SPM ({cfg.spm_rows} rows) on "
-                               f"config {cfg.name!r}")
-    if 2 + scale_rows > cfg.acc_rows:
-        raise ChipCompileError(f"{what}: N = {N} ({NT} tiles) needs more ACC rows than config "
-                               f"{cfg.name!r} has ({cfg.acc_rows})")
+        return None
 
     def fits(mt: int, nbuf: int) -> bool:
         return nbuf * KT * mt + w_rows + ostage * mt <= cfg.spm_rows and 2 * mt + scale_rows <= cfg.acc_rows
@@ -183,15 +296,20 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     else:
         nbuf = 2
         Mt = min((cfg.spm_rows - w_rows) // (2 * KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
-        if Mt < 1:
-            raise ChipCompileError(f"{what}: K = {KT} tiles do not fit SPM on config {cfg.name!r}")
         mt1 = min((cfg.spm_rows - w_rows) // (KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
-        short = 2 * (2 * R + C)        # an mm shorter than this cannot hide the next weight load
+        if Mt < 1:
+            nbuf, Mt = 1, mt1                    # one A buffer: loads no longer overlap the matmuls
+        short = 2 * (2 * R + cfg.cols)        # an mm shorter than this cannot hide the next weight load
         if run > 1 and single_ok and run <= mt1 and (Mt < run or (Mt // run * run < short
                                                                   and mt1 // run >= 2 * (Mt // run))):
             # one A buffer (loads no longer overlap the previous M tile's matmuls) so that an M
             # tile holds a whole block and one loop body serves every tile (instruction memory)
             nbuf, Mt = 1, _blocks(M, run, mt1)
+        elif single_ok and NT * KT >= SINGLE_A_WORK and cdiv(M, mt1) < cdiv(M, Mt):
+            # a long reduction per M tile (every N tile reuses the A tiles, which load just ahead of
+            # their matmuls): one A buffer only stalls at the M tile's start, and taller tiles halve
+            # the instructions the chip (and the simulator) runs
+            nbuf, Mt = 1, (_blocks(M, run, mt1) if 1 < run <= mt1 else cdiv(M, cdiv(M, mt1)))
         elif run > 1 and Mt >= run:
             Mt = _blocks(M, run, Mt)             # whole blocks: every full M tile runs the same code
         else:
@@ -200,6 +318,8 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     MT = cdiv(M, Mt)
     if MT == 1:
         nbuf = 1
+    elif nbuf == 1 and not single_ok:
+        return None                              # (int32 output with a bias needs two A buffers)
     return Tiling(M, N, KT, NT, Mt, MT, NB, nbuf, nbuf * KT * Mt + w_rows + ostage * Mt,
                   2 * Mt + scale_rows)
 

@@ -109,9 +109,10 @@ def test_unsupported_op_named_before_simulation():
 
 
 def test_shapes_beyond_the_chip_name_the_dimension():
-    x = np.ones((2, 4000), np.float32)
-    with pytest.raises(ChipCompileError, match="K = "):
-        tc.compile(lambda a: a @ tc.Tensor(np.ones((4000, 2), np.float32)), [x], config="tiny")
+    x = np.ones((2, 1024), np.float32)      # 64 K tiles: not even 4 weight slots fit 16 SPM rows
+    tight = ChipConfig.preset("base").replace(name="tightspm", spm_rows=16)
+    with pytest.raises(ChipCompileError, match="K = 64 tiles .*spm_rows"):
+        tc.compile(lambda a: a @ tc.Tensor(np.ones((1024, 2), np.float32)), [x], config=tight)
     x = np.ones((2, 8), np.float32)
     rng = np.random.default_rng(0)
     w1, w2 = rng.standard_normal((8, 3000)).astype(np.float32), rng.standard_normal((3000, 2)).astype(np.float32)

@@ -1,0 +1,157 @@
+"""No capacity cliffs: code size follows the number of kernels (not K, M or N), reductions of any
+length run, and weights that do not fit SPM stream through a ring of slots. Every case runs on
+the simulator bit-exact against the quantized reference and close to the float model."""
+import numpy as np
+import pytest
+
+import tetrachip as tc
+from compiler.lower.emit import weight_mode
+
+
+def _gemm(M, K, N, bias=False, relu=False, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+
+    def f(a):
+        y = a @ tc.Tensor(w)
+        if bias:
+            y = y + tc.Tensor(b)
+        return y.relu() if relu else y
+    return f, x
+
+
+def _check(f, x, config, rel=0.03):
+    """Compile, run on the simulator: bit-exact to ``reference``; the float model is the frontend's
+    value and the chip's result is within ``rel`` of its largest magnitude."""
+    cm = tc.compile(f, [x], config=config)
+    res = tc.Device("sim", config=config).run(cm, x)
+    np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+    flt = cm.float_reference(x)[0]
+    want = f(tc.Tensor(x)).numpy()
+    np.testing.assert_allclose(flt, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert np.abs(res.outputs[0] - flt).max() <= rel * np.abs(flt).max()
+    return cm, res
+
+
+@pytest.mark.parametrize("M,K,N,config", [(3, 5000, 8, "base"), (4, 20000, 20, "base"), (5, 20000, 8, "small")])
+def test_long_reductions_run(M, K, N, config):
+    """More K tiles than a token counter holds (TOKEN_MAX): the weight slots seed fewer tokens."""
+    f, x = _gemm(M, K, N, seed=K)
+    cm, _ = _check(f, x, config)
+    assert cm.kernels[0].ktiles * cm.config.rows >= K
+
+
+def test_weights_beyond_spm_stream_through_a_ring():
+    """600 K tiles of 4 rows: tiny's SPM holds one row of A tiles and a ring of weight slots, not
+    the weight tiles of an N tile; several M and N tiles, a bias and a ReLU, an int8 output."""
+    f, x = _gemm(9, 2400, 6, bias=True, relu=True, seed=3)
+    w2 = np.random.default_rng(4).standard_normal((6, 5)).astype(np.float32)
+    cm, _ = _check(lambda a: f(a) @ tc.Tensor(w2), x, "tiny", rel=0.05)
+    t = cm.kernels[0].tiling
+    assert weight_mode(t) == "ring" and t.NB < t.KT and t.MT > 1 and t.NT > 1
+
+
+@pytest.mark.parametrize("M,bias", [(100, True), (61, False)])
+def test_a_tiles_stream_when_one_row_exceeds_spm(M, bias):
+    """500 K tiles beside 256 SPM rows: A tiles stream through a ring too (reloaded per N tile);
+    several M and N tiles, with and without a bias, ReLU, int8 output into a second matmul."""
+    cfg = tc.ChipConfig.preset("tiny").replace(name="tinyspm", spm_rows=256, dram_bytes=1 << 20)
+    f, x = _gemm(M, 2000, 6, bias=bias, relu=True, seed=M)
+    w2 = np.random.default_rng(5).standard_normal((6, 5)).astype(np.float32)
+    cm, _ = _check(lambda a: f(a) @ tc.Tensor(w2), x, cfg, rel=0.05)
+    t = cm.kernels[0].tiling
+    assert t.a_ring and weight_mode(t) == "ring" and t.MT > 1 and t.NT > 1 and t.KT > cfg.spm_rows
+
+
+@pytest.mark.parametrize("bias,relu,chain", [(True, True, False), (True, False, False), (False, False, True)])
+def test_grouped_weights_load_one_n_tile_ahead(bias, relu, chain):
+    """Tall M tiles and many N tiles: each N tile's weights are one DMA, loaded during the previous
+    N tile (int8 and int32 outputs, with and without a bias, middle N tiles in a loop)."""
+    f, x = _gemm(400, 40, 150, bias=bias, relu=relu, seed=7)
+    w2 = np.random.default_rng(8).standard_normal((150, 60)).astype(np.float32)
+    g = (lambda a: f(a) @ tc.Tensor(w2)) if chain else f
+    cm, _ = _check(g, x, "base")
+    t = cm.kernels[0].tiling
+    assert weight_mode(t) == "group" and t.NT > 2
+
+
+def test_code_size_does_not_grow_with_k():
+    """K tiles run as loops: 64 or 256 K tiles, the same code (one M tile each)."""
+    sizes = []
+    for K in (1024, 4096):
+        f, x = _gemm(64, K, 40, bias=True, relu=True, seed=K)
+        sizes.append(len(tc.compile(f, [x], config="base").program))
+    assert sizes[0] == sizes[1]
+
+
+class _Basic(tc.nn.Module):
+    def __init__(self, cin, cout, stride):
+        self.a = tc.nn.Conv2d(cin, cout, 3, stride=stride, padding=1)
+        self.b = tc.nn.Conv2d(cout, cout, 3, padding=1)
+        self.down = tc.nn.Conv2d(cin, cout, 1, stride=stride) if stride != 1 or cin != cout else None
+
+    def forward(self, x):
+        idn = self.down(x) if self.down is not None else x
+        return (self.b(self.a(x).relu()) + idn).relu()
+
+
+class _ResNet18(tc.nn.Module):
+    """ResNet-18's convolutions at ImageNet size; a 3x3 stride-2 conv stands in for the max-pool."""
+
+    def __init__(self):
+        self.stem = tc.nn.Conv2d(3, 64, 7, stride=2, padding=3)
+        self.pool = tc.nn.Conv2d(64, 64, 3, stride=2, padding=1)
+        plan = [(64, 64, 1), (64, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1),
+                (256, 512, 2), (512, 512, 1)]
+        self.blocks = [_Basic(*p) for p in plan]
+
+    def forward(self, x):
+        h = self.pool(self.stem(x).relu()).relu()
+        for b in self.blocks:
+            h = b(h)
+        return h
+
+
+def test_resnet18_at_224_fits_instruction_memory():
+    tc.manual_seed(0)
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    cm = tc.compile(_ResNet18(), [x], config="base")
+    assert sum(k.kind == "gemm" for k in cm.kernels) == 21
+    assert len(cm.program) <= cm.config.imem_words // 2
+
+
+def test_wide_zero_borders_are_nests():
+    """A padded tensor's border rows longer than the zero block: whole blocks are one store over a
+    nest level (not one store each), and the result is bit-exact with garbage in DRAM."""
+    from sim import Chip
+    tc.manual_seed(2)
+    stem, block = tc.nn.Conv2d(2, 8, 3, padding=1), _Basic(8, 8, 1)
+    x = np.random.default_rng(4).standard_normal((1, 2, 5, 150)).astype(np.float32)
+    cm = tc.compile(lambda a: block(stem(a).relu()), [x], config="small")
+    fill = cm.asm.split("zero the border")[1].split("; kernel")[0]
+    assert "rows=64" in fill and "rep=l0:" in fill
+    chip = Chip(cm.config)
+    chip.load(cm.program)
+    chip.dram[:] = np.random.default_rng(9).integers(0, 256, chip.dram.shape, dtype=np.uint8)
+    for addr, data in cm.dram_writes(cm.feeds([x])):
+        chip.write_dram(addr, data)
+    chip.run()
+    outs, _ = cm.read_outputs(chip.read_dram)
+    np.testing.assert_array_equal(outs[0], cm.reference(x)[0])
+    real = block(stem(tc.Tensor(x)).relu()).numpy()
+    assert np.abs(outs[0] - real).max() < 0.05 * np.abs(real).max()
+
+
+def test_resnet18_at_64_runs_bit_exact():
+    """The same network at 64x64 (layer 4 at 2x2) on the simulator: every K-loop shape of the
+    224x224 compile (the same K per layer), bit-exact, close to the float network."""
+    tc.manual_seed(0)
+    m = _ResNet18()
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    cm = tc.compile(m, [x], config="base")
+    res = tc.Device("sim").run(cm, x)
+    np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
+    real = m(tc.Tensor(x)).numpy()
+    assert np.abs(res.outputs[0] - real).max() < 0.1 * np.abs(real).max()
