@@ -436,7 +436,7 @@ def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
     pshape = t.phys_shape
     outer, ostride, lead = 1, 0, 0
     for i, a in enumerate(t.perm):
-        if t.shape[a] > 1:
+        if t.shape[a] > 1 or t.pads[a] != [0, 0]:      # (a size-1 axis may be padded: TensorInfo.wide)
             if t.pads[a] == [0, 0]:
                 outer, ostride, lead = pshape[i], int(np.prod(pshape[i + 1:])), i + 1
             break
