@@ -11,9 +11,10 @@ with its arguments and the indices of the values it reads (0 is the input, ``i +
 Ops on images (N, C, H, W): ``conv`` (kernel 1..5, stride 1..3, padding 0..3, dilation 1..2, groups
 dividing the channels, depthwise included), ``bn`` (BatchNorm2d in eval mode), ``maxpool``, ``avgpool``,
 ``gap`` (global average pooling), ``flatten``; on rows (B, F): ``linear`` (with bias), ``matmul`` (no
-bias); on both: the activations of ``ACTS``, ``layernorm`` / ``rmsnorm`` / ``softmax`` over the last
-axis, ``add``, ``cat``. Sizes are small, often odd or prime, batch 1..5; weights are float32 drawn from
-a generator seeded by the layer (``Layer.args["w"]``). The model returns every value nothing reads.
+bias), ``bmm`` (``x @ y.T`` of two activations); on both: the activations of ``ACTS``, ``layernorm`` /
+``rmsnorm`` / ``softmax`` over the last axis, ``add``, ``mul`` (elementwise, of two activations),
+``cat``. Sizes are small, often odd or prime, batch 1..5; weights are float32 drawn from a generator
+seeded by the layer (``Layer.args["w"]``). The model returns every value nothing reads.
 ``repr(graph)`` is Python that rebuilds it (``Graph``, ``Layer``), and ``generate(seed)`` rebuilds it
 from its seed.
 
@@ -22,7 +23,8 @@ from its seed.
 * ``ok``: the chip's outputs equal ``cm.reference`` bit for bit, ``cm.float_reference`` equals the
   frontend's own value (numpy device) to float32 rounding, and the chip is within the quantization
   bound below of that float value, element by element;
-* ``refused``: ``ChipCompileError``, counted by its first words (the op it names);
+* ``refused``: ``ChipCompileError``, counted by its first words (the primitive op it names) and by the
+  graph's layer that brought it (the first prefix of the graph refused the same way);
 * ``failure``: anything else: another exception, a mismatch, a bound violation.
 
 **The quantization bound.** Alongside the float value ``f`` of every value of the graph the fuzzer
@@ -39,6 +41,7 @@ step (``max|W[n]| / 127``):
   ``e = |a| e_in + s_a/2 (|f_in| + e_in)`` with ``s_a = max|a| / 127``;
 * activations: ``e = L e_in`` with the function's Lipschitz constant ``L`` (``ACTS``);
 * max pooling: the window's largest ``e``; average pooling: the window's mean ``e``; ``add``: the sum;
+  ``mul`` / ``bmm`` of ``a`` and ``b``: ``|a| e_b + e_a |b| + e_a e_b`` (summed over the contraction);
   ``cat``, ``flatten``: the pieces' ``e``;
 * ``layernorm`` / ``rmsnorm``: ``|gamma| 2 e_row (1 + |x_hat|) / sigma`` (``e_row`` the row's largest
   input error, ``sigma`` its standard deviation / RMS), capped at ``2 |gamma| sqrt(F)`` (the output's range);
@@ -58,6 +61,7 @@ returns the counts, refusals by op and failures (seed, kind, message, the shrunk
 from __future__ import annotations
 
 import math
+import re
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -82,7 +86,7 @@ ACTS = {
 }
 #: steps of the output's int8 scale each op may add by itself (rounding and approximation)
 OWN_UNITS = {"input": 0.5, "conv": 1.0, "linear": 1.0, "matmul": 1.0, "bn": 1.0, "flatten": 0.0,
-             "maxpool": 1.0, "avgpool": 1.0, "gap": 1.0, "add": 1.0, "cat": 1.0,
+             "maxpool": 1.0, "avgpool": 1.0, "gap": 1.0, "add": 1.0, "cat": 1.0, "mul": 1.0, "bmm": 1.0,
              "layernorm": 4.0, "rmsnorm": 4.0, "softmax": 4.0, **{a: 1.5 for a in ACTS}}
 #: relative slack of every term (requantization multipliers are int16 fractions)
 REL_SLACK = 1.02
@@ -168,9 +172,12 @@ def _shape(ly: Layer, ins: list[tuple]) -> tuple:  # noqa: C901 (one table of ca
         return (x[0], math.prod(x[1:]))
     if op in ("linear", "matmul"):
         return (x[0], a["out"])
-    if op == "add":
+    if op in ("add", "mul"):
         need(len(ins) == 2 and ins[0] == ins[1], "operands of one shape")
         return x
+    if op == "bmm":
+        need(len(ins) == 2 and len(x) == len(ins[1]) == 2 and x[1] == ins[1][1], "rows of one width")
+        return (x[0], ins[1][0])
     if op == "cat":
         need(len(ins) == 2 and len(ins[0]) == len(ins[1]) and
              all(u == v for i, (u, v) in enumerate(zip(*ins)) if i != 1), "operands equal but on axis 1")
@@ -230,6 +237,10 @@ def _layer(ly: Layer, xs: list[Tensor], w: dict) -> Tensor:  # noqa: C901 (one t
         return x.flatten(1)
     if op == "add":
         return x + xs[1]
+    if op == "mul":
+        return x * xs[1]
+    if op == "bmm":
+        return x @ xs[1].transpose(0, 1)
     if op == "cat":
         return cat([x, xs[1]], 1)
     if op == "layernorm":
@@ -330,6 +341,10 @@ def _step(ly: Layer, fs: list, es: list, w: dict) -> tuple[np.ndarray, np.ndarra
         return f.reshape(f.shape[0], -1), e.reshape(e.shape[0], -1)
     if op == "add":
         return f + fs[1], e + es[1]
+    if op == "mul":
+        return f * fs[1], np.abs(f) * es[1] + e * np.abs(fs[1]) + e * es[1]
+    if op == "bmm":
+        return f @ fs[1].T, np.abs(f) @ es[1].T + e @ np.abs(fs[1]).T + e @ es[1].T
     if op == "cat":
         return np.concatenate(fs, 1), np.concatenate(es, 1)
     if op in ("layernorm", "rmsnorm"):
@@ -366,20 +381,23 @@ def bound(g: Graph, x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
 
 #: op families a graph may draw from; each graph enables a random subset (swarm testing: a graph
 #: without some op reaches deeper into the others)
-FAMILIES = ("conv", "dense", "act", "bn", "pool", "gap", "flatten", "norm", "softmax", "add", "cat", "residual")
+FAMILIES = ("conv", "dense", "act", "bn", "pool", "gap", "flatten", "norm", "softmax", "add", "cat", "residual",
+            "mul", "bmm")
 
 
-def generate(seed: int, config: str | None = None, max_layers: int = 8) -> Graph:
-    """A random graph; the same seed (and config) gives the same graph."""
+def generate(seed: int, config: str | None = None, max_layers: int = 8, families=FAMILIES,
+             acts=tuple(ACTS)) -> Graph:
+    """A random graph; the same seed (and arguments) gives the same graph. ``families`` (of ``FAMILIES``)
+    and ``acts`` (of ``ACTS``) narrow the ops it draws from."""
     rng = np.random.default_rng([seed, 0])
     pick = lambda seq: seq[int(rng.integers(len(seq)))]
     cfg = config or pick(CONFIGS)
     img = rng.random() < 0.6
     shape = (int(rng.integers(1, 4)), pick(SMALL), pick(SIDES), pick(SIDES)) if img else \
         (int(rng.integers(1, 6)), pick(FEATS))
-    fams = [f for f in FAMILIES if rng.random() < 0.5]
+    fams = [f for f in families if rng.random() < 0.5]
     fams += ["conv" if img else "dense"]          # at least one weighted layer
-    acts = [a for a in ACTS if rng.random() < 0.5] or [pick(list(ACTS))]
+    acts = [a for a in acts if rng.random() < 0.5] or [pick(list(acts))]
     g = Graph(seed, cfg, shape, [])
     n = int(rng.integers(1, max_layers + 1))
     tries = 0
@@ -406,9 +424,12 @@ def _random_layer(rng, fam: str, acts: list, shapes: list, src: int) -> Layer | 
     x = shapes[src]
     img = len(x) == 4
     w = int(rng.integers(1 << 30))
-    if fam in ("add", "cat"):        # a binary op with another value of a compatible shape
-        others = [i for i, s in enumerate(shapes) if i != src and len(s) == len(x)
-                  and (s == x if fam == "add" else all(u == v for j, (u, v) in enumerate(zip(s, x)) if j != 1))]
+    if fam in ("add", "cat", "mul", "bmm"):      # a binary op with another value of a compatible shape
+        if fam == "bmm" and img:
+            return None
+        fits = {"add": lambda s: s == x, "mul": lambda s: s == x, "bmm": lambda s: len(s) == 2 and s[1] == x[1],
+                "cat": lambda s: len(s) == len(x) and all(u == v for j, (u, v) in enumerate(zip(s, x)) if j != 1)}
+        others = [i for i, s in enumerate(shapes) if (i != src or fam in ("mul", "bmm")) and fits[fam](s)]
         return Layer(fam, (src, int(rng.choice(others)))) if others else None
     if fam == "residual":            # a layer keeping the shape, so that an "add" may follow
         if img:
@@ -456,6 +477,7 @@ class Outcome:
     what: str = ""               # refused: the error's first words; failure: its class (below)
     message: str = ""
     worst: float = 0.0           # ok: the largest |chip - float| / bound over the outputs
+    layer: str = ""              # refused: the graph's op that brought the refusal (``_blame``)
     seconds: float = 0.0
 
     def same_failure(self, other: "Outcome") -> bool:
@@ -464,11 +486,11 @@ class Outcome:
 
 def refusal_key(msg: str) -> str:
     """A ChipCompileError's first words: the primitive op it names (``RMAX``, ``WHERE``...), else its first
-    four words."""
+    four words with numbers as ``#``."""
     words = msg.split()
     if words and words[0].isupper() and words[0].isidentifier():
         return words[0]
-    return " ".join(words[:4])
+    return re.sub(r"\d+", "#", " ".join(words[:4]))
 
 
 def check(g: Graph, device_for) -> Outcome:
@@ -480,13 +502,29 @@ def check(g: Graph, device_for) -> Outcome:
         try:
             cm = compile_model(model, [x], g.config)
         except ChipCompileError as e:
-            return Outcome("refused", refusal_key(str(e)), str(e), seconds=time.perf_counter() - t0)
+            return Outcome("refused", refusal_key(str(e)), str(e), layer=_blame(g, refusal_key(str(e))),
+                           seconds=time.perf_counter() - t0)
         out = _check_compiled(cm, model, g, x, device_for(g.config))
     except Exception as e:      # noqa: BLE001 (any other exception is a finding)
         tb = traceback.format_exc(limit=-3)
         out = Outcome("failure", f"exception {type(e).__name__}", f"{type(e).__name__}: {e}\n{tb}")
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _blame(g: Graph, key: str) -> str:
+    """The op of the first layer whose prefix of the graph is refused as the whole graph was."""
+    x = input_of(g)
+    for i in range(1, len(g.layers) + 1):
+        part = replace(g, layers=g.layers[:i])
+        try:
+            compile_model(model_of(part), [x], g.config)
+        except ChipCompileError as e:
+            if refusal_key(str(e)) == key:
+                return g.layers[i - 1].op
+        except Exception:       # noqa: BLE001 (a prefix that fails otherwise blames nothing)
+            continue
+    return "?"
 
 
 def _check_compiled(cm, model, g: Graph, x: np.ndarray, device) -> Outcome:
@@ -595,15 +633,17 @@ def size(g: Graph) -> int:
 # ---------------------------------------------------------------------------------------------- a campaign
 
 def run_fuzz(device_for, seed: int = 0, count: int = 100, config: str | None = None, shrink_s: float = 60.0,
-             progress=None) -> dict:
+             progress=None, **gen) -> dict:
     """Graphs ``seed .. seed + count - 1``; counts, refusals by op, failures (shrunk) and timings.
 
-    ``device_for(config_name)`` returns the device that runs a compiled model (``Device("sim", config=...)``)."""
+    ``device_for(config_name)`` returns the device that runs a compiled model (``Device("sim", config=...)``);
+    ``gen`` goes to ``generate`` (``max_layers``, ``families``, ``acts``)."""
     t0 = time.perf_counter()
-    rep = {"graphs": 0, "ok": 0, "refused": 0, "failures": [], "refused_by": {}, "ops": {}, "ops_ok": {},
+    rep = {"graphs": 0, "ok": 0, "refused": 0, "failures": [], "refused_by": {}, "refused_by_layer": {},
+           "ops": {}, "ops_ok": {},
            "worst_ratio": 0.0, "seconds": 0.0}
     for s in range(seed, seed + count):
-        g = generate(s, config)
+        g = generate(s, config, **gen)
         o = check(g, device_for)
         rep["graphs"] += 1
         for op in set(g.ops()):
@@ -616,6 +656,8 @@ def run_fuzz(device_for, seed: int = 0, count: int = 100, config: str | None = N
         elif o.kind == "refused":
             rep["refused"] += 1
             rep["refused_by"][o.what] = rep["refused_by"].get(o.what, 0) + 1
+            key = f"{o.layer}: {o.what}"
+            rep["refused_by_layer"][key] = rep["refused_by_layer"].get(key, 0) + 1
         else:
             small, so = shrink(g, device_for, o, shrink_s)
             rep["failures"].append({"seed": s, "config": g.config, "kind": o.what, "message": o.message,
@@ -624,7 +666,8 @@ def run_fuzz(device_for, seed: int = 0, count: int = 100, config: str | None = N
         if progress:
             progress(1)
     rep["seconds"] = round(time.perf_counter() - t0, 2)
-    rep["refused_by"] = dict(sorted(rep["refused_by"].items(), key=lambda kv: -kv[1]))
+    for k in ("refused_by", "refused_by_layer"):
+        rep[k] = dict(sorted(rep[k].items(), key=lambda kv: -kv[1]))
     return rep
 
 
