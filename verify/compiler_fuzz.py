@@ -90,6 +90,8 @@ OWN_UNITS = {"input": 0.5, "conv": 1.0, "linear": 1.0, "matmul": 1.0, "bn": 1.0,
              "layernorm": 4.0, "rmsnorm": 4.0, "softmax": 4.0, **{a: 1.5 for a in ACTS}}
 #: relative slack of every term (requantization multipliers are int16 fractions)
 REL_SLACK = 1.02
+#: no value of a generated graph reaches this magnitude (float32 stays far from overflow)
+MAX_VALUE = 1e3
 SMALL = (1, 2, 3, 4, 5, 7)          # channels
 SIDES = (3, 4, 5, 6, 7, 8, 9, 11)   # image sides
 FEATS = (1, 2, 3, 5, 7, 8, 11, 13, 16, 17)
@@ -401,6 +403,7 @@ def generate(seed: int, config: str | None = None, max_layers: int = 8, families
     g = Graph(seed, cfg, shape, [])
     n = int(rng.integers(1, max_layers + 1))
     tries = 0
+    vals = [input_of(g).astype(np.float64)]
     while len(g.layers) < n and tries < 20 * n:
         tries += 1
         shapes = g.shapes()
@@ -410,9 +413,15 @@ def generate(seed: int, config: str | None = None, max_layers: int = 8, families
         if ly is None:
             continue
         try:
-            _shape(ly, [shapes[s] for s in ly.src])
+            ins = [shapes[s] for s in ly.src]
+            _shape(ly, ins)
         except ValueError:
             continue
+        with np.errstate(all="ignore"):
+            v, _ = _step(ly, [vals[s] for s in ly.src], [vals[s] for s in ly.src], _weights(ly, ins))
+        if not np.all(np.abs(v) < MAX_VALUE):     # products of products grow without bound
+            continue
+        vals.append(v)
         g.layers.append(ly)
     if not g.layers:        # every graph computes something
         g.layers.append(Layer("relu", (0,)))

@@ -20,10 +20,12 @@ from verify.compiler_fuzz import ACTS, FAMILIES, Graph, Layer, bound, check, gen
 
 CHUNKS, PER = 10, 100               # 1,000 graphs over every op family
 CORE_CHUNKS, CORE_PER = 8, 50       # 400 deeper graphs of the ops that compile today
-CORE = ("conv", "dense", "act", "add", "cat", "residual", "flatten")
-#: measured on the seeds below (main, November 2026): 14% of all-family graphs and 36% of core graphs
-#: compile and run; the floors leave room for chunk-to-chunk spread and will be raised as ops land
-MIN_OK_ALL, MIN_OK_CORE = 0.05, 0.2
+CORE = ("conv", "dense", "act", "add", "cat", "residual", "flatten", "bmm")
+#: the fraction that compiles and runs, measured on these seed ranges in November 2026: 8.2% of all-family
+#: graphs and 26.8% of core graphs on this branch's base, 10.9% and 36.5% on main with batched matmuls of
+#: activations (per chunk at least 3 of 100 and 9 of 50); the floors below are per chunk, to be raised as
+#: ops land
+MIN_OK_ALL, MIN_OK_CORE = 0.02, 0.1
 
 _DEVICES: dict = {}
 
