@@ -106,6 +106,7 @@ def _compiler_fuzz(config: str | None, seed: int, count: int, json_out: Path | N
         click.echo(f"  {op:<12} {n:>9} {rep['ops_ok'].get(op, 0):>9}")
     for f in fails[:show]:
         click.echo(f"\nseed {f['seed']} ({f['config']}): {f['kind']}: {f['message'].splitlines()[0]}")
+        click.echo(f"replay: {f['replay']}")
         click.echo(f"shrunk from {f['layers']} to {f['shrunk_layers']} layers: {f['shrunk_message'].splitlines()[0]}")
         click.echo(f["shrunk"])
     if fails:

@@ -634,6 +634,13 @@ def shrink(g: Graph, device_for, outcome: Outcome, budget_s: float = 60.0) -> tu
     return g, outcome
 
 
+def replay_command(seed: int, config: str | None = None, **gen) -> str:
+    """A shell line that rebuilds graph ``seed`` (``generate(seed, config, **gen)``) and prints its outcome."""
+    args = ", ".join([str(seed), repr(config)] + [f"{k}={v!r}" for k, v in gen.items()])
+    return (f'python -c "import tetrachip as tc; from verify.compiler_fuzz import check, generate; '
+            f"print(check(generate({args}), lambda c: tc.Device('sim', config=c)))\"")
+
+
 def size(g: Graph) -> int:
     """A graph's size for reports: layers, then elements of the input."""
     return len(g.layers) * 10_000 + math.prod(g.shape)
@@ -670,6 +677,7 @@ def run_fuzz(device_for, seed: int = 0, count: int = 100, config: str | None = N
         else:
             small, so = shrink(g, device_for, o, shrink_s)
             rep["failures"].append({"seed": s, "config": g.config, "kind": o.what, "message": o.message,
+                                    "replay": replay_command(s, config, **gen),
                                     "shrunk": repr(small), "shrunk_message": so.message,
                                     "layers": len(g.layers), "shrunk_layers": len(small.layers)})
         if progress:
@@ -680,5 +688,5 @@ def run_fuzz(device_for, seed: int = 0, count: int = 100, config: str | None = N
     return rep
 
 
-__all__ = ["ACTS", "CONFIGS", "Graph", "Layer", "Outcome", "bound", "check", "generate", "input_of", "model_of",
-           "refusal_key", "run_fuzz", "shrink"]
+__all__ = ["ACTS", "CONFIGS", "FAMILIES", "Graph", "Layer", "Outcome", "bound", "check", "generate", "input_of",
+           "model_of", "refusal_key", "replay_command", "run_fuzz", "shrink"]

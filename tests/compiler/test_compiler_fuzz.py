@@ -35,7 +35,7 @@ def device_for(name: str):
 
 
 def _report(rep) -> str:
-    return "\n\n".join(f"seed {f['seed']} ({f['config']}): {f['kind']}: {f['message']}\n"
+    return "\n\n".join(f"seed {f['seed']} ({f['config']}): {f['kind']}: {f['message']}\nreplay: {f['replay']}\n"
                        f"shrunk ({f['shrunk_layers']} of {f['layers']} layers): {f['shrunk_message']}\n{f['shrunk']}"
                        for f in rep["failures"])
 
@@ -144,3 +144,4 @@ def test_cli_compiler_fuzz(tmp_path, monkeypatch):
     monkeypatch.setattr(qmod, "quantize_gemm", broken)
     r = CliRunner().invoke(main, ["fuzz", "--compiler", "--count", "12", "--seed", "3", "--config", "tiny"])
     assert r.exit_code == 1 and "exception RuntimeError" in r.output and "failing seeds:" in r.output, r.output
+    assert "replay: python -c" in r.output
