@@ -360,7 +360,7 @@ def _step(ly: Layer, fs: list, es: list, w: dict) -> tuple[np.ndarray, np.ndarra
     if op == "softmax":
         z = np.exp(f - f.max(-1, keepdims=True))
         p = z / z.sum(-1, keepdims=True)
-        return p, p * np.expm1(2 * e.max(-1, keepdims=True))
+        return p, p * np.expm1(np.minimum(2 * e.max(-1, keepdims=True), 50.0))
     fn, lip = ACTS[op][1], ACTS[op][2]
     val = 0.5 * f * (1 + _erf(f / math.sqrt(2))) if op == "gelu" else fn(f)
     return val, lip * e
@@ -494,11 +494,15 @@ class Outcome:
 
 
 def refusal_key(msg: str) -> str:
-    """A ChipCompileError's first words: the primitive op it names (``RMAX``, ``WHERE``...), else its first
-    four words with numbers as ``#``."""
+    """A ChipCompileError's first words: the primitive op it names (``RMAX``, ``WHERE``; a ``COMPOSITE`` with
+    the pattern's name), the kernel kind (``kernel softmax``), else its first four words, numbers as ``#``."""
     words = msg.split()
     if words and words[0].isupper() and words[0].isidentifier():
+        if words[0] == "COMPOSITE" and "): " in msg:
+            return f"COMPOSITE {msg.split('): ', 1)[1].split()[0]}"
         return words[0]
+    if len(words) > 1 and words[0] == "kernel":
+        return f"kernel {words[1].rstrip('0123456789')}"
     return re.sub(r"\d+", "#", " ".join(words[:4]))
 
 
