@@ -1,4 +1,5 @@
-"""``tetrachip fuzz``: constrained-random programs on the RTL (cocotb) against the simulator."""
+"""``tetrachip fuzz``: constrained-random programs on the RTL (cocotb) against the simulator, or with
+``--compiler`` random models through ``tc.compile`` on the simulator (``verify.compiler_fuzz``)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from rtl.mem import IMPLS
 
 
 @click.command("fuzz")
-@click.option("--config", "config", default="tiny", show_default=True,
-              help="config preset (tiny, small, base, large, tpu) or a .toml/.json file")
+@click.option("--config", "config", default=None,
+              help="config preset (tiny, small, base, large, tpu) or a .toml/.json file [default: tiny; with "
+                   "--compiler each model draws tiny or small]")
 @click.option("--seed", default=0, show_default=True, type=int, help="first seed; case i uses seed + i")
-@click.option("--count", default=100, show_default=True, type=click.IntRange(min=1), help="programs to run")
+@click.option("--count", default=100, show_default=True, type=click.IntRange(min=1), help="programs (models) to run")
 @click.option("--sim", "simulator", default=None, type=click.Choice(["verilator", "icarus"]),
               help="HDL simulator (default: $SIM, else verilator)")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -26,11 +28,22 @@ from rtl.mem import IMPLS
 @click.option("--mem", default=None, type=click.Choice(IMPLS),
               help="SPM/ACC as built: flat (default, or $TETRACHIP_COSIM_MEM) or the FPGA builds' "
                    "live-value-table memories (docs/fpga.md)")
-def fuzz_cmd(config: str, seed: int, count: int, simulator: str | None, json_out: Path | None, show: int,
-             mem: str | None) -> None:
+@click.option("--compiler", is_flag=True,
+              help="random models through tc.compile on the simulator instead (verify/compiler_fuzz.py)")
+def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, json_out: Path | None, show: int,
+             mem: str | None, compiler: bool) -> None:
     """Run COUNT random programs on the Verilog of a 2-chip ring and on the simulator; compare
     memories, cycles, error codes and per-instruction retire cycles. Exit 1 on any mismatch or an
-    opcode never covered."""
+    opcode never covered.
+
+    With --compiler: COUNT random models (seeds SEED..) compiled with tc.compile and run on the
+    simulator, each bit-exact to its integer reference and within the quantization bound of its
+    float model, or refused (ChipCompileError); prints ok / refused by op / failures (shrunk, with
+    their seeds) and exits 1 on any failure."""
+    if compiler:
+        _compiler_fuzz(config, seed, count, json_out, show)
+        return
+    config = config or "tiny"
     from verify.cosim import CosimUnavailable
     from verify.fuzz import run_fuzz
     cfg = ChipConfig.load(config)
@@ -60,4 +73,48 @@ def fuzz_cmd(config: str, seed: int, count: int, simulator: str | None, json_out
         except OSError as e:
             raise TetrachipError(f"{json_out}: cannot write: {e.strerror}") from None
     if not rep["ok"]:
+        sys.exit(1)
+
+
+def _compiler_fuzz(config: str | None, seed: int, count: int, json_out: Path | None, show: int) -> None:
+    from runtime.device import Device
+    from verify.compiler_fuzz import run_fuzz
+    devices: dict = {}
+    device_for = lambda name: devices.setdefault(name, Device("sim", config=name))
+    if config is not None:
+        ChipConfig.load(config)             # an unknown config is a one-line error before any model
+    try:
+        from tqdm import tqdm
+        bar = tqdm(total=count, desc="fuzz --compiler", unit="model", file=sys.stderr)
+        rep = run_fuzz(device_for, seed, count, config, progress=bar.update)
+        bar.close()
+    except ImportError:
+        rep = run_fuzz(device_for, seed, count, config)
+    fails = rep["failures"]
+    click.echo(f"compiler fuzz, config {config or 'tiny/small'}: {rep['graphs']} models, "
+               f"seeds {seed}..{seed + count - 1}, {rep['seconds']} s")
+    click.echo(f"  ok        {rep['ok']:>6}  (largest |chip - float| / bound {rep['worst_ratio']:.3f})")
+    click.echo(f"  refused   {rep['refused']:>6}")
+    for what, n in rep["refused_by"].items():
+        click.echo(f"    {what:<34} {n:>6}")
+    click.echo("  refused, by the model's layer that brought it (layer: the op the compiler named):")
+    for what, n in rep["refused_by_layer"].items():
+        click.echo(f"    {what:<34} {n:>6}")
+    click.echo(f"  failures  {len(fails):>6}")
+    click.echo(f"  {'op':<12} {'in models':>9} {'compiled':>9}")
+    for op, n in sorted(rep["ops"].items(), key=lambda kv: -kv[1]):
+        click.echo(f"  {op:<12} {n:>9} {rep['ops_ok'].get(op, 0):>9}")
+    for f in fails[:show]:
+        click.echo(f"\nseed {f['seed']} ({f['config']}): {f['kind']}: {f['message'].splitlines()[0]}")
+        click.echo(f"replay: {f['replay']}")
+        click.echo(f"shrunk from {f['layers']} to {f['shrunk_layers']} layers: {f['shrunk_message'].splitlines()[0]}")
+        click.echo(f["shrunk"])
+    if fails:
+        click.echo(f"failing seeds: {' '.join(str(f['seed']) for f in fails)}")
+    if json_out:
+        try:
+            json_out.write_text(json.dumps(rep, indent=1))
+        except OSError as e:
+            raise TetrachipError(f"{json_out}: cannot write: {e.strerror}") from None
+    if fails:
         sys.exit(1)
