@@ -559,7 +559,9 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict 
     e = ProgramBuilder(cfg)
     e.comment(f"tetrachip compiled model: {len(kernels)} kernel(s) for config {cfg.name}")
     tokens = Tokens()
+    e.code_sizes = []                    # instructions per code (compiler.lower.pipeline fits imem with them)
     for i, kc in enumerate(kernels):
+        e.code_sizes.append(len(e))
         where = fences.get(i) if fences is not None else ("prologue" if i else None)
 
         def sync(fence: bool, i=i) -> None:
@@ -581,6 +583,7 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict 
                 before()
             kc.emit(e)
             tokens = Tokens()
+    e.code_sizes = list(np.diff(e.code_sizes + [len(e)]))
     tokens.release(e)
     e.emit("fence", "all")
     e.emit("halt")

@@ -146,11 +146,12 @@ class CompiledModel(Compiled):
 # ---------------------------------------------------------------------------------------------- lowering
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
-                   dram_base: int = 0, blocks: bool = True) -> CompiledModel:
+                   dram_base: int = 0, blocks: bool | frozenset = True) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
-    places bodies side by side). ``blocks``: grouped kernels may run as column blocks (when the
-    program then overflows instruction memory, it is lowered once more with whole kernels)."""
+    places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
+    those kernel indices, False: none); when the program then overflows instruction memory, it is
+    lowered once more with the kernels of the most blocks whole, until it fits."""
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -232,7 +233,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             infos.append(info)
             continue
         first_code.append(len(codes))
-        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, blocks):
+        split = blocks if isinstance(blocks, bool) else i in blocks
+        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, split):
             j, tl = len(codes), kc.tiling
             spm_bufs += [Buffer(f"k{j}.A", tl.a_rows, 2 * j + 1, 2 * j + 1),
                          Buffer(f"k{j}.W", tl.NB * R, 2 * j, 2 * j)]
@@ -279,11 +281,28 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     zero = splan.offsets.get("zero")
     prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
     built = emit_program(codes, cfg, prefixes, fences)
-    if len(built) > cfg.imem_words and blocks and len(codes) > nk:
+    if len(built) > cfg.imem_words and blocks is not False and len(codes) > nk:
+        # too long: the grouped kernels with the most column blocks (the widest, spatially smallest
+        # layers, which gain the least from them) run whole, until the estimate fits; then lower again
+        sizes = built.code_sizes
+        split = sorted((i for i in range(nk) if last_code[i] > first_code[i]),
+                       key=lambda i: last_code[i] - first_code[i], reverse=True)
+        keep = set(split) if blocks is True else set(blocks) & set(split)
+        excess = len(built) - cfg.imem_words
+        for i in split:
+            if excess <= 0:
+                break
+            keep.discard(i)
+            excess -= sum(sizes[first_code[i]:last_code[i] + 1]) - max(sizes[first_code[i]:last_code[i] + 1])
         try:
-            return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False)
+            return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
+                                  blocks=frozenset(keep) if keep else False)
         except ChipCompileError:
-            pass
+            if keep:
+                try:
+                    return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False)
+                except ChipCompileError:
+                    pass
     if len(built) > cfg.imem_words:
         raise ChipCompileError(f"the compiled program needs {len(built)} instructions; config {cfg.name!r} "
                                f"holds {cfg.imem_words} (imem_words)")

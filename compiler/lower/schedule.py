@@ -537,9 +537,11 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
             return _contraction(n, p, tensors, kernels)
         if isinstance(p, _Prod):                 # the product is read elsewhere too: elementwise, then summed
             p = _resolve(p, users, tensors, kernels)
-        if isinstance(p, (_Act, _Fn)):          # a sum of an activation view: a contraction with ones
+        if isinstance(p, (_Act, _Fn)):          # a sum of an activation view
             a, lin = _term(n, p, users, tensors, kernels)
-            return _contraction(n, _Prod(a, np.asarray(lin, np.float64), n), tensors, kernels)
+            if 1 < math.prod(n.src[0].shape[x] for x in n.arg) <= MAX_TERMS:
+                return _sum_views(n, a, lin, tensors, kernels)    # a pooling window: one VPU pass
+            return _contraction(n, _Prod(a, np.asarray(lin, np.float64), n), tensors, kernels)  # with ones
         raise _op_err(n, "only a sum of a product with a constant (matmul, convolution) or of two activations "
                          "(a batched matmul) runs on the chip")
     if op is Ops.COMPOSITE:
@@ -857,6 +859,20 @@ def _term(n: Node, v, users, tensors, kernels) -> tuple[_Act, float]:
     if isinstance(v, _Fn) and v.lin is not None:
         return _Act(v.t, v.idx), v.lin
     return _act_of(n, v, users, tensors, kernels), 1.0
+
+
+def _sum_views(n: Node, a: _Act, c: float, tensors, kernels) -> _Act:
+    """``c * sum`` over a few reduced axes of an activation view (average pooling's window): an
+    elementwise sum kernel over one view per reduced position (channels in lanes), where a contraction
+    with ones would use one MXU column and a DMA row per output element."""
+    red = tuple(n.arg)
+    nd = a.idx.ndim
+    moved = np.moveaxis(a.idx, red, list(range(nd - len(red), nd)))
+    flat = moved.reshape(moved.shape[:nd - len(red)] + (-1,))
+    views = [np.ascontiguousarray(flat[..., i].reshape(n.shape)) for i in range(flat.shape[-1])]
+    ti = _ew_out(_Act(a.t, views[0]), n.shape, tensors, kernels)
+    kernels.append(EwKernel(f"sum{len(kernels)}", [(a.t, w) for w in views], [float(c)] * len(views), ti))
+    return _Act(ti, tensors[ti].identity(), True)
 
 
 def _ew_out(a: _Act, shape: tuple, tensors, kernels) -> int:

@@ -306,16 +306,17 @@ def test_avg_pool(k, s, p, cfg, n, c):
     conv = _conv(3, c, 32)
     x = _rng(33).standard_normal((n, 3, 7, 7)).astype(np.float32)
     cm, _ = _check(lambda a: F.avg_pool2d(conv(a), k, s, p), x, cfg)
-    assert _kinds(cm) == ["gemm", "gemm"]       # the mean is a contraction with a constant weight
+    assert _kinds(cm) == ["gemm", "sum"]        # the window mean: one VPU sum over the window views
 
 
 @pytest.mark.parametrize("cfg", ["tiny", "small"])
 def test_avg_pool_not_counting_the_padding(cfg):
-    """The divisor varies along the output's H and W: a diagonal GEMM over those 25 positions."""
+    """The window sum is a VPU sum; the divisor varies along the output's H and W: a diagonal GEMM over
+    those 25 positions."""
     conv = _conv(3, 5, 34)
     x = _rng(35).standard_normal((2, 3, 5, 5)).astype(np.float32)
     cm, _ = _check(lambda a: F.avg_pool2d(conv(a), 3, 1, 1, count_include_pad=False), x, cfg)
-    assert _kinds(cm) == ["gemm", "gemm", "gemm"] and cm.qsched.sched.kernels[2].N == 25
+    assert _kinds(cm) == ["gemm", "sum", "gemm"] and cm.qsched.sched.kernels[2].N == 25
 
 
 @pytest.mark.parametrize("cfg,n,c,hw", [("tiny", 1, 3, 7), ("small", 3, 17, 7), ("base", 2, 5, 9)])
