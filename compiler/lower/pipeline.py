@@ -146,13 +146,12 @@ class CompiledModel(Compiled):
 # ---------------------------------------------------------------------------------------------- lowering
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
-                   dram_base: int = 0, blocks: bool | dict = True) -> CompiledModel:
+                   dram_base: int = 0, blocks: bool | frozenset = True) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
-    places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all of
-    ``cols`` columns, a dict: kernel index -> width in multiples of ``cols``, False: none); when the
-    program then overflows instruction memory, it is lowered once more with wider blocks for the
-    kernels of the most blocks, until it fits."""
+    places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
+    those kernel indices, False: none); when the program then overflows instruction memory, it is
+    lowered once more with the kernels of the most blocks whole, until it fits."""
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -234,8 +233,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             infos.append(info)
             continue
         first_code.append(len(codes))
-        width = blocks if isinstance(blocks, bool) else blocks.get(i, True)
-        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, width):
+        split = blocks if isinstance(blocks, bool) else i in blocks
+        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, split):
             j, tl = len(codes), kc.tiling
             spm_bufs += [Buffer(f"k{j}.A", tl.a_rows, 2 * j + 1, 2 * j + 1),
                          Buffer(f"k{j}.W", tl.NB * R, 2 * j, 2 * j)]
@@ -283,25 +282,27 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
     built = emit_program(codes, cfg, prefixes, fences)
     if len(built) > cfg.imem_words and blocks is not False and len(codes) > nk:
-        # too long: the grouped kernel with the most column blocks (the widest and, in a CNN, spatially
-        # smallest layer, which loses the least by it) gets blocks twice as wide, half as many, until
-        # the estimate fits; then lower again (at last with whole kernels)
+        # too long: the grouped kernels with the most column blocks (the widest, spatially smallest
+        # layers, which gain the least from them) run whole, until the estimate fits; then lower again
         sizes = built.code_sizes
-        width = {i: 1 if blocks is True else blocks.get(i, 1) for i in range(nk) if last_code[i] > first_code[i]}
-        count = {i: last_code[i] - first_code[i] + 1 for i in width}
-        per = {i: sum(sizes[first_code[i]:last_code[i] + 1]) / count[i] for i in width}
+        split = sorted((i for i in range(nk) if last_code[i] > first_code[i]),
+                       key=lambda i: last_code[i] - first_code[i], reverse=True)
+        keep = set(split) if blocks is True else set(blocks) & set(split)
         excess = len(built) - cfg.imem_words
-        while excess > 0 and any(c > 1 for c in count.values()):
-            i = max(count, key=count.get)
-            excess -= count[i] // 2 * per[i]
-            width[i], count[i] = 2 * width[i], cdiv(count[i], 2)
-        for plan_ in (width, False):
-            if plan_ == blocks:                 # no wider blocks left: whole kernels next
-                continue
-            try:
-                return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=plan_)
-            except ChipCompileError:
-                pass
+        for i in split:
+            if excess <= 0:
+                break
+            keep.discard(i)
+            excess -= sum(sizes[first_code[i]:last_code[i] + 1]) - max(sizes[first_code[i]:last_code[i] + 1])
+        try:
+            return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
+                                  blocks=frozenset(keep) if keep else False)
+        except ChipCompileError:
+            if keep:
+                try:
+                    return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False)
+                except ChipCompileError:
+                    pass
     if len(built) > cfg.imem_words:
         raise ChipCompileError(f"the compiled program needs {len(built)} instructions; config {cfg.name!r} "
                                f"holds {cfg.imem_words} (imem_words)")
@@ -321,7 +322,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
 
 
 def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, spec, searcher,
-                blocks: bool | int = True) -> list:
+                blocks: bool = True) -> list:
     """GEMM kernel ``i`` as (KernelCode, KernelInfo) per column block (``column_blocks``): one for a dense
     kernel; a grouped kernel's blocks each read only the K columns whose weights are nonzero in them
     (their own gather columns and K tiles, weight sub-matrix, bias and scale lanes, output columns)."""
@@ -361,17 +362,16 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
     return res
 
 
-def _blocks_to_run(k, P: np.ndarray, cfg: ChipConfig, blocks: bool | int = True) -> list:
+def _blocks_to_run(k, P: np.ndarray, cfg: ChipConfig, blocks: bool = True) -> list:
     """``(n0, n1, rows, k_tiles(...))`` per code of GEMM kernel ``k`` with input addresses ``P``: the
-    grouped kernel's column blocks (``cols`` columns wide, or ``blocks`` times that for an int) when
-    they take fewer MXU passes (K tiles x N tiles) than the whole block-diagonal GEMM, else the
-    whole GEMM as one block."""
+    grouped kernel's column blocks when they take fewer MXU passes (K tiles x N tiles) than the
+    whole block-diagonal GEMM, else the whole GEMM as one block."""
     what = f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text})"
     whole = [(0, k.N, np.arange(k.K), k_tiles(P, cfg.rows, what))]
     if k.wmask is None or not blocks:
         return whole
     split = [(n0, n1, ks, k_tiles(P[:, ks], cfg.rows, f"{what}, columns {n0}:{n1}"))
-             for n0, n1, ks in column_blocks(k.wmask, k.K, k.N, cfg.cols * (1 if blocks is True else blocks))]
+             for n0, n1, ks in column_blocks(k.wmask, k.K, k.N, cfg.cols)]
 
     def passes(blocks) -> int:
         return sum(len(kt[1]) * cdiv(n1 - n0, cfg.cols) for n0, n1, _, kt in blocks)
