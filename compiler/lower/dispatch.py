@@ -6,8 +6,9 @@
     quant   compiler.lower.quantize.quantize: calibration, int8 weights, int32 biases, requant scales
     lower   compiler.lower.pipeline.lower_schedule: tiling, DRAM/SPM/ACC plans, emitted assembly
 
-``compile_model`` picks the lowerer: a transformer block goes to ``compiler.lower.transformer``, a
-graph holding a ``cond``/``loop`` to ``compiler.lower.control_lower``, every other graph through the
+``compile_model`` picks the lowerer: a transformer block with a symbolic T (or one the graph path
+refuses) goes to ``compiler.lower.transformer``, a graph holding a ``cond``/``loop`` to
+``compiler.lower.control_lower``, every other graph (transformer modules included) through the
 steps above (with ``compiler.lower.dynamic`` for a symbolic dimension and ``compiler.lower.search``
 when asked). ``lift`` gets the config's check of the fused attention (``attention.fused_unfit``);
 with a symbolic dimension, norm and batched-matmul kernels run at the maximum once
@@ -50,10 +51,19 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     or where ``shapes={"x": ("N", 5), ...}`` names it): one binary for every N (compiler.lower.dynamic).
     ``search=True`` picks each GEMM kernel's tiling by simulated cycles, cached on disk in
     ``cache_dir`` (compiler.lower.search; ``search_budget_s`` per kernel).
-    A ``nn.TransformerBlock`` / ``nn.TransformerEncoderLayer`` (or a ``nn.Sequential`` of them) goes to
-    ``compiler.lower.transformer.compile_block`` (integer kernels, fused attention; ``dynamic={"T": max}``
-    on axis 1 of ``x``)."""
+    A ``nn.TransformerBlock`` / ``nn.TransformerEncoderLayer`` (or a ``nn.Sequential`` of them) is lowered
+    from its graph like any model (``compiler.ir.patterns`` finds its norms, GELU and attention); with
+    ``dynamic={"T": max}`` (axis 1 of ``x``), or where the graph path refuses it, it goes to
+    ``compiler.lower.transformer.compile_block`` (the block's integer kernels as one program)."""
     if transformer.blocks_of(model_or_fn) is not None:
+        if not dynamic:                   # the graph path (rewrite rules) first: no special case by class
+            model = model_or_fn
+            try:
+                return compile_model(lambda *xs: model(*xs), example_inputs, config, calibration=calibration,
+                                     per_channel=per_channel, search=search, search_budget_s=search_budget_s,
+                                     cache_dir=cache_dir)
+            except ChipCompileError:
+                pass
         return transformer.compile_block(model_or_fn, example_inputs, config, calibration=calibration,
                                          dynamic=dynamic)
     t0 = time.perf_counter()
