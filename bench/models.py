@@ -1,6 +1,6 @@
 """Compiled models on the simulated chip: cycles, MXU utilization, DRAM traffic, memory plans.
 
-    python bench/models.py [--json FILE] [--quick] [--configs small,base,large]
+    python bench/models.py [--json FILE] [--quick] [--configs small,base,large] [--only NAME] [--profile]
     python bench/models.py --search [--budget S] [--cache-dir DIR] [--quick] [--configs base]
 
 ``--search`` compiles every case three times: the default schedule, ``search=True`` into an
@@ -21,7 +21,9 @@ Columns: cycles; MXU utilization (``Stats.mxu_utilization``: MACs issued / (rows
 ideal = useful MACs / (rows*cols*cycles); DRAM bytes read/written; the DRAM plan's footprint vs its
 live-bytes bound (and the footprint of every ordering the planner tried, in the JSON); compile
 and simulation wall time; err % = largest |chip - float model| relative to the float output's largest
-magnitude (the quantization error). A case that does not fit a config reports the compiler's error.
+magnitude (the quantization error). ``--profile`` traces each run and prints, per kernel, its
+cycles and the unit that bounds it (the busiest: MXU, load, store or VPU). A case that does not
+fit a config reports the compiler's error.
 """
 from __future__ import annotations
 
@@ -131,11 +133,54 @@ def cases(quick: bool):
     if not quick:
         out += [("resnet-18 224x224", lambda: _zoo("resnet18", 224)),
                 ("mobilenet-v2 224x224", lambda: _zoo("mobilenet", 224)),
-                ("gpt decoder 6x384 6 heads T=256", lambda: _zoo("gpt", (6, 384, 6, 256)))]
+                ("gpt decoder 3x384 6 heads T=64", lambda: _zoo("gpt", (3, 384, 6, 64))),
+                ("gpt decoder 6x384 6 heads T=64", lambda: _zoo("gpt", (6, 384, 6, 64)))]
     return out
 
 
-def run_case(name, build, config):
+def kernel_profile(cm, trace) -> list[dict]:
+    """Per kernel of the listing (``; kernel NAME`` comments, in program order): the cycles from its first
+    instance's start to its last one's retire, each unit's busy cycles (the start-to-retire time of its
+    instances: a pipelined unit's overlapping instances count more than once, so this ranks the units
+    rather than measuring them) and the unit that bounds it (the busiest)."""
+    import re
+
+    from sim.stats import UNIT_NAMES
+    owner, pc, cur = {}, 0, "prologue"
+    for line in cm.asm.splitlines():
+        m = re.match(r"\s*;+\s*kernel (\S+)", line)
+        if m:
+            cur = m.group(1).rstrip(":")
+            continue
+        st = line.strip()
+        if st and not st.startswith(";") and not st.endswith(":"):
+            owner[pc] = cur
+            pc += 1
+    prof: dict = {}
+    for r in trace.records:
+        if r.start is None or r.retire is None:
+            continue
+        k = prof.setdefault(owner.get(r.pc, "?"), {"start": r.start, "end": r.retire, "busy": {}})
+        k["start"], k["end"] = min(k["start"], r.start), max(k["end"], r.retire)
+        u = UNIT_NAMES[r.unit]
+        k["busy"][u] = k["busy"].get(u, 0) + r.retire - r.start
+    out = []
+    for name, k in sorted(prof.items(), key=lambda kv: kv[1]["start"]):
+        busy = {u: v for u, v in k["busy"].items() if u != "scalar"}
+        out.append({"kernel": name, "start": k["start"], "cycles": k["end"] - k["start"], "busy": k["busy"],
+                    "bound": max(busy, key=busy.get) if busy else "scalar"})
+    return out
+
+
+def profile_table(row) -> str:
+    lines = [f"{row['model']} on {row['config']}: per kernel, cycles and the busiest unit (busy cycles)"]
+    for k in row["profile"]:
+        top = ", ".join(f"{u} {v}" for u, v in sorted(k["busy"].items(), key=lambda kv: -kv[1])[:3])
+        lines.append(f"  {k['kernel']:<16}{k['cycles']:>10}  bound by {k['bound']:<6} ({top})")
+    return "\n".join(lines)
+
+
+def run_case(name, build, config, profile: bool = False):
     cfg = ChipConfig.load(config)
     model, x, calib, extra, *kw = build()
     kw = kw[0] if kw else {}
@@ -148,8 +193,10 @@ def run_case(name, build, config):
         return row
     row["compile_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    res = tc.Device("sim", config=cfg).run(cm, x)
+    res = tc.Device("sim", config=cfg, trace=profile).run(cm, x)
     row["sim_s"] = time.perf_counter() - t1
+    if profile:
+        row["profile"] = kernel_profile(cm, res.trace)
     st = res.stats
     useful = sum(k.macs for k in cm.kernels)
     row.update(cycles=st.cycles, mxu_utilization=st.mxu_utilization,
@@ -256,6 +303,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=10.0, help="search time budget per kernel (s)")
     ap.add_argument("--cache-dir", type=Path, default=None, help="search cache (default: a fresh temp dir)")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
+    ap.add_argument("--profile", action="store_true",
+                    help="trace each run: per kernel, its cycles and the unit that bounds it")
     args = ap.parse_args(argv)
     from tqdm import tqdm
     configs = args.configs.split(",")
@@ -272,8 +321,11 @@ def main(argv=None) -> int:
                                              "loadavg": os.getloadavg()[0]}, indent=2, default=str) + "\n")
         return 1 if any("error" not in r and not r["bit_exact"] for r in rows) else 0
     for name, build, config in tqdm(todo, desc="bench", unit="case"):
-        rows.append(run_case(name, build, config))
+        rows.append(run_case(name, build, config, args.profile))
     print(table(rows))
+    for r in rows:
+        if "profile" in r:
+            print("\n" + profile_table(r))
     bad = [r for r in rows if "error" not in r and not r["bit_exact"]]
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "quick": args.quick,
