@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import time
 
-import numpy as np
 
 from isa.config import ChipConfig
 from isa.errors import TetrachipError
@@ -39,7 +38,7 @@ from compiler.lower.compiled import Compiled
 from compiler.lower.pipeline import ZERO_ROWS, lower_schedule
 from compiler.lower.quantize import quantize, run_int
 from compiler.lower.schedule import ChipCompileError, NormKernel, lift
-from compiler.lower.trace import trace
+from compiler.lower.trace import example_array, trace
 
 
 def compile_model(model_or_fn, example_inputs, config="base", *, calibration=None, per_channel: bool = True,
@@ -136,9 +135,9 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
 
 def _as_feeds(c, names) -> dict:
     if isinstance(c, dict):
-        return {k: np.asarray(v, np.float32) for k, v in c.items()}
+        return {k: example_array(v) for k, v in c.items()}
     c = c if isinstance(c, (list, tuple)) else [c]
-    return {n: np.asarray(v, np.float32) for n, v in zip(names, c)}
+    return {n: example_array(v) for n, v in zip(names, c)}
 
 
 __all__ = ["compile_model"]
