@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import time
 
-
 from isa.config import ChipConfig
 from isa.errors import TetrachipError
 from isa.regs import GemmKernel

@@ -448,6 +448,8 @@ def lift(outputs: list[Node], input_perm=None, attention_fits=None) -> Schedule:
         if id(n) in lookups:                                       # compiler.lower.gather: W[idx]
             val[id(n)] = _gather_kernel(n, lookups[id(n)], val, tensors, kernels)
             continue
+        for s in n.src:
+            _index_only(s)
         srcv = [val[id(s)] for s in n.src]
         if n.op is Ops.INPUT:
             name, shape = n.arg
@@ -484,7 +486,8 @@ def lift(outputs: list[Node], input_perm=None, attention_fits=None) -> Schedule:
         outs.append((v.t, np.ascontiguousarray(v.idx)))
     if not kernels:
         raise ChipCompileError("the graph has no matmul or convolution: nothing to run on the chip")
-    _check_index_inputs(order, inputs, kernels, outs)
+    for o in outputs:
+        _index_only(o)
     return Schedule(tensors, kernels, inputs, outs)
 
 
@@ -514,17 +517,11 @@ def _gather_kernel(n: Node, m, val: dict, tensors, kernels) -> _Act:
     return _Act(len(tensors) - 1, tensors[-1].identity())
 
 
-def _check_index_inputs(order: list[Node], inputs: dict, kernels: list, outs: list) -> None:
-    """An integer input may only index a table (``GatherKernel``): the chip has no other int32 kernel."""
-    for n in order:
-        if n.op is not Ops.INPUT or np.dtype(n.dtype.np).kind not in "iu":
-            continue
-        ti = inputs[n.arg[0]]
-        other = [k.name for k in kernels if ti in kernel_inputs(k) and not isinstance(k, GatherKernel)]
-        if other or any(t == ti for t, _ in outs):
-            raise _op_err(n, f"the integer input {n.arg[0]!r} {fmt_shape(n.shape)} is read other than as the "
-                             "index of a constant table (W[idx], nn.Embedding); the chip runs integer inputs "
-                             "only as embedding lookups")
+def _index_only(n: Node) -> None:
+    """An integer input may only index a constant table (a ``GatherKernel``): raise for any other reader."""
+    if n.op is Ops.INPUT and np.dtype(n.dtype.np).kind in "iu":
+        raise _op_err(n, f"the integer input {n.arg[0]!r} is read other than as the index of a constant table "
+                         "(W[idx], nn.Embedding); the chip runs integer inputs only as embedding lookups")
 
 
 _MOVES = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}

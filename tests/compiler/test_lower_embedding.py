@@ -1,0 +1,130 @@
+"""Embedding lookup through ``tc.compile`` (``compiler.lower.gather``, ``compiler.lower.gather_lower``):
+an integer input indexes a constant table (``nn.Embedding``, ``F.embedding``, ``W[idx]``), then ordinary layers.
+
+Every model runs on ``Device("sim")`` bit-exact to ``cm.reference``; ``float_reference`` equals the
+frontend's value (negative indices count from the end, indices outside the table give zero rows, as
+in the frontend), and the chip's output is within a stated bound of the largest float output."""
+import numpy as np
+import pytest
+
+import tetrachip as tc
+from compiler.frontend import functional as F
+from compiler.lower.gather import chip_rows
+from compiler.lower.schedule import ChipCompileError
+
+#: relative error of embedding + Linear against float (int8 table at one scale, int8 weights; measured 1.2%)
+LINEAR_BOUND = 0.04
+#: the decoder-style block (LayerNorm, causal attention, GELU MLP, residuals; int8 throughout), as
+#: tests/compiler/test_lower_attention_composed.py's DECODER_BOUND
+DECODER_BOUND = 0.07
+
+
+class EmbedLinear(tc.nn.Module):
+    def __init__(self, V, d, n):
+        self.emb = tc.nn.Embedding(V, d)
+        self.fc = tc.nn.Linear(d, n)
+
+    def forward(self, idx):
+        return self.fc(self.emb(idx))
+
+
+class Decoder(tc.nn.Module):
+    def __init__(self, V, d, heads):
+        self.emb = tc.nn.Embedding(V, d)
+        self.ln = tc.nn.LayerNorm(d)
+        self.block = tc.nn.TransformerBlock(d, heads)
+        self.head = tc.nn.Linear(d, V)
+
+    def forward(self, idx):
+        return self.head(self.block(self.ln(self.emb(idx)), is_causal=True))
+
+
+def _run(model, idx: np.ndarray, cfg: str, bound: float):
+    cm = tc.compile(model, idx, config=cfg)
+    assert "embedding" in [k.kind for k in cm.kernels]
+    res = tc.Device("sim", config=cfg).run(cm, {"x": idx})
+    got, ref = res.outputs[0], cm.reference({"x": idx})[0]
+    np.testing.assert_array_equal(got, ref)
+    front = model(tc.Tensor(idx.astype(np.int32))).numpy()
+    np.testing.assert_allclose(cm.float_reference({"x": idx})[0], front, rtol=1e-4, atol=1e-5)
+    err = float(np.abs(got - front).max() / np.abs(front).max())
+    print(f"[{cfg}] {res.stats.cycles} cycles, error {err:.4f}")
+    assert err <= bound, err
+    return cm, res
+
+
+@pytest.mark.parametrize("cfg,V,d,B,T", [("tiny", 50, 16, 1, 6), ("tiny", 60, 18, 2, 5), ("small", 300, 64, 2, 8),
+                                         ("base", 120, 32, 1, 12), ("base", 77, 40, 2, 7)])
+def test_embedding_linear(cfg, V, d, B, T):
+    rng = np.random.default_rng(V + d)
+    model = EmbedLinear(V, d, 10)
+    idx = rng.integers(-V, V, (B, T))                # negative indices count from the end
+    _run(model, idx, cfg, LINEAR_BOUND)
+
+
+def test_indices_outside_the_table_give_zero_rows():
+    V, d = 40, 16
+    model = EmbedLinear(V, d, 8)
+    idx = np.array([[0, V - 1, -V, V, -V - 1, 3 * V, -(2 ** 31), 2 ** 31 - 1]])
+    cm, res = _run(model, idx, "tiny", LINEAR_BOUND)
+    zero_row = model.fc.bias.numpy()                 # a zero embedding row gives the bias alone
+    front = model(tc.Tensor(idx.astype(np.int32))).numpy()
+    np.testing.assert_allclose(front[0, 3:], np.broadcast_to(zero_row, (5, 8)), atol=1e-6)
+    np.testing.assert_array_equal(chip_rows(idx[0], V), [0, V - 1, 0, V, V, V, V, V])
+
+
+@pytest.mark.parametrize("cfg", ["small", "base"])
+@pytest.mark.parametrize("B", [1, 2])
+def test_decoder_block(cfg, B):
+    rng = np.random.default_rng(B)
+    model = Decoder(96, 32, 2)
+    idx = rng.integers(0, 96, (B, 8))
+    _run(model, idx, cfg, DECODER_BOUND)
+
+
+def test_functional_embedding_in_chunks():
+    """``F.embedding`` with more tokens than one chunk of staging rows on tiny (full chunks in a loop, then
+    the rest), rows of 64 int8 (16 SPM rows each)."""
+    rng = np.random.default_rng(3)
+    W = tc.Tensor(rng.standard_normal((70, 64)).astype(np.float32))
+    lin = tc.nn.Linear(64, 4)
+
+    def f(idx):
+        return lin(F.embedding(idx, W)).relu()
+    idx = rng.integers(-70, 70, (2, 64))
+    cm, res = _run(f, idx, "tiny", LINEAR_BOUND)
+    assert cm.kernels[0].M == 128 and "gather_chunk" in cm.asm       # full chunks ran in the chunk loop
+
+
+def _lookup_only(V, d, ntok, cfg):
+    W = tc.Tensor(np.random.default_rng(0).standard_normal((V, d)).astype(np.float32))
+    idx = np.random.default_rng(1).integers(0, V, (ntok,))
+    cm = tc.compile(lambda i: W[i], idx, config=cfg)
+    res = tc.Device("sim", config=cfg).run(cm, {"x": idx})
+    np.testing.assert_array_equal(res.outputs[0], cm.reference({"x": idx})[0])
+    np.testing.assert_allclose(res.outputs[0], W.numpy()[idx], atol=np.abs(W.numpy()).max() / 254 + 1e-6)
+    return cm, res
+
+
+def test_code_does_not_grow_with_tokens():
+    small, rs = _lookup_only(100, 32, 16, "small")
+    big, rb = _lookup_only(100, 32, 400, "small")
+    assert len(big.program) <= len(small.program) + 8, (len(small.program), len(big.program))
+    per_token = (rb.stats.cycles - rs.stats.cycles) / (400 - 16)
+    print(f"{per_token:.1f} cycles per token (small, d=32)")
+    assert per_token < 40
+
+
+def test_integer_input_read_otherwise_is_refused():
+    W = tc.Tensor(np.ones((10, 4), np.float32))
+    lin = tc.nn.Linear(4, 4)
+    idx = np.arange(4).reshape(1, 4)
+    with pytest.raises(ChipCompileError, match="integer input 'x'"):
+        tc.compile(lambda i: lin(W[i]) + lin(i.cast(tc.float32).reshape(1, 4, 1).expand(1, 4, 4)), idx,
+                   config="tiny")
+
+
+def test_a_non_integer_index_at_run_time_is_refused():
+    cm = tc.compile(EmbedLinear(20, 8, 4), np.zeros((1, 3), np.int64), config="tiny")
+    with pytest.raises(ChipCompileError, match="index"):
+        tc.Device("sim", config="tiny").run(cm, {"x": np.array([[0.5, 1, 2]])})
