@@ -26,6 +26,8 @@ from compiler.ir.graph import Node, Ops
 
 _MOVES = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP}
 _ELEMENTWISE = {Ops.NEG, Ops.CAST, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPEQ, Ops.WHERE}
+#: the largest one-hot checked at every row position (``_probe``)
+_FULL = 1 << 21
 #: the int32 extremes, always among the probe indices
 _I32 = (int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max))
 
@@ -195,18 +197,23 @@ def match(n: Node, memo: dict) -> Match | None:
 
 
 def _probe(oh: _Idx, shape: tuple, tok: np.ndarray, V: int, k: int) -> bool:
-    """Does the one-hot select ``chip_rows`` for every token, on indices around and outside the
-    table (``-V-3..V+2``, ``+-2V`` and the int32 extremes), each at every position in turn?"""
-    far = {-2 * V - 1, -2 * V, 2 * V, 2 * V + 1, *_I32}
-    probes = np.array(sorted(set(range(-V - 3, V + 3)) | far), np.int64)
+    """Does the one-hot select ``chip_rows`` for every token, on indices at the edges of the table and
+    outside it (``-V-3..-V+2``, ``-3..2``, ``V-3..V+2``, ``+-2V``, the int32 extremes) and a sample
+    inside, each at every position in turn? Every row position is compared when the one-hot holds
+    at most ``_FULL`` elements, else the first and the last (its positions do not vary along them)."""
+    edges = {v for c in (-V, 0, V) for v in range(c - 3, c + 3)} | {-2 * V, 2 * V, *_I32}
+    probes = np.array(sorted(edges | set(np.linspace(-V, V - 1, 64).astype(np.int64).tolist())), np.int64)
     ishape = tuple(oh.inp.arg[1])
     numel = int(np.prod(ishape))
+    rows = int(np.prod(shape[k:-1], dtype=np.int64))
     ar = np.arange(V)
     for j in range(0, len(probes), max(numel, 1)):
         x = probes[(np.arange(numel) + j) % len(probes)].astype(np.int32).reshape(ishape)
-        got = np.asarray(oh.f(x)).reshape(-1, int(np.prod(shape[k:-1], dtype=np.int64)), V)
+        got = np.asarray(oh.f(x))
         want = chip_rows(x.reshape(-1)[tok], V)[:, None] == ar
-        if got.shape[0] != len(tok) or not np.array_equal(got != 0, np.broadcast_to(want[:, None, :], got.shape)):
+        parts = [got.reshape(len(tok), rows, V)] if got.size <= _FULL else \
+            [got[(Ellipsis,) + (e,) * (len(shape) - 1 - k) + (slice(None),)].reshape(len(tok), 1, V) for e in (0, -1)]
+        if any(not np.array_equal(p != 0, np.broadcast_to(want[:, None, :], p.shape)) for p in parts):
             return False
     return True
 

@@ -8,6 +8,7 @@ buffers; per chunk, a scalar loop whose code does not grow with the number of to
     dma.ld   the chunk's indices into ACC, one per row (lane 0); fence load
     loop     sld the index; negative: add V; outside 0..V-1: the zero row; times the row's bytes;
              dma.ld the table row (register-indexed DRAM address) into the next SPM staging rows
+             (an index inside the table takes no branch but the loop's; the others branch out of line)
     fence load; dma.st the staged rows to the output (a repeat over tokens); fence store
 
 Full chunks run in a scalar loop, a shorter last chunk once more after it. The code is fenced
@@ -80,13 +81,19 @@ class GatherCode:
         e.emit("seti", G.TOK, 0)
         e.emit("seti", G.SROW, 0)
         e.emit("seti", G.N, n)
-        top, neg, oor, go = (e.fresh_label(s) for s in ("gather_tok", "gather_neg", "gather_out", "gather_go"))
-        e.place(top)
+        top, neg, oor, go, done = (e.fresh_label(s) for s in ("gather_tok", "gather_neg", "gather_out",
+                                                               "gather_go", "gather_done"))
+        e.place(top)                                  # an index in the table: no taken branch but the loop's
         e.emit("sld", G.ROW, acc[self.acc_base + G.TOK], 0)
         e.emit("blt", G.ROW, ZERO, neg)
         e.emit("bge", G.ROW, G.V, oor)
         e.emit("mul", G.ROW, G.ROW, G.RB)
-        e.emit("jmp", go)
+        e.place(go)
+        e.emit("dma.ld", spm[self.stage + G.SROW], dram[self.table + G.ROW], rows=rpt, len=C, rstride=C)
+        e.emit("addi", G.TOK, G.TOK, 1)
+        e.emit("addi", G.SROW, G.SROW, rpt)
+        e.emit("blt", G.TOK, G.N, top)
+        e.emit("jmp", done)
         e.place(neg)                                  # i < 0: i + V, when that is a row
         e.emit("add", G.ROW, G.ROW, G.V)
         e.emit("blt", G.ROW, ZERO, oor)
@@ -94,11 +101,8 @@ class GatherCode:
         e.emit("jmp", go)
         e.place(oor)                                  # outside the table: the zero row
         e.emit("mul", G.ROW, G.V, G.RB)
-        e.place(go)
-        e.emit("dma.ld", spm[self.stage + G.SROW], dram[self.table + G.ROW], rows=rpt, len=C, rstride=C)
-        e.emit("addi", G.TOK, G.TOK, 1)
-        e.emit("addi", G.SROW, G.SROW, rpt)
-        e.emit("blt", G.TOK, G.N, top)
+        e.emit("jmp", go)
+        e.place(done)
         e.emit("fence", "load")
         whole, rem = divmod(self.d, C)
         if whole:

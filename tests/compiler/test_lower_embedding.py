@@ -128,3 +128,17 @@ def test_a_non_integer_index_at_run_time_is_refused():
     cm = tc.compile(EmbedLinear(20, 8, 4), np.zeros((1, 3), np.int64), config="tiny")
     with pytest.raises(ChipCompileError, match="index"):
         tc.Device("sim", config="tiny").run(cm, {"x": np.array([[0.5, 1, 2]])})
+
+
+@pytest.mark.parametrize("cfg", ["tiny", "base"])
+def test_other_lookups(cfg):
+    """A 3-D table (rows of 2x8 values), a lookup along the table's second axis (``W[:, idx]``, rows of its
+    transpose), and a vocabulary of 5000 (the one-hot is checked on its first and last row positions)."""
+    rng = np.random.default_rng(7)
+    W3 = tc.Tensor(rng.standard_normal((30, 2, 8)).astype(np.float32))
+    W2 = tc.Tensor(rng.standard_normal((12, 40)).astype(np.float32))
+    lin, lin2 = tc.nn.Linear(16, 4), tc.nn.Linear(5, 3)
+    _run(lambda i: lin(W3[i].reshape(2, 5, 16)), rng.integers(-30, 30, (2, 5)), cfg, LINEAR_BOUND)
+    _run(lambda i: lin2(W2[:, i]), rng.integers(0, 40, (5,)), cfg, LINEAR_BOUND)
+    if cfg == "base":
+        _run(EmbedLinear(5000, 64, 8), rng.integers(-5000, 5000, (2, 32)), cfg, LINEAR_BOUND)
