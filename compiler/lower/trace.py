@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.frontend.tensor import Tensor
-from compiler.ir.graph import recording_sites
+from compiler.ir.graph import Ops, recording_sites
 from compiler.lower.schedule import ChipCompileError
 
 
@@ -20,6 +20,11 @@ def example_array(a) -> np.ndarray:
             raise ChipCompileError(f"an integer input holds values outside int32 ({a.min()}..{a.max()})")
         return a.astype(np.int32)
     return a.astype(np.float32)
+
+
+def index_inputs(nodes) -> list[str]:
+    """Names of the integer (index) inputs among ``nodes``."""
+    return [n.arg[0] for n in nodes if n.op is Ops.INPUT and np.dtype(n.dtype.np).kind in "iu"]
 
 
 def trace(model_or_fn, example_inputs) -> tuple[list, list[str], bool, list[dict]]:

@@ -142,3 +142,14 @@ def test_other_lookups(cfg):
     _run(lambda i: lin2(W2[:, i]), rng.integers(0, 40, (5,)), cfg, LINEAR_BOUND)
     if cfg == "base":
         _run(EmbedLinear(5000, 64, 8), rng.integers(-5000, 5000, (2, 32)), cfg, LINEAR_BOUND)
+
+
+def test_symbolic_dimension_and_control_flow_are_refused():
+    model = EmbedLinear(20, 8, 8)
+    idx = np.random.default_rng(1).integers(0, 20, (3, 4))
+    with pytest.raises(ChipCompileError, match="table lookup.*symbolic"):
+        tc.compile(model, idx, config="tiny", dynamic={"N": 4})
+    W = tc.Tensor(np.eye(8, dtype=np.float32))
+    with pytest.raises(ChipCompileError, match="integer input.*control flow"):
+        tc.compile(lambda i: tc.cond(model(i).sum() > 0, lambda v: (v @ W).relu(), lambda v: v, model(i)), idx,
+                   config="small")
