@@ -18,6 +18,7 @@ r1..r15    the reference GEMM program of ``sim.programs`` (``RefGemm``), which i
 r1, r2     control flow's glue between bodies (``ControlGlue``: a predicate's reduction and threshold,
            a loop's trip bound, a scanned row's offset); bodies are fenced, so these are free there
 r1..r13    the transformer block's attention loop and temporaries (``TransformerBlock``)
+r1..r11    a compiled table lookup (``Gather``, ``compiler.lower.gather_lower``), fenced on both sides
 r1..r4     the hand-built convergence loop (``Converge``, ``compiler.lower.control_converge``)
 =========  ===================================================================================
 
@@ -155,6 +156,22 @@ class RefGemm:
     ABUFSZ = Reg(15)    #: SPM rows of one A buffer
     #: scalar registers the program needs (r0..r15)
     NEEDED = 16
+
+
+class Gather:
+    """A compiled table lookup (``compiler.lower.gather_lower``): r1..r11, fenced before and after."""
+
+    TOK = Reg(1)        #: token counter in the chunk (its index's ACC row)
+    SROW = Reg(2)       #: SPM row offset of the token's staged row
+    ROW = Reg(3)        #: the token's index, then its table row's DRAM byte offset
+    V = Reg(4)          #: rows of the table (the zero row's index)
+    RB = Reg(5)         #: DRAM bytes of one table row
+    N = Reg(6)          #: tokens in the chunk
+    IOFF = Reg(7)       #: DRAM byte offset of the chunk's indices
+    OOFF = Reg(8)       #: DRAM byte offset of the chunk's output rows
+    CH = Reg(9)         #: chunk loop counter
+    TMP = Reg(10)       #: chunk loop bound
+    ROFF = Reg(11)      #: DRAM byte offset of the chunk's output-row offsets (rows not evenly spaced)
 
 
 class ControlGlue:

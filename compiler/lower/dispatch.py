@@ -22,8 +22,6 @@ import dataclasses
 import functools
 import time
 
-import numpy as np
-
 from isa.config import ChipConfig
 from isa.errors import TetrachipError
 from isa.regs import GemmKernel
@@ -39,7 +37,7 @@ from compiler.lower.compiled import Compiled
 from compiler.lower.pipeline import ZERO_ROWS, lower_schedule
 from compiler.lower.quantize import quantize, run_int
 from compiler.lower.schedule import ChipCompileError, NormKernel, lift
-from compiler.lower.trace import trace
+from compiler.lower.trace import example_array, index_inputs, trace
 
 
 def compile_model(model_or_fn, example_inputs, config="base", *, calibration=None, per_channel: bool = True,
@@ -94,6 +92,9 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
         spec = dyn.DynSpec(sym, mx, axes, dyn.out_axes(model_or_fn, example_inputs, axes, mx, outputs))
     times["trace"] = time.perf_counter() - t0
     if any(n.op in CONTROL for n in toposort(outputs)):     # tc.cond / tc.loop: compiler.lower.control_lower
+        if index_inputs(toposort(outputs)):
+            raise ChipCompileError(f"integer input(s) {index_inputs(toposort(outputs))} with control flow: an "
+                                   "embedding lookup runs on the chip only in a graph without tc.cond / tc.loop")
         calib = example if calibration is None else [_as_feeds(c, names) for c in calibration]
         return control_lower.compile_control(outputs, names, single, calib, cfg, per_channel=per_channel,
                                              search=search, search_budget_s=search_budget_s, cache_dir=cache_dir,
@@ -136,9 +137,9 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
 
 def _as_feeds(c, names) -> dict:
     if isinstance(c, dict):
-        return {k: np.asarray(v, np.float32) for k, v in c.items()}
+        return {k: example_array(v) for k, v in c.items()}
     c = c if isinstance(c, (list, tuple)) else [c]
-    return {n: np.asarray(v, np.float32) for n, v in zip(names, c)}
+    return {n: example_array(v) for n, v in zip(names, c)}
 
 
 __all__ = ["compile_model"]

@@ -101,7 +101,8 @@ def examples_at_max(arrays: dict, axes: dict, mx: int) -> dict:
     """Examples repeated along the symbol up to the maximum (the compile shapes)."""
     out = {}
     for n, a in arrays.items():
-        a = np.asarray(a.numpy() if hasattr(a, "numpy") else a, np.float32)
+        a = np.asarray(a.numpy() if hasattr(a, "numpy") else a)
+        a = a.astype(np.int32 if a.dtype.kind in "iu" else np.float32)     # an index input stays integer
         if n in axes:
             ax = axes[n]
             reps = cdiv(mx, a.shape[ax])

@@ -33,6 +33,8 @@ from compiler.lower.planner import Buffer, plan
 from compiler.lower.quantize import QSchedule, dequantize_outputs, input_ints, run_int
 from compiler.lower.bmm import BmmKernel
 from compiler.lower.bmm_lower import lower_bmm
+from compiler.lower.gather import GatherKernel
+from compiler.lower.gather_lower import lower_gather
 from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule,
                                      base_to_mn, kernel_inputs, run_float)
 from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, tile_weights
@@ -123,6 +125,9 @@ class CompiledModel(Compiled):
                  f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
         for k in self.kernels:
             t = k.tiling
+            if k.kind == "embedding":
+                lines.append(f"  {k.name:<10} table lookup: {k.M} rows of {k.N} from a table of {k.K}")
+                continue
             if k.kind in ("norm", "attention"):
                 lines.append(f"  {k.name:<10} {k.kind} (VPU): {k.M} rows of {k.N} features")
                 continue
@@ -198,6 +203,17 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             infos += [KernelInfo(*a) for a in slice_infos]
             spm_bufs += sb
             acc_bufs += ab
+            continue
+        if isinstance(k, GatherKernel):                 # compiler.lower.gather_lower: a table lookup
+            if spec is not None:
+                raise ChipCompileError(f"kernel {k.name} (table lookup): a symbolic dimension is not supported")
+            j = len(codes)
+            first_code.append(j)
+            gc, sb, ab = lower_gather(cfg, s, j, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
+            codes.append(gc)
+            spm_bufs += sb
+            acc_bufs += ab
+            infos.append(KernelInfo(k.name, k.ntok, k.V, k.d, None, 0, 0, "embedding"))
             continue
         if isinstance(k, (NormKernel, AttnKernel)):     # compiler.lower.norms / .attention: VPU kernels
             if spec is not None and (not spec.at_max or isinstance(k, AttnKernel)):
@@ -311,7 +327,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     prog.manifest = {
         "kind": "compiled-model",
         "inputs": {n: {"addr": tensor_addr[s.inputs[n]], "shape": list(s.tensors[s.inputs[n]].shape),
-                       "layout": list(s.tensors[s.inputs[n]].perm), "scale": q.scales[s.inputs[n]]}
+                       "layout": list(s.tensors[s.inputs[n]].perm), "scale": q.scales[s.inputs[n]],
+                       "dtype": q.dtype(s.inputs[n])}
                    for n in names},
         "outputs": [{"addr": tensor_addr[t], "dtype": q.dtype(t)} for t, _ in s.outputs],
         "constants": {"addr": const_base, "bytes": int(len(image))},

@@ -32,12 +32,13 @@ from isa.table import Round
 
 from compiler.lower.attention import attention_int, quantize_attention
 from compiler.lower.bmm import BmmKernel, to_base
+from compiler.lower.gather import GatherKernel, gather_values, quantize_gather
 from compiler.lower.norms import norm_int, quantize_norm
 from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule, gather_base,
                                      kernel_inputs, mn_to_base, run_float)
 
 #: kernels whose output is int8 even when only the host reads it
-_INT8_OUT = (EwKernel, NormKernel, AttnKernel, BmmKernel)
+_INT8_OUT = (EwKernel, NormKernel, AttnKernel, BmmKernel, GatherKernel)
 
 ROUND = Round.HALF_UP
 #: Largest requantization scale (the VPU reads the low 16 bits, signed).
@@ -185,8 +186,16 @@ def quantize(s: Schedule, calibration: list[dict], per_channel: bool = True) -> 
             q.int32.add(ti)
         else:
             q.scales[ti] = _scale_of(amax.get(ti, 0.0))
+    for k in s.kernels:                           # a lookup's output has its table's scale
+        if isinstance(k, GatherKernel):           # (compiler.lower.gather), its index input is raw int32
+            q.int32.add(k.src)
+            q.scales[k.src] = 1.0
     for k in s.kernels:
         lo = 0 if k.relu else -128
+        if isinstance(k, GatherKernel):
+            q.qkernels.append(quantize_gather(k))
+            q.scales[k.out] = q.qkernels[-1].scale
+            continue
         if isinstance(k, AttnKernel):              # compiler.lower.attention: the output at v's scale
             q.scales[k.out] = q.scales[k.srcs[2][0]]
             q.qkernels.append(quantize_attention(k, q.scales[k.srcs[0][0]], q.scales[k.srcs[1][0]]))
@@ -265,8 +274,16 @@ def input_ints(q: QSchedule, feeds: dict) -> dict[int, np.ndarray]:
         t = q.sched.tensors[ti]
         if x.shape != t.shape:
             raise ChipCompileError(f"input {name!r}: shape {x.shape}, the model was compiled for {t.shape}")
-        out[ti] = quantize_array(x, q.scales[ti])
+        out[ti] = _index_array(name, x) if ti in q.int32 else quantize_array(x, q.scales[ti])
     return out
+
+
+def _index_array(name: str, x: np.ndarray) -> np.ndarray:
+    """An index input (of a table lookup) as the int32 the host writes: integers only, no quantization."""
+    if x.size and (x.dtype.kind not in "iuf" or not np.array_equal(x, np.rint(x))
+                   or x.min() < np.iinfo(np.int32).min or x.max() > np.iinfo(np.int32).max):
+        raise ChipCompileError(f"input {name!r} is an index: it takes int32 values")
+    return x.astype(np.int32)
 
 
 def run_int(q: QSchedule, feeds: dict) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
@@ -274,7 +291,10 @@ def run_int(q: QSchedule, feeds: dict) -> tuple[list[np.ndarray], dict[int, np.n
     s = q.sched
     vals = input_ints(q, feeds)
     for i, k in enumerate(s.kernels):
-        if isinstance(k, BmmKernel):
+        if isinstance(k, GatherKernel):
+            idx = gather_base(vals[k.src], s.tensors[k.src], k.pos)
+            vals[k.out] = gather_values(q.qkernels[i].table_q, k, idx, s.tensors[k.out].shape)
+        elif isinstance(k, BmmKernel):
             vals[k.out] = to_base(bmm_int(q, i, vals), s.tensors[k.out].shape, k)
         elif isinstance(k, AttnKernel):
             vals[k.out] = attention_int(s, k, q.qkernels[i], vals)

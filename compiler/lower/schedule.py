@@ -59,6 +59,8 @@ from compiler.ir import semantics
 from compiler.ir.graph import Node, Ops, fmt_shape, fmt_site, is_static, toposort
 from compiler.ir.patterns import Composite, masked, recognise
 from compiler.lower.bmm import BmmKernel, bmm_float, gathers, split_axes, to_base
+from compiler.lower import gather as gth
+from compiler.lower.gather import GatherKernel
 
 #: Largest margin (per axis, each side) of the index space an activation view may reach through PAD
 #: (``cat`` pads each piece by the length of the others); axes of size 1 have none, and a tensor with
@@ -324,6 +326,10 @@ class Schedule:
                              f"-> {t_out.name}{fmt_shape(t_out.shape)} {k.S} GEMMs {k.M}x{k.K}x{k.N}"
                              f"{'+relu' if k.relu else ''}")
                 continue
+            if isinstance(k, GatherKernel):
+                lines.append(f"k{i} {k.name}: {t_in.name}{fmt_shape(t_in.shape)} -> {t_out.name}"
+                             f"{fmt_shape(t_out.shape)} table lookup, {k.V} rows of {k.d}")
+                continue
             if isinstance(k, (NormKernel, AttnKernel)):
                 lines.append(f"k{i} {k.name}: {t_in.name} -> {t_out.name}{fmt_shape(t_out.shape)} {k.comp} (VPU)")
                 continue
@@ -422,10 +428,10 @@ def lift(outputs: list[Node], input_perm=None, attention_fits=None) -> Schedule:
     target config, or None (``compiler.lower.attention.fused_unfit``); such attention is composed of
     batched matmuls and a softmax instead (``_attn_compose``)."""
     outputs = recognise(outputs)
-    order = toposort(outputs)
+    order, lookups = _lookups(toposort(outputs), outputs)
     users: dict[int, int] = {}
     for n in order:
-        for s in n.src:
+        for s in (lookups[id(n)].inp,) if id(n) in lookups else n.src:
             users[id(s)] = users.get(id(s), 0) + 1
     for o in outputs:
         users[id(o)] = users.get(id(o), 0) + 1
@@ -439,6 +445,11 @@ def lift(outputs: list[Node], input_perm=None, attention_fits=None) -> Schedule:
             raise _op_err(n, "control flow is not supported by the chip compiler yet (issue 8)")
         if not is_static(n.shape):
             raise _op_err(n, "dynamic dimensions are not supported by the chip compiler yet (issue 8)")
+        if id(n) in lookups:                                       # compiler.lower.gather: W[idx]
+            val[id(n)] = _gather_kernel(n, lookups[id(n)], val, tensors, kernels)
+            continue
+        for s in n.src:
+            _index_only(s)
         srcv = [val[id(s)] for s in n.src]
         if n.op is Ops.INPUT:
             name, shape = n.arg
@@ -475,7 +486,42 @@ def lift(outputs: list[Node], input_perm=None, attention_fits=None) -> Schedule:
         outs.append((v.t, np.ascontiguousarray(v.idx)))
     if not kernels:
         raise ChipCompileError("the graph has no matmul or convolution: nothing to run on the chip")
+    for o in outputs:
+        _index_only(o)
     return Schedule(tensors, kernels, inputs, outs)
+
+
+def _lookups(order: list[Node], outputs: list[Node]) -> tuple[list[Node], dict]:
+    """The table lookups of the graph (``compiler.lower.gather.match``) and the nodes left to lift:
+    a lookup reads only its index input (its one-hot chain is not lifted)."""
+    memo: dict = {}
+    found = {id(n): m for n in order if n.op is Ops.SUM for m in [gth.match(n, memo)] if m is not None}
+    if not found:
+        return order, found
+    keep, stack = set(), list(outputs)
+    while stack:
+        n = stack.pop()
+        if id(n) in keep:
+            continue
+        keep.add(id(n))
+        stack.extend((found[id(n)].inp,) if id(n) in found else n.src)
+    return [n for n in order if id(n) in keep], found
+
+
+def _gather_kernel(n: Node, m, val: dict, tensors, kernels) -> _Act:
+    """A ``GatherKernel`` for the lookup ``m`` (its output: the SUM node's shape, row-major)."""
+    src = val[id(m.inp)].t                                      # the input's tensor (its identity view)
+    tensors.append(TensorInfo(f"t{len(tensors)}", tuple(n.shape), tuple(range(len(n.shape))), "kernel", len(kernels)))
+    kernels.append(GatherKernel(f"k{len(kernels)}", src, len(tensors) - 1,
+                                tensors[src].identity().reshape(-1)[m.pos], m.table))
+    return _Act(len(tensors) - 1, tensors[-1].identity())
+
+
+def _index_only(n: Node) -> None:
+    """An integer input may only index a constant table (a ``GatherKernel``): raise for any other reader."""
+    if n.op is Ops.INPUT and np.dtype(n.dtype.np).kind in "iu":
+        raise _op_err(n, f"the integer input {n.arg[0]!r} is read other than as the index of a constant table "
+                         "(W[idx], nn.Embedding); the chip runs integer inputs only as embedding lookups")
 
 
 _MOVES = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
@@ -1314,6 +1360,11 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
             raise ChipCompileError(f"no value for input {name!r}")
         vals[ti] = np.asarray(feeds[name], np.float64).reshape(s.tensors[ti].shape)
     for k in s.kernels:
+        if isinstance(k, GatherKernel):
+            idx = gather_base(vals[k.src], s.tensors[k.src], k.pos)
+            table = np.concatenate([k.table, np.zeros((1, k.d))])
+            vals[k.out] = gth.gather_values(table, k, idx, s.tensors[k.out].shape)
+            continue
         if isinstance(k, BmmKernel):
             av = gather_base(vals[k.a], s.tensors[k.a], k.ga)
             bv = gather_base(vals[k.b], s.tensors[k.b], k.gb)
