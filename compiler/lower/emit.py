@@ -214,20 +214,28 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     if kc.dyn is not None:
         da, do = kc.dyn.a_step, kc.dyn.o_step
     looped = kc.dyn is not None or (len(full) >= 2 and da is not None and do is not None)
-    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip)
+    # the first M tile's first N tile finds its first weight tiles (and bias) loaded (``_prefetch``) when
+    # it is emitted on its own (not in the M-tile loop, where the first trip would need other code)
+    pre = start != "column" and (w_once or not looped)
+    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip,
+             npre=prefetch_tiles(tl) if pre else 0)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
     for r in (GK.WSLOT, GK.ACC, GK.OBUF, GK.AOFF, GK.OOFF, GK.ABUF):
         e.emit("seti", r, 0)
-    _prefetch(e, kc, cfg)
+    _prefetch(e, kc, cfg, g["npre"], tiles[0][1])
     # tokens: weight slots, ACC regions, int8 staging buffers, A buffers (seed counts capped: WEIGHT_TOKENS)
     seeds = {("mxu", "load"): weight_seeds(tl), (free_p, free_c): 2}
     if kc.out_int8:
         seeds[("store", "vpu")] = 2
     if gate:
         seeds[("store", "load")] = min(tl.nbuf, WEIGHT_TOKENS)
-    tokens.take(e, seeds, fresh=start == "column")
+    need = dict(seeds)
+    if g["npre"]:               # the prefetched loads are the first to wait for their pairs: they wait for none
+        need[("mxu", "load")] -= 1 if weight_mode(tl) == "group" else g["npre"]
+        need[(free_p, free_c)] -= bias
+    tokens.take(e, need, fresh=start == "column")
     if kc.out_int8:
         _requant(e, kc.shift, kc.lo, kc.hi)
     if before is not None:
@@ -247,7 +255,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
             elif tl.nbuf > 2:                  # every M tile has its own A buffer
                 e.emit("addi", GK.ABUF, GK.ABUF, KT * Mt)
         if w_once:                             # M tile 0 loads the weight tiles, the loop reuses them
-            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True)
+            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True, pre=True)
             step()
             e.emit("seti", GK.MT, 1)
         top = e.place(e.fresh_label("mtile"))
@@ -268,16 +276,34 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     for (m0, mrows, buf) in rest:
         e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
         e.emit("seti", GK.ABUF, buf * KT * Mt)
-        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0)
+        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0,
+                pre=m0 == 0 and not looped)
     tokens.leave(seeds)                        # the last uses' signals: the next kernel's seeds
 
 
-def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg) -> None:
-    """Constants into the kernel's own buffers, waiting for nothing: the per-channel scale rows."""
+def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int) -> None:
+    """Constants into the kernel's own buffers (its weight slots and ACC are reserved from its prologue
+    step, ``compiler.lower.pipeline``), waiting for nothing: the per-channel scale rows and, with ``npre``,
+    the first M tile's first N tile's bias (``rows0`` rows; its first ``mma`` comes after the A loads, so
+    after it) and its first ``npre`` weight tiles (``prefetch_tiles``) as one DMA instance into slots
+    ``0 .. npre - 1`` that signals the first ``mxu.lw`` (the body skips these loads)."""
     tl = kc.tiling
+    R, C = cfg.rows, cfg.cols
     if kc.out_int8:
         e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT,
-               len=cfg.cols, rstride=_ACC_BYTES * cfg.cols)
+               len=C, rstride=_ACC_BYTES * C)
+    if not npre:
+        return
+    if kc.bias_addr is not None:
+        e.emit("dma.ld", acc[kc.acc_base], dram[kc.bias_addr], rows=rows0, len=C, rstride=0)
+    e.emit("dma.ld", spm[kc.spm_w], dram[kc.w_addr], rows=npre * R, len=C, rstride=C, signal="mxu")
+
+
+def prefetch_tiles(tl: Tiling) -> int:
+    """Weight tiles a kernel's prologue loads (``_prefetch``): a group's ``KT`` (its one DMA instance),
+    else the first tile (in a ring the A and weight loads share the free-slot counter, so only the
+    first load of the kernel may skip its wait)."""
+    return tl.KT if weight_mode(tl) == "group" else 1
 
 
 def weight_seeds(tl: Tiling) -> int:
@@ -300,7 +326,9 @@ def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
 
 
 def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray,
-            load_w: bool = True) -> None:
+            load_w: bool = True, pre: bool = False) -> None:
+    """``pre``: the kernel's first M tile, whose first N tile's bias and first weight tiles were
+    prefetched (``g["npre"]`` of them, none if 0)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     NT, C = tl.NT, cfg.cols
@@ -312,7 +340,7 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
     a_groups, o_groups = groups(a_rows), groups(out_rows)
     last_nc = tl.N - (NT - 1) * C
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
-            ncols=last_nc if NT == 1 else C, load_w=load_w)
+            ncols=last_nc if NT == 1 else C, load_w=load_w, npre=g["npre"] if pre else 0)
     if NT > 2:
         e.emit("seti", GK.NT, 1)
         top = e.place(e.fresh_label("ntile"))
@@ -325,7 +353,8 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
 
 
 def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
-            first: bool, last: bool, ncols: int, load_w: bool = True) -> None:
+            first: bool, last: bool, ncols: int, load_w: bool = True, npre: int = 0) -> None:
+    """``npre``: the bias and the first ``npre`` weight tiles were prefetched (``_prefetch``)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
@@ -335,21 +364,22 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     # ahead), the first mma waits for the bias load itself
     mode = weight_mode(tl)
     bias_tok = g["bias"] and ((first and not load_w and not g["load_a"]) or (mode == "group" and not first))
-    if g["bias"]:
+    assert not (npre and (bias_tok or not (first and load_w and g["load_a"]))), "prefetch: a first N tile that loads"
+    if g["bias"] and not npre:
         e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
                wait=g["free_p"], signal="mxu" if bias_tok else None)
     if mode != "group" and not first and not tl.a_ring:
         _weight_stream(e, kc, cfg)
     elif mode == "group":               # this N tile's group (the first), or the next one's, ahead
         assert load_w, "grouped weights are loaded in every M tile"
-        if first:
+        if first and not npre:
             _weight_stream(e, kc, cfg)
-        elif not last:
+        elif not first and not last:
             _weight_stream(e, kc, cfg, ahead=True)
     loads = first or tl.a_ring                 # an A ring loads A and weights in every N tile
     _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=loads and g["load_a"],
              w_dma=loads and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
-             unroll=K_UNROLL if not (first or last) else 1)
+             unroll=K_UNROLL if not (first or last) else 1, npre=npre if mode != "group" else 0)
     if mode == "group" and first and not last:   # after the A loads: load -> mxu tokens stay in MXU order
         _weight_stream(e, kc, cfg, ahead=True)
     # epilogue
@@ -430,14 +460,15 @@ K_UNROLL = 8
 
 
 def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], acc_t, *,
-             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool, unroll: int = 1) -> None:
+             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool, unroll: int = 1, npre: int = 0) -> None:
     """The K tiles of one N tile: per tile its weight load (``w_dma``; ``w_tok``: the weights were
     loaded in this M tile, here or by ``_weight_stream``, so ``mxu.lw`` waits for them and frees their
     slot), its A load (``load_a``), ``mxu.lw`` and ``mm``/``mma``. The first and last tiles stand
     alone (their tokens differ); the others run as loops over repeated column patterns
     (``compiler.lower.tiling.k_runs``), a body of up to ``unroll`` tiles, the index registers (A
     buffer, weight slot, weight column, A column) advanced per trip and restored after: code size
-    follows the number of runs, not K."""
+    follows the number of runs, not K. ``npre``: tiles ``0 .. npre - 1`` were prefetched in one DMA
+    instance (no load; the first ``mxu.lw`` waits for it, the next ones for nothing)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
@@ -450,7 +481,7 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         kti = kc.ktiles[kt]
         wrow = spm[kc.spm_w + (kt % tl.NB if mode == "ring" else kt) * R + GK.WSLOT]
         arow = a_buf + (kt % tl.NB if aring else kt) * Mt
-        if w_dma:
+        if w_dma and kt >= npre:
             e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
                    wait="mxu", signal="mxu")
         if load_a:
@@ -467,7 +498,7 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
                        rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
                        **_mods(wait, sig, True, rep))
         # weight tokens: per tile, or for the group at its first and last tile (none when resident)
-        wwait = ["load"] if w_tok and (mode != "group" or kt == 0) else []
+        wwait = ["load"] if w_tok and (mode != "group" or kt == 0) and not 0 < kt < npre else []
         wsig = ["load"] if w_tok and (mode != "group" or kt == KT - 1) else []
         e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wwait, wsig))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
@@ -476,8 +507,10 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
         e.emit(op, acc_t, spm[arow + GK.ABUF], n=mrows, **_mods(waits, sig))
 
-    tile(0)
-    for run in k_runs(kc.ktiles, 1, KT - 1, tl.NB if mode == "ring" else 1):
+    lo = max(1, min(npre, KT - 1))             # prefetched tiles stand alone (their tokens differ)
+    for kt in range(lo):
+        tile(kt)
+    for run in k_runs(kc.ktiles, lo, KT - 1, tl.NB if mode == "ring" else 1):
         p = run.period
         u = max(1, min(run.count, unroll // p))            # trips per body
         trips = run.count // u
