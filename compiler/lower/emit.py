@@ -155,20 +155,23 @@ def _requant(e: ProgramBuilder, shift: int, lo: int, hi: int = 127) -> None:
     e.emit("vqcfg", shift=shift, zp=0, lo=lo, hi=hi, round="half_up")
 
 
-def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None) -> None:
+def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None,
+                window: int = 0) -> None:
     """The kernel in its tiling's loop order (``Tiling.order``, see ``compiler.lower.tiling``): ``mnk``
     runs M tiles outermost; ``nmk`` runs one column kernel per N tile (N outermost), each loading
     its weight tiles once for all M tiles, and, when every M tile has its own A buffer
     (``nbuf >= MT``), the columns after the first reuse the A tiles the first one loaded.
     ``tokens``: what the code before left (``Tokens``); ``before()`` emits what must precede the
-    kernel's first read of its inputs (``emit_program``: a fence, a border fill)."""
+    kernel's first read of its inputs (``emit_program``: a fence, a border fill); ``window``: the rows of
+    the previous kernel's last tile when this kernel's prologue runs under its epilogue, else 0
+    (``prefetch_tiles``)."""
     tokens = Tokens() if tokens is None else tokens
     tl = kc.tiling
     if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
         kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
         tl = kc.tiling
     if tl.order == "mnk":
-        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "own")
+        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "own", window)
     C, R = cfg.cols, cfg.rows
     eb = _SPM_BYTES if kc.out_int8 else _ACC_BYTES
     resident = tl.nbuf >= tl.MT
@@ -180,21 +183,21 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = 
                      out_rows=np.asarray(kc.out_rows) + n * C * eb, scale_row=n)
         # a later column shares the kernel's buffers: fresh seeds after the previous column's uses
         _emit_kernel(e, kn, cfg, True, resident and n > 0, tokens, before if n == 0 else None,
-                     "column" if n else "own")
+                     "column" if n else "own", window)
 
 
 def _emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 start: str) -> None:
+                 start: str, window: int = 0) -> None:
     """``w_once``: weight tiles are loaded in the first M tile only (one N tile, ``NB == KT``);
     ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them);
     ``start``: ``"own"`` the kernel's buffers are its own, ``"column"`` an earlier column of the kernel
     used them (its seeds come after every earlier use)."""
     with e.scope(f"kernel {kc.name}", *_GK_REGS):
-        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start)
+        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start, window)
 
 
 def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 start: str) -> None:
+                 start: str, window: int) -> None:
     tl = kc.tiling
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
     bias = kc.bias_addr is not None
@@ -218,7 +221,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     # it is emitted on its own (not in the M-tile loop, where the first trip would need other code)
     pre = start != "column" and (w_once or not looped)
     g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip,
-             npre=prefetch_tiles(tl) if pre else 0)
+             npre=prefetch_tiles(tl, window // cfg.rows) if pre else 0)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
@@ -299,11 +302,18 @@ def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int) -> 
     e.emit("dma.ld", spm[kc.spm_w], dram[kc.w_addr], rows=npre * R, len=C, rstride=C, signal="mxu")
 
 
-def prefetch_tiles(tl: Tiling) -> int:
+def prefetch_tiles(tl: Tiling, cover: int = 0) -> int:
     """Weight tiles a kernel's prologue loads (``_prefetch``): a group's ``KT`` (its one DMA instance),
-    else the first tile (in a ring the A and weight loads share the free-slot counter, so only the
-    first load of the kernel may skip its wait)."""
-    return tl.KT if weight_mode(tl) == "group" else 1
+    else the first tile and as many more as the previous kernel's epilogue covers (``cover``: tiles
+    of ``rows`` rows its last tile's rows stand for; more would hold back the first A tile), within
+    the slots (a ring's ``NB``); with an A ring only the first (A and weight loads share the
+    free-slot counter: only the kernel's first load may skip its wait)."""
+    mode = weight_mode(tl)
+    if mode == "group":
+        return tl.KT
+    if tl.a_ring:
+        return 1
+    return max(1, min(cover, tl.KT if mode == "tile" else tl.NB))
 
 
 def weight_seeds(tl: Tiling) -> int:
@@ -606,7 +616,9 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict 
             sync(where == "prologue")
         before = (lambda: sync(True)) if where == "body" else None
         if isinstance(kc, KernelCode):
-            emit_kernel(e, kc, cfg, tokens, before)
+            prev = kernels[i - 1] if i and where != "prologue" else None     # its last tile's rows
+            tl = prev.tiling if isinstance(prev, (KernelCode, EwCode)) else None
+            emit_kernel(e, kc, cfg, tokens, before, window=0 if tl is None else tl.M - (tl.MT - 1) * tl.Mt)
         elif isinstance(kc, EwCode):
             emit_ew(e, kc, cfg, tokens, before)
         else:           # a kernel that emits itself (compiler.lower.norms.NormCode, bmm_lower.BmmCode ...):

@@ -308,7 +308,7 @@ def _run_all_logged(cm, x, config, monkeypatch):
 def test_prefetched_weights_load_under_the_previous_kernel(config, monkeypatch):
     """A chain of dependent kernels: each kernel after the first loads its first weight tiles (one
     DMA instance into its own slots, ``compiler.lower.emit._prefetch``) before its ``fence store``,
-    so while the previous kernel still computes; every ``mxu.lw`` reading those rows starts after
+    so while the previous kernel still stores; every ``mxu.lw`` reading those rows starts after
     that instance retired (its token), and the chain is bit-exact and in DRAM order."""
     tc.manual_seed(6)
     m = _Layers()
@@ -333,4 +333,4 @@ def test_prefetched_weights_load_under_the_previous_kernel(config, monkeypatch):
                and any(s[0] == "spm" and w[0] == "spm" and s[1] < w[2] and w[1] < s[2] for s in r[4] for w in ld[5])]
         assert lws and min(r[2] for r in lws) > ld[3]              # read after it arrived
         prev_st = max(r[3] for r in log if kof[r[1]] == k - 1 and ins[r[1]].startswith("dma.st"))
-        assert ld[3] < prev_st                     # arrived before the fence lets the kernel read its input
+        assert ld[2] < prev_st                     # started before the fence lets the kernel read its input
