@@ -28,7 +28,10 @@ loads retire in order). A kernel needs its seed tokens at its start and leaves a
 (``Tokens``): the next kernel takes over what the previous one left (its first waits take those
 tokens: its buffers are its own), and empty instructions make up the difference (seeds: signals;
 drains: waits), so kernels compose without a fence. Before a kernel waits for its inputs it loads
-its scale rows (``_prefetch``) while the previous kernel computes; the program orders a kernel after the
+its scale rows and, when its first M tile is emitted on its own (not in the M-tile loop), that tile's
+first N tile's bias and first weight tiles (``_prefetch``, ``prefetch_tiles``: a group, else as many as
+the previous kernel's last tile covers) while the previous kernel computes; the body skips those loads
+and takes one seed fewer per skipped wait. The program orders a kernel after the
 stores it reads with ``fence store`` (``emit_program``, placed by ``compiler.lower.pipeline``).
 Inner loops use repeat registers: the
 weight tiles of an N tile are one ``dma.ld`` over a nest (or one instance), row groups of a tile
