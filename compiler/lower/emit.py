@@ -28,7 +28,10 @@ loads retire in order). A kernel needs its seed tokens at its start and leaves a
 (``Tokens``): the next kernel takes over what the previous one left (its first waits take those
 tokens: its buffers are its own), and empty instructions make up the difference (seeds: signals;
 drains: waits), so kernels compose without a fence. Before a kernel waits for its inputs it loads
-its scale rows (``_prefetch``) while the previous kernel computes; the program orders a kernel after the
+its scale rows and, when its first M tile is emitted on its own (not in the M-tile loop), that tile's
+first N tile's bias and first weight tiles (``_prefetch``, ``prefetch_tiles``: a group, else as many as
+the previous kernel's last tile covers) while the previous kernel computes; the body skips those loads
+and takes one seed fewer per skipped wait. The program orders a kernel after the
 stores it reads with ``fence store`` (``emit_program``, placed by ``compiler.lower.pipeline``).
 Inner loops use repeat registers: the
 weight tiles of an N tile are one ``dma.ld`` over a nest (or one instance), row groups of a tile
@@ -155,20 +158,23 @@ def _requant(e: ProgramBuilder, shift: int, lo: int, hi: int = 127) -> None:
     e.emit("vqcfg", shift=shift, zp=0, lo=lo, hi=hi, round="half_up")
 
 
-def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None) -> None:
+def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = None, before=None,
+                window: int = 0) -> None:
     """The kernel in its tiling's loop order (``Tiling.order``, see ``compiler.lower.tiling``): ``mnk``
     runs M tiles outermost; ``nmk`` runs one column kernel per N tile (N outermost), each loading
     its weight tiles once for all M tiles, and, when every M tile has its own A buffer
     (``nbuf >= MT``), the columns after the first reuse the A tiles the first one loaded.
     ``tokens``: what the code before left (``Tokens``); ``before()`` emits what must precede the
-    kernel's first read of its inputs (``emit_program``: a fence, a border fill)."""
+    kernel's first read of its inputs (``emit_program``: a fence, a border fill); ``window``: the rows of
+    the previous kernel's last tile when this kernel's prologue runs under its epilogue, else 0
+    (``prefetch_tiles``)."""
     tokens = Tokens() if tokens is None else tokens
     tl = kc.tiling
     if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
         kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
         tl = kc.tiling
     if tl.order == "mnk":
-        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "own")
+        return _emit_kernel(e, kc, cfg, False, False, tokens, before, "own", window)
     C, R = cfg.cols, cfg.rows
     eb = _SPM_BYTES if kc.out_int8 else _ACC_BYTES
     resident = tl.nbuf >= tl.MT
@@ -180,21 +186,21 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = 
                      out_rows=np.asarray(kc.out_rows) + n * C * eb, scale_row=n)
         # a later column shares the kernel's buffers: fresh seeds after the previous column's uses
         _emit_kernel(e, kn, cfg, True, resident and n > 0, tokens, before if n == 0 else None,
-                     "column" if n else "own")
+                     "column" if n else "own", window)
 
 
 def _emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 start: str) -> None:
+                 start: str, window: int = 0) -> None:
     """``w_once``: weight tiles are loaded in the first M tile only (one N tile, ``NB == KT``);
     ``a_skip``: the A tiles are already in their buffers (an earlier column loaded them);
     ``start``: ``"own"`` the kernel's buffers are its own, ``"column"`` an earlier column of the kernel
     used them (its seeds come after every earlier use)."""
     with e.scope(f"kernel {kc.name}", *_GK_REGS):
-        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start)
+        _kernel_body(e, kc, cfg, w_once, a_skip, tokens, before, start, window)
 
 
 def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: bool, tokens: Tokens, before,
-                 start: str) -> None:
+                 start: str, window: int) -> None:
     tl = kc.tiling
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
     bias = kc.bias_addr is not None
@@ -214,20 +220,28 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     if kc.dyn is not None:
         da, do = kc.dyn.a_step, kc.dyn.o_step
     looped = kc.dyn is not None or (len(full) >= 2 and da is not None and do is not None)
-    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip)
+    # the first M tile's first N tile finds its first weight tiles (and bias) loaded (``_prefetch``) when
+    # it is emitted on its own (not in the M-tile loop, where the first trip would need other code)
+    pre = start != "column" and (w_once or not looped)
+    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip,
+             npre=prefetch_tiles(tl, window // cfg.rows) if pre else 0)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
     for r in (GK.WSLOT, GK.ACC, GK.OBUF, GK.AOFF, GK.OOFF, GK.ABUF):
         e.emit("seti", r, 0)
-    _prefetch(e, kc, cfg)
+    _prefetch(e, kc, cfg, g["npre"], tiles[0][1])
     # tokens: weight slots, ACC regions, int8 staging buffers, A buffers (seed counts capped: WEIGHT_TOKENS)
     seeds = {("mxu", "load"): weight_seeds(tl), (free_p, free_c): 2}
     if kc.out_int8:
         seeds[("store", "vpu")] = 2
     if gate:
         seeds[("store", "load")] = min(tl.nbuf, WEIGHT_TOKENS)
-    tokens.take(e, seeds, fresh=start == "column")
+    need = dict(seeds)
+    if g["npre"]:               # the prefetched loads are the first to wait for their pairs: they wait for none
+        need[("mxu", "load")] -= 1 if weight_mode(tl) == "group" else g["npre"]
+        need[(free_p, free_c)] -= bias
+    tokens.take(e, need, fresh=start == "column")
     if kc.out_int8:
         _requant(e, kc.shift, kc.lo, kc.hi)
     if before is not None:
@@ -247,7 +261,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
             elif tl.nbuf > 2:                  # every M tile has its own A buffer
                 e.emit("addi", GK.ABUF, GK.ABUF, KT * Mt)
         if w_once:                             # M tile 0 loads the weight tiles, the loop reuses them
-            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True)
+            _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True, pre=True)
             step()
             e.emit("seti", GK.MT, 1)
         top = e.place(e.fresh_label("mtile"))
@@ -268,16 +282,41 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     for (m0, mrows, buf) in rest:
         e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
         e.emit("seti", GK.ABUF, buf * KT * Mt)
-        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0)
+        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0,
+                pre=m0 == 0 and not looped)
     tokens.leave(seeds)                        # the last uses' signals: the next kernel's seeds
 
 
-def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg) -> None:
-    """Constants into the kernel's own buffers, waiting for nothing: the per-channel scale rows."""
+def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int) -> None:
+    """Constants into the kernel's own buffers (its weight slots and ACC are reserved from its prologue
+    step, ``compiler.lower.pipeline``), waiting for nothing: the per-channel scale rows and, with ``npre``,
+    the first M tile's first N tile's bias (``rows0`` rows; its first ``mma`` comes after the A loads, so
+    after it) and its first ``npre`` weight tiles (``prefetch_tiles``) as one DMA instance into slots
+    ``0 .. npre - 1`` that signals the first ``mxu.lw`` (the body skips these loads)."""
     tl = kc.tiling
+    R, C = cfg.rows, cfg.cols
     if kc.out_int8:
         e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT,
-               len=cfg.cols, rstride=_ACC_BYTES * cfg.cols)
+               len=C, rstride=_ACC_BYTES * C)
+    if not npre:
+        return
+    if kc.bias_addr is not None:
+        e.emit("dma.ld", acc[kc.acc_base], dram[kc.bias_addr], rows=rows0, len=C, rstride=0)
+    e.emit("dma.ld", spm[kc.spm_w], dram[kc.w_addr], rows=npre * R, len=C, rstride=C, signal="mxu")
+
+
+def prefetch_tiles(tl: Tiling, cover: int = 0) -> int:
+    """Weight tiles a kernel's prologue loads (``_prefetch``): a group's ``KT`` (its one DMA instance),
+    else the first tile and as many more as the previous kernel's epilogue covers (``cover``: tiles
+    of ``rows`` rows its last tile's rows stand for; more would hold back the first A tile), within
+    the slots (a ring's ``NB``); with an A ring only the first (A and weight loads share the
+    free-slot counter: only the kernel's first load may skip its wait)."""
+    mode = weight_mode(tl)
+    if mode == "group":
+        return tl.KT
+    if tl.a_ring:
+        return 1
+    return max(1, min(cover, tl.KT if mode == "tile" else tl.NB))
 
 
 def weight_seeds(tl: Tiling) -> int:
@@ -300,7 +339,9 @@ def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
 
 
 def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray,
-            load_w: bool = True) -> None:
+            load_w: bool = True, pre: bool = False) -> None:
+    """``pre``: the kernel's first M tile, whose first N tile's bias and first weight tiles were
+    prefetched (``g["npre"]`` of them, none if 0)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     NT, C = tl.NT, cfg.cols
@@ -312,7 +353,7 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
     a_groups, o_groups = groups(a_rows), groups(out_rows)
     last_nc = tl.N - (NT - 1) * C
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
-            ncols=last_nc if NT == 1 else C, load_w=load_w)
+            ncols=last_nc if NT == 1 else C, load_w=load_w, npre=g["npre"] if pre else 0)
     if NT > 2:
         e.emit("seti", GK.NT, 1)
         top = e.place(e.fresh_label("ntile"))
@@ -325,7 +366,8 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
 
 
 def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
-            first: bool, last: bool, ncols: int, load_w: bool = True) -> None:
+            first: bool, last: bool, ncols: int, load_w: bool = True, npre: int = 0) -> None:
+    """``npre``: the bias and the first ``npre`` weight tiles were prefetched (``_prefetch``)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
@@ -335,21 +377,22 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     # ahead), the first mma waits for the bias load itself
     mode = weight_mode(tl)
     bias_tok = g["bias"] and ((first and not load_w and not g["load_a"]) or (mode == "group" and not first))
-    if g["bias"]:
+    assert not (npre and (bias_tok or not (first and load_w and g["load_a"]))), "prefetch: a first N tile that loads"
+    if g["bias"] and not npre:
         e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
                wait=g["free_p"], signal="mxu" if bias_tok else None)
     if mode != "group" and not first and not tl.a_ring:
         _weight_stream(e, kc, cfg)
     elif mode == "group":               # this N tile's group (the first), or the next one's, ahead
         assert load_w, "grouped weights are loaded in every M tile"
-        if first:
+        if first and not npre:
             _weight_stream(e, kc, cfg)
-        elif not last:
+        elif not first and not last:
             _weight_stream(e, kc, cfg, ahead=True)
     loads = first or tl.a_ring                 # an A ring loads A and weights in every N tile
     _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=loads and g["load_a"],
              w_dma=loads and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
-             unroll=K_UNROLL if not (first or last) else 1)
+             unroll=K_UNROLL if not (first or last) else 1, npre=npre if mode != "group" else 0)
     if mode == "group" and first and not last:   # after the A loads: load -> mxu tokens stay in MXU order
         _weight_stream(e, kc, cfg, ahead=True)
     # epilogue
@@ -430,14 +473,15 @@ K_UNROLL = 8
 
 
 def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], acc_t, *,
-             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool, unroll: int = 1) -> None:
+             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool, unroll: int = 1, npre: int = 0) -> None:
     """The K tiles of one N tile: per tile its weight load (``w_dma``; ``w_tok``: the weights were
     loaded in this M tile, here or by ``_weight_stream``, so ``mxu.lw`` waits for them and frees their
     slot), its A load (``load_a``), ``mxu.lw`` and ``mm``/``mma``. The first and last tiles stand
     alone (their tokens differ); the others run as loops over repeated column patterns
     (``compiler.lower.tiling.k_runs``), a body of up to ``unroll`` tiles, the index registers (A
     buffer, weight slot, weight column, A column) advanced per trip and restored after: code size
-    follows the number of runs, not K."""
+    follows the number of runs, not K. ``npre``: tiles ``0 .. npre - 1`` were prefetched in one DMA
+    instance (no load; the first ``mxu.lw`` waits for it, the next ones for nothing)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
@@ -450,7 +494,7 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         kti = kc.ktiles[kt]
         wrow = spm[kc.spm_w + (kt % tl.NB if mode == "ring" else kt) * R + GK.WSLOT]
         arow = a_buf + (kt % tl.NB if aring else kt) * Mt
-        if w_dma:
+        if w_dma and kt >= npre:
             e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
                    wait="mxu", signal="mxu")
         if load_a:
@@ -467,7 +511,7 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
                        rows=gr.rows, len=kti.klen, rstride=gr.rstride, estride=kti.estride,
                        **_mods(wait, sig, True, rep))
         # weight tokens: per tile, or for the group at its first and last tile (none when resident)
-        wwait = ["load"] if w_tok and (mode != "group" or kt == 0) else []
+        wwait = ["load"] if w_tok and (mode != "group" or kt == 0) and not 0 < kt < npre else []
         wsig = ["load"] if w_tok and (mode != "group" or kt == KT - 1) else []
         e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wwait, wsig))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
@@ -476,8 +520,10 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
         e.emit(op, acc_t, spm[arow + GK.ABUF], n=mrows, **_mods(waits, sig))
 
-    tile(0)
-    for run in k_runs(kc.ktiles, 1, KT - 1, tl.NB if mode == "ring" else 1):
+    lo = max(1, min(npre, KT - 1))             # prefetched tiles stand alone (their tokens differ)
+    for kt in range(lo):
+        tile(kt)
+    for run in k_runs(kc.ktiles, lo, KT - 1, tl.NB if mode == "ring" else 1):
         p = run.period
         u = max(1, min(run.count, unroll // p))            # trips per body
         trips = run.count // u
@@ -573,7 +619,9 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict 
             sync(where == "prologue")
         before = (lambda: sync(True)) if where == "body" else None
         if isinstance(kc, KernelCode):
-            emit_kernel(e, kc, cfg, tokens, before)
+            prev = kernels[i - 1] if i and where != "prologue" else None     # its last tile's rows
+            tl = prev.tiling if isinstance(prev, (KernelCode, EwCode)) else None
+            emit_kernel(e, kc, cfg, tokens, before, window=0 if tl is None else tl.M - (tl.MT - 1) * tl.Mt)
         elif isinstance(kc, EwCode):
             emit_ew(e, kc, cfg, tokens, before)
         else:           # a kernel that emits itself (compiler.lower.norms.NormCode, bmm_lower.BmmCode ...):

@@ -217,14 +217,19 @@ class Tiling:
         return [(t * self.Mt, min(self.Mt, self.M - t * self.Mt), t % self.nbuf) for t in range(self.MT)]
 
 
-def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, single_ok: bool = True) -> Tiling:
+def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, single_ok: bool = True,
+           bias: bool = True) -> Tiling:
     """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip.
 
     Weight slots (``compiler.lower.emit.weight_mode``): two N tiles' worth (one DMA per N tile, the
     next one's loading while this one computes; for long M tiles, ``GROUP_WORK``), else one N tile's
     (at least 4, a DMA per tile), else, when
     that does not fit SPM or a ring leaves taller M tiles, a ring of ``NB = ring_slots(KT)`` slots
-    the tiles stream through (``KT`` a multiple of ``NB``), so SPM holds the A tiles."""
+    the tiles stream through (``KT`` a multiple of ``NB``), so SPM holds the A tiles. With one M tile and
+    no ``bias`` (nothing in the load queue waits for an ACC region), tiles rather than groups: the
+    tiles of each N tile stream right behind the previous ones, while the first mxu.lw of an N tile
+    would wait for its whole group (the first group before the first matmul, the second behind the
+    first N tile's A loads)."""
     C = cfg.cols
     NT = cdiv(N, C)
     scale_rows = NT if out_int8 else 0
@@ -235,7 +240,8 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     res, best = None, None
     for NB in (2 * KT, max(KT, align_up(4, KT)), ring):      # group, tile, ring (compiler.lower.emit)
         t = _choose(cfg, M, KT, NT, N, out_int8, run, single_ok, NB)
-        if t is not None and NB == 2 * KT and NT * t.Mt < GROUP_WORK * cfg.rows * cdiv(C, cfg.dma_beat_bytes):
+        if t is not None and NB == 2 * KT and (NT * t.Mt < GROUP_WORK * cfg.rows * cdiv(C, cfg.dma_beat_bytes)
+                                               or (t.MT == 1 and not bias)):
             t = None                  # an M tile's first two groups load exposed: too long beside its work
         # instructions the chip runs per K tile: lw and mm per M tile, and a DMA unless grouped
         cost = None if t is None else t.MT * (2 if NB >= 2 * KT else 3)

@@ -44,8 +44,8 @@ def test_every_order_bit_exact(name, monkeypatch):
     choose = lower.choose
     kernels = []
 
-    def record(cfg_, M, KT, N, out_int8, run, what, single_ok=True):
-        base = choose(cfg_, M, KT, N, out_int8, run, what, single_ok=single_ok)
+    def record(cfg_, M, KT, N, out_int8, run, what, single_ok=True, **kw):
+        base = choose(cfg_, M, KT, N, out_int8, run, what, single_ok=single_ok, **kw)
         kernels.append((base, out_int8, not single_ok, run))
         return base
     monkeypatch.setattr(lower, "choose", record)
