@@ -316,7 +316,8 @@ def prefetch_tiles(tl: Tiling, cover: int = 0) -> int:
         return tl.KT
     if tl.a_ring:
         return 1
-    return max(1, min(cover, tl.KT if mode == "tile" else tl.NB))
+    # never more than the seed tokens the kernel holds (each prefetched tile stands for one)
+    return max(1, min(cover, tl.KT if mode == "tile" else tl.NB, weight_seeds(tl)))
 
 
 def weight_seeds(tl: Tiling) -> int:

@@ -334,3 +334,19 @@ def test_prefetched_weights_load_under_the_previous_kernel(config, monkeypatch):
         assert lws and min(r[2] for r in lws) > ld[3]              # read after it arrived
         prev_st = max(r[3] for r in log if kof[r[1]] == k - 1 and ins[r[1]].startswith("dma.st"))
         assert ld[2] < prev_st                     # started before the fence lets the kernel read its input
+
+
+def test_prefetch_stays_within_the_weight_seeds():
+    """An elementwise kernel with a tall last tile (1,568 rows) before a GEMM with more K tiles than weight
+    seed tokens (224 > WEIGHT_TOKENS): the prefetch covers at most the seeds (more deadlocked)."""
+    rng = np.random.default_rng(0)
+    wa, wb = ((rng.standard_normal((64, 512)) * 0.1).astype(np.float32) for _ in range(2))
+    w1 = (rng.standard_normal((3584, 512)) * 0.02).astype(np.float32)
+
+    def model(x):
+        return ((x @ tc.Tensor(wa)) + (x @ tc.Tensor(wb))).relu().reshape(7, 3584) @ tc.Tensor(w1)
+    x = rng.standard_normal((49, 64)).astype(np.float32)
+    cm = tc.compile(model, [x], config="base")
+    assert cm.kernels[-1].tiling.KT > 64 and cm.kernels[-2].M > 64 * 16
+    res = tc.Device("sim", config="base").run(cm, x)
+    np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
