@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -168,7 +169,7 @@ class ChipState(Protocol):
     # the queued units by number (sim.units.QueuedUnit, which sits above this module): a token
     # signalled to one marks its cached next start stale
     @property
-    def units(self) -> dict[int, Any]: ...
+    def units(self) -> Mapping[Any, Any]: ...
     @property
     def races(self) -> Races: ...
     @property
