@@ -1071,9 +1071,18 @@ def _norm_kernel(n: Node, srcv, tensors, kernels) -> _Act:
 
 
 def _row_kernel(x: _Act, shape: tuple, c: Composite, w, b, mask, tensors, kernels) -> _Act:
-    """A ``NormKernel`` of ``c`` over the last axis of the view ``x`` (of ``shape``); its output tensor."""
+    """A ``NormKernel`` of ``c`` over the last axis of the view ``x`` (of ``shape``); its output tensor.
+    A view whose rows are not contiguous features at one stride (a norm over the W axis of an NHWC
+    image, a transposed view) is first copied row-major by an elementwise kernel."""
     d = shape[-1]
     rows = math.prod(shape) // d
+    full = np.ascontiguousarray(np.broadcast_to(x.idx, shape))
+    if rows_at_one_stride(tensors[x.t].phys_offsets(full.reshape(rows, d))) is None:
+        tensors.append(TensorInfo(f"t{len(tensors)}", shape, tuple(range(len(shape))), "kernel",
+                                  producer=len(kernels)))
+        ci = len(tensors) - 1
+        kernels.append(EwKernel(f"copy{len(kernels)}", [(x.t, full)], [1.0], ci))
+        x = _Act(ci, tensors[ci].identity())
     tensors.append(TensorInfo(f"t{len(tensors)}", shape, tuple(range(len(shape))), "kernel",
                               producer=len(kernels)))
     ti = len(tensors) - 1
