@@ -109,14 +109,15 @@ def _kernel_of_pc(cm) -> list[int]:
     return out
 
 
-def _run_logged(cm, x, config, monkeypatch):
-    """Run on the simulator, logging every instance that touches DRAM: [unit, pc, start, retire, reads, writes]."""
+def _run_logged(cm, x, config, monkeypatch, dram_only: bool = True):
+    """Run on the simulator, logging every instance that touches DRAM (``dram_only``, else any memory):
+    [unit, pc, start, retire, reads, writes]."""
     log = []
     start = state.Races.start
 
     def logged(self, unit, pc, s, reads, writes, r=state.INF):
         rec = start(self, unit, pc, s, reads, writes, r)
-        if any(m == "dram" for m, _, _ in list(reads) + list(writes)):
+        if any(m == "dram" or not dram_only for m, _, _ in list(reads) + list(writes)):
             log.append(rec)
         return rec
     monkeypatch.setattr(state.Races, "start", logged)
@@ -288,22 +289,6 @@ class _Layers(tc.nn.Module):
         return x
 
 
-def _run_all_logged(cm, x, config, monkeypatch):
-    """Run on the simulator logging every instance with a footprint: [unit, pc, start, retire, reads, writes]."""
-    log = []
-    start = state.Races.start
-
-    def logged(self, unit, pc, s, reads, writes, r=state.INF):
-        rec = start(self, unit, pc, s, reads, writes, r)
-        if reads or writes:
-            log.append(rec)
-        return rec
-    monkeypatch.setattr(state.Races, "start", logged)
-    res = tc.Device("sim", config=config).run(cm, x)
-    monkeypatch.setattr(state.Races, "start", start)
-    return res, log
-
-
 @pytest.mark.parametrize("config", ["small", "base"])
 def test_prefetched_weights_load_under_the_previous_kernel(config, monkeypatch):
     """A chain of dependent kernels: each kernel after the first loads its first weight tiles (one
@@ -314,7 +299,7 @@ def test_prefetched_weights_load_under_the_previous_kernel(config, monkeypatch):
     m = _Layers()
     x = np.random.default_rng(6).standard_normal((48, 64)).astype(np.float32)
     cm = tc.compile(m, [x], config=config)
-    res, log = _run_all_logged(cm, x, config, monkeypatch)
+    res, log = _run_logged(cm, x, config, monkeypatch, dram_only=False)
     np.testing.assert_array_equal(res.outputs[0], cm.reference(x)[0])
     f = cm.float_reference(x)[0]
     assert np.abs(res.outputs[0] - f).max() <= 0.1 * np.abs(f).max()
