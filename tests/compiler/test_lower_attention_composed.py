@@ -22,6 +22,7 @@ from compiler.ir.patterns import recognise
 from compiler.lower import intmath as im
 from compiler.lower.schedule import ChipCompileError
 from compiler.lower.trace import trace
+from test_lower_attention import run_checked
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import zoo  # noqa: E402
@@ -35,16 +36,10 @@ DECODER_BOUND = 0.07
 
 
 def _run(model, feeds: dict, cfg: str, bound: float = BOUND, composed: bool = True):
-    cm = tc.compile(model, list(feeds.values()) if len(feeds) > 1 else next(iter(feeds.values())), config=cfg)
+    cm, res, err = run_checked(model, feeds, cfg)
     kinds = [k.kind for k in cm.kernels]
     if composed:
         assert "attention" not in kinds, kinds
-    res = tc.Device("sim", config=cfg).run(cm, feeds)
-    got, ref = res.outputs[0], cm.reference(feeds)[0]
-    np.testing.assert_array_equal(got, ref)
-    front = model(*[tc.Tensor(v) for v in feeds.values()]).numpy()
-    np.testing.assert_allclose(cm.float_reference(feeds)[0], front, rtol=1e-4, atol=1e-5)
-    err = float(np.abs(got - front).max() / np.abs(front).max())
     print(f"[{cfg}] {res.stats.cycles} cycles, error {err:.4f}")
     assert err <= bound, err
     return cm, res, err
