@@ -7,6 +7,7 @@ import pytest
 import tetrachip as tc
 from compiler.lower import pipeline
 from compiler.lower.emit import weight_mode
+from test_lower import run_on_garbage_dram
 
 
 def _gemm(M, K, N, bias=False, relu=False, seed=0):
@@ -145,20 +146,13 @@ def test_resnet18_at_224_fits_instruction_memory():
 def test_wide_zero_borders_are_nests():
     """A padded tensor's border rows longer than the zero block: whole blocks are one store over a
     nest level (not one store each), and the result is bit-exact with garbage in DRAM."""
-    from sim import Chip
     tc.manual_seed(2)
     stem, block = tc.nn.Conv2d(2, 8, 3, padding=1), _Basic(8, 8, 1)
     x = np.random.default_rng(4).standard_normal((1, 2, 5, 150)).astype(np.float32)
     cm = tc.compile(lambda a: block(stem(a).relu()), [x], config="small")
     fill = cm.asm.split("zero the border")[1].split("; kernel")[0]
     assert "rows=64" in fill and "rep=l0:" in fill
-    chip = Chip(cm.config)
-    chip.load(cm.program)
-    chip.dram[:] = np.random.default_rng(9).integers(0, 256, chip.dram.shape, dtype=np.uint8)
-    for addr, data in cm.dram_writes(cm.feeds([x])):
-        chip.write_dram(addr, data)
-    chip.run()
-    outs, _ = cm.read_outputs(chip.read_dram)
+    outs = run_on_garbage_dram(cm, x)
     np.testing.assert_array_equal(outs[0], cm.reference(x)[0])
     real = block(stem(tc.Tensor(x)).relu()).numpy()
     assert np.abs(outs[0] - real).max() < 0.05 * np.abs(real).max()
