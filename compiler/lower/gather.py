@@ -23,6 +23,7 @@ import numpy as np
 
 from compiler.ir import semantics
 from compiler.ir.graph import Node, Ops
+from compiler.lower.bmm import varies
 
 _MOVES = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP}
 _ELEMENTWISE = {Ops.NEG, Ops.CAST, Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPEQ, Ops.WHERE}
@@ -163,10 +164,6 @@ def _reaches_cmpeq(n: Node) -> bool:
     return n.op is Ops.CMPEQ
 
 
-def _varies(x: np.ndarray, axis: int) -> bool:
-    return x.shape[axis] > 1 and x.strides[axis] != 0 and bool((np.take(x, [0], axis=axis) != x).any())
-
-
 def match(n: Node, memo: dict) -> Match | None:
     """``n`` (a SUM) as a table lookup, or None when it is not one."""
     if n.op is not Ops.SUM or len(n.src) != 1 or n.src[0].op is not Ops.MUL:
@@ -183,11 +180,11 @@ def match(n: Node, memo: dict) -> Match | None:
         return None
     shape, V = m.shape[:-1], m.shape[-1]
     pos, tab = np.broadcast_to(oh.pos, m.shape), np.broadcast_to(tab, m.shape)
-    if _varies(pos, len(shape)):
+    if varies(pos, len(shape)):
         return None
     pos = pos[..., 0]
-    k = max((a + 1 for a in range(len(shape)) if _varies(pos, a)), default=0)
-    if any(_varies(tab, a) for a in range(k)):
+    k = max((a + 1 for a in range(len(shape)) if varies(pos, a)), default=0)
+    if any(varies(tab, a) for a in range(k)):
         return None
     tok = pos[(Ellipsis,) + (0,) * (len(shape) - k)].reshape(-1)
     table = np.array(tab[(0,) * k].reshape(-1, V).T, np.float64)

@@ -58,7 +58,7 @@ from isa.errors import TetrachipError
 from compiler.ir import semantics
 from compiler.ir.graph import Node, Ops, fmt_shape, fmt_site, is_static, toposort
 from compiler.ir.patterns import Composite, masked, recognise
-from compiler.lower.bmm import BmmKernel, bmm_float, gathers, split_axes, to_base
+from compiler.lower.bmm import BmmKernel, bmm_float, gathers, split_axes, to_base, varies
 from compiler.lower import gather as gth
 from compiler.lower.gather import GatherKernel
 
@@ -410,11 +410,10 @@ def _move(n: Node, x: np.ndarray, fill=0) -> np.ndarray:
 
 
 def _varies(x: np.ndarray, axis: int) -> bool:
-    if x.shape[axis] <= 1 or x.strides[axis] == 0:
-        return False
-    if x.size > 4_000_000:
+    """``bmm.varies``, taking a large array that is not broadcast along ``axis`` as varying (cheap)."""
+    if x.size > 4_000_000 and x.shape[axis] > 1 and x.strides[axis] != 0:
         return True
-    return bool((np.take(x, [0], axis=axis) != x).any())
+    return varies(x, axis)
 
 
 def _pure_view(act: _Act, t: TensorInfo) -> bool:
@@ -613,9 +612,13 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
     if op is Ops.ADD and len(acts) == 1 and isinstance(srcv[acts[0]], _Act):
         a, b = srcv[acts[0]], srcv[1 - acts[0]]
         k = kernels[tensors[a.t].producer] if tensors[a.t].producer is not None else None
+        vec = None
         if isinstance(k, Kernel) and a.fusable and users.get(id(n.src[acts[0]]), 0) == 1 and not k.relu \
-                and k.clamp is None and _pure_view(a, tensors[a.t]) and _per_n(n, k, tensors[a.t], b) is not None:
-            return _fuse_bias(n, a, b, tensors, kernels)
+                and k.clamp is None and _pure_view(a, tensors[a.t]):
+            vec = _per_n(n, k, tensors[a.t], b)
+        if vec is not None:                  # a per-N constant on a GEMM's whole, unconsumed output: its bias
+            k.bias = vec if k.bias is None else k.bias + vec
+            return _Act(a.t, a.idx, True)
         if _uniform(b) is None and not a.floor:          # a per-channel shift of any activation
             return _diagonal(n, a, None, b, tensors, kernels)
     if op is Ops.WHERE:
@@ -1330,22 +1333,6 @@ def _block_diagonal(w: np.ndarray, n_shape: list, g_pos: list) -> tuple[np.ndarr
     mask[g_of_n, :, np.arange(N)] = True
     mask = mask.reshape(G * K, N)
     return np.where(mask, np.tile(w, (G, 1)), 0.0), mask
-
-
-def _fuse_bias(n: Node, a: _Act, b: np.ndarray, tensors, kernels) -> _Act:
-    t = tensors[a.t]
-    k = kernels[t.producer]
-    if isinstance(k, BmmKernel):
-        raise _op_err(n, "adding a constant to a product of two activations is not supported on the chip")
-    if isinstance(k, EwKernel):
-        raise _op_err(n, "adding a constant to an elementwise sum is not supported on the chip")
-    if not _pure_view(a, t) or k.relu:
-        raise _op_err(n, "a bias must be added right after the matmul/convolution")
-    vec = _per_n(n, k, t, b)
-    if vec is None:
-        raise _op_err(n, "the added constant varies along a row (M) axis: it is not a per-channel bias")
-    k.bias = vec if k.bias is None else k.bias + vec
-    return _Act(a.t, a.idx, True)
 
 
 def _per_n(n: Node, k: Kernel, t: TensorInfo, c: np.ndarray) -> np.ndarray | None:
