@@ -325,24 +325,31 @@ def mobilenet_v2(num_classes: int = 1000, image: int = 224, opset: int = DEFAULT
 
 
 # --- transformers -------------------------------------------------------------------------------------------
-def _check_transformer(name, layers, d_model, heads, vocab, seq):
+def _check_transformer(name, layers, d_model, heads, vocab, seq, positions):
     _check_positive(name, layers=layers, d_model=d_model, heads=heads, vocab=vocab, seq=seq)
+    if positions not in ("constant", "input"):
+        raise ValueError(f"{name}: positions must be 'constant' or 'input', got {positions!r}")
     if d_model % heads:
         raise ValueError(f"{name}: d_model ({d_model}) must be a multiple of heads ({heads})")
 
 
 def bert_encoder(layers: int = 4, d_model: int = 256, heads: int = 4, vocab: int = 1000, seq: int = 32,
-                 pooled: bool = False, opset: int = DEFAULT_OPSET, seed: int = 0) -> onnx.ModelProto:
+                 pooled: bool = False, positions: str = "constant", opset: int = DEFAULT_OPSET,
+                 seed: int = 0) -> onnx.ModelProto:
     """A BERT encoder (post-LN); input ``input_ids`` (1, seq) int64, output ``last_hidden_state`` (1, seq, d_model)
-    and, with ``pooled``, ``pooler_output`` (1, d_model): tanh(dense(hidden state of token 0))."""
-    _check_transformer("bert_encoder", layers, d_model, heads, vocab, seq)
+    and, with ``pooled``, ``pooler_output`` (1, d_model): tanh(dense(hidden state of token 0)). ``positions``:
+    ``"constant"`` (the position ids a Range) or ``"input"`` (a second input ``position_ids`` (1, seq) int64)."""
+    _check_transformer("bert_encoder", layers, d_model, heads, vocab, seq, positions)
     g = GraphBuilder("bert_encoder", opset, seed)
     hd = d_model // heads
     ids = g.input("input_ids", (1, seq), np.int64)
     with g.scope("embeddings"):
         words = g.node("Gather", [g.normal("word_embeddings.weight", (vocab, d_model), 1.0), ids],
                        "word_embeddings", axis=0)
-        pos_ids = g.node("Range", [g.const(0), g.const(seq), g.const(1)], "position_ids")
+        if positions == "input":
+            pos_ids = g.input("position_ids", (1, seq), np.int64)
+        else:
+            pos_ids = g.node("Range", [g.const(0), g.const(seq), g.const(1)], "position_ids")
         pos = g.node("Gather", [g.normal("position_embeddings.weight", (seq, d_model), 0.5), pos_ids],
                      "position_embeddings", axis=0)
         x = g.layer_norm(g.add(words, pos, "add"), d_model, 1e-12, "LayerNorm")
@@ -386,11 +393,13 @@ def bert_encoder(layers: int = 4, d_model: int = 256, heads: int = 4, vocab: int
 
 
 def gpt2_decoder(layers: int = 6, d_model: int = 384, heads: int = 6, vocab: int = 1000, seq: int = 64,
-                 mask: str = "where", opset: int = DEFAULT_OPSET, seed: int = 0) -> onnx.ModelProto:
+                 mask: str = "where", positions: str = "constant", opset: int = DEFAULT_OPSET,
+                 seed: int = 0) -> onnx.ModelProto:
     """A GPT-2 decoder (pre-LN, causal); input ``input_ids`` (1, seq) int64, output ``logits`` (1, seq, vocab).
     ``mask``: ``"where"`` (Where on a constant lower-triangular bool mask, -inf elsewhere) or ``"add"``
-    (a constant additive mask: 0 on and below the diagonal, -1e9 above)."""
-    _check_transformer("gpt2_decoder", layers, d_model, heads, vocab, seq)
+    (a constant additive mask: 0 on and below the diagonal, -1e9 above). ``positions``: ``"constant"`` (the
+    position ids an initializer) or ``"input"`` (a second input ``position_ids`` (1, seq) int64)."""
+    _check_transformer("gpt2_decoder", layers, d_model, heads, vocab, seq, positions)
     if mask not in ("where", "add"):
         raise ValueError(f"gpt2_decoder: mask must be 'where' or 'add', got {mask!r}")
     g = GraphBuilder("gpt2_decoder", opset, seed)
@@ -398,9 +407,11 @@ def gpt2_decoder(layers: int = 6, d_model: int = 384, heads: int = 6, vocab: int
     ids = g.input("input_ids", (1, seq), np.int64)
     wte_w = (0.5 * g.rng.standard_normal((vocab, d_model))).astype(np.float32)
     wte = g.init("wte.weight", wte_w)
-    x = g.add(g.node("Gather", [wte, ids], "wte", axis=0),
-              g.node("Gather", [g.normal("wpe.weight", (seq, d_model), 0.2), g.init("position_ids", np.arange(seq))],
-                     "wpe", axis=0), "embeddings")
+    wpe = g.normal("wpe.weight", (seq, d_model), 0.2)
+    pos_ids = g.input("position_ids", (1, seq), np.int64) if positions == "input" else \
+        g.init("position_ids", np.arange(seq))
+    x = g.add(g.node("Gather", [wte, ids], "wte", axis=0), g.node("Gather", [wpe, pos_ids], "wpe", axis=0),
+              "embeddings")
     causal = np.tril(np.ones((seq, seq), bool)).reshape(1, 1, seq, seq)
     if mask == "where":
         bias, neg = g.init("causal_mask", causal), g.const(-np.inf, np.float32)
@@ -522,9 +533,9 @@ MODELS = {
     "mobilenet_v2": (mobilenet_v2, {}, {"num_classes": 10, "image": 32}),
     "bert_encoder": (bert_encoder, {}, {"layers": 2, "d_model": 64, "heads": 2, "vocab": 100, "seq": 16}),
     "gpt2_decoder": (gpt2_decoder, {}, {"layers": 2, "d_model": 64, "heads": 2, "vocab": 100, "seq": 16}),
-    "digits_mlp": (digits_mlp, {}, {"epochs": 2}),
-    "digits_cnn": (digits_cnn, {}, {"epochs": 2}),
-    "digits_bncnn": (digits_bncnn, {}, {"epochs": 2}),
+    "digits_mlp": (digits_mlp, {}, {"epochs": 1}),
+    "digits_cnn": (digits_cnn, {}, {"epochs": 1}),
+    "digits_bncnn": (digits_bncnn, {}, {"epochs": 1}),
 }
 
 
@@ -537,8 +548,8 @@ def build(name: str, small: bool = False, **kw) -> onnx.ModelProto:
 
 
 def example_inputs(model: onnx.ModelProto, seed: int = 0, batch: int = 4) -> dict[str, np.ndarray]:
-    """Random feeds for a model's graph inputs: standard normal floats, token ids below the embedding table's
-    row count for int64 inputs; a symbolic dimension takes ``batch``."""
+    """Random feeds for a model's graph inputs: standard normal floats, token ids below the smallest embedding
+    table's row count for int64 inputs, 0, 1, ... for ``position_ids``; a symbolic dimension takes ``batch``."""
     rng = np.random.default_rng(seed)
     inits = {t.name: t for t in model.graph.initializer}
     rows = min((t.dims[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits
@@ -549,7 +560,9 @@ def example_inputs(model: onnx.ModelProto, seed: int = 0, batch: int = 4) -> dic
             continue
         t = v.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else batch for d in t.shape.dim]
-        if t.elem_type == TensorProto.INT64:
+        if v.name == "position_ids":
+            feeds[v.name] = np.broadcast_to(np.arange(shape[-1], dtype=np.int64), shape).copy()
+        elif t.elem_type == TensorProto.INT64:
             feeds[v.name] = rng.integers(0, rows, shape).astype(np.int64)
         else:
             feeds[v.name] = rng.standard_normal(shape).astype(helper.tensor_dtype_to_np_dtype(t.elem_type))

@@ -248,6 +248,8 @@ def test_bad_arguments_are_named():
         zoo.bert_encoder(d_model=30, heads=4)
     with pytest.raises(ValueError, match="mask must be 'where' or 'add'"):
         zoo.gpt2_decoder(mask="none")
+    with pytest.raises(ValueError, match="positions must be 'constant' or 'input'"):
+        zoo.bert_encoder(positions="learned")
     with pytest.raises(ValueError, match="layers must be a positive int"):
         zoo.gpt2_decoder(layers=0)
     with pytest.raises(ValueError, match="unknown zoo model 'vgg'"):
@@ -278,9 +280,9 @@ def test_digits_export_equals_the_module(kind):
 
 
 def test_trained_digits_keep_their_accuracy():
-    """digits_mlp trained for 2 epochs: onnxruntime classifies the held-out digits as the float model did."""
+    """digits_mlp trained for 1 epoch: onnxruntime classifies the held-out digits as the float model did."""
     from examples import digits
-    model = zoo.digits_mlp(epochs=2)
+    model = zoo.digits_mlp(epochs=1)
     acc = float({p.key: p.value for p in model.metadata_props}["float_accuracy"])
     _, Xte, _, yte = digits.load()
     got = digits.accuracy(_ort(model, {"input": Xte})[0], yte)
@@ -302,30 +304,54 @@ def test_command_line_writes_models(tmp_path, capsys):
 
 
 # --- through the importer -----------------------------------------------------------------------------------
-#: zoo model -> the operator the chip compiler names when it refuses it (none known: every model compiles)
-CHIP_REFUSALS: dict[str, str] = {}
-#: chip configuration per model
-CHIP_CONFIG = {"resnet18": "base", "mobilenet_v2": "base", "bert_encoder": "base", "gpt2_decoder": "base",
-               "digits_mlp": "base", "digits_cnn": "base", "digits_bncnn": "base"}
+#: (test id, zoo model, its arguments beyond the small size, the chip compiler's refusal or None). The
+#: transformers' position embeddings of constant positions are one constant (seq, d) tensor added to the token
+#: embeddings, which the chip refuses; with ``positions="input"`` they are a second lookup. GPT-2's default
+#: Where(mask, scores, -inf) reads -inf from an initializer, which the importer makes a parameter tensor, so the
+#: chip's masked-softmax pattern (a scalar -inf) does not see it; the additive mask compiles.
+CHIP_CASES = [
+    ("resnet18", "resnet18", {}, None),
+    pytest.param("mobilenet_v2", "mobilenet_v2", {}, None, marks=pytest.mark.slow, id="mobilenet_v2"),  # ~35 s
+    ("digits_mlp", "digits_mlp", {}, None),
+    ("digits_cnn", "digits_cnn", {}, None),
+    ("digits_bncnn", "digits_bncnn", {}, None),
+    ("bert_encoder", "bert_encoder", {}, r"ADD float32\(1, 16, 64\).*constant that varies per element"),
+    ("bert_encoder-positions_input", "bert_encoder", {"positions": "input"}, None),
+    ("gpt2_decoder", "gpt2_decoder", {}, r"ADD float32\(1, 16, 64\).*constant that varies per element"),
+    ("gpt2_decoder-positions_input-mask_add", "gpt2_decoder", {"positions": "input", "mask": "add"}, None),
+    ("gpt2_decoder-positions_input", "gpt2_decoder", {"positions": "input"},
+     r"WHERE float32\(1, 2, 16, 16\).*constant that varies per element"),
+]
+#: the chip configuration every case compiles for
+CHIP_CONFIG = "base"
+#: chip against onnxruntime, relative to the largest float output: int8 quantization of every layer (measured:
+#: ResNet-18 2.1%, the digits models 0.5% to 0.9%, BERT 4.0%, GPT-2 2.3%; MobileNetV2's 17 blocks of random
+#: depthwise and pointwise weights 14.7%)
+FLOAT_BOUND = {"mobilenet_v2": 0.25}
+FLOAT_BOUND_DEFAULT = 0.08
 
 
 def _loader():
     return pytest.importorskip("compiler.importers.onnx_import")
 
 
-def _feeds(name, model):
+def _case(name, kw):
+    model = zoo.build(name, small=True, **kw)
     if name.startswith("digits_"):
         from examples import digits
         _, Xte, _, _ = digits.load()
-        return {"input": Xte[:32].reshape((-1, 64) if name == "digits_mlp" else (-1, 1, 8, 8))}
-    return zoo.example_inputs(model, seed=2)
+        return model, {"input": Xte[:32].reshape((-1, 64) if name == "digits_mlp" else (-1, 1, 8, 8))}
+    return model, zoo.example_inputs(model, seed=2)
 
 
-@pytest.mark.parametrize("name", list(zoo.MODELS))
-def test_imported_matches_onnxruntime(name):
+def _params_of(cases):
+    return [c if isinstance(c, type(pytest.param(0))) else pytest.param(*c, id=c[0]) for c in cases]
+
+
+@pytest.mark.parametrize("case,name,kw,refusal", _params_of(CHIP_CASES))
+def test_imported_matches_onnxruntime(case, name, kw, refusal):
     _loader()
-    model = zoo.build(name, small=True)
-    feeds = _feeds(name, model)
+    model, feeds = _case(name, kw)
     want = _ort(model, feeds)
     imported = tc.onnx.load(model)
     with tc.Device("numpy"):
@@ -336,25 +362,23 @@ def test_imported_matches_onnxruntime(name):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", list(zoo.MODELS))
-def test_imported_on_the_chip_is_bit_exact(name):
+@pytest.mark.parametrize("case,name,kw,refusal", _params_of(CHIP_CASES))
+def test_imported_on_the_chip_is_bit_exact(case, name, kw, refusal):
     _loader()
-    model = zoo.build(name, small=True)
-    feeds = _feeds(name, model)
+    model, feeds = _case(name, kw)
     inputs = list(feeds.values())
     imported = tc.onnx.load(model)
-    cfg = CHIP_CONFIG[name]
-    if name in CHIP_REFUSALS:
-        with pytest.raises(tc.ChipCompileError, match=CHIP_REFUSALS[name]):
-            tc.compile(imported, inputs, config=cfg)
+    if refusal:
+        with pytest.raises(tc.ChipCompileError, match=refusal):
+            tc.compile(imported, inputs, config=CHIP_CONFIG)
         return
-    cm = tc.compile(imported, inputs, config=cfg)
-    res = tc.Device("sim", config=cfg).run(cm, *inputs)
+    cm = tc.compile(imported, inputs, config=CHIP_CONFIG)
+    res = tc.Device("sim", config=CHIP_CONFIG).run(cm, *inputs)
     ref = cm.reference(*inputs)
     assert len(res.outputs) == len(ref)
     for a, b in zip(res.outputs, ref):
         assert np.array_equal(a, b)
-    # the integer model is a quantization of the float one: near onnxruntime
     want = _ort(model, feeds)[0]
     err = float(np.abs(res.outputs[0] - want).max() / np.abs(want).max())
-    assert err < 0.25, err
+    print(f"{case}: {res.stats.cycles} cycles, {100 * err:.2f}% from onnxruntime")
+    assert err < FLOAT_BOUND.get(case, FLOAT_BOUND_DEFAULT), err
