@@ -2,6 +2,7 @@
 
     python bench/models.py [--json FILE] [--quick] [--configs small,base,large] [--only NAME] [--profile]
     python bench/models.py --search [--budget S] [--cache-dir DIR] [--quick] [--configs base]
+    python bench/models.py --onnx [--quick] [--configs base]       # adds the imported ONNX zoo models
 
 ``--search`` compiles every case three times: the default schedule, ``search=True`` into an
 empty cache directory (the search runs), and ``search=True`` again (cache hits); it reports the
@@ -13,7 +14,11 @@ reference backend; ``--quick`` uses untrained weights, same shapes and cycles), 
 layers with 64 and 128 channels (two conv layers each, the first with bias + ReLU, so both the
 requantizing and the int32 epilogue are measured), and the real architectures of examples/zoo.py:
 ResNet-18 (ImageNet layout) at 32x32 and 224x224, MobileNetV2 at 224x224, and a decoder-only
-transformer written with plain functions (causal, dynamic T). Every case is compiled with
+transformer written with plain functions (causal, dynamic T). ``--onnx`` adds the models of
+examples/onnx_zoo.py imported with ``tc.onnx.load`` (needs the ``onnx`` package): ResNet-18 and MobileNetV2
+at 224x224, a BERT encoder (4 layers, d 256, seq 32) and a GPT-2 decoder (6 layers, d 384, seq 64, vocab
+1000, additive causal mask), both with their position ids as an input; ``--quick`` takes their small
+versions (32x32 images; 2 layers, d 64, seq 16). Every case is compiled with
 ``tc.compile`` for each config, run once on the simulator and checked bit for bit against the
 quantized numpy reference.
 
@@ -107,6 +112,24 @@ def _zoo(kind, size):
     return model, zoo.image(size), None, None
 
 
+def _onnx(name, quick, **kw):
+    """A model of examples/onnx_zoo.py through ``tc.onnx.load``, on its example inputs (a tuple when it has
+    several)."""
+    from examples import onnx_zoo
+    proto = onnx_zoo.build(name, small=quick, **kw)
+    feeds = onnx_zoo.example_inputs(proto)
+    xs = tuple(feeds.values())
+    return tc.onnx.load(proto), xs if len(xs) > 1 else xs[0], None, None
+
+
+def onnx_cases(quick: bool):
+    size = "small" if quick else "full"
+    return [(f"onnx resnet-18 ({size})", lambda: _onnx("resnet18", quick)),
+            (f"onnx mobilenet-v2 ({size})", lambda: _onnx("mobilenet_v2", quick)),
+            (f"onnx bert encoder ({size})", lambda: _onnx("bert_encoder", quick, positions="input")),
+            (f"onnx gpt-2 decoder ({size})", lambda: _onnx("gpt2_decoder", quick, positions="input", mask="add"))]
+
+
 def _conv(c, hw, cout=None, stride=1):
     tc.manual_seed(1)
     m = ConvPair(c, cout or c, stride)
@@ -184,16 +207,17 @@ def run_case(name, build, config, profile: bool = False):
     cfg = ChipConfig.load(config)
     model, x, calib, extra, *kw = build()
     kw = kw[0] if kw else {}
+    xs = x if isinstance(x, tuple) else (x,)          # a model of several inputs gives a tuple
     row = {"model": name, "config": cfg.name}
     t0 = time.perf_counter()
     try:
-        cm = tc.compile(model, [x], config=cfg, calibration=calib, **kw)
+        cm = tc.compile(model, list(xs), config=cfg, calibration=calib, **kw)
     except tc.ChipCompileError as e:
         row["error"] = str(e)
         return row
     row["compile_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    res = tc.Device("sim", config=cfg, trace=profile).run(cm, x)
+    res = tc.Device("sim", config=cfg, trace=profile).run(cm, *xs)
     row["sim_s"] = time.perf_counter() - t1
     if profile:
         row["profile"] = kernel_profile(cm, res.trace)
@@ -203,8 +227,8 @@ def run_case(name, build, config, profile: bool = False):
                ideal_utilization=useful / (cfg.rows * cfg.cols * st.cycles),
                dram_read=st.bytes["dram_read"], dram_write=st.bytes["dram_write"],
                instructions=len(cm.program), kernels=[f"{k.name} {k.M}x{k.K}x{k.N}" for k in cm.kernels],
-               bit_exact=bool(all(np.array_equal(a, b) for a, b in zip(res.outputs, cm.reference(x)))),
-               float_error=_float_error(res.outputs, cm.float_reference(x)),
+               bit_exact=bool(all(np.array_equal(a, b) for a, b in zip(res.outputs, cm.reference(*xs)))),
+               float_error=_float_error(res.outputs, cm.float_reference(*xs)),
                plans={k: p.to_dict() for k, p in cm.plans.items()})
     if extra is not None:
         labels, float_acc = extra
@@ -223,27 +247,30 @@ def run_search_case(name, build, config, budget, cache):
     model, x, calib, _, *kw = build()
     if kw:
         return {"model": name, "config": cfg.name, "error": "the search bench runs static shapes only"}
+    xs = x if isinstance(x, tuple) else (x,)
     row = {"model": name, "config": cfg.name}
     tp = time.perf_counter()
     try:
-        cm0 = tc.compile(model, [x], config=cfg, calibration=calib)
+        cm0 = tc.compile(model, list(xs), config=cfg, calibration=calib)
     except tc.ChipCompileError as e:
         row["error"] = str(e)
         return row
     row["plain_compile_s"] = time.perf_counter() - tp
     dev = tc.Device("sim", config=cfg)
-    r0 = dev.run(cm0, x)
+    r0 = dev.run(cm0, *xs)
     t0 = time.perf_counter()
-    cm1 = tc.compile(model, [x], config=cfg, calibration=calib, search=True, search_budget_s=budget, cache_dir=cache)
+    cm1 = tc.compile(model, list(xs), config=cfg, calibration=calib, search=True, search_budget_s=budget,
+                     cache_dir=cache)
     t1 = time.perf_counter()
-    cm2 = tc.compile(model, [x], config=cfg, calibration=calib, search=True, search_budget_s=budget, cache_dir=cache)
+    cm2 = tc.compile(model, list(xs), config=cfg, calibration=calib, search=True, search_budget_s=budget,
+                     cache_dir=cache)
     t2 = time.perf_counter()
-    r1 = dev.run(cm1, x)
+    r1 = dev.run(cm1, *xs)
     row.update(default_cycles=r0.stats.cycles, search_cycles=r1.stats.cycles,
                first_compile_s=t1 - t0, cached_compile_s=t2 - t1, ratio=(t1 - t0) / max(t2 - t1, 1e-9),
                cached_same_binary=cm2.program.code_bytes() == cm1.program.code_bytes(),
-               bit_exact=bool(all(np.array_equal(a, b) for a, b in zip(r1.outputs, cm1.reference(x)))
-                              and all(np.array_equal(a, b) for a, b in zip(r0.outputs, cm0.reference(x)))),
+               bit_exact=bool(all(np.array_equal(a, b) for a, b in zip(r1.outputs, cm1.reference(*xs)))
+                              and all(np.array_equal(a, b) for a, b in zip(r0.outputs, cm0.reference(*xs)))),
                kernels=cm1.search_report)
     return row
 
@@ -303,12 +330,14 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=10.0, help="search time budget per kernel (s)")
     ap.add_argument("--cache-dir", type=Path, default=None, help="search cache (default: a fresh temp dir)")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
+    ap.add_argument("--onnx", action="store_true", help="add the ONNX zoo's models, imported (needs onnx)")
     ap.add_argument("--profile", action="store_true",
                     help="trace each run: per kernel, its cycles and the unit that bounds it")
     args = ap.parse_args(argv)
     from tqdm import tqdm
     configs = args.configs.split(",")
-    todo = [(n, b, c) for n, b in cases(args.quick) for c in configs if args.only in n]
+    todo = [(n, b, c) for n, b in cases(args.quick) + (onnx_cases(args.quick) if args.onnx else [])
+            for c in configs if args.only in n]
     rows = []
     if args.search:
         import tempfile
