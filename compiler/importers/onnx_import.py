@@ -755,12 +755,17 @@ class OnnxModel(nn.Module):
         env: dict = {**self._static, **self._params, **self._bind(args, kw)}
         key = tuple((tuple(t.shape), t.dtype.name) for t in (env[n] for n in self.input_names))
         cache = self._fold_cache.setdefault(key, {})
+        volatile: set[str] = set()          # folded from parameters' values: not cached (training moves them)
         for i, nd in enumerate(self._proto.graph.node):
-            ins = [env[v] if v else None for v in nd.input]
-            for v, val in zip(nd.input, ins):
-                if v and val is None and v not in env:
+            for v in nd.input:
+                if v and v not in env:
                     raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)}: input {v!r} is not defined")
-            outs = self._node(i, nd, ins, cache)
+            ins = [env[v] if v else None for v in nd.input]
+            vol = any(v in volatile for v in nd.input)
+            outs = self._node(i, nd, ins, None if vol else cache)
+            if vol or (nd.op_type not in _SHAPE_OPS and any(isinstance(v, Tensor) for v in ins)
+                       and any(isinstance(o, np.ndarray) for o in outs)):
+                volatile.update(nd.output)
             for name, val in zip(nd.output, outs):
                 if name:
                     env[name] = val
@@ -775,7 +780,7 @@ class OnnxModel(nn.Module):
             res.append(_t(env[name]))
         return res[0] if len(res) == 1 else tuple(res)
 
-    def _node(self, i: int, nd, ins: list, cache: dict) -> list:
+    def _node(self, i: int, nd, ins: list, cache: dict | None) -> list:
         present = [v for v in ins if v is not None]
         op = nd.op_type
         if op in _SHAPE_OPS:
@@ -788,6 +793,8 @@ class OnnxModel(nn.Module):
         if op == "Constant":
             return [self._constant(nd)]
         if all(isinstance(v, np.ndarray) for v in present):
+            if cache is None:
+                return self._fold(i, nd, ins)
             if i not in cache:
                 cache[i] = self._fold(i, nd, ins)
             return cache[i]
