@@ -385,7 +385,20 @@ def test_shape_arithmetic_is_folded():
 def test_operator_without_rule_folds_when_its_inputs_are_constant():
     x = rand(2, 3)
     nodes = [node("Floor", ["c"], ["fl"]), node("Add", ["x", "fl"], ["y"])]
-    check(model(nodes, {"x": x}, {"c": np.array([1.7, -0.2, 3.5], np.float32)}), {"x": x})
+    mod, _ = check(model(nodes, {"x": x}, {"c": np.array([1.7, -0.2, 3.5], np.float32)}), {"x": x})
+    # folded from a parameter's value: a new value (training, load_state_dict) is folded again
+    mod.load_state_dict({"c": np.array([2.5, 0.1, -1.5], np.float32)})
+    np.testing.assert_allclose(mod(x).numpy(), x + np.array([2.0, 0.0, -2.0], np.float32), rtol=1e-6)
+
+
+def test_import_tetrachip_does_not_import_onnx():
+    import subprocess
+    import sys
+    code = ("import sys, tetrachip as tc\n"
+            "print('onnx' in sys.modules, tc.OnnxImportError.__name__, 'onnx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "OnnxImportError", "False"]
+    assert issubclass(tc.OnnxImportError, tc.TetrachipError) and tc.onnx.load is not None
 
 
 # ---------------------------------------------------------------------------------------------- errors
