@@ -37,7 +37,7 @@ from compiler.frontend.tensor import Tensor, cat, where
 from compiler.importers import OnnxImportError
 from compiler.ir import dtypes
 
-__all__ = ["OnnxModel", "load", "OnnxImportError", "SUPPORTED", "FOLDED"]
+__all__ = ["OnnxModel", "load", "OnnxImportError", "SUPPORTED"]
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -585,7 +585,8 @@ def _dropout(n: _Node):
     return n.x(0)
 
 
-#: op_type -> rule(node) returning a Tensor or a list of Tensors (one per output)
+#: op_type -> rule(node) returning a Tensor or a list of Tensors (one per output); any other operator is
+#: folded when its inputs are static or initializers, refused at load otherwise (docs/import.md)
 HANDLERS = {
     "Conv": _conv, "ConvTranspose": _conv_transpose,
     "MaxPool": lambda n: _pool(n, "max"), "AveragePool": lambda n: _pool(n, "avg"),
@@ -621,12 +622,8 @@ HANDLERS = {
     "Greater": _binary(lambda a, b: a.gt(b)), "LessOrEqual": _binary(lambda a, b: a.le(b)),
     "GreaterOrEqual": _binary(lambda a, b: a.ge(b)), "Not": lambda n: n.x(0).logical_not(),
     "And": _binary(lambda a, b: a.logical_and(b)), "Or": _binary(lambda a, b: a.logical_or(b)),
-    "Xor": _binary(lambda a, b: a.bool().ne(_t(b).bool() if not isinstance(b, (bool, int)) else bool(b))),
+    "Xor": _binary(lambda a, b: a.bool().ne(_t(b).bool())),
 }
-
-#: ops that are evaluated only when folded (their inputs are static): shapes and constants
-FOLDED = ("Shape", "Size", "Constant", "ConstantOfShape", "Range", "NonZero", "OneHot", "CumSum", "Floor",
-          "Ceil", "Round", "Mod", "Trilu", "TopK", "ScatterND", "GatherElements", "EyeLike")
 
 SUPPORTED = tuple(sorted(HANDLERS))
 

@@ -91,6 +91,8 @@ CONVT = [  # attrs, x shape, w shape
     (dict(strides=[2, 2], group=2), (1, 4, 3, 3), (4, 2, 2, 2)),
     (dict(strides=[2, 1], pads=[0, 1, 1, 0]), (1, 2, 4, 5), (2, 3, 3, 3)),               # asymmetric
     (dict(strides=[2, 2], output_shape=[9, 9]), (1, 2, 4, 4), (2, 2, 3, 3)),
+    (dict(strides=[2, 2], auto_pad="SAME_UPPER"), (1, 2, 3, 3), (2, 2, 3, 3)),
+    (dict(strides=[3], pads=[1, 0], dilations=[2]), (2, 3, 5), (3, 2, 3)),                # 1-D
 ]
 
 
@@ -208,7 +210,7 @@ def test_masks_where_and_cast():
     a, b = rand(4, 5), rand(4, 5)
     nodes = [node("Less", ["a", "b"], ["lt"]), node("Greater", ["a", "z"], ["gt"]), node("Not", ["gt"], ["ng"]),
              node("Cast", ["a"], ["ai"], to=TP.INT64), node("Equal", ["ai", "zi"], ["eq"]),
-             node("And", ["lt", "ng"], ["m1"]), node("Or", ["m1", "eq"], ["m"]),
+             node("And", ["lt", "ng"], ["m0"]), node("Xor", ["m0", "gt"], ["m1"]), node("Or", ["m1", "eq"], ["m"]),
              node("Where", ["m", "a", "b"], ["w"]), node("Cast", ["m"], ["mf"], to=TP.FLOAT),
              node("Add", ["w", "mf"], ["y"])]
     m = model(nodes, {"a": a, "b": b}, {"z": np.array(0.2, np.float32), "zi": np.array(0, np.int64)})
@@ -346,11 +348,12 @@ def test_concat_expand_tile_pad():
     a, b = rand(2, 3), rand(2, 1)
     nodes = [node("Concat", ["a", "b"], ["c"], axis=-1), node("Expand", ["b", "es"], ["e"]),
              node("Tile", ["a", "reps"], ["t"]), node("Pad", ["a", "pads", "pv"], ["p"]),
-             node("Pad", ["a", "pads2", "", "pax"], ["q"])]
+             node("Pad", ["a", "pads2", "", "pax"], ["q"]), node("Pad", ["a", "crop"], ["cr"])]
     inits = {"es": np.array([3, 2, 4], np.int64), "reps": np.array([2, 1], np.int64),
              "pads": np.array([1, 0, 0, 2], np.int64), "pv": np.array(1.5, np.float32),
-             "pads2": np.array([2, 1], np.int64), "pax": np.array([1], np.int64)}
-    check(model(nodes, {"a": a, "b": b}, inits, outputs=("c", "e", "t", "p", "q"), opset=18), {"a": a, "b": b})
+             "pads2": np.array([2, 1], np.int64), "pax": np.array([1], np.int64),
+             "crop": np.array([0, -1, 1, 0], np.int64)}
+    check(model(nodes, {"a": a, "b": b}, inits, outputs=("c", "e", "t", "p", "q", "cr"), opset=18), {"a": a, "b": b})
 
 
 # ---------------------------------------------------------------------------------------------- folding
