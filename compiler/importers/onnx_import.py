@@ -37,7 +37,7 @@ from compiler.frontend.tensor import Tensor, cat, where
 from compiler.importers import OnnxImportError
 from compiler.ir import dtypes
 
-__all__ = ["OnnxModel", "load", "OnnxImportError", "SUPPORTED", "FOLDED"]
+__all__ = ["OnnxModel", "load", "OnnxImportError", "SUPPORTED"]
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -585,7 +585,8 @@ def _dropout(n: _Node):
     return n.x(0)
 
 
-#: op_type -> rule(node) returning a Tensor or a list of Tensors (one per output)
+#: op_type -> rule(node) returning a Tensor or a list of Tensors (one per output); any other operator is
+#: folded when its inputs are static or initializers, refused at load otherwise (docs/import.md)
 HANDLERS = {
     "Conv": _conv, "ConvTranspose": _conv_transpose,
     "MaxPool": lambda n: _pool(n, "max"), "AveragePool": lambda n: _pool(n, "avg"),
@@ -621,12 +622,8 @@ HANDLERS = {
     "Greater": _binary(lambda a, b: a.gt(b)), "LessOrEqual": _binary(lambda a, b: a.le(b)),
     "GreaterOrEqual": _binary(lambda a, b: a.ge(b)), "Not": lambda n: n.x(0).logical_not(),
     "And": _binary(lambda a, b: a.logical_and(b)), "Or": _binary(lambda a, b: a.logical_or(b)),
-    "Xor": _binary(lambda a, b: a.bool().ne(_t(b).bool() if not isinstance(b, (bool, int)) else bool(b))),
+    "Xor": _binary(lambda a, b: a.bool().ne(_t(b).bool())),
 }
-
-#: ops that are evaluated only when folded (their inputs are static): shapes and constants
-FOLDED = ("Shape", "Size", "Constant", "ConstantOfShape", "Range", "NonZero", "OneHot", "CumSum", "Floor",
-          "Ceil", "Round", "Mod", "Trilu", "TopK", "ScatterND", "GatherElements", "EyeLike")
 
 SUPPORTED = tuple(sorted(HANDLERS))
 
@@ -755,12 +752,17 @@ class OnnxModel(nn.Module):
         env: dict = {**self._static, **self._params, **self._bind(args, kw)}
         key = tuple((tuple(t.shape), t.dtype.name) for t in (env[n] for n in self.input_names))
         cache = self._fold_cache.setdefault(key, {})
+        volatile: set[str] = set()          # folded from parameters' values: not cached (training moves them)
         for i, nd in enumerate(self._proto.graph.node):
-            ins = [env[v] if v else None for v in nd.input]
-            for v, val in zip(nd.input, ins):
-                if v and val is None and v not in env:
+            for v in nd.input:
+                if v and v not in env:
                     raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)}: input {v!r} is not defined")
-            outs = self._node(i, nd, ins, cache)
+            ins = [env[v] if v else None for v in nd.input]
+            vol = any(v in volatile for v in nd.input)
+            outs = self._node(i, nd, ins, None if vol else cache)
+            if vol or (nd.op_type not in _SHAPE_OPS and any(isinstance(v, Tensor) for v in ins)
+                       and any(isinstance(o, np.ndarray) for o in outs)):
+                volatile.update(nd.output)
             for name, val in zip(nd.output, outs):
                 if name:
                     env[name] = val
@@ -775,7 +777,7 @@ class OnnxModel(nn.Module):
             res.append(_t(env[name]))
         return res[0] if len(res) == 1 else tuple(res)
 
-    def _node(self, i: int, nd, ins: list, cache: dict) -> list:
+    def _node(self, i: int, nd, ins: list, cache: dict | None) -> list:
         present = [v for v in ins if v is not None]
         op = nd.op_type
         if op in _SHAPE_OPS:
@@ -788,6 +790,8 @@ class OnnxModel(nn.Module):
         if op == "Constant":
             return [self._constant(nd)]
         if all(isinstance(v, np.ndarray) for v in present):
+            if cache is None:
+                return self._fold(i, nd, ins)
             if i not in cache:
                 cache[i] = self._fold(i, nd, ins)
             return cache[i]
