@@ -548,12 +548,10 @@ def build(name: str, small: bool = False, **kw) -> onnx.ModelProto:
 
 
 def example_inputs(model: onnx.ModelProto, seed: int = 0, batch: int = 4) -> dict[str, np.ndarray]:
-    """Random feeds for a model's graph inputs: standard normal floats, token ids below the smallest embedding
-    table's row count for int64 inputs, 0, 1, ... for ``position_ids``; a symbolic dimension takes ``batch``."""
+    """Random feeds for a model's graph inputs: standard normal floats; for an int64 input, ids below the row
+    count of the table it indexes (0, 1, ... for ``position_ids``); a symbolic dimension takes ``batch``."""
     rng = np.random.default_rng(seed)
     inits = {t.name: t for t in model.graph.initializer}
-    rows = min((t.dims[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits
-                for t in [inits[n.input[0]]]), default=2)
     feeds = {}
     for v in model.graph.input:
         if v.name in inits:
@@ -563,6 +561,8 @@ def example_inputs(model: onnx.ModelProto, seed: int = 0, batch: int = 4) -> dic
         if v.name == "position_ids":
             feeds[v.name] = np.broadcast_to(np.arange(shape[-1], dtype=np.int64), shape).copy()
         elif t.elem_type == TensorProto.INT64:
+            rows = min((inits[n.input[0]].dims[0] for n in model.graph.node
+                        if n.op_type == "Gather" and n.input[1] == v.name and n.input[0] in inits), default=2)
             feeds[v.name] = rng.integers(0, rows, shape).astype(np.int64)
         else:
             feeds[v.name] = rng.standard_normal(shape).astype(helper.tensor_dtype_to_np_dtype(t.elem_type))
