@@ -308,7 +308,8 @@ def test_command_line_writes_models(tmp_path, capsys):
 #: transformers' position embeddings of constant positions are one constant (seq, d) tensor added to the token
 #: embeddings, which the chip refuses; with ``positions="input"`` they are a second lookup. GPT-2's default
 #: Where(mask, scores, -inf) reads -inf from an initializer, which the importer makes a parameter tensor, so the
-#: chip's masked-softmax pattern (a scalar -inf) does not see it; the additive mask compiles.
+#: chip's masked-softmax pattern (a scalar -inf) does not see it; the additive mask compiles, and so does the
+#: Where when its -inf is a Constant node.
 CHIP_CASES = [
     ("resnet18", "resnet18", {}, None),
     pytest.param("mobilenet_v2", "mobilenet_v2", {}, None, marks=pytest.mark.slow, id="mobilenet_v2"),  # ~35 s
@@ -321,6 +322,8 @@ CHIP_CASES = [
     ("gpt2_decoder-positions_input-mask_add", "gpt2_decoder", {"positions": "input", "mask": "add"}, None),
     ("gpt2_decoder-positions_input", "gpt2_decoder", {"positions": "input"},
      r"WHERE float32\(1, 2, 16, 16\).*constant that varies per element"),
+    # the same model with its -inf a Constant node instead of an initializer compiles
+    ("gpt2_decoder-positions_input-inf_constant_node", "gpt2_decoder", {"positions": "input"}, None),
 ]
 #: the chip configuration every case compiles for
 CHIP_CONFIG = "base"
@@ -335,8 +338,19 @@ def _loader():
     return pytest.importorskip("compiler.importers.onnx_import")
 
 
-def _case(name, kw):
+def _as_constant_node(model, name):
+    """The model with initializer ``name`` turned into a Constant node (as some exporters write scalars)."""
+    init = next(t for t in model.graph.initializer if t.name == name)
+    model.graph.initializer.remove(init)
+    model.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], name=name + ".constant", value=init))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _case(case, name, kw):
     model = zoo.build(name, small=True, **kw)
+    if case.endswith("inf_constant_node"):
+        model = _as_constant_node(model, "const.float32.-inf")
     if name.startswith("digits_"):
         from examples import digits
         _, Xte, _, _ = digits.load()
@@ -351,7 +365,7 @@ def _params_of(cases):
 @pytest.mark.parametrize("case,name,kw,refusal", _params_of(CHIP_CASES))
 def test_imported_matches_onnxruntime(case, name, kw, refusal):
     _loader()
-    model, feeds = _case(name, kw)
+    model, feeds = _case(case, name, kw)
     want = _ort(model, feeds)
     imported = tc.onnx.load(model)
     with tc.Device("numpy"):
@@ -365,7 +379,7 @@ def test_imported_matches_onnxruntime(case, name, kw, refusal):
 @pytest.mark.parametrize("case,name,kw,refusal", _params_of(CHIP_CASES))
 def test_imported_on_the_chip_is_bit_exact(case, name, kw, refusal):
     _loader()
-    model, feeds = _case(name, kw)
+    model, feeds = _case(case, name, kw)
     inputs = list(feeds.values())
     imported = tc.onnx.load(model)
     if refusal:
