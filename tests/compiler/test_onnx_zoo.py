@@ -168,6 +168,16 @@ def test_checked_and_runs_under_onnxruntime(name, opset):
     assert len(set(names)) == len(names) and all(names)
 
 
+def test_weights_are_seeded():
+    a, b = (zoo.build("gpt2_decoder", True).SerializeToString() for _ in range(2))
+    assert a == b
+    w0, w1 = ({t.name: onnx.numpy_helper.to_array(t) for t in zoo.build("resnet18", True, seed=s).graph.initializer}
+              for s in (0, 1))
+    assert w0.keys() == w1.keys() and not np.array_equal(w0["conv1.weight"], w1["conv1.weight"])
+    var = w0["layer3.0.bn2.running_var"]
+    assert var.min() > 0 and var.std() > 0.1          # BatchNorm statistics are not the identity's
+
+
 def test_opset_spellings():
     """LayerNormalization from opset 17 (a decomposition before), Gelu from 20 (Erf before), ReduceMean's axes an
     input from 18; the same weights give the same outputs in every spelling."""
