@@ -493,8 +493,8 @@ def _expand(n: _Node):
 def _pad(n: _Node):
     x = n.x(0)
     mode = n.attr("mode", "constant")
-    if mode != "constant":
-        raise n.error(f"mode {mode!r} is not supported (constant)")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise n.error(f"mode {mode!r} is not supported (constant, reflect, edge, wrap)")
     if n.opset < 11:
         pads, value, axes = list(n.attr("pads")), n.attr("value", 0.0), None
     else:
@@ -504,10 +504,29 @@ def _pad(n: _Node):
         axes = n.axes(3)
     axes = list(range(x.ndim)) if axes is None else [a % x.ndim for a in axes]
     k = len(axes)
-    full: list = [None] * x.ndim
+    full: list = [(0, 0)] * x.ndim
     for i, a in enumerate(axes):
         full[a] = (pads[i], pads[i + k])
-    return x.pad(full, value)
+    if mode == "constant":
+        return x.pad(full, value)
+    x = x.pad([(min(b, 0), min(e, 0)) for b, e in full])            # negative pads crop first
+    for a, (b, e) in enumerate(full):
+        b, e, size = max(b, 0), max(e, 0), x.shape[a]
+        if not b and not e:
+            continue
+        if mode == "reflect" and max(b, e) >= size or mode == "wrap" and max(b, e) > size:
+            raise n.error(f"{mode} padding of {max(b, e)} along axis {a} of size {size}")
+        pre = (slice(None),) * a
+        if mode == "reflect":
+            left, right = x[pre + (slice(1, b + 1),)].flip(a), x[pre + (slice(size - 1 - e, size - 1),)].flip(a)
+        elif mode == "wrap":
+            left, right = x[pre + (slice(size - b, size),)], x[pre + (slice(0, e),)]
+        else:
+            shape = list(x.shape)
+            left = x[pre + (slice(0, 1),)].expand(tuple(shape[:a] + [b] + shape[a + 1:]))
+            right = x[pre + (slice(size - 1, size),)].expand(tuple(shape[:a] + [e] + shape[a + 1:]))
+        x = cat([t for t, w in ((left, b), (x, 1), (right, e)) if w], a)
+    return x
 
 
 def _cast(n: _Node):

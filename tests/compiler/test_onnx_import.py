@@ -356,6 +356,14 @@ def test_concat_expand_tile_pad():
     check(model(nodes, {"a": a, "b": b}, inits, outputs=("c", "e", "t", "p", "q", "cr"), opset=18), {"a": a, "b": b})
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+def test_pad_modes(mode):
+    x = rand(2, 3, 5, 4)
+    m = model([node("Pad", ["x", "p"], mode=mode)], {"x": x}, {"p": np.array([0, 0, 2, 1, 0, 1, 1, -1], np.int64)},
+              opset=19)
+    check(m, {"x": x})
+
+
 # ---------------------------------------------------------------------------------------------- folding
 
 def _ops(out):
@@ -402,6 +410,69 @@ def test_import_tetrachip_does_not_import_onnx():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "OnnxImportError", "False"]
     assert issubclass(tc.OnnxImportError, tc.TetrachipError) and tc.onnx.load is not None
+
+
+def test_symbolic_batch_takes_any_size_and_folds_per_shape():
+    """A batch dimension named ``N`` in the graph: each batch size folds its own shape arithmetic."""
+    nodes = [node("Shape", ["x"], ["s"]), node("Slice", ["s", "z", "one"], ["n"]),
+             node("Concat", ["n", "m1"], ["shp"], axis=0), node("Reshape", ["x", "shp"], ["r"]),
+             node("MatMul", ["r", "W"], ["y"])]
+    g = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", TP.FLOAT, ["N", 2, 3])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+                          [numpy_helper.from_array(np.array(v, np.int64), k)
+                           for k, v in {"z": [0], "one": [1], "m1": [-1]}.items()]
+                          + [numpy_helper.from_array(np.eye(6, 4, dtype=np.float32), "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mod = tc.onnx.load(m)
+    for n in (1, 4, 2):
+        x = rand(n, 2, 3)
+        np.testing.assert_allclose(mod(x).numpy(), x.reshape(n, 6)[:, :4], rtol=1e-6)
+    cm = tc.compile(mod, [rand(3, 2, 3)], config="tiny")
+    x = rand(3, 2, 3)
+    np.testing.assert_array_equal(tc.Device("sim", config="tiny").run(cm, x).outputs[0], cm.reference(x)[0])
+
+
+def test_rule_output_shapes_are_checked_against_shape_inference(monkeypatch):
+    from compiler.importers import onnx_import
+    monkeypatch.setitem(onnx_import.HANDLERS, "Relu", lambda n: n.x(0).reshape(-1))      # a wrong rule
+    x = rand(2, 3)
+    with pytest.raises(tc.OnnxImportError, match=r"\(Relu\): output 'y' has shape \(6,\), ONNX shape inference"):
+        tc.onnx.load(model([node("Relu", ["x"], name="r")], {"x": x}))
+    tc.onnx.load(model([node("Relu", ["x"], name="r")], {"x": x}), check_shapes=False)
+
+
+@pytest.mark.filterwarnings("ignore::Warning")          # the exporter's deprecation and tracer notes
+def test_a_model_exported_by_torch():
+    """torch.onnx.export's own spelling (Shape/Gather/Concat chains, Constant nodes, Gemm, Erf-based GELU,
+    LayerNormalization, an embedding Gather) equals torch, and runs bit-exact on the chip."""
+    torch = pytest.importorskip("torch")
+    import io
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 8)
+            self.enc = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, activation="gelu")
+            self.head = torch.nn.Linear(8, 3)
+
+        def forward(self, ids):
+            h = self.enc(self.emb(ids))
+            return self.head(h.reshape(h.shape[0], -1, 8).mean(1))
+
+    net = Net().eval()
+    ids = torch.randint(0, 10, (2, 5))
+    buf = io.BytesIO()
+    try:
+        torch.onnx.export(net, (ids,), buf, dynamo=False, opset_version=17, input_names=["ids"],
+                          dynamic_axes={"ids": {0: "N"}})
+    except Exception as e:  # noqa: BLE001 - an exporter that is not there is not this test's subject
+        pytest.skip(f"torch.onnx.export: {type(e).__name__}: {e}")
+    mod = tc.onnx.load(buf.getvalue())
+    with torch.no_grad():
+        want = net(ids).numpy()
+    np.testing.assert_allclose(mod(ids.numpy()).numpy(), want, rtol=1e-4, atol=1e-5)
+    _on_chip(mod, [ids.numpy()], "small")
 
 
 # ---------------------------------------------------------------------------------------------- errors
