@@ -36,6 +36,7 @@ from compiler.frontend.shapes import ShapeError
 from compiler.frontend.tensor import Tensor, cat, where
 from compiler.importers import OnnxImportError
 from compiler.ir import dtypes
+from compiler.ir.graph import Ops
 
 __all__ = ["OnnxModel", "load", "OnnxImportError", "SUPPORTED"]
 
@@ -96,7 +97,14 @@ def _t(v) -> Tensor:
     a = np.asarray(v)
     if a.dtype.kind in "iu" and a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
         raise OnnxImportError(f"an integer constant holds values outside int32 ({a.min()}..{a.max()})")
+    if a.size == 1:                         # a scalar constant, as ``x * 0.5`` writes it
+        return Tensor.full(a.shape, a.reshape(()).item(), dtypes.from_numpy(a.dtype))
     return Tensor(a)
+
+
+def _name(nd, i: int) -> str:
+    """A node's name for messages: its own, else its index and first output."""
+    return nd.name or f"#{i} -> {nd.output[0] if nd.output else '?'}"
 
 
 def _operand(v, other):
@@ -121,7 +129,7 @@ class _Node:
     def __init__(self, node, index: int, opset: int, inputs: list, model: "OnnxModel"):
         self.proto, self.index, self.opset, self.inputs, self.model = node, index, opset, inputs, model
         self.op = node.op_type
-        self.name = node.name or f"#{index} ({node.op_type} -> {node.output[0] if node.output else '?'})"
+        self.name = _name(node, index)
         self.attrs = _attrs(node)
 
     def attr(self, name, default=None):
@@ -142,7 +150,7 @@ class _Node:
         v = self.inp(i)
         if v is None or isinstance(v, np.ndarray):
             return v
-        if v.node.op.name == "BUFFER":            # an initializer (parameter): its current value
+        if v.node.op is Ops.BUFFER:               # an initializer (parameter): its current value
             return v.numpy()
         raise self.error(f"{what} (input {i}) must be a constant (an initializer or computed from "
                          f"constants and shapes), here it depends on the model's inputs")
@@ -364,7 +372,7 @@ def _clip(n: _Node):
 def _pow(n: _Node):
     x = n.x(0)
     e = n.inp(1)
-    if isinstance(e, np.ndarray) or e.node.op.name == "BUFFER":
+    if isinstance(e, np.ndarray) or e.node.op is Ops.BUFFER:
         ev = n.const(1, "exponent")
         if ev.size == 1 and ev.ndim <= x.ndim:
             v = ev.reshape(()).item()
@@ -730,7 +738,7 @@ class OnnxModel(nn.Module):
                 out = "param"                                   # folded with the parameters' values
             else:
                 op = f"{nd.domain}.{nd.op_type}" if domain else nd.op_type
-                bad.setdefault(op, []).append(nd.name or f"#{i}")
+                bad.setdefault(op, []).append(_name(nd, i))
                 out = "tensor"
             for o in nd.output:
                 kind[o] = out
@@ -775,7 +783,7 @@ class OnnxModel(nn.Module):
         for i, nd in enumerate(self._proto.graph.node):
             for v in nd.input:
                 if v and v not in env:
-                    raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)}: input {v!r} is not defined")
+                    raise OnnxImportError(f"ONNX node {_name(nd, i)}: input {v!r} is not defined")
             ins = [env[v] if v else None for v in nd.input]
             vol = any(v in volatile for v in nd.input)
             outs = self._node(i, nd, ins, None if vol else cache)
@@ -787,7 +795,7 @@ class OnnxModel(nn.Module):
                     env[name] = val
             for name in nd.output[len(outs):]:
                 if name in self._used:
-                    raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)} ({nd.op_type}): output "
+                    raise OnnxImportError(f"ONNX node {_name(nd, i)} ({nd.op_type}): output "
                                           f"{name!r} is not supported")
         res = []
         for name in self.output_names:
@@ -859,12 +867,12 @@ class OnnxModel(nn.Module):
             try:
                 self._evaluators[i] = ReferenceEvaluator(m)
             except Exception as e:  # noqa: BLE001
-                raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)} ({nd.op_type}): cannot fold "
+                raise OnnxImportError(f"ONNX node {_name(nd, i)} ({nd.op_type}): cannot fold "
                                       f"({type(e).__name__}: {e})") from None
         feeds = dict(zip(names, [v for v in ins if v is not None]))
         try:
             out = self._evaluators[i].run(None, feeds)
         except Exception as e:  # noqa: BLE001
-            raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)} ({nd.op_type}): folding failed "
+            raise OnnxImportError(f"ONNX node {_name(nd, i)} ({nd.op_type}): folding failed "
                                   f"({type(e).__name__}: {e})") from None
         return [np.asarray(o) for o in out]
