@@ -568,11 +568,14 @@ def _div(a: Tensor, b):
 
 
 def _where(n: _Node):
-    c = n.x(0)
-    a, b = n.inp(1), n.inp(2)
-    ref = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else c
-    return where(c, _operand(a, ref) if not isinstance(a, Tensor) else a,
-                 _operand(b, ref) if not isinstance(b, Tensor) else b)
+    c, a, b = n.inp(0), n.inp(1), n.inp(2)
+    if isinstance(c, np.ndarray) and isinstance(a, np.ndarray) and a.size == 1 and isinstance(b, Tensor):
+        # masked_fill's spelling, where(mask, -inf, x), as where(~mask, x, -inf) with the mask still a
+        # constant: the form the chip compiler's attention pattern (a causal or boolean mask) knows
+        c, a, b = ~c.astype(bool), b, a
+    ref = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+    return where(_t(c), a if isinstance(a, Tensor) else _operand(a, ref),
+                 b if isinstance(b, Tensor) else _operand(b, ref))
 
 
 def _arg(n: _Node, fn):

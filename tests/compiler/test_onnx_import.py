@@ -614,17 +614,28 @@ def test_cnn_on_the_chip_is_bit_exact():
     assert res.stats.cycles > 0 and res.stats.mxu_macs > 0
 
 
-def test_attention_and_layer_norm_on_the_chip_are_bit_exact():
-    """x -> LayerNorm -> q, k, v projections -> softmax(q k^T / sqrt(d)) v -> + x: one head."""
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_and_layer_norm_on_the_chip_are_bit_exact(causal):
+    """x -> LayerNorm -> q, k, v projections -> softmax(q k^T / sqrt(d)) v -> + x: one head; causal with
+    torch's masked_fill spelling, Where(Not(mask[:T, :T]), -inf, scores), the mask sliced by Shape."""
     t, d = 6, 8
-    inits = {"g": rand(d, lo=0.5, hi=1.5), "b": rand(d), "Wq": rand(d, d), "Wk": rand(d, d), "Wv": rand(d, d),
-             "scale": np.array(1 / np.sqrt(d), np.float32)}
+    inits = {"g": rand(d, lo=0.5, hi=1.5), "b": rand(d), "Wq": rand(d, d), "Wk": rand(d, d), "Wv": rand(d, d)}
+    consts = {"scale": np.array(1 / np.sqrt(d), np.float32), "mask": np.tril(np.ones((16, 16), bool)),
+              "z": np.array([0, 0], np.int64), "ninf": np.array(-np.inf, np.float32)}
     nodes = [node("LayerNormalization", ["x", "g", "b"], ["h"], axis=-1),
              node("MatMul", ["h", "Wq"], ["q"]), node("MatMul", ["h", "Wk"], ["k"]), node("MatMul", ["h", "Wv"], ["v"]),
              node("Transpose", ["k"], ["kt"], perm=[1, 0]), node("MatMul", ["q", "kt"], ["s"]),
-             node("Mul", ["s", "scale"], ["ss"]), node("Softmax", ["ss"], ["p"], axis=-1),
-             node("MatMul", ["p", "v"], ["o"]), node("Add", ["o", "x"], ["y"])]
+             node("Mul", ["s", "scale"], ["ss"])]
+    if causal:
+        nodes += [node("Shape", ["s"], ["sh"]), node("Slice", ["mask", "z", "sh"], ["mk"]), node("Not", ["mk"], ["nm"]),
+                  node("Where", ["nm", "ninf", "ss"], ["sm"]), node("Softmax", ["sm"], ["p"], axis=-1)]
+    else:
+        nodes += [node("Softmax", ["ss"], ["p"], axis=-1)]
+    nodes += [node("MatMul", ["p", "v"], ["o"]), node("Add", ["o", "x"], ["y"])]
     x = rand(t, d)
     m = model(nodes, {"x": x}, inits)
+    for k, v in consts.items():             # Constant nodes, as exporters write them
+        m.graph.node.insert(0, helper.make_node("Constant", [], [k], value=numpy_helper.from_array(v)))
     mod, _ = check(m, {"x": x})
-    _on_chip(mod, [x], "small")
+    cm, _ = _on_chip(mod, [x], "small")
+    assert [k.kind for k in cm.kernels].count("attention") == 1
