@@ -662,6 +662,14 @@ _SHAPE_OPS = ("Shape", "Size")          # static whatever their input: tensor sh
 
 # ------------------------------------------------------------------------------------------------ the module
 
+def _running_stats(g) -> set[str]:
+    """Initializers read only as BatchNormalization's running mean / variance: buffers (in the
+    state dict, not parameters), as ``nn.BatchNorm2d`` keeps them."""
+    stats = {v for nd in g.node if nd.op_type == "BatchNormalization" for v in nd.input[3:5]}
+    other = {v for nd in g.node for k, v in enumerate(nd.input) if not (nd.op_type == "BatchNormalization" and k >= 3)}
+    return stats - other - {o.name for o in g.output}
+
+
 class OnnxModel(nn.Module):
     """An ONNX graph as a frontend module: ``forward(*inputs)`` in graph-input order or by input name
     (keywords); returns one Tensor, or a tuple when the graph has several outputs. Float
@@ -674,14 +682,16 @@ class OnnxModel(nn.Module):
         self.opset = opsets.get("ai.onnx", 1)
         self._opsets = list(proto.opset_import)
         self._static: dict[str, np.ndarray] = {}
-        self._params: dict[str, Tensor] = {}
+        self._params: dict[str, Tensor] = {}           # float initializers: parameters and buffers
+        buffers = _running_stats(g)
         for init in g.initializer:
             try:
                 arr = numpy_helper.to_array(init)
             except Exception as e:  # noqa: BLE001 - external data that was not found, odd types
                 raise OnnxImportError(f"initializer {init.name!r}: cannot read ({type(e).__name__}: {e})") from None
             if arr.dtype.kind == "f":
-                self._params[init.name] = Tensor(arr.astype(np.float32), dtypes.float32, requires_grad=True)
+                self._params[init.name] = Tensor(arr.astype(np.float32), dtypes.float32,
+                                                 requires_grad=init.name not in buffers)
             else:
                 self._static[init.name] = arr
         self.input_names = [i.name for i in g.input if i.name not in self._static and i.name not in self._params]
