@@ -418,7 +418,8 @@ def _reshape(n: _Node):
 
 def _flatten(n: _Node):
     x = n.x(0)
-    axis = n.attr("axis", 1) % (x.ndim + 1) if x.ndim else 0
+    axis = n.attr("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 

@@ -283,8 +283,8 @@ def test_reshape_zero_and_minus_one_transpose_flatten():
     x = rand(2, 3, 4, 5)
     nodes = [node("Reshape", ["x", "s"], ["r"]), node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
              node("Flatten", ["t"], ["f0"], axis=0), node("Flatten", ["t"], ["f2"], axis=2),
-             node("Transpose", ["x"], ["tr"])]
-    m = model(nodes, {"x": x}, {"s": np.array([0, 3, -1], np.int64)}, outputs=("t", "f0", "f2", "tr"))
+             node("Flatten", ["x"], ["fm"], axis=-1), node("Transpose", ["x"], ["tr"])]
+    m = model(nodes, {"x": x}, {"s": np.array([0, 3, -1], np.int64)}, outputs=("t", "f0", "f2", "fm", "tr"))
     check(m, {"x": x})
 
 
@@ -374,7 +374,8 @@ def test_shape_arithmetic_is_folded():
     """Shape -> Gather -> Unsqueeze -> Concat -> Reshape, ConstantOfShape and Range fold to constants:
     the traced graph holds only the float work on x."""
     x = rand(2, 3, 4)
-    nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["n"], axis=0),
+    nodes = [node("Constant", [], ["m1"], value_ints=[-1]), node("Constant", [], ["onef"], value_float=1.0),
+             node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["n"], axis=0),
              node("Unsqueeze", ["n", "ax0"], ["nu"]), node("Concat", ["nu", "m1"], ["shp"], axis=0),
              node("Reshape", ["x", "shp"], ["r"]),
              node("Shape", ["r"], ["s2"], start=-1), node("ConstantOfShape", ["s2"], ["ones"],
@@ -382,15 +383,14 @@ def test_shape_arithmetic_is_folded():
              node("Cast", ["n"], ["nf"], to=TP.FLOAT),
              node("Range", ["zf", "nf", "onef"], ["rg"]), node("ReduceSum", ["rg"], ["rs"], keepdims=0),
              node("Mul", ["r", "ones"], ["m"]), node("Add", ["m", "rs"], ["y"])]
-    inits = {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64), "m1": np.array([-1], np.int64),
-             "zf": np.array(0.0, np.float32), "onef": np.array(1.0, np.float32)}
+    inits = {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64), "zf": np.array(0.0, np.float32)}
     m = model(nodes, {"x": x}, inits)
     mod, _ = check(m, {"x": x})
     ops = _ops(mod(tc.Tensor(x)))
     assert ops.count(Ops.ADD) == 1 and ops.count(Ops.MUL) == 1      # Range's sum is one folded constant
     assert Ops.SUM not in ops
     # a float initializer is a parameter unless a node only reads its value (Range's bounds here)
-    assert {n for n, _ in mod.named_parameters()} == {"zf", "onef"}
+    assert {n for n, _ in mod.named_parameters()} == {"zf"}
 
 
 def test_operator_without_rule_folds_when_its_inputs_are_constant():
