@@ -348,6 +348,39 @@ def _layer_norm(n: _Node):
     return y + bias if bias is not None else y
 
 
+def _instance_norm(n: _Node):
+    x, scale, bias = n.x(0), n.x(1), n.x(2)
+    axes = tuple(range(2, x.ndim))
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    eps = n.attr("epsilon", 1e-5)
+    y = (x - x.mean(axes, keepdim=True)) * (x.var(axes, keepdim=True, correction=0) + eps).rsqrt()
+    return y * scale.reshape(shape) + bias.reshape(shape)
+
+
+def _group_norm(n: _Node):
+    x, scale, bias = n.x(0), n.x(1), n.x(2)
+    g = n.attr("num_groups")
+    c = x.shape[1]
+    if c % g:
+        raise n.error(f"{c} channels do not split into {g} groups")
+    xg = x.reshape((x.shape[0], g, -1))
+    eps = n.attr("epsilon", 1e-5)
+    y = ((xg - xg.mean(-1, keepdim=True)) * (xg.var(-1, keepdim=True, correction=0) + eps).rsqrt()).reshape(x.shape)
+    if scale.shape[0] == g and g != c:          # opset 18: one scale and bias per group
+        scale, bias = scale.repeat_interleave(c // g), bias.repeat_interleave(c // g)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return y * scale.reshape(shape) + bias.reshape(shape)
+
+
+def _trilu(n: _Node):
+    x = n.x(0)
+    k = n.const(1, "k")
+    k = 0 if k is None else int(np.asarray(k).reshape(()))
+    rows, cols = x.shape[-2:]
+    keep = np.triu(np.ones((rows, cols), bool), k) if n.attr("upper", 1) else np.tril(np.ones((rows, cols), bool), k)
+    return where(Tensor(keep), x, 0)
+
+
 def _softmax(n: _Node, log: bool):
     x = n.x(0)
     fn = F.log_softmax if log else F.softmax
@@ -632,6 +665,9 @@ HANDLERS = {
     "Elu": lambda n: n.x(0).elu(n.attr("alpha", 1.0)),
     "Selu": lambda n: n.attr("gamma", 1.0507009873554805) * n.x(0).elu(n.attr("alpha", 1.6732632423543772)),
     "Softplus": lambda n: n.x(0).softplus(), "PRelu": _prelu,
+    "Softsign": lambda n: n.x(0) / (n.x(0).abs() + 1), "Mish": lambda n: n.x(0) * n.x(0).softplus().tanh(),
+    "ThresholdedRelu": lambda n: where(n.x(0).gt(n.attr("alpha", 1.0)), n.x(0), 0.0),
+    "InstanceNormalization": _instance_norm, "GroupNormalization": _group_norm, "Trilu": _trilu,
     "HardSigmoid": _hard_sigmoid, "HardSwish": lambda n: n.x(0) * _hard_sigmoid(n, 1 / 6, 0.5),
     "Clip": _clip,
     "Add": _binary(lambda a, b: a + b), "Sub": _binary(lambda a, b: a - b),

@@ -140,6 +140,29 @@ def test_layer_norm(axis, shape):
     check(m, {"x": rand(*shape)})
 
 
+def test_instance_norm():
+    c = 3
+    m = model([node("InstanceNormalization", ["x", "s", "b"], epsilon=1e-4)], {"x": rand(2, c, 4, 5)},
+              {"s": rand(c), "b": rand(c)})
+    check(m, {"x": rand(2, c, 4, 5)})
+
+
+@pytest.mark.parametrize("opset,per", [(18, "group"), (21, "channel")])
+def test_group_norm(opset, per):
+    c, g = 6, 3
+    k = g if per == "group" else c
+    m = model([node("GroupNormalization", ["x", "s", "b"], num_groups=g)], {"x": rand(2, c, 3, 3)},
+              {"s": rand(k), "b": rand(k)}, opset=opset)
+    check(m, {"x": rand(2, c, 3, 3)})
+
+
+@pytest.mark.parametrize("upper,k", [(1, 0), (0, 0), (1, 2), (0, -1)])
+def test_trilu(upper, k):
+    x = rand(2, 4, 5)
+    m = model([node("Trilu", ["x", "k"], upper=upper)], {"x": x}, {"k": np.array(k, np.int64)}, opset=14)
+    check(m, {"x": x})
+
+
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("axis,opset", [(-1, 13), (1, 13), (0, 21), (1, 11)])
 def test_softmax(op, axis, opset):
@@ -152,13 +175,13 @@ def test_softmax(op, axis, opset):
 UNARY = [("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("Erf", {}), ("LeakyRelu", dict(alpha=0.2)),
          ("Elu", dict(alpha=0.7)), ("Selu", {}), ("Softplus", {}), ("HardSigmoid", dict(alpha=0.3, beta=0.4)),
          ("HardSwish", {}), ("Neg", {}), ("Exp", {}), ("Abs", {}), ("Sign", {}), ("Sin", {}), ("Cos", {}),
-         ("Identity", {}), ("Dropout", {})]
+         ("Identity", {}), ("Dropout", {}), ("Softsign", {}), ("Mish", {}), ("ThresholdedRelu", dict(alpha=0.5))]
 
 
 @pytest.mark.parametrize("op,attrs", UNARY, ids=[u[0] for u in UNARY])
 def test_unary(op, attrs):
     x = rand(3, 7, lo=-3, hi=3)
-    check(model([node(op, ["x"], **attrs)], {"x": x}), {"x": x})
+    check(model([node(op, ["x"], **attrs)], {"x": x}, opset=18), {"x": x})
 
 
 @pytest.mark.parametrize("op", ["Sqrt", "Log", "Reciprocal"])
