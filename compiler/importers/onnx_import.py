@@ -36,6 +36,7 @@ from compiler.frontend.shapes import ShapeError
 from compiler.frontend.tensor import Tensor, cat, where
 from compiler.importers import OnnxImportError
 from compiler.ir import dtypes
+from compiler.ir.graph import Ops
 
 __all__ = ["OnnxModel", "load", "OnnxImportError", "SUPPORTED"]
 
@@ -96,7 +97,14 @@ def _t(v) -> Tensor:
     a = np.asarray(v)
     if a.dtype.kind in "iu" and a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
         raise OnnxImportError(f"an integer constant holds values outside int32 ({a.min()}..{a.max()})")
+    if a.size == 1:                         # a scalar constant, as ``x * 0.5`` writes it
+        return Tensor.full(a.shape, a.reshape(()).item(), dtypes.from_numpy(a.dtype))
     return Tensor(a)
+
+
+def _name(nd, i: int) -> str:
+    """A node's name for messages: its own, else its index and first output."""
+    return nd.name or f"#{i} -> {nd.output[0] if nd.output else '?'}"
 
 
 def _operand(v, other):
@@ -121,7 +129,7 @@ class _Node:
     def __init__(self, node, index: int, opset: int, inputs: list, model: "OnnxModel"):
         self.proto, self.index, self.opset, self.inputs, self.model = node, index, opset, inputs, model
         self.op = node.op_type
-        self.name = node.name or f"#{index} ({node.op_type} -> {node.output[0] if node.output else '?'})"
+        self.name = _name(node, index)
         self.attrs = _attrs(node)
 
     def attr(self, name, default=None):
@@ -142,7 +150,7 @@ class _Node:
         v = self.inp(i)
         if v is None or isinstance(v, np.ndarray):
             return v
-        if v.node.op.name == "BUFFER":            # an initializer (parameter): its current value
+        if v.node.op is Ops.BUFFER:               # an initializer (parameter): its current value
             return v.numpy()
         raise self.error(f"{what} (input {i}) must be a constant (an initializer or computed from "
                          f"constants and shapes), here it depends on the model's inputs")
@@ -340,6 +348,39 @@ def _layer_norm(n: _Node):
     return y + bias if bias is not None else y
 
 
+def _instance_norm(n: _Node):
+    x, scale, bias = n.x(0), n.x(1), n.x(2)
+    axes = tuple(range(2, x.ndim))
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    eps = n.attr("epsilon", 1e-5)
+    y = (x - x.mean(axes, keepdim=True)) * (x.var(axes, keepdim=True, correction=0) + eps).rsqrt()
+    return y * scale.reshape(shape) + bias.reshape(shape)
+
+
+def _group_norm(n: _Node):
+    x, scale, bias = n.x(0), n.x(1), n.x(2)
+    g = n.attr("num_groups")
+    c = x.shape[1]
+    if c % g:
+        raise n.error(f"{c} channels do not split into {g} groups")
+    xg = x.reshape((x.shape[0], g, -1))
+    eps = n.attr("epsilon", 1e-5)
+    y = ((xg - xg.mean(-1, keepdim=True)) * (xg.var(-1, keepdim=True, correction=0) + eps).rsqrt()).reshape(x.shape)
+    if scale.shape[0] == g and g != c:          # opset 18: one scale and bias per group
+        scale, bias = scale.repeat_interleave(c // g), bias.repeat_interleave(c // g)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return y * scale.reshape(shape) + bias.reshape(shape)
+
+
+def _trilu(n: _Node):
+    x = n.x(0)
+    k = n.const(1, "k")
+    k = 0 if k is None else int(np.asarray(k).reshape(()))
+    rows, cols = x.shape[-2:]
+    keep = np.triu(np.ones((rows, cols), bool), k) if n.attr("upper", 1) else np.tril(np.ones((rows, cols), bool), k)
+    return where(Tensor(keep), x, 0)
+
+
 def _softmax(n: _Node, log: bool):
     x = n.x(0)
     fn = F.log_softmax if log else F.softmax
@@ -364,7 +405,7 @@ def _clip(n: _Node):
 def _pow(n: _Node):
     x = n.x(0)
     e = n.inp(1)
-    if isinstance(e, np.ndarray) or e.node.op.name == "BUFFER":
+    if isinstance(e, np.ndarray) or e.node.op is Ops.BUFFER:
         ev = n.const(1, "exponent")
         if ev.size == 1 and ev.ndim <= x.ndim:
             v = ev.reshape(()).item()
@@ -410,7 +451,8 @@ def _reshape(n: _Node):
 
 def _flatten(n: _Node):
     x = n.x(0)
-    axis = n.attr("axis", 1) % (x.ndim + 1) if x.ndim else 0
+    axis = n.attr("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
@@ -493,8 +535,8 @@ def _expand(n: _Node):
 def _pad(n: _Node):
     x = n.x(0)
     mode = n.attr("mode", "constant")
-    if mode != "constant":
-        raise n.error(f"mode {mode!r} is not supported (constant)")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise n.error(f"mode {mode!r} is not supported (constant, reflect, edge, wrap)")
     if n.opset < 11:
         pads, value, axes = list(n.attr("pads")), n.attr("value", 0.0), None
     else:
@@ -504,10 +546,29 @@ def _pad(n: _Node):
         axes = n.axes(3)
     axes = list(range(x.ndim)) if axes is None else [a % x.ndim for a in axes]
     k = len(axes)
-    full: list = [None] * x.ndim
+    full: list = [(0, 0)] * x.ndim
     for i, a in enumerate(axes):
         full[a] = (pads[i], pads[i + k])
-    return x.pad(full, value)
+    if mode == "constant":
+        return x.pad(full, value)
+    x = x.pad([(min(b, 0), min(e, 0)) for b, e in full])            # negative pads crop first
+    for a, (b, e) in enumerate(full):
+        b, e, size = max(b, 0), max(e, 0), x.shape[a]
+        if not b and not e:
+            continue
+        if mode == "reflect" and max(b, e) >= size or mode == "wrap" and max(b, e) > size:
+            raise n.error(f"{mode} padding of {max(b, e)} along axis {a} of size {size}")
+        pre = (slice(None),) * a
+        if mode == "reflect":
+            left, right = x[pre + (slice(1, b + 1),)].flip(a), x[pre + (slice(size - 1 - e, size - 1),)].flip(a)
+        elif mode == "wrap":
+            left, right = x[pre + (slice(size - b, size),)], x[pre + (slice(0, e),)]
+        else:
+            shape = list(x.shape)
+            left = x[pre + (slice(0, 1),)].expand(tuple(shape[:a] + [b] + shape[a + 1:]))
+            right = x[pre + (slice(size - 1, size),)].expand(tuple(shape[:a] + [e] + shape[a + 1:]))
+        x = cat([t for t, w in ((left, b), (x, 1), (right, e)) if w], a)
+    return x
 
 
 def _cast(n: _Node):
@@ -541,11 +602,14 @@ def _div(a: Tensor, b):
 
 
 def _where(n: _Node):
-    c = n.x(0)
-    a, b = n.inp(1), n.inp(2)
-    ref = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else c
-    return where(c, _operand(a, ref) if not isinstance(a, Tensor) else a,
-                 _operand(b, ref) if not isinstance(b, Tensor) else b)
+    c, a, b = n.inp(0), n.inp(1), n.inp(2)
+    if isinstance(c, np.ndarray) and isinstance(a, np.ndarray) and a.size == 1 and isinstance(b, Tensor):
+        # masked_fill's spelling, where(mask, -inf, x), as where(~mask, x, -inf) with the mask still a
+        # constant: the form the chip compiler's attention pattern (a causal or boolean mask) knows
+        c, a, b = ~c.astype(bool), b, a
+    ref = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+    return where(_t(c), a if isinstance(a, Tensor) else _operand(a, ref),
+                 b if isinstance(b, Tensor) else _operand(b, ref))
 
 
 def _arg(n: _Node, fn):
@@ -601,6 +665,9 @@ HANDLERS = {
     "Elu": lambda n: n.x(0).elu(n.attr("alpha", 1.0)),
     "Selu": lambda n: n.attr("gamma", 1.0507009873554805) * n.x(0).elu(n.attr("alpha", 1.6732632423543772)),
     "Softplus": lambda n: n.x(0).softplus(), "PRelu": _prelu,
+    "Softsign": lambda n: n.x(0) / (n.x(0).abs() + 1), "Mish": lambda n: n.x(0) * n.x(0).softplus().tanh(),
+    "ThresholdedRelu": lambda n: where(n.x(0).gt(n.attr("alpha", 1.0)), n.x(0), 0.0),
+    "InstanceNormalization": _instance_norm, "GroupNormalization": _group_norm, "Trilu": _trilu,
     "HardSigmoid": _hard_sigmoid, "HardSwish": lambda n: n.x(0) * _hard_sigmoid(n, 1 / 6, 0.5),
     "Clip": _clip,
     "Add": _binary(lambda a, b: a + b), "Sub": _binary(lambda a, b: a - b),
@@ -632,6 +699,14 @@ _SHAPE_OPS = ("Shape", "Size")          # static whatever their input: tensor sh
 
 # ------------------------------------------------------------------------------------------------ the module
 
+def _running_stats(g) -> set[str]:
+    """Initializers read only as BatchNormalization's running mean / variance: buffers (in the
+    state dict, not parameters), as ``nn.BatchNorm2d`` keeps them."""
+    stats = {v for nd in g.node if nd.op_type == "BatchNormalization" for v in nd.input[3:5]}
+    other = {v for nd in g.node for k, v in enumerate(nd.input) if not (nd.op_type == "BatchNormalization" and k >= 3)}
+    return stats - other - {o.name for o in g.output}
+
+
 class OnnxModel(nn.Module):
     """An ONNX graph as a frontend module: ``forward(*inputs)`` in graph-input order or by input name
     (keywords); returns one Tensor, or a tuple when the graph has several outputs. Float
@@ -644,14 +719,16 @@ class OnnxModel(nn.Module):
         self.opset = opsets.get("ai.onnx", 1)
         self._opsets = list(proto.opset_import)
         self._static: dict[str, np.ndarray] = {}
-        self._params: dict[str, Tensor] = {}
+        self._params: dict[str, Tensor] = {}           # float initializers: parameters and buffers
+        buffers = _running_stats(g)
         for init in g.initializer:
             try:
                 arr = numpy_helper.to_array(init)
             except Exception as e:  # noqa: BLE001 - external data that was not found, odd types
                 raise OnnxImportError(f"initializer {init.name!r}: cannot read ({type(e).__name__}: {e})") from None
             if arr.dtype.kind == "f":
-                self._params[init.name] = Tensor(arr.astype(np.float32), dtypes.float32, requires_grad=True)
+                self._params[init.name] = Tensor(arr.astype(np.float32), dtypes.float32,
+                                                 requires_grad=init.name not in buffers)
             else:
                 self._static[init.name] = arr
         self.input_names = [i.name for i in g.input if i.name not in self._static and i.name not in self._params]
@@ -711,7 +788,7 @@ class OnnxModel(nn.Module):
                 out = "param"                                   # folded with the parameters' values
             else:
                 op = f"{nd.domain}.{nd.op_type}" if domain else nd.op_type
-                bad.setdefault(op, []).append(nd.name or f"#{i}")
+                bad.setdefault(op, []).append(_name(nd, i))
                 out = "tensor"
             for o in nd.output:
                 kind[o] = out
@@ -756,7 +833,7 @@ class OnnxModel(nn.Module):
         for i, nd in enumerate(self._proto.graph.node):
             for v in nd.input:
                 if v and v not in env:
-                    raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)}: input {v!r} is not defined")
+                    raise OnnxImportError(f"ONNX node {_name(nd, i)}: input {v!r} is not defined")
             ins = [env[v] if v else None for v in nd.input]
             vol = any(v in volatile for v in nd.input)
             outs = self._node(i, nd, ins, None if vol else cache)
@@ -768,7 +845,7 @@ class OnnxModel(nn.Module):
                     env[name] = val
             for name in nd.output[len(outs):]:
                 if name in self._used:
-                    raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)} ({nd.op_type}): output "
+                    raise OnnxImportError(f"ONNX node {_name(nd, i)} ({nd.op_type}): output "
                                           f"{name!r} is not supported")
         res = []
         for name in self.output_names:
@@ -840,12 +917,12 @@ class OnnxModel(nn.Module):
             try:
                 self._evaluators[i] = ReferenceEvaluator(m)
             except Exception as e:  # noqa: BLE001
-                raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)} ({nd.op_type}): cannot fold "
+                raise OnnxImportError(f"ONNX node {_name(nd, i)} ({nd.op_type}): cannot fold "
                                       f"({type(e).__name__}: {e})") from None
         feeds = dict(zip(names, [v for v in ins if v is not None]))
         try:
             out = self._evaluators[i].run(None, feeds)
         except Exception as e:  # noqa: BLE001
-            raise OnnxImportError(f"ONNX node {nd.name or '#' + str(i)} ({nd.op_type}): folding failed "
+            raise OnnxImportError(f"ONNX node {_name(nd, i)} ({nd.op_type}): folding failed "
                                   f"({type(e).__name__}: {e})") from None
         return [np.asarray(o) for o in out]

@@ -81,6 +81,13 @@ def test_opencl_device(tmp_path):
         np.testing.assert_allclose(o["first"], w.reshape(-1)[:6], rtol=1e-4, atol=1e-4)
 
 
+def test_rtl_without_an_hdl_simulator_is_one_line(tmp_path, monkeypatch):
+    path, _ = _write_model(tmp_path)
+    monkeypatch.setattr("verify.cosim.available", lambda sim: "not installed")
+    r = _run(path, "--input", tmp_path / "a.npy", "--input", tmp_path / "b.npy", "--device", "rtl", "--config", "tiny")
+    assert r.exit_code == 1 and "co-simulation" in r.output and "Traceback" not in r.output
+
+
 def test_bad_input_is_one_line(tmp_path):
     path, _ = _write_model(tmp_path)
     a, b = tmp_path / "a.npy", tmp_path / "b.npy"
