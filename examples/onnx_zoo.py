@@ -173,8 +173,8 @@ class GraphBuilder:
         return self.node("ReduceMean", [x], name, axes=list(axes), keepdims=1)
 
     def layer_norm(self, x, d, eps=1e-5, name="LayerNorm") -> str:
-        """LayerNormalization over the last axis (opset >= 17), else its decomposition (ReduceMean, Sub, Mul,
-        ReduceMean, Add, Sqrt, Div, Mul, Add)."""
+        """LayerNormalization over the last axis (opset >= 17), else its decomposition as torch.onnx.export writes
+        it (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add)."""
         with self.scope(name):
             w = self.normal("weight", (d,), 0.1, mean=1.0)
             b = self.normal("bias", (d,), 0.1)
@@ -182,7 +182,7 @@ class GraphBuilder:
             return self.node("LayerNormalization", [x, w, b], name, axis=-1, epsilon=eps)
         with self.scope(name):
             c = self.node("Sub", [x, self.reduce_mean(x, [-1], "mean")], "center")
-            var = self.reduce_mean(self.node("Mul", [c, c], "square"), [-1], "var")
+            var = self.reduce_mean(self.node("Pow", [c, self.const(2.0, np.float32)], "square"), [-1], "var")
             std = self.node("Sqrt", [self.node("Add", [var, self.const(eps, np.float32)], "var_eps")], "std")
             y = self.node("Div", [c, std], "normalized")
             y = self.node("Mul", [y, w], "scaled")
