@@ -28,6 +28,10 @@ Every builder returns an ``onnx.ModelProto`` that passed ``onnx.checker.check_mo
   (batch, 1, 8, 8) with a symbolic batch; the float test accuracy is in the model's metadata
   (``float_accuracy``). ``export_digits(model, kind)`` exports any such module.
 
+The transformers take ``positions="input"`` to make the position ids a second int64 input ``position_ids``
+(as Hugging Face's models take them). Below opset 17 LayerNormalization is written out as torch.onnx.export
+writes it. docs/zoo.md describes the zoo and what its tests check.
+
 BatchNormalization layers get random running statistics and affine parameters (as a trained network has), so
 folding them is not an identity. Node names are readable and scoped (``layer2.0.conv1``,
 ``encoder.layer.1.attention.self.query``), as are initializers (``layer2.0.conv1.weight``).
