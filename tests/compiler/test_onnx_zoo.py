@@ -21,11 +21,9 @@ ort = pytest.importorskip("onnxruntime")
 import tetrachip as tc  # noqa: E402
 from examples import onnx_zoo as zoo  # noqa: E402
 
-#: the small versions the tests use (the importer's chip tests compile these)
-SMALL = {"resnet18": dict(num_classes=10, image=32), "mobilenet_v2": dict(num_classes=10, image=32),
-         "bert_encoder": dict(layers=2, d_model=64, heads=2, vocab=100, seq=16),
-         "gpt2_decoder": dict(layers=2, d_model=64, heads=2, vocab=100, seq=16)}
-#: the output shapes they must have
+#: the architectures' small versions (``zoo.build(name, small=True)``) the tests use
+SMALL = {name: zoo.MODELS[name][2] for name in ("resnet18", "mobilenet_v2", "bert_encoder", "gpt2_decoder")}
+#: the output shapes they must have (10 classes; 16 tokens, d_model 64, a vocabulary of 100)
 SHAPES = {"resnet18": [(1, 10)], "mobilenet_v2": [(1, 10)], "bert_encoder": [(1, 16, 64)],
           "gpt2_decoder": [(1, 16, 100)]}
 
@@ -322,7 +320,7 @@ def test_command_line_writes_models(tmp_path, capsys):
 #: Where when its -inf is a Constant node.
 CHIP_CASES = [
     ("resnet18", "resnet18", {}, None),
-    pytest.param("mobilenet_v2", "mobilenet_v2", {}, None, marks=pytest.mark.slow, id="mobilenet_v2"),  # ~35 s
+    pytest.param("mobilenet_v2", "mobilenet_v2", {}, None, marks=pytest.mark.slow, id="mobilenet_v2"),  # 20-35 s
     ("digits_mlp", "digits_mlp", {}, None),
     ("digits_cnn", "digits_cnn", {}, None),
     ("digits_bncnn", "digits_bncnn", {}, None),
@@ -377,7 +375,7 @@ def _case(case, name, kw):
 
 
 def _params_of(cases):
-    return [c if isinstance(c, type(pytest.param(0))) else pytest.param(*c, id=c[0]) for c in cases]
+    return [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in cases]
 
 
 @pytest.mark.parametrize("case,name,kw,refusal", _params_of(CHIP_CASES))
