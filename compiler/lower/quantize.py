@@ -268,10 +268,10 @@ def ew_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
 def input_ints(q: QSchedule, feeds: dict) -> dict[int, np.ndarray]:
     out = {}
     for name, ti in q.sched.inputs.items():
-        if name not in feeds:
-            raise ChipCompileError(f"no value for input {name!r}")
-        x = np.asarray(feeds[name])
         t = q.sched.tensors[ti]
+        if t.value is None and name not in feeds:
+            raise ChipCompileError(f"no value for input {name!r}")
+        x = np.asarray(feeds[name] if t.value is None else t.value)
         if x.shape != t.shape:
             raise ChipCompileError(f"input {name!r}: shape {x.shape}, the model was compiled for {t.shape}")
         out[ti] = _index_array(name, x) if ti in q.int32 else quantize_array(x, q.scales[ti])
