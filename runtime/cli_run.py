@@ -11,7 +11,13 @@ FILE.py is plain Python that defines, at module level:
 ``--device numpy`` evaluates the float model with the numpy reference; ``--device sim`` compiles
 it for ``--config`` and runs it on the cycle-level simulator (Stats printed, ``--trace`` writes
 a Perfetto trace); ``--device rtl`` runs the same program on the chip's Verilog under cocotb
-(Verilator, ``Device("rtl")``, verify/cosim.py).
+(Verilator, ``Device("rtl")``, verify/cosim.py); ``--device opencl`` evaluates the float model on
+the OpenCL device.
+
+``tetrachip run MODEL.onnx --input x.npy [--input y.npy ...]`` runs an ONNX model
+(``tc.onnx.load``, docs/import.md) on the same devices: one ``--input`` per graph input, in the
+graph's order or as ``NAME=FILE.npy``. On the chip the outputs are compared with the compiled
+model's integer reference (``cm.reference``), which they must equal exactly.
 """
 from __future__ import annotations
 
@@ -48,38 +54,101 @@ def _as_list(inputs):
     return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
 
 
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise TetrachipError(f"{path}: no such file") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise TetrachipError(f"{path}: not a loadable .npy array ({e})") from None
+
+
+def _load_onnx(path: Path, specs: tuple[str, ...]) -> dict:
+    """The namespace a model file would define, for an ONNX model and its ``--input`` files."""
+    from compiler.importers.onnx_import import load
+    model = load(path)
+    names = model.input_names
+    if not specs:
+        raise TetrachipError(f"{path}: the model takes {len(names)} input(s) ({', '.join(names)}): give one "
+                             f"--input FILE.npy for each")
+    named = {}
+    for i, spec in enumerate(specs):
+        name, sep, file = spec.partition("=")
+        if sep and name in names:
+            named[name] = _load_npy(Path(file))
+        elif i < len(names) and not sep:
+            named[names[i]] = _load_npy(Path(spec))
+        else:
+            raise TetrachipError(f"--input {spec!r}: the model takes {len(names)} input(s) ({', '.join(names)}); "
+                                 f"give FILE.npy in that order or NAME=FILE.npy")
+    missing = [n for n in names if n not in named]
+    if missing:
+        raise TetrachipError(f"{path}: no --input for {', '.join(missing)} (the model takes {', '.join(names)})")
+    inputs = [named[n] for n in names]
+    try:
+        model(*inputs)                    # checks every input's shape against the graph: one line if wrong
+    except TetrachipError as e:
+        raise TetrachipError(f"{path}: {e}") from None
+    return {"model": model, "inputs": inputs}
+
+
+def _device(name: str, **kw):
+    from runtime.device import Device
+    from runtime.gpu_common import DeviceUnavailable
+    try:
+        return Device(name, **kw)
+    except DeviceUnavailable as e:
+        raise TetrachipError(f"--device {name}: {e}") from None
+
+
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--device", type=click.Choice(["numpy", "sim", "rtl"]), default="sim", show_default=True)
+@click.option("--input", "input_files", multiple=True, metavar="[NAME=]FILE.npy",
+              help="an input of a .onnx model (repeat: one per graph input, in order, or NAME=FILE.npy)")
+@click.option("--device", type=click.Choice(["numpy", "sim", "opencl", "rtl"]), default="sim", show_default=True)
 @click.option("--config", "config", default="base", show_default=True,
               help="config preset (tiny, small, base, large, tpu) or a .toml/.json file")
 @click.option("--trace", "trace", type=click.Path(dir_okay=False, path_type=Path),
               help="write a Chrome/Perfetto trace of the simulated run")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               help="write outputs summary, Stats and compile figures as JSON")
-def run_cmd(file: Path, device: str, config: str, trace: Path | None, json_out: Path | None) -> None:
-    """Run the model FILE.py defines (``model``, ``inputs``; optional ``calibration``, ``labels``)."""
+def run_cmd(file: Path, input_files: tuple[str, ...], device: str, config: str, trace: Path | None,
+            json_out: Path | None) -> None:
+    """Run the model FILE.py defines (``model``, ``inputs``; optional ``calibration``, ``labels``),
+    or the ONNX model FILE.onnx on its ``--input`` arrays."""
     from compiler.frontend.tensor import Tensor
     from compiler.lower.dispatch import compile_model
-    from runtime.device import Device
-    ns = _load(file)
+    is_onnx = file.suffix.lower() == ".onnx"
+    if input_files and not is_onnx:
+        raise TetrachipError(f"{file}: --input is for .onnx models (a model file defines `inputs`)")
+    ns = _load_onnx(file, input_files) if is_onnx else _load(file)
     model, inputs = ns["model"], _as_list(ns["inputs"])
     report: dict = {"file": str(file), "device": device, "config": config}
     t0 = time.perf_counter()
     if device == "rtl":
-        Device("rtl", config=config)                  # before compiling: one line if no HDL simulator
-    if device == "numpy":
+        _device("rtl", config=config)                 # before compiling: one line if no HDL simulator
+    if device in ("numpy", "opencl"):
         args = list(inputs.values()) if isinstance(inputs, dict) else inputs
-        out = model(*[Tensor(np.asarray(a, np.float32)) for a in args])
-        outs = [o.numpy() for o in (out if isinstance(out, (list, tuple)) else [out])]
+        if not is_onnx:
+            args = [Tensor(np.asarray(a, np.float32)) for a in args]
+        out = model(*args)
+        outs = _device(device).run(*(out if isinstance(out, (list, tuple)) else [out]))
     else:
         cm = compile_model(model, inputs, config=config, calibration=ns.get("calibration"))
         click.echo(cm.summary())
-        dev = Device(device, config=config, trace=bool(trace))
-        res = dev.run(cm, *([inputs] if isinstance(inputs, dict) else inputs))
+        dev = _device(device, config=config, trace=bool(trace))
+        args = [inputs] if isinstance(inputs, dict) else inputs
+        res = dev.run(cm, *args)
         outs = res.outputs
+        ref = cm.reference(*args)
+        err = max((float(np.max(np.abs(np.asarray(o, np.float64) - np.asarray(r, np.float64)), initial=0.0))
+                   for o, r in zip(outs, ref)), default=0.0)
         click.echo(res.stats.table())
-        report["stats"] = res.stats.to_dict()
+        s = res.stats
+        click.echo(f"chip: {s.cycles} cycles, MXU utilization {100 * s.mxu_utilization:.2f}%, "
+                   f"{s.instructions} instructions; max |chip - reference| = {err:g}")
+        report["stats"] = s.to_dict()
+        report["max_abs_vs_reference"] = err
         report["compile_s"] = cm.compile_s
         report["plans"] = {k: p.to_dict() for k, p in cm.plans.items()}
         if trace:
@@ -89,11 +158,15 @@ def run_cmd(file: Path, device: str, config: str, trace: Path | None, json_out: 
                 raise TetrachipError(f"{trace}: cannot write: {e.strerror}") from None
             click.echo(f"trace: {trace} (open in https://ui.perfetto.dev)")
     report["wall_s"] = time.perf_counter() - t0
-    report["outputs"] = [{"shape": list(o.shape), "mean": float(np.mean(o)), "absmax": float(np.max(np.abs(o)))}
-                         for o in outs]
+    outs = [np.asarray(o) for o in outs]
+    report["outputs"] = [{"shape": list(o.shape), "mean": float(np.mean(o)) if o.size else 0.0,
+                          "absmax": float(np.max(np.abs(o))) if o.size else 0.0,
+                          "first": [round(float(v), 6) for v in o.reshape(-1)[:6]]} for o in outs]
+    names = getattr(model, "output_names", None) if is_onnx else None
     for i, o in enumerate(outs):
         first = [round(float(v), 4) for v in o.reshape(-1)[:6]]
-        click.echo(f"output {i}: shape {tuple(o.shape)}, first values {first}")
+        label = f"output {i}" + (f" ({names[i]})" if names else "")
+        click.echo(f"{label}: shape {tuple(o.shape)}, first values {first}")
     if "labels" in ns:
         acc = float(np.mean(np.argmax(outs[0], axis=-1) == np.asarray(ns["labels"])))
         report["accuracy"] = acc

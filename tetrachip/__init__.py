@@ -50,6 +50,9 @@ _LAZY = {
     "generate_verilog": ("rtl", "generate_verilog"),
     # --- GPU comparison devices ---
     "DeviceUnavailable": ("runtime.gpu_common", "DeviceUnavailable"),
+    # --- importers (a module name with attribute None is the module itself) ---
+    "onnx": ("tetrachip.onnx", None),
+    "OnnxImportError": ("compiler.importers", "OnnxImportError"),
 }
 
 
@@ -57,7 +60,7 @@ def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'tetrachip' has no attribute {name!r}")
     module, attr = _LAZY[name]
-    value = getattr(_import_module(module), attr)
+    value = _import_module(module) if attr is None else getattr(_import_module(module), attr)
     globals()[name] = value               # the next lookup is a plain attribute
     return value
 
