@@ -30,6 +30,9 @@ _LAZY = {
     "CompiledModel": ("compiler.lower.pipeline", "CompiledModel"),
     "compile": ("compiler.lower.dispatch", "compile_model"),
     "ChipCompileError": ("compiler.lower.schedule", "ChipCompileError"),
+    # --- importers (the framework each reads is imported only when it is called) ---
+    "from_torch": ("compiler.importers.torch_import", "from_torch"),
+    "TorchImportError": ("compiler.importers.torch_import", "TorchImportError"),
     # --- ISA ---
     "ChipConfig": ("isa", "ChipConfig"),
     "PRESETS": ("isa", "PRESETS"),
