@@ -652,9 +652,12 @@ def _build(ep, source: str, torch, InputKind, OutputKind) -> TorchModel:
         if key not in _OPS:
             unsupported.setdefault(str(n.target), []).append(n.name)
             continue
+        batched = _batched_operands(n) if key == "aten.bmm" else None
+        if batched is not None:                 # a batched matmul flattened for bmm: one N-d matmul
+            refs = list(batched)
         consts_used.update(r.name for r in refs if r.name in static and r.name not in buffer_nodes)
-        steps.append(_Step(n.name, str(n.target), _OPS[key], clean(tuple(n.args)),
-                           {k: clean(v) for k, v in n.kwargs.items()}))
+        steps.append(_Step(n.name, str(n.target), _OPS[key], clean(tuple(batched or n.args)),
+                           {} if batched else {k: clean(v) for k, v in n.kwargs.items()}))
     if unsupported:
         lines = "; ".join(f"{t} (nodes: {', '.join(ns[:6])}{', ...' if len(ns) > 6 else ''})"
                           for t, ns in sorted(unsupported.items()))
@@ -672,6 +675,34 @@ def _build(ep, source: str, torch, InputKind, OutputKind) -> TorchModel:
             outputs.append(getattr(a, "value", None))
     consts = {name: _const(static[name], torch) for name in consts_used}
     return TorchModel(tensors, buffers, consts, placeholders, inputs, steps, outputs, source)
+
+
+_VIEWS = {"aten.view", "aten._unsafe_view", "aten.reshape"}
+
+
+def _batched_operands(n):
+    """``(A, B)`` when the ``bmm`` node ``n`` is PyTorch's decomposition of an N-d ``A @ B``: both operands
+    ``view(expand(X), (prod(batch), m, k))`` and the only use of the product a view back to
+    ``batch + (m, n)``. The importer then emits ``A @ B`` itself: the chip compiler's patterns (attention,
+    batched matmuls) see the model's own matmul instead of reshapes around a flattened one."""
+    users = list(n.users)
+    if len(users) != 1 or _target_name(users[0].target) not in _VIEWS:
+        return None
+    ops = []
+    for a in n.args[:2]:
+        if not hasattr(a, "target") or _target_name(a.target) not in _VIEWS:
+            return None
+        e = a.args[0]
+        if not hasattr(e, "meta") or "val" not in e.meta or len(e.meta["val"].shape) < 3:
+            return None
+        ops.append(e)
+    sa, sb = (tuple(e.meta["val"].shape) for e in ops)
+    out = tuple(users[0].meta["val"].shape) if "val" in users[0].meta else ()
+    if not all(isinstance(d, int) for d in sa + sb + out):       # symbolic sizes: left as they are
+        return None
+    if sa[:-2] != sb[:-2] or out != sa[:-1] + sb[-1:]:
+        return None
+    return tuple(ops)
 
 
 def _const(v, torch):
