@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -94,6 +95,18 @@ def _binary(method: str):
                 getattr(_tensor(a), method)(b)
         return getattr(a, method)(b)
     return fn
+
+
+def _add(a, b, alpha=1):
+    # scores + a constant mask of 0 and -inf (PyTorch's attention spells a causal or boolean mask so)
+    # is where(mask == 0, scores, -inf): the masked softmax the chip compiler finds as attention
+    for x, m in ((a, b), (b, a)):
+        if alpha == 1 and isinstance(x, Tensor) and isinstance(m, Tensor) and m.node.op is Ops.BUFFER \
+                and m.dtype.is_float and x.dtype.is_float and m.ndim <= x.ndim:
+            arr = m.numpy()
+            if arr.size and np.isneginf(arr).any() and np.all((arr == 0) | np.isneginf(arr)):
+                return where(Tensor(arr == 0), x, float("-inf"))
+    return _binary("add")(a, b, alpha)
 
 
 def _div(a, b, rounding_mode=None):
@@ -392,6 +405,7 @@ _OPS: dict[str, Callable] = {
     "aten.sqrt": _unary("sqrt"), "aten.rsqrt": _unary("rsqrt"), "aten.abs": _unary("abs"),
     "aten.neg": _unary("neg"), "aten.reciprocal": _unary("reciprocal"), "aten.sin": _unary("sin"),
     "aten.cos": _unary("cos"), "aten.sign": _unary("sign"),
+    "aten.log1p": lambda x: (x + 1).log(), "aten.expm1": lambda x: x.exp() - 1,
     "aten.gelu": lambda x, approximate="none": x.gelu(approximate),
     "aten.leaky_relu": lambda x, negative_slope=0.01: x.leaky_relu(negative_slope),
     "aten.hardtanh": lambda x, min_val=-1.0, max_val=1.0: x.clamp(min_val, max_val),
@@ -400,7 +414,7 @@ _OPS: dict[str, Callable] = {
     "aten.hardsigmoid": _hardsigmoid, "aten.hardswish": lambda x: x * _hardsigmoid(x),
     "aten.softplus": _softplus, "aten.elu": _elu,
     "aten.pow": _pow, "aten.maximum": lambda a, b: a.maximum(b), "aten.minimum": lambda a, b: a.minimum(b),
-    "aten.add": _binary("add"), "aten.sub": _binary("sub"), "aten.mul": _binary("mul"), "aten.div": _div,
+    "aten.add": _add, "aten.sub": _binary("sub"), "aten.mul": _binary("mul"), "aten.div": _div,
     "aten.rsub": _rsub,
     # comparisons and selection
     "aten.eq": _binary("eq"), "aten.ne": _binary("ne"), "aten.lt": _binary("lt"), "aten.gt": _binary("gt"),
@@ -552,7 +566,9 @@ def from_torch(module, example_inputs, *, dynamic_shapes=None) -> TorchModel:
         args.append(a)
     was_training = module.training
     try:
-        ep = torch.export.export(module.eval(), tuple(args), dynamic_shapes=dynamic_shapes).run_decompositions()
+        with warnings.catch_warnings():     # torch.export's own use of a deprecated pytree API
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            ep = torch.export.export(module.eval(), tuple(args), dynamic_shapes=dynamic_shapes).run_decompositions()
     except Exception as e:  # noqa: BLE001 (torch.export raises many kinds; one clear error)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TorchImportError(f"from_torch: torch.export could not export {source}: {type(e).__name__}: "
@@ -589,6 +605,7 @@ def _build(ep, source: str, torch, InputKind, OutputKind) -> TorchModel:
     buffers: set = set()
     placeholders, inputs = [], []
     static: dict = {}                # node name -> torch value, for folding
+    tied: dict = {}                  # id of a torch parameter -> its Tensor
     for spec in sig.input_specs:
         name = spec.arg.name
         if spec.kind == InputKind.USER_INPUT:
@@ -599,8 +616,10 @@ def _build(ep, source: str, torch, InputKind, OutputKind) -> TorchModel:
             inputs.append((name, shape, _dtype(val.dtype, torch, source)))
         elif spec.kind == InputKind.PARAMETER:
             t = ep.state_dict[spec.target]
-            arr = _np(t)
-            tensors[spec.target] = Tensor(arr, requires_grad=arr.dtype.kind == "f" and t.requires_grad)
+            if id(t) not in tied:               # a tied parameter (an LM head sharing the embedding): one Tensor
+                arr = _np(t)
+                tied[id(t)] = Tensor(arr, requires_grad=arr.dtype.kind == "f" and t.requires_grad)
+            tensors[spec.target] = tied[id(t)]
             placeholders.append((name, spec.target))
         elif spec.kind == InputKind.BUFFER:
             t = ep.state_dict[spec.target] if spec.persistent else ep.constants[spec.target]
@@ -652,12 +671,18 @@ def _build(ep, source: str, torch, InputKind, OutputKind) -> TorchModel:
         if key not in _OPS:
             unsupported.setdefault(str(n.target), []).append(n.name)
             continue
+        if key == "aten.where" and (p := _safe_softmax(n, static, torch)) is not None:
+            steps.append(_Step(n.name, "aten._safe_softmax", lambda x: x, (_Ref(p.name),), {}))
+            continue
         batched = _batched_operands(n) if key == "aten.bmm" else None
         if batched is not None:                 # a batched matmul flattened for bmm: one N-d matmul
-            refs = list(batched)
+            (a, ca), (b, cb) = map(_unscaled, batched)
+            consts_used.update(r.name for r in (a, b) if r.name in static and r.name not in buffer_nodes)
+            steps.append(_Step(n.name, str(n.target), _scaled_matmul, (_Ref(a.name), _Ref(b.name), ca * cb), {}))
+            continue
         consts_used.update(r.name for r in refs if r.name in static and r.name not in buffer_nodes)
-        steps.append(_Step(n.name, str(n.target), _OPS[key], clean(tuple(batched or n.args)),
-                           {} if batched else {k: clean(v) for k, v in n.kwargs.items()}))
+        steps.append(_Step(n.name, str(n.target), _OPS[key], clean(tuple(n.args)),
+                           {k: clean(v) for k, v in n.kwargs.items()}))
     if unsupported:
         lines = "; ".join(f"{t} (nodes: {', '.join(ns[:6])}{', ...' if len(ns) > 6 else ''})"
                           for t, ns in sorted(unsupported.items()))
@@ -703,6 +728,72 @@ def _batched_operands(n):
     if sa[:-2] != sb[:-2] or out != sa[:-1] + sb[-1:]:
         return None
     return tuple(ops)
+
+
+def _unscaled(e):
+    """``(X, c)`` when the node ``e`` is ``X * c`` for a Python number ``c`` (seen through clones and
+    expands that keep the shape), else ``(e, 1.0)``: PyTorch's attention scales q and k by
+    ``sqrt(scale)`` each; the importer scales ``q @ k^T`` once, as the chip's attention pattern has it."""
+    def shape(x):
+        return tuple(x.meta["val"].shape) if hasattr(x, "meta") and "val" in x.meta else None
+
+    x = e
+    while _target_name(x.target) in ("aten.clone", "aten.expand", "aten.alias") and \
+            shape(x.args[0]) is not None and shape(x.args[0]) == shape(x):
+        x = x.args[0]
+    if _target_name(x.target) == "aten.mul" and isinstance(x.args[1], (int, float)) \
+            and not isinstance(x.args[1], bool) and shape(x.args[0]) == shape(e):
+        return x.args[0], float(x.args[1])
+    return e, 1.0
+
+
+def _scaled_matmul(a, b, scale):
+    out = a.matmul(b)
+    return out if scale == 1 else out * scale
+
+
+def _safe_softmax(n, static: dict, torch):
+    """The softmax ``P`` when the ``where`` node ``n`` is the guard PyTorch's attention puts around it
+    (``_safe_softmax``: ``where(all(S == -inf, -1), 0, P)`` with ``P = softmax(S, -1)``, spelled
+    ``where(~any(~(S == -inf), -1, keepdim), full_like(P, 0), P)``) and no row of ``S`` can be all
+    ``-inf``: ``S`` is unmasked scores, or is masked by a constant that leaves every row a key. The guard
+    is then the softmax itself (and the chip compiler sees a softmax it fuses into attention)."""
+    def is_(node, name):
+        return hasattr(node, "target") and _target_name(node.target) == name
+
+    c, zero, p = n.args[:3]
+    if not (is_(p, "aten._softmax") and is_(zero, "aten.full_like") and zero.args[0] is p and zero.args[1] == 0
+            and is_(c, "aten.logical_not") and is_(c.args[0], "aten.any")):
+        return None
+    a = c.args[0]
+    if not is_(a.args[0], "aten.logical_not") or not is_(a.args[0].args[0], "aten.eq"):
+        return None
+    eq = a.args[0].args[0]
+    s = p.args[0]
+    if eq.args[0] is not s or eq.args[1] != float("-inf") or list(a.args[1:2]) not in ([-1], [[-1]]) \
+            or p.args[1] != -1:
+        return None
+    if is_(s, "aten.add"):                       # scores + a constant additive mask
+        consts = [static.get(x.name) for x in s.args[:2] if hasattr(x, "name")]
+        masks = [m for m in consts if m is not None]
+        if len(masks) != 1 or len(consts) != 2:
+            return None
+        keep = masks[0] > float("-inf")
+    elif is_(s, "aten.where"):                   # where(mask, scores, -inf) / where(~mask, -inf, scores)
+        cond = static.get(s.args[0].name) if hasattr(s.args[0], "name") else None
+        if cond is None or not cond.dtype == torch.bool:
+            return None
+        if s.args[2] == float("-inf"):
+            keep = cond
+        elif s.args[1] == float("-inf"):
+            keep = ~cond
+        else:
+            return None
+    elif _target_name(s.target) in ("aten.view", "aten._unsafe_view", "aten.mul", "aten.div", "aten.bmm"):
+        return p                                 # unmasked scores (finite for finite inputs)
+    else:
+        return None
+    return p if bool(keep.any(-1).all()) else None
 
 
 def _const(v, torch):

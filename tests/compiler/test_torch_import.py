@@ -149,6 +149,22 @@ class Misc(nn.Module):
         return m, s, sel, ind + (x[3] >= 0).float() - (y[3] != x[3]).float() + torch.full((2, 6), 0.5)
 
 
+class SdpaBlock(nn.Module):
+    """Causal self-attention with F.scaled_dot_product_attention (decomposed by torch.export: q and k each
+    scaled by sqrt(scale), a -inf additive mask, the guard of fully masked rows around the softmax)."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(self.ln(x)).chunk(3, -1))
+        y = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
 class Attn(nn.Module):
     def __init__(self):
         super().__init__()
@@ -236,6 +252,41 @@ def test_scaled_dot_product_attention():
     _check(SDPA(), q, k, v, torch.randn(6, 6))
 
 
+def test_fully_masked_rows_keep_pytorchs_zeros():
+    """A mask fed at run time may mask a whole row: PyTorch's guard (zeros, not NaN) is kept."""
+    class Masked(nn.Module):
+        def forward(self, q, k, v, m):
+            return TF.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    torch.manual_seed(13)
+    q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    m = torch.rand(4, 4) > 0.3
+    m[2] = False
+    tm = _check(Masked(), q, k, v, m)
+    assert "aten.where.self" in tm.ops()
+    sdpa = tc.from_torch(SdpaBlock(), torch.randn(1, 6, 32))      # a causal mask leaves every row a key
+    assert "aten._safe_softmax" in sdpa.ops()
+
+
+def test_tied_embedding_and_lm_head_stay_tied():
+    class Tied(TinyLM):
+        def __init__(self):
+            super().__init__()
+            self.head.weight = self.tok.weight
+
+    torch.manual_seed(14)
+    model = Tied()
+    ids = torch.randint(0, 50, (2, 9))
+    tm = _check(model, ids)
+    params = dict(tm.named_parameters())
+    assert "head.weight" not in params and tm.state_dict().keys() >= {"tok.weight", "head.weight"}
+    out = tm(tc.Tensor(ids.numpy()))
+    (out * out).mean().backward()
+    tout = model(ids)
+    (tout * tout).mean().backward()
+    np.testing.assert_allclose(params["tok.weight"].grad.numpy(), model.tok.weight.grad.numpy(), rtol=1e-4,
+                               atol=1e-6)
+
+
 def test_dynamic_batch():
     torch.manual_seed(9)
     model = MLP()
@@ -314,4 +365,17 @@ def test_transformer_block_on_the_chip():
     # the batched q @ k^T and p @ v (bmm in core ATen) are the model's matmuls again: one fused attention
     kinds = [k.kind for k in cm.kernels]
     assert kinds.count("attention") == 1 and kinds.count("norm") == 2
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("which", ["sdpa", "encoder_layer"])
+def test_pytorch_attention_on_the_chip(which):
+    """F.scaled_dot_product_attention and nn.TransformerEncoderLayer, as core ATen spells them, still
+    become the chip's fused attention (one kernel; q and k are not scaled by kernels of their own)."""
+    torch.manual_seed(15)
+    model = SdpaBlock() if which == "sdpa" else nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    x = np.random.default_rng(15).standard_normal((1, 8, 32)).astype(np.float32)
+    cm, got, want = _on_chip(model, x, "small")
+    kinds = [k.kind for k in cm.kernels]
+    assert kinds.count("attention") == 1 and "lookup table" not in kinds, kinds
     assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
