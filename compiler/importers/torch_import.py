@@ -590,9 +590,17 @@ def _np(t) -> np.ndarray:
 
 
 def _target_name(target) -> str:
+    """The key of ``_OPS``: ``aten.add`` for every overload of add, ``_operator.getitem`` for a Python function."""
     if hasattr(target, "_overloadpacket"):
         return f"{target.namespace}.{target._overloadpacket.__name__}"
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__name__', repr(target))}"
+
+
+def _display(target) -> str:
+    """How errors and ``TorchModel.ops()`` name a node's op: ``aten.add.Tensor``, ``operator.getitem``."""
+    if hasattr(target, "_overloadpacket"):
+        return str(target)
+    return _target_name(target).lstrip("_")
 
 
 def _build(ep, source: str, torch, InputKind, OutputKind) -> TorchModel:
@@ -669,7 +677,7 @@ def _build(ep, source: str, torch, InputKind, OutputKind) -> TorchModel:
             except Exception:  # noqa: BLE001 (not foldable: left to the op's mapping)
                 pass
         if key not in _OPS:
-            unsupported.setdefault(str(n.target), []).append(n.name)
+            unsupported.setdefault(_display(n.target), []).append(n.name)
             continue
         if key == "aten.where" and (p := _safe_softmax(n, static, torch)) is not None:
             steps.append(_Step(n.name, "aten._safe_softmax", lambda x: x, (_Ref(p.name),), {}))
@@ -678,10 +686,10 @@ def _build(ep, source: str, torch, InputKind, OutputKind) -> TorchModel:
         if batched is not None:                 # a batched matmul flattened for bmm: one N-d matmul
             (a, ca), (b, cb) = map(_unscaled, batched)
             consts_used.update(r.name for r in (a, b) if r.name in static and r.name not in buffer_nodes)
-            steps.append(_Step(n.name, str(n.target), _scaled_matmul, (_Ref(a.name), _Ref(b.name), ca * cb), {}))
+            steps.append(_Step(n.name, _display(n.target), _scaled_matmul, (_Ref(a.name), _Ref(b.name), ca * cb), {}))
             continue
         consts_used.update(r.name for r in refs if r.name in static and r.name not in buffer_nodes)
-        steps.append(_Step(n.name, str(n.target), _OPS[key], clean(tuple(n.args)),
+        steps.append(_Step(n.name, _display(n.target), _OPS[key], clean(tuple(n.args)),
                            {k: clean(v) for k, v in n.kwargs.items()}))
     if unsupported:
         lines = "; ".join(f"{t} (nodes: {', '.join(ns[:6])}{', ...' if len(ns) > 6 else ''})"

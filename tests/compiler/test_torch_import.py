@@ -327,6 +327,16 @@ def test_wrong_inputs_are_clear_errors():
         tc.from_torch(MLP(), 3)
 
 
+def test_the_docs_table_lists_every_supported_op():
+    import re
+    from pathlib import Path
+
+    from compiler.importers.torch_import import supported_ops
+    doc = (Path(__file__).parents[2] / "docs" / "torch_import.md").read_text()
+    table = doc.split("## Supported ops")[1].split("\n## ")[0]
+    assert sorted(set(re.findall(r"`(aten\.\w+)`", table))) == supported_ops()
+
+
 def test_import_tetrachip_does_not_import_torch():
     code = ("import sys, tetrachip as tc; tc.from_torch; tc.TorchImportError; "
             "assert 'torch' not in sys.modules, 'torch imported'")
