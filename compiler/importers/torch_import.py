@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import operator
 import warnings
+from contextvars import ContextVar
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -101,9 +102,8 @@ def _add(a, b, alpha=1):
     # scores + a constant mask of 0 and -inf (PyTorch's attention spells a causal or boolean mask so)
     # is where(mask == 0, scores, -inf): the masked softmax the chip compiler finds as attention
     for x, m in ((a, b), (b, a)):
-        if alpha == 1 and isinstance(x, Tensor) and isinstance(m, Tensor) and m.node.op is Ops.BUFFER \
-                and m.dtype.is_float and x.dtype.is_float and m.ndim <= x.ndim:
-            arr = m.numpy()
+        if alpha == 1 and isinstance(x, Tensor) and isinstance(m, Tensor) and m.dtype.is_float \
+                and x.dtype.is_float and m.ndim <= x.ndim and (arr := _constant_value(m)) is not None:
             if arr.size and np.isneginf(arr).any() and np.all((arr == 0) | np.isneginf(arr)):
                 return where(Tensor(arr == 0), x, float("-inf"))
     return _binary("add")(a, b, alpha)
@@ -129,9 +129,8 @@ def _where(c, a, b):
     # where(c, scalar, x) is spelled where(~c, x, scalar): the chip's pattern for a masked softmax
     # is where(mask, scores, -inf), and a constant ~c is computed here
     if not isinstance(a, Tensor) and isinstance(b, Tensor):
-        c = _tensor(c)
-        nc = Tensor(~c.numpy().astype(bool)) if c.node.op is Ops.BUFFER else c.logical_not()
-        return where(nc, b, a)
+        v = _constant_value(c)
+        return where(Tensor(~v.astype(bool)) if v is not None else _tensor(c).logical_not(), b, a)
     return where(c, a, b)
 
 
@@ -524,17 +523,21 @@ class TorchModel(Module):
         def val(a):
             if isinstance(a, _Ref):
                 return env[a.name]
-            if isinstance(a, (list, tuple)) and not isinstance(a, _Ref):
+            if isinstance(a, (list, tuple)):
                 return type(a)(val(v) for v in a)
             return a
 
-        for s in self._steps:
-            try:
-                env[s.name] = s.fn(*val(s.args), **{k: val(v) for k, v in s.kwargs.items()})
-            except (_Refuse, ShapeError, TypeError, ValueError, IndexError) as e:
-                if isinstance(e, TetrachipError):
-                    raise
-                raise TorchImportError(f"{self._source}: node {s.name!r} ({s.target}): {e}") from None
+        token = _INPUT_NODES.set(frozenset(id(env[node].node) for node, _, _ in self._inputs))
+        try:
+            for s in self._steps:
+                try:
+                    env[s.name] = s.fn(*val(s.args), **{k: val(v) for k, v in s.kwargs.items()})
+                except (_Refuse, ShapeError, TypeError, ValueError, IndexError) as e:
+                    if isinstance(e, TetrachipError):
+                        raise
+                    raise TorchImportError(f"{self._source}: node {s.name!r} ({s.target}): {e}") from None
+        finally:
+            _INPUT_NODES.reset(token)
         outs = [val(o) for o in self._outputs]
         outs = [_tensor(o) if not isinstance(o, Tensor) else o for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -570,9 +573,10 @@ def from_torch(module, example_inputs, *, dynamic_shapes=None) -> TorchModel:
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             ep = torch.export.export(module.eval(), tuple(args), dynamic_shapes=dynamic_shapes).run_decompositions()
     except Exception as e:  # noqa: BLE001 (torch.export raises many kinds; one clear error)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()][:2]
+        why = " ".join(lines)[:400] or type(e).__name__
         raise TorchImportError(f"from_torch: torch.export could not export {source}: {type(e).__name__}: "
-                               f"{first}") from e
+                               f"{why}") from e
     finally:
         module.train(was_training)
     return _build(ep, source, torch, InputKind, OutputKind)
@@ -679,14 +683,18 @@ def _build(ep, source: str, torch, InputKind, OutputKind) -> TorchModel:
         if key not in _OPS:
             unsupported.setdefault(_display(n.target), []).append(n.name)
             continue
-        if key == "aten.where" and (p := _safe_softmax(n, static, torch)) is not None:
-            steps.append(_Step(n.name, "aten._safe_softmax", lambda x: x, (_Ref(p.name),), {}))
+        if key == "aten.where" and (guard := _softmax_guard(n)) is not None:
+            more = [r for r in guard if hasattr(r, "name")]
+            consts_used.update(r.name for r in more if r.name in static and r.name not in buffer_nodes)
+            steps.append(_Step(n.name, "aten._safe_softmax", _guarded_softmax, clean(guard), {}))
             continue
         batched = _batched_operands(n) if key == "aten.bmm" else None
         if batched is not None:                 # a batched matmul flattened for bmm: one N-d matmul
-            (a, ca), (b, cb) = map(_unscaled, batched)
-            consts_used.update(r.name for r in (a, b) if r.name in static and r.name not in buffer_nodes)
-            steps.append(_Step(n.name, _display(n.target), _scaled_matmul, (_Ref(a.name), _Ref(b.name), ca * cb), {}))
+            (xa, ca), (xb, cb) = map(_unscaled, batched)
+            more = [r for r in (*batched, xa, xb) if r is not None]
+            consts_used.update(r.name for r in more if r.name in static and r.name not in buffer_nodes)
+            steps.append(_Step(n.name, _display(n.target), _nd_matmul, clean(
+                (n.args[0], n.args[1], batched[0], batched[1], xa, ca, xb, cb)), {}))
             continue
         consts_used.update(r.name for r in refs if r.name in static and r.name not in buffer_nodes)
         steps.append(_Step(n.name, _display(n.target), _OPS[key], clean(tuple(n.args)),
@@ -714,58 +722,53 @@ _VIEWS = {"aten.view", "aten._unsafe_view", "aten.reshape"}
 
 
 def _batched_operands(n):
-    """``(A, B)`` when the ``bmm`` node ``n`` is PyTorch's decomposition of an N-d ``A @ B``: both operands
-    ``view(expand(X), (prod(batch), m, k))`` and the only use of the product a view back to
-    ``batch + (m, n)``. The importer then emits ``A @ B`` itself: the chip compiler's patterns (attention,
-    batched matmuls) see the model's own matmul instead of reshapes around a flattened one."""
-    users = list(n.users)
-    if len(users) != 1 or _target_name(users[0].target) not in _VIEWS:
+    """``(A, B)`` when both operands of the ``bmm`` node ``n`` are views (``view(A, (N, m, k))``) and every
+    use of the product is a view: PyTorch's decomposition of an N-d ``A @ B``. Whether ``A`` and ``B``
+    are that N-d product's operands is decided when the model runs (``_nd_matmul``: sizes may be symbolic
+    here); a view of the N-d product equals the same view of the flattened one."""
+    if not n.users or any(_target_name(u.target) not in _VIEWS for u in n.users):
         return None
     ops = []
     for a in n.args[:2]:
-        if not hasattr(a, "target") or _target_name(a.target) not in _VIEWS:
+        if not hasattr(a, "target") or _target_name(a.target) not in _VIEWS or not hasattr(a.args[0], "name"):
             return None
-        e = a.args[0]
-        if not hasattr(e, "meta") or "val" not in e.meta or len(e.meta["val"].shape) < 3:
-            return None
-        ops.append(e)
-    sa, sb = (tuple(e.meta["val"].shape) for e in ops)
-    out = tuple(users[0].meta["val"].shape) if "val" in users[0].meta else ()
-    if not all(isinstance(d, int) for d in sa + sb + out):       # symbolic sizes: left as they are
-        return None
-    if sa[:-2] != sb[:-2] or out != sa[:-1] + sb[-1:]:
-        return None
+        ops.append(a.args[0])
     return tuple(ops)
 
 
 def _unscaled(e):
-    """``(X, c)`` when the node ``e`` is ``X * c`` for a Python number ``c`` (seen through clones and
-    expands that keep the shape), else ``(e, 1.0)``: PyTorch's attention scales q and k by
-    ``sqrt(scale)`` each; the importer scales ``q @ k^T`` once, as the chip's attention pattern has it."""
-    def shape(x):
-        return tuple(x.meta["val"].shape) if hasattr(x, "meta") and "val" in x.meta else None
-
+    """``(X, c)`` when the node ``e`` is ``X * c`` for a Python number ``c``, seen through clones and
+    expands (``_nd_matmul`` uses ``X`` only when it has ``e``'s shape), else ``(None, 1.0)``: PyTorch's
+    attention scales q and k by ``sqrt(scale)`` each; the chip's attention pattern scales ``q @ k^T`` once."""
     x = e
-    while _target_name(x.target) in ("aten.clone", "aten.expand", "aten.alias") and \
-            shape(x.args[0]) is not None and shape(x.args[0]) == shape(x):
+    while hasattr(x, "target") and _target_name(x.target) in ("aten.clone", "aten.expand", "aten.alias"):
         x = x.args[0]
-    if _target_name(x.target) == "aten.mul" and isinstance(x.args[1], (int, float)) \
-            and not isinstance(x.args[1], bool) and shape(x.args[0]) == shape(e):
+    if hasattr(x, "target") and _target_name(x.target) == "aten.mul" and hasattr(x.args[0], "name") \
+            and isinstance(x.args[1], (int, float)) and not isinstance(x.args[1], bool):
         return x.args[0], float(x.args[1])
-    return e, 1.0
+    return None, 1.0
 
 
-def _scaled_matmul(a, b, scale):
+def _nd_matmul(a3, b3, a, b, xa, ca, xb, cb):
+    """``bmm(a3, b3)`` where ``a3``, ``b3`` are views of ``a``, ``b`` (and ``a == xa * ca`` when ``xa``
+    has ``a``'s shape, likewise ``b``): ``a @ b`` (scaled once) when that is the same product, N-d."""
+    batch = a.shape[:-2]
+    if a.ndim < 3 or a.ndim != b.ndim or batch != b.shape[:-2] or not all(isinstance(d, int) for d in batch) \
+            or math.prod(batch) != a3.shape[0] or a.shape[-2:] != a3.shape[-2:] or b.shape[-2:] != b3.shape[-2:]:
+        return a3.matmul(b3)
+    scale = 1.0
+    if xa is not None and xa.shape == a.shape:
+        a, scale = xa, scale * ca
+    if xb is not None and xb.shape == b.shape:
+        b, scale = xb, scale * cb
     out = a.matmul(b)
     return out if scale == 1 else out * scale
 
 
-def _safe_softmax(n, static: dict, torch):
-    """The softmax ``P`` when the ``where`` node ``n`` is the guard PyTorch's attention puts around it
-    (``_safe_softmax``: ``where(all(S == -inf, -1), 0, P)`` with ``P = softmax(S, -1)``, spelled
-    ``where(~any(~(S == -inf), -1, keepdim), full_like(P, 0), P)``) and no row of ``S`` can be all
-    ``-inf``: ``S`` is unmasked scores, or is masked by a constant that leaves every row a key. The guard
-    is then the softmax itself (and the chip compiler sees a softmax it fuses into attention)."""
+def _softmax_guard(n):
+    """The arguments of ``_guarded_softmax`` when the ``where`` node ``n`` is the guard PyTorch's attention
+    puts around its softmax (``_safe_softmax``: rows of scores ``S`` that are all -inf give zeros, not NaN),
+    spelled ``where(~any(~(S == -inf), -1, keepdim), full_like(P, 0), P)`` with ``P = softmax(S, -1)``."""
     def is_(node, name):
         return hasattr(node, "target") and _target_name(node.target) == name
 
@@ -776,32 +779,70 @@ def _safe_softmax(n, static: dict, torch):
     a = c.args[0]
     if not is_(a.args[0], "aten.logical_not") or not is_(a.args[0].args[0], "aten.eq"):
         return None
-    eq = a.args[0].args[0]
-    s = p.args[0]
+    eq, s = a.args[0].args[0], p.args[0]
     if eq.args[0] is not s or eq.args[1] != float("-inf") or list(a.args[1:2]) not in ([-1], [[-1]]) \
             or p.args[1] != -1:
         return None
-    if is_(s, "aten.add"):                       # scores + a constant additive mask
-        consts = [static.get(x.name) for x in s.args[:2] if hasattr(x, "name")]
-        masks = [m for m in consts if m is not None]
-        if len(masks) != 1 or len(consts) != 2:
-            return None
-        keep = masks[0] > float("-inf")
-    elif is_(s, "aten.where"):                   # where(mask, scores, -inf) / where(~mask, -inf, scores)
-        cond = static.get(s.args[0].name) if hasattr(s.args[0], "name") else None
-        if cond is None or not cond.dtype == torch.bool:
-            return None
-        if s.args[2] == float("-inf"):
-            keep = cond
-        elif s.args[1] == float("-inf"):
-            keep = ~cond
-        else:
-            return None
-    elif _target_name(s.target) in ("aten.view", "aten._unsafe_view", "aten.mul", "aten.div", "aten.bmm"):
-        return p                                 # unmasked scores (finite for finite inputs)
-    else:
+    if is_(s, "aten.add"):                       # scores + a mask
+        return (c, zero, p, "add", *s.args[:2])
+    if is_(s, "aten.where"):                     # where(mask, scores, -inf) / where(~mask, -inf, scores)
+        return (c, zero, p, "where", *s.args[:3])
+    if _target_name(s.target) in ("aten.view", "aten._unsafe_view", "aten.mul", "aten.div", "aten.bmm"):
+        return (c, zero, p, "none")              # unmasked scores (finite for finite inputs)
+    return None
+
+
+#: ids of the graph nodes of the inputs of the TorchModel.forward running now (eager inputs are constants
+#: to the IR: this tells them from the model's own constants)
+_INPUT_NODES: ContextVar[frozenset] = ContextVar("_INPUT_NODES", default=frozenset())
+
+
+def _constant_value(x) -> np.ndarray | None:
+    """The value of ``x`` when it does not depend on the model's inputs (a Python number, a Tensor whose
+    graph reaches neither an INPUT node nor the running forward's inputs), else None."""
+    if isinstance(x, (bool, int, float)):
+        return np.asarray(x)
+    if not isinstance(x, Tensor):
         return None
-    return p if bool(keep.any(-1).all()) else None
+    inputs = _INPUT_NODES.get()
+    stack, seen = [x.node], set()
+    while stack:
+        node = stack.pop()
+        if node.op is Ops.INPUT or id(node) in inputs:
+            return None
+        for src in node.src:
+            if id(src) not in seen:
+                seen.add(id(src))
+                stack.append(src)
+    return x.numpy()
+
+
+def _is_neginf(x) -> bool:
+    v = _constant_value(x) if isinstance(x, (float, Tensor)) and getattr(x, "ndim", 0) == 0 else None
+    return v is not None and bool(np.isneginf(v))
+
+
+def _guarded_softmax(c, zero, p, kind, *ops):
+    """PyTorch's ``_safe_softmax`` guard ``where(c, zero, p)``, or just the softmax ``p`` when no row of the
+    scores can be all -inf: they are unmasked, or masked by a constant (known once the model's shapes
+    are) that leaves every row a key. The chip compiler finds that softmax as attention."""
+    keep = None
+    if kind == "none":
+        return p
+    if kind == "add":
+        for m in ops:
+            v = _constant_value(m)
+            if v is not None and v.dtype.kind == "f":
+                keep = v > -np.inf
+                break
+    elif kind == "where":
+        cond, a, b = ops
+        v = _constant_value(cond)
+        if v is not None and (_is_neginf(a) or _is_neginf(b)):
+            keep = v.astype(bool) if _is_neginf(b) else ~v.astype(bool)
+    if keep is not None and keep.size and bool(keep.any(-1).all()):
+        return p
+    return where(c, zero, p)
 
 
 def _const(v, torch):
