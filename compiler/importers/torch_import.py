@@ -69,7 +69,7 @@ def _tensor(v) -> Tensor:
     return v if isinstance(v, Tensor) else as_tensor(v)
 
 
-def _dims(d, ndim: int) -> tuple | None:
+def _dims(d) -> tuple | None:
     """A reduction's ``dim`` argument: None or [] mean every axis."""
     if d is None or (isinstance(d, (list, tuple)) and len(d) == 0):
         return None
@@ -142,17 +142,17 @@ def _masked_fill(x, mask, value):
 
 def _reduce(method: str):
     def fn(x, dim=None, keepdim=False, dtype=None):
-        out = getattr(x, method)(_dims(dim, x.ndim), keepdim)
+        out = getattr(x, method)(_dims(dim), keepdim)
         return out.cast(dtype) if dtype is not None else out
     return fn
 
 
 def _sum(x, dim=None, keepdim=False, dtype=None):
-    return x.sum(_dims(dim, x.ndim), keepdim, dtype)
+    return x.sum(_dims(dim), keepdim, dtype)
 
 
 def _var(x, dim=None, *, correction=None, keepdim=False):
-    return x.var(_dims(dim, x.ndim), keepdim, 1 if correction is None else int(correction))
+    return x.var(_dims(dim), keepdim, 1 if correction is None else int(correction))
 
 
 def _max(x, dim=None, keepdim=False):
@@ -201,12 +201,12 @@ def _to(x, *args, dtype=None, **_):
     return _cast(x, dtype)
 
 
-def _float_dtype(dtype, value):
+def _dtype_or_default(dtype, value):
     return dtype if dtype is not None else dtypes.scalar_dtype(value)
 
 
 def _full(size, fill_value, *, dtype=None, **_):
-    return Tensor.full(tuple(size), fill_value, _float_dtype(dtype, fill_value))
+    return Tensor.full(tuple(size), fill_value, _dtype_or_default(dtype, fill_value))
 
 
 def _full_like(x, fill_value, *, dtype=None, **_):
@@ -222,7 +222,7 @@ def _arange(*args, dtype=None, **_):
 
 
 def _scalar_tensor(value, *, dtype=None, **_):
-    return Tensor.full((), value, _float_dtype(dtype, value))
+    return Tensor.full((), value, _dtype_or_default(dtype, value))
 
 
 def _tri(upper: bool):

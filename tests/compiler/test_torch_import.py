@@ -165,6 +165,37 @@ class SdpaBlock(nn.Module):
         return x + self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
+class MobileBits(nn.Module):
+    """MobileNetV3-style pieces: Hardswish, a squeeze-excite with Hardsigmoid, depthwise conv + ReLU6,
+    average and (divisible) adaptive pooling, Dropout, SiLU / Softplus / ELU heads."""
+
+    def __init__(self, gen):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish())
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+        self.se1, self.se2 = nn.Conv2d(16, 4, 1), nn.Conv2d(4, 16, 1)
+        self.pool, self.adapt = nn.AvgPool2d(3, 1, padding=1, count_include_pad=False), nn.AdaptiveAvgPool2d((2, 2))
+        self.fc = nn.Sequential(nn.Flatten(), nn.Dropout(0.2), nn.Linear(64, 10), nn.SiLU(), nn.Softplus(), nn.ELU())
+        _randomize_bn(self.stem[1], gen)
+        _randomize_bn(self.dw[1], gen)
+
+    def forward(self, x):
+        x = self.dw(self.stem(x))
+        x = x * TF.hardsigmoid(self.se2(TF.relu(self.se1(TF.adaptive_avg_pool2d(x, 1)))))
+        return self.fc(self.adapt(self.pool(x)))
+
+
+class Shapes(nn.Module):
+    """Padding, flips, repeats, stacking and unbinding, max/argmax, var/std; a cumsum of a constant (folded)."""
+
+    def forward(self, x):
+        a, b, c = x.unbind(1)
+        s = torch.stack([a, c.flip(0), b * torch.arange(4.0).cumsum(0)], -1)
+        p = TF.pad(s, (1, 2, 0, 1), value=-0.5).repeat(1, 2, 1)
+        m, i = p.max(-1)
+        return m + i.float(), p.var(-1), x.std(1, keepdim=True), p.argmin(1).float()
+
+
 class Attn(nn.Module):
     def __init__(self):
         super().__init__()
@@ -240,6 +271,19 @@ def test_embedding_and_lm_head():
 def test_elementwise_reduction_and_movement_ops():
     torch.manual_seed(7)
     _check(Misc(), torch.randn(5, 6), torch.randn(5, 6))
+
+
+def test_mobilenet_style_pieces():
+    gen = torch.Generator().manual_seed(16)
+    torch.manual_seed(16)
+    tm = _check(MobileBits(gen), torch.randn(2, 3, 16, 16))
+    assert {"aten.hardtanh.default", "aten._adaptive_avg_pool2d.default", "aten.avg_pool2d.default"} <= set(tm.ops())
+
+
+def test_padding_flips_repeats_and_reductions():
+    torch.manual_seed(17)
+    tm = _check(Shapes(), torch.randn(4, 3))
+    assert "aten.cumsum.default" not in tm.ops()
 
 
 def test_scaled_dot_product_attention():
@@ -324,6 +368,19 @@ def test_wrong_inputs_are_clear_errors():
         tc.from_torch(lambda x: x, torch.randn(2))
     with pytest.raises(tc.TorchImportError, match="example input 0"):
         tc.from_torch(MLP(), 3)
+
+
+def test_export_failures_and_refused_arguments_are_clear_errors():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x - 1       # data-dependent control flow: torch.export refuses
+
+    with pytest.raises(tc.TorchImportError, match="torch.export could not export Branchy") as e:
+        tc.from_torch(Branchy(), torch.ones(3))
+    assert e.value.__cause__ is not None
+    tm = tc.from_torch(nn.MaxPool2d(2, ceil_mode=True), torch.randn(1, 1, 5, 5))
+    with pytest.raises(tc.TorchImportError, match=r"node 'max_pool2d_with_indices' .*ceil_mode=True"):
+        tm(tc.Tensor(np.zeros((1, 1, 5, 5), np.float32)))
 
 
 def test_the_docs_table_lists_every_supported_op():
