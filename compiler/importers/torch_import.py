@@ -15,6 +15,11 @@ inputs, so the model works with ``tc.compile``, every Device and autograd.
   imported: PyTorch evaluates them and the results are stored as arrays. A buffer read only
   through such a subgraph is read then (``load_state_dict`` later changes the buffers the graph
   reads directly, such as BatchNorm's running statistics).
+* Three rewrites, each decided when the model runs, keep the chip compiler's patterns seeing the
+  model's layers: a ``bmm`` that flattens an N-d matmul is that matmul (q and k scaled once:
+  ``_nd_matmul``), a constant 0/-inf mask added to scores is a ``where`` mask (``_add``), and the
+  fully-masked-row guard around an attention softmax goes when no row can be fully masked
+  (``_guarded_softmax``). docs/torch_import.md has the op table and the limits.
 * Every op the importer cannot map is reported at once, with the graph nodes that use it, in one
   ``TorchImportError`` (before anything runs); a call the frontend refuses while the model runs
   (a shape its op cannot take) is re-raised as a ``TorchImportError`` naming the graph node.
