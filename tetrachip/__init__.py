@@ -30,9 +30,6 @@ _LAZY = {
     "CompiledModel": ("compiler.lower.pipeline", "CompiledModel"),
     "compile": ("compiler.lower.dispatch", "compile_model"),
     "ChipCompileError": ("compiler.lower.schedule", "ChipCompileError"),
-    # --- importers (the framework each reads is imported only when it is called) ---
-    "from_torch": ("compiler.importers.torch_import", "from_torch"),
-    "TorchImportError": ("compiler.importers.torch_import", "TorchImportError"),
     # --- ISA ---
     "ChipConfig": ("isa", "ChipConfig"),
     "PRESETS": ("isa", "PRESETS"),
@@ -56,6 +53,8 @@ _LAZY = {
     # --- importers (a module name with attribute None is the module itself) ---
     "onnx": ("tetrachip.onnx", None),
     "OnnxImportError": ("compiler.importers", "OnnxImportError"),
+    "from_torch": ("compiler.importers.torch_import", "from_torch"),      # imports torch when called
+    "TorchImportError": ("compiler.importers", "TorchImportError"),
 }
 
 

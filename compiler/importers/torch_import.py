@@ -42,13 +42,9 @@ from compiler.frontend import functional as F
 from compiler.frontend.nn import Module
 from compiler.frontend.shapes import ShapeError
 from compiler.frontend.tensor import Tensor, as_tensor, cat, stack, where
+from compiler.importers import TorchImportError
 from compiler.ir import dtypes
 from compiler.ir.graph import Ops
-
-
-class TorchImportError(TetrachipError, ValueError):
-    """A PyTorch model the importer cannot take: an export failure, unsupported ops (all listed),
-    an argument of an op it does not handle, or inputs of the wrong number or shape."""
 
 
 class _Ref(NamedTuple):
