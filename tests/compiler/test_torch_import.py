@@ -447,3 +447,13 @@ def test_pytorch_attention_on_the_chip(which):
     kinds = [k.kind for k in cm.kernels]
     assert kinds.count("attention") == 1 and "lookup table" not in kinds, kinds
     assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+def test_embedding_lm_on_the_chip():
+    """Token ids (int64 in PyTorch, int32 here) through the embedding lookup, the folded positions'
+    table, a LayerNorm and the LM head."""
+    torch.manual_seed(18)
+    ids = np.random.default_rng(18).integers(0, 50, (2, 9))
+    cm, got, want = _on_chip(TinyLM(), ids, "small")
+    assert [k.kind for k in cm.kernels][0] == "embedding"
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
