@@ -39,6 +39,8 @@ from compiler.ir import dtypes
 
 DEVICES = ("sim", "reference", "numpy")
 INPUTS = ("ids", "pos", "k_cache", "v_cache", "mask")
+#: decode steps per calibration sequence (evenly spread over it)
+CALIBRATION_STEPS = 64
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Generation:
     device: str
     cycles: list = field(default_factory=list)      # chip cycles per decode step ("sim"), one per position
     written: list = field(default_factory=list)     # bytes the host wrote before each step ("sim")
+    logits: list = field(default_factory=list)      # per new token, the logits (vocab,) it was chosen from
     wall_s: float = 0.0
 
     @property
@@ -85,8 +88,7 @@ class Generator:
         if device == "numpy":
             return
         from compiler.lower.dispatch import compile_model
-        seqs = self._calibration(calibration)
-        feeds = [f for seq in seqs for f in self._float_steps(seq)[1]]
+        feeds = [f for seq in self._calibration(calibration) for f in self._calibration_feeds(seq)]
         t0 = time.perf_counter()
         self.cm = compile_model(model.decode_step, feeds[-1], config, calibration=feeds, resident_inputs=True)
         self.compile_s = time.perf_counter() - t0
@@ -111,21 +113,19 @@ class Generator:
         return {"ids": np.array([token], np.int32), "pos": np.array([pos], np.int32), "k_cache": kc,
                 "v_cache": vc, "mask": decode_mask(pos, self.max_len)}
 
+    def _calibration_feeds(self, seq: list[int], most: int = CALIBRATION_STEPS) -> list[dict]:
+        """Decode-step feeds at up to ``most`` positions of ``seq`` (evenly spread, the last one included), the
+        caches from one float forward pass (``GPT.caches``)."""
+        kc, vc = self.model.caches(seq)
+        n = len(seq)
+        pos = sorted({int(round(x)) for x in np.linspace(n - 1, 0, min(most, n))})
+        return [self._feeds(seq[p], p, (np.where(np.arange(self.max_len)[None, :, None] < p, kc, 0),
+                                        np.where(np.arange(self.max_len)[None, :, None] < p, vc, 0)))
+                for p in pos]
+
     def _float_step(self, feeds: dict):
         t = {k: Tensor(v, dtypes.int32 if k in ("ids", "pos") else dtypes.float32) for k, v in feeds.items()}
         return [o.numpy() for o in self.model.decode_step(*(t[k] for k in INPUTS))]
-
-    def _float_steps(self, seq: list[int]):
-        """(logits per position, feeds per position) of the float decode of ``seq``."""
-        kc, vc = (np.zeros(self.model.cache_shape, np.float32) for _ in range(2))
-        logits, feeds = [], []
-        for p, tok in enumerate(seq):
-            f = self._feeds(tok, p, (kc.copy(), vc.copy()))
-            lg, kn, vn = self._float_step(f)
-            kc[:, p], vc[:, p] = kn, vn
-            logits.append(lg[0])
-            feeds.append(f)
-        return logits, feeds
 
     @staticmethod
     def sample(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator) -> int:
@@ -174,6 +174,7 @@ class Generator:
             else:
                 tok = self.sample(logits, temperature, top_k, rng)
                 out.tokens.append(tok)
+                out.logits.append(logits)
         out.wall_s = time.perf_counter() - t0
         return out
 

@@ -112,6 +112,7 @@ class SimSession:
         self.cm, self.backend, self.runs, self.last_written = cm, backend, 0, 0
         self.chip = Chip(backend.config, trace=backend.trace)
         self.chip.load(cm.program)
+        self.loads = 1                   # the program is loaded once, here
         self.bytes_written = 0
         for addr, data in cm.dram_writes(cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict)
                                                   else inputs)):

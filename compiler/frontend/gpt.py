@@ -71,10 +71,13 @@ class GPTBlock(Module):
     def mlp(self, x: Tensor) -> Tensor:
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, kv: list | None = None) -> Tensor:
+        """The causal block on ``x`` (B, T, d); appends this layer's keys and values (B, heads, T, hd) to ``kv``."""
         b, t, d = x.shape
         h, hd = self.heads, d // self.heads
         q, k, v = (z.reshape(b, t, h, hd).transpose(1, 2) for z in self.qkv(self.ln1(x)).chunk(3, -1))
+        if kv is not None:
+            kv.append((k, v))
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.mlp(x + self.proj(o.transpose(1, 2).reshape(b, t, d)))
 
@@ -115,7 +118,9 @@ class GPT(Module):
         """The shape of ``k_cache`` and ``v_cache``: (layers * heads, max_len, head_dim)."""
         return (self.layers * self.heads, self.max_len, self.head_dim)
 
-    def forward(self, ids) -> Tensor:
+    def forward(self, ids, kv: list | None = None) -> Tensor:
+        """Logits (B, T, vocab) of token ids (B, T) (or (T,): B = 1); ``kv`` collects each layer's keys and
+        values."""
         ids = ids if isinstance(ids, Tensor) else Tensor(np.asarray(ids, np.int32), dtypes.int32)
         if ids.ndim == 1:
             ids = ids.reshape(1, -1)
@@ -124,8 +129,21 @@ class GPT(Module):
             raise ValueError(f"GPT: a sequence of {t} tokens is longer than max_len {self.max_len}")
         x = self.tok(ids) + self.pos.weight[:t]
         for blk in self.blocks:
-            x = blk(x)
+            x = blk(x, kv)
         return self.head(self.ln_f(x))
+
+    def caches(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """The float key and value caches (``cache_shape``) after the tokens ``ids`` (T,): rows ``0..T-1``
+        filled by one causal forward pass, zeros after (what T decode steps build, up to float rounding)."""
+        kv: list = []
+        self.forward(np.asarray(ids, np.int32).reshape(1, -1), kv)
+        t = len(np.asarray(ids).reshape(-1))
+        out = []
+        for j in (0, 1):
+            c = np.zeros(self.cache_shape, np.float32)
+            c[:, :t] = np.concatenate([z[j].numpy()[0] for z in kv], 0)
+            out.append(c)
+        return out[0], out[1]
 
     def decode_step(self, ids: Tensor, pos: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor):
         """(logits (1, vocab), k_new, v_new (layers * heads, head_dim)): see the module doc."""
