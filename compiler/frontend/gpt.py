@@ -21,9 +21,11 @@ LayerNorm, a linear LM head) with two entry points written in tc ops:
   It returns ``(logits (1, vocab), k_new, v_new)``, the new token's key and value rows
   ``(layers * heads, head_dim)``, which the caller stores at row ``pos`` of the caches.
 
-  The new token's own key and value enter the attention without a concatenation: a one-hot row of
-  ``pos`` (a lookup in the identity table) times the key is added to the cache (whose row ``pos`` is
-  still zero), so every tensor keeps its ``max_len`` shape whatever the position.
+  The new token's own key and value enter the attention without a concatenation: its score for itself
+  ``q . k`` is added at column ``pos`` of the scores through a one-hot row of ``pos`` (a lookup in the identity
+  table), and ``v`` is weighted by the probability at that column. The caches' row ``pos`` is still zero then,
+  so every tensor keeps its ``max_len`` shape whatever the position (and no ``max_len x head_dim`` copy of a
+  cache is made per step).
 
 The additive mask is an input, not a constant: one binary serves every position. ``MASKED`` is a large
 negative score but not an infinite one (an int8 input quantizes it exactly to its most negative value);
@@ -83,12 +85,14 @@ class GPTBlock(Module):
 
     def step(self, x: Tensor, onehot: Tensor, kc: Tensor, vc: Tensor, mask: Tensor):
         """One token ``x`` (1, d) over this layer's caches ``kc``/``vc`` (heads, max_len, hd); ``onehot``
-        (heads, max_len, 1) marks the token's own position. Returns the new x and its (heads, hd) k and v."""
+        (heads, 1, max_len) marks the token's own position. Returns the new x and its (heads, hd) k and v."""
         h, hd = self.heads, self.d // self.heads
         q, k, v = (z.reshape(h, 1, hd) for z in self.qkv(self.ln1(x)).chunk(3, -1))
-        keys, values = kc + onehot @ k, vc + onehot @ v
-        scores = q @ keys.transpose(1, 2) * (1 / math.sqrt(hd)) + mask
-        o = F.softmax(scores, -1) @ values
+        scale = 1 / math.sqrt(hd)
+        own = (q * scale) @ k.transpose(1, 2)                    # (h, 1, 1): the token's score for itself
+        scores = (q * scale) @ kc.transpose(1, 2) + own @ onehot + mask
+        p = F.softmax(scores, -1)
+        o = p @ vc + (p @ onehot.transpose(1, 2)) @ v
         x = self.mlp(x + self.proj(o.reshape(1, self.d)))
         return x, k.reshape(h, hd), v.reshape(h, hd)
 
@@ -149,7 +153,7 @@ class GPT(Module):
         """(logits (1, vocab), k_new, v_new (layers * heads, head_dim)): see the module doc."""
         h, n = self.heads, self.max_len
         x = self.tok(ids) + self.pos(pos)
-        onehot = F.embedding(pos, eye(n)).reshape(1, n, 1).expand(h, n, 1)
+        onehot = F.embedding(pos, eye(n)).reshape(1, 1, n).expand(h, 1, n)
         ks, vs = [], []
         for i, blk in enumerate(self.blocks):
             x, k, v = blk.step(x, onehot, k_cache[i * h:(i + 1) * h], v_cache[i * h:(i + 1) * h], mask)
