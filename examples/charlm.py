@@ -169,10 +169,18 @@ def measure(config: str, tokens: int = 100) -> dict:
                      "agreement_with_float_pct": agreement(g.tokens, f.tokens),
                      "first_difference": next((i for i, (a, b) in enumerate(zip(g.tokens, f.tokens)) if a != b),
                                               None),
-                     "chip": vocab.decode(g.tokens), "float": vocab.decode(f.tokens)}
+                     "chip": vocab.decode(g.tokens), "float": vocab.decode(f.tokens),
+                     "float_agrees_on_chip_text_pct": _agrees_on(model, list(prompt), g.tokens)}
     # teacher-forced: the chip's and the float model's argmax at every position of the same text
     res["teacher_forced_agreement_pct"] = _teacher_forced(chip, flt, text[SHAPE["max_len"]:2 * SHAPE["max_len"]])
     return res
+
+
+def _agrees_on(model, prompt: list, tokens: list) -> float:
+    """Percentage of the chip's greedy tokens that are also the float model's argmax after the same text (the
+    chip's own prompt + continuation): agreement step by step, without the drift of two diverging texts."""
+    logits = model(np.array(prompt + tokens[:-1], np.int32)).numpy()[0, len(prompt) - 1:]
+    return 100.0 * float(np.mean(np.argmax(logits, -1) == np.asarray(tokens)))
 
 
 def _teacher_forced(chip, flt, ids) -> float:

@@ -186,3 +186,17 @@ def test_a_session_needs_resident_inputs():
     s = SimBackend("base").session(cm, x)
     for _ in range(2):
         assert np.array_equal(s.run().outputs[0], cm.reference(x)[0])
+
+
+def test_the_charlm_example_generates_on_the_chip():
+    """The shipped character model: its vocabulary round-trips, and the chip's tokens equal the reference's."""
+    from examples import charlm
+    model, vocab = charlm.load()
+    assert vocab.decode(vocab.encode("The chip")) == "The chip"
+    with pytest.raises(ValueError, match="not in the model's vocabulary"):
+        vocab.encode("\x00")
+    cal = charlm.calibration(vocab, n=1)
+    ids = vocab.encode("The chip ")
+    a = tc.Generator(model, "base", "sim", calibration=cal).generate(ids, 3)
+    b = tc.Generator(model, "base", "reference", calibration=cal).generate(ids, 3)
+    assert a.tokens == b.tokens and len(a.cycles) == len(ids) + 2
