@@ -122,11 +122,11 @@ def agreement(a: list, b: list) -> float:
 
 def run(prompt: str, tokens: int, temperature: float, top_k, seed: int, config: str) -> dict:
     model, vocab = load()
+    ids = vocab.encode(prompt)
     cal = calibration(vocab)
     t0 = time.perf_counter()
     chip = tc.Generator(model, config, "sim", calibration=cal)
     print(f"compiled the decode step once in {time.perf_counter() - t0:.1f} s: {len(chip.cm.program)} instructions")
-    ids = vocab.encode(prompt)
     out = chip.generate(ids, tokens, temperature, top_k, seed)
     ref = tc.Generator(model, config, "reference", calibration=cal).generate(ids, tokens, temperature, top_k, seed)
     flt = tc.Generator(model, device="numpy").generate(ids, tokens, temperature, top_k, seed)
