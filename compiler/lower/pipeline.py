@@ -123,12 +123,25 @@ class CompiledModel(Compiled):
                 for p, v in zip(np.split(pos, cuts), np.split(ints, cuts)) if len(p)]
 
     def zeroed_before_run(self) -> list[tuple[int, int]]:
-        """(address, bytes) of the DRAM a run expects to find zero besides what ``dram_writes`` writes: the images
-        of padded intermediate tensors, whose borders the program leaves to the arena's zeros when no earlier
-        tensor shared their place (a later one may have, so a second run on the same DRAM zeroes them again)."""
-        s = self.qsched.sched
-        return [(self.tensor_addr[ti], t.phys_size * self.qsched.elem_bytes(ti))
-                for ti, t in enumerate(s.tensors) if t.kind == "kernel" and t.padded]
+        """(address, bytes) the program expects to find zero besides what ``dram_writes`` writes: the borders of
+        padded intermediate tensors whose place in DRAM another tensor shares (the program zeroes a border
+        only where an earlier tensor wrote; a later one may write there too, so a second run on the same DRAM
+        needs these zeroed again)."""
+        s, q = self.qsched.sched, self.qsched
+        spans = {ti: (self.tensor_addr[ti], self.tensor_addr[ti] + t.phys_size * q.elem_bytes(ti))
+                 for ti, t in enumerate(s.tensors)}
+        out = []
+        for ti, t in enumerate(s.tensors):
+            lo, hi = spans[ti]
+            if t.kind != "kernel" or not t.padded or \
+                    not any(a < hi and lo < b for tj, (a, b) in spans.items() if tj != ti):
+                continue
+            size = q.elem_bytes(ti)
+            border = np.flatnonzero(t.to_phys(np.ones(t.shape, np.uint8)) == 0)
+            for seg in np.split(border, np.flatnonzero(np.diff(border) != 1) + 1):
+                if len(seg):
+                    out.append((lo + int(seg[0]) * size, len(seg) * size))
+        return out
 
     def output_tensors(self) -> list[int]:
         return sorted({t for t, _ in self.qsched.sched.outputs})
