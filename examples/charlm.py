@@ -3,7 +3,7 @@
     python -m examples.charlm                  # greedy continuation of a prompt on the simulated chip
     python -m examples.charlm --prompt "The simulator" --tokens 60 --temperature 0.8 --top-k 10
     python -m examples.charlm --measure --json out/generation.json   # the figures of docs/generation.md
-    python -m examples.charlm --train          # retrain (about 10 minutes on one core) -> examples/charlm.npz
+    python -m examples.charlm --train          # retrain (about 13 minutes on one core) -> examples/charlm.npz
 
 The model (``tc.GPT``: 2 layers, d_model 64, 4 heads, max_len 256) is trained with tc autograd and AdamW on
 ``docs/*.md`` and ``README.md`` concatenated (no download). Training takes minutes, so its weights ship in
@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = Path(__file__).resolve().parent / "charlm.npz"
 SHAPE = dict(d_model=64, heads=4, layers=2, max_len=256)
 PROMPT = "The compiler "
+#: text windows saved with the weights: WINDOWS - 1 for calibration, the last one held out
+WINDOWS = 5
 
 
 def corpus() -> str:
@@ -90,8 +92,17 @@ def train(steps: int = 2000, batch: int = 8, seq: int = 256, lr: float = 3e-3, s
     return model.eval(), vocab
 
 
+def windows(vocab: Vocab, n: int = WINDOWS, seed: int = 1) -> np.ndarray:
+    """``n`` windows of ``max_len`` characters of ``corpus()`` (as token ids), drawn when the weights are saved."""
+    data = vocab.encode("".join(c for c in corpus() if c in vocab.index))
+    starts = np.random.default_rng(seed).integers(0, len(data) - SHAPE["max_len"], n)
+    return np.stack([data[s:s + SHAPE["max_len"]] for s in starts])
+
+
 def save(model, vocab: Vocab, path: Path = WEIGHTS) -> None:
-    np.savez_compressed(path, vocab=np.array(vocab.chars),
+    """The weights (float16), the vocabulary and ``windows`` of the text (so the figures do not move with the
+    docs): the first ones calibrate the quantization, the last one is held out for ``--measure``."""
+    np.savez_compressed(path, vocab=np.array(vocab.chars), windows=windows(vocab).astype(np.uint8),
                         **{k: v.astype(np.float16) for k, v in model.state_dict().items()})
 
 
@@ -101,17 +112,21 @@ def load(path: Path = WEIGHTS):
         raise FileNotFoundError(f"{path} is missing: make it with python -m examples.charlm --train")
     with np.load(path) as z:
         vocab = Vocab(str(z["vocab"]))
-        state = {k: z[k].astype(np.float32) for k in z.files if k != "vocab"}
+        state = {k: z[k].astype(np.float32) for k in z.files if k not in ("vocab", "windows")}
     model = tc.GPT(len(vocab), **SHAPE)
     model.load_state_dict(state)
     return model.eval(), vocab
 
 
-def calibration(vocab: Vocab, n: int = 4, seed: int = 1) -> list:
-    """``n`` windows of ``max_len`` characters of the training text: the quantization's calibration."""
-    data = vocab.encode("".join(c for c in corpus() if c in vocab.index))
-    starts = np.random.default_rng(seed).integers(0, len(data) - SHAPE["max_len"], n)
-    return [data[s:s + SHAPE["max_len"]] for s in starts]
+def saved_windows(path: Path = WEIGHTS) -> np.ndarray:
+    """The text windows saved with the weights, (WINDOWS, max_len) token ids."""
+    with np.load(path) as z:
+        return z["windows"].astype(np.int32)
+
+
+def calibration(n: int = WINDOWS - 1) -> list:
+    """The quantization's calibration: ``n`` saved windows of the training text."""
+    return list(saved_windows()[:min(n, WINDOWS - 1)])
 
 
 def agreement(a: list, b: list) -> float:
@@ -123,7 +138,7 @@ def agreement(a: list, b: list) -> float:
 def run(prompt: str, tokens: int, temperature: float, top_k, seed: int, config: str) -> dict:
     model, vocab = load()
     ids = vocab.encode(prompt)
-    cal = calibration(vocab)
+    cal = calibration()
     t0 = time.perf_counter()
     chip = tc.Generator(model, config, "sim", calibration=cal)
     print(f"compiled the decode step once in {time.perf_counter() - t0:.1f} s: {len(chip.cm.program)} instructions")
@@ -148,14 +163,14 @@ def measure(config: str, tokens: int = 100) -> dict:
     """The figures of docs/generation.md: cycles per decode step at T = 16, 128, 256 tokens so far, greedy
     agreement chip vs float over ``tokens`` new tokens, wall time per step."""
     model, vocab = load()
-    cal = calibration(vocab)
+    cal = calibration()
     chip = tc.Generator(model, config, "sim", calibration=cal)
     ref = tc.Generator(model, config, "reference", calibration=cal)
     flt = tc.Generator(model, device="numpy")
     res = {"config": config, "model": dict(SHAPE, vocab=len(vocab)), "instructions": len(chip.cm.program),
            "compile_s": round(chip.compile_s, 2)}
-    text = vocab.encode("".join(c for c in corpus() if c in vocab.index))
-    ids = text[:SHAPE["max_len"]]
+    held_out = saved_windows()[-1]
+    ids = held_out
     out = chip.generate(ids, 1)                     # every position 0..255 once: T = p + 1 tokens so far
     res["cycles_at_T"] = {t: out.cycles[t - 1] for t in (16, 128, 256)}
     res["cycles_min_max"] = [min(out.cycles), max(out.cycles)]
@@ -172,7 +187,7 @@ def measure(config: str, tokens: int = 100) -> dict:
                      "chip": vocab.decode(g.tokens), "float": vocab.decode(f.tokens),
                      "float_agrees_on_chip_text_pct": _agrees_on(model, list(prompt), g.tokens)}
     # teacher-forced: the chip's and the float model's argmax at every position of the same text
-    res["teacher_forced_agreement_pct"] = _teacher_forced(chip, flt, text[SHAPE["max_len"]:2 * SHAPE["max_len"]])
+    res["teacher_forced_agreement_pct"] = _teacher_forced(chip, flt, held_out)
     return res
 
 

@@ -59,15 +59,15 @@ class Generation:
         return float(np.mean(self.cycles)) if self.cycles else 0.0
 
 
-def _ints(name: str, values, vocab: int) -> list[int]:
+def _ints(name: str, values, vocab: int, who: str = "generate") -> list[int]:
     arr = np.asarray(values)
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"generate: {name} must be a non-empty 1-D sequence of token ids, got shape {arr.shape}")
+        raise ValueError(f"{who}: {name} must be a non-empty 1-D sequence of token ids, got shape {arr.shape}")
     if arr.dtype.kind not in "iu":
-        raise ValueError(f"generate: {name} must hold integer token ids, got {arr.dtype}")
+        raise ValueError(f"{who}: {name} must hold integer token ids, got {arr.dtype}")
     bad = arr[(arr < 0) | (arr >= vocab)]
     if bad.size:
-        raise ValueError(f"generate: token id {int(bad[0])} in {name} is outside the vocabulary 0..{vocab - 1}")
+        raise ValueError(f"{who}: token id {int(bad[0])} in {name} is outside the vocabulary 0..{vocab - 1}")
     return [int(t) for t in arr]
 
 
@@ -80,7 +80,7 @@ class Generator:
             raise ValueError(f"Generator: device must be one of {', '.join(map(repr, DEVICES))}, got {device!r}")
         for attr in ("decode_step", "cache_shape", "max_len", "vocab"):
             if not hasattr(model, attr):
-                raise TypeError(f"Generator: the model has no {attr!r} (a tc.nn.GPT has them)")
+                raise TypeError(f"Generator: the model has no {attr!r} (a tc.GPT has them)")
         self.model, self.device = model, device
         self.max_len, self.vocab = int(model.max_len), int(model.vocab)
         self.cm = self.session = None
@@ -101,7 +101,7 @@ class Generator:
         if calibration is None:
             return [list(np.random.default_rng(0).integers(0, self.vocab, self.max_len))]
         seqs = [calibration] if np.ndim(calibration) == 1 else list(calibration)
-        out = [_ints("calibration", s, self.vocab) for s in seqs]
+        out = [_ints("calibration", s, self.vocab, "Generator") for s in seqs]
         for s in out:
             if len(s) > self.max_len:
                 raise ValueError(f"Generator: a calibration sequence of {len(s)} tokens is longer than max_len "

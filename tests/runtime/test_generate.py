@@ -195,8 +195,15 @@ def test_the_charlm_example_generates_on_the_chip():
     assert vocab.decode(vocab.encode("The chip")) == "The chip"
     with pytest.raises(ValueError, match="not in the model's vocabulary"):
         vocab.encode("\x00")
-    cal = charlm.calibration(vocab, n=1)
+    cal = charlm.calibration(n=1)
     ids = vocab.encode("The chip ")
     a = tc.Generator(model, "base", "sim", calibration=cal).generate(ids, 3)
     b = tc.Generator(model, "base", "reference", calibration=cal).generate(ids, 3)
     assert a.tokens == b.tokens and len(a.cycles) == len(ids) + 2
+
+
+def test_bad_calibration(model):
+    with pytest.raises(ValueError, match="Generator: a calibration sequence of 17 tokens"):
+        tc.Generator(model, "base", "reference", calibration=[np.zeros(MAX_LEN + 1, np.int64)])
+    with pytest.raises(ValueError, match="Generator: token id 99 in calibration"):
+        tc.Generator(model, "base", "reference", calibration=[[1, 99]])
