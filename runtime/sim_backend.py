@@ -75,6 +75,70 @@ class SimBackend:
         cm = compile_model(_Graph(list(outputs)), feeds, self.config)
         return self.run_compiled(cm, feeds).outputs
 
+    def session(self, cm, *inputs) -> "SimSession":
+        """A resident chip for ``cm`` (see ``SimSession``), its DRAM holding the constants and ``inputs``."""
+        return SimSession(self, cm, *inputs)
+
+
+class SimSession:
+    """One simulated chip that stays loaded between runs of one compiled model::
+
+        s = tc.Device("sim").backend.session(cm, *inputs)   # program, constants and inputs written once
+        s.write("k_cache", row, at=(slice(None), pos))       # later runs: only the parts that change
+        res = s.run()                                        # from pc 0; RunResult as Device.run gives
+
+    ``write`` quantizes the values exactly as a whole input is quantized (``CompiledModel.input_writes``), so
+    a session that writes part of an input computes what ``run_compiled`` computes on the whole input, bit
+    for bit. Every other DRAM byte keeps what the last run left there: the model's intermediate tensors are
+    rewritten by each run, and the images of padded intermediates (``CompiledModel.zeroed_before_run``) are
+    zeroed again before each run after the first. Models of the ordinary pipeline without a symbolic
+    dimension only, compiled with ``resident_inputs=True`` (else a later tensor may take an input's place in
+    DRAM during a run). ``bytes_written`` counts what the host wrote since the last run (the constants and
+    first inputs included before the first), ``last_written`` what it wrote before the last run."""
+
+    def __init__(self, backend: SimBackend, cm, *inputs):
+        from sim import Chip
+        if cm.config.digest() != backend.config.digest():
+            raise TetrachipError(f"the model was compiled for config {cm.config.name!r}; this device is "
+                                 f"{backend.config.name!r}")
+        if getattr(cm, "dynamic", None) is not None or not hasattr(cm, "input_writes"):
+            raise TetrachipError(f"a resident chip session runs a model of the ordinary pipeline without a symbolic "
+                                 f"dimension, not a {type(cm).__name__}"
+                                 + (" with one" if getattr(cm, "dynamic", None) is not None else ""))
+        if not getattr(cm, "resident_inputs", False):
+            raise TetrachipError("a resident chip session needs a model compiled with resident_inputs=True "
+                                 "(tc.compile(..., resident_inputs=True)): else a later tensor may take an "
+                                 "input's place in DRAM during a run")
+        self.cm, self.backend, self.runs, self.last_written = cm, backend, 0, 0
+        self.chip = Chip(backend.config, trace=backend.trace)
+        self.chip.load(cm.program)
+        self.loads = 1                   # the program is loaded once, here
+        self.bytes_written = 0
+        for addr, data in cm.dram_writes(cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict)
+                                                  else inputs)):
+            self._put(addr, data)
+
+    def _put(self, addr: int, data) -> None:
+        data = np.ascontiguousarray(data)
+        self.chip.write_dram(addr, data)
+        self.bytes_written += data.nbytes
+
+    def write(self, name: str, values, at=None) -> None:
+        """Write ``values`` into input ``name`` (at numpy index ``at`` of its shape; None: all of it)."""
+        for addr, data in self.cm.input_writes(name, values, at):
+            self._put(addr, data)
+
+    def run(self) -> RunResult:
+        """Run the program from pc 0 on the resident DRAM; the outputs as ``SimBackend.run_compiled`` returns."""
+        if self.runs:
+            for addr, n in self.cm.zeroed_before_run():
+                self._put(addr, np.zeros(n, np.uint8))
+        stats = self.chip.run(self.backend.max_cycles)
+        self.runs += 1
+        self.last_written, self.bytes_written = self.bytes_written, 0
+        outs, ints = self.cm.read_outputs(self.chip.read_dram)
+        return RunResult(outs, stats, self.chip.trace, ints)
+
 
 class _Graph:
     """A callable that ignores its placeholders and returns a prebuilt graph's outputs."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from isa.config import ChipConfig
+from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
 from isa.timing import lut_rows
@@ -30,7 +31,7 @@ from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program
 from compiler.lower.attention import AttnCode, lower_attention
 from compiler.lower.norms import NormCode, lower_norm
 from compiler.lower.planner import Buffer, plan
-from compiler.lower.quantize import QSchedule, dequantize_outputs, input_ints, run_int
+from compiler.lower.quantize import QSchedule, dequantize_outputs, input_int, input_ints, run_int
 from compiler.lower.bmm import BmmKernel
 from compiler.lower.bmm_lower import lower_bmm
 from compiler.lower.gather import GatherKernel
@@ -75,6 +76,7 @@ class CompiledModel(Compiled):
     dynamic: object = None           # compiler.lower.dynamic.DynSpec when a dimension is symbolic
     search_report: list | None = None  # compiler.lower.search: per kernel, the winner and the default
     asm: str = ""                    # the program's listing (isa.builder.ProgramBuilder.text), to read
+    resident_inputs: bool = False    # no tensor takes an input's DRAM place during a run (``lower_schedule``)
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
@@ -87,6 +89,58 @@ class CompiledModel(Compiled):
         out = [(0, np.zeros(self.const_base, np.uint8)), (self.const_base, self.const_image)]
         for ti, xq in input_ints(q, feeds).items():
             out.append((self.tensor_addr[ti], q.sched.tensors[ti].to_phys(xq)))
+        return out
+
+    def input_writes(self, name: str, values, at=None) -> list[tuple[int, np.ndarray]]:
+        """(address, bytes) that write ``values`` into part of input ``name`` in DRAM: ``at`` is a numpy index
+        into the input's shape (None: all of it) and ``values`` has the shape of that part. The values are
+        quantized exactly as ``dram_writes`` quantizes the whole input; runs of consecutive bytes go as one
+        write. (What a resident chip, ``runtime.sim_backend.SimSession``, writes between runs.)"""
+        q = self.qsched
+        if name not in q.sched.inputs:
+            raise TetrachipError(f"the model has no input {name!r}; inputs: {', '.join(self.input_names)}")
+        ti = q.sched.inputs[name]
+        t = q.sched.tensors[ti]
+        flat = np.arange(int(np.prod(t.shape)), dtype=np.int64).reshape(t.shape)
+        try:
+            sel = flat if at is None else flat[at]
+        except IndexError as e:
+            raise TetrachipError(f"input {name!r} of shape {t.shape}: bad index {at!r}: {e}") from None
+        values = np.asarray(values)
+        if values.shape != np.shape(sel):
+            raise TetrachipError(f"input {name!r}: {values.shape} values for a part of shape {np.shape(sel)}")
+        ints = input_int(q, name, values).reshape(-1)
+        phys = t.to_phys(flat + 1)                  # element -> its position in the DRAM image (1-based)
+        where = np.empty(flat.size, np.int64)
+        where[phys[phys > 0] - 1] = np.flatnonzero(phys)
+        pos = where[np.reshape(sel, -1)]
+        order = np.argsort(pos, kind="stable")
+        pos, ints = pos[order], ints[order]
+        size = ints.dtype.itemsize
+        cuts = np.flatnonzero(np.diff(pos) != 1) + 1
+        base = self.tensor_addr[ti]
+        return [(base + int(p[0]) * size, np.ascontiguousarray(v))
+                for p, v in zip(np.split(pos, cuts), np.split(ints, cuts)) if len(p)]
+
+    def zeroed_before_run(self) -> list[tuple[int, int]]:
+        """(address, bytes) the program expects to find zero besides what ``dram_writes`` writes: the borders of
+        padded intermediate tensors whose place in DRAM another tensor shares (the program zeroes a border
+        only where an earlier tensor wrote; a later one may write there too, so a second run on the same DRAM
+        needs these zeroed again)."""
+        s, q = self.qsched.sched, self.qsched
+        spans = {ti: (self.tensor_addr[ti], self.tensor_addr[ti] + t.phys_size * q.elem_bytes(ti))
+                 for ti, t in enumerate(s.tensors)}
+        out = []
+        for ti, t in enumerate(s.tensors):
+            lo, hi = spans[ti]
+            if t.kind != "kernel" or not t.padded or \
+                    not any(a < hi and lo < b for tj, (a, b) in spans.items() if tj != ti):
+                continue
+            size = q.elem_bytes(ti)
+            border = np.flatnonzero(t.to_phys(np.ones(t.shape, np.uint8)) == 0)
+            for seg in np.split(border, np.flatnonzero(np.diff(border) != 1) + 1):
+                if len(seg):
+                    out.append((lo + int(seg[0]) * size, len(seg) * size))
         return out
 
     def output_tensors(self) -> list[int]:
@@ -151,12 +205,14 @@ class CompiledModel(Compiled):
 # ---------------------------------------------------------------------------------------------- lowering
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
-                   dram_base: int = 0, blocks: bool | frozenset = True) -> CompiledModel:
+                   dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
     places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
     those kernel indices, False: none); when the program then overflows instruction memory, it is
-    lowered once more with the kernels of the most blocks whole, until it fits."""
+    lowered once more with the kernels of the most blocks whole, until it fits. ``resident_inputs``: the
+    inputs' DRAM stays theirs to the end of the program (no later tensor takes its place), so a host that
+    keeps them in DRAM between runs rewrites only the parts that change."""
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -170,7 +226,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     bufs = []
     for ti, t in enumerate(s.tensors):
         start = 0 if t.kind == "input" else t.producer       # borders are zeroed by the producer
-        end = last_use.get(ti, start)
+        end = nk if resident_inputs and t.kind == "input" else last_use.get(ti, start)
         bufs.append(Buffer(f"t{ti}", t.phys_size * q.elem_bytes(ti), start, end))
     dplan = plan(bufs, memory="dram", align=DRAM_ALIGN)
     tensor_addr = {ti: dram_base + dplan.offsets[f"t{ti}"] for ti in range(len(s.tensors))}
@@ -312,11 +368,12 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             excess -= sum(sizes[first_code[i]:last_code[i] + 1]) - max(sizes[first_code[i]:last_code[i] + 1])
         try:
             return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
-                                  blocks=frozenset(keep) if keep else False)
+                                  blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs)
         except ChipCompileError:
             if keep:
                 try:
-                    return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False)
+                    return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False,
+                                          resident_inputs=resident_inputs)
                 except ChipCompileError:
                     pass
     if len(built) > cfg.imem_words:
@@ -335,7 +392,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         "kernels": [{"name": k.name, "M": k.M, "K": k.K, "N": k.N} for k in infos],
     }
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
-                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=built.text())
+                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=built.text(),
+                         resident_inputs=resident_inputs)
 
 
 def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, spec, searcher,

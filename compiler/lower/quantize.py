@@ -274,8 +274,14 @@ def input_ints(q: QSchedule, feeds: dict) -> dict[int, np.ndarray]:
         x = np.asarray(feeds[name] if t.value is None else t.value)
         if x.shape != t.shape:
             raise ChipCompileError(f"input {name!r}: shape {x.shape}, the model was compiled for {t.shape}")
-        out[ti] = _index_array(name, x) if ti in q.int32 else quantize_array(x, q.scales[ti])
+        out[ti] = input_int(q, name, x)
     return out
+
+
+def input_int(q: QSchedule, name: str, x) -> np.ndarray:
+    """Values of input ``name`` (any part of it) as the host writes them: int32 indices, or int8 at its scale."""
+    ti = q.sched.inputs[name]
+    return _index_array(name, np.asarray(x)) if ti in q.int32 else quantize_array(x, q.scales[ti])
 
 
 def _index_array(name: str, x: np.ndarray) -> np.ndarray:
