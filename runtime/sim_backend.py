@@ -220,7 +220,8 @@ class RtlBackend:
                                      f"{cfg.dram_bytes}-byte DRAM of config {cfg.name!r}")
             dram[addr:addr + len(b)] = b
         limit = self.max_cycles or 2_000_000
-        res = self.cosim.run([Job([cm.program], [dram], [regs], limit, name="Device('rtl')")])[0]
+        pgs = pages(cm)                           # a paged program: its pages in turn (verify.cosim.Job.more)
+        res = self.cosim.run([Job([pgs[0]], [dram], [regs], limit, name="Device('rtl')", more=[pgs[1:]])])[0]
         r = res["chips"][0]
         if r["error"] != ErrorCode.OK:
             raise TetrachipError(f"the RTL stopped with {ErrorCode(r['error']).name} after {r['cycles']} cycles")
@@ -246,10 +247,14 @@ class RtlBackend:
         tr = None
         if self.trace if trace is None else trace:
             from sim import Chip
-            tr, ch = Trace(), Chip(cfg)
-            ch.load(cm.program)
+            from isa.timing import page_load_cycles, paged_cycles
+            tr, chs = Trace(), [Chip(cfg).load(p) for p in pgs]
+            runs = res.get("pages", [r["cycles"]])
+            at = [paged_cycles(runs[:k], [len(p) for p in pgs[:k]]) + page_load_cycles(len(pgs[k])) if k else 0
+                  for k in range(len(runs))]
             for u, pc, idx, issue, start, retire in r["records"]:
-                tr.records.append(Record(0, u, pc, idx, ch.text(pc), issue, start, retire))
+                k = max(j for j in range(len(at)) if at[j] <= issue)       # the page that ran then
+                tr.records.append(Record(0, u, pc, idx, chs[k].text(pc), issue, start, retire))
         return RunResult(outs, stats, tr, ints)
 
     def execute(self, outputs, feeds) -> list[np.ndarray]:

@@ -262,11 +262,11 @@ class Chip:
         with ``trace`` the records of a page are shifted to the cycle its run starts at."""
         if not pages:
             raise SimError(ErrorCode.PC_RANGE, "a paged program needs at least one page")
-        total, records, runs = None, [], []
+        total, records, runs, lengths = None, [], [], []
         for k, page in enumerate(pages):
-            at = 0 if k == 0 else timing.paged_cycles(runs, [len(p) for p in pages[:k]]) \
-                + timing.page_load_cycles(len(page))
             self.load(page)
+            lengths.append(len(self.prog))
+            at = timing.paged_cycles(runs, lengths[:k]) + timing.page_load_cycles(lengths[k]) if k else 0
             if args:
                 self.set_args(args)
             budget = None if max_cycles is None else max(max_cycles - at, 1)
@@ -282,7 +282,7 @@ class Chip:
                 total = st
             else:
                 total.add_run(st, at)
-        total.cycles = timing.paged_cycles(runs, [len(p) for p in pages])
+        total.cycles = timing.paged_cycles(runs, lengths)
         self.stats = total
         if self.trace is not None:
             self.trace.records = records
