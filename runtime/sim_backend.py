@@ -247,14 +247,10 @@ class RtlBackend:
         tr = None
         if self.trace if trace is None else trace:
             from sim import Chip
-            from isa.timing import page_load_cycles, paged_cycles
             tr, chs = Trace(), [Chip(cfg).load(p) for p in pgs]
-            runs = res.get("pages", [r["cycles"]])
-            at = [paged_cycles(runs[:k], [len(p) for p in pgs[:k]]) + page_load_cycles(len(pgs[k])) if k else 0
-                  for k in range(len(runs))]
+            where = [(k, pc) for k, p in enumerate(pgs) for pc in range(len(p))]    # pcs count on through the pages
             for u, pc, idx, issue, start, retire in r["records"]:
-                k = max(j for j in range(len(at)) if at[j] <= issue)       # the page that ran then
-                tr.records.append(Record(0, u, pc, idx, chs[k].text(pc), issue, start, retire))
+                tr.records.append(Record(0, u, pc, idx, chs[where[pc][0]].text(where[pc][1]), issue, start, retire))
         return RunResult(outs, stats, tr, ints)
 
     def execute(self, outputs, feeds) -> list[np.ndarray]:

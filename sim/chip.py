@@ -259,7 +259,8 @@ class Chip:
         units, tokens, loop registers, MXU weights and VPU settings start afresh, as at any start). ``args``
         are written into the scalar registers before every page. The Stats count every page; their
         ``cycles`` are ``isa.timing.paged_cycles`` (the runs plus the loads of the pages after the first);
-        with ``trace`` the records of a page are shifted to the cycle its run starts at."""
+        with ``trace`` the records of a page are shifted to the cycle its run starts at and their pcs count on
+        through the pages (a page's pc plus the lengths of the pages before it: the pages' listings end to end)."""
         if not pages:
             raise SimError(ErrorCode.PC_RANGE, "a paged program needs at least one page")
         total, records, runs, lengths = None, [], [], []
@@ -273,7 +274,9 @@ class Chip:
             st = self.run(budget)
             runs.append(st.cycles)
             if self.trace is not None:
+                base = sum(lengths[:k])
                 for r in self.trace.records:
+                    r.pc += base
                     r.issue += at
                     r.start += at
                     r.retire = None if r.retire is None else r.retire + at

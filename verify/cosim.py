@@ -438,7 +438,7 @@ def sim_run(cfg: ChipConfig, job: Job, pre: list[tuple] | None = None, ring: boo
 
 def line_traces(chips, result: dict, paged: bool = False) -> tuple[str, str]:
     """(simulator, RTL) line traces of a run, the RTL's texts taken from the simulator's program (``paged``:
-    no texts, a pc naming an instruction of the page that ran then)."""
+    no texts; the pcs count on through the pages)."""
     from dataclasses import replace
 
     from sim.stats import Record, Trace

@@ -301,7 +301,8 @@ class Bench:
             for ln in lines:
                 if ln[0] == "T" and int(ln[2]) < cycle:
                     mon.sample(int(ln[2]), *(_hex(x) for x in ln[3:10]))
-            records += [(u, pc, idx, issue + at, start + at, retire + at)
+            base = sum(lengths[:-1])              # pcs count on through the pages (as sim.Chip.run_pages)
+            records += [(u, pc + base, idx, issue + at, start + at, retire + at)
                         for u, pc, idx, issue, start, retire in mon.records]
             runs.append(_int(p.h["cycles"]))
             ok = cycle < limit and _int(p.h["done"]) and not _int(p.h["error"])

@@ -72,6 +72,11 @@ def test_paged_cycles_are_the_page_runs_plus_their_loads(paged):
     assert len(res.trace.records) > 0
     assert max(r.issue for r in res.trace.records) >= first_page_end
     assert not any(runs[0] <= r.issue < first_page_end for r in res.trace.records)
+    # ... and their pcs count on through the pages: a record names its instruction in the pages end to end
+    listing = [ins for p in cm.pages for ins in p.instructions]
+    later = [r for r in res.trace.records if r.issue >= first_page_end]
+    assert later and all(len(cm.pages[0]) <= r.pc < len(listing) for r in later)
+    assert all(r.text.split()[0] == listing[r.pc].op for r in res.trace.records)
 
 
 def test_a_paged_model_serves_several_values_of_its_symbol():
