@@ -131,3 +131,24 @@ def test_sim_pages_keep_memories_and_scalar_registers():
     two = Chip("tiny").load(second).run().cycles
     assert st.cycles == one + two + lengths[1] * PAGE_LOAD_CYCLES_PER_WORD
     assert st.instructions == sum(lengths)
+
+
+def test_tetrachip_run_reports_the_pages(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from runtime.cli import main
+    f = tmp_path / "chain.py"
+    f.write_text("import numpy as np\nimport tetrachip as tc\n"
+                 "rng = np.random.default_rng(0)\n"
+                 "ws = [rng.standard_normal((8, 8)).astype(np.float32) * 0.5 for _ in range(30)]\n"
+                 "def model(a):\n    for w in ws:\n        a = (a @ tc.Tensor(w)).relu()\n    return a\n"
+                 "inputs = [rng.standard_normal((6, 8)).astype(np.float32)]\n")
+    r = CliRunner().invoke(main, ["run", str(f), "--device", "sim", "--config", "tiny",
+                                  "--json", str(tmp_path / "o.json")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "o.json").read_text())
+    assert len(rep["pages"]) >= 2 and all(n <= TINY.imem_words for n in rep["pages"])
+    assert rep["max_abs_vs_reference"] == 0.0
+    assert rep["stats"]["cycles"] > sum(rep["pages"][1:])
