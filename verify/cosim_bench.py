@@ -296,7 +296,9 @@ class Bench:
         regs = {r: v for r, v in (job["regs"][0] or {}).items() if r}
         runs, lengths, records, at = [], [len(job["words"][0])], [], 0
         while True:
-            self.apply_writes(lines, self.images, upto=cycle)
+            finals = [im.copy() for im in self.images]
+            self.apply_writes(lines, finals, upto=cycle)
+            self.apply_writes(lines, self.images)            # what the HDL DRAMs hold now
             mon = Monitor(self.pcw)
             for ln in lines:
                 if ln[0] == "T" and int(ln[2]) < cycle:
@@ -329,7 +331,7 @@ class Bench:
         p.last = (spm, acc)
         done, err = _int(p.h["done"]), _int(p.h["error"])
         total = paged_cycles(runs, lengths) if done and not err and not more else at + runs[-1]
-        out = [{"cycles": total, "error": err, "done": done and not more, "dram": self.images[0].copy(), "spm": spm,
+        out = [{"cycles": total, "error": err, "done": done and not more, "dram": finals[0], "spm": spm,
                 "acc": acc, "pre_spm": pre[0][0], "pre_acc": pre[0][1], "records": records}]
         self.clean = bool(done and not err)
         return {"chips": out, "bench_cycles": at + cycle, "wall_s": time.perf_counter() - t0,
