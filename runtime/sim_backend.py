@@ -56,13 +56,14 @@ class SimBackend:
             feeds, n = host_feeds(spec, feeds)
         writes = cm.dram_writes(feeds)           # quantizes and checks the inputs before the chip starts
         chip = Chip(self.config, trace=self.trace if trace is None else trace)
-        chip.load(cm.program)
         for addr, data in writes:
             chip.write_dram(addr, data)
+        args = None
         if spec is not None:
             from compiler.lower.dynamic import DYN_REG
-            chip.set_args({DYN_REG: n})
-        stats = chip.run(self.max_cycles)
+            args = {DYN_REG: n}
+        # a program longer than imem runs as pages on the one chip (sim.Chip.run_pages; one page: a plain run)
+        stats = chip.run_pages(pages(cm), self.max_cycles, args)
         outs, ints = cm.read_outputs(chip.read_dram)
         if spec is not None:
             from compiler.lower.dynamic import cut
@@ -111,8 +112,9 @@ class SimSession:
                                  "input's place in DRAM during a run")
         self.cm, self.backend, self.runs, self.last_written = cm, backend, 0, 0
         self.chip = Chip(backend.config, trace=backend.trace)
-        self.chip.load(cm.program)
-        self.loads = 1                   # the program is loaded once, here
+        self.pages = pages(cm)
+        self.chip.load(self.pages[0])
+        self.loads = 1                   # the program is loaded once, here (a paged program: its pages every run)
         self.bytes_written = 0
         for addr, data in cm.dram_writes(cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict)
                                                   else inputs)):
@@ -133,11 +135,20 @@ class SimSession:
         if self.runs:
             for addr, n in self.cm.zeroed_before_run():
                 self._put(addr, np.zeros(n, np.uint8))
-        stats = self.chip.run(self.backend.max_cycles)
+        if len(self.pages) > 1:
+            stats = self.chip.run_pages(self.pages, self.backend.max_cycles)
+            self.loads += len(self.pages) if self.runs else len(self.pages) - 1
+        else:
+            stats = self.chip.run(self.backend.max_cycles)
         self.runs += 1
         self.last_written, self.bytes_written = self.bytes_written, 0
         outs, ints = self.cm.read_outputs(self.chip.read_dram)
         return RunResult(outs, stats, self.chip.trace, ints)
+
+
+def pages(cm) -> list:
+    """The Programs a compiled model runs in turn: its pages (``CompiledModel.pages``), else its one program."""
+    return list(getattr(cm, "pages", None) or [cm.program])
 
 
 class _Graph:
@@ -209,7 +220,8 @@ class RtlBackend:
                                      f"{cfg.dram_bytes}-byte DRAM of config {cfg.name!r}")
             dram[addr:addr + len(b)] = b
         limit = self.max_cycles or 2_000_000
-        res = self.cosim.run([Job([cm.program], [dram], [regs], limit, name="Device('rtl')")])[0]
+        pgs = pages(cm)                           # a paged program: its pages in turn (verify.cosim.Job.more)
+        res = self.cosim.run([Job([pgs[0]], [dram], [regs], limit, name="Device('rtl')", more=[pgs[1:]])])[0]
         r = res["chips"][0]
         if r["error"] != ErrorCode.OK:
             raise TetrachipError(f"the RTL stopped with {ErrorCode(r['error']).name} after {r['cycles']} cycles")
@@ -235,10 +247,10 @@ class RtlBackend:
         tr = None
         if self.trace if trace is None else trace:
             from sim import Chip
-            tr, ch = Trace(), Chip(cfg)
-            ch.load(cm.program)
+            tr, chs = Trace(), [Chip(cfg).load(p) for p in pgs]
+            where = [(k, pc) for k, p in enumerate(pgs) for pc in range(len(p))]    # pcs count on through the pages
             for u, pc, idx, issue, start, retire in r["records"]:
-                tr.records.append(Record(0, u, pc, idx, ch.text(pc), issue, start, retire))
+                tr.records.append(Record(0, u, pc, idx, chs[where[pc][0]].text(where[pc][1]), issue, start, retire))
         return RunResult(outs, stats, tr, ints)
 
     def execute(self, outputs, feeds) -> list[np.ndarray]:

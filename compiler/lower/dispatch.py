@@ -130,7 +130,8 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     searcher = None
     if search:
         searcher = srch.Searcher(cfg, search_budget_s, cache_dir)
-    cm = lower_schedule(q, cfg, names, single, len(outputs), spec, searcher, resident_inputs=resident_inputs)
+    cm = lower_schedule(q, cfg, names, single, len(outputs), spec, searcher, resident_inputs=resident_inputs,
+                      paged=True)
     if searcher is not None:
         cm.search_report = searcher.report
     if spec is not None:

@@ -77,6 +77,13 @@ class CompiledModel(Compiled):
     search_report: list | None = None  # compiler.lower.search: per kernel, the winner and the default
     asm: str = ""                    # the program's listing (isa.builder.ProgramBuilder.text), to read
     resident_inputs: bool = False    # no tensor takes an input's DRAM place during a run (``lower_schedule``)
+    #: the program as pages run in turn (docs/microarchitecture.md, "Programs longer than imem"); ``program``
+    #: is the first; a program that fits imem is its one page
+    pages: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.pages:
+            self.pages = [self.program]
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
@@ -175,8 +182,10 @@ class CompiledModel(Compiled):
         return cut(self.dynamic, run(padded), n)
 
     def summary(self) -> str:
-        lines = [f"compiled for {self.config.name}: {len(self.program)} instructions, "
-                 f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
+        pages = self.pages if len(self.pages) > 1 else []
+        lines = [f"compiled for {self.config.name}: {sum(len(p) for p in self.pages)} instructions"
+                 + (f" in {len(pages)} pages ({', '.join(str(len(p)) for p in pages)})" if pages else "")
+                 + f", {len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
         for k in self.kernels:
             t = k.tiling
             if k.kind == "embedding":
@@ -205,14 +214,18 @@ class CompiledModel(Compiled):
 # ---------------------------------------------------------------------------------------------- lowering
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
-                   dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False) -> CompiledModel:
+                   dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False,
+                   paged: bool = False) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
     places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
     those kernel indices, False: none); when the program then overflows instruction memory, it is
     lowered once more with the kernels of the most blocks whole, until it fits. ``resident_inputs``: the
     inputs' DRAM stays theirs to the end of the program (no later tensor takes its place), so a host that
-    keeps them in DRAM between runs rewrites only the parts that change."""
+    keeps them in DRAM between runs rewrites only the parts that change. ``paged``: a program longer than
+    instruction memory becomes a sequence of pages (``_paginate``; docs/microarchitecture.md, "Programs longer
+    than imem") instead of running grouped kernels whole; else (a control-flow body, inlined into one program)
+    the grouped kernels run whole until it fits."""
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -353,7 +366,10 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     zero = splan.offsets.get("zero")
     prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
     built = emit_program(codes, cfg, prefixes, fences)
-    if len(built) > cfg.imem_words and blocks is not False and len(codes) > nk:
+    builders = [built]
+    if len(built) > cfg.imem_words and paged:
+        builders = _paginate(codes, cfg, prefixes, fences, built.code_sizes)
+    elif len(built) > cfg.imem_words and blocks is not False and len(codes) > nk:
         # too long: the grouped kernels with the most column blocks (the widest, spatially smallest
         # layers, which gain the least from them) run whole, until the estimate fits; then lower again
         sizes = built.code_sizes
@@ -376,10 +392,12 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                                           resident_inputs=resident_inputs)
                 except ChipCompileError:
                     pass
-    if len(built) > cfg.imem_words:
+    if len(builders) == 1 and len(built) > cfg.imem_words:
         raise ChipCompileError(f"the compiled program needs {len(built)} instructions; config {cfg.name!r} "
                                f"holds {cfg.imem_words} (imem_words)")
-    prog = built.build("<compiled model>")
+    pages = [b.build("<compiled model>" if len(builders) == 1 else f"<compiled model, page {p + 1} of "
+                     f"{len(builders)}>") for p, b in enumerate(builders)]
+    prog = pages[0]
     image = np.concatenate(consts) if consts else np.zeros(0, np.uint8)
     prog.manifest = {
         "kind": "compiled-model",
@@ -391,9 +409,47 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         "constants": {"addr": const_base, "bytes": int(len(image))},
         "kernels": [{"name": k.name, "M": k.M, "K": k.K, "N": k.N} for k in infos],
     }
+    if len(pages) > 1:       # the instructions of every page, in run order (the first page's Program carries this)
+        prog.manifest["pages"] = [len(p) for p in pages]
+    asm = built.text() if len(builders) == 1 else "\n".join(
+        f"; ---- page {p + 1} of {len(builders)}: {len(b)} instructions\n{b.text()}" for p, b in enumerate(builders))
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
-                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=built.text(),
-                         resident_inputs=resident_inputs)
+                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=asm,
+                         resident_inputs=resident_inputs, pages=pages)
+
+
+def _paginate(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, sizes: list) -> list:
+    """The program of ``codes`` as pages of at most ``imem_words`` instructions, cut between codes: each page is
+    ``emit_program`` of a run of consecutive codes (its tokens drained, every unit fenced, ``halt``), so a page
+    starts as a program does (no token, nothing in flight); the SPM/ACC plan holds across pages, each code's
+    buffers being its own. ``sizes``: the codes' instruction counts in the one-program emission (an estimate
+    of their size in a page; each page is emitted and checked)."""
+    cap = cfg.imem_words
+    pages, a, n = [], 0, len(codes)
+    while a < n:
+        b, est = a, PAGE_SLACK
+        while b < n and est + sizes[b] <= cap:
+            est += sizes[b]
+            b += 1
+        b = max(b, a + 1)
+        while True:
+            page = emit_program(codes[a:b], cfg, {i - a: v for i, v in prefixes.items() if a <= i < b},
+                                {i - a: v for i, v in fences.items() if a <= i < b})
+            if len(page) <= cap:
+                break
+            if b == a + 1:
+                kc = codes[a]
+                raise ChipCompileError(f"kernel {getattr(kc, 'name', f'#{a}')}: its code needs {len(page)} "
+                                       f"instructions as a page of its own; config {cfg.name!r} holds {cap} "
+                                       "(imem_words)")
+            b -= 1
+        pages.append(page)
+        a = b
+    return pages
+
+
+#: instructions a page adds to its codes' (its first tokens' seeds, the last drains, ``fence all``, ``halt``)
+PAGE_SLACK = 24
 
 
 def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, spec, searcher,
