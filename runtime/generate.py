@@ -41,6 +41,8 @@ DEVICES = ("sim", "reference", "numpy")
 INPUTS = ("ids", "pos", "k_cache", "v_cache", "mask")
 #: decode steps per calibration sequence (evenly spread over it)
 CALIBRATION_STEPS = 64
+#: the decode step's attention runs over the pos + 1 cached keys (``compiler.lower.keybound``)
+KEY_BOUND = {"input": "k_cache", "axis": 1, "count": "pos", "offset": 1}
 
 
 @dataclass
@@ -75,7 +77,8 @@ class Generator:
     """See the module doc. ``cm`` is the compiled decode step (None on ``"numpy"``); ``session`` the resident
     chip (``"sim"``)."""
 
-    def __init__(self, model, config="base", device: str = "sim", calibration=None, max_cycles: int | None = None):
+    def __init__(self, model, config="base", device: str = "sim", calibration=None, max_cycles: int | None = None,
+                 bounded: bool = True):
         if device not in DEVICES:
             raise ValueError(f"Generator: device must be one of {', '.join(map(repr, DEVICES))}, got {device!r}")
         for attr in ("decode_step", "cache_shape", "max_len", "vocab"):
@@ -90,7 +93,8 @@ class Generator:
         from compiler.lower.dispatch import compile_model
         feeds = [f for seq in self._calibration(calibration) for f in self._calibration_feeds(seq)]
         t0 = time.perf_counter()
-        self.cm = compile_model(model.decode_step, feeds[-1], config, calibration=feeds, resident_inputs=True)
+        self.cm = compile_model(model.decode_step, feeds[-1], config, calibration=feeds, resident_inputs=True,
+                                key_bound=KEY_BOUND if bounded else None)
         self.compile_s = time.perf_counter() - t0
         if device == "sim":
             from runtime.sim_backend import SimBackend

@@ -62,6 +62,9 @@ class SimBackend:
         if spec is not None:
             from compiler.lower.dynamic import DYN_REG
             chip.set_args({DYN_REG: n})
+        kb = getattr(cm, "key_bound", None)
+        if kb is not None:                       # attention bounded by the key count: n in its register
+            chip.set_args({kb.reg: kb.n(feeds)})
         stats = chip.run(self.max_cycles)
         outs, ints = cm.read_outputs(chip.read_dram)
         if spec is not None:
@@ -114,9 +117,13 @@ class SimSession:
         self.chip.load(cm.program)
         self.loads = 1                   # the program is loaded once, here
         self.bytes_written = 0
-        for addr, data in cm.dram_writes(cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict)
-                                                  else inputs)):
+        feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
+        for addr, data in cm.dram_writes(feeds):
             self._put(addr, data)
+        self.key_bound = getattr(cm, "key_bound", None)
+        if self.key_bound is not None:   # the key count's input, kept on the host too: its register follows it
+            self._count = np.array(feeds[self.key_bound.count])
+            self.chip.set_args({self.key_bound.reg: self.key_bound.n(feeds)})
 
     def _put(self, addr: int, data) -> None:
         data = np.ascontiguousarray(data)
@@ -125,7 +132,15 @@ class SimSession:
 
     def write(self, name: str, values, at=None) -> None:
         """Write ``values`` into input ``name`` (at numpy index ``at`` of its shape; None: all of it)."""
-        for addr, data in self.cm.input_writes(name, values, at):
+        writes = self.cm.input_writes(name, values, at)
+        kb = self.key_bound
+        if kb is not None and name == kb.count:
+            count = self._count.copy()
+            count[... if at is None else at] = values
+            n = kb.n({name: count})                   # checked before anything is written
+            self._count = count
+            self.chip.set_args({kb.reg: n})
+        for addr, data in writes:
             self._put(addr, data)
 
     def run(self) -> RunResult:

@@ -13,16 +13,17 @@ store`` inside), so slices run one after another; the GEMM itself overlaps its u
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from isa.builder import ProgramBuilder, dram, spm
 from isa.ints import cdiv
-from isa.regs import L0
+from isa.regs import L0, L1, Reg
+from isa.regs import GemmKernel as GK
 
 from compiler.lower.bmm import BmmKernel, from_base
-from compiler.lower.emit import KernelCode, Tokens, emit_kernel
+from compiler.lower.emit import KernelCode, Tokens, bounded_ok, emit_kernel
 from compiler.lower.planner import Buffer
 from compiler.lower.schedule import ChipCompileError, Schedule
 from compiler.lower.tiling import Group, choose, common_period, groups, k_tiles, pad_lanes
@@ -40,6 +41,9 @@ class Relayout:
     scratch: int
     cols: int
     chunks: list                    # [(first scratch row, rows, [(Group, len, estride), ...])]
+    #: a key bound: (register holding n, scratch rows per N tile, DRAM step of b per N tile); ``chunks`` then
+    #: holds N tile 0's loads, repeated ceil(n / cols) times
+    bound: tuple | None = None
 
 
 @dataclass
@@ -61,7 +65,9 @@ class BmmCode:
         for s, (rl, kc) in enumerate(self.slices):
             e.comment(f"kernel {self.name}: slice {s}, its weights relaid from the activation")
             e.emit("fence", "all")
-            for r0, rows, loads in rl.chunks:
+            if rl.bound is not None:
+                self._bounded_relayout(e, rl)
+            for r0, rows, loads in ([] if rl.bound is not None else rl.chunks):
                 for g, ln, est in loads:
                     rep = None
                     if g.count > 1:
@@ -78,13 +84,36 @@ class BmmCode:
             tokens.release(e)
         e.emit("fence", "all")
 
+    def _bounded_relayout(self, e: ProgramBuilder, rl: Relayout) -> None:
+        """The first ceil(n / cols) N tiles' weight rows: N tile 0's loads and one store over a loop whose
+        trip count is a register (``GK.NT``, before the GEMM sets it)."""
+        reg, tile_rows, step = rl.bound
+        cols = self.cfg.cols
+        e.comment(f"ceil(r{reg.n} / {cols}) N tiles of keys")
+        e.emit("addi", GK.NT, reg, cols - 1)
+        e.emit("seti", GK.TMP, cols.bit_length() - 1)
+        e.emit("sra", GK.NT, GK.NT, GK.TMP)
+        (_, _, loads), = rl.chunks
+        for g, ln, est in loads:
+            e.emit("loop", L0, GK.NT, s0=tile_rows, s1=step)
+            rep = L0
+            if g.count > 1:
+                e.emit("loop", L1, g.count, s0=g.lstride, s1=g.dstride)
+                rep = (L0, 2)
+            e.emit("dma.ld", spm[self.stage + g.local], dram[g.dram], rows=g.rows, len=ln, rstride=g.rstride,
+                   estride=est, rep=rep)
+        e.emit("fence", "load")
+        e.emit("loop", L0, GK.NT, s0=tile_rows * rl.cols, s1=tile_rows)
+        e.emit("dma.st", dram[rl.scratch], spm[self.stage], rows=tile_rows, len=rl.cols, rstride=rl.cols, rep=L0)
+        e.emit("fence", "store")
 
-def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int) -> Relayout:
-    """The loads that put ``pb`` (K x N DRAM addresses of the slice of b) in tile order at ``scratch``."""
+
+def _relayout_rows(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int) -> list:
+    """(scratch row, source address, len, estride) of every used row of the tiled weight layout of ``pb``."""
     K, N = pb.shape
     NT = cdiv(N, C)
     pb = pb[order]
-    rows = []                          # (scratch row, source address, len, estride) of every used row
+    rows = []
     for nt in range(NT):
         n0, ln = nt * C, min(C, N - nt * C)
         for kt, t in enumerate(kts):
@@ -96,28 +125,56 @@ def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C
                     raise ChipCompileError(f"{what}: a row of the weight operand is not one strided DRAM run "
                                            "(the relayout cannot move it with one DMA row)")
                 rows.append(((nt * len(kts) + kt) * R + i, int(src[0]), ln, est))
+    return rows
+
+
+def _loads(sel: list) -> list:
+    """The (Group, len, estride) loads of rows ``sel`` (sorted by scratch row; ``Group.local``: scratch row)."""
+    loads, j = [], 0
+    while j < len(sel):          # consecutive scratch rows with one len/estride: one group list
+        h = j + 1
+        while h < len(sel) and sel[h][0] == sel[h - 1][0] + 1 and sel[h][2:] == sel[j][2:]:
+            h += 1
+        local0 = sel[j][0]
+        for g in groups(np.array([r[1] for r in sel[j:h]], np.int64)):
+            loads.append((Group(local0 + g.local, g.dram, g.rows, g.rstride, g.count, g.lstride, g.dstride),
+                          sel[j][2], sel[j][3]))
+        j = h
+    return loads
+
+
+def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int) -> Relayout:
+    """The loads that put ``pb`` (K x N DRAM addresses of the slice of b) in tile order at ``scratch``."""
+    rows = _relayout_rows(what, pb, order, kts, R, C)
     chunks = []
-    total = NT * len(kts) * R
+    total = cdiv(pb.shape[1], C) * len(kts) * R
     for r0 in range(0, total, STAGE_ROWS):
         r1 = min(total, r0 + STAGE_ROWS)
-        sel = [r for r in rows if r0 <= r[0] < r1]
-        loads, j = [], 0
-        while j < len(sel):          # consecutive scratch rows with one len/estride: one group list
-            h = j + 1
-            while h < len(sel) and sel[h][0] == sel[h - 1][0] + 1 and sel[h][2:] == sel[j][2:]:
-                h += 1
-            local0 = sel[j][0]
-            for g in groups(np.array([r[1] for r in sel[j:h]], np.int64)):
-                loads.append((Group(local0 + g.local, g.dram, g.rows, g.rstride, g.count, g.lstride, g.dstride),
-                              sel[j][2], sel[j][3]))
-            j = h
-        chunks.append((r0, r1 - r0, loads))
+        chunks.append((r0, r1 - r0, _loads([r for r in rows if r0 <= r[0] < r1])))
     return Relayout(scratch, C, chunks)
 
 
-def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put) -> tuple:
+def _bounded_relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int,
+                      reg: Reg) -> Relayout:
+    """The relayout of a key-bounded product: every N tile's rows are N tile 0's shifted by one DRAM step,
+    so one nest over a register-counted loop moves the first ceil(n / cols) of them."""
+    rows = _relayout_rows(what, pb, order, kts, R, C)
+    tile_rows = len(kts) * R
+    NT = cdiv(pb.shape[1], C)
+    first = [r for r in rows if r[0] < tile_rows]
+    step = int(pb[order][0, C] - pb[order][0, 0]) if NT > 1 else 0
+    want = [(r + nt * tile_rows, a + nt * step, ln, est) for nt in range(NT) for r, a, ln, est in first]
+    if tile_rows > STAGE_ROWS or sorted(rows) != sorted(want):
+        raise ChipCompileError(f"{what}: key_bound: the N tiles of the weight operand are not one DRAM pattern "
+                               "shifted by a constant step, so one loop cannot relay the first n keys")
+    return Relayout(scratch, C, [(0, tile_rows, _loads(first))], (reg, tile_rows, step))
+
+
+def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put, key_reg: int | None = None) -> tuple:
     """(BmmCode, per-slice KernelInfo arguments, SPM buffers, ACC buffers) of the program's code ``i``; ``put(array)``
-    places a constant in DRAM and returns its address."""
+    places a constant in DRAM and returns its address. ``key_reg``: the output columns are keys bounded by the
+    count in that scalar register (``compiler.lower.keybound``): only the first ceil(n / cols) N tiles are
+    relaid and computed."""
     R, C = cfg.rows, cfg.cols
     what = f"kernel {k.name} ({k.S} GEMMs {k.M}x{k.K}x{k.N} of two activations)"
     ta, tb, to = s.tensors[k.a], s.tensors[k.b], s.tensors[k.out]
@@ -136,9 +193,18 @@ def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put
         NT = cdiv(k.N, C)
         scratch = put(np.zeros(NT * len(kts) * R * C, np.int8))
         pb = tensor_addr[k.b] + tb.phys_offsets(k.gb[sl])
-        rl = _relayout(what, pb, order, kts, R, C, scratch)
+        if key_reg is None:
+            rl = _relayout(what, pb, order, kts, R, C, scratch)
+        else:
+            tl = replace(tl, order="mnk", nbuf=min(tl.nbuf, 2))          # what the emitter runs
+            if k.N % C or tl.MT != 1 or not bounded_ok(tl, False, C):
+                raise ChipCompileError(f"{what}: key_bound needs whole N tiles of {C} keys, one M tile and "
+                                       f"weights loaded per N tile (got N = {k.N}, {tl.MT} M tiles, NB = {tl.NB})")
+            rl = _bounded_relayout(what, pb, order, kts, R, C, scratch, Reg(key_reg))
+            if C & (C - 1):
+                raise ChipCompileError(f"{what}: key_bound needs a power-of-two cols (config {cfg.name!r}: {C})")
         kc = KernelCode(f"{k.name}.s{sl}", tl, kts, a_rows, out_rows, True, scratch, None, sc_addr, qk.shift,
-                        qk.lo, k.relu, 0, 0, 0, 0)
+                        qk.lo, k.relu, 0, 0, 0, 0, nbound=None if key_reg is None else Reg(key_reg))
         code.slices.append((rl, kc))
         infos.append((f"{k.name}.s{sl}", k.M, k.K, k.N, tl, len(kts), k.M * k.K * k.N))
         if tl_max is None:

@@ -96,6 +96,9 @@ class KernelCode:
     hi: int = 127             # the requantization clamp's maximum (a folded clip, e.g. ReLU6)
     #: the first scale row past the two ACC regions (a column kernel of ``nmk`` has its own row)
     scale_row: int = 0
+    #: a key bound (compiler.lower.keybound): the scalar register holding n; N tiles run while fewer than n
+    #: columns are done, ceil(n / cols) of them (the first always)
+    nbound: Reg | None = None
 
 
 def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
@@ -170,7 +173,7 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = 
     (``prefetch_tiles``)."""
     tokens = Tokens() if tokens is None else tokens
     tl = kc.tiling
-    if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
+    if (kc.dyn is not None or kc.nbound is not None) and (tl.order != "mnk" or tl.nbuf > 2):   # (n-bound too)
         kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
         tl = kc.tiling
     if tl.order == "mnk":
@@ -355,6 +358,18 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
     last_nc = tl.N - (NT - 1) * C
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
             ncols=last_nc if NT == 1 else C, load_w=load_w, npre=g["npre"] if pre else 0)
+    if kc.nbound is not None and NT > 1:
+        # the other N tiles while fewer than n columns are done (their code is the same: bounded_ok)
+        assert bounded_ok(tl, g["gate"], C), "a key-bounded GEMM: whole N tiles of one kind"
+        done = e.fresh_label("nbound")
+        e.emit("seti", GK.NT, C)
+        e.emit("bge", GK.NT, kc.nbound, done)
+        top = e.place(e.fresh_label("ntile"))
+        _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=False, ncols=C)
+        e.emit("addi", GK.NT, GK.NT, C)
+        e.emit("blt", GK.NT, kc.nbound, top)
+        e.place(done)
+        return
     if NT > 2:
         e.emit("seti", GK.NT, 1)
         top = e.place(e.fresh_label("ntile"))
@@ -364,6 +379,13 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
         e.emit("blt", GK.NT, GK.TMP, top)
     if NT >= 2:
         _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=True, ncols=last_nc)
+
+
+def bounded_ok(tl: Tiling, gate: bool, cols: int) -> bool:
+    """Can the N tiles after the first run a register-bounded number of times? Only when the last N tile's
+    code is a middle one's: whole N tiles, no A-buffer gate, no weights loaded one N tile ahead or
+    streamed beside the A tiles."""
+    return tl.N % cols == 0 and not gate and weight_mode(tl) != "group" and not tl.a_ring
 
 
 def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,

@@ -36,6 +36,7 @@ from compiler.lower.bmm import BmmKernel
 from compiler.lower.bmm_lower import lower_bmm
 from compiler.lower.gather import GatherKernel
 from compiler.lower.gather_lower import lower_gather
+from compiler.lower.keybound import Bound
 from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule,
                                      base_to_mn, kernel_inputs, run_float)
 from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, tile_weights
@@ -77,6 +78,7 @@ class CompiledModel(Compiled):
     search_report: list | None = None  # compiler.lower.search: per kernel, the winner and the default
     asm: str = ""                    # the program's listing (isa.builder.ProgramBuilder.text), to read
     resident_inputs: bool = False    # no tensor takes an input's DRAM place during a run (``lower_schedule``)
+    key_bound: object = None         # compiler.lower.keybound.KeyBound: attention bounded by a key count
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
@@ -156,8 +158,20 @@ class CompiledModel(Compiled):
         return dequantize_outputs(q, vals), vals
 
     def reference(self, *inputs) -> list[np.ndarray]:
-        """The quantized model evaluated with numpy: what the chip must return, bit for bit."""
-        return self._at_length(lambda feeds: run_int(self.qsched, feeds)[0], inputs)
+        """The quantized model evaluated with numpy: what the chip must return, bit for bit (with a key bound,
+        the bounded kernels compute the keys the chip computes for the inputs' key count)."""
+        return self._at_length(lambda feeds: run_int(self.qsched, feeds, self.bound(feeds))[0], inputs)
+
+    def key_count(self, feeds: dict) -> int | None:
+        """The key count a run of ``feeds`` writes to the key register (``key_bound``), None without one."""
+        return None if self.key_bound is None else self.key_bound.n(feeds)
+
+    def bound(self, feeds: dict):
+        """The reference's ``keybound.Bound`` for ``feeds`` (None without a key bound)."""
+        if self.key_bound is None:
+            return None
+        kb = self.key_bound
+        return Bound(kb, kb.limit(kb.n(feeds)))
 
     def float_reference(self, *inputs) -> list[np.ndarray]:
         """The float kernel schedule the quantized one approximates (``schedule.run_float``), float32."""
@@ -205,14 +219,17 @@ class CompiledModel(Compiled):
 # ---------------------------------------------------------------------------------------------- lowering
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
-                   dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False) -> CompiledModel:
+                   dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False,
+                   key_bound=None) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
     places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
     those kernel indices, False: none); when the program then overflows instruction memory, it is
     lowered once more with the kernels of the most blocks whole, until it fits. ``resident_inputs``: the
     inputs' DRAM stays theirs to the end of the program (no later tensor takes its place), so a host that
-    keeps them in DRAM between runs rewrites only the parts that change."""
+    keeps them in DRAM between runs rewrites only the parts that change. ``key_bound``
+    (``compiler.lower.keybound.KeyBound``): its kernels loop over the key count in its register."""
+    bounded = key_bound.kernels if key_bound is not None else {}
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -254,7 +271,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 raise ChipCompileError(f"kernel {k.name}: a product of two activations with a symbolic dimension "
                                        "is not supported on the chip")
             first_code.append(len(codes))
-            bc, slice_infos, sb, ab = lower_bmm(cfg, s, len(codes), k, qk, tensor_addr, put)
+            bc, slice_infos, sb, ab = lower_bmm(cfg, s, len(codes), k, qk, tensor_addr, put,
+                                                key_reg=key_bound.reg if i in bounded else None)
             codes.append(bc)
             infos += [KernelInfo(*a) for a in slice_infos]
             spm_bufs += sb
@@ -276,7 +294,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 raise ChipCompileError(f"kernel {k.name} ({k.comp}): a symbolic dimension is not supported "
                                        "for norm and attention kernels yet")
             lower = lower_norm if isinstance(k, NormKernel) else lower_attention
-            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
+            kw = {"key_reg": key_bound.reg} if i in bounded else {}
+            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS, **kw)
             j = len(codes)
             first_code.append(j)
             spm_bufs.append(Buffer(f"k{j}.A", n_spm, 2 * j, 2 * j + 1))      # fenced before and after
@@ -368,12 +387,13 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             excess -= sum(sizes[first_code[i]:last_code[i] + 1]) - max(sizes[first_code[i]:last_code[i] + 1])
         try:
             return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
-                                  blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs)
+                                  blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs,
+                                  key_bound=key_bound)
         except ChipCompileError:
             if keep:
                 try:
                     return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False,
-                                          resident_inputs=resident_inputs)
+                                          resident_inputs=resident_inputs, key_bound=key_bound)
                 except ChipCompileError:
                     pass
     if len(built) > cfg.imem_words:
@@ -393,7 +413,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     }
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
                          {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=built.text(),
-                         resident_inputs=resident_inputs)
+                         resident_inputs=resident_inputs, key_bound=key_bound)
 
 
 def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, spec, searcher,
