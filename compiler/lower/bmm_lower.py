@@ -23,7 +23,7 @@ from isa.regs import L0, L1, Reg
 from isa.regs import GemmKernel as GK
 
 from compiler.lower.bmm import BmmKernel, from_base
-from compiler.lower.emit import KernelCode, Tokens, bounded_ok, emit_kernel
+from compiler.lower.emit import KernelCode, Tokens, bounded_k_ok, bounded_ok, emit_kernel
 from compiler.lower.planner import Buffer
 from compiler.lower.schedule import ChipCompileError, Schedule
 from compiler.lower.tiling import Group, choose, common_period, groups, k_tiles, pad_lanes
@@ -41,8 +41,9 @@ class Relayout:
     scratch: int
     cols: int
     chunks: list                    # [(first scratch row, rows, [(Group, len, estride), ...])]
-    #: a key bound: (register holding n, scratch rows per N tile, DRAM step of b per N tile); ``chunks`` then
-    #: holds N tile 0's loads, repeated ceil(n / cols) times
+    #: a key bound: (register holding n, scratch rows per unit of keys (an N tile, or a K tile), DRAM step of b
+    #: per unit, keys per unit, fewest units); ``chunks`` then holds unit 0's loads, repeated
+    #: max(fewest, ceil(n / keys per unit)) times
     bound: tuple | None = None
 
 
@@ -87,12 +88,17 @@ class BmmCode:
     def _bounded_relayout(self, e: ProgramBuilder, rl: Relayout) -> None:
         """The first ceil(n / cols) N tiles' weight rows: N tile 0's loads and one store over a loop whose
         trip count is a register (``GK.NT``, before the GEMM sets it)."""
-        reg, tile_rows, step = rl.bound
-        cols = self.cfg.cols
-        e.comment(f"ceil(r{reg.n} / {cols}) N tiles of keys")
-        e.emit("addi", GK.NT, reg, cols - 1)
-        e.emit("seti", GK.TMP, cols.bit_length() - 1)
+        reg, tile_rows, step, per, fewest = rl.bound
+        e.comment(f"max({fewest}, ceil(r{reg.n} / {per})) tiles of keys")
+        e.emit("addi", GK.NT, reg, per - 1)
+        e.emit("seti", GK.TMP, per.bit_length() - 1)
         e.emit("sra", GK.NT, GK.NT, GK.TMP)
+        if fewest > 1:
+            enough = e.fresh_label("units")
+            e.emit("seti", GK.TMP, fewest)
+            e.emit("bge", GK.NT, GK.TMP, enough)
+            e.emit("seti", GK.NT, fewest)
+            e.place(enough)
         (_, _, loads), = rl.chunks
         for g, ln, est in loads:
             e.emit("loop", L0, GK.NT, s0=tile_rows, s1=step)
@@ -155,26 +161,33 @@ def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C
 
 
 def _bounded_relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int,
-                      reg: Reg) -> Relayout:
-    """The relayout of a key-bounded product: every N tile's rows are N tile 0's shifted by one DRAM step,
-    so one nest over a register-counted loop moves the first ceil(n / cols) of them."""
+                      reg: Reg, over: str) -> Relayout:
+    """The relayout of a key-bounded product (the keys ``over`` its N tiles, "n", or its K tiles, "k"): every
+    unit's rows are unit 0's shifted by one DRAM step, so one nest over a register-counted loop moves the
+    first ones."""
     rows = _relayout_rows(what, pb, order, kts, R, C)
-    tile_rows = len(kts) * R
-    NT = cdiv(pb.shape[1], C)
-    first = [r for r in rows if r[0] < tile_rows]
-    step = int(pb[order][0, C] - pb[order][0, 0]) if NT > 1 else 0
-    want = [(r + nt * tile_rows, a + nt * step, ln, est) for nt in range(NT) for r, a, ln, est in first]
-    if tile_rows > STAGE_ROWS or sorted(rows) != sorted(want):
-        raise ChipCompileError(f"{what}: key_bound: the N tiles of the weight operand are not one DRAM pattern "
-                               "shifted by a constant step, so one loop cannot relay the first n keys")
-    return Relayout(scratch, C, [(0, tile_rows, _loads(first))], (reg, tile_rows, step))
+    pbo = pb[order]
+    if over == "n":
+        unit_rows, units, per, fewest = len(kts) * R, cdiv(pb.shape[1], C), C, 1
+        step = int(pbo[0, C] - pbo[0, 0]) if units > 1 else 0
+    else:
+        unit_rows, units, per, fewest = R, len(kts), R, 2
+        step = int(pbo[R, 0] - pbo[0, 0]) if units > 1 and pb.shape[0] > R else 0
+    first = [r for r in rows if r[0] < unit_rows]
+    want = [(r + u * unit_rows, a + u * step, ln, est) for u in range(units) for r, a, ln, est in first]
+    if unit_rows > STAGE_ROWS or sorted(rows) != sorted(want) or (over == "k" and cdiv(pb.shape[1], C) != 1):
+        raise ChipCompileError(f"{what}: key_bound: the tiles of keys of the weight operand are not one DRAM "
+                               "pattern shifted by a constant step, so one loop cannot relay the first n keys")
+    return Relayout(scratch, C, [(0, unit_rows, _loads(first))], (reg, unit_rows, step, per, fewest))
 
 
-def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put, key_reg: int | None = None) -> tuple:
+def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put, key_reg: int | None = None,
+              over: str = "n") -> tuple:
     """(BmmCode, per-slice KernelInfo arguments, SPM buffers, ACC buffers) of the program's code ``i``; ``put(array)``
-    places a constant in DRAM and returns its address. ``key_reg``: the output columns are keys bounded by the
-    count in that scalar register (``compiler.lower.keybound``): only the first ceil(n / cols) N tiles are
-    relaid and computed."""
+    places a constant in DRAM and returns its address. ``key_reg``: keys bounded by the count n in that scalar
+    register (``compiler.lower.keybound``) run along the output columns (``over="n"``: only the first
+    ceil(n / cols) N tiles are relaid and computed) or along the summed axis (``"k"``: the first
+    max(2, ceil(n / rows)) K tiles)."""
     R, C = cfg.rows, cfg.cols
     what = f"kernel {k.name} ({k.S} GEMMs {k.M}x{k.K}x{k.N} of two activations)"
     ta, tb, to = s.tensors[k.a], s.tensors[k.b], s.tensors[k.out]
@@ -197,14 +210,20 @@ def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put
             rl = _relayout(what, pb, order, kts, R, C, scratch)
         else:
             tl = replace(tl, order="mnk", nbuf=min(tl.nbuf, 2))          # what the emitter runs
-            if k.N % C or tl.MT != 1 or not bounded_ok(tl, False, C):
+            per = C if over == "n" else R
+            if over == "n" and (k.N % C or tl.MT != 1 or not bounded_ok(tl, False, C)):
                 raise ChipCompileError(f"{what}: key_bound needs whole N tiles of {C} keys, one M tile and "
                                        f"weights loaded per N tile (got N = {k.N}, {tl.MT} M tiles, NB = {tl.NB})")
-            rl = _bounded_relayout(what, pb, order, kts, R, C, scratch, Reg(key_reg))
-            if C & (C - 1):
-                raise ChipCompileError(f"{what}: key_bound needs a power-of-two cols (config {cfg.name!r}: {C})")
+            if over == "k" and (not np.array_equal(order, np.arange(k.K)) or not bounded_k_ok(kts, tl, R)):
+                raise ChipCompileError(f"{what}: key_bound needs K tiles of {R} keys in order, one N and one M "
+                                       f"tile, a weight slot per K tile (got {len(kts)} K tiles, NB = {tl.NB})")
+            if per & (per - 1):
+                raise ChipCompileError(f"{what}: key_bound needs tiles of a power-of-two number of keys "
+                                       f"(config {cfg.name!r}: {per})")
+            rl = _bounded_relayout(what, pb, order, kts, R, C, scratch, Reg(key_reg), over)
+        bound = {} if key_reg is None else {"nbound" if over == "n" else "kbound": Reg(key_reg)}
         kc = KernelCode(f"{k.name}.s{sl}", tl, kts, a_rows, out_rows, True, scratch, None, sc_addr, qk.shift,
-                        qk.lo, k.relu, 0, 0, 0, 0, nbound=None if key_reg is None else Reg(key_reg))
+                        qk.lo, k.relu, 0, 0, 0, 0, **bound)
         code.slices.append((rl, kc))
         infos.append((f"{k.name}.s{sl}", k.M, k.K, k.N, tl, len(kts), k.M * k.K * k.N))
         if tl_max is None:

@@ -138,7 +138,7 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
         spec = dataclasses.replace(spec, at_max=True)
     kb = None
     if key_bound is not None:
-        kb = keybound.parse(key_bound, names, index_inputs(toposort(outputs)), sched, cfg.cols)
+        kb = keybound.parse(key_bound, names, index_inputs(toposort(outputs)), sched, cfg.cols, cfg.rows)
         keybound.check(kb, lambda feeds, b: run_int(q, feeds, b)[0], keybound.sample(kb, calib))
     searcher = None
     if search:

@@ -49,7 +49,8 @@ class KeyBound:
     count: str                      # index input: n = count[0] + offset
     offset: int
     max: int                        # the key axis' size
-    granule: int                    # keys per tile (the config's cols)
+    granule: int                    # keys per N tile and softmax chunk (the config's cols)
+    rows: int                       # keys per K tile (the config's rows)
     kernels: dict = field(default_factory=dict)     # kernel index -> "bmm" | "softmax"
     reg: int = KEY_REG
 
@@ -68,6 +69,10 @@ class KeyBound:
         """Keys the bounded kernels compute: ``n`` rounded up to whole tiles."""
         return min(self.max, cdiv(n, self.granule) * self.granule)
 
+    def k_limit(self, n: int) -> int:
+        """Keys a product bounded over K sums: whole K tiles, at least two (a first and a last)."""
+        return min(self.max, max(2, cdiv(n, self.rows)) * self.rows)
+
     def to_manifest(self) -> dict:
         return {"input": self.input, "axis": self.axis, "count": self.count, "offset": self.offset,
                 "max": self.max, "register": self.reg,
@@ -76,11 +81,20 @@ class KeyBound:
 
 @dataclass
 class Bound:
-    """A run of the integer reference with bounded kernels: ``limit`` keys computed; the columns after
-    are zero, or ``rng``'s random int8 values (``check``)."""
+    """A run of the integer reference with bounded kernels for ``n`` keys: ``limit`` keys computed by the
+    products over N and the softmaxes (the columns after: zero, or ``rng``'s random int8 values, ``check``),
+    ``k_limit`` summed by the products over K."""
     kb: KeyBound
-    limit: int
+    n: int
     rng: np.random.Generator | None = None
+
+    @property
+    def limit(self) -> int:
+        return self.kb.limit(self.n)
+
+    @property
+    def k_limit(self) -> int:
+        return self.kb.k_limit(self.n)
 
     def fill(self, shape) -> np.ndarray:
         if self.rng is None:
@@ -88,7 +102,7 @@ class Bound:
         return self.rng.integers(-128, 128, shape)
 
 
-def parse(key_bound, names: list, index_names: list, sched: Schedule, granule: int) -> KeyBound:
+def parse(key_bound, names: list, index_names: list, sched: Schedule, granule: int, rows: int) -> KeyBound:
     """The ``KeyBound`` of ``tc.compile(..., key_bound=...)`` for the lifted schedule; ChipCompileError
     names what is wrong."""
     if not isinstance(key_bound, dict) or set(key_bound) - set(_KEYS) \
@@ -108,7 +122,7 @@ def parse(key_bound, names: list, index_names: list, sched: Schedule, granule: i
     t = sched.tensors[sched.inputs[inp]]
     if not 0 <= axis < len(t.shape):
         raise ChipCompileError(f"key_bound: input {inp!r} of shape {t.shape} has no axis {axis}")
-    kb = KeyBound(inp, int(axis), count, int(offset), int(t.shape[axis]), granule)
+    kb = KeyBound(inp, int(axis), count, int(offset), int(t.shape[axis]), granule, rows)
     kb.kernels.update(_bounded_kernels(sched, kb))
     if not any(k == "bmm" for k in kb.kernels.values()):
         raise ChipCompileError(f"key_bound: no batched matmul has its output columns along axis {axis} of "
@@ -124,19 +138,26 @@ def _bounded_kernels(s: Schedule, kb: KeyBound) -> dict:
     shape = [1] * len(t.shape)
     shape[kb.axis] = kb.max
     key_of = np.broadcast_to(np.arange(kb.max).reshape(shape), t.shape)
-    out, tagged = {}, set()
+    out, tagged, probs = {}, set(), set()
     for i, k in enumerate(s.kernels):
         if isinstance(k, BmmKernel) and k.b == ti and k.N == kb.max and len(k.n_axes) == 1:
             keys = gather_base(key_of, t, k.gb)
             if np.array_equal(keys, np.broadcast_to(np.arange(kb.max), keys.shape)):
                 out[i] = "bmm"
                 tagged.add(k.out)
+        elif isinstance(k, BmmKernel) and k.a in probs and k.K == kb.max:
+            ta = s.tensors[k.a]
+            last = np.broadcast_to(np.arange(kb.max), ta.shape)
+            keys = gather_base(last, ta, k.ga)
+            if np.array_equal(keys, np.broadcast_to(np.arange(kb.max), keys.shape)):
+                out[i] = "bmm_k"              # p @ v: the sum runs over the keys
         elif isinstance(k, EwKernel) and s.tensors[k.out].shape[-1] == kb.max \
                 and any(src in tagged and s.tensors[src].shape[-1] == kb.max for src, _ in k.srcs):
             tagged.add(k.out)
         elif isinstance(k, NormKernel) and k.comp.kind == "softmax" and k.src in tagged \
                 and k.idx.shape[1] == kb.max and np.all(np.diff(k.idx, axis=1) == 1):
             out[i] = "softmax"
+            probs.add(k.out)
     return out
 
 
@@ -157,8 +178,8 @@ def check(kb: KeyBound, run, feeds: list, seed: int = 0) -> None:
         n = kb.n(f)
         lim = kb.limit(n)
         full = run(f, None)
-        zero = run(f, Bound(kb, lim))
-        rand = run(f, Bound(kb, lim, rng))
+        zero = run(f, Bound(kb, n))
+        rand = run(f, Bound(kb, n, rng))
         for i, (a, b, c) in enumerate(zip(full, zero, rand)):
             if not np.array_equal(b, c):
                 raise ChipCompileError(f"key_bound: output {i} depends on the keys from {lim} on with {n} keys "

@@ -171,7 +171,7 @@ class CompiledModel(Compiled):
         if self.key_bound is None:
             return None
         kb = self.key_bound
-        return Bound(kb, kb.limit(kb.n(feeds)))
+        return Bound(kb, kb.n(feeds))
 
     def float_reference(self, *inputs) -> list[np.ndarray]:
         """The float kernel schedule the quantized one approximates (``schedule.run_float``), float32."""
@@ -272,7 +272,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                                        "is not supported on the chip")
             first_code.append(len(codes))
             bc, slice_infos, sb, ab = lower_bmm(cfg, s, len(codes), k, qk, tensor_addr, put,
-                                                key_reg=key_bound.reg if i in bounded else None)
+                                                key_reg=key_bound.reg if i in bounded else None,
+                                                over="k" if bounded.get(i) == "bmm_k" else "n")
             codes.append(bc)
             infos += [KernelInfo(*a) for a in slice_infos]
             spm_bufs += sb
