@@ -145,7 +145,7 @@ def _bounded_kernels(s: Schedule, kb: KeyBound) -> dict:
             if np.array_equal(keys, np.broadcast_to(np.arange(kb.max), keys.shape)):
                 out[i] = "bmm"
                 tagged.add(k.out)
-        elif isinstance(k, BmmKernel) and k.a in probs and k.K == kb.max:
+        elif isinstance(k, BmmKernel) and k.a in probs and k.K == kb.max and k.K > 2 * kb.rows:   # (else: 2 tiles)
             ta = s.tensors[k.a]
             last = np.broadcast_to(np.arange(kb.max), ta.shape)
             keys = gather_base(last, ta, k.ga)
