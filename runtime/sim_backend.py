@@ -97,7 +97,8 @@ class SimSession:
     zeroed again before each run after the first. Models of the ordinary pipeline without a symbolic
     dimension only, compiled with ``resident_inputs=True`` (else a later tensor may take an input's place in
     DRAM during a run). ``bytes_written`` counts what the host wrote since the last run (the constants and
-    first inputs included before the first), ``last_written`` what it wrote before the last run."""
+    first inputs included before the first), ``last_written`` what it wrote before the last run. With a key
+    bound (``tc.compile(..., key_bound=...)``), writing the count input also sets the key register."""
 
     def __init__(self, backend: SimBackend, cm, *inputs):
         from sim import Chip

@@ -123,6 +123,9 @@ def parse(key_bound, names: list, index_names: list, sched: Schedule, granule: i
     if not 0 <= axis < len(t.shape):
         raise ChipCompileError(f"key_bound: input {inp!r} of shape {t.shape} has no axis {axis}")
     kb = KeyBound(inp, int(axis), count, int(offset), int(t.shape[axis]), granule, rows)
+    if kb.max % granule or granule & (granule - 1) or rows & (rows - 1):
+        raise ChipCompileError(f"key_bound: axis {axis} of {inp!r} has {kb.max} keys; the bound needs whole tiles "
+                               f"of a power-of-two cols (config: cols {granule}, rows {rows})")
     kb.kernels.update(_bounded_kernels(sched, kb))
     if not any(k == "bmm" for k in kb.kernels.values()):
         raise ChipCompileError(f"key_bound: no batched matmul has its output columns along axis {axis} of "

@@ -75,6 +75,7 @@ def test_cycles_follow_the_position_and_the_program_does_not(model, chip, seq):
     assert cyc[0] == cyc[10] == cyc[15]                 # one tile of 16 keys
     assert cyc[15] < cyc[16] < cyc[40] < cyc[60]        # a tile more, more cycles
     full = tc.Generator(model, "base", "sim", calibration=[seq], bounded=False)
+    assert full.cm.key_bound is None and chip.bound_error is None
     whole = run_at(full.session, feeds_at(full, seq, 10, caches)).stats.cycles
     assert run_at(full.session, feeds_at(full, seq, 60, caches)).stats.cycles == whole
     assert cyc[10] < whole
@@ -127,3 +128,14 @@ def test_bad_key_bounds_are_named(model, chip, seq, kb, match):
         compile_model(model.decode_step, f, "base", calibration=[f], resident_inputs=True, key_bound=kb)
     with pytest.raises(tc.ChipCompileError, match="ordinary pipeline only"):
         compile_model(model.decode_step, f, "base", key_bound=KEY_BOUND, search=True)
+
+
+def test_a_model_that_cannot_be_bounded_runs_unbounded_unless_required():
+    tc.manual_seed(2)
+    odd = tc.GPT(VOCAB, D, HEADS, 1, 20).eval()            # 20 keys: not whole tiles of 16
+    cal = [np.arange(20) % VOCAB]
+    gen = tc.Generator(odd, "base", "reference", calibration=cal)
+    assert gen.cm.key_bound is None and "20 keys" in gen.bound_error
+    assert len(gen.generate([1, 2], 3).tokens) == 3
+    with pytest.raises(tc.ChipCompileError, match="has 20 keys"):
+        tc.Generator(odd, "base", "reference", calibration=cal, bounded=True)
