@@ -139,3 +139,13 @@ def test_a_model_that_cannot_be_bounded_runs_unbounded_unless_required():
     assert len(gen.generate([1, 2], 3).tokens) == 3
     with pytest.raises(tc.ChipCompileError, match="has 20 keys"):
         tc.Generator(odd, "base", "reference", calibration=cal, bounded=True)
+
+
+def test_a_device_run_writes_the_key_count(chip, seq):
+    """``Device("sim").run`` (a fresh chip per run, not a session) sets the register from the inputs too."""
+    for p in (3, 45):
+        f = feeds_at(chip, seq, p)
+        got = tc.Device("sim").run(chip.cm, f)
+        outs = got.outputs if hasattr(got, "outputs") else got[0]
+        for a, b in zip(outs, chip.cm.reference(f)):
+            assert np.array_equal(a, b)
