@@ -26,7 +26,7 @@ outputs equal the unbounded one's (masked keys weigh exactly zero in the integer
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class KeyBound:
     max: int                        # the key axis' size
     granule: int                    # keys per N tile and softmax chunk (the config's cols)
     rows: int                       # keys per K tile (the config's rows)
-    kernels: dict = field(default_factory=dict)     # kernel index -> "bmm" | "softmax"
+    kernels: dict = field(default_factory=dict)     # kernel index -> "bmm" (over N) | "softmax" | "bmm_k" (over K)
     reg: int = KEY_REG
 
     def n(self, feeds: dict) -> int:
@@ -126,7 +126,7 @@ def parse(key_bound, names: list, index_names: list, sched: Schedule, granule: i
     if kb.max % granule or granule & (granule - 1) or rows & (rows - 1):
         raise ChipCompileError(f"key_bound: axis {axis} of {inp!r} has {kb.max} keys; the bound needs whole tiles "
                                f"of a power-of-two cols (config: cols {granule}, rows {rows})")
-    kb.kernels.update(_bounded_kernels(sched, kb))
+    kb = replace(kb, kernels=_bounded_kernels(sched, kb))
     if not any(k == "bmm" for k in kb.kernels.values()):
         raise ChipCompileError(f"key_bound: no batched matmul has its output columns along axis {axis} of "
                                f"{inp!r} (a product like q @ {inp}^T)")
