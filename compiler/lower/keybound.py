@@ -9,8 +9,9 @@ input whose first element plus ``offset`` is ``n`` (``count``, ``offset``). The 
 ``n`` held in scalar register ``DYN_REG`` (written by the host before each run), the kernels over that
 axis:
 
-* each batched matmul whose output columns run over the key axis (``q @ k_cache^T``): its weight relayout
-  and its N-tile loop run ``ceil(n / cols)`` tiles (``compiler.lower.bmm_lower``, ``compiler.lower.emit``);
+* each batched matmul whose output columns run over the key axis (``q @ k_cache^T``), and each other one
+  whose output only elementwise kernels into such a softmax read (``own @ onehot``): its weight relayout and
+  its N-tile loop run ``ceil(n / cols)`` tiles (``compiler.lower.bmm_lower``, ``compiler.lower.emit``);
 * each softmax over the last axis of a tensor derived from such an output (the scores plus a mask,
   through elementwise kernels): its chunks of ``cols`` keys, ``ceil(n / cols)`` of them
   (``compiler.lower.norms``).
@@ -34,7 +35,7 @@ from isa import regs
 from isa.ints import cdiv
 
 from compiler.lower.bmm import BmmKernel
-from compiler.lower.schedule import ChipCompileError, EwKernel, NormKernel, Schedule, gather_base
+from compiler.lower.schedule import ChipCompileError, EwKernel, NormKernel, Schedule, gather_base, kernel_inputs
 
 #: the scalar register holding the key count ``n`` at launch
 KEY_REG = regs.DYN_REG.n
@@ -161,6 +162,18 @@ def _bounded_kernels(s: Schedule, kb: KeyBound) -> dict:
                 and k.idx.shape[1] == kb.max and np.all(np.diff(k.idx, axis=1) == 1):
             out[i] = "softmax"
             probs.add(k.out)
+    # other products whose output columns only an elementwise kernel into a bounded softmax reads (the token's
+    # own score spread over the keys, ``own @ onehot``): bounded over N too
+    readers: dict = {}
+    for k in s.kernels:
+        for t_in in kernel_inputs(k):
+            readers.setdefault(t_in, []).append(k)
+    outs = {t_out for t_out, _ in s.outputs}
+    for i, k in enumerate(s.kernels):
+        if isinstance(k, BmmKernel) and i not in out and k.N == kb.max \
+                and list(k.n_axes) == [len(s.tensors[k.out].shape) - 1] and k.out not in outs and readers.get(k.out) \
+                and all(isinstance(r, EwKernel) and r.out in tagged for r in readers[k.out]):
+            out[i] = "bmm"
     return out
 
 

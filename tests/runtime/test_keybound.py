@@ -46,7 +46,7 @@ def run_at(session, feeds):
 
 def test_the_attention_kernels_are_bounded(chip):
     kinds = sorted(chip.cm.key_bound.kernels.values())
-    assert kinds.count("bmm") == LAYERS and kinds.count("softmax") == LAYERS    # q @ K^T, softmax
+    assert kinds.count("bmm") == 2 * LAYERS and kinds.count("softmax") == LAYERS    # q @ K^T, own @ onehot; softmax
     assert kinds.count("bmm_k") == 2 * LAYERS                                    # p @ V, p @ onehot^T
     man = chip.cm.program.manifest["key_bound"]
     assert man["input"] == "k_cache" and man["count"] == "pos" and man["max"] == MAX_LEN
