@@ -160,8 +160,9 @@ def run(prompt: str, tokens: int, temperature: float, top_k, seed: int, config: 
 
 
 def measure(config: str, tokens: int = 100) -> dict:
-    """The figures of docs/generation.md: cycles per decode step at T = 16, 128, 256 tokens so far, greedy
-    agreement chip vs float over ``tokens`` new tokens, wall time per step."""
+    """The figures of docs/generation.md: cycles per decode step at T = 16, 128, 256 tokens so far (and of the
+    step compiled without the key bound), greedy agreement chip vs float over ``tokens`` new tokens, wall time
+    per step."""
     model, vocab = load()
     cal = calibration()
     chip = tc.Generator(model, config, "sim", calibration=cal)
@@ -174,6 +175,10 @@ def measure(config: str, tokens: int = 100) -> dict:
     out = chip.generate(ids, 1)                     # every position 0..255 once: T = p + 1 tokens so far
     res["cycles_at_T"] = {t: out.cycles[t - 1] for t in (16, 128, 256)}
     res["cycles_min_max"] = [min(out.cycles), max(out.cycles)]
+    res["cycles_mean_over_positions"] = round(out.cycles_per_token)
+    # the same step compiled without the key bound (attention over all max_len positions at every step)
+    whole = tc.Generator(model, config, "sim", calibration=cal, bounded=False)
+    res["cycles_unbounded"] = sorted(set(whole.generate(ids[:16], 1).cycles))
     res["wall_s_per_step"] = round(out.wall_s / len(out.cycles), 3)
     res["bytes_written_per_step"] = int(np.median(out.written[1:]))
     prompt = vocab.encode(PROMPT)
@@ -181,6 +186,7 @@ def measure(config: str, tokens: int = 100) -> dict:
     r = ref.generate(prompt, tokens)
     f = flt.generate(prompt, tokens)
     res["greedy"] = {"prompt": PROMPT, "tokens": tokens, "chip_equals_reference": g.tokens == r.tokens,
+                     "cycles_per_token": round(g.cycles_per_token),
                      "agreement_with_float_pct": agreement(g.tokens, f.tokens),
                      "first_difference": next((i for i, (a, b) in enumerate(zip(g.tokens, f.tokens)) if a != b),
                                               None),

@@ -7,7 +7,11 @@
 ``model`` is a ``tc.nn.GPT`` (``compiler.frontend.gpt``: any object with ``decode_step``, ``cache_shape``,
 ``max_len`` and ``vocab``). ``decode_step(ids, pos, k_cache, v_cache, mask)`` is compiled ONCE
 (``tc.compile``) at its fixed shapes: the caches always hold ``max_len`` positions and the position enters as
-data (an index input and an additive mask), so the same program serves every position.
+data (an index input and an additive mask), so the same program serves every position. It is compiled with
+``key_bound`` (``compiler.lower.keybound``): the attention's products and softmax loop over the ``pos + 1``
+cached keys, a scalar register the session sets from the position input, so a step's cost follows the
+position. ``bounded``: None (default) bounds when the model allows it (else ``bound_error`` says why and
+every step attends over all ``max_len``), True requires it, False never bounds.
 
 Devices:
 
@@ -41,6 +45,8 @@ DEVICES = ("sim", "reference", "numpy")
 INPUTS = ("ids", "pos", "k_cache", "v_cache", "mask")
 #: decode steps per calibration sequence (evenly spread over it)
 CALIBRATION_STEPS = 64
+#: the decode step's attention runs over the pos + 1 cached keys (``compiler.lower.keybound``)
+KEY_BOUND = {"input": "k_cache", "axis": 1, "count": "pos", "offset": 1}
 
 
 @dataclass
@@ -75,7 +81,8 @@ class Generator:
     """See the module doc. ``cm`` is the compiled decode step (None on ``"numpy"``); ``session`` the resident
     chip (``"sim"``)."""
 
-    def __init__(self, model, config="base", device: str = "sim", calibration=None, max_cycles: int | None = None):
+    def __init__(self, model, config="base", device: str = "sim", calibration=None, max_cycles: int | None = None,
+                 bounded: bool | None = None):
         if device not in DEVICES:
             raise ValueError(f"Generator: device must be one of {', '.join(map(repr, DEVICES))}, got {device!r}")
         for attr in ("decode_step", "cache_shape", "max_len", "vocab"):
@@ -88,9 +95,18 @@ class Generator:
         if device == "numpy":
             return
         from compiler.lower.dispatch import compile_model
+        from compiler.lower.schedule import ChipCompileError
         feeds = [f for seq in self._calibration(calibration) for f in self._calibration_feeds(seq)]
         t0 = time.perf_counter()
-        self.cm = compile_model(model.decode_step, feeds[-1], config, calibration=feeds, resident_inputs=True)
+        self.bound_error = None
+        try:
+            self.cm = compile_model(model.decode_step, feeds[-1], config, calibration=feeds, resident_inputs=True,
+                                    key_bound=KEY_BOUND if bounded is not False else None)
+        except ChipCompileError as e:
+            if bounded is not None or "key_bound" not in str(e):
+                raise
+            self.bound_error = str(e)            # this model cannot be bounded: every step attends over max_len
+            self.cm = compile_model(model.decode_step, feeds[-1], config, calibration=feeds, resident_inputs=True)
         self.compile_s = time.perf_counter() - t0
         if device == "sim":
             from runtime.sim_backend import SimBackend

@@ -62,6 +62,9 @@ class SimBackend:
         if spec is not None:
             from compiler.lower.dynamic import DYN_REG
             args = {DYN_REG: n}
+        kb = getattr(cm, "key_bound", None)
+        if kb is not None:                       # attention bounded by the key count: n in its register
+            args = {**(args or {}), kb.reg: kb.n(feeds)}
         # a program longer than imem runs as pages on the one chip (sim.Chip.run_pages; one page: a plain run)
         stats = chip.run_pages(pages(cm), self.max_cycles, args)
         outs, ints = cm.read_outputs(chip.read_dram)
@@ -95,7 +98,8 @@ class SimSession:
     zeroed again before each run after the first. Models of the ordinary pipeline without a symbolic
     dimension only, compiled with ``resident_inputs=True`` (else a later tensor may take an input's place in
     DRAM during a run). ``bytes_written`` counts what the host wrote since the last run (the constants and
-    first inputs included before the first), ``last_written`` what it wrote before the last run."""
+    first inputs included before the first), ``last_written`` what it wrote before the last run. With a key
+    bound (``tc.compile(..., key_bound=...)``), writing the count input also sets the key register."""
 
     def __init__(self, backend: SimBackend, cm, *inputs):
         from sim import Chip
@@ -116,9 +120,13 @@ class SimSession:
         self.chip.load(self.pages[0])
         self.loads = 1                   # the program is loaded once, here (a paged program: its pages every run)
         self.bytes_written = 0
-        for addr, data in cm.dram_writes(cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict)
-                                                  else inputs)):
+        feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
+        for addr, data in cm.dram_writes(feeds):
             self._put(addr, data)
+        self.key_bound = getattr(cm, "key_bound", None)
+        if self.key_bound is not None:   # the key count's input, kept on the host too: its register follows it
+            self._count = np.array(feeds[self.key_bound.count])
+            self.chip.set_args({self.key_bound.reg: self.key_bound.n(feeds)})
 
     def _put(self, addr: int, data) -> None:
         data = np.ascontiguousarray(data)
@@ -127,7 +135,15 @@ class SimSession:
 
     def write(self, name: str, values, at=None) -> None:
         """Write ``values`` into input ``name`` (at numpy index ``at`` of its shape; None: all of it)."""
-        for addr, data in self.cm.input_writes(name, values, at):
+        writes = self.cm.input_writes(name, values, at)
+        kb = self.key_bound
+        if kb is not None and name == kb.count:
+            count = self._count.copy()
+            count[... if at is None else at] = values
+            n = kb.n({name: count})                   # checked before anything is written
+            self._count = count
+            self.chip.set_args({kb.reg: n})
+        for addr, data in writes:
             self._put(addr, data)
 
     def run(self) -> RunResult:
@@ -211,6 +227,9 @@ class RtlBackend:
             from compiler.lower.dynamic import DYN_REG, host_feeds
             feeds, n = host_feeds(spec, feeds)
             regs[DYN_REG] = n
+        kb = getattr(cm, "key_bound", None)
+        if kb is not None:                       # attention bounded by the key count: n in its register
+            regs[kb.reg] = kb.n(feeds)
         dram = np.zeros(cfg.dram_bytes, np.uint8)
         for addr, data in cm.dram_writes(feeds):
             b = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) else \

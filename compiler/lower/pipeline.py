@@ -36,6 +36,7 @@ from compiler.lower.bmm import BmmKernel
 from compiler.lower.bmm_lower import lower_bmm
 from compiler.lower.gather import GatherKernel
 from compiler.lower.gather_lower import lower_gather
+from compiler.lower.keybound import Bound
 from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule,
                                      base_to_mn, kernel_inputs, run_float)
 from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, tile_weights
@@ -84,6 +85,7 @@ class CompiledModel(Compiled):
     def __post_init__(self):
         if not self.pages:
             self.pages = [self.program]
+    key_bound: object = None         # compiler.lower.keybound.KeyBound: attention bounded by a key count
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
@@ -163,8 +165,20 @@ class CompiledModel(Compiled):
         return dequantize_outputs(q, vals), vals
 
     def reference(self, *inputs) -> list[np.ndarray]:
-        """The quantized model evaluated with numpy: what the chip must return, bit for bit."""
-        return self._at_length(lambda feeds: run_int(self.qsched, feeds)[0], inputs)
+        """The quantized model evaluated with numpy: what the chip must return, bit for bit (with a key bound,
+        the bounded kernels compute the keys the chip computes for the inputs' key count)."""
+        return self._at_length(lambda feeds: run_int(self.qsched, feeds, self.bound(feeds))[0], inputs)
+
+    def key_count(self, feeds: dict) -> int | None:
+        """The key count a run of ``feeds`` writes to the key register (``key_bound``), None without one."""
+        return None if self.key_bound is None else self.key_bound.n(feeds)
+
+    def bound(self, feeds: dict):
+        """The reference's ``keybound.Bound`` for ``feeds`` (None without a key bound)."""
+        if self.key_bound is None:
+            return None
+        kb = self.key_bound
+        return Bound(kb, kb.n(feeds))
 
     def float_reference(self, *inputs) -> list[np.ndarray]:
         """The float kernel schedule the quantized one approximates (``schedule.run_float``), float32."""
@@ -215,7 +229,7 @@ class CompiledModel(Compiled):
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
                    dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False,
-                   paged: bool = False) -> CompiledModel:
+                   paged: bool = False, key_bound=None) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
     places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
@@ -225,7 +239,9 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     keeps them in DRAM between runs rewrites only the parts that change. ``paged``: a program longer than
     instruction memory becomes a sequence of pages (``_paginate``; docs/microarchitecture.md, "Programs longer
     than imem") instead of running grouped kernels whole; else (a control-flow body, inlined into one program)
-    the grouped kernels run whole until it fits."""
+    the grouped kernels run whole until it fits. ``key_bound`` (``compiler.lower.keybound.KeyBound``): its
+    kernels loop over the key count in its register."""
+    bounded = key_bound.kernels if key_bound is not None else {}
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -267,7 +283,9 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 raise ChipCompileError(f"kernel {k.name}: a product of two activations with a symbolic dimension "
                                        "is not supported on the chip")
             first_code.append(len(codes))
-            bc, slice_infos, sb, ab = lower_bmm(cfg, s, len(codes), k, qk, tensor_addr, put)
+            bc, slice_infos, sb, ab = lower_bmm(cfg, s, len(codes), k, qk, tensor_addr, put,
+                                                key_reg=key_bound.reg if i in bounded else None,
+                                                over="k" if bounded.get(i) == "bmm_k" else "n")
             codes.append(bc)
             infos += [KernelInfo(*a) for a in slice_infos]
             spm_bufs += sb
@@ -289,7 +307,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 raise ChipCompileError(f"kernel {k.name} ({k.comp}): a symbolic dimension is not supported "
                                        "for norm and attention kernels yet")
             lower = lower_norm if isinstance(k, NormKernel) else lower_attention
-            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
+            kw = {"key_reg": key_bound.reg} if i in bounded else {}
+            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS, **kw)
             j = len(codes)
             first_code.append(j)
             spm_bufs.append(Buffer(f"k{j}.A", n_spm, 2 * j, 2 * j + 1))      # fenced before and after
@@ -384,12 +403,13 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             excess -= sum(sizes[first_code[i]:last_code[i] + 1]) - max(sizes[first_code[i]:last_code[i] + 1])
         try:
             return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
-                                  blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs)
+                                  blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs,
+                                  key_bound=key_bound)
         except ChipCompileError:
             if keep:
                 try:
                     return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False,
-                                          resident_inputs=resident_inputs)
+                                          resident_inputs=resident_inputs, key_bound=key_bound)
                 except ChipCompileError:
                     pass
     if len(builders) == 1 and len(built) > cfg.imem_words:
@@ -415,7 +435,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         f"; ---- page {p + 1} of {len(builders)}: {len(b)} instructions\n{b.text()}" for p, b in enumerate(builders))
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
                          {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=asm,
-                         resident_inputs=resident_inputs, pages=pages)
+                         resident_inputs=resident_inputs, pages=pages, key_bound=key_bound)
 
 
 def _paginate(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, sizes: list) -> list:
