@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# the optional extras installed into the venv (pyproject.toml): `make test EXTRAS=dev,torch` adds tc.from_torch's torch
+EXTRAS ?= dev
 
 .PHONY: demo test test-fast test-rtl test-cosim venv clean docs
 
@@ -12,7 +14,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tetrachip needs Python >= 3.11 (found %s)" % sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	@touch $@
 
 venv: $(STAMP)

@@ -226,7 +226,8 @@ def run_case(name, build, config, profile: bool = False):
     row.update(cycles=st.cycles, mxu_utilization=st.mxu_utilization,
                ideal_utilization=useful / (cfg.rows * cfg.cols * st.cycles),
                dram_read=st.bytes["dram_read"], dram_write=st.bytes["dram_write"],
-               instructions=len(cm.program), kernels=[f"{k.name} {k.M}x{k.K}x{k.N}" for k in cm.kernels],
+               instructions=sum(len(p) for p in cm.pages), pages=[len(p) for p in cm.pages],
+               kernels=[f"{k.name} {k.M}x{k.K}x{k.N}" for k in cm.kernels],
                bit_exact=bool(all(np.array_equal(a, b) for a, b in zip(res.outputs, cm.reference(*xs)))),
                float_error=_float_error(res.outputs, cm.float_reference(*xs)),
                plans={k: p.to_dict() for k, p in cm.plans.items()})
@@ -308,7 +309,9 @@ def table(rows) -> str:
                    f"{100 * r['ideal_utilization']:>8.1f}{r['dram_read']:>11}{r['dram_write']:>10}"
                    f"{d['footprint'] / max(d['bound'], 1):>12.3f}{r['compile_s']:>10.2f}{r['sim_s']:>7.2f}"
                    f"{100 * r['float_error']:>7.2f}  "
-                   f"{'yes' if r['bit_exact'] else 'NO'}{acc}")
+                   f"{'yes' if r['bit_exact'] else 'NO'}{acc}"
+                   + (f"  {len(r['pages'])} pages of {'+'.join(map(str, r['pages']))} instructions"
+                      if len(r.get("pages", [])) > 1 else ""))
     plans = [r for r in rows if "error" not in r]
     if plans:
         names = list(plans[0]["plans"]["dram"]["per_ordering"])

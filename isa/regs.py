@@ -8,7 +8,8 @@ The convention (r0 reads as zero; the host writes ``DYN_REG`` before launch, ``C
 
 =========  ===================================================================================
 r15        ``DYN_REG``: the value of a program's symbolic dimension, written by the host (the batch
-           ``n`` of ``compiler.lower.dynamic``, the sequence length ``T`` of the transformer block);
+           ``n`` of ``compiler.lower.dynamic``, the sequence length ``T`` of the transformer block,
+           the key count ``n`` of a key-bounded attention, ``compiler.lower.keybound``);
            in a cond-in-loop without a symbolic dimension, ``BRANCH_TRIPS``
 r14        ``TRIP_REG``: control flow's trip counter / branch flag (``compiler.lower.control_*``);
            ``NQ_REG`` in the transformer block (active query blocks, ``ceil(T / cols)``)

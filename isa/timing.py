@@ -78,3 +78,21 @@ def lut_rows(cfg: ChipConfig) -> int:
 def ideal_gemm_cycles(cfg: ChipConfig, m: int, k: int, n: int) -> int:
     """MXU-bound lower bound of an M x K x N GEMM: every MAC slot busy."""
     return cdiv(m * k * n, cfg.rows * cfg.cols)
+
+
+#: Program paging (docs/microarchitecture.md, "Programs longer than imem"): cycles the host takes to write
+#: one instruction word into imem between two pages (the imem port takes one word per cycle).
+PAGE_LOAD_CYCLES_PER_WORD = 1
+
+
+def page_load_cycles(words: int) -> int:
+    """Cycles the chip stands idle while the host writes a page of ``words`` instructions into imem."""
+    return PAGE_LOAD_CYCLES_PER_WORD * words
+
+
+def paged_cycles(runs: list[int], lengths: list[int]) -> int:
+    """Reported cycles of a paged program: every page's run (start to halt, as one program's ``cycles``)
+    plus the load of every page after the first (the first is loaded before launch, as any program)."""
+    if len(runs) != len(lengths):
+        raise ValueError(f"{len(runs)} page runs for {len(lengths)} pages")
+    return sum(runs) + sum(page_load_cycles(n) for n in lengths[1:])

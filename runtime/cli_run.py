@@ -150,6 +150,7 @@ def run_cmd(file: Path, input_files: tuple[str, ...], device: str, config: str, 
         report["stats"] = s.to_dict()
         report["max_abs_vs_reference"] = err
         report["compile_s"] = cm.compile_s
+        report["pages"] = [len(p) for p in getattr(cm, "pages", None) or [cm.program]]   # instructions per page
         report["plans"] = {k: p.to_dict() for k, p in cm.plans.items()}
         if trace:
             try:

@@ -56,13 +56,17 @@ class SimBackend:
             feeds, n = host_feeds(spec, feeds)
         writes = cm.dram_writes(feeds)           # quantizes and checks the inputs before the chip starts
         chip = Chip(self.config, trace=self.trace if trace is None else trace)
-        chip.load(cm.program)
         for addr, data in writes:
             chip.write_dram(addr, data)
+        args = None
         if spec is not None:
             from compiler.lower.dynamic import DYN_REG
-            chip.set_args({DYN_REG: n})
-        stats = chip.run(self.max_cycles)
+            args = {DYN_REG: n}
+        kb = getattr(cm, "key_bound", None)
+        if kb is not None:                       # attention bounded by the key count: n in its register
+            args = {**(args or {}), kb.reg: kb.n(feeds)}
+        # a program longer than imem runs as pages on the one chip (sim.Chip.run_pages; one page: a plain run)
+        stats = chip.run_pages(pages(cm), self.max_cycles, args)
         outs, ints = cm.read_outputs(chip.read_dram)
         if spec is not None:
             from compiler.lower.dynamic import cut
@@ -74,6 +78,93 @@ class SimBackend:
         feeds = {k: np.asarray(v) for k, v in feeds.items()}
         cm = compile_model(_Graph(list(outputs)), feeds, self.config)
         return self.run_compiled(cm, feeds).outputs
+
+    def session(self, cm, *inputs) -> "SimSession":
+        """A resident chip for ``cm`` (see ``SimSession``), its DRAM holding the constants and ``inputs``."""
+        return SimSession(self, cm, *inputs)
+
+
+class SimSession:
+    """One simulated chip that stays loaded between runs of one compiled model::
+
+        s = tc.Device("sim").backend.session(cm, *inputs)   # program, constants and inputs written once
+        s.write("k_cache", row, at=(slice(None), pos))       # later runs: only the parts that change
+        res = s.run()                                        # from pc 0; RunResult as Device.run gives
+
+    ``write`` quantizes the values exactly as a whole input is quantized (``CompiledModel.input_writes``), so
+    a session that writes part of an input computes what ``run_compiled`` computes on the whole input, bit
+    for bit. Every other DRAM byte keeps what the last run left there: the model's intermediate tensors are
+    rewritten by each run, and the images of padded intermediates (``CompiledModel.zeroed_before_run``) are
+    zeroed again before each run after the first. Models of the ordinary pipeline without a symbolic
+    dimension only, compiled with ``resident_inputs=True`` (else a later tensor may take an input's place in
+    DRAM during a run). ``bytes_written`` counts what the host wrote since the last run (the constants and
+    first inputs included before the first), ``last_written`` what it wrote before the last run. With a key
+    bound (``tc.compile(..., key_bound=...)``), writing the count input also sets the key register."""
+
+    def __init__(self, backend: SimBackend, cm, *inputs):
+        from sim import Chip
+        if cm.config.digest() != backend.config.digest():
+            raise TetrachipError(f"the model was compiled for config {cm.config.name!r}; this device is "
+                                 f"{backend.config.name!r}")
+        if getattr(cm, "dynamic", None) is not None or not hasattr(cm, "input_writes"):
+            raise TetrachipError(f"a resident chip session runs a model of the ordinary pipeline without a symbolic "
+                                 f"dimension, not a {type(cm).__name__}"
+                                 + (" with one" if getattr(cm, "dynamic", None) is not None else ""))
+        if not getattr(cm, "resident_inputs", False):
+            raise TetrachipError("a resident chip session needs a model compiled with resident_inputs=True "
+                                 "(tc.compile(..., resident_inputs=True)): else a later tensor may take an "
+                                 "input's place in DRAM during a run")
+        self.cm, self.backend, self.runs, self.last_written = cm, backend, 0, 0
+        self.chip = Chip(backend.config, trace=backend.trace)
+        self.pages = pages(cm)
+        self.chip.load(self.pages[0])
+        self.loads = 1                   # the program is loaded once, here (a paged program: its pages every run)
+        self.bytes_written = 0
+        feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
+        for addr, data in cm.dram_writes(feeds):
+            self._put(addr, data)
+        self.key_bound = getattr(cm, "key_bound", None)
+        if self.key_bound is not None:   # the key count's input, kept on the host too: its register follows it
+            self._count = np.array(feeds[self.key_bound.count])
+            self.chip.set_args({self.key_bound.reg: self.key_bound.n(feeds)})
+
+    def _put(self, addr: int, data) -> None:
+        data = np.ascontiguousarray(data)
+        self.chip.write_dram(addr, data)
+        self.bytes_written += data.nbytes
+
+    def write(self, name: str, values, at=None) -> None:
+        """Write ``values`` into input ``name`` (at numpy index ``at`` of its shape; None: all of it)."""
+        writes = self.cm.input_writes(name, values, at)
+        kb = self.key_bound
+        if kb is not None and name == kb.count:
+            count = self._count.copy()
+            count[... if at is None else at] = values
+            n = kb.n({name: count})                   # checked before anything is written
+            self._count = count
+            self.chip.set_args({kb.reg: n})
+        for addr, data in writes:
+            self._put(addr, data)
+
+    def run(self) -> RunResult:
+        """Run the program from pc 0 on the resident DRAM; the outputs as ``SimBackend.run_compiled`` returns."""
+        if self.runs:
+            for addr, n in self.cm.zeroed_before_run():
+                self._put(addr, np.zeros(n, np.uint8))
+        if len(self.pages) > 1:
+            stats = self.chip.run_pages(self.pages, self.backend.max_cycles)
+            self.loads += len(self.pages) if self.runs else len(self.pages) - 1
+        else:
+            stats = self.chip.run(self.backend.max_cycles)
+        self.runs += 1
+        self.last_written, self.bytes_written = self.bytes_written, 0
+        outs, ints = self.cm.read_outputs(self.chip.read_dram)
+        return RunResult(outs, stats, self.chip.trace, ints)
+
+
+def pages(cm) -> list:
+    """The Programs a compiled model runs in turn: its pages (``CompiledModel.pages``), else its one program."""
+    return list(getattr(cm, "pages", None) or [cm.program])
 
 
 class _Graph:
@@ -136,6 +227,9 @@ class RtlBackend:
             from compiler.lower.dynamic import DYN_REG, host_feeds
             feeds, n = host_feeds(spec, feeds)
             regs[DYN_REG] = n
+        kb = getattr(cm, "key_bound", None)
+        if kb is not None:                       # attention bounded by the key count: n in its register
+            regs[kb.reg] = kb.n(feeds)
         dram = np.zeros(cfg.dram_bytes, np.uint8)
         for addr, data in cm.dram_writes(feeds):
             b = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) else \
@@ -145,7 +239,8 @@ class RtlBackend:
                                      f"{cfg.dram_bytes}-byte DRAM of config {cfg.name!r}")
             dram[addr:addr + len(b)] = b
         limit = self.max_cycles or 2_000_000
-        res = self.cosim.run([Job([cm.program], [dram], [regs], limit, name="Device('rtl')")])[0]
+        pgs = pages(cm)                           # a paged program: its pages in turn (verify.cosim.Job.more)
+        res = self.cosim.run([Job([pgs[0]], [dram], [regs], limit, name="Device('rtl')", more=[pgs[1:]])])[0]
         r = res["chips"][0]
         if r["error"] != ErrorCode.OK:
             raise TetrachipError(f"the RTL stopped with {ErrorCode(r['error']).name} after {r['cycles']} cycles")
@@ -171,10 +266,10 @@ class RtlBackend:
         tr = None
         if self.trace if trace is None else trace:
             from sim import Chip
-            tr, ch = Trace(), Chip(cfg)
-            ch.load(cm.program)
+            tr, chs = Trace(), [Chip(cfg).load(p) for p in pgs]
+            where = [(k, pc) for k, p in enumerate(pgs) for pc in range(len(p))]    # pcs count on through the pages
             for u, pc, idx, issue, start, retire in r["records"]:
-                tr.records.append(Record(0, u, pc, idx, ch.text(pc), issue, start, retire))
+                tr.records.append(Record(0, u, pc, idx, chs[where[pc][0]].text(where[pc][1]), issue, start, retire))
         return RunResult(outs, stats, tr, ints)
 
     def execute(self, outputs, feeds) -> list[np.ndarray]:

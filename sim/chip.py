@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -251,6 +251,45 @@ class Chip:
         self._reset()
         engine.run([self], max_cycles)
         return self.stats
+
+    def run_pages(self, pages: Sequence[Program], max_cycles: int | None = None,
+                  args: Mapping[int, int] | None = None) -> Stats:
+        """Run a paged program (docs/microarchitecture.md, "Programs longer than imem"): each page is loaded
+        and run from pc 0 in turn; SPM, ACC, DRAM and the scalar registers carry over from page to page (the
+        units, tokens, loop registers, MXU weights and VPU settings start afresh, as at any start). ``args``
+        are written into the scalar registers before every page. The Stats count every page; their
+        ``cycles`` are ``isa.timing.paged_cycles`` (the runs plus the loads of the pages after the first);
+        with ``trace`` the records of a page are shifted to the cycle its run starts at and their pcs count on
+        through the pages (a page's pc plus the lengths of the pages before it: the pages' listings end to end)."""
+        if not pages:
+            raise SimError(ErrorCode.PC_RANGE, "a paged program needs at least one page")
+        total, records, runs, lengths = None, [], [], []
+        for k, page in enumerate(pages):
+            self.load(page)
+            lengths.append(len(self.prog))
+            at = timing.paged_cycles(runs, lengths[:k]) + timing.page_load_cycles(lengths[k]) if k else 0
+            if args:
+                self.set_args(args)
+            budget = None if max_cycles is None else max(max_cycles - at, 1)
+            st = self.run(budget)
+            runs.append(st.cycles)
+            if self.trace is not None:
+                base = sum(lengths[:k])
+                for r in self.trace.records:
+                    r.pc += base
+                    r.issue += at
+                    r.start += at
+                    r.retire = None if r.retire is None else r.retire + at
+                records += self.trace.records
+            if total is None:
+                total = st
+            else:
+                total.add_run(st, at)
+        total.cycles = timing.paged_cycles(runs, lengths)
+        self.stats = total
+        if self.trace is not None:
+            self.trace.records = records
+        return total
 
     # -- state --------------------------------------------------------------------------
     def _reset(self) -> None:

@@ -55,6 +55,17 @@ class Stats:
         if n > 0:
             self.stalls[cause] = self.stalls.get(cause, 0) + n
 
+    def add_run(self, other: "Stats", at: int) -> None:
+        """Count another run of the same chip that started at cycle ``at`` (a later page of a paged program,
+        ``Chip.run_pages``): ``cycles`` becomes its end, every count adds up."""
+        self.cycles = at + other.cycles
+        self.instructions += other.instructions
+        self.mxu_macs += other.mxu_macs
+        for mine, theirs in ((self.instances, other.instances), (self.busy, other.busy), (self.bytes, other.bytes),
+                             (self.stalls, other.stalls)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+
     def to_dict(self) -> dict:
         return {"config": self.config, "cycles": self.cycles, "time_us": self.time_us,
                 "instructions": self.instructions, "instances": dict(self.instances),

@@ -30,6 +30,9 @@ _LAZY = {
     "CompiledModel": ("compiler.lower.pipeline", "CompiledModel"),
     "compile": ("compiler.lower.dispatch", "compile_model"),
     "ChipCompileError": ("compiler.lower.schedule", "ChipCompileError"),
+    # --- text generation (a GPT decoder; its decode step compiled once, a KV cache in chip DRAM) ---
+    "GPT": ("compiler.frontend.gpt", "GPT"),
+    "Generator": ("runtime.generate", "Generator"),
     # --- ISA ---
     "ChipConfig": ("isa", "ChipConfig"),
     "PRESETS": ("isa", "PRESETS"),
@@ -53,6 +56,8 @@ _LAZY = {
     # --- importers (a module name with attribute None is the module itself) ---
     "onnx": ("tetrachip.onnx", None),
     "OnnxImportError": ("compiler.importers", "OnnxImportError"),
+    "from_torch": ("compiler.importers.torch_import", "from_torch"),      # imports torch when called
+    "TorchImportError": ("compiler.importers", "TorchImportError"),
 }
 
 

@@ -130,10 +130,20 @@ class Job:
     seed: int | None = None
     name: str = ""
     meta: dict = field(default_factory=dict)
+    #: per chip, the pages run after ``progs[i]`` (a paged program, docs/microarchitecture.md "Programs longer
+    #: than imem"): loaded one word per cycle and started in turn, SPM/ACC/DRAM/scalar registers carried over
+    more: list = field(default_factory=list)
 
     def words(self, i: int) -> list[int]:
-        p = self.progs[i]
-        return list(p) if isinstance(p, (list, tuple)) else p.words()
+        return _words(self.progs[i])
+
+    def pages(self, i: int) -> list[list[int]]:
+        """Every page of chip ``i``'s program as words, in run order."""
+        return [self.words(i)] + [_words(p) for p in (self.more[i] if i < len(self.more) else [])]
+
+
+def _words(p) -> list[int]:
+    return list(p) if isinstance(p, (list, tuple)) else p.words()
 
 
 class Cosim:
@@ -228,6 +238,7 @@ class Cosim:
                 "chips": self.chips, "ring": self.ring,
                 "mem": pickle.loads((self.dir / "mem_parts.pkl").read_bytes()),
                 "jobs": [{"words": [j.words(i) for i in range(self.chips)],
+                          "more": [j.pages(i)[1:] for i in range(self.chips)],
                           "drams": [d if d is not None else np.zeros(cfg.dram_bytes, np.uint8) for d in j.drams],
                           "regs": j.regs, "max_cycles": j.max_cycles} for j in jobs]}
         with tempfile.TemporaryDirectory(prefix="cosim_", dir=self.dir) as tmp:
@@ -404,9 +415,15 @@ def sim_run(cfg: ChipConfig, job: Job, pre: list[tuple] | None = None, ring: boo
         if job.drams[i] is not None:
             ch.write_dram(0, job.drams[i])
         ch.set_args({r: v for r, v in (job.regs[i] or {}).items() if r})
+    pages = job.pages(0)
+    if len(pages) > 1 and ring:
+        raise ValueError(f"job {job.name}: a paged program runs on one chip")
     try:
         if ring:
             system.run(max_cycles=job.max_cycles)
+        elif len(pages) > 1:            # the first page is loaded: run_pages loads it again (no state lost)
+            chips[0].run_pages([_code_bytes(w) for w in pages], job.max_cycles,
+                               {r: v for r, v in (job.regs[0] or {}).items() if r})
         else:
             chips[0].run(max_cycles=job.max_cycles)
         return chips, [ch.stats.cycles for ch in chips], [ErrorCode.OK] * n
@@ -419,15 +436,19 @@ def sim_run(cfg: ChipConfig, job: Job, pre: list[tuple] | None = None, ring: boo
         return chips, cyc, codes
 
 
-def line_traces(chips, result: dict) -> tuple[str, str]:
-    """(simulator, RTL) line traces of a run, the RTL's texts taken from the simulator's program."""
+def line_traces(chips, result: dict, paged: bool = False) -> tuple[str, str]:
+    """(simulator, RTL) line traces of a run, the RTL's texts taken from the simulator's program (``paged``:
+    no texts; the pcs count on through the pages)."""
+    from dataclasses import replace
+
     from sim.stats import Record, Trace
     st, rt = Trace(), Trace()
     for i, ch in enumerate(chips):
         if ch.trace is not None:
-            st.records += ch.trace.records
+            st.records += [replace(r, text="") for r in ch.trace.records] if paged else ch.trace.records
         for u, pc, idx, issue, start, retire in result["chips"][i]["records"]:
-            rt.records.append(Record(i if len(chips) > 1 else ch.index, u, pc, idx, ch.text(pc), issue, start, retire))
+            rt.records.append(Record(i if len(chips) > 1 else ch.index, u, pc, idx, "" if paged else ch.text(pc),
+                                     issue, start, retire))
     return st.line_trace(), rt.line_trace()
 
 
@@ -445,6 +466,7 @@ def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False) -> str 
         # a race is the simulator's diagnostic of a program without a defined result (the chip
         # has no race detector, docs/microarchitecture.md section 4): nothing to compare
         return None
+    paged = len(job.pages(0)) > 1
     head = f"MISMATCH {job.name} seed={job.seed} config={cfg.name}"
     problems = []
     stopped = any(c != ErrorCode.OK for c in codes)
@@ -468,7 +490,7 @@ def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False) -> str 
                                     f"rtl {a[row].tolist()} sim {b[row].tolist()}")
     strace = rtrace = None
     if not stopped:
-        strace, rtrace = line_traces(chips, result)
+        strace, rtrace = line_traces(chips, result, paged)
         if strace != rtrace:
             sl, rl = strace.splitlines(), rtrace.splitlines()
             k = next((j for j in range(min(len(sl), len(rl))) if sl[j] != rl[j]), min(len(sl), len(rl)))
@@ -479,7 +501,7 @@ def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False) -> str 
     if not problems:
         return None
     if strace is None:
-        strace, rtrace = line_traces(chips, result)
+        strace, rtrace = line_traces(chips, result, paged)
         problems.append(f"--- simulator trace (tail)\n{_tail(strace)}\n--- rtl trace (tail)\n{_tail(rtrace)}")
     return head + "\n" + "\n".join(problems)
 

@@ -244,22 +244,13 @@ class Bench:
                 p.h["reg_wdata"].value = u32(int(regs.get(r, 0)))
                 await FallingEdge(dut.clk)
             p.h["reg_we"].value = 0
-        for p in ports:
-            p.h["start"].value = 1
-        await FallingEdge(dut.clk)
-        for p in ports:
-            p.h["start"].value = 0
         limit = job["max_cycles"]
         t0 = time.perf_counter()
-        # cycle 0 is the one after the start edge; this is its falling edge: sleep until every chip
-        # is done or the limit's falling edge, in the HDL simulator alone
-        if not _int(dut.bench_done):
-            await First(RisingEdge(dut.bench_done), Timer(limit * PERIOD_NS, "ns"))
-        await ReadOnly()
-        cycle = min(_int(dut.bench_cycle), limit)
+        cycle, lines = await self._start(limit)
         wall = time.perf_counter() - t0
-        await FallingEdge(dut.clk)
-        lines = await self.flush()
+        more = (job.get("more") or [[]])[0] if len(ports) == 1 else []
+        if more:
+            return await self._pages(job, more, pre, cycle, lines, limit, t0)
         mems = await self.dump()
         finals = [im.copy() for im in self.images]
         self.apply_writes(lines, finals, upto=cycle)
@@ -277,6 +268,74 @@ class Bench:
                         "records": mons[i].records})
         self.clean = cycle < limit and all(c["done"] and not c["error"] for c in out)
         return {"chips": out, "bench_cycles": cycle, "wall_s": wall, "job_s": time.perf_counter() - t0}
+
+    async def _start(self, limit: int) -> tuple[int, list]:
+        """Pulse ``start`` on every chip, wait until all are done or ``limit`` cycles; (the cycle, the log lines)."""
+        dut = self.dut
+        for p in self.ports:
+            p.h["start"].value = 1
+        await FallingEdge(dut.clk)
+        for p in self.ports:
+            p.h["start"].value = 0
+        # cycle 0 is the one after the start edge; this is its falling edge: sleep until every chip
+        # is done or the limit's falling edge, in the HDL simulator alone
+        if not _int(dut.bench_done):
+            await First(RisingEdge(dut.bench_done), Timer(limit * PERIOD_NS, "ns"))
+        await ReadOnly()
+        cycle = min(_int(dut.bench_cycle), limit)
+        await FallingEdge(dut.clk)
+        return cycle, await self.flush()
+
+    async def _pages(self, job: dict, more: list, pre: list, cycle: int, lines: list, limit: int, t0: float) -> dict:
+        """A paged program on one chip (docs/microarchitecture.md, "Programs longer than imem"): after each page
+        halts, the next is written into imem one word per cycle and started; the scalar registers the job
+        names are written again before it (the others keep what the last page left). The cycles and the
+        records' cycles follow ``isa.timing.paged_cycles``."""
+        from isa.timing import page_load_cycles, paged_cycles
+        dut, p = self.dut, self.ports[0]
+        regs = {r: v for r, v in (job["regs"][0] or {}).items() if r}
+        runs, lengths, records, at = [], [len(job["words"][0])], [], 0
+        while True:
+            finals = [im.copy() for im in self.images]
+            self.apply_writes(lines, finals, upto=cycle)
+            self.apply_writes(lines, self.images)            # what the HDL DRAMs hold now
+            mon = Monitor(self.pcw)
+            for ln in lines:
+                if ln[0] == "T" and int(ln[2]) < cycle:
+                    mon.sample(int(ln[2]), *(_hex(x) for x in ln[3:10]))
+            base = sum(lengths[:-1])              # pcs count on through the pages (as sim.Chip.run_pages)
+            records += [(u, pc + base, idx, issue + at, start + at, retire + at)
+                        for u, pc, idx, issue, start, retire in mon.records]
+            runs.append(_int(p.h["cycles"]))
+            ok = cycle < limit and _int(p.h["done"]) and not _int(p.h["error"])
+            if not ok or not more:
+                break
+            words, more = more[0], more[1:]
+            for a, w in enumerate(words):
+                p.h["imem_we"].value = 1
+                p.h["imem_addr"].value = a
+                p.h["imem_data"].value = w
+                await FallingEdge(dut.clk)
+            p.h["imem_we"].value = 0
+            p.h["prog_len"].value = len(words)
+            for r, v in regs.items():
+                p.h["reg_we"].value = 1
+                p.h["reg_addr"].value = r
+                p.h["reg_wdata"].value = u32(int(v))
+                await FallingEdge(dut.clk)
+            p.h["reg_we"].value = 0
+            lengths.append(len(words))
+            at = paged_cycles(runs, lengths[:-1]) + page_load_cycles(len(words))
+            cycle, lines = await self._start(max(limit - at, 1))
+        spm, acc = (await self.dump())[0]
+        p.last = (spm, acc)
+        done, err = _int(p.h["done"]), _int(p.h["error"])
+        total = paged_cycles(runs, lengths) if done and not err and not more else at + runs[-1]
+        out = [{"cycles": total, "error": err, "done": done and not more, "dram": finals[0], "spm": spm,
+                "acc": acc, "pre_spm": pre[0][0], "pre_acc": pre[0][1], "records": records}]
+        self.clean = bool(done and not err)
+        return {"chips": out, "bench_cycles": at + cycle, "wall_s": time.perf_counter() - t0,
+                "job_s": time.perf_counter() - t0, "pages": runs}
 
 
 @cocotb.test()

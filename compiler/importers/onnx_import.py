@@ -707,6 +707,11 @@ def _running_stats(g) -> set[str]:
     return stats - other - {o.name for o in g.output}
 
 
+#: the oldest default-domain opset read (older spellings of Softmax, Pad, Clip, Split, Squeeze, Slice and
+#: the Reduce axes are handled from here on; older models convert with onnx.version_converter)
+MIN_OPSET = 7
+
+
 class OnnxModel(nn.Module):
     """An ONNX graph as a frontend module: ``forward(*inputs)`` in graph-input order or by input name
     (keywords); returns one Tensor, or a tuple when the graph has several outputs. Float
@@ -717,6 +722,13 @@ class OnnxModel(nn.Module):
         g = proto.graph
         opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
         self.opset = opsets.get("ai.onnx", 1)
+        newest = onnx.defs.onnx_opset_version()
+        if not MIN_OPSET <= self.opset <= newest:
+            raise OnnxImportError(
+                f"the model uses opset {self.opset} of the default ONNX domain; this importer reads opsets "
+                f"{MIN_OPSET} to {newest} (the installed onnx package's newest)"
+                + (" - convert it first: onnx.version_converter.convert_version(model, 13)"
+                   if self.opset < MIN_OPSET else ""))
         self._opsets = list(proto.opset_import)
         self._static: dict[str, np.ndarray] = {}
         self._params: dict[str, Tensor] = {}           # float initializers: parameters and buffers

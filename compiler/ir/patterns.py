@@ -234,10 +234,13 @@ class UPat:
 
 
 def scalar_value(n: Node) -> float | None:
-    """The value of a broadcast scalar constant (through RESHAPE/EXPAND, RECIP, NEG, MUL of two), else None."""
+    """The value of a broadcast scalar constant (through RESHAPE/EXPAND, RECIP, NEG, MUL of two), else None.
+    A one-element BUFFER counts (an imported model's scalar initializer: ONNX's -inf fill, a norm's eps)."""
     n = strip_view(n)
     if n.op is Ops.CONST and not isinstance(n.arg, bool):
         return float(n.arg)
+    if n.op is Ops.BUFFER and np.size(n.arg) == 1 and np.asarray(n.arg).dtype.kind == "f":
+        return float(np.asarray(n.arg).reshape(()))
     if n.op in (Ops.RECIP, Ops.NEG):
         v = scalar_value(n.src[0])
         if v is None:

@@ -13,16 +13,17 @@ store`` inside), so slices run one after another; the GEMM itself overlaps its u
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from isa.builder import ProgramBuilder, dram, spm
 from isa.ints import cdiv
-from isa.regs import L0
+from isa.regs import L0, L1, Reg
+from isa.regs import GemmKernel as GK
 
 from compiler.lower.bmm import BmmKernel, from_base
-from compiler.lower.emit import KernelCode, Tokens, emit_kernel
+from compiler.lower.emit import KernelCode, Tokens, bounded_k_ok, bounded_ok, emit_kernel
 from compiler.lower.planner import Buffer
 from compiler.lower.schedule import ChipCompileError, Schedule
 from compiler.lower.tiling import Group, choose, common_period, groups, k_tiles, pad_lanes
@@ -40,6 +41,10 @@ class Relayout:
     scratch: int
     cols: int
     chunks: list                    # [(first scratch row, rows, [(Group, len, estride), ...])]
+    #: a key bound: (register holding n, scratch rows per unit of keys (an N tile, or a K tile), DRAM step of b
+    #: per unit, keys per unit, fewest units); ``chunks`` then holds unit 0's loads, repeated
+    #: max(fewest, ceil(n / keys per unit)) times
+    bound: tuple | None = None
 
 
 @dataclass
@@ -61,7 +66,9 @@ class BmmCode:
         for s, (rl, kc) in enumerate(self.slices):
             e.comment(f"kernel {self.name}: slice {s}, its weights relaid from the activation")
             e.emit("fence", "all")
-            for r0, rows, loads in rl.chunks:
+            if rl.bound is not None:
+                self._bounded_relayout(e, rl)
+            for r0, rows, loads in ([] if rl.bound is not None else rl.chunks):
                 for g, ln, est in loads:
                     rep = None
                     if g.count > 1:
@@ -78,13 +85,41 @@ class BmmCode:
             tokens.release(e)
         e.emit("fence", "all")
 
+    def _bounded_relayout(self, e: ProgramBuilder, rl: Relayout) -> None:
+        """The first ceil(n / cols) N tiles' weight rows: N tile 0's loads and one store over a loop whose
+        trip count is a register (``GK.NT``, before the GEMM sets it)."""
+        reg, tile_rows, step, per, fewest = rl.bound
+        e.comment(f"max({fewest}, ceil(r{reg.n} / {per})) tiles of keys")
+        e.emit("addi", GK.NT, reg, per - 1)
+        e.emit("seti", GK.TMP, per.bit_length() - 1)
+        e.emit("sra", GK.NT, GK.NT, GK.TMP)
+        if fewest > 1:
+            enough = e.fresh_label("units")
+            e.emit("seti", GK.TMP, fewest)
+            e.emit("bge", GK.NT, GK.TMP, enough)
+            e.emit("seti", GK.NT, fewest)
+            e.place(enough)
+        (_, _, loads), = rl.chunks
+        for g, ln, est in loads:
+            e.emit("loop", L0, GK.NT, s0=tile_rows, s1=step)
+            rep = L0
+            if g.count > 1:
+                e.emit("loop", L1, g.count, s0=g.lstride, s1=g.dstride)
+                rep = (L0, 2)
+            e.emit("dma.ld", spm[self.stage + g.local], dram[g.dram], rows=g.rows, len=ln, rstride=g.rstride,
+                   estride=est, rep=rep)
+        e.emit("fence", "load")
+        e.emit("loop", L0, GK.NT, s0=tile_rows * rl.cols, s1=tile_rows)
+        e.emit("dma.st", dram[rl.scratch], spm[self.stage], rows=tile_rows, len=rl.cols, rstride=rl.cols, rep=L0)
+        e.emit("fence", "store")
 
-def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int) -> Relayout:
-    """The loads that put ``pb`` (K x N DRAM addresses of the slice of b) in tile order at ``scratch``."""
+
+def _relayout_rows(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int) -> list:
+    """(scratch row, source address, len, estride) of every used row of the tiled weight layout of ``pb``."""
     K, N = pb.shape
     NT = cdiv(N, C)
     pb = pb[order]
-    rows = []                          # (scratch row, source address, len, estride) of every used row
+    rows = []
     for nt in range(NT):
         n0, ln = nt * C, min(C, N - nt * C)
         for kt, t in enumerate(kts):
@@ -96,28 +131,63 @@ def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C
                     raise ChipCompileError(f"{what}: a row of the weight operand is not one strided DRAM run "
                                            "(the relayout cannot move it with one DMA row)")
                 rows.append(((nt * len(kts) + kt) * R + i, int(src[0]), ln, est))
+    return rows
+
+
+def _loads(sel: list) -> list:
+    """The (Group, len, estride) loads of rows ``sel`` (sorted by scratch row; ``Group.local``: scratch row)."""
+    loads, j = [], 0
+    while j < len(sel):          # consecutive scratch rows with one len/estride: one group list
+        h = j + 1
+        while h < len(sel) and sel[h][0] == sel[h - 1][0] + 1 and sel[h][2:] == sel[j][2:]:
+            h += 1
+        local0 = sel[j][0]
+        for g in groups(np.array([r[1] for r in sel[j:h]], np.int64)):
+            loads.append((Group(local0 + g.local, g.dram, g.rows, g.rstride, g.count, g.lstride, g.dstride),
+                          sel[j][2], sel[j][3]))
+        j = h
+    return loads
+
+
+def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int) -> Relayout:
+    """The loads that put ``pb`` (K x N DRAM addresses of the slice of b) in tile order at ``scratch``."""
+    rows = _relayout_rows(what, pb, order, kts, R, C)
     chunks = []
-    total = NT * len(kts) * R
+    total = cdiv(pb.shape[1], C) * len(kts) * R
     for r0 in range(0, total, STAGE_ROWS):
         r1 = min(total, r0 + STAGE_ROWS)
-        sel = [r for r in rows if r0 <= r[0] < r1]
-        loads, j = [], 0
-        while j < len(sel):          # consecutive scratch rows with one len/estride: one group list
-            h = j + 1
-            while h < len(sel) and sel[h][0] == sel[h - 1][0] + 1 and sel[h][2:] == sel[j][2:]:
-                h += 1
-            local0 = sel[j][0]
-            for g in groups(np.array([r[1] for r in sel[j:h]], np.int64)):
-                loads.append((Group(local0 + g.local, g.dram, g.rows, g.rstride, g.count, g.lstride, g.dstride),
-                              sel[j][2], sel[j][3]))
-            j = h
-        chunks.append((r0, r1 - r0, loads))
+        chunks.append((r0, r1 - r0, _loads([r for r in rows if r0 <= r[0] < r1])))
     return Relayout(scratch, C, chunks)
 
 
-def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put) -> tuple:
+def _bounded_relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int,
+                      reg: Reg, over: str) -> Relayout:
+    """The relayout of a key-bounded product (the keys ``over`` its N tiles, "n", or its K tiles, "k"): every
+    unit's rows are unit 0's shifted by one DRAM step, so one nest over a register-counted loop moves the
+    first ones."""
+    rows = _relayout_rows(what, pb, order, kts, R, C)
+    pbo = pb[order]
+    if over == "n":
+        unit_rows, units, per, fewest = len(kts) * R, cdiv(pb.shape[1], C), C, 1
+        step = int(pbo[0, C] - pbo[0, 0]) if units > 1 else 0
+    else:
+        unit_rows, units, per, fewest = R, len(kts), R, 2
+        step = int(pbo[R, 0] - pbo[0, 0]) if units > 1 and pb.shape[0] > R else 0
+    first = [r for r in rows if r[0] < unit_rows]
+    want = [(r + u * unit_rows, a + u * step, ln, est) for u in range(units) for r, a, ln, est in first]
+    if unit_rows > STAGE_ROWS or sorted(rows) != sorted(want) or (over == "k" and cdiv(pb.shape[1], C) != 1):
+        raise ChipCompileError(f"{what}: key_bound: the tiles of keys of the weight operand are not one DRAM "
+                               "pattern shifted by a constant step, so one loop cannot relay the first n keys")
+    return Relayout(scratch, C, [(0, unit_rows, _loads(first))], (reg, unit_rows, step, per, fewest))
+
+
+def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put, key_reg: int | None = None,
+              over: str = "n") -> tuple:
     """(BmmCode, per-slice KernelInfo arguments, SPM buffers, ACC buffers) of the program's code ``i``; ``put(array)``
-    places a constant in DRAM and returns its address."""
+    places a constant in DRAM and returns its address. ``key_reg``: keys bounded by the count n in that scalar
+    register (``compiler.lower.keybound``) run along the output columns (``over="n"``: only the first
+    ceil(n / cols) N tiles are relaid and computed) or along the summed axis (``"k"``: the first
+    max(2, ceil(n / rows)) K tiles)."""
     R, C = cfg.rows, cfg.cols
     what = f"kernel {k.name} ({k.S} GEMMs {k.M}x{k.K}x{k.N} of two activations)"
     ta, tb, to = s.tensors[k.a], s.tensors[k.b], s.tensors[k.out]
@@ -136,9 +206,24 @@ def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put
         NT = cdiv(k.N, C)
         scratch = put(np.zeros(NT * len(kts) * R * C, np.int8))
         pb = tensor_addr[k.b] + tb.phys_offsets(k.gb[sl])
-        rl = _relayout(what, pb, order, kts, R, C, scratch)
+        if key_reg is None:
+            rl = _relayout(what, pb, order, kts, R, C, scratch)
+        else:
+            tl = replace(tl, order="mnk", nbuf=min(tl.nbuf, 2))          # what the emitter runs
+            per = C if over == "n" else R
+            if over == "n" and (k.N % C or tl.MT != 1 or not bounded_ok(tl, False, C)):
+                raise ChipCompileError(f"{what}: key_bound needs whole N tiles of {C} keys, one M tile and "
+                                       f"weights loaded per N tile (got N = {k.N}, {tl.MT} M tiles, NB = {tl.NB})")
+            if over == "k" and (not np.array_equal(order, np.arange(k.K)) or not bounded_k_ok(kts, tl, R)):
+                raise ChipCompileError(f"{what}: key_bound needs K tiles of {R} keys in order, one N and one M "
+                                       f"tile, a weight slot per K tile (got {len(kts)} K tiles, NB = {tl.NB})")
+            if per & (per - 1):
+                raise ChipCompileError(f"{what}: key_bound needs tiles of a power-of-two number of keys "
+                                       f"(config {cfg.name!r}: {per})")
+            rl = _bounded_relayout(what, pb, order, kts, R, C, scratch, Reg(key_reg), over)
+        bound = {} if key_reg is None else {"nbound" if over == "n" else "kbound": Reg(key_reg)}
         kc = KernelCode(f"{k.name}.s{sl}", tl, kts, a_rows, out_rows, True, scratch, None, sc_addr, qk.shift,
-                        qk.lo, k.relu, 0, 0, 0, 0)
+                        qk.lo, k.relu, 0, 0, 0, 0, **bound)
         code.slices.append((rl, kc))
         infos.append((f"{k.name}.s{sl}", k.M, k.K, k.N, tl, len(kts), k.M * k.K * k.N))
         if tl_max is None:

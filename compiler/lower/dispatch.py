@@ -30,6 +30,7 @@ from compiler.ir import engine
 from compiler.ir.graph import CONTROL, toposort
 from compiler.lower import control_lower, transformer
 from compiler.lower import dynamic as dyn
+from compiler.lower import keybound
 from compiler.lower import search as srch
 from compiler.lower.attention import fused_unfit
 from compiler.lower.bmm import BmmKernel
@@ -42,7 +43,8 @@ from compiler.lower.trace import example_array, index_inputs, trace
 
 def compile_model(model_or_fn, example_inputs, config="base", *, calibration=None, per_channel: bool = True,
                   dynamic: dict | None = None, shapes: dict | None = None, search: bool = False,
-                  search_budget_s: float = 20.0, cache_dir=None) -> Compiled:
+                  search_budget_s: float = 20.0, cache_dir=None, resident_inputs: bool = False,
+                  key_bound: dict | None = None) -> Compiled:
     """Quantize, fuse, tile, plan and emit ``model_or_fn`` for ``config``; see the module doc.
 
     ``dynamic={"N": 64}`` declares a symbolic dimension with its maximum (axis 0 of every input,
@@ -52,7 +54,19 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     A ``nn.TransformerBlock`` / ``nn.TransformerEncoderLayer`` (or a ``nn.Sequential`` of them) is lowered
     from its graph like any model (``compiler.ir.patterns`` finds its norms, GELU and attention); with
     ``dynamic={"T": max}`` (axis 1 of ``x``), or where the graph path refuses it, it goes to
-    ``compiler.lower.transformer.compile_block`` (the block's integer kernels as one program)."""
+    ``compiler.lower.transformer.compile_block`` (the block's integer kernels as one program).
+    ``resident_inputs=True`` keeps every input's DRAM its own for the whole program, so a host can leave the
+    inputs in a chip's DRAM between runs and rewrite only what changes (``runtime.generate``'s KV cache; the
+    ordinary pipeline only).
+    ``key_bound={"input": "k_cache", "axis": 1, "count": "pos", "offset": 1}``: the products over that input's
+    key axis and the softmaxes after them loop over ``n = count[0] + offset`` keys, a scalar register the
+    host writes per run (compiler.lower.keybound): a decode step whose cost follows the position."""
+    if key_bound is not None and (dynamic or search or transformer.blocks_of(model_or_fn) is not None):
+        raise ChipCompileError("key_bound: the ordinary pipeline only (no symbolic dimension, no search, no "
+                               "transformer-block module)")
+    if resident_inputs and (dynamic or search or transformer.blocks_of(model_or_fn) is not None):
+        raise ChipCompileError("resident_inputs=True: the ordinary pipeline's inputs only (no symbolic dimension, "
+                               "no search, no transformer-block module)")
     if transformer.blocks_of(model_or_fn) is not None:
         if not dynamic:                   # the graph path (rewrite rules) first: no special case by class
             model = model_or_fn
@@ -92,6 +106,9 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
         spec = dyn.DynSpec(sym, mx, axes, dyn.out_axes(model_or_fn, example_inputs, axes, mx, outputs))
     times["trace"] = time.perf_counter() - t0
     if any(n.op in CONTROL for n in toposort(outputs)):     # tc.cond / tc.loop: compiler.lower.control_lower
+        if resident_inputs or key_bound is not None:
+            raise ChipCompileError(f"{'resident_inputs=True' if resident_inputs else 'key_bound'}: the ordinary "
+                                   "pipeline's inputs only (not tc.cond / tc.loop)")
         if index_inputs(toposort(outputs)):
             raise ChipCompileError(f"integer input(s) {index_inputs(toposort(outputs))} with control flow: an "
                                    "embedding lookup runs on the chip only in a graph without tc.cond / tc.loop")
@@ -119,10 +136,17 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     if spec is not None and any(isinstance(k, (NormKernel, BmmKernel)) for k in sched.kernels):
         dyn.check_padding(spec, lambda feeds: run_int(q, feeds)[0], calib[0])
         spec = dataclasses.replace(spec, at_max=True)
+    kb = None
+    if key_bound is not None:
+        kb = keybound.parse(key_bound, names, index_inputs(toposort(outputs)), sched, cfg.cols, cfg.rows)
+        keybound.check(kb, lambda feeds, b: run_int(q, feeds, b)[0], keybound.sample(kb, calib))
     searcher = None
     if search:
         searcher = srch.Searcher(cfg, search_budget_s, cache_dir)
-    cm = lower_schedule(q, cfg, names, single, len(outputs), spec, searcher)
+    cm = lower_schedule(q, cfg, names, single, len(outputs), spec, searcher, resident_inputs=resident_inputs,
+                        paged=True, key_bound=kb)
+    if kb is not None:
+        cm.program.manifest["key_bound"] = kb.to_manifest()
     if searcher is not None:
         cm.search_report = searcher.report
     if spec is not None:

@@ -96,6 +96,12 @@ class KernelCode:
     hi: int = 127             # the requantization clamp's maximum (a folded clip, e.g. ReLU6)
     #: the first scale row past the two ACC regions (a column kernel of ``nmk`` has its own row)
     scale_row: int = 0
+    #: a key bound (compiler.lower.keybound): the scalar register holding n; N tiles run while fewer than n
+    #: columns are done, ceil(n / cols) of them (the first always)
+    nbound: Reg | None = None
+    #: a key bound over K (``p @ v``): the register holding n; K tiles run while fewer than n rows are done,
+    #: max(2, ceil(n / rows)) of them (the first and a last one always)
+    kbound: Reg | None = None
 
 
 def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
@@ -170,7 +176,7 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = 
     (``prefetch_tiles``)."""
     tokens = Tokens() if tokens is None else tokens
     tl = kc.tiling
-    if kc.dyn is not None and (tl.order != "mnk" or tl.nbuf > 2):   # a symbolic batch runs mnk
+    if (kc.dyn is not None or kc.nbound is not None) and (tl.order != "mnk" or tl.nbuf > 2):   # (n-bound too)
         kc = replace(kc, tiling=replace(tl, order="mnk", nbuf=min(tl.nbuf, 2)))
         tl = kc.tiling
     if tl.order == "mnk":
@@ -224,7 +230,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     # it is emitted on its own (not in the M-tile loop, where the first trip would need other code)
     pre = start != "column" and (w_once or not looped)
     g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip,
-             npre=prefetch_tiles(tl, window // cfg.rows) if pre else 0)
+             npre=min(prefetch_tiles(tl, window // cfg.rows), 1 if kc.kbound is not None else tl.KT) if pre else 0)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
               f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
@@ -355,6 +361,18 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
     last_nc = tl.N - (NT - 1) * C
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
             ncols=last_nc if NT == 1 else C, load_w=load_w, npre=g["npre"] if pre else 0)
+    if kc.nbound is not None and NT > 1:
+        # the other N tiles while fewer than n columns are done (their code is the same: bounded_ok)
+        assert bounded_ok(tl, g["gate"], C), "a key-bounded GEMM: whole N tiles of one kind"
+        done = e.fresh_label("nbound")
+        e.emit("seti", GK.NT, C)
+        e.emit("bge", GK.NT, kc.nbound, done)
+        top = e.place(e.fresh_label("ntile"))
+        _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=False, ncols=C)
+        e.emit("addi", GK.NT, GK.NT, C)
+        e.emit("blt", GK.NT, kc.nbound, top)
+        e.place(done)
+        return
     if NT > 2:
         e.emit("seti", GK.NT, 1)
         top = e.place(e.fresh_label("ntile"))
@@ -364,6 +382,24 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
         e.emit("blt", GK.NT, GK.TMP, top)
     if NT >= 2:
         _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=True, ncols=last_nc)
+
+
+def bounded_ok(tl: Tiling, gate: bool, cols: int) -> bool:
+    """Can the N tiles after the first run a register-bounded number of times? Only when the last N tile's
+    code is a middle one's: whole N tiles, no A-buffer gate, no weights loaded one N tile ahead or
+    streamed beside the A tiles."""
+    return tl.N % cols == 0 and not gate and weight_mode(tl) != "group" and not tl.a_ring
+
+
+def bounded_k_ok(ktiles: list[KTile], tl: Tiling, rows: int) -> bool:
+    """Can a GEMM's K tiles run a register-bounded number of times? Whole tiles of ``rows`` rows, each the
+    first shifted by a constant column step, each with its own weight slot (``tile`` mode), one N tile and
+    one M tile, no A ring."""
+    if len(ktiles) < 2 or tl.NT != 1 or tl.MT != 1 or tl.a_ring or weight_mode(tl) != "tile":
+        return False
+    step = ktiles[1].col - ktiles[0].col
+    return all(t.klen == rows and t.estride == ktiles[0].estride and t.col == ktiles[0].col + i * step
+               for i, t in enumerate(ktiles))
 
 
 def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
@@ -491,7 +527,9 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
     aring = tl.a_ring                          # A slot kt % NB, freed by its mm (a token like a weight slot's)
     l1 = [None]                                # the nest l1 holds (A row groups), None: unknown
 
-    def tile(kt: int) -> None:
+    def tile(kt: int, last: bool | None = None) -> None:
+        """K tile ``kt`` (``last``: whether it is the chain's last, when not ``kt == KT - 1``)."""
+        last = kt == KT - 1 if last is None else last
         kti = kc.ktiles[kt]
         wrow = spm[kc.spm_w + (kt % tl.NB if mode == "ring" else kt) * R + GK.WSLOT]
         arow = a_buf + (kt % tl.NB if aring else kt) * Mt
@@ -513,14 +551,36 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
                        **_mods(wait, sig, True, rep))
         # weight tokens: per tile, or for the group at its first and last tile (none when resident)
         wwait = ["load"] if w_tok and (mode != "group" or kt == 0) and not 0 < kt < npre else []
-        wsig = ["load"] if w_tok and (mode != "group" or kt == KT - 1) else []
+        wsig = ["load"] if w_tok and (mode != "group" or last) else []
         e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wwait, wsig))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
             ([g["free_p"]] if kt == 0 and not g["bias"] else [])
-        sig = ([g["ep"]] if kt == KT - 1 else []) + (["load"] if aring else [])
+        sig = ([g["ep"]] if last else []) + (["load"] if aring else [])
         op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
         e.emit(op, acc_t, spm[arow + GK.ABUF], n=mrows, **_mods(waits, sig))
 
+    if kc.kbound is not None:
+        # tile 0; tile 1's code, its registers advanced per trip, while a tile after it is needed; tile 1's code
+        # as the last tile (the registers at the position reached)
+        assert bounded_k_ok(kc.ktiles, tl, R) and npre <= 1, "a key-bounded K: uniform tiles, own weight slots"
+        step = kc.ktiles[1].col - kc.ktiles[0].col
+        adv = [(GK.ABUF, Mt), (GK.WSLOT, R)] + ([(GK.WCOL, R * C)] if w_dma else []) + \
+            ([(GK.AOFF, step)] if load_a and step else [])
+        tile(0)
+        done = e.fresh_label("kbound")
+        e.emit("seti", GK.MT, 2 * R)
+        e.emit("bge", GK.MT, kc.kbound, done)
+        top = e.place(e.fresh_label("ktile"))
+        l1[0] = None
+        tile(1, last=False)
+        for r, d in adv:
+            e.emit("addi", r, r, d)
+        e.emit("addi", GK.MT, GK.MT, R)
+        e.emit("blt", GK.MT, kc.kbound, top)
+        e.place(done)
+        l1[0] = None
+        tile(1, last=True)
+        return
     lo = max(1, min(npre, KT - 1))             # prefetched tiles stand alone (their tokens differ)
     for kt in range(lo):
         tile(kt)

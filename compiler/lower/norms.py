@@ -37,7 +37,8 @@ from isa.builder import ProgramBuilder, acc, dram, spm
 from isa.config import ChipConfig
 from isa.ints import cdiv
 from isa.operands import OperandError
-from isa.regs import L1, LoopReg
+from isa.regs import L1, LoopReg, Reg
+from isa.regs import GemmKernel as GK
 
 from compiler.lower import intmath as im
 from compiler.lower.schedule import ChipCompileError, NormKernel, Schedule, gather_base
@@ -67,10 +68,17 @@ def quantize_norm(k: NormKernel, s_in: float, s_out: float) -> QNorm:
         raise ChipCompileError(f"kernel {k.name} ({k.comp}, {d} features): {e}") from None
 
 
-def norm_int(s: Schedule, k: NormKernel, qn: QNorm, vals: dict) -> np.ndarray:
-    """The kernel's int8 output (its tensor's base shape) from the integer tensors ``vals``."""
+def norm_int(s: Schedule, k: NormKernel, qn: QNorm, vals: dict, bound=None) -> np.ndarray:
+    """The kernel's int8 output (its tensor's base shape) from the integer tensors ``vals``. ``bound``
+    (``compiler.lower.keybound.Bound``, a softmax): the rows' first ``bound.limit`` features only, the
+    rest ``bound.fill``."""
     x = gather_base(vals[k.src], s.tensors[k.src], k.idx)
-    if qn.kind == "softmax":
+    if qn.kind == "softmax" and bound is not None:
+        lim = bound.limit
+        y = np.empty(x.shape, np.int64)
+        y[:, :lim] = im.softmax_rows(x[:, :lim], qn.params, None if qn.add is None else qn.add[:, :lim])
+        y[:, lim:] = bound.fill(y[:, lim:].shape)
+    elif qn.kind == "softmax":
         y = im.softmax_rows(x, qn.params, qn.add)
     else:
         y = im.norm_rows(x, qn.params)
@@ -99,6 +107,9 @@ class NormCode:
     spm_base: int = 0
     acc_base: int = 0
     mask_tiles: int = 0
+    #: a key-bounded softmax (``compiler.lower.keybound``): the scalar register holding n; only the first
+    #: ceil(n / cols) chunks of each row are computed (the others are stored as the SPM holds them)
+    bound: Reg | None = None
 
     def emit(self, b: ProgramBuilder) -> int:
         """Emit the kernel into ``b``; returns the ACC rows it used."""
@@ -122,6 +133,12 @@ class _NormEmitter(VpuEmitter):
         G = TM // Q
         top = 0
         self.e("fence", "all")
+        if c.bound is not None:                     # NB = ceil(n / Q) chunks, NB1 = NB - 1
+            self.b.comment(f"kernel {c.name}: ceil(r{c.bound.n} / {Q}) chunks of keys")
+            self.e("addi", _NB, c.bound, Q - 1)
+            self.e("seti", _NB1, Q.bit_length() - 1)
+            self.e("sra", _NB, _NB, _NB1)
+            self.e("addi", _NB1, _NB, -1)
         for g0 in range(0, tiles, G):
             self.acc = _Alloc(self.acc_limit, "ACC", self.cfg, base=c.acc_base, owner=f"kernel {c.name}",
                               hint="fewer features")
@@ -237,6 +254,8 @@ class _NormEmitter(VpuEmitter):
 
     def softmax(self, X8, OUT8, first: bool) -> None:
         """``intmath.softmax_rows``, op for op."""
+        if self.code.bound is not None:
+            return self.bounded_softmax(X8, OUT8)
         p: im.SoftmaxParams = self.qn.params
         TM, Q, nb = self.TM, self.Q, self.nb
         N = S = nb * Q
@@ -269,6 +288,50 @@ class _NormEmitter(VpuEmitter):
         self.per_row("vsra", G, E, nb)
         self.requant(p.shift, 0)
         self.rep("vreq", spm[OUT8], acc[G], p.mult, n=N, st=(S, S))
+
+
+    def bounded_softmax(self, X8, OUT8) -> None:
+        """``intmath.softmax_rows`` on the first ``NB`` chunks of each row (``NormCode.bound``): every op over
+        the chunks repeats ``NB`` times (loop register l2), the row max and sum over chunks 1.. ``NB1`` times."""
+        p: im.SoftmaxParams = self.qn.params
+        TM, Q, nb = self.TM, self.Q, self.nb
+        S = nb * Q
+        a = self.acc
+        masked = bool(self.code.mask_tiles)
+        XA, Z, G = a(nb * TM), a(nb * TM), a(nb * TM)
+        M, L, Y, E = a(TM), a(TM), a(TM), a(TM)
+        temps = [a(TM) for _ in range(4)]
+        chunks = (_NB, (Q, Q, Q))
+        row = (_NB, (Q, Q, 0))                       # a per-row operand b
+        v = self.vpu(Q, Q)
+
+        def each(op, *operands):
+            self.rep(op, *operands, n=Q, st=(S, S, S), inner=chunks)
+
+        def over_chunks(op, DST, SRC):
+            self.rep("vmov", acc[DST], acc[SRC], n=Q, st=(Q, S))
+            self.rep(op, acc[DST], acc[DST], acc[SRC + Q], n=Q, st=(Q, Q, S), inner=(_NB1, (0, 0, Q)))
+
+        each("vmov", acc[XA], spm[X8])
+        if masked:
+            each("vadd", acc[XA], acc[XA], acc[self.MK])
+        each("vrmax", acc[Z], acc[XA])
+        over_chunks("vmax", M, Z)
+        self.rep("vsub", acc[XA], acc[XA], acc[M], n=Q, st=(S, S, Q), inner=row)
+        self.iexp(XA, Z, G, Q, S, p.ep, inner=chunks)
+        each("vrsum", acc[Z], acc[G])
+        over_chunks("vadd", L, Z)
+        if p.ls:
+            v("vsra", acc[L], acc[L], p.ls)
+        self.recip(Y, E, L, Q, Q, p.lo_e, 17, temps)
+        self.rep("vmul", acc[G], acc[G], acc[Y], n=Q, st=(S, S, Q), inner=row)
+        self.rep("vsra", acc[G], acc[G], acc[E], n=Q, st=(S, S, Q), inner=row)
+        self.requant(p.shift, 0)
+        each("vreq", spm[OUT8], acc[G], p.mult)
+
+
+#: a key-bounded softmax's registers (the kernel is fenced on both sides: a GEMM kernel's are free)
+_NB, _NB1 = GK.NT, GK.TMP
 
 
 def _const_rows(qn: QNorm, C: int) -> dict:
@@ -320,19 +383,23 @@ def _affine_rows(s: Schedule, t: int, idx: np.ndarray, what: str) -> tuple[int, 
 
 
 def lower_norm(cfg: ChipConfig, s: Schedule, k: NormKernel, qn: QNorm, tensor_addr: dict, put,
-               spm_free: int) -> tuple[NormCode, int, int]:
+               spm_free: int, key_reg: int | None = None) -> tuple[NormCode, int, int]:
     """The kernel's code (constants placed with ``put``) and the SPM and ACC rows it needs: the largest
-    group of rows that fits ``spm_free`` SPM rows and the ACC."""
+    group of rows that fits ``spm_free`` SPM rows and the ACC. ``key_reg``: a softmax over keys bounded by
+    the count in that scalar register (``compiler.lower.keybound``)."""
     what = f"kernel {k.name} ({k.comp} of {k.idx.shape[0]} rows x {qn.d})"
+    Q = cfg.cols
+    if key_reg is not None and (qn.kind != "softmax" or qn.d % Q or Q & (Q - 1)):
+        raise ChipCompileError(f"{what}: key_bound needs a softmax over whole chunks of {Q} keys (a power of two)")
     i0, irs = _affine_rows(s, k.src, k.idx, what)
     out = s.tensors[k.out]
     o0, ors = _affine_rows(s, k.out, out.identity().reshape(k.idx.shape), what)
     rows = _const_rows(qn, cfg.cols)
     consts = {key: put(v) for key, v in rows.items()}
-    Q = cfg.cols
     nb = cdiv(qn.d, Q)
     code = NormCode(k.name, qn, k.idx.shape[0], tensor_addr[k.src] + i0, irs, tensor_addr[k.out] + o0, ors,
-                    consts, Q, cfg, mask_tiles=len(rows["add"]) // (nb * Q) if "add" in rows else 0)
+                    consts, Q, cfg, mask_tiles=len(rows["add"]) // (nb * Q) if "add" in rows else 0,
+                    bound=None if key_reg is None else Reg(key_reg))
 
     def acc_need(tm: int) -> int | None:            # a dry run: the ACC rows a group of tm rows uses
         code.TM = tm

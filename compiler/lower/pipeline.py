@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from isa.config import ChipConfig
+from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
 from isa.timing import lut_rows
@@ -30,11 +31,12 @@ from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program
 from compiler.lower.attention import AttnCode, lower_attention
 from compiler.lower.norms import NormCode, lower_norm
 from compiler.lower.planner import Buffer, plan
-from compiler.lower.quantize import QSchedule, dequantize_outputs, input_ints, run_int
+from compiler.lower.quantize import QSchedule, dequantize_outputs, input_int, input_ints, run_int
 from compiler.lower.bmm import BmmKernel
 from compiler.lower.bmm_lower import lower_bmm
 from compiler.lower.gather import GatherKernel
 from compiler.lower.gather_lower import lower_gather
+from compiler.lower.keybound import Bound
 from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule,
                                      base_to_mn, kernel_inputs, run_float)
 from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, tile_weights
@@ -75,6 +77,15 @@ class CompiledModel(Compiled):
     dynamic: object = None           # compiler.lower.dynamic.DynSpec when a dimension is symbolic
     search_report: list | None = None  # compiler.lower.search: per kernel, the winner and the default
     asm: str = ""                    # the program's listing (isa.builder.ProgramBuilder.text), to read
+    resident_inputs: bool = False    # no tensor takes an input's DRAM place during a run (``lower_schedule``)
+    #: the program as pages run in turn (docs/microarchitecture.md, "Programs longer than imem"); ``program``
+    #: is the first; a program that fits imem is its one page
+    pages: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.pages:
+            self.pages = [self.program]
+    key_bound: object = None         # compiler.lower.keybound.KeyBound: attention bounded by a key count
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
@@ -87,6 +98,58 @@ class CompiledModel(Compiled):
         out = [(0, np.zeros(self.const_base, np.uint8)), (self.const_base, self.const_image)]
         for ti, xq in input_ints(q, feeds).items():
             out.append((self.tensor_addr[ti], q.sched.tensors[ti].to_phys(xq)))
+        return out
+
+    def input_writes(self, name: str, values, at=None) -> list[tuple[int, np.ndarray]]:
+        """(address, bytes) that write ``values`` into part of input ``name`` in DRAM: ``at`` is a numpy index
+        into the input's shape (None: all of it) and ``values`` has the shape of that part. The values are
+        quantized exactly as ``dram_writes`` quantizes the whole input; runs of consecutive bytes go as one
+        write. (What a resident chip, ``runtime.sim_backend.SimSession``, writes between runs.)"""
+        q = self.qsched
+        if name not in q.sched.inputs:
+            raise TetrachipError(f"the model has no input {name!r}; inputs: {', '.join(self.input_names)}")
+        ti = q.sched.inputs[name]
+        t = q.sched.tensors[ti]
+        flat = np.arange(int(np.prod(t.shape)), dtype=np.int64).reshape(t.shape)
+        try:
+            sel = flat if at is None else flat[at]
+        except IndexError as e:
+            raise TetrachipError(f"input {name!r} of shape {t.shape}: bad index {at!r}: {e}") from None
+        values = np.asarray(values)
+        if values.shape != np.shape(sel):
+            raise TetrachipError(f"input {name!r}: {values.shape} values for a part of shape {np.shape(sel)}")
+        ints = input_int(q, name, values).reshape(-1)
+        phys = t.to_phys(flat + 1)                  # element -> its position in the DRAM image (1-based)
+        where = np.empty(flat.size, np.int64)
+        where[phys[phys > 0] - 1] = np.flatnonzero(phys)
+        pos = where[np.reshape(sel, -1)]
+        order = np.argsort(pos, kind="stable")
+        pos, ints = pos[order], ints[order]
+        size = ints.dtype.itemsize
+        cuts = np.flatnonzero(np.diff(pos) != 1) + 1
+        base = self.tensor_addr[ti]
+        return [(base + int(p[0]) * size, np.ascontiguousarray(v))
+                for p, v in zip(np.split(pos, cuts), np.split(ints, cuts)) if len(p)]
+
+    def zeroed_before_run(self) -> list[tuple[int, int]]:
+        """(address, bytes) the program expects to find zero besides what ``dram_writes`` writes: the borders of
+        padded intermediate tensors whose place in DRAM another tensor shares (the program zeroes a border
+        only where an earlier tensor wrote; a later one may write there too, so a second run on the same DRAM
+        needs these zeroed again)."""
+        s, q = self.qsched.sched, self.qsched
+        spans = {ti: (self.tensor_addr[ti], self.tensor_addr[ti] + t.phys_size * q.elem_bytes(ti))
+                 for ti, t in enumerate(s.tensors)}
+        out = []
+        for ti, t in enumerate(s.tensors):
+            lo, hi = spans[ti]
+            if t.kind != "kernel" or not t.padded or \
+                    not any(a < hi and lo < b for tj, (a, b) in spans.items() if tj != ti):
+                continue
+            size = q.elem_bytes(ti)
+            border = np.flatnonzero(t.to_phys(np.ones(t.shape, np.uint8)) == 0)
+            for seg in np.split(border, np.flatnonzero(np.diff(border) != 1) + 1):
+                if len(seg):
+                    out.append((lo + int(seg[0]) * size, len(seg) * size))
         return out
 
     def output_tensors(self) -> list[int]:
@@ -102,8 +165,20 @@ class CompiledModel(Compiled):
         return dequantize_outputs(q, vals), vals
 
     def reference(self, *inputs) -> list[np.ndarray]:
-        """The quantized model evaluated with numpy: what the chip must return, bit for bit."""
-        return self._at_length(lambda feeds: run_int(self.qsched, feeds)[0], inputs)
+        """The quantized model evaluated with numpy: what the chip must return, bit for bit (with a key bound,
+        the bounded kernels compute the keys the chip computes for the inputs' key count)."""
+        return self._at_length(lambda feeds: run_int(self.qsched, feeds, self.bound(feeds))[0], inputs)
+
+    def key_count(self, feeds: dict) -> int | None:
+        """The key count a run of ``feeds`` writes to the key register (``key_bound``), None without one."""
+        return None if self.key_bound is None else self.key_bound.n(feeds)
+
+    def bound(self, feeds: dict):
+        """The reference's ``keybound.Bound`` for ``feeds`` (None without a key bound)."""
+        if self.key_bound is None:
+            return None
+        kb = self.key_bound
+        return Bound(kb, kb.n(feeds))
 
     def float_reference(self, *inputs) -> list[np.ndarray]:
         """The float kernel schedule the quantized one approximates (``schedule.run_float``), float32."""
@@ -121,8 +196,10 @@ class CompiledModel(Compiled):
         return cut(self.dynamic, run(padded), n)
 
     def summary(self) -> str:
-        lines = [f"compiled for {self.config.name}: {len(self.program)} instructions, "
-                 f"{len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
+        pages = self.pages if len(self.pages) > 1 else []
+        lines = [f"compiled for {self.config.name}: {sum(len(p) for p in self.pages)} instructions"
+                 + (f" in {len(pages)} pages ({', '.join(str(len(p)) for p in pages)})" if pages else "")
+                 + f", {len(self.kernels)} kernel(s), compile {self.compile_s:.2f} s"]
         for k in self.kernels:
             t = k.tiling
             if k.kind == "embedding":
@@ -151,12 +228,20 @@ class CompiledModel(Compiled):
 # ---------------------------------------------------------------------------------------------- lowering
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
-                   dram_base: int = 0, blocks: bool | frozenset = True) -> CompiledModel:
+                   dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False,
+                   paged: bool = False, key_bound=None) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
     places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
     those kernel indices, False: none); when the program then overflows instruction memory, it is
-    lowered once more with the kernels of the most blocks whole, until it fits."""
+    lowered once more with the kernels of the most blocks whole, until it fits. ``resident_inputs``: the
+    inputs' DRAM stays theirs to the end of the program (no later tensor takes its place), so a host that
+    keeps them in DRAM between runs rewrites only the parts that change. ``paged``: a program longer than
+    instruction memory becomes a sequence of pages (``_paginate``; docs/microarchitecture.md, "Programs longer
+    than imem") instead of running grouped kernels whole; else (a control-flow body, inlined into one program)
+    the grouped kernels run whole until it fits. ``key_bound`` (``compiler.lower.keybound.KeyBound``): its
+    kernels loop over the key count in its register."""
+    bounded = key_bound.kernels if key_bound is not None else {}
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
     nk = len(s.kernels)
@@ -170,7 +255,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     bufs = []
     for ti, t in enumerate(s.tensors):
         start = 0 if t.kind == "input" else t.producer       # borders are zeroed by the producer
-        end = last_use.get(ti, start)
+        end = nk if resident_inputs and t.kind == "input" else last_use.get(ti, start)
         bufs.append(Buffer(f"t{ti}", t.phys_size * q.elem_bytes(ti), start, end))
     dplan = plan(bufs, memory="dram", align=DRAM_ALIGN)
     tensor_addr = {ti: dram_base + dplan.offsets[f"t{ti}"] for ti in range(len(s.tensors))}
@@ -198,7 +283,9 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 raise ChipCompileError(f"kernel {k.name}: a product of two activations with a symbolic dimension "
                                        "is not supported on the chip")
             first_code.append(len(codes))
-            bc, slice_infos, sb, ab = lower_bmm(cfg, s, len(codes), k, qk, tensor_addr, put)
+            bc, slice_infos, sb, ab = lower_bmm(cfg, s, len(codes), k, qk, tensor_addr, put,
+                                                key_reg=key_bound.reg if i in bounded else None,
+                                                over="k" if bounded.get(i) == "bmm_k" else "n")
             codes.append(bc)
             infos += [KernelInfo(*a) for a in slice_infos]
             spm_bufs += sb
@@ -220,7 +307,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 raise ChipCompileError(f"kernel {k.name} ({k.comp}): a symbolic dimension is not supported "
                                        "for norm and attention kernels yet")
             lower = lower_norm if isinstance(k, NormKernel) else lower_attention
-            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
+            kw = {"key_reg": key_bound.reg} if i in bounded else {}
+            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS, **kw)
             j = len(codes)
             first_code.append(j)
             spm_bufs.append(Buffer(f"k{j}.A", n_spm, 2 * j, 2 * j + 1))      # fenced before and after
@@ -297,7 +385,10 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     zero = splan.offsets.get("zero")
     prefixes = {i: [(zero, ch) for ch in chunks] for i, chunks in borders.items() if chunks}
     built = emit_program(codes, cfg, prefixes, fences)
-    if len(built) > cfg.imem_words and blocks is not False and len(codes) > nk:
+    builders = [built]
+    if len(built) > cfg.imem_words and paged:
+        builders = _paginate(codes, cfg, prefixes, fences, built.code_sizes)
+    elif len(built) > cfg.imem_words and blocks is not False and len(codes) > nk:
         # too long: the grouped kernels with the most column blocks (the widest, spatially smallest
         # layers, which gain the least from them) run whole, until the estimate fits; then lower again
         sizes = built.code_sizes
@@ -312,17 +403,21 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             excess -= sum(sizes[first_code[i]:last_code[i] + 1]) - max(sizes[first_code[i]:last_code[i] + 1])
         try:
             return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
-                                  blocks=frozenset(keep) if keep else False)
+                                  blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs,
+                                  key_bound=key_bound)
         except ChipCompileError:
             if keep:
                 try:
-                    return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False)
+                    return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False,
+                                          resident_inputs=resident_inputs, key_bound=key_bound)
                 except ChipCompileError:
                     pass
-    if len(built) > cfg.imem_words:
+    if len(builders) == 1 and len(built) > cfg.imem_words:
         raise ChipCompileError(f"the compiled program needs {len(built)} instructions; config {cfg.name!r} "
                                f"holds {cfg.imem_words} (imem_words)")
-    prog = built.build("<compiled model>")
+    pages = [b.build("<compiled model>" if len(builders) == 1 else f"<compiled model, page {p + 1} of "
+                     f"{len(builders)}>") for p, b in enumerate(builders)]
+    prog = pages[0]
     image = np.concatenate(consts) if consts else np.zeros(0, np.uint8)
     prog.manifest = {
         "kind": "compiled-model",
@@ -334,8 +429,47 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         "constants": {"addr": const_base, "bytes": int(len(image))},
         "kernels": [{"name": k.name, "M": k.M, "K": k.K, "N": k.N} for k in infos],
     }
+    if len(pages) > 1:       # the instructions of every page, in run order (the first page's Program carries this)
+        prog.manifest["pages"] = [len(p) for p in pages]
+    asm = built.text() if len(builders) == 1 else "\n".join(
+        f"; ---- page {p + 1} of {len(builders)}: {len(b)} instructions\n{b.text()}" for p, b in enumerate(builders))
     return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
-                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=built.text())
+                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=asm,
+                         resident_inputs=resident_inputs, pages=pages, key_bound=key_bound)
+
+
+def _paginate(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, sizes: list) -> list:
+    """The program of ``codes`` as pages of at most ``imem_words`` instructions, cut between codes: each page is
+    ``emit_program`` of a run of consecutive codes (its tokens drained, every unit fenced, ``halt``), so a page
+    starts as a program does (no token, nothing in flight); the SPM/ACC plan holds across pages, each code's
+    buffers being its own. ``sizes``: the codes' instruction counts in the one-program emission (an estimate
+    of their size in a page; each page is emitted and checked)."""
+    cap = cfg.imem_words
+    pages, a, n = [], 0, len(codes)
+    while a < n:
+        b, est = a, PAGE_SLACK
+        while b < n and est + sizes[b] <= cap:
+            est += sizes[b]
+            b += 1
+        b = max(b, a + 1)
+        while True:
+            page = emit_program(codes[a:b], cfg, {i - a: v for i, v in prefixes.items() if a <= i < b},
+                                {i - a: v for i, v in fences.items() if a <= i < b})
+            if len(page) <= cap:
+                break
+            if b == a + 1:
+                kc = codes[a]
+                raise ChipCompileError(f"kernel {getattr(kc, 'name', f'#{a}')}: its code needs {len(page)} "
+                                       f"instructions as a page of its own; config {cfg.name!r} holds {cap} "
+                                       "(imem_words)")
+            b -= 1
+        pages.append(page)
+        a = b
+    return pages
+
+
+#: instructions a page adds to its codes' (its first tokens' seeds, the last drains, ``fence all``, ``halt``)
+PAGE_SLACK = 24
 
 
 def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, spec, searcher,

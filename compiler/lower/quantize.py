@@ -236,12 +236,15 @@ def kernel_int(q: QSchedule, i: int, x_q: np.ndarray) -> np.ndarray:
     return np.maximum(acc, 0) if k.relu else acc
 
 
-def bmm_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
+def bmm_int(q: QSchedule, i: int, vals: dict, k_limit: int | None = None) -> np.ndarray:
     """One batched matmul on integers, (S, M, N) int8: each slice is a GEMM the chip runs with the
-    slice of ``b`` as its weights."""
+    slice of ``b`` as its weights; ``k_limit``: the sum over the first ``k_limit`` terms only (K tiles
+    bounded by a key count)."""
     k, qk = q.sched.kernels[i], q.qkernels[i]
     t = q.sched.tensors
     av = gather_base(vals[k.a], t[k.a], k.ga).astype(np.int64)
+    if k_limit is not None:
+        av[:, :, k_limit:] = 0
     bv = gather_base(vals[k.b], t[k.b], k.gb).astype(np.int64)
     acc = sem.wrap32(np.matmul(av, bv))
     return sem.requantize(acc, qk.scale[None, None, :], qk.shift, 0, qk.lo, 127, ROUND)
@@ -268,14 +271,20 @@ def ew_int(q: QSchedule, i: int, vals: dict) -> np.ndarray:
 def input_ints(q: QSchedule, feeds: dict) -> dict[int, np.ndarray]:
     out = {}
     for name, ti in q.sched.inputs.items():
-        if name not in feeds:
-            raise ChipCompileError(f"no value for input {name!r}")
-        x = np.asarray(feeds[name])
         t = q.sched.tensors[ti]
+        if t.value is None and name not in feeds:
+            raise ChipCompileError(f"no value for input {name!r}")
+        x = np.asarray(feeds[name] if t.value is None else t.value)
         if x.shape != t.shape:
             raise ChipCompileError(f"input {name!r}: shape {x.shape}, the model was compiled for {t.shape}")
-        out[ti] = _index_array(name, x) if ti in q.int32 else quantize_array(x, q.scales[ti])
+        out[ti] = input_int(q, name, x)
     return out
+
+
+def input_int(q: QSchedule, name: str, x) -> np.ndarray:
+    """Values of input ``name`` (any part of it) as the host writes them: int32 indices, or int8 at its scale."""
+    ti = q.sched.inputs[name]
+    return _index_array(name, np.asarray(x)) if ti in q.int32 else quantize_array(x, q.scales[ti])
 
 
 def _index_array(name: str, x: np.ndarray) -> np.ndarray:
@@ -286,20 +295,27 @@ def _index_array(name: str, x: np.ndarray) -> np.ndarray:
     return x.astype(np.int32)
 
 
-def run_int(q: QSchedule, feeds: dict) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
-    """The quantized reference: float outputs (dequantized) and every tensor's integer value."""
+def run_int(q: QSchedule, feeds: dict, bound=None) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+    """The quantized reference: float outputs (dequantized) and every tensor's integer value. ``bound``
+    (``compiler.lower.keybound.Bound``): the kernels bounded by a key count compute only their first
+    ``bound.limit`` keys, as the chip does (the columns after: ``bound.fill``)."""
     s = q.sched
     vals = input_ints(q, feeds)
+    kinds = bound.kb.kernels if bound is not None else {}
     for i, k in enumerate(s.kernels):
         if isinstance(k, GatherKernel):
             idx = gather_base(vals[k.src], s.tensors[k.src], k.pos)
             vals[k.out] = gather_values(q.qkernels[i].table_q, k, idx, s.tensors[k.out].shape)
         elif isinstance(k, BmmKernel):
-            vals[k.out] = to_base(bmm_int(q, i, vals), s.tensors[k.out].shape, k)
+            y = bmm_int(q, i, vals, bound.k_limit if kinds.get(i) == "bmm_k" else None)
+            if kinds.get(i) == "bmm":            # output columns run over the keys
+                y = np.array(y)
+                y[:, :, bound.limit:] = bound.fill(y[:, :, bound.limit:].shape)
+            vals[k.out] = to_base(y, s.tensors[k.out].shape, k)
         elif isinstance(k, AttnKernel):
             vals[k.out] = attention_int(s, k, q.qkernels[i], vals)
         elif isinstance(k, NormKernel):
-            vals[k.out] = norm_int(s, k, q.qkernels[i], vals)
+            vals[k.out] = norm_int(s, k, q.qkernels[i], vals, bound if kinds.get(i) == "softmax" else None)
         elif isinstance(k, EwKernel):
             vals[k.out] = ew_int(q, i, vals)
         else:

@@ -122,6 +122,9 @@ class TensorInfo:
     producer: int | None = None
     pads: list = field(default_factory=list)
     wide: tuple = ()
+    #: a constant the graph adds to an activation, kept as an input the host writes (its float value;
+    #: quantized with its own scale like any input): None for the graph's inputs and kernel outputs
+    value: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if not self.pads:
@@ -487,6 +490,7 @@ def lift(outputs: list[Node], input_perm=None, attention_fits=None) -> Schedule:
         raise ChipCompileError("the graph has no matmul or convolution: nothing to run on the chip")
     for o in outputs:
         _index_only(o)
+    inputs.update({t.name: ti for ti, t in enumerate(tensors) if t.value is not None})
     return Schedule(tensors, kernels, inputs, outs)
 
 
@@ -620,7 +624,10 @@ def _lift_node(n: Node, srcv, users, tensors, kernels):  # noqa: C901 (one table
             k.bias = vec if k.bias is None else k.bias + vec
             return _Act(a.t, a.idx, True)
         if _uniform(b) is None and not a.floor:          # a per-channel shift of any activation
-            return _diagonal(n, a, None, b, tensors, kernels)
+            if _diag_size(b, n.shape) <= DIAG_MAX:
+                return _diagonal(n, a, None, b, tensors, kernels)
+            srcv[1 - acts[0]] = _const_tensor(b, n.shape, tensors)   # a constant that varies per element
+            acts = [0, 1]
     if op is Ops.WHERE:
         v = _where_special(n, srcv, users, tensors, kernels)
         if v is not None:
@@ -769,6 +776,20 @@ def _scale(n: Node, a: _Act, anode: Node, c: np.ndarray, users, tensors, kernels
 
 #: Largest N of a diagonal GEMM (a per-channel scale or shift of an activation no kernel owns)
 DIAG_MAX = 128
+
+
+def _diag_size(c, shape) -> int:
+    """N of ``_diagonal``'s GEMM for the constant ``c``: its number of values along the axes it varies on."""
+    c = np.broadcast_to(c, shape)
+    return math.prod(d for ax, d in enumerate(shape) if _varies(c, ax))
+
+
+def _const_tensor(c, shape, tensors) -> _Act:
+    """A constant that varies along more than ``DIAG_MAX`` values (a position embedding added to token
+    embeddings) as a tensor in DRAM that the host writes with the inputs: the add reads two tensors."""
+    tensors.append(TensorInfo(f"const{len(tensors)}", tuple(shape), default_perm(tuple(shape)), "input",
+                              value=np.ascontiguousarray(np.broadcast_to(c, shape), np.float64)))
+    return _Act(len(tensors) - 1, tensors[-1].identity())
 
 
 def _diagonal(n: Node, a: _Act, scale, shift, tensors, kernels) -> _Act:
@@ -1352,9 +1373,10 @@ def run_float(s: Schedule, feeds: dict, collect: dict | None = None) -> list[np.
     """Evaluate the kernel schedule in float64 (the calibration pass); ``collect`` gets every tensor."""
     vals: dict[int, np.ndarray] = {}
     for name, ti in s.inputs.items():
-        if name not in feeds:
+        value = s.tensors[ti].value
+        if value is None and name not in feeds:
             raise ChipCompileError(f"no value for input {name!r}")
-        vals[ti] = np.asarray(feeds[name], np.float64).reshape(s.tensors[ti].shape)
+        vals[ti] = np.asarray(feeds[name] if value is None else value, np.float64).reshape(s.tensors[ti].shape)
     for k in s.kernels:
         if isinstance(k, GatherKernel):
             idx = gather_base(vals[k.src], s.tensors[k.src], k.pos)

@@ -103,11 +103,11 @@ class VpuEmitter:
             self.loop(2, inner[0], inner[1])
             self.e(op, *operands, rep=(L1, 2), **keywords)
 
-    def vpu(self, n: int, st: int):
+    def vpu(self, n: int, st: int, inner=None):
         """A VPU op over ``n`` rows per query block, every memory operand in the same layout:
-        ``v = self.vpu(n, st); v("vadd", acc[D], acc[A], 1)``."""
+        ``v = self.vpu(n, st); v("vadd", acc[D], acc[A], 1)``; ``inner``: as ``rep``'s."""
         def v(op: str, *operands) -> None:
-            self.rep(op, *operands, n=n, st=(st, st, st))
+            self.rep(op, *operands, n=n, st=(st, st, st), inner=inner)
         return v
 
     # --- VPU sequences (each mirrors a function of compiler.lower.intmath) ---------------------------
@@ -177,9 +177,10 @@ class VpuEmitter:
             v("vmul", acc[Y], acc[Y], acc[T])
             v("vsra", acc[Y], acc[Y], qy + 1)
 
-    def iexp(self, U, Z, G, n, st, p: im.ExpParams | None = None):
-        """``G = i_exp(U)`` (``U`` holds ``d``, destroyed; ``Z`` a temporary); ``p`` defaults to the block's."""
-        p, F, v = p or self.qb.ep, im.EXP_F, self.vpu(n, st)
+    def iexp(self, U, Z, G, n, st, p: im.ExpParams | None = None, inner=None):
+        """``G = i_exp(U)`` (``U`` holds ``d``, destroyed; ``Z`` a temporary); ``p`` defaults to the block's;
+        ``inner``: as ``rep``'s."""
+        p, F, v = p or self.qb.ep, im.EXP_F, self.vpu(n, st, inner)
         v("vmax", acc[U], acc[U], -p.lim)
         v("vmul", acc[U], acc[U], p.nc)
         v("vsra", acc[U], acc[U], im.EXP_SC)

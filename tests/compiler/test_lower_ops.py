@@ -112,6 +112,34 @@ def test_per_element_constant_beyond_a_diagonal_gemm_is_refused():
         tc.compile(lambda a: conv(a).relu() * tc.Tensor(_rng(68).standard_normal((1, 5, 8, 8))), [x], config="tiny")
 
 
+@pytest.mark.parametrize("cfg", ["tiny", "small"])
+def test_per_element_constant_added_is_a_tensor_the_host_writes(cfg):
+    """A constant that varies per element, added to an activation (more values than a diagonal GEMM takes),
+    is a tensor in DRAM written with the inputs: the add is an elementwise kernel of two tensors."""
+    conv = _conv(3, 5, 69)
+    c = tc.Tensor(_rng(70).standard_normal((1, 5, 8, 8)).astype(np.float32))
+    x = _rng(71).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    cm, _ = _check(lambda a: conv(a).relu() + c, x, cfg)
+    assert _kinds(cm) == ["gemm", "sum"]
+    consts = [t for t in cm.qsched.sched.tensors if t.value is not None]
+    assert len(consts) == 1 and consts[0].shape == (1, 5, 8, 8)
+
+
+def test_position_embeddings_added_to_token_embeddings():
+    """GPT's input: a lookup of the tokens plus a constant (T, d) table of positions, then a projection."""
+    r = _rng(72)
+    emb = tc.Tensor(r.standard_normal((40, 32)).astype(np.float32))
+    pos = tc.Tensor(r.standard_normal((12, 32)).astype(np.float32))
+    w = tc.Tensor(r.standard_normal((32, 16)).astype(np.float32) * 0.2)
+    ids = r.integers(0, 40, (2, 12)).astype(np.int32)
+    f = lambda i: (F.embedding(i, emb) + pos) @ w
+    cm = tc.compile(f, [ids], config="small")
+    res = tc.Device("sim", config="small").run(cm, ids)
+    np.testing.assert_array_equal(res.outputs[0], cm.reference(ids)[0])
+    want = f(tc.Tensor(ids)).numpy()
+    assert np.max(np.abs(res.outputs[0] - want)) <= 0.05 * np.max(np.abs(want))
+
+
 # ---------------------------------------------------------------------------------------------- one-input functions
 
 def _hardswish(a):

@@ -539,6 +539,12 @@ def test_bad_files_and_inputs_give_one_clear_error(tmp_path):
                            {"W": rand(2, 4, 3, 3)}))
 
 
+@pytest.mark.parametrize("opset", [5, 99])
+def test_an_opset_outside_the_range_read_is_one_clear_error(opset):
+    with pytest.raises(tc.OnnxImportError, match=f"opset {opset} of the default ONNX domain"):
+        tc.onnx.load(model([node("Relu", ["x"])], {"x": rand(2, 3)}, opset=opset))
+
+
 def test_path_and_bytes_load_the_same_model(tmp_path):
     x = rand(2, 3)
     m = model([node("Relu", ["x"])], {"x": x})

@@ -45,6 +45,17 @@ def _manual_ln(t):
     return (t - mu) / (var + 1e-3).sqrt()
 
 
+def _one(v):
+    """A one-element tensor (an imported model's scalar initializer), not a Python scalar."""
+    return tc.Tensor(np.array([v], np.float32))
+
+
+def _manual_ln_tensor_scalars(t):
+    """LayerNorm as ONNX exporters write it below opset 17, eps an initializer."""
+    d = t - t.mean(-1, keepdim=True)
+    return d / ((d ** 2).mean(-1, keepdim=True) + _one(1e-5)).sqrt()
+
+
 def _ln_bias_only(t):
     return F.layer_norm(t, 48, None, tc.Tensor(np.linspace(-1, 1, 48).astype(np.float32)))
 
@@ -61,6 +72,7 @@ FOUND = {
     "layernorm-two-axes": (lambda t: F.layer_norm(t, (5, 8)), [X3], ["layernorm"]),
     "layernorm-manual-pow": (_manual_ln, [X], ["layernorm"]),
     "layernorm-bias-only": (_ln_bias_only, [X], ["layernorm"]),
+    "layernorm-tensor-scalars": (_manual_ln_tensor_scalars, [X], ["layernorm"]),
     "rmsnorm-module": (nn.RMSNorm(48), [X], ["rmsnorm"]),
     "rmsnorm-F": (lambda t: F.rms_norm(t, 48), [X], ["rmsnorm"]),
     "rmsnorm-manual": (lambda t: t / (t.square().mean(-1, keepdim=True) + 1e-6).sqrt(), [X], ["rmsnorm"]),
@@ -78,6 +90,8 @@ FOUND = {
                        ["attention"]),
     "attention-manual-add-mask": (lambda q, k, v: ((q @ k.transpose(-2, -1)) / math.sqrt(8) + tc.Tensor(ADD_MASK))
                                   .softmax(-1) @ v, [Q, K, V], ["attention"]),
+    "softmax-where-tensor-inf": (lambda t: tc.where(tc.Tensor(BOOL_MASK[:4]), t[:, :6], _one(-np.inf)).softmax(-1),
+                                 [X], ["softmax"]),
     "attention-2d": (lambda q, k, v: (q @ k.T * 0.5).softmax(-1) @ v, [Q[0], K[0], V[0]], ["attention"]),
     "mha-module": (nn.MultiHeadAttention(8, 2), [Q], ["attention"]),
 }
