@@ -312,34 +312,28 @@ def test_command_line_writes_models(tmp_path, capsys):
 
 
 # --- through the importer -----------------------------------------------------------------------------------
-#: (test id, zoo model, its arguments beyond the small size, the chip compiler's refusal or None). The
-#: transformers' position embeddings of constant positions are one constant (seq, d) tensor added to the token
-#: embeddings, which the chip refuses; with ``positions="input"`` they are a second lookup. GPT-2's default
-#: Where(mask, scores, -inf) reads -inf from an initializer, which the importer makes a parameter tensor, so the
-#: chip's masked-softmax pattern (a scalar -inf) does not see it; the additive mask compiles, and so does the
-#: Where when its -inf is a Constant node.
+#: (test id, zoo model, its arguments beyond the small size, the chip compiler's refusal or None): every model
+#: and every spelling compiles: the transformers' constant position embeddings (one constant (seq, d) tensor
+#: added to the token embeddings) and position ids as an input; GPT-2's Where(mask, scores, -inf) with the -inf
+#: an initializer or a Constant node, and its additive mask; opset 13's written-out LayerNormalization
+#: ((x - mean) / sqrt(var + eps), as torch.onnx.export writes it) and opset 21's Gelu operator and ReduceMean
+#: axes input. A refusal would be asserted to name the operator.
 CHIP_CASES = [
     ("resnet18", "resnet18", {}, None),
-    pytest.param("mobilenet_v2", "mobilenet_v2", {}, None, marks=pytest.mark.slow, id="mobilenet_v2"),  # 20-35 s
+    ("mobilenet_v2", "mobilenet_v2", {}, None),
     ("digits_mlp", "digits_mlp", {}, None),
     ("digits_cnn", "digits_cnn", {}, None),
     ("digits_bncnn", "digits_bncnn", {}, None),
-    ("bert_encoder", "bert_encoder", {}, r"ADD float32\(1, 16, 64\).*constant that varies per element"),
+    ("bert_encoder", "bert_encoder", {}, None),
     ("bert_encoder-positions_input", "bert_encoder", {"positions": "input"}, None),
-    ("gpt2_decoder", "gpt2_decoder", {}, r"ADD float32\(1, 16, 64\).*constant that varies per element"),
+    ("gpt2_decoder", "gpt2_decoder", {}, None),
     ("gpt2_decoder-positions_input-mask_add", "gpt2_decoder", {"positions": "input", "mask": "add"}, None),
-    ("gpt2_decoder-positions_input", "gpt2_decoder", {"positions": "input"},
-     r"WHERE float32\(1, 2, 16, 16\).*constant that varies per element"),
-    # the same model with its -inf a Constant node instead of an initializer compiles
+    ("gpt2_decoder-positions_input", "gpt2_decoder", {"positions": "input"}, None),
     ("gpt2_decoder-positions_input-inf_constant_node", "gpt2_decoder", {"positions": "input"}, None),
-    # opset 21 spells GELU as the Gelu operator (BERT) and ReduceMean's axes as an input: both compile; opset 13
-    # writes LayerNormalization out as exporters do ((x - mean) / sqrt(var + eps)), which the chip does not take
-    # for a norm: the division is a product of two activations
     ("bert_encoder-opset21-positions_input", "bert_encoder", {"positions": "input", "opset": 21}, None),
     ("gpt2_decoder-opset21-positions_input-mask_add", "gpt2_decoder",
      {"positions": "input", "mask": "add", "opset": 21}, None),
-    ("bert_encoder-opset13-positions_input", "bert_encoder", {"positions": "input", "opset": 13},
-     r"MUL float32\(1, 16, 64\).*product of two activations"),
+    ("bert_encoder-opset13", "bert_encoder", {"opset": 13}, None),
 ]
 #: the chip configuration every case compiles for
 CHIP_CONFIG = "base"
