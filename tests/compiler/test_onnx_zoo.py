@@ -386,6 +386,22 @@ def test_imported_matches_onnxruntime(case, name, kw, refusal):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "bert_encoder", "gpt2_decoder", "digits_cnn"])
+def test_imported_matches_onnxruntime_on_opencl(name):
+    """The same imported models on Device("opencl") (the generated OpenCL kernels; PoCL on the CPU here)."""
+    _loader()
+    from tests.gpu.gpu_helpers import device_or_skip
+    dev = device_or_skip("opencl")
+    model, feeds = _case(name, name, {})
+    want = _ort(model, feeds)
+    before = dev.backend.launches
+    got = dev.run(*(lambda o: o if isinstance(o, tuple) else (o,))(tc.onnx.load(model)(**feeds)))
+    assert dev.backend.launches > before
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("case,name,kw,refusal", _params_of(CHIP_CASES))
 def test_imported_on_the_chip_is_bit_exact(case, name, kw, refusal):
     _loader()
