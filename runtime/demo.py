@@ -21,6 +21,10 @@ repository's docs) compiled once as a decode step with its key/value cache in th
 greedily one token per step on one resident simulated chip; the chip's tokens are checked against the integer
 reference's and compared with the float model's.
 
+Part 1e: a model from another framework: the GPT-2-style decoder of the ONNX zoo (``examples/onnx_zoo.py``,
+written with ``onnx.helper``) imported with ``tc.onnx.load``, checked against onnxruntime on the numpy device
+and compiled for ``base``, bit for bit against the quantized reference on the simulated chip.
+
 Part 2 (short): the example assembly programs round-trip through the assembler and run on the
 simulator, checked against numpy, and a generated GEMM on ``base``.
 """
@@ -232,6 +236,37 @@ def _generate() -> bool:
     return True
 
 
+def _onnx() -> bool:
+    """Part 1e: an ONNX model (the zoo's GPT-2-style decoder) imported and run on numpy and on the chip."""
+    import onnxruntime as ort
+
+    from compiler.importers.onnx_import import load
+    from compiler.lower.dispatch import compile_model
+    from runtime.device import Device
+    onnx_zoo = _example("onnx_zoo")
+    t0 = time.perf_counter()
+    kw = dict(layers=2, d_model=64, heads=2, vocab=256, seq=32)
+    print(f"== ONNX import: a GPT-2-style decoder ({kw['layers']} layers, d_model {kw['d_model']}, T {kw['seq']}; "
+          "built with onnx.helper) on base")
+    proto = onnx_zoo.gpt2_decoder(**kw)
+    feeds = onnx_zoo.example_inputs(proto)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    model = load(proto)
+    with Device("numpy"):
+        got = model(**feeds).numpy()
+    close = bool(np.allclose(got, want, rtol=1e-4, atol=1e-4))
+    inputs = list(feeds.values())
+    cm = compile_model(model, inputs, config="base")
+    res = Device("sim", config="base").run(cm, *inputs)
+    exact = bool(np.array_equal(res.outputs[0], cm.reference(*inputs)[0]))
+    err = float(np.abs(res.outputs[0] - want).max() / np.abs(want).max())
+    print(f"numpy device == onnxruntime (1e-4): {'yes' if close else 'NO'}; chip == integer reference: "
+          f"{'yes' if exact else 'NO'}; |chip - onnxruntime| {100 * err:.2f}% of the largest logit; "
+          f"{res.stats.cycles} cycles, MXU utilization {100 * res.stats.mxu_utilization:.1f}%")
+    print(f"part 1e took {time.perf_counter() - t0:.1f} s\n")
+    return close and exact
+
+
 def main() -> int:
     out = ROOT / "out"
     out.mkdir(exist_ok=True)
@@ -239,6 +274,7 @@ def main() -> int:
     ok &= _transformer()
     ok &= _resnet()
     ok &= _generate()
+    ok &= _onnx()
     print("== part 2: the ISA examples")
     if not _roundtrip(out, verbose="-v" in sys.argv):
         return 1
