@@ -169,6 +169,17 @@ def read_mems(cfg: dict, i: int, parts: dict | None = None) -> tuple[np.ndarray,
     return rows(Space.SPM), rows(Space.ACC).astype(np.int32)
 
 
+async def _load_words(dut, p: Port, words) -> None:
+    """Write a program (a page) into chip ``p``'s instruction memory, one word per cycle, and its length."""
+    for a, w in enumerate(words):
+        p.h["imem_we"].value = 1
+        p.h["imem_addr"].value = a
+        p.h["imem_data"].value = w
+        await FallingEdge(dut.clk)
+    p.h["imem_we"].value = 0
+    p.h["prog_len"].value = len(words)
+
+
 class Bench:
     def __init__(self, dut, ports: list[Port], cfg: dict, parts: dict | None = None):
         self.dut, self.ports, self.cfg, self.parts = dut, ports, cfg, parts
@@ -229,14 +240,7 @@ class Bench:
             dut.bench_load.value = 0
         # driver: program words, then every scalar register r1.. (0 unless the job names a value)
         for i, p in enumerate(ports):
-            words = job["words"][i]
-            for a, w in enumerate(words):
-                p.h["imem_we"].value = 1
-                p.h["imem_addr"].value = a
-                p.h["imem_data"].value = w
-                await FallingEdge(dut.clk)
-            p.h["imem_we"].value = 0
-            p.h["prog_len"].value = len(words)
+            await _load_words(dut, p, job["words"][i])
             regs = job["regs"][i] or {}
             for r in range(1, cfg["scalar_regs"]):
                 p.h["reg_we"].value = 1
@@ -311,13 +315,7 @@ class Bench:
             if not ok or not more:
                 break
             words, more = more[0], more[1:]
-            for a, w in enumerate(words):
-                p.h["imem_we"].value = 1
-                p.h["imem_addr"].value = a
-                p.h["imem_data"].value = w
-                await FallingEdge(dut.clk)
-            p.h["imem_we"].value = 0
-            p.h["prog_len"].value = len(words)
+            await _load_words(dut, p, words)
             for r, v in regs.items():
                 p.h["reg_we"].value = 1
                 p.h["reg_addr"].value = r

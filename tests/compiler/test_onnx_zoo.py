@@ -100,17 +100,25 @@ def _torch_mobilenet_v2(w, x):
     return F.linear(y.mean((2, 3)), w["classifier.1.weight"], w["classifier.1.bias"])
 
 
+def _ln_lin(w, d, eps):
+    """A transformer's LayerNorm and Linear by parameter prefix (``p.weight``, ``p.bias``), in torch."""
+    import torch.nn.functional as F
+
+    def ln(x, p):
+        return F.layer_norm(x, (d,), w[p + ".weight"], w[p + ".bias"], eps)
+
+    def lin(x, p):
+        return x @ w[p + ".weight"] + w[p + ".bias"]
+    return ln, lin
+
+
 def _torch_bert(w, ids, layers, heads):
     import torch
     import torch.nn.functional as F
     d = w["embeddings.word_embeddings.weight"].shape[1]
     T = ids.shape[1]
 
-    def ln(x, p):
-        return F.layer_norm(x, (d,), w[p + ".weight"], w[p + ".bias"], 1e-12)
-
-    def lin(x, p):
-        return x @ w[p + ".weight"] + w[p + ".bias"]
+    ln, lin = _ln_lin(w, d, 1e-12)
 
     x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:T]
     x = ln(x, "embeddings.LayerNorm")
@@ -132,11 +140,7 @@ def _torch_gpt2(w, ids, layers, heads):
     d = w["wte.weight"].shape[1]
     T = ids.shape[1]
 
-    def ln(x, p):
-        return F.layer_norm(x, (d,), w[p + ".weight"], w[p + ".bias"], 1e-5)
-
-    def lin(x, p):
-        return x @ w[p + ".weight"] + w[p + ".bias"]
+    ln, lin = _ln_lin(w, d, 1e-5)
 
     x = w["wte.weight"][ids] + w["wpe.weight"][w["position_ids"]]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
