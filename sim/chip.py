@@ -140,6 +140,8 @@ class Chip:
     every instruction instance (``chip.trace``).
     """
 
+    trace: Trace | None             #: the run's records (``trace=True``), else None; made anew by every run
+
     def __init__(self, config: str | Path | ChipConfig = "base", *, trace: bool = False, index: int = 0,
                  in_system: bool = False):
         self.cfg = cfg = ChipConfig.load(config)
@@ -263,7 +265,10 @@ class Chip:
         through the pages (a page's pc plus the lengths of the pages before it: the pages' listings end to end)."""
         if not pages:
             raise SimError(ErrorCode.PC_RANGE, "a paged program needs at least one page")
-        total, records, runs, lengths = None, [], [], []
+        total: Stats | None = None
+        records: list = []
+        runs: list[int] = []
+        lengths: list[int] = []
         for k, page in enumerate(pages):
             self.load(page)
             lengths.append(len(self.prog))
@@ -285,6 +290,7 @@ class Chip:
                 total = st
             else:
                 total.add_run(st, at)
+        assert total is not None        # at least one page ran
         total.cycles = timing.paged_cycles(runs, lengths)
         self.stats = total
         if self.trace is not None:
