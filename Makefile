@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # the optional extras installed into the venv (pyproject.toml): `make test EXTRAS=dev,torch` adds tc.from_torch's torch
 EXTRAS ?= dev
 
-.PHONY: demo test test-fast test-rtl test-cosim venv clean docs
+.PHONY: demo test test-fast test-rtl test-cosim venv clean docs notebooks
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tetrachip needs Python >= 3.11 (found %s)" % sys.version.split()[0])'
@@ -43,6 +43,10 @@ test-cosim: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) -m isa.docgen
+
+# the performance-study notebooks in full (QUICK = False): executed HTML and PNG figures under out/notebooks/
+notebooks: $(STAMP)
+	$(PY) notebooks/run.py --out out/notebooks
 
 # ruff and mypy as configured in pyproject.toml, then the layer rules of docs/architecture.md (import-linter contracts)
 .PHONY: lint deps
