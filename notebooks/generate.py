@@ -462,19 +462,25 @@ print(f"A block of {NROWS[-1]} ACC rows goes around {rs[0]['chips']} chips in {r
 ]
 
 
-def write(name: str, cells: list) -> None:
+NOTEBOOKS = {"01_gemm_roofline.ipynb": NB1, "03_model_on_chip.ipynb": NB3, "04_chip_vs_cpu_gpu.ipynb": NB4,
+             "05_multichip.ipynb": NB5}
+
+
+def build(name: str) -> nbformat.NotebookNode:
+    """The notebook ``name`` without outputs; cell ids are fixed (stem and index) so regenerating is stable."""
+    cells = [nbformat.from_dict(dict(c)) for c in NOTEBOOKS[name]]
+    for i, c in enumerate(cells):
+        c.id = f"{Path(name).stem[:2]}-{i:02d}"
     nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                             "language": "python"},
                                              "language_info": {"name": "python"}})
     nbformat.validate(nb)
-    nbformat.write(nb, HERE / name)
+    return nb
 
 
 def main() -> None:
-    write("01_gemm_roofline.ipynb", NB1)
-    write("03_model_on_chip.ipynb", NB3)
-    write("04_chip_vs_cpu_gpu.ipynb", NB4)
-    write("05_multichip.ipynb", NB5)
+    for name in NOTEBOOKS:
+        nbformat.write(build(name), HERE / name)
 
 
 if __name__ == "__main__":

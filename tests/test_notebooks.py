@@ -18,13 +18,6 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SAVE = re.compile(r'save\(fig, "([^"]+\.png)"\)')
 
 
-def _runner():
-    spec = importlib.util.spec_from_file_location("notebooks_run", ROOT / "notebooks" / "run.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _load(path):
     nbformat = pytest.importorskip("nbformat")
     return nbformat.read(path, as_version=4)
@@ -34,6 +27,23 @@ def test_notebooks_exist():
     names = {p.name for p in NOTEBOOKS}
     assert {"01_gemm_roofline.ipynb", "03_model_on_chip.ipynb", "04_chip_vs_cpu_gpu.ipynb",
             "05_multichip.ipynb"} <= names
+
+
+def _module(name):
+    spec = importlib.util.spec_from_file_location(f"notebooks_{name}", ROOT / "notebooks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_matches_generator(path):
+    """The stored notebook is what notebooks/generate.py writes (its cells are edited there)."""
+    pytest.importorskip("nbformat")
+    built = _module("generate").build(path.name)
+    stored = _load(path)
+    assert [(c.cell_type, c.source) for c in stored.cells] == [(c.cell_type, c.source) for c in built.cells], \
+        f"{path.name} differs from notebooks/generate.py: run `python notebooks/generate.py`"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -57,7 +67,7 @@ def test_parameters_cell(path):
 def test_runs_quick(path, tmp_path):
     for mod in ("nbformat", "nbclient", "ipykernel", "matplotlib"):
         pytest.importorskip(mod)
-    nb = _runner().execute(path, quick=True, out=tmp_path, timeout=300)
+    nb = _module("run").execute(path, quick=True, out=tmp_path, timeout=300)
     figures = {m for c in nb.cells if c.cell_type == "code" for m in SAVE.findall(c.source)}
     assert figures, f"{path.name} saves no figure"
     for name in figures:
