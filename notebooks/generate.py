@@ -64,6 +64,7 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import NullFormatter
 
 import tetrachip as tc
 from sim.programs import run_gemm
@@ -144,6 +145,7 @@ for name in CONFIGS:
     line, = ax.plot(xs, np.minimum(peak, bw * xs), "-", lw=1)
     ax.plot(ai, perf, "o", color=line.get_color(), label=f"{name} ({cfg.rows}x{cfg.cols})")
 ax.set_xscale("log"); ax.set_yscale("log")
+ax.xaxis.set_minor_formatter(NullFormatter())
 ax.set_xlabel("arithmetic intensity (ops / DRAM byte)")
 ax.set_ylabel("ops / cycle")
 ax.legend(); ax.grid(alpha=0.3, which="both")
