@@ -17,11 +17,12 @@ A spec (TOML, docs/sweep.md)::
     # dram_latency = [16, 32, 64]
 
 Each (point, workload) pair is compiled with ``tc.compile`` for the point's config and run once on
-``Device("sim")``; the result is one row of the table (``COLUMNS``). A config that ChipConfig refuses or a
+``Device("sim")``; the result is one row of the table (``SweepResult.columns``). A config that ChipConfig refuses or a
 model that does not fit (ChipCompileError) becomes a row with ``error`` set; the sweep goes on. Rows are cached
-in ``cache_dir`` under the SHA-256 of (``CACHE_VERSION``, the config's fields, the workload): a re-run
-simulates only the new pairs. Work runs on a Dask cluster: by default a local cluster of worker processes,
-or an existing one given by its scheduler address; ``workers=0`` runs in this process, without Dask.
+in ``cache_dir`` under the SHA-256 of (``CACHE_VERSION``, the sources of isa/, sim/ and compiler/, the config's
+fields, the workload): a re-run simulates only the new pairs. Work runs on a Dask cluster: by default a local
+cluster of worker processes, or an existing one given by its scheduler address; ``workers=0`` runs in this
+process, without Dask.
 """
 
 from __future__ import annotations
@@ -161,9 +162,25 @@ def point_config(base: ChipConfig, point: dict) -> ChipConfig:
     return dataclasses.replace(base, name="sweep", **point)
 
 
-def cache_key(base: ChipConfig, point: dict, workload: str) -> str:
+_CODE_PACKAGES = ("isa", "sim", "compiler")
+
+
+def code_hash() -> str:
+    """SHA-256 of the Python sources that decide a row's figures (isa/, sim/, compiler/ and this module), so an
+    edit to the compiler or the timing model misses the cache instead of returning stale cycles."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    files = sorted(p for pkg in _CODE_PACKAGES for p in (root / pkg).rglob("*.py")) + [Path(__file__).resolve()]
+    for p in files:
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def cache_key(base: ChipConfig, point: dict, workload: str, code: str = "") -> str:
+    """The content hash of one row: every ChipConfig field but the name, the workload, ``CACHE_VERSION`` and
+    ``code`` (``code_hash()``)."""
     fields = {f: getattr(base, f) for f in FIELDS} | point
-    blob = json.dumps({"v": CACHE_VERSION, "config": fields, "workload": workload}, sort_keys=True)
+    blob = json.dumps({"v": CACHE_VERSION, "code": code, "config": fields, "workload": workload}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -284,8 +301,9 @@ def run_sweep(spec: Spec, *, cache_dir: str | Path | None = ".sweep-cache", sche
     rows: list[dict | None] = [None] * spec.size
     todo: list[tuple[int, str, dict, str]] = []
     hits = 0
+    code = code_hash() if cache is not None else ""
     for i, (point, wl) in enumerate(itertools.product(spec.points, spec.workloads)):
-        key = cache_key(spec.base, point, wl)
+        key = cache_key(spec.base, point, wl, code)
         hit = _cache_get(cache, key)
         if hit is not None:
             rows[i], hits = hit, hits + 1
