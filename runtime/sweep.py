@@ -300,10 +300,15 @@ def run_sweep(spec: Spec, *, cache_dir: str | Path | None = ".sweep-cache", sche
     cache = None if cache_dir is None else Path(cache_dir)
     rows: list[dict | None] = [None] * spec.size
     todo: list[tuple[int, str, dict, str]] = []
+    same: dict[str, list[int]] = {}              # key -> the indices it fills (a random sample can repeat a point)
     hits = 0
     code = code_hash() if cache is not None else ""
     for i, (point, wl) in enumerate(itertools.product(spec.points, spec.workloads)):
         key = cache_key(spec.base, point, wl, code)
+        if key in same:
+            same[key].append(i)
+            continue
+        same[key] = [i]
         hit = _cache_get(cache, key)
         if hit is not None:
             rows[i], hits = hit, hits + 1
@@ -315,15 +320,21 @@ def run_sweep(spec: Spec, *, cache_dir: str | Path | None = ".sweep-cache", sche
                 _cache_put(cache, key, rows[i])
             else:
                 todo.append((i, key, point, wl))
-    if progress and spec.size - len(todo):
-        progress(spec.size - len(todo))
+    pending = sum(len(same[key]) for _, key, _, _ in todo)
+    for idx in same.values():                    # repeats of a cached or invalid point
+        if rows[idx[0]] is not None:
+            for j in idx[1:]:
+                rows[j] = rows[idx[0]]
+    if progress and spec.size - pending:
+        progress(spec.size - pending)
 
     def done(i: int, key: str, row: dict) -> None:
-        rows[i] = row
+        for j in same[key]:
+            rows[j] = row
         if _cacheable(row):
             _cache_put(cache, key, row)
         if progress:
-            progress(1)
+            progress(len(same[key]))
 
     base_fields = dataclasses.asdict(spec.base)
     if todo and (workers == 0 and scheduler is None):

@@ -144,3 +144,11 @@ def test_bench_lists_the_scripts_and_refuses_unknown_names():
     assert r.exit_code == 1 and "no script 'nosuch'" in r.output
     assert "bench" in CliRunner().invoke(main, ["--help"]).output and \
         "sweep" in CliRunner().invoke(main, ["--help"]).output
+
+
+def test_a_repeated_point_is_simulated_once():
+    spec = load_spec({"base": "small", "workloads": ["gemm:8x8x8"], "grid": {"rows": [4, 4, 8]}})
+    seen = []
+    res = run_sweep(spec, cache_dir=None, workers=0, progress=seen.append)
+    assert res.simulated == 2 and sum(seen) == 3 and len(res.rows) == 3
+    assert _figures(res.rows[:1]) == _figures(res.rows[1:2]) != _figures(res.rows[2:])
