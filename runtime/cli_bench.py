@@ -46,7 +46,11 @@ def bench_cmd(name: str | None, quick: bool, json_out: Path | None, extra: tuple
     name = name.removesuffix(".py")
     if name not in found:
         raise TetrachipError(f"bench: no script {name!r}; scripts: {', '.join(found)}")
-    cmd = [sys.executable, str(BENCH_DIR / f"{name}.py"), *(["--quick"] if quick else []),
+    script = BENCH_DIR / f"{name}.py"
+    for flag, wanted in (("--quick", quick), ("--json", json_out)):
+        if wanted and f'"{flag}"' not in script.read_text():
+            raise TetrachipError(f"bench {name}: the script takes no {flag}")
+    cmd = [sys.executable, str(script), *(["--quick"] if quick else []),
            *(["--json", str(json_out)] if json_out else []), *extra]
     rc = subprocess.call(cmd)
     if rc:

@@ -152,3 +152,15 @@ def test_a_repeated_point_is_simulated_once():
     res = run_sweep(spec, cache_dir=None, workers=0, progress=seen.append)
     assert res.simulated == 2 and sum(seen) == 3 and len(res.rows) == 3
     assert _figures(res.rows[:1]) == _figures(res.rows[1:2]) != _figures(res.rows[2:])
+
+
+def test_bench_refuses_a_flag_the_script_does_not_take():
+    r = CliRunner().invoke(main, ["bench", "search_control", "--quick"])       # it has --json only
+    assert r.exit_code == 1 and "takes no --quick" in r.output
+
+
+def test_bench_runs_a_script_with_its_json(tmp_path):
+    out = tmp_path / "sc.json"
+    r = CliRunner().invoke(main, ["bench", "search_control", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())
