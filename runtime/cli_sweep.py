@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from runtime.sweep import SweepResult
 
 from isa.errors import TetrachipError
 
@@ -59,7 +63,7 @@ def sweep_cmd(spec: Path, json_out: Path | None, csv_out: Path | None, parquet_o
     click.echo(res.summary(), err=True)
 
 
-def _table(res, limit: int) -> str:
+def _table(res: SweepResult, limit: int) -> str:
     cols = [c for c in res.columns if c not in ("dram_read", "dram_write")]
     rows = [[_fmt(r[c]) for c in cols] for r in res.rows[:limit]]
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
@@ -70,7 +74,7 @@ def _table(res, limit: int) -> str:
     return "\n".join(lines)
 
 
-def _fmt(v) -> str:
+def _fmt(v: object) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):

@@ -100,7 +100,7 @@ def parse_workload(text: str) -> tuple[str, tuple[int, ...]]:
     return name, vals
 
 
-def _values(section: str, name: str, v) -> list:
+def _values(section: str, name: str, v: object) -> list:
     if name not in FIELDS:
         raise SweepError(f"[{section}] {name!r} is not a ChipConfig field; fields: {', '.join(FIELDS)}")
     vals = v if isinstance(v, list) else [v]
@@ -111,6 +111,7 @@ def _values(section: str, name: str, v) -> list:
 
 def load_spec(source: str | Path | dict) -> Spec:
     """A Spec from a TOML file, TOML text or a dict of the same shape (module doc)."""
+    here = None                                  # a config file named by ``base`` is found next to the spec file
     if isinstance(source, dict):
         d = source
     else:
@@ -118,7 +119,7 @@ def load_spec(source: str | Path | dict) -> Spec:
         if not isinstance(source, str) or "\n" not in source:
             p = Path(source)
             try:
-                text, where = p.read_text(), str(p)
+                text, where, here = p.read_text(), str(p), p.parent
             except OSError as e:
                 raise SweepError(f"{p}: cannot read: {e.strerror}") from None
         try:
@@ -129,7 +130,12 @@ def load_spec(source: str | Path | dict) -> Spec:
     if unknown:
         raise SweepError(f"spec: unknown key(s) {', '.join(sorted(unknown))}; expected base, workloads, "
                          "[grid] or [random]")
-    base = ChipConfig.load(d.get("base", "base"))
+    base_name = d.get("base", "base")
+    if not isinstance(base_name, str):
+        raise SweepError(f"spec: base must be a preset name or a config file, got {base_name!r}")
+    if here is not None and base_name.endswith((".toml", ".json")) and (here / base_name).is_file():
+        base_name = str(here / base_name)
+    base = ChipConfig.load(base_name)
     wl = d.get("workloads")
     if not isinstance(wl, list) or not wl or not all(isinstance(w, str) for w in wl):
         raise SweepError("spec: workloads must be a non-empty list of names, e.g. [\"gemm:64x64x64\", \"mlp\"]")
@@ -185,17 +191,18 @@ def cache_key(base: ChipConfig, point: dict, workload: str, code: str = "") -> s
 
 
 # -- one point -----------------------------------------------------------------------------------------------
-def _build(workload: str):
+def _build(workload: str) -> tuple[object, np.ndarray]:
     """(model, input) for a workload; weights and inputs fixed by seeds."""
-    import tetrachip as tc
-    nn = tc.nn
+    from compiler.frontend import nn
+    from compiler.frontend.random import manual_seed
+    from compiler.frontend.tensor import Tensor
     name, dims = parse_workload(workload)
     rng = np.random.default_rng(sum(dims) + len(name))
-    tc.manual_seed(0)
+    manual_seed(0)
     if name == "gemm":
         m, k, n = dims
         w = rng.standard_normal((k, n)).astype(np.float32)
-        return (lambda a: a @ tc.Tensor(w)), rng.standard_normal((m, k)).astype(np.float32)
+        return (lambda a: a @ Tensor(w)), rng.standard_normal((m, k)).astype(np.float32)
     if name == "mlp":
         return nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)), \
             rng.standard_normal((32, 64)).astype(np.float32)
@@ -316,8 +323,9 @@ def run_sweep(spec: Spec, *, cache_dir: str | Path | None = ".sweep-cache", sche
             try:
                 point_config(spec.base, point)
             except TetrachipError as e:        # invalid config: a row now, no task
-                rows[i] = dict(point, workload=wl) | {k: None for k in FIGURES} | {"error": f"ConfigError: {e}"}
-                _cache_put(cache, key, rows[i])
+                bad = dict(point, workload=wl) | {k: None for k in FIGURES} | {"error": f"ConfigError: {e}"}
+                rows[i] = bad
+                _cache_put(cache, key, bad)
             else:
                 todo.append((i, key, point, wl))
     pending = sum(len(same[key]) for _, key, _, _ in todo)
@@ -349,7 +357,8 @@ def run_sweep(spec: Spec, *, cache_dir: str | Path | None = ".sweep-cache", sche
                        wall_s=time.perf_counter() - t0)
 
 
-def _run_dask(todo, base_fields: dict, scheduler: str | None, workers: int | None, done) -> None:
+def _run_dask(todo: list[tuple[int, str, dict, str]], base_fields: dict, scheduler: str | None, workers: int | None,
+              done: Callable[[int, str, dict], None]) -> None:
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:

@@ -44,6 +44,7 @@ def test_random_sample_is_reproducible_by_seed():
     ({"workloads": ["mlp"], "random": {"rows": [4]}}, r"\[random\] n"),
     ({"workloads": ["mlp"], "grid": {"rows": ["x"]}}, "list of numbers"),
     ({"workloads": ["mlp"], "grid": {"rows": [4]}, "extra": 1}, "unknown key"),
+    ({"base": 3, "workloads": ["mlp"], "grid": {"rows": [4]}}, "base must be"),
 ])
 def test_bad_specs_name_the_problem(spec, match):
     with pytest.raises(SweepError, match=match):
@@ -164,3 +165,10 @@ def test_bench_runs_a_script_with_its_json(tmp_path):
     r = CliRunner().invoke(main, ["bench", "search_control", "--json", str(out)])
     assert r.exit_code == 0, r.output
     assert json.loads(out.read_text())
+
+
+def test_base_config_file_next_to_the_spec(tmp_path):
+    (tmp_path / "chip.toml").write_text('name = "mine"\nrows = 8\ncols = 8\nspm_rows = 2048\n')
+    (tmp_path / "s.toml").write_text('base = "chip.toml"\nworkloads = ["mlp"]\n[grid]\ndram_latency = [8]\n')
+    s = load_spec(tmp_path / "s.toml")
+    assert (s.base.name, s.base.cols, s.base.spm_rows) == ("mine", 8, 2048)
