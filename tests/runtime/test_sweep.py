@@ -172,3 +172,9 @@ def test_base_config_file_next_to_the_spec(tmp_path):
     (tmp_path / "s.toml").write_text('base = "chip.toml"\nworkloads = ["mlp"]\n[grid]\ndram_latency = [8]\n')
     s = load_spec(tmp_path / "s.toml")
     assert (s.base.name, s.base.cols, s.base.spm_rows) == ("mine", 8, 2048)
+
+
+def test_the_example_spec_loads():
+    from pathlib import Path
+    s = load_spec(Path(__file__).resolve().parents[2] / "examples" / "sweep.toml")
+    assert len(s.points) == 200 and len(s.workloads) == 4
