@@ -155,6 +155,8 @@ main.add_command(__import__("runtime.cli_rtl", fromlist=["verilog_cmd"]).verilog
 main.add_command(__import__("runtime.cli_run", fromlist=["run_cmd"]).run_cmd)
 main.add_command(__import__("runtime.cli_fpga", fromlist=["fpga_cmd"]).fpga_cmd)
 main.add_command(__import__("runtime.cli_fuzz", fromlist=["fuzz_cmd"]).fuzz_cmd)
+main.add_command(__import__("runtime.cli_sweep", fromlist=["sweep_cmd"]).sweep_cmd)
+main.add_command(__import__("runtime.cli_bench", fromlist=["bench_cmd"]).bench_cmd)
 
 if __name__ == "__main__":
     main()
