@@ -116,13 +116,19 @@ def _load_dram(chip, path: Path) -> None:
               help="write a Chrome/Perfetto trace (JSON) of every instruction instance")
 @click.option("--line-trace", "line_trace", type=click.Path(dir_okay=False, path_type=Path),
               help="write the fixed-column line trace (one line per retired instance)")
+@click.option("--plot", "plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="write a PNG: per-unit timeline and utilization (turns tracing on)")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), help="write Stats as JSON")
 @click.option("--dump", "dump", type=click.Path(dir_okay=False, path_type=Path),
               help="write the final DRAM, SPM and ACC to this .npz")
 @click.option("--max-cycles", "max_cycles", type=int, default=None, help="stop with CYCLE_LIMIT beyond this")
 def sim(program: Path, config: str | None, dram: Path | None, args: str | None, trace: Path | None,
-        line_trace: Path | None, json_out: Path | None, dump: Path | None, max_cycles: int | None) -> None:
-    """Run PROGRAM (.s or .bin) on the cycle-level simulator and print its Stats."""
+        line_trace: Path | None, plot: Path | None, json_out: Path | None, dump: Path | None,
+        max_cycles: int | None) -> None:
+    """Run PROGRAM (.s or .bin) on the cycle-level simulator and print its Stats.
+
+    The --trace JSON holds one slice per instruction instance and counter tracks: each unit's queue
+    occupancy and DRAM bytes per cycle (docs/simulator.md)."""
     import json
 
     from sim import Chip
@@ -130,7 +136,10 @@ def sim(program: Path, config: str | None, dram: Path | None, args: str | None, 
         prog = Program.load(program, _config(config))
     else:
         prog = assemble_file(program, _config(config))
-    chip = Chip(prog.config, trace=bool(trace or line_trace))
+    if plot:
+        from runtime.plots import check_output
+        check_output(plot)
+    chip = Chip(prog.config, trace=bool(trace or line_trace or plot))
     chip.load(prog)
     if dram:
         _load_dram(chip, dram)
@@ -144,6 +153,10 @@ def sim(program: Path, config: str | None, dram: Path | None, args: str | None, 
             chip.trace.save_chrome(trace)
         if line_trace:
             line_trace.write_text(chip.trace.line_trace())
+        if plot:
+            from runtime.plots import plot_run
+            plot_run(stats, chip.trace, plot, title=f"{program.name} on {stats.config}: {stats.cycles} cycles")
+            click.echo(f"plot: {plot}")
         if dump:
             import numpy as np
             np.savez_compressed(dump, dram=chip.dram, spm=chip.spm, acc=chip.acc)

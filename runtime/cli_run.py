@@ -109,16 +109,23 @@ def _device(name: str, **kw):
 @click.option("--config", "config", default="base", show_default=True,
               help="config preset (tiny, small, base, large, tpu) or a .toml/.json file")
 @click.option("--trace", "trace", type=click.Path(dir_okay=False, path_type=Path),
-              help="write a Chrome/Perfetto trace of the simulated run")
+              help="write a Chrome/Perfetto trace of the simulated run (instances and counter tracks)")
+@click.option("--plot", "plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="write a PNG of the chip run: per-unit timeline and utilization (sim and rtl devices)")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               help="write outputs summary, Stats and compile figures as JSON")
 def run_cmd(file: Path, input_files: tuple[str, ...], device: str, config: str, trace: Path | None,
-            json_out: Path | None) -> None:
+            plot: Path | None, json_out: Path | None) -> None:
     """Run the model FILE.py defines (``model``, ``inputs``; optional ``calibration``, ``labels``),
     or the ONNX model FILE.onnx on its ``--input`` arrays."""
     from compiler.frontend.tensor import Tensor
     from compiler.lower.dispatch import compile_model
     is_onnx = file.suffix.lower() == ".onnx"
+    if plot:
+        if device in ("numpy", "opencl"):
+            raise TetrachipError(f"--plot: --device {device} has no timeline; use --device sim")
+        from runtime.plots import check_output
+        check_output(plot)
     if input_files and not is_onnx:
         raise TetrachipError(f"{file}: --input is for .onnx models (a model file defines `inputs`)")
     ns = _load_onnx(file, input_files) if is_onnx else _load(file)
@@ -136,7 +143,7 @@ def run_cmd(file: Path, input_files: tuple[str, ...], device: str, config: str, 
     else:
         cm = compile_model(model, inputs, config=config, calibration=ns.get("calibration"))
         click.echo(cm.summary())
-        dev = _device(device, config=config, trace=bool(trace))
+        dev = _device(device, config=config, trace=bool(trace or plot))
         args = [inputs] if isinstance(inputs, dict) else inputs
         res = dev.run(cm, *args)
         outs = res.outputs
@@ -158,6 +165,10 @@ def run_cmd(file: Path, input_files: tuple[str, ...], device: str, config: str, 
             except OSError as e:
                 raise TetrachipError(f"{trace}: cannot write: {e.strerror}") from None
             click.echo(f"trace: {trace} (open in https://ui.perfetto.dev)")
+        if plot:
+            from runtime.plots import plot_run
+            plot_run(s, res.trace, plot, title=f"{file.name} on {s.config}: {s.cycles} cycles")
+            click.echo(f"plot: {plot}")
     report["wall_s"] = time.perf_counter() - t0
     outs = [np.asarray(o) for o in outs]
     report["outputs"] = [{"shape": list(o.shape), "mean": float(np.mean(o)) if o.size else 0.0,

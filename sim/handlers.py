@@ -31,11 +31,12 @@ _NAME_BYTES = {SPACE_NAME[s]: SPACE_BYTES[s] for s in Space}
 class Plan:
     """What one instance does: footprint, size, data effect, or the error it raises at its start."""
 
-    __slots__ = ("fn", "args", "reads", "writes", "n", "error", "addr")
+    __slots__ = ("fn", "args", "reads", "writes", "n", "error", "addr", "dram_bytes")
 
-    def __init__(self, fn=None, args=(), reads=(), writes=(), n=1, error=None, addr=None):
+    def __init__(self, fn=None, args=(), reads=(), writes=(), n=1, error=None, addr=None, dram_bytes=0):
         self.fn, self.args, self.reads, self.writes, self.n = fn, args, reads, writes, n
         self.error, self.addr = error, addr
+        self.dram_bytes = dram_bytes    # DRAM bytes this instance reads or writes (the trace's counter track)
 
     def run(self) -> None:
         if self.fn is not None:
@@ -79,14 +80,16 @@ def _dma(chip: ChipState, f: dict[str, int], local: int, dram: int, load: bool) 
     local_r, dram_r = [_rng(space, local, rows)] if rows else [], [("dram", lo, hi)] if hi > lo else []
     st = chip.stats.bytes
     mem = chip.mem(space)
+    nbytes = rows * length * eb
     if load:
-        st["dram_read"] += rows * length * eb
+        st["dram_read"] += nbytes
         st[SPACE_NAME[space] + "_write"] += rows * cfg.cols * eb
         return Plan(_load, (chip.dram, mem, local, dram, rows, length, rs, es, space, cfg.cols),
-                    dram_r, local_r, n)
-    st["dram_write"] += rows * length * eb
-    st[SPACE_NAME[space] + "_read"] += rows * length * eb
-    return Plan(_store, (chip.dram, mem, local, dram, rows, length, rs, es, space), local_r, dram_r, n)
+                    dram_r, local_r, n, dram_bytes=nbytes)
+    st["dram_write"] += nbytes
+    st[SPACE_NAME[space] + "_read"] += nbytes
+    return Plan(_store, (chip.dram, mem, local, dram, rows, length, rs, es, space), local_r, dram_r, n,
+                dram_bytes=nbytes)
 
 
 def _load(dram_arr, mem, local, dram, rows, length, rs, es, space, cols):

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from isa.table import Unit
+import numpy as np
+
+from isa.table import QUEUED_UNITS, Unit
 
 UNIT_NAMES = [u.name.lower() for u in Unit]
 
@@ -93,7 +95,11 @@ class Stats:
 
 @dataclass
 class Record:
-    """One instruction instance: chip, unit, pc, instance index, text, issue/start/retire cycles."""
+    """One instruction instance: chip, unit, pc, instance index, text, issue/start/retire cycles.
+
+    ``issue`` is the cycle its queue entry (the instruction with its whole loop nest) was issued;
+    ``dram_bytes`` the DRAM bytes a DMA instance reads or writes (0 for the other units).
+    """
 
     chip: int
     unit: int
@@ -103,6 +109,7 @@ class Record:
     issue: int
     start: int
     retire: int | None = None
+    dram_bytes: int = 0
 
 
 class Trace:
@@ -147,7 +154,80 @@ class Trace:
                        "dur": end - r.start + 1,
                        "args": {"pc": r.pc, "instance": r.index, "issue": r.issue, "start": r.start,
                                 "retire": r.retire}})
-        return {"traceEvents": ev, "displayTimeUnit": "ns", "otherData": {"time_unit": "1 us = 1 cycle"}}
+        counters, width = self.counters()
+        return {"traceEvents": ev + counters, "displayTimeUnit": "ns",
+                "otherData": {"time_unit": "1 us = 1 cycle", "dram_bin_cycles": width}}
+
+    def queue_occupancy(self, chip: int, unit: int) -> list[tuple[int, int]]:
+        """``(cycle, entries)`` at each change of ``unit``'s queue occupancy on ``chip``.
+
+        An entry (one issued instruction with its loop nest) holds its queue slot from its issue cycle
+        through the cycle its last instance starts, the rule ``isa.timing.QUEUE_DEPTH`` bounds. Entries
+        with no instances (a zero trip count) leave no record and are not counted.
+        """
+        span: dict[tuple[int, int], int] = {}
+        for r in self.records:
+            if r.chip == chip and r.unit == unit:
+                k = (r.pc, r.issue)
+                span[k] = max(span.get(k, r.start), r.start)
+        delta: dict[int, int] = {}
+        for (_, q), d in span.items():
+            delta[q] = delta.get(q, 0) + 1
+            delta[d + 1] = delta.get(d + 1, 0) - 1
+        out, n = [], 0
+        for t in sorted(delta):
+            if delta[t]:
+                n += delta[t]
+                out.append((t, n))
+        return out
+
+    def dram_rate(self, chip: int, max_bins: int = 2000) -> tuple[int, np.ndarray, np.ndarray]:
+        """DRAM bytes per cycle on ``chip``, binned: ``(width, read, write)``.
+
+        Each DMA instance's bytes are spread evenly (in whole bytes) over its start..retire cycles; bin i covers cycles
+        ``i*width .. (i+1)*width - 1`` and holds the bytes moved in it divided by ``width``, so
+        ``sum(read + write) * width`` is the run's ``dram_read + dram_write``.
+        """
+        dma = [r for r in self.records if r.chip == chip and r.dram_bytes and r.unit in (Unit.LOAD, Unit.STORE)]
+        end = max((r.retire if r.retire is not None else r.start for r in dma), default=0) + 1
+        width = max(1, -(-end // max_bins))
+        nb = -(-end // width)
+        rates = []
+        for unit in (Unit.LOAD, Unit.STORE):
+            per = np.zeros(nb * width + 1, np.int64)      # integer bytes per cycle: the sum stays exact
+            for r in dma:
+                if r.unit == unit:
+                    n = (r.retire if r.retire is not None else r.start) - r.start + 1
+                    q, rem = divmod(r.dram_bytes, n)
+                    per[r.start] += q
+                    per[r.start + n] -= q
+                    per[r.start] += 1                   # the remainder: one more byte in its first cycles
+                    per[r.start + rem] -= 1
+            rates.append(np.cumsum(per)[:-1].reshape(nb, width).sum(axis=1) / width)
+        return width, rates[0], rates[1]
+
+    def counters(self, max_bins: int = 2000) -> tuple[list[dict], int]:
+        """Perfetto counter events (``"ph": "C"``): per chip, each queued unit's queue occupancy
+        (``queue <unit>``, entries) and DRAM bytes per cycle (``dram bytes/cycle``: read, write), binned to
+        at most ``max_bins`` bins; returns the events and the DRAM bin width in cycles."""
+        ev: list[dict] = []
+        width = 1
+        for c in sorted({r.chip for r in self.records}):
+            for u in QUEUED_UNITS:
+                occ = self.queue_occupancy(c, int(u))
+                ev += [{"ph": "C", "name": f"queue {u.name.lower()}", "pid": c, "ts": t, "args": {"entries": n}}
+                       for t, n in occ]
+            width, rd, wr = self.dram_rate(c, max_bins)
+            prev = None
+            for i, (a, b) in enumerate(zip(rd.tolist(), wr.tolist())):
+                if (a, b) != prev:
+                    ev.append({"ph": "C", "name": "dram bytes/cycle", "pid": c, "ts": i * width,
+                               "args": {"read": a, "write": b}})
+                    prev = (a, b)
+            if prev is not None and prev != (0.0, 0.0):
+                ev.append({"ph": "C", "name": "dram bytes/cycle", "pid": c, "ts": len(rd) * width,
+                           "args": {"read": 0.0, "write": 0.0}})
+        return ev, width
 
     def save_chrome(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_chrome()))

@@ -196,6 +196,8 @@ class QueuedUnit:
         race = chip.races.start(self.uid, ent.pc, t, plan.reads, plan.writes)
         rec = chip.trace.add(chip.index, int(self.uid), ent.pc, ent.i, chip.text(ent.pc), ent.q, t) \
             if chip.trace is not None else None
+        if rec is not None:
+            rec.dram_bytes = plan.dram_bytes
         inst = Instance(ent, ent.i, t, ent.signals(), race, rec)
         st.instances[self.name] += 1
         self.open += 1                  # a link may retire inside begin (retired_later)
