@@ -1,6 +1,7 @@
 """Compiled models on the simulated chip: cycles, MXU utilization, DRAM traffic, memory plans.
 
-    python bench/models.py [--json FILE] [--quick] [--configs small,base,large] [--only NAME] [--profile]
+    python bench/models.py [--json FILE] [--plot FILE.png] [--quick] [--configs small,base,large] [--only NAME]
+                           [--profile]
     python bench/models.py --search [--budget S] [--cache-dir DIR] [--quick] [--configs base]
     python bench/models.py --onnx [--quick] [--configs base]       # adds the imported ONNX zoo models
 
@@ -28,7 +29,8 @@ live-bytes bound (and the footprint of every ordering the planner tried, in the 
 and simulation wall time; err % = largest |chip - float model| relative to the float output's largest
 magnitude (the quantization error). ``--profile`` traces each run and prints, per kernel, its
 cycles and the unit that bounds it (the busiest: MXU, load, store or VPU). A case that does not
-fit a config reports the compiler's error.
+fit a config reports the compiler's error. ``--plot FILE.png`` draws cycles and MXU utilization per case
+(bar charts; not with ``--search``).
 """
 from __future__ import annotations
 
@@ -324,9 +326,20 @@ def table(rows) -> str:
     return "\n".join(out)
 
 
+def plot_rows(rows, path) -> None:
+    """Bar charts of cycles and MXU utilization per case (cases a config could not fit are left out)."""
+    from runtime.plots import plot_bars
+    ok = [r for r in rows if "error" not in r]
+    plot_bars(path, [f"{r['model']} ({r['config']})" for r in ok],
+              {"cycles": [r["cycles"] for r in ok],
+               "MXU utilization %": [100 * r["mxu_utilization"] for r in ok]},
+              title="compiled models on the simulated chip")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
+    ap.add_argument("--plot", type=Path, help="write a PNG: cycles and MXU utilization per case")
     ap.add_argument("--quick", action="store_true", help="fewer, smaller cases; untrained digits models")
     ap.add_argument("--configs", default="small,base,large")
     ap.add_argument("--search", action="store_true", help="default vs searched schedules, cache timing")
@@ -337,6 +350,14 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="trace each run: per kernel, its cycles and the unit that bounds it")
     args = ap.parse_args(argv)
+    if args.plot:
+        if args.search:
+            ap.error("--plot draws the default mode's rows; leave out --search")
+        from runtime.plots import check_output
+        try:
+            check_output(args.plot)
+        except tc.TetrachipError as e:
+            ap.error(str(e))
     from tqdm import tqdm
     configs = args.configs.split(",")
     todo = [(n, b, c) for n, b in cases(args.quick) + (onnx_cases(args.quick) if args.onnx else [])
@@ -362,6 +383,13 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "quick": args.quick,
                                          "loadavg": os.getloadavg()[0]}, indent=2) + "\n")
+    if args.plot:
+        try:
+            plot_rows(rows, args.plot)
+        except tc.TetrachipError as e:
+            print(f"--plot: {e}", file=sys.stderr)
+            return 1
+        print(f"plot: {args.plot}")
     return 1 if bad else 0
 
 

@@ -1,6 +1,6 @@
 """tetrachip's cycle-level simulator vs SCALE-Sim 3.0.0 on weight-stationary int8 GEMMs.
 
-    python bench/sim_vs_scalesim.py [--json FILE] [--quick] [--no-scalesim] [--repeat N]
+    python bench/sim_vs_scalesim.py [--json FILE] [--plot FILE.png] [--quick] [--no-scalesim] [--repeat N]
 
 Cases: 64^3, 256^3, 512^3 and 100x300x77 on ``base`` (16x16), 1024^3 on ``large`` (128x128).
 
@@ -12,6 +12,7 @@ Utilization is ``M*K*N / (rows*cols*cycles)`` on both sides (SCALE-Sim's own def
 
 SCALE-Sim runs through ``bench/scalesim_runner.py`` in its own venv (installed on first use).
 ``--quick`` skips the SCALE-Sim cases that take minutes (512^3 and 1024^3) and runs ours once.
+``--plot FILE.png`` draws cycles and utilization per case, ours beside SCALE-Sim's (0 where it did not run).
 """
 
 from __future__ import annotations
@@ -85,8 +86,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="skip SCALE-Sim's slow cases; one run of ours")
     ap.add_argument("--no-scalesim", action="store_true", help="only our simulator")
     ap.add_argument("--repeat", type=int, default=None, help="runs of our simulator per case (lowest wall kept)")
+    ap.add_argument("--plot", type=Path, help="write a PNG: cycles and utilization per case, both simulators")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if a.plot:
+        from isa import TetrachipError
+        from runtime.plots import check_output
+        try:
+            check_output(a.plot)
+        except TetrachipError as e:
+            ap.error(str(e))
     from isa.config import ChipConfig
     repeat = a.repeat or (1 if a.quick else 2)
     runner = None
@@ -119,7 +128,22 @@ def main(argv=None) -> int:
         a.json.write_text(json.dumps({"benchmark": "sim_vs_scalesim", "quick": a.quick, "repeat": repeat,
                                       "cpus": os.cpu_count(), "loadavg_before": load_before,
                                       "loadavg_after": os.getloadavg(), "cases": results}, indent=2) + "\n")
+    if a.plot:
+        plot_results(results, a.plot)
+        print(f"plot: {a.plot}")
     return 0 if all(r["tetrachip"]["correct"] for r in results) else 1
+
+
+def plot_results(results, path) -> None:
+    """Bar charts per case: cycles and utilization of ours and of SCALE-Sim (0 where it did not run)."""
+    from runtime.plots import plot_bars
+    ss = [r["scalesim"] or {} for r in results]
+    plot_bars(path, [f"{r['case']} ({r['array']})" for r in results],
+              {"cycles (tetrachip)": [r["tetrachip"]["cycles"] for r in results],
+               "cycles (SCALE-Sim)": [s.get("cycles", 0) for s in ss],
+               "utilization % (tetrachip)": [100 * r["tetrachip"]["utilization"] for r in results],
+               "utilization % (SCALE-Sim)": [100 * s.get("utilization_macs", 0) for s in ss]},
+              title="tetrachip vs SCALE-Sim, weight-stationary int8 GEMMs")
 
 
 def _print_table(results) -> None:
