@@ -58,12 +58,17 @@ def _busy_fraction(spans: list[tuple[int, int]], end: int, bins: int):
     import numpy as np
     width = max(1, -(-end // bins))
     n = -(-end // width)
-    diff = np.zeros(n * width + 1, np.int64)
-    for s, last in spans:
-        diff[s] += 1
-        diff[min(last + 1, n * width)] -= 1
-    busy = (np.cumsum(diff)[:-1] > 0).reshape(n, width).mean(axis=1)
-    return width, busy
+    busy = np.zeros(n)
+    merged: list[list[int]] = []
+    for s, last in sorted(spans):
+        if merged and s <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([s, last])
+    for s, last in merged:
+        for b in range(s // width, min(last // width, n - 1) + 1):
+            busy[b] += max(0, min(last + 1, (b + 1) * width) - max(s, b * width))
+    return width, busy / width
 
 
 def plot_run(stats: Any, trace: Any, path: str | Path, title: str | None = None) -> Path:

@@ -93,6 +93,11 @@ class Stats:
     __str__ = table
 
 
+def _overlap(a: int, b: int, lo: int, hi: int) -> int:
+    """Cycles of [a, b) inside [lo, hi)."""
+    return max(0, min(b, hi) - max(a, lo))
+
+
 @dataclass
 class Record:
     """One instruction instance: chip, unit, pc, instance index, text, issue/start/retire cycles.
@@ -194,16 +199,15 @@ class Trace:
         nb = -(-end // width)
         rates = []
         for unit in (Unit.LOAD, Unit.STORE):
-            per = np.zeros(nb * width + 1, np.int64)      # integer bytes per cycle: the sum stays exact
+            acc = [0] * nb                              # integer bytes per bin: the sum stays exact
             for r in dma:
                 if r.unit == unit:
                     n = (r.retire if r.retire is not None else r.start) - r.start + 1
-                    q, rem = divmod(r.dram_bytes, n)
-                    per[r.start] += q
-                    per[r.start + n] -= q
-                    per[r.start] += 1                   # the remainder: one more byte in its first cycles
-                    per[r.start + rem] -= 1
-            rates.append(np.cumsum(per)[:-1].reshape(nb, width).sum(axis=1) / width)
+                    q, rem = divmod(r.dram_bytes, n)    # q bytes a cycle, one more in the first rem cycles
+                    for b in range(r.start // width, (r.start + n - 1) // width + 1):
+                        lo, hi = b * width, (b + 1) * width
+                        acc[b] += q * _overlap(r.start, r.start + n, lo, hi) + _overlap(r.start, r.start + rem, lo, hi)
+            rates.append(np.asarray(acc, np.float64) / width)
         return width, rates[0], rates[1]
 
     def counters(self, max_bins: int = 2000) -> tuple[list[dict], int]:

@@ -111,3 +111,19 @@ def test_cli_run_plot(tmp_path):
     assert r.exit_code != 0 and "no timeline" in r.output
     r = CliRunner().invoke(main, ["run", str(f), "--plot", str(tmp_path / "no" / "r.png")])
     assert r.exit_code != 0 and "does not exist" in r.output and "cycles" not in r.output
+
+
+def test_series_by_hand():
+    from isa import Unit
+    from sim.stats import Trace
+    t = Trace()
+    t.add(0, int(Unit.LOAD), 1, 0, "a", 0, 1, 9, 7)      # entry issued at 0, instances start at 1 and 2
+    t.add(0, int(Unit.LOAD), 1, 1, "a", 0, 2, 10, 7)
+    t.add(0, int(Unit.LOAD), 2, 0, "b", 1, 3, 4, 10)     # entry issued at 1, starts at 3
+    assert t.queue_occupancy(0, int(Unit.LOAD)) == [(0, 1), (1, 2), (3, 1), (4, 0)]
+    width, rd, wr = t.dram_rate(0, max_bins=4)           # cycles 0..10: width 3, 4 bins
+    assert width == 3 and wr.tolist() == [0, 0, 0, 0]
+    # 7 bytes over 1..9 (one a cycle, cycles 1..7), 7 over 2..10 (cycles 2..8), 10 over 3..4 (5 a cycle)
+    assert (rd * 3).tolist() == [2 + 1, 3 + 3 + 10, 2 + 3, 0 + 0]
+    width, busy = plots._busy_fraction([(0, 3), (2, 5), (10, 10)], 12, 3)
+    assert width == 4 and busy.tolist() == [1.0, 0.5, 0.25]
