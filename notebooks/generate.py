@@ -222,11 +222,12 @@ spec = load_spec({"base": BASE, "workloads": WORKLOADS, "grid": GRID})
 print(f"{len(spec.points)} points x {len(spec.workloads)} workloads = {spec.size} runs")
 result = run_sweep(spec, cache_dir=None if QUICK else ".sweep-cache", workers=0 if QUICK else None)
 print(result.summary())
-failed = [r for r in result.rows if r["error"]]
-for r in failed[:5]:
-    print("  not run:", {k: r[k] for k in spec.fields}, r["workload"], "-", r["error"][:100])
-if len(failed) > 5:
-    print(f"  ... and {len(failed) - 5} more")
+why = {}                     # pairs that did not run, by error type and workload: a count and a first example
+for r in result.rows:
+    if r["error"]:
+        why.setdefault((r["error"].split(":")[0], r["workload"]), [0, r])[0] += 1
+for n, r in why.values():
+    print(f"  {n} not run, e.g. {dict((k, r[k]) for k in spec.fields)} {r['workload']}: {r['error'][:110]}")
 rows = [dict(r) for r in result.rows if r["error"] is None]
 
 
@@ -282,7 +283,8 @@ for r in rows:
     r["e_dram"] = r["dram_bytes"] * DRAM_PJ_BYTE
     r["energy_nj"] = (r["e_mac"] + r["e_spm"] + r["e_acc"] + r["e_dram"]) / 1000
 print(f"area on {DEVICE} ({dev.luts} LUT, {dev.dsps} DSP, {dev.brams} BRAM), mac={MAC}")
-print(f"{'point (' + short.__doc__ + ')':<26}{'workload':<20}{'cycles':>8}{'LUT':>10}{'DSP':>5}{'BRAM':>6}"
+print(f"point: {short.__doc__}")
+print(f"{'point':<26}{'workload':<20}{'cycles':>8}{'LUT':>10}{'DSP':>5}{'BRAM':>6}"
       f"{'nJ':>9}{'DRAM%':>7}")
 for r in rows:
     print(f"{short(r):<26}{r['workload']:<20}{r['cycles']:>8}{r['luts']:>10}{r['dsps']:>5}{r['brams']:>6}"
