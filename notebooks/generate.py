@@ -175,6 +175,202 @@ print(f"The smallest GEMM ({small['M']}x{small['K']}x{small['N']} on {small['con
 '''),
 ]
 
+NB2 = [
+    new_markdown_cell(
+        "# Design-space exploration: cycles, FPGA area and energy, with Pareto fronts\n\n"
+        "A grid over the array size (`rows` x `cols`), the scratchpad and accumulator depths (`spm_rows`, "
+        "`acc_rows`) and the DMA width (`dma_beat_bytes`, bytes per beat) is run over a set of workloads (GEMMs, "
+        "the digits CNN, a transformer block) by `runtime.sweep` (`tetrachip sweep`'s library: each point is "
+        "compiled with `tc.compile` and run on the cycle-level simulator). For every point:\n\n"
+        "* **cycles**: `Stats.cycles` of the run;\n"
+        "* **FPGA area**: LUTs, DSPs and block RAMs from the project's fit model (`rtl.fpga.fit.estimate`, "
+        "calibrated on Yosys' synth_ecp5, docs/fpga.md), on the device named below;\n"
+        "* **energy**: the run's counters (MXU multiply-accumulates, SPM/ACC/DRAM bytes) times published "
+        "per-access energies (next section).\n\n"
+        "Then, per workload, the Pareto fronts cycles vs LUTs and cycles vs energy, with the non-dominated "
+        "points marked.\n\n"
+        "**Queue depth** is not swept: it is `isa.timing.QUEUE_DEPTH`, a constant of the ISA's timing contract "
+        "(the compiler's schedules and the RTL depend on it), not a `ChipConfig` field. Only fields that exist "
+        "are swept (`runtime.sweep.FIELDS`)."),
+    params('\nBASE = "small"            # the preset every point starts from\n'
+           'DEVICE = "ecp5-85k"       # the FPGA the area model counts against (rtl/fpga/devices.py)\n'
+           'MAC = "dsp"               # the array\'s multiplier: hard DSP blocks or "lut"'),
+    *setup('''\
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from isa.table import SPACE_BITS, Space
+from isa.timing import QUEUE_DEPTH
+from rtl.fpga.devices import device
+from rtl.fpga.fit import estimate
+from runtime.sweep import load_spec, point_config, run_sweep
+''', '''
+if QUICK:            # a few points, run in this process
+    GRID = dict(rows=[4, 8], cols=[8], spm_rows=[1024, 4096], acc_rows=[1024], dma_beat_bytes=[4, 8])
+    WORKLOADS = ["gemm:32x32x32", "cnn", "transformer:32x2x8"]
+else:                # the larger grid, on a local Dask cluster
+    GRID = dict(rows=[4, 8, 16], cols=[8, 16], spm_rows=[1024, 4096, 16384], acc_rows=[256, 1024, 4096],
+                dma_beat_bytes=[4, 8, 16])
+    WORKLOADS = ["gemm:64x64x64", "gemm:128x32x128", "cnn", "transformer:32x2x8"]
+print(f"queue depth (isa.timing.QUEUE_DEPTH, not swept): {QUEUE_DEPTH}")
+'''),
+    new_markdown_cell("## The sweep"),
+    new_code_cell('''\
+spec = load_spec({"base": BASE, "workloads": WORKLOADS, "grid": GRID})
+print(f"{len(spec.points)} points x {len(spec.workloads)} workloads = {spec.size} runs")
+result = run_sweep(spec, cache_dir=None if QUICK else ".sweep-cache", workers=0 if QUICK else None)
+print(result.summary())
+why = {}                     # pairs that did not run, by error type and workload: a count and a first example
+for r in result.rows:
+    if r["error"]:
+        why.setdefault((r["error"].split(":")[0], r["workload"]), [0, r])[0] += 1
+for n, r in why.values():
+    print(f"  {n} not run, e.g. {dict((k, r[k]) for k in spec.fields)} {r['workload']}: {r['error'][:110]}")
+rows = [dict(r) for r in result.rows if r["error"] is None]
+
+
+def short(r):
+    """rows x cols, SPM rows, ACC rows, DMA bytes per beat"""
+    return f"{r['rows']}x{r['cols']} s{r['spm_rows']} a{r['acc_rows']} d{r['dma_beat_bytes']}"
+'''),
+    new_markdown_cell(
+        "## Energy model (published per-access energies)\n\n"
+        "Source: M. Horowitz, *Computing's energy problem (and what we can do about it)*, ISSCC 2014, "
+        "doi:10.1109/ISSCC.2014.6757323, figures for a **45 nm process at 0.9 V**:\n\n"
+        "| operation | energy |\n|---|---|\n"
+        "| 8-bit integer multiply | 0.2 pJ |\n| 32-bit integer add | 0.1 pJ |\n"
+        "| SRAM read, 64 bits, 8 KB / 32 KB / 1 MB array | 10 / 20 / 100 pJ |\n"
+        "| DRAM access, 64 bits | 1.3 - 2.6 nJ |\n\n"
+        "Assumptions:\n\n"
+        "* one MXU multiply-accumulate (int8 x int8 into an int32 partial sum) = 8-bit multiply + 32-bit add "
+        "= 0.3 pJ, counted on `Stats.mxu_macs` (slots with a loaded weight row, so padded lanes of a tile count);\n"
+        "* SRAM energy per byte = the 64-bit access energy / 8, interpolated linearly in log2(capacity) between "
+        "Horowitz's three sizes (and extended along the same line outside them) at the memory's capacity: "
+        "SPM = `spm_rows` x `cols` x 1 byte, ACC = `acc_rows` x `cols` x 4 bytes; reads and writes cost the same;\n"
+        "* DRAM: the low end, 1.3 nJ per 64 bits (162.5 pJ/byte), so DRAM's share is a lower bound;\n"
+        "* no scaling to another node: every figure is Horowitz's 45 nm one. A newer node lowers the logic and "
+        "SRAM figures more than the DRAM one, which would raise DRAM's share further; the ranking of points "
+        "under a uniform factor is unchanged;\n"
+        "* left out: the VPU, instruction issue, queues, link traffic, clock tree and leakage (static energy "
+        "grows with cycles x area, which the two fronts show separately)."),
+    new_code_cell('''\
+PJ_MAC = 0.2 + 0.1                                   # 8-bit multiply + 32-bit add
+SRAM_PJ_64 = {8 * 1024: 10.0, 32 * 1024: 20.0, 1024 * 1024: 100.0}   # per 64-bit access, by capacity
+DRAM_PJ_BYTE = 1300.0 / 8
+
+
+def sram_pj_per_byte(capacity):
+    caps = np.log2(list(SRAM_PJ_64))
+    pj = np.array(list(SRAM_PJ_64.values()))
+    x = math.log2(capacity)
+    i = 0 if x < caps[1] else 1                      # the segment it falls on (extended at the ends)
+    e64 = pj[i] + (pj[i + 1] - pj[i]) * (x - caps[i]) / (caps[i + 1] - caps[i])
+    return max(e64, 0.0) / 8
+
+
+dev = device(DEVICE)
+for r in rows:
+    cfg = point_config(spec.base, {k: r[k] for k in spec.fields})
+    est = estimate(cfg, dev, mac=MAC)
+    r.update(luts=est.luts, dsps=est.dsps, brams=est.brams, fits=not est.over(dev))
+    spm_cap = cfg.spm_rows * cfg.cols * SPACE_BITS[Space.SPM] // 8
+    acc_cap = cfg.acc_rows * cfg.cols * SPACE_BITS[Space.ACC] // 8
+    r["e_mac"] = r["mxu_macs"] * PJ_MAC
+    r["e_spm"] = (r["spm_read"] + r["spm_write"]) * sram_pj_per_byte(spm_cap)
+    r["e_acc"] = (r["acc_read"] + r["acc_write"]) * sram_pj_per_byte(acc_cap)
+    r["e_dram"] = r["dram_bytes"] * DRAM_PJ_BYTE
+    r["energy_nj"] = (r["e_mac"] + r["e_spm"] + r["e_acc"] + r["e_dram"]) / 1000
+print(f"area on {DEVICE} ({dev.luts} LUT, {dev.dsps} DSP, {dev.brams} BRAM), mac={MAC}")
+print(f"point: {short.__doc__}")
+print(f"{'point':<26}{'workload':<20}{'cycles':>8}{'LUT':>10}{'DSP':>5}{'BRAM':>6}"
+      f"{'nJ':>9}{'DRAM%':>7}")
+for r in rows:
+    print(f"{short(r):<26}{r['workload']:<20}{r['cycles']:>8}{r['luts']:>10}{r['dsps']:>5}{r['brams']:>6}"
+          f"{r['energy_nj']:>9.1f}{r['e_dram'] / (1000 * r['energy_nj']):>7.0%}")
+'''),
+    new_markdown_cell(
+        "## Pareto fronts\n\n"
+        "A point is on the front when no other point of the same workload is at least as good on both axes "
+        "and better on one (both minimized). LUTs dominate the FPGA cost here: SPM and ACC have several write "
+        "and combinational read ports, so the fit model prices their depth in LUT RAM (docs/fpga.md); points "
+        "that do not fit the device are drawn hollow (the project's FPGA builds shrink them to "
+        "`rtl.fpga.fit.FPGA_MEMORY`'s depths for that reason, `--fpga-mem`). The LUT axis is the model's "
+        "count for the config as swept, a relative area, not a promise that it places."),
+    new_code_cell('''\
+def pareto(xs, ys):
+    """Indices of the non-dominated points (both minimized)."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    keep = []
+    for i in range(len(xs)):
+        dom = (xs <= xs[i]) & (ys <= ys[i]) & ((xs < xs[i]) | (ys < ys[i]))
+        if not dom.any():
+            keep.append(i)
+    return sorted(keep, key=lambda i: xs[i])
+
+
+workloads = [w for w in spec.workloads if any(r["workload"] == w for r in rows)]
+fronts = {}
+for key, label, fname in (("luts", "FPGA LUTs (fit model)", "02_pareto_area.png"),
+                          ("energy_nj", "energy (nJ, Horowitz 45 nm)", "02_pareto_energy.png")):
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 3.6), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        rs = [r for r in rows if r["workload"] == w]
+        x, y = [r[key] for r in rs], [r["cycles"] for r in rs]
+        front = pareto(x, y)
+        fronts[(w, key)] = [rs[i] for i in front]
+        for r in rs:
+            ax.plot(r[key], r["cycles"], "o", color="0.6", mfc="0.6" if r["fits"] else "none", ms=5)
+        ax.plot([x[i] for i in front], [y[i] for i in front], "o-", color="C3", ms=7, label="Pareto front")
+        for i in front:
+            r = rs[i]
+            ax.annotate(short(r), (x[i], y[i]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.ticklabel_format(style="sci", scilimits=(-3, 5))
+        ax.set_xlabel(label); ax.set_ylabel("cycles"); ax.set_title(w, fontsize=9); ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"cycles vs {label.split(' (')[0]}: base {BASE}, {len(spec.points)} points "
+                 "(labels: " + short.__doc__ + ")", fontsize=9)
+    fig.tight_layout()
+    save(fig, fname)
+'''),
+    new_code_cell('''\
+fig, ax = plt.subplots(figsize=(6, 3.5))
+best = [min((r for r in rows if r["workload"] == w), key=lambda r: r["energy_nj"]) for w in workloads]
+bottom = np.zeros(len(best))
+for part, name in (("e_mac", "MXU MACs"), ("e_spm", "SPM"), ("e_acc", "ACC"), ("e_dram", "DRAM")):
+    vals = np.array([r[part] / 1000 for r in best])
+    ax.bar(range(len(best)), vals, bottom=bottom, label=name)
+    bottom += vals
+ax.set_xticks(range(len(best)), [w for w in workloads], fontsize=7)
+ax.set_ylabel("energy (nJ)"); ax.legend(fontsize=7); ax.set_title("energy by component, lowest-energy point")
+save(fig, "02_energy_breakdown.png")
+'''),
+    new_markdown_cell("## Conclusion (computed)"),
+    new_code_cell('''\
+def name(r):
+    return (f"{r['rows']}x{r['cols']} array, SPM {r['spm_rows']} rows, ACC {r['acc_rows']} rows, "
+            f"DMA {r['dma_beat_bytes']} B/beat")
+
+
+for w in workloads:
+    rs = [r for r in rows if r["workload"] == w]
+    fast = min(rs, key=lambda r: (r["cycles"], r["luts"]))
+    small = fronts[(w, "luts")][0]
+    frugal = min(rs, key=lambda r: (r["energy_nj"], r["cycles"]))
+    dram = frugal["e_dram"] / (1000 * frugal["energy_nj"])
+    print(f"{w}: fastest {fast['cycles']} cycles on {name(fast)} ({fast['luts']} LUT); smallest on the front "
+          f"{small['luts']} LUT at {small['cycles']} cycles ({name(small)}); least energy "
+          f"{frugal['energy_nj']:.1f} nJ on {name(frugal)}, {dram:.0%} of it DRAM. "
+          f"{len(fronts[(w, 'luts')])} of {len(rs)} points on the area front, "
+          f"{len(fronts[(w, 'energy_nj')])} on the energy front.")
+fit = sum(r["fits"] for r in rows)
+print(f"{fit} of {len(rows)} runs are on configs the fit model places on {DEVICE}; "
+      f"{result.failed} of {len(result.rows)} pairs did not run (config refused or model too large).")
+'''),
+]
+
+
 NB3 = [
     new_markdown_cell(
         "# A model on the chip\n\n"
@@ -501,8 +697,8 @@ print(f"A block of {NROWS[-1]} ACC rows goes around {rs[0]['chips']} chips in {r
 ]
 
 
-NOTEBOOKS = {"01_gemm_roofline.ipynb": NB1, "03_model_on_chip.ipynb": NB3, "04_chip_vs_cpu_gpu.ipynb": NB4,
-             "05_multichip.ipynb": NB5}
+NOTEBOOKS = {"01_gemm_roofline.ipynb": NB1, "02_design_space.ipynb": NB2, "03_model_on_chip.ipynb": NB3,
+             "04_chip_vs_cpu_gpu.ipynb": NB4, "05_multichip.ipynb": NB5}
 
 
 def build(name: str) -> nbformat.NotebookNode:

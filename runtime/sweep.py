@@ -46,14 +46,14 @@ from isa import ChipConfig
 from isa.errors import TetrachipError
 
 #: bump when a change to the compiler or simulator makes cached rows stale
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 #: the ChipConfig fields a spec may sweep (all but the name)
 FIELDS = tuple(f.name for f in dataclasses.fields(ChipConfig) if f.name != "name")
 
 #: the figures of each row, after the swept fields and ``workload``
-FIGURES = ("cycles", "mxu_utilization", "dram_read", "dram_write", "dram_bytes", "instructions",
-           "compile_s", "sim_s", "error")
+FIGURES = ("cycles", "mxu_utilization", "mxu_macs", "dram_read", "dram_write", "dram_bytes", "spm_read",
+           "spm_write", "acc_read", "acc_write", "instructions", "compile_s", "sim_s", "error")
 
 WORKLOADS = {
     "gemm": "gemm:MxKxN, an int8 GEMM (M x K) @ (K x N) [default 64x64x64]",
@@ -238,9 +238,10 @@ def run_point(base: ChipConfig, point: dict, workload: str) -> dict:
         row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:500]
         return row
     rd, wr = stats.bytes["dram_read"], stats.bytes["dram_write"]
-    row.update(cycles=stats.cycles, mxu_utilization=round(stats.mxu_utilization, 6), dram_read=rd, dram_write=wr,
-               dram_bytes=rd + wr, instructions=stats.instructions, compile_s=round(t1 - t0, 4),
-               sim_s=round(t2 - t1, 4))
+    row.update(cycles=stats.cycles, mxu_utilization=round(stats.mxu_utilization, 6), mxu_macs=stats.mxu_macs,
+               dram_read=rd, dram_write=wr, dram_bytes=rd + wr,
+               **{k: stats.bytes[k] for k in ("spm_read", "spm_write", "acc_read", "acc_write")},
+               instructions=stats.instructions, compile_s=round(t1 - t0, 4), sim_s=round(t2 - t1, 4))
     return row
 
 

@@ -25,7 +25,7 @@ def _load(path):
 
 def test_notebooks_exist():
     names = {p.name for p in NOTEBOOKS}
-    assert {"01_gemm_roofline.ipynb", "03_model_on_chip.ipynb", "04_chip_vs_cpu_gpu.ipynb",
+    assert {"01_gemm_roofline.ipynb", "02_design_space.ipynb", "03_model_on_chip.ipynb", "04_chip_vs_cpu_gpu.ipynb",
             "05_multichip.ipynb"} <= names
 
 

@@ -68,6 +68,11 @@ def test_rows_match_a_direct_compile_and_the_cache_skips_done_points(tmp_path):
     st = tc.Device("sim", config=cfg).run(cm, x).stats
     assert (fast["cycles"], fast["instructions"], fast["dram_read"]) == (st.cycles, st.instructions,
                                                                          st.bytes["dram_read"])
+    # the counters an energy estimate needs: MXU work and on-chip memory traffic
+    assert fast["mxu_macs"] == st.mxu_macs >= 16 * 24 * 8
+    assert [fast[k] for k in ("spm_read", "spm_write", "acc_read", "acc_write")] == \
+        [st.bytes[k] for k in ("spm_read", "spm_write", "acc_read", "acc_write")]
+    assert fast["spm_write"] >= 16 * 24 + 24 * 8                     # x and W land in the scratchpad as int8
     # a re-run with one new point simulates only that one
     more = spec | {"grid": {"dram_latency": [8, 64, 32]}}
     again = run_sweep(load_spec(more), cache_dir=tmp_path, workers=0)
