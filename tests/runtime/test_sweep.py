@@ -141,6 +141,21 @@ def test_parquet_without_pyarrow_says_so(tmp_path, monkeypatch):
     assert r.exit_code == 1 and "Parquet needs pyarrow" in r.output
 
 
+def test_parquet_table_equals_the_json_table(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    spec = tmp_path / "s.toml"
+    spec.write_text('base = "small"\nworkloads = ["gemm:8x8x8", "gemm:16x8x24"]\n[grid]\ndram_latency = [8, 32]\n')
+    out = ["--json", str(tmp_path / "t.json"), "--parquet", str(tmp_path / "t.parquet")]
+    r = CliRunner().invoke(main, ["sweep", str(spec), "--workers", "0", "--no-cache", *out])
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "t.json").read_text())
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    table = pq.read_table(tmp_path / "t.parquet").to_pylist()
+    assert len(table) == len(rows) == 4
+    for a, b in zip(table, rows):
+        assert a["workload"] == b["workload"] and a["cycles"] == b["cycles"] and a["dram_latency"] == b["dram_latency"]
+
+
 def test_bench_lists_the_scripts_and_refuses_unknown_names():
     r = CliRunner().invoke(main, ["bench"])
     assert r.exit_code == 0
