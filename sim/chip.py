@@ -87,7 +87,9 @@ class IssueStage:
             st.busy["scalar"] += 1
             st.instances["scalar"] += 1
             if chip.trace is not None:
-                chip.trace.add(chip.index, int(Unit.SCALAR), pc, 0, chip.text(pc), t, t, t)
+                rec = chip.trace.add(chip.index, int(Unit.SCALAR), pc, 0, chip.text(pc), t, t, t)
+                if kind == _SMEM:       # sld/sst take their tokens and signal in their one cycle
+                    rec.waits, rec.signals = chip.fields[pc]["wait"], chip.fields[pc]["signal"]
         if kind == _QUEUED:
             chip.issue_queued(pc, t)
         elif kind == _SMEM:

@@ -103,7 +103,10 @@ class Record:
     """One instruction instance: chip, unit, pc, instance index, text, issue/start/retire cycles.
 
     ``issue`` is the cycle its queue entry (the instruction with its whole loop nest) was issued;
-    ``dram_bytes`` the DRAM bytes a DMA instance reads or writes (0 for the other units).
+    ``dram_bytes`` the DRAM bytes a DMA instance reads or writes (0 for the other units);
+    ``waits`` the token mask the instance consumed at ``start`` and ``signals`` the mask it signalled at
+    ``retire`` (bit ``p`` = unit ``p``; with ``sync=once`` only an entry's first instance waits and only
+    its last signals; a scalar ``sld``/``sst`` waits and signals at its one cycle).
     """
 
     chip: int
@@ -115,6 +118,8 @@ class Record:
     start: int
     retire: int | None = None
     dram_bytes: int = 0
+    waits: int = 0
+    signals: int = 0
 
 
 class Trace:
@@ -210,10 +215,42 @@ class Trace:
             rates.append(np.asarray(acc, np.float64) / width)
         return width, rates[0], rates[1]
 
+    def tokens_outstanding(self, chip: int) -> dict[tuple[int, int], list[tuple[int, int]]]:
+        """``(producer, consumer) -> [(cycle, tokens), ...]``: the token counter of each pair that appears on
+        ``chip``, at each cycle it changes.
+
+        As ``sim.state.Tokens`` counts them: a signal counts at its instance's retire cycle (it becomes usable
+        ``isa.timing.TOKEN_LATENCY`` later) and a wait takes the token at the consuming instance's start; the
+        value at a cycle is the counter at the end of that cycle, the one ``isa.timing.TOKEN_MAX`` bounds.
+        Entries with no instances (a zero trip count) leave no record and their tokens are not counted.
+        """
+        delta: dict[tuple[int, int], dict[int, int]] = {}
+        for r in self.records:
+            if r.chip != chip:
+                continue
+            for p in Unit:
+                if r.waits >> p & 1:
+                    d = delta.setdefault((int(p), r.unit), {})
+                    d[r.start] = d.get(r.start, 0) - 1
+                if r.signals >> p & 1 and r.retire is not None:
+                    d = delta.setdefault((r.unit, int(p)), {})
+                    d[r.retire] = d.get(r.retire, 0) + 1
+        out = {}
+        for key in sorted(delta):
+            d, n, series = delta[key], 0, [(0, 0)]
+            for t in sorted(d):
+                if d[t]:
+                    n += d[t]
+                    series.append((t, n))
+            out[key] = series
+        return out
+
     def counters(self, max_bins: int = 2000) -> tuple[list[dict], int]:
         """Perfetto counter events (``"ph": "C"``): per chip, each queued unit's queue occupancy
-        (``queue <unit>``, entries) and DRAM bytes per cycle (``dram bytes/cycle``: read, write), binned to
-        at most ``max_bins`` bins; returns the events and the DRAM bin width in cycles."""
+        (``queue <unit>``, entries), DRAM bytes per cycle (``dram bytes/cycle``: read, write), binned to
+        at most ``max_bins`` bins, and the tokens outstanding per producer->consumer pair that appears
+        (``tokens <producer>-><consumer>``, see ``tokens_outstanding``); returns the events and the DRAM bin
+        width in cycles."""
         ev: list[dict] = []
         width = 1
         for c in sorted({r.chip for r in self.records}):
@@ -231,6 +268,9 @@ class Trace:
             if prev is not None and prev != (0.0, 0.0):
                 ev.append({"ph": "C", "name": "dram bytes/cycle", "pid": c, "ts": len(rd) * width,
                            "args": {"read": 0.0, "write": 0.0}})
+            for (p, q), series in self.tokens_outstanding(c).items():
+                name = f"tokens {UNIT_NAMES[p]}->{UNIT_NAMES[q]}"
+                ev += [{"ph": "C", "name": name, "pid": c, "ts": t, "args": {"tokens": n}} for t, n in series]
         return ev, width
 
     def save_chrome(self, path: str | Path) -> None:

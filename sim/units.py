@@ -197,7 +197,7 @@ class QueuedUnit:
         rec = chip.trace.add(chip.index, int(self.uid), ent.pc, ent.i, chip.text(ent.pc), ent.q, t) \
             if chip.trace is not None else None
         if rec is not None:
-            rec.dram_bytes = plan.dram_bytes
+            rec.dram_bytes, rec.waits = plan.dram_bytes, w
         inst = Instance(ent, ent.i, t, ent.signals(), race, rec)
         st.instances[self.name] += 1
         self.open += 1                  # a link may retire inside begin (retired_later)
@@ -219,7 +219,7 @@ class QueuedUnit:
         self.max_retire = max(self.max_retire, r)
         inst.race[3] = r
         if inst.rec is not None:
-            inst.rec.retire = r
+            inst.rec.retire, inst.rec.signals = r, inst.signal
         if inst.signal:
             self.chip.tokens.signal(self.uid, inst.signal, r, inst.ent.pc)
 
