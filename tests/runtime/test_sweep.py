@@ -2,6 +2,7 @@
 scheduler path; tetrachip bench lists the bench scripts."""
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -94,13 +95,40 @@ def test_failed_points_are_rows_and_the_sweep_goes_on(tmp_path):
     assert run_sweep(load_spec(spec), cache_dir=tmp_path, workers=0).simulated == 0
 
 
+def _dask_cluster(tmp_path):
+    """A Dask scheduler and one worker started as separate processes (``dask scheduler`` / ``dask worker``, as
+    on a cluster of machines); returns (address, processes)."""
+    import subprocess
+    import sys
+    import time
+    root = Path(__file__).resolve().parents[2]
+    sfile = tmp_path / "scheduler.json"
+    common = dict(cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--scheduler-file",
+                               str(sfile), "--port", "0", "--no-dashboard"], **common)]
+    deadline = time.monotonic() + 60
+    while not sfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sfile.exists(), "the dask scheduler did not start"
+    procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+                                   str(sfile), "--nworkers", "1", "--nthreads", "1", "--no-dashboard"], **common))
+    return json.loads(sfile.read_text())["address"], procs
+
+
 def test_scheduler_address_gives_the_default_table(tmp_path):
     distributed = pytest.importorskip("distributed")
     spec = load_spec({"base": "small", "workloads": ["gemm:16x16x16", "mlp"], "grid": {"rows": [4, 8]}})
     local = run_sweep(spec, cache_dir=None, workers=1)                     # the default: a local cluster
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
-        remote = run_sweep(spec, cache_dir=None, scheduler=cluster.scheduler_address)
+    address, procs = _dask_cluster(tmp_path)
+    try:
+        with distributed.Client(address, timeout=60) as client:
+            client.wait_for_workers(1, timeout=60)
+        remote = run_sweep(spec, cache_dir=None, scheduler=address)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
     inline = run_sweep(spec, cache_dir=None, workers=0)
     assert remote.simulated == local.simulated == 4 and remote.failed == 0
     assert _figures(remote.rows) == _figures(local.rows) == _figures(inline.rows)
