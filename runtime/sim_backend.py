@@ -46,27 +46,13 @@ class SimBackend:
 
     def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
         from sim import Chip
-        if cm.config.digest() != self.config.digest():
-            raise TetrachipError(f"the model was compiled for config {cm.config.name!r}; this device is "
-                                 f"{self.config.name!r}")
-        feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
-        spec = getattr(cm, "dynamic", None)
-        if spec is not None:                     # symbolic dimension: pad to the maximum, n in a register
-            from compiler.lower.dynamic import host_feeds
-            feeds, n = host_feeds(spec, feeds)
+        feeds, args, spec, n = launch(cm, self.config, inputs)
         writes = cm.dram_writes(feeds)           # quantizes and checks the inputs before the chip starts
         chip = Chip(self.config, trace=self.trace if trace is None else trace)
         for addr, data in writes:
             chip.write_dram(addr, data)
-        args = None
-        if spec is not None:
-            from compiler.lower.dynamic import DYN_REG
-            args = {DYN_REG: n}
-        kb = getattr(cm, "key_bound", None)
-        if kb is not None:                       # attention bounded by the key count: n in its register
-            args = {**(args or {}), kb.reg: kb.n(feeds)}
         # a program longer than imem runs as pages on the one chip (sim.Chip.run_pages; one page: a plain run)
-        stats = chip.run_pages(pages(cm), self.max_cycles, args)
+        stats = chip.run_pages(pages(cm), self.max_cycles, args or None)
         outs, ints = cm.read_outputs(chip.read_dram)
         if spec is not None:
             from compiler.lower.dynamic import cut
@@ -162,6 +148,25 @@ class SimSession:
         return RunResult(outs, stats, self.chip.trace, ints)
 
 
+def launch(cm, config: ChipConfig, inputs: tuple) -> tuple[dict, dict, object, int | None]:
+    """What a device needs before a run of ``cm`` on a chip of ``config``: the named feeds (padded to the
+    maximum of a symbolic dimension), the scalar registers the host writes at launch (the symbol's value,
+    an attention's key count), the dynamic spec (or None) and the symbol's value (or None)."""
+    if cm.config.digest() != config.digest():
+        raise TetrachipError(f"the model was compiled for config {cm.config.name!r}; this device is "
+                             f"{config.name!r}")
+    feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
+    spec, n, regs = getattr(cm, "dynamic", None), None, {}
+    if spec is not None:                     # symbolic dimension: pad to the maximum, n in a register
+        from compiler.lower.dynamic import DYN_REG, host_feeds
+        feeds, n = host_feeds(spec, feeds)
+        regs[DYN_REG] = n
+    kb = getattr(cm, "key_bound", None)
+    if kb is not None:                       # attention bounded by the key count: n in its register
+        regs[kb.reg] = kb.n(feeds)
+    return feeds, regs, spec, n
+
+
 def pages(cm) -> list:
     """The Programs a compiled model runs in turn: its pages (``CompiledModel.pages``), else its one program."""
     return list(getattr(cm, "pages", None) or [cm.program])
@@ -217,19 +222,7 @@ class RtlBackend:
         from sim.stats import Record, Stats, Trace
         from verify.cosim import Job
         cfg = self.config
-        if cm.config.digest() != cfg.digest():
-            raise TetrachipError(f"the model was compiled for config {cm.config.name!r}; this device is "
-                                 f"{cfg.name!r}")
-        feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
-        spec = getattr(cm, "dynamic", None)
-        regs = {}
-        if spec is not None:
-            from compiler.lower.dynamic import DYN_REG, host_feeds
-            feeds, n = host_feeds(spec, feeds)
-            regs[DYN_REG] = n
-        kb = getattr(cm, "key_bound", None)
-        if kb is not None:                       # attention bounded by the key count: n in its register
-            regs[kb.reg] = kb.n(feeds)
+        feeds, regs, spec, n = launch(cm, cfg, inputs)
         dram = np.zeros(cfg.dram_bytes, np.uint8)
         for addr, data in cm.dram_writes(feeds):
             b = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) else \
