@@ -72,8 +72,8 @@ class Device:
         """Values of ``tensors`` computed on this device (nothing cached on the tensors).
 
         ``run(compiled_model, *inputs)`` runs a chip program (``tc.compile``; any
-        ``compiler.lower.compiled.Compiled``) instead."""
-        if tensors and isinstance(tensors[0], Compiled):
+        ``compiler.lower.compiled.Compiled``, or a model sharded over chips: ``compiler.lower.shard``) instead."""
+        if tensors and (isinstance(tensors[0], Compiled) or hasattr(tensors[0], "run_on")):
             return tensors[0].run_on(self, *tensors[1:], **kw)
         return engine.compute([t.node for t in tensors], feeds, self)
 

@@ -37,12 +37,84 @@ class RunResult:
         return iter((self.outputs if len(self.outputs) != 1 else self.outputs[0], self.stats))
 
 
+class ChipsStats(list):
+    """The Stats of each chip of a run on several chips (``Device("sim", chips=N)``), in chip order;
+    ``cycles`` is the run's (the last chip to halt), ``mxu_utilization`` the array's busy share over all chips."""
+
+    @property
+    def cycles(self) -> int:
+        return max(st.cycles for st in self)
+
+    @property
+    def mxu_utilization(self) -> float:
+        return sum(st.mxu_utilization * st.cycles for st in self) / max(len(self) * self.cycles, 1)
+
+    @property
+    def link_bytes(self) -> int:
+        """Bytes every chip sent over its links."""
+        return sum(st.bytes.get("link_tx", 0) for st in self)
+
+    def table(self) -> str:
+        return "\n".join(f"chip {i}: {st.cycles} cycles, MXU {100 * st.mxu_utilization:.1f}%, link tx "
+                         f"{st.bytes.get('link_tx', 0)} bytes" for i, st in enumerate(self))
+
+
+def _check_sharded(sm, config: ChipConfig, chips: int) -> None:
+    if sm.config.digest() != config.digest():
+        raise TetrachipError(f"the model was compiled for config {sm.config.name!r}; this device is {config.name!r}")
+    if sm.chips != chips:
+        raise TetrachipError(f"the model was sharded over {sm.chips} chips; this device has {chips} "
+                             f"(Device(..., chips={sm.chips}))")
+
+
 class SimBackend:
+    """``Device("sim", config=..., chips=1, topology="ring")``: one simulated chip, or ``chips`` of them joined
+    by their links (``sim.System``; ``topology`` "ring" or "torus2d") for a model sharded by
+    ``tc.compile(..., chips=N)`` (``run_sharded``)."""
     name = "sim"
 
-    def __init__(self, config="base", trace: bool = False, max_cycles: int | None = None):
+    def __init__(self, config="base", trace: bool = False, max_cycles: int | None = None, chips: int = 1,
+                 topology: str = "ring"):
         self.config = ChipConfig.load(config)
         self.trace, self.max_cycles = trace, max_cycles
+        if not isinstance(chips, int) or isinstance(chips, bool) or chips < 1:
+            raise TetrachipError(f"Device('sim', chips={chips!r}): a positive number of chips")
+        if topology not in ("ring", "torus2d"):
+            raise TetrachipError(f"Device('sim', topology={topology!r}): ring or torus2d")
+        self.chips, self.topology = chips, topology
+
+    def run_sharded(self, sm, *inputs, trace: bool | None = None) -> RunResult:
+        """A model sharded over chips (``compiler.lower.shard.ShardedModel``): every chip's program and DRAM,
+        run together on ``sim.System`` (a data-parallel part longer than instruction memory: each chip runs its
+        pages alone, there being no link traffic); the outputs assembled from every chip's DRAM."""
+        from sim import Chip, System
+        _check_sharded(sm, self.config, self.chips)
+        tr = self.trace if trace is None else trace
+        writes = sm.host_writes(sm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs))
+        if any(len(p) > 1 for p in sm.programs):
+            chips = [Chip(self.config, trace=tr, index=i) for i in range(sm.chips)]
+            for ch, w in zip(chips, writes):
+                for addr, data in w:
+                    ch.write_dram(addr, data)
+            stats = ChipsStats(ch.run_pages(p, self.max_cycles) for ch, p in zip(chips, sm.programs))
+            trace_out = None
+            if tr:
+                from sim.stats import Trace
+                trace_out = Trace()
+                for ch in chips:
+                    trace_out.records += ch.trace.records
+        else:
+            kw = {"topology": self.topology} if self.topology != "ring" else {}
+            sysm = System(self.config, sm.chips, trace=tr, **kw)
+            for i, w in enumerate(writes):
+                sysm.load(i, sm.programs[i][0])
+                for addr, data in w:
+                    sysm[i].write_dram(addr, data)
+            stats = ChipsStats(sysm.run(self.max_cycles))
+            chips = sysm.chips
+            trace_out = sysm.trace if tr else None
+        outs, ints = sm.read_outputs([ch.read_dram for ch in chips])
+        return RunResult(outs, stats, trace_out, ints)
 
     def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
         from sim import Chip

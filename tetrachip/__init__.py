@@ -28,7 +28,7 @@ from runtime.device import Device  # noqa: F401
 _LAZY = {
     # --- chip compiler ---
     "CompiledModel": ("compiler.lower.pipeline", "CompiledModel"),
-    "compile": ("compiler.lower.dispatch", "compile_model"),
+    "compile": ("compiler.lower.shard", "compile"),
     "ChipCompileError": ("compiler.lower.schedule", "ChipCompileError"),
     # --- text generation (a GPT decoder; its decode step compiled once, a KV cache in chip DRAM) ---
     "GPT": ("compiler.frontend.gpt", "GPT"),

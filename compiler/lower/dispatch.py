@@ -44,7 +44,7 @@ from compiler.lower.trace import example_array, index_inputs, trace
 def compile_model(model_or_fn, example_inputs, config="base", *, calibration=None, per_channel: bool = True,
                   dynamic: dict | None = None, shapes: dict | None = None, search: bool = False,
                   search_budget_s: float = 20.0, cache_dir=None, resident_inputs: bool = False,
-                  key_bound: dict | None = None) -> Compiled:
+                  key_bound: dict | None = None, borders_always: bool = False) -> Compiled:
     """Quantize, fuse, tile, plan and emit ``model_or_fn`` for ``config``; see the module doc.
 
     ``dynamic={"N": 64}`` declares a symbolic dimension with its maximum (axis 0 of every input,
@@ -60,7 +60,9 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     ordinary pipeline only).
     ``key_bound={"input": "k_cache", "axis": 1, "count": "pos", "offset": 1}``: the products over that input's
     key axis and the softmaxes after them loop over ``n = count[0] + offset`` keys, a scalar register the
-    host writes per run (compiler.lower.keybound): a decode step whose cost follows the position."""
+    host writes per run (compiler.lower.keybound): a decode step whose cost follows the position.
+    ``borders_always=True`` (the sharding compiler, ``compiler.lower.shard``): the ordinary pipeline keeps its
+    codes for re-emission (``pipeline.Lowered``), every padded tensor's border zeroed by its producer."""
     if key_bound is not None and (dynamic or search or transformer.blocks_of(model_or_fn) is not None):
         raise ChipCompileError("key_bound: the ordinary pipeline only (no symbolic dimension, no search, no "
                                "transformer-block module)")
@@ -144,7 +146,7 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     if search:
         searcher = srch.Searcher(cfg, search_budget_s, cache_dir)
     cm = lower_schedule(q, cfg, names, single, len(outputs), spec, searcher, resident_inputs=resident_inputs,
-                        paged=True, key_bound=kb)
+                        paged=True, key_bound=kb, borders_always=borders_always)
     if kb is not None:
         cm.program.manifest["key_bound"] = kb.to_manifest()
     if searcher is not None:

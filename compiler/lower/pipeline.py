@@ -59,6 +59,20 @@ class KernelInfo:
 
 
 @dataclass
+class Lowered:
+    """What ``lower_schedule`` emitted a program from, for a caller that emits the codes in another order
+    (``compiler.lower.shard``): the codes (kernels, column blocks of grouped kernels, kernels that emit
+    themselves) with their SPM/ACC places set, the border fills and fences by code index (as
+    ``emit.emit_program`` takes them), each kernel's first code, and the SPM row of the never-written zero rows
+    (None when no border needs them)."""
+    codes: list
+    prefixes: dict
+    fences: dict
+    first_code: list
+    zero: int | None
+
+
+@dataclass
 class CompiledModel(Compiled):
     """A kernel sequence compiled by the ordinary pipeline (``lower_schedule``)."""
     config: ChipConfig
@@ -86,6 +100,7 @@ class CompiledModel(Compiled):
         if not self.pages:
             self.pages = [self.program]
     key_bound: object = None         # compiler.lower.keybound.KeyBound: attention bounded by a key count
+    lowered: Lowered | None = field(default=None, repr=False)   # kept with ``borders_always``
 
     # -- host side of a run ----------------------------------------------------------------
     def feeds(self, inputs) -> dict:
@@ -229,7 +244,7 @@ class CompiledModel(Compiled):
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
                    dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False,
-                   paged: bool = False, key_bound=None) -> CompiledModel:
+                   paged: bool = False, key_bound=None, borders_always: bool = False) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
     places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
@@ -240,7 +255,10 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     instruction memory becomes a sequence of pages (``_paginate``; docs/microarchitecture.md, "Programs longer
     than imem") instead of running grouped kernels whole; else (a control-flow body, inlined into one program)
     the grouped kernels run whole until it fits. ``key_bound`` (``compiler.lower.keybound.KeyBound``): its
-    kernels loop over the key count in its register."""
+    kernels loop over the key count in its register. ``borders_always``: every padded
+    intermediate's border is zeroed by its producer, even where the arena's zeros would do (a program that runs
+    its codes more than once on the same DRAM: ``compiler.lower.shard``); the codes, border fills and fences are
+    then kept on the model (``CompiledModel.lowered``) for a caller that emits them in another order."""
     bounded = key_bound.kernels if key_bound is not None else {}
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
@@ -361,6 +379,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 j = first_code[t.producer]
                 borders[j].append(_border_chunks(t, tensor_addr[ti], C))
                 after[j] = max(after[j], last_code[min(reader, nk - 1)])
+            elif borders_always:
+                borders[first_code[t.producer]].append(_border_chunks(t, tensor_addr[ti], C))
     for i, k in enumerate(s.kernels):     # ... and before it reads its inputs
         need = [last_code[s.tensors[t].producer] for t in kernel_inputs(k) if s.tensors[t].kind == "kernel"]
         for j in range(first_code[i], last_code[i] + 1):
@@ -404,12 +424,13 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         try:
             return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
                                   blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs,
-                                  key_bound=key_bound)
+                                  key_bound=key_bound, borders_always=borders_always)
         except ChipCompileError:
             if keep:
                 try:
                     return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False,
-                                          resident_inputs=resident_inputs, key_bound=key_bound)
+                                          resident_inputs=resident_inputs, key_bound=key_bound,
+                                          borders_always=borders_always)
                 except ChipCompileError:
                     pass
     if len(builders) == 1 and len(built) > cfg.imem_words:
@@ -433,9 +454,12 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         prog.manifest["pages"] = [len(p) for p in pages]
     asm = built.text() if len(builders) == 1 else "\n".join(
         f"; ---- page {p + 1} of {len(builders)}: {len(b)} instructions\n{b.text()}" for p, b in enumerate(builders))
-    return CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
-                         {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=asm,
-                         resident_inputs=resident_inputs, pages=pages, key_bound=key_bound)
+    cm = CompiledModel(cfg, prog, q, image, const_base, tensor_addr, names, n_out, single, infos,
+                       {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=asm,
+                       resident_inputs=resident_inputs, pages=pages, key_bound=key_bound)
+    if borders_always:
+        cm.lowered = Lowered(codes, prefixes, fences, first_code, zero)
+    return cm
 
 
 def _paginate(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, sizes: list) -> list:

@@ -1,0 +1,530 @@
+"""Many chips: ``tc.compile(model, inputs, chips=N, parallel=...)`` shards a model over chips joined by
+their links (``sim.System``: a ring, or a 2-D torus) and returns one ``ShardedModel``, a program per chip.
+
+Every strategy starts from the model compiled for one chip at the whole batch (``ShardedModel.base``: the
+reference every sharded run is bit-exact to) and from one compile of the part a chip runs (``part``),
+quantized with the same scales (the calibration feeds cut the same way: a per-tensor maximum over the
+pieces is the maximum over the whole). Every chip holds the same DRAM image (the part's constants, its
+tensors at the same addresses), so a tensor moves between chips as the bytes at its address.
+
+* ``parallel="data"``: the batch (axis 0 of every input and output) split over the chips, weights
+  replicated: each chip runs the part's program on its samples; no link traffic. The batch is cut in
+  pieces of ``ceil(B / N)`` samples; the last piece is filled up with copies of its last sample.
+* ``parallel="pipeline"``: consecutive kernels on consecutive chips (stages balanced by each code's
+  simulated cycles), the batch cut in ``micro_batches`` pieces that flow through the stages so the chips
+  overlap. Per micro-batch, chip ``s`` receives the tensors live at its stage's start from chip ``s - 1``
+  (chip 0 copies the micro-batch's inputs from where the host put them), runs its kernels, copies the
+  model outputs it produced to the micro-batch's place, and sends the tensors live after its stage to chip
+  ``s + 1``. Transfers go DRAM -> SPM -> link -> SPM -> DRAM in chunks, double-buffered under tokens
+  (``_stream``). The micro-batch loop is unrolled: each chip's program must fit its instruction memory.
+* ``parallel="auto"``: each strategy that compiles (and micro-batch counts for the pipeline) is simulated
+  and the fewest cycles wins; the choice is cached by the model's graph and inputs (``auto_cache``).
+
+The first strategy needs no collective; the pipeline uses point-to-point transfers. The link contract and
+the ring and torus wiring are in docs/microarchitecture.md ("Links"); docs/sharding.md is the user's guide.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from isa.config import ChipConfig
+from isa.errors import TetrachipError
+from isa.ints import align_up, cdiv
+from isa.operands import dram, spm
+from isa.program import DRAM_ALIGN, Program
+
+from compiler.lower.compiled import named_feeds, unpack_inputs
+from compiler.lower.dispatch import compile_model
+from compiler.lower.emit import emit_program
+from compiler.lower.pipeline import ZERO_ROWS, CompiledModel
+from compiler.lower.schedule import ChipCompileError, kernel_inputs
+
+PARALLEL = ("data", "pipeline", "auto")
+TOPOLOGIES = ("ring", "torus2d")
+#: SPM rows of one transfer chunk at most (two chunks in flight: one filling, one draining)
+CHUNK_ROWS = 256
+
+
+def compile(model, example_inputs, config="base", *, chips: int = 1, parallel: str | None = None,
+            micro_batches: int | None = None, topology: str = "ring", calibration=None, **options):
+    """``tc.compile``: the model for one chip (``compiler.lower.dispatch.compile_model``, whose keywords
+    ``options`` are), or, with ``chips > 1``, sharded over ``chips`` chips (``ShardedModel``):
+    ``parallel`` "data" | "pipeline" | "auto" (default "auto"), ``micro_batches`` for the pipeline
+    (default: the batch, at most ``4 * chips``), ``topology`` "ring" | "torus2d" (how the chips the
+    bundle runs on are wired; the strategies here use neighbour links only)."""
+    if not isinstance(chips, int) or isinstance(chips, bool) or chips < 1:
+        raise ChipCompileError(f"chips={chips!r}: a positive number of chips")
+    if parallel is not None and parallel not in PARALLEL:
+        raise ChipCompileError(f"parallel={parallel!r}: one of {', '.join(PARALLEL)}")
+    if topology not in TOPOLOGIES:
+        raise ChipCompileError(f"topology={topology!r}: one of {', '.join(TOPOLOGIES)}")
+    if chips == 1 and parallel is None:
+        return compile_model(model, example_inputs, config, calibration=calibration, **options)
+    bad = sorted(set(options) & {"dynamic", "shapes", "search", "key_bound", "resident_inputs"})
+    if bad:
+        raise ChipCompileError(f"chips={chips}: {', '.join(bad)} not supported for a sharded model yet")
+    cfg = ChipConfig.load(config)
+    if chips > 1 and cfg.links < 2:
+        raise ChipCompileError(f"config {cfg.name!r} has {cfg.links} link port(s) (links); chips in a ring need 2")
+    feeds = _feeds(model, example_inputs)
+    calib = [feeds] if calibration is None else [_as_dict(c, list(feeds)) for c in calibration]
+    base = compile_model(model, feeds, cfg, calibration=calib, **options)
+    if not isinstance(base, CompiledModel):
+        raise ChipCompileError(f"chips={chips}: a model of the ordinary kernel pipeline only, not a "
+                               f"{type(base).__name__}")
+    return _shard(model, feeds, calib, cfg, chips, parallel or "auto", micro_batches, topology, base, options)
+
+
+def _shard(model, feeds, calib, cfg, chips, parallel, micro, topology, base, options):
+    if parallel == "auto":
+        return choose(model, feeds, calib, cfg, chips, micro, topology, base, options)
+    if parallel == "data":
+        return _data(model, feeds, calib, cfg, chips, topology, base, options)
+    return _pipeline(model, feeds, calib, cfg, chips, micro, topology, base, options)
+
+
+# ---------------------------------------------------------------------------------------------- the bundle
+
+@dataclass
+class ShardedModel:
+    """A model sharded over ``chips`` chips: ``programs[i]`` runs on chip ``i``; ``host_writes(feeds)[i]`` is what
+    the host writes to chip ``i``'s DRAM before launch; ``read_outputs(reads)`` assembles the outputs from
+    every chip's DRAM (``reads[i](addr, n, dtype)``). ``programs[i]`` is chip ``i``'s list of pages (one
+    Program but for a data-parallel part longer than instruction memory, whose chips run their pages alone).
+    ``reference``/``float_reference`` are the single-chip model's (``base``): a run on the chips returns
+    ``reference`` bit for bit."""
+    config: ChipConfig
+    chips: int
+    parallel: str
+    topology: str
+    base: CompiledModel
+    part: CompiledModel
+    programs: list
+    batch: int
+    piece: int                         # samples per chip (data) or per micro-batch (pipeline)
+    micro_batches: int = 1
+    stages: list = field(default_factory=list)       # pipeline: per chip, its kernels [first, end)
+    stage_cycles: list = field(default_factory=list)  # pipeline: per chip, its codes' simulated cycles
+    live: list = field(default_factory=list)          # pipeline: per stage boundary, the tensors sent
+    in_stage: list = field(default_factory=list)      # pipeline: per micro-batch, {input tensor: DRAM address}
+    out_stage: list = field(default_factory=list)     # pipeline: per micro-batch, {output tensor: (chip, addr)}
+    compile_s: float = 0.0
+    choices: dict | None = None                       # "auto": cycles per candidate
+
+    @property
+    def input_names(self) -> list:
+        return self.base.input_names
+
+    @property
+    def program(self) -> Program:
+        return self.programs[0][0]
+
+    dynamic = None
+
+    def feeds(self, inputs) -> dict:
+        return named_feeds(self.input_names, inputs)
+
+    def pieces(self, feeds: dict) -> list[dict]:
+        """The batch cut into the pieces the chips (data) or the micro-batches (pipeline) take."""
+        n = self.chips if self.parallel == "data" else self.micro_batches
+        return _cut(feeds, n, self.piece, self.batch)
+
+    def host_writes(self, feeds: dict) -> list[list[tuple[int, np.ndarray]]]:
+        """Per chip, (address, bytes) the host writes before launch."""
+        _check_batch(feeds, self.batch)
+        pieces = self.pieces(feeds)
+        if self.parallel == "data":
+            return [self.part.dram_writes(p) for p in pieces]
+        first = self.part.dram_writes(pieces[0])            # constants, hidden constant inputs, micro-batch 0
+        staged = []
+        for m, p in enumerate(pieces):
+            by_addr = dict((a, d) for a, d in self.part.dram_writes(p)[2:])
+            staged += [(addr, by_addr[self.part.tensor_addr[ti]]) for ti, addr in self.in_stage[m].items()]
+        return [first + (staged if c == 0 else []) for c in range(self.chips)]
+
+    def read_outputs(self, reads: list) -> tuple[list[np.ndarray], dict]:
+        """``reads[i](addr, n, dtype)`` reads chip ``i``'s DRAM after the run; the outputs and the integers."""
+        part = self.part
+        got = []
+        for i in range(self.chips if self.parallel == "data" else self.micro_batches):
+            if self.parallel == "data":
+                got.append(part.read_outputs(reads[i]))
+                continue
+            where = {part.tensor_addr[ti]: ca for ti, ca in self.out_stage[i].items()}
+
+            def read(addr, n, dtype=np.uint8, where=where):
+                chip, at = where[addr]
+                return reads[chip](at, n, dtype)
+            got.append(part.read_outputs(read))
+        outs = [np.concatenate([g[0][k] for g in got])[:self.batch] for k in range(len(got[0][0]))]
+        ints = {t: np.concatenate([g[1][t] for g in got])[:self.batch] for t in got[0][1]}
+        return outs, ints
+
+    def reference(self, *inputs) -> list[np.ndarray]:
+        return self.base.reference(*inputs)
+
+    def float_reference(self, *inputs) -> list[np.ndarray]:
+        return self.base.float_reference(*inputs)
+
+    def summary(self) -> str:
+        lines = [f"sharded over {self.chips} chips ({self.topology}), {self.parallel} parallel, config "
+                 f"{self.config.name}: batch {self.batch}, " +
+                 (f"{self.piece} sample(s) per chip" if self.parallel == "data" else
+                  f"{self.micro_batches} micro-batch(es) of {self.piece}") +
+                 f"; instructions per chip {[sum(len(p) for p in pg) for pg in self.programs]}; "
+                 f"compile {self.compile_s:.2f} s"]
+        ks = self.part.qsched.sched.kernels
+        for c, (a, b) in enumerate(self.stages):
+            lines.append(f"  chip {c}: kernels {a}..{b - 1} ({', '.join(k.name for k in ks[a:b])}), "
+                         f"{self.stage_cycles[c]} cycles per micro-batch, sends "
+                         f"{sum(n for _, _, n in self.live[c]) if c < len(self.live) else 0} bytes")
+        if self.choices:
+            lines.append("  auto: " + ", ".join(f"{k} {v} cycles" for k, v in self.choices.items()))
+        return "\n".join(lines)
+
+    def run_on(self, device, *inputs, **kw):
+        runner = getattr(device.backend, "run_sharded", None)
+        if runner is None:
+            raise TetrachipError(f"device {device.name!r} cannot run a model sharded over chips "
+                                 "(Device('sim', chips=N) or Device('rtl', chips=N) can)")
+        return runner(self, *inputs, **kw)
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+def _as_dict(c, names) -> dict:
+    if isinstance(c, dict):
+        return {k: _arr(v) for k, v in c.items()}
+    c = c if isinstance(c, (list, tuple)) else [c]
+    return {n: _arr(v) for n, v in zip(names, c)}
+
+
+def _arr(v) -> np.ndarray:
+    return np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+
+
+def _feeds(model, example_inputs) -> dict:
+    """The example inputs by the names the traced model gives them (a dict stays as it is)."""
+    if isinstance(example_inputs, dict):
+        return {k: _arr(v) for k, v in example_inputs.items()}
+    from compiler.lower.trace import trace
+    _, names, _, _ = trace(model, example_inputs)
+    lst = list(example_inputs) if isinstance(example_inputs, (list, tuple)) else [example_inputs]
+    return {n: _arr(v) for n, v in zip(names, lst)}
+
+
+def _batch(feeds: dict) -> int:
+    sizes = {k: (v.shape[0] if v.ndim else None) for k, v in feeds.items()}
+    if any(s is None for s in sizes.values()) or len(set(sizes.values())) != 1:
+        raise ChipCompileError("sharding cuts the batch (axis 0 of every input): the inputs' axis 0 sizes are "
+                               + ", ".join(f"{k} {v}" for k, v in sizes.items()))
+    return next(iter(sizes.values()))
+
+
+def _check_batch(feeds: dict, batch: int) -> None:
+    for k, v in feeds.items():
+        if np.ndim(v) == 0 or np.shape(v)[0] != batch:
+            raise TetrachipError(f"input {k!r}: the sharded model was compiled for a batch of {batch} "
+                                 f"(axis 0), given shape {np.shape(v)}")
+
+
+def _cut(feeds: dict, n: int, piece: int, batch: int) -> list[dict]:
+    """``n`` pieces of ``piece`` samples; the last real sample repeats to fill the last pieces."""
+    out = []
+    for i in range(n):
+        idx = np.minimum(np.arange(i * piece, (i + 1) * piece), batch - 1)
+        out.append({k: np.asarray(v)[idx] for k, v in feeds.items()})
+    return out
+
+
+def _part(model, feeds, calib, cfg, n, options, what) -> tuple[CompiledModel, int, list]:
+    """The model compiled for one of ``n`` pieces of the batch, quantized as the whole (the calibration
+    feeds cut the same way), and the pieces of the example."""
+    B = _batch(feeds)
+    if n > B:
+        raise ChipCompileError(f"{what}: {n} pieces of a batch of {B}")
+    piece = cdiv(B, n)
+    pieces = _cut(feeds, n, piece, B)
+    pcal = [p for c in calib for p in _cut(c, cdiv(_batch(c), piece), piece, _batch(c))]
+    part = compile_model(model, pieces[0], cfg, calibration=pcal, borders_always=True, **options)
+    if not isinstance(part, CompiledModel) or part.lowered is None:
+        raise ChipCompileError(f"{what}: a model of the ordinary kernel pipeline only")
+    return part, piece, pieces
+
+
+def _check_samplewise(base: CompiledModel, part: CompiledModel, feeds: dict, pieces: list, what: str) -> None:
+    """The pieces' integer outputs, put together, must be the whole batch's: else the model mixes samples
+    (a reduction over the batch axis) and cannot be cut along it."""
+    B = _batch(feeds)
+    whole = base.reference(feeds)
+    got = [part.reference(p) for p in pieces]
+    for k, w in enumerate(whole):
+        cat = np.concatenate([g[k] for g in got])[:B] if np.ndim(w) else None
+        if cat is None or cat.shape != w.shape or not np.array_equal(cat, w):
+            raise ChipCompileError(f"{what}: output {k} of the batch cut in {len(pieces)} pieces differs from the "
+                                   "whole batch's: the model mixes samples along axis 0, which sharding cuts")
+
+
+# ---------------------------------------------------------------------------------------------- data parallel
+
+def _data(model, feeds, calib, cfg, n, topology, base, options) -> ShardedModel:
+    t0 = time.perf_counter()
+    part, piece, pieces = _part(model, feeds, calib, cfg, n, options, f"data parallel over {n} chips")
+    _check_samplewise(base, part, feeds, pieces, f"data parallel over {n} chips")
+    return ShardedModel(cfg, n, "data", topology, base, part, [list(part.pages)] * n, _batch(feeds), piece,
+                        compile_s=time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------------- pipeline
+
+def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> ShardedModel:
+    t0 = time.perf_counter()
+    B = _batch(feeds)
+    M = micro if micro is not None else min(B, 4 * n)
+    if not isinstance(M, int) or M < 1:
+        raise ChipCompileError(f"micro_batches={micro!r}: a positive number")
+    what = f"pipeline over {n} chips, {M} micro-batch(es)"
+    part, piece, pieces = _part(model, feeds, calib, cfg, M, options, what)
+    _check_samplewise(base, part, feeds, pieces, what)
+    s, q, lw = part.qsched.sched, part.qsched, part.lowered
+    nk, nc = len(s.kernels), len(lw.codes)
+    if n > nk:
+        raise ChipCompileError(f"{what}: the model has {nk} kernel(s), fewer than the chips")
+    kc = [*lw.first_code, nc]
+    code_cycles = _code_cycles(part)
+    kcycles = [sum(code_cycles[kc[i]:kc[i + 1]]) for i in range(nk)]
+    cuts = _balance(kcycles, n)                                  # stage c: kernels cuts[c]..cuts[c+1]-1
+    stages = [(cuts[c], cuts[c + 1]) for c in range(n)]
+    size = {ti: t.phys_size * q.elem_bytes(ti) for ti, t in enumerate(s.tensors)}
+    addr = part.tensor_addr
+    const = {ti for ti, t in enumerate(s.tensors) if t.kind == "input" and t.value is not None}
+    live = []
+    for c in range(1, n):
+        a = cuts[c]
+        need = {t for k in s.kernels[a:] for t in kernel_inputs(k)}
+        live.append([(ti, addr[ti], size[ti]) for ti, t in enumerate(s.tensors) if ti in need and ti not in const
+                     and (t.kind == "input" or t.producer < a)])
+    outs = sorted({t for t, _ in s.outputs})
+    producer = {ti: (0 if s.tensors[ti].kind == "input" else
+                     next(c for c, (a, b) in enumerate(stages) if a <= s.tensors[ti].producer < b)) for ti in outs}
+    inputs = [s.inputs[nm] for nm in part.input_names]
+    # DRAM after the part's image: per micro-batch, its inputs (read by chip 0) and outputs (by their producer)
+    at = align_up(part.const_base + len(part.const_image), DRAM_ALIGN)
+    in_stage, out_stage = [], []
+    for _ in range(M):
+        slot = {}
+        for ti in inputs:
+            slot[ti] = at
+            at = align_up(at + size[ti], DRAM_ALIGN)
+        in_stage.append(slot)
+        slot = {}
+        for ti in outs:
+            slot[ti] = (producer[ti], at)
+            at = align_up(at + size[ti], DRAM_ALIGN)
+        out_stage.append(slot)
+    if at > cfg.dram_bytes:
+        raise ChipCompileError(f"{what}: needs {at} bytes of DRAM per chip (the model and {M} micro-batches' inputs "
+                               f"and outputs); config {cfg.name!r} has {cfg.dram_bytes} (dram_bytes)")
+    bufs = _glue_rows(cfg, lw.zero)
+    progs = []
+    for c, (a, b) in enumerate(stages):
+        seq, pre, fen = [], {}, {}
+        for m in range(M):
+            if c == 0:
+                seq.append(Glue("copy", [(in_stage[m][ti], addr[ti], size[ti]) for ti in inputs], bufs, cfg))
+            else:
+                seq.append(Glue("recv", [(0, ti_addr, nb) for _, ti_addr, nb in live[c - 1]], bufs, cfg, port=1))
+            for j in range(kc[a], kc[b]):
+                if j in lw.prefixes:
+                    pre[len(seq)] = lw.prefixes[j]
+                if j in lw.fences:
+                    fen[len(seq)] = lw.fences[j]
+                seq.append(lw.codes[j])
+            mine = [(addr[ti], out_stage[m][ti][1], size[ti]) for ti in outs if producer[ti] == c]
+            if mine:
+                seq.append(Glue("copy", mine, bufs, cfg))
+            if c < n - 1:
+                seq.append(Glue("send", [(ti_addr, 0, nb) for _, ti_addr, nb in live[c]], bufs, cfg, port=0))
+        e = emit_program(seq, cfg, pre, fen)
+        if len(e) > cfg.imem_words:
+            raise ChipCompileError(f"{what}: chip {c}'s program needs {len(e)} instructions ({M} micro-batches "
+                                   f"unrolled); config {cfg.name!r} holds {cfg.imem_words} (imem_words): fewer "
+                                   "micro_batches, or more chips")
+        progs.append([e.build(f"<pipeline stage {c} of {n}>")])
+    scyc = [sum(kcycles[a:b]) for a, b in stages]
+    return ShardedModel(cfg, n, "pipeline", topology, base, part, progs, B, piece, M, stages, scyc,
+                        [[(ti, a_, nb) for ti, a_, nb in lv] for lv in live], in_stage, out_stage,
+                        compile_s=time.perf_counter() - t0)
+
+
+def _balance(cost: list[int], n: int) -> list[int]:
+    """Cut ``cost`` (per kernel) into ``n`` non-empty contiguous stages with the smallest largest stage sum
+    (dynamic programming over prefix sums); the cut points, 0 first and ``len(cost)`` last."""
+    k = len(cost)
+    pre = np.concatenate([[0], np.cumsum(cost)]).tolist()
+    INF = float("inf")
+    best = [[INF] * (k + 1) for _ in range(n + 1)]
+    arg = [[0] * (k + 1) for _ in range(n + 1)]
+    best[0][0] = 0
+    for s in range(1, n + 1):
+        for j in range(s, k - (n - s) + 1):
+            for i in range(s - 1, j):
+                v = max(best[s - 1][i], pre[j] - pre[i])
+                if v < best[s][j]:
+                    best[s][j], arg[s][j] = v, i
+    cuts = [k]
+    for s in range(n, 0, -1):
+        cuts.append(arg[s][cuts[-1]])
+    return cuts[::-1]
+
+
+def _code_cycles(part: CompiledModel) -> list[int]:
+    """Each code's cycles run alone on a fresh chip (the timing of a program does not depend on its data)."""
+    from sim import Chip
+    lw, cfg = part.lowered, part.config
+    out = []
+    for j, code in enumerate(lw.codes):
+        e = emit_program([code], cfg, {0: lw.prefixes[j]} if j in lw.prefixes else {}, {})
+        out.append(Chip(cfg).load(e.build(f"<code {j}>")).run().cycles)
+    return out
+
+
+def _glue_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int, int]:
+    """Two chunk buffers in SPM (first rows of each) and the rows of one, clear of the zero rows."""
+    if zero is None:
+        lo, hi = 0, cfg.spm_rows
+    else:
+        lo, hi = max([(0, zero), (zero + ZERO_ROWS, cfg.spm_rows)], key=lambda r: r[1] - r[0])
+    h = min((hi - lo) // 2, CHUNK_ROWS)
+    if h < 1:
+        raise ChipCompileError(f"config {cfg.name!r}: no SPM rows free for link transfers")
+    return lo, lo + h, h
+
+
+class Glue:
+    """A transfer between kernels, as a code that emits itself (``emit.emit_program`` fences it): ``segments``
+    of ``(src, dst, bytes)`` DRAM addresses moved in chunks of SPM rows through two buffers. ``copy``: DRAM to
+    DRAM on this chip (load, store); ``send``: DRAM out of link port ``port`` (load, link.send; ``dst`` unused);
+    ``recv``: link port ``port`` into DRAM (link.recv, store; ``src`` unused). The two ends of a link cut
+    the same segments the same way."""
+
+    def __init__(self, kind: str, segments: list, bufs: tuple, cfg: ChipConfig, port: int = 0):
+        self.kind, self.segments, self.bufs, self.cfg, self.port = kind, segments, bufs, cfg, port
+        self.name = f"{kind} {sum(n for _, _, n in segments)} bytes"
+
+    def chunks(self) -> list[tuple[int, int, int]]:
+        step = self.bufs[2] * self.cfg.cols
+        return [(s + o, d + o, min(step, n - o)) for s, d, n in self.segments for o in range(0, n, step)]
+
+    def emit(self, e) -> None:
+        C = self.cfg.cols
+        chunks = self.chunks()
+        e.comment(f"{self.name}" + (f" (link port {self.port})" if self.kind != "copy" else ""))
+        src = "lrx" if self.kind == "recv" else "load"
+        dst = "ltx" if self.kind == "send" else "store"
+        for i, (sa, da, nb) in enumerate(chunks):
+            row = self.bufs[i % 2]
+            free = dst if i >= 2 else None             # the buffer's last user (two chunks back) is done
+            last = src if i + 2 < len(chunks) else None  # ... and this chunk's: the buffer is free again
+            rows = cdiv(nb, C)
+            if self.kind == "recv":
+                e.emit("link.recv", self.port, spm[row], n=rows, wait=free, signal=dst)
+            else:
+                _dma(e, "dma.ld", row, sa, nb, C, wait=free, signal=dst)
+            if self.kind == "send":
+                e.emit("link.send", self.port, spm[row], n=rows, wait=src, signal=last)
+            else:
+                _dma(e, "dma.st", row, da, nb, C, wait=src, signal=last)
+        e.emit("fence", "all")
+
+
+def _dma(e, op: str, row: int, addr: int, nbytes: int, C: int, wait=None, signal=None) -> None:
+    """``nbytes`` contiguous DRAM bytes at ``addr`` as SPM rows from ``row`` (whole rows, then a short one)."""
+    full, rem = divmod(nbytes, C)
+    parts = ([(row, addr, full, C)] if full else []) + ([(row + full, addr + full * C, 1, rem)] if rem else [])
+    for i, (r, a, k, ln) in enumerate(parts):
+        w, sg = (wait if i == 0 else None), (signal if i == len(parts) - 1 else None)
+        if op == "dma.ld":
+            e.emit(op, spm[r], dram[a], rows=k, len=ln, rstride=C, wait=w, signal=sg)
+        else:
+            e.emit(op, dram[a], spm[r], rows=k, len=ln, rstride=C, wait=w, signal=sg)
+
+
+# ---------------------------------------------------------------------------------------------- auto
+
+#: parallel="auto" decisions by model key (graph, inputs, config, chips): the strategy and micro-batches
+auto_cache: dict = {}
+
+
+def choose(model, feeds, calib, cfg, n, micro, topology, base, options) -> ShardedModel:
+    """The strategy (and micro-batch count) with the fewest simulated cycles; the decision is cached."""
+    key = _key(base, feeds, cfg, n, micro, topology)
+    if key in auto_cache:
+        strat, m = auto_cache[key]
+        return _shard(model, feeds, calib, cfg, n, strat, m, topology, base, options)
+    B = _batch(feeds)
+    cands = [("data", None)] if B >= n else []
+    for m in sorted({x for x in ([micro] if micro else [n, 2 * n, 4 * n]) if x <= B}):
+        cands.append(("pipeline", m))
+    results, best, errors = {}, None, []
+    for strat, m in cands:
+        try:
+            sm = _shard(model, feeds, calib, cfg, n, strat, m, topology, base, options)
+        except ChipCompileError as e:
+            errors.append(f"{strat}{'' if m is None else f' ({m} micro-batches)'}: {e}")
+            continue
+        cyc = simulate(sm, feeds)
+        label = strat if m is None else f"pipeline/{m}"
+        results[label] = cyc
+        if best is None or cyc < best[0]:
+            best = (cyc, sm, (strat, m))
+    if best is None:
+        raise ChipCompileError(f"no strategy shards the model over {n} chips: " + "; ".join(errors))
+    auto_cache[key] = best[2]
+    best[1].choices = results
+    return best[1]
+
+
+def _key(base: CompiledModel, feeds, cfg, n, micro, topology) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for p in base.pages:
+        h.update(p.to_bytes())
+    h.update(base.const_image.tobytes())
+    for k in sorted(feeds):
+        h.update(k.encode() + repr(np.shape(feeds[k])).encode())
+    h.update(f"{cfg.digest()}|{n}|{micro}|{topology}".encode())
+    return h.hexdigest()
+
+
+def simulate(sm: ShardedModel, feeds: dict) -> int:
+    """Cycles of a run of ``sm`` on ``sim.System`` (the chips' largest count)."""
+    from sim import Chip, System
+    writes = sm.host_writes(feeds)
+    if sm.parallel == "data":                        # no link traffic: each chip alone (pages allowed)
+        cyc = 0
+        for c in range(sm.chips):
+            ch = Chip(sm.config)
+            for a, d in writes[c]:
+                ch.write_dram(a, d)
+            cyc = max(cyc, ch.run_pages(list(sm.part.pages)).cycles)
+        return cyc
+    sysm = System(sm.config, sm.chips)
+    for c in range(sm.chips):
+        sysm.load(c, sm.programs[c][0])
+        for a, d in writes[c]:
+            sysm[c].write_dram(a, d)
+    sysm.run()
+    return sysm.cycles
+
+
+def efficiency(single_cycles: int, chips: int, cycles: int) -> float:
+    """Parallel efficiency: the speed-up over one chip divided by the chips."""
+    return single_cycles / (chips * cycles) if cycles else math.nan
+
+
+__all__ = ["ShardedModel", "compile", "unpack_inputs"]
