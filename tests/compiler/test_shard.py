@@ -1,0 +1,178 @@
+"""Models sharded over chips (``tc.compile(..., chips=N, parallel=...)``, compiler/lower/shard.py) on
+``Device("sim", chips=N)`` (``sim.System``).
+
+Every sharded run must return the single-chip model's ``reference`` bit for bit. The link bytes a
+pipeline moves are computed here from the model's shapes (each boundary activation of a micro-batch,
+whole SPM rows of ``cols`` bytes); a data-parallel run moves none."""
+import numpy as np
+import pytest
+
+import tetrachip as tc
+from isa import ChipConfig
+from isa.ints import cdiv
+
+nn, F = tc.nn, tc.functional
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(32, 64), nn.Linear(64, 48), nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.c(self.b(self.a(x).relu()).relu())
+
+
+class ResCNN(nn.Module):
+    """A padded 3x3 conv whose output fans out to a second conv and a residual add two kernels later."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.c3 = nn.Conv2d(8, 8, 1)
+        self.fc = nn.Linear(8 * 6 * 6, 5)
+
+    def forward(self, x):
+        a = self.c1(x).relu()
+        b = self.c3(self.c2(a).relu())
+        y = (a + b).relu()
+        return self.fc(y.reshape(y.shape[0], -1))
+
+
+def _x(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _exact(res, ref):
+    assert len(res.outputs) == len(ref)
+    for got, want in zip(res.outputs, ref):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    tc.manual_seed(1)
+    return MLP()
+
+
+@pytest.mark.parametrize("chips,batch", [(2, 8), (4, 8), (3, 5), (2, 1 + 2)])
+def test_data_parallel_is_bit_exact_and_moves_nothing(mlp, chips, batch):
+    x = _x((batch, 32), batch)
+    single = tc.compile(mlp, [x], "small")
+    sm = tc.compile(mlp, [x], "small", chips=chips, parallel="data")
+    assert sm.parallel == "data" and sm.chips == chips and sm.piece == cdiv(batch, chips)
+    res = tc.Device("sim", config="small", chips=chips).run(sm, x)
+    _exact(res, single.reference(x))
+    assert len(res.stats) == chips and res.stats.link_bytes == 0
+    assert res.stats.cycles == max(st.cycles for st in res.stats)
+
+
+@pytest.mark.parametrize("chips,micro", [(2, 4), (3, 3), (3, 6)])
+def test_pipeline_is_bit_exact_and_sends_the_boundary_activations(mlp, chips, micro):
+    batch = 6
+    x = _x((batch, 32), 7)
+    single = tc.compile(mlp, [x], "small")
+    sm = tc.compile(mlp, [x], "small", chips=chips, parallel="pipeline", micro_batches=micro)
+    res = tc.Device("sim", config="small", chips=chips).run(sm, x)
+    _exact(res, single.reference(x))
+    # stages: contiguous, non-empty, covering the three layers in order
+    assert [a for a, _ in sm.stages] == sorted(a for a, _ in sm.stages) and sm.stages[0][0] == 0
+    assert all(b > a for a, b in sm.stages) and sm.stages[-1][1] == 3
+    assert all(sm.stages[i][1] == sm.stages[i + 1][0] for i in range(chips - 1))
+    # each boundary carries the activation after its last layer: piece x width int8, in whole SPM rows
+    cols = ChipConfig.preset("small").cols
+    widths = (64, 48)
+    piece = cdiv(batch, micro)
+    want = [micro * cdiv(piece * widths[b - 1], cols) * cols for _, b in sm.stages[:-1]]
+    assert [st.bytes["link_tx"] for st in res.stats] == want + [0]
+
+
+def test_pipeline_forwards_a_tensor_over_two_stages():
+    """The first conv's output is read again by the residual add after two more kernels: when a stage
+    boundary falls between, the tensor crosses it (forwarded by the middle chip where it skips one)."""
+    tc.manual_seed(3)
+    m = ResCNN()
+    x = _x((4, 3, 6, 6), 3)
+    single = tc.compile(m, [x], "small")
+    for chips in (2, 3):
+        sm = tc.compile(m, [x], "small", chips=chips, parallel="pipeline", micro_batches=4)
+        res = tc.Device("sim", config="small", chips=chips).run(sm, x)
+        _exact(res, single.reference(x))
+    s = sm.part.qsched.sched
+    first = s.kernels[0].out                      # the tensor the fan-out reads later
+    readers = [i for i, k in enumerate(s.kernels) if first in _inputs(k)]
+    assert max(readers) >= 2                      # read two kernels later
+    crossing = [c for c, (a, _) in enumerate(sm.stages[1:]) if a <= max(readers)]
+    assert crossing and all(first in [ti for ti, _, _ in sm.live[c]] for c in crossing)
+
+
+def _inputs(k):
+    from compiler.lower.schedule import kernel_inputs
+    return kernel_inputs(k)
+
+
+def test_data_parallel_cnn_and_pipeline_agree():
+    tc.manual_seed(4)
+    m = ResCNN()
+    x = _x((6, 3, 6, 6), 4)
+    single = tc.compile(m, [x], "small")
+    ref = single.reference(x)
+    for par in ("data", "pipeline"):
+        sm = tc.compile(m, [x], "small", chips=3, parallel=par)
+        _exact(tc.Device("sim", config="small", chips=3).run(sm, x), ref)
+
+
+def test_auto_picks_the_fewest_cycles_and_caches_the_choice(mlp):
+    from compiler.lower import shard
+    x = _x((8, 32), 9)
+    shard.auto_cache.clear()
+    sm = tc.compile(mlp, [x], "small", chips=2)
+    assert sm.choices and len(sm.choices) >= 2
+    label = sm.parallel if sm.parallel == "data" else f"pipeline/{sm.micro_batches}"
+    assert sm.choices[label] == min(sm.choices.values())
+    res = tc.Device("sim", config="small", chips=2).run(sm, x)
+    assert res.stats.cycles == sm.choices[label]
+    assert len(shard.auto_cache) == 1
+    again = tc.compile(mlp, [x], "small", chips=2, parallel="auto")
+    assert again.choices is None and again.parallel == sm.parallel          # from the cache: nothing simulated
+    assert again.micro_batches == sm.micro_batches
+
+
+def test_a_model_that_mixes_the_batch_is_refused():
+    w = _x((16, 4), 1)
+
+    def f(x):
+        return (x - x.mean(0, keepdim=True)) @ tc.Tensor(w)
+    x = _x((4, 16), 2)
+    try:
+        tc.compile(f, [x], "small")
+    except tc.ChipCompileError:
+        pytest.skip("the single-chip compiler refuses a mean over the batch axis")
+    with pytest.raises(tc.ChipCompileError, match="mixes samples along axis 0"):
+        tc.compile(f, [x], "small", chips=2, parallel="data")
+
+
+def test_errors_are_clear(mlp):
+    x = _x((4, 32))
+    with pytest.raises(tc.ChipCompileError, match="chips=0"):
+        tc.compile(mlp, [x], "small", chips=0)
+    with pytest.raises(tc.ChipCompileError, match="parallel='model'"):
+        tc.compile(mlp, [x], "small", chips=2, parallel="model")
+    with pytest.raises(tc.ChipCompileError, match="5 pieces of a batch of 4"):
+        tc.compile(mlp, [x], "small", chips=5, parallel="data")
+    with pytest.raises(tc.ChipCompileError, match="fewer than the chips"):
+        tc.compile(mlp, [x], "small", chips=4, parallel="pipeline")
+    sm = tc.compile(mlp, [x], "small", chips=2, parallel="data")
+    with pytest.raises(tc.TetrachipError, match="sharded over 2 chips; this device has 3"):
+        tc.Device("sim", config="small", chips=3).run(sm, x)
+    with pytest.raises(tc.TetrachipError, match="batch of 4"):
+        tc.Device("sim", config="small", chips=2).run(sm, _x((3, 32)))
+    single = tc.compile(mlp, [x], "small")
+    with pytest.raises(tc.TetrachipError, match="chips=2"):
+        tc.Device("sim", config="small", chips=2).run(single, x)
+    with pytest.raises(tc.TetrachipError, match="cannot run a model sharded"):
+        tc.Device("numpy").run(sm, x)
+    with pytest.raises(tc.TetrachipError, match="chips=-1"):
+        tc.Device("sim", config="small", chips=-1)
