@@ -44,7 +44,8 @@ from compiler.lower.trace import example_array, index_inputs, trace
 def compile_model(model_or_fn, example_inputs, config="base", *, calibration=None, per_channel: bool = True,
                   dynamic: dict | None = None, shapes: dict | None = None, search: bool = False,
                   search_budget_s: float = 20.0, cache_dir=None, resident_inputs: bool = False,
-                  key_bound: dict | None = None, borders_always: bool = False) -> Compiled:
+                  key_bound: dict | None = None, borders_always: bool = False,
+                  shard: tuple[int, int] | None = None) -> Compiled:
     """Quantize, fuse, tile, plan and emit ``model_or_fn`` for ``config``; see the module doc.
 
     ``dynamic={"N": 64}`` declares a symbolic dimension with its maximum (axis 0 of every input,
@@ -62,7 +63,8 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     key axis and the softmaxes after them loop over ``n = count[0] + offset`` keys, a scalar register the
     host writes per run (compiler.lower.keybound): a decode step whose cost follows the position.
     ``borders_always=True`` (the sharding compiler, ``compiler.lower.shard``): the ordinary pipeline keeps its
-    codes for re-emission (``pipeline.Lowered``), every padded tensor's border zeroed by its producer."""
+    codes for re-emission (``pipeline.Lowered``), every padded tensor's border zeroed by its producer; ``shard=(c, n)``
+    lowers chip ``c``'s share of each GEMM kernel's output columns (tensor parallel)."""
     if key_bound is not None and (dynamic or search or transformer.blocks_of(model_or_fn) is not None):
         raise ChipCompileError("key_bound: the ordinary pipeline only (no symbolic dimension, no search, no "
                                "transformer-block module)")
@@ -75,7 +77,7 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
             try:
                 return compile_model(lambda *xs: model(*xs), example_inputs, config, calibration=calibration,
                                      per_channel=per_channel, search=search, search_budget_s=search_budget_s,
-                                     cache_dir=cache_dir)
+                                     cache_dir=cache_dir, borders_always=borders_always, shard=shard)
             except ChipCompileError:
                 pass
         return transformer.compile_block(model_or_fn, example_inputs, config, calibration=calibration,
@@ -146,7 +148,7 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     if search:
         searcher = srch.Searcher(cfg, search_budget_s, cache_dir)
     cm = lower_schedule(q, cfg, names, single, len(outputs), spec, searcher, resident_inputs=resident_inputs,
-                        paged=True, key_bound=kb, borders_always=borders_always)
+                        paged=True, key_bound=kb, borders_always=borders_always, shard=shard)
     if kb is not None:
         cm.program.manifest["key_bound"] = kb.to_manifest()
     if searcher is not None:

@@ -64,12 +64,14 @@ class Lowered:
     (``compiler.lower.shard``): the codes (kernels, column blocks of grouped kernels, kernels that emit
     themselves) with their SPM/ACC places set, the border fills and fences by code index (as
     ``emit.emit_program`` takes them), each kernel's first code, and the SPM row of the never-written zero rows
-    (None when no border needs them)."""
+    (None when no border needs them), and the kernels whose columns chips share (``lower_schedule``'s ``shard``)."""
     codes: list
     prefixes: dict
     fences: dict
     first_code: list
     zero: int | None
+    #: tensor parallel: GEMM kernel -> (each chip's output columns, DRAM address of each output row, element bytes)
+    split: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -231,8 +233,8 @@ class CompiledModel(Compiled):
                              f"{t.MT} tile(s) of {t.Mt}")
                 continue
             lines.append(f"  {k.name:<10} GEMM {k.M}x{k.K}x{k.N}: {k.ktiles} K tiles, {t.NT} N tiles, "
-                         f"{t.MT} M tile(s) of {t.Mt}; {k.macs} useful MACs of {k.mxu_macs} MXU slots "
-                         f"({100 * k.macs / max(k.mxu_macs, 1):.1f}%)")
+                         f"{t.MT} M tile(s) of {t.Mt}; {k.macs} useful MACs"
+                         + (f" of {k.mxu_macs} MXU slots ({100 * k.macs / k.mxu_macs:.1f}%)" if k.mxu_macs else ""))
         for name, p in self.plans.items():
             lines.append(f"  {name:<5} footprint {p.footprint} vs live bound {p.bound} "
                          f"({100 * (p.ratio - 1):+.1f}%), best ordering {p.best}; per ordering: "
@@ -244,7 +246,8 @@ class CompiledModel(Compiled):
 
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
                    dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False,
-                   paged: bool = False, key_bound=None, borders_always: bool = False) -> CompiledModel:
+                   paged: bool = False, key_bound=None, borders_always: bool = False,
+                   shard: tuple[int, int] | None = None) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
     places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
@@ -258,7 +261,10 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     kernels loop over the key count in its register. ``borders_always``: every padded
     intermediate's border is zeroed by its producer, even where the arena's zeros would do (a program that runs
     its codes more than once on the same DRAM: ``compiler.lower.shard``); the codes, border fills and fences are
-    then kept on the model (``CompiledModel.lowered``) for a caller that emits them in another order."""
+    then kept on the model (``CompiledModel.lowered``) for a caller that emits them in another order. ``shard``
+    ``(c, n)``: chip ``c`` of ``n`` (tensor parallel, ``compiler.lower.shard``): a GEMM kernel of at least ``n``
+    output columns computes only its share of them (``column_share``; ``Lowered.split`` says which), the rest
+    whole."""
     bounded = key_bound.kernels if key_bound is not None else {}
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
@@ -295,6 +301,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     # emits itself), named by its index j, over steps: 2j, its prologue (its constants into its weight slots
     # and ACC, while earlier codes may run), 2j + 1 its body; their ends come from the fences (_plan_onchip)
     codes, infos, spm_bufs, acc_bufs, first_code = [], [], [], [], []
+    shared: dict = {}                 # shard: GEMM kernel -> (every chip's columns, output row addresses, bytes)
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, BmmKernel):
             if spec is not None and not spec.at_max:
@@ -356,7 +363,15 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             continue
         first_code.append(len(codes))
         split = blocks if isinstance(blocks, bool) else i in blocks
-        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, split):
+        share = None
+        if shard is not None and s.kernels[i].N >= shard[1]:
+            ranges = column_shares(s.kernels[i].N, shard[1], C)
+            share = ranges[shard[0]]
+            out_t = s.tensors[s.kernels[i].out]
+            rows = tensor_addr[s.kernels[i].out] + base_to_mn(out_t.phys_offsets(out_t.identity()), out_t,
+                                                               s.kernels[i])[:, 0] * q.elem_bytes(s.kernels[i].out)
+            shared[i] = (ranges, rows, q.elem_bytes(s.kernels[i].out))
+        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, split, share):
             j, tl = len(codes), kc.tiling
             spm_bufs += [Buffer(f"k{j}.A", tl.a_rows, 2 * j + 1, 2 * j + 1),
                          Buffer(f"k{j}.W", tl.NB * R, 2 * j, 2 * j)]
@@ -424,13 +439,13 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         try:
             return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
                                   blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs,
-                                  key_bound=key_bound, borders_always=borders_always)
+                                  key_bound=key_bound, borders_always=borders_always, shard=shard)
         except ChipCompileError:
             if keep:
                 try:
                     return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False,
                                           resident_inputs=resident_inputs, key_bound=key_bound,
-                                          borders_always=borders_always)
+                                          borders_always=borders_always, shard=shard)
                 except ChipCompileError:
                     pass
     if len(builders) == 1 and len(built) > cfg.imem_words:
@@ -458,7 +473,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                        {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=asm,
                        resident_inputs=resident_inputs, pages=pages, key_bound=key_bound)
     if borders_always:
-        cm.lowered = Lowered(codes, prefixes, fences, first_code, zero)
+        cm.lowered = Lowered(codes, prefixes, fences, first_code, zero, shared)
     return cm
 
 
@@ -496,11 +511,21 @@ def _paginate(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, sizes:
 PAGE_SLACK = 24
 
 
+def column_shares(N: int, n: int, cols: int) -> list[tuple[int, int]]:
+    """``N`` output columns shared by ``n`` chips: whole tiles of ``cols`` columns each where there are at least
+    ``n`` tiles (the MXU's passes stay full), else columns; every chip gets at least one column (``N >= n``)."""
+    T = cdiv(N, cols)
+    if T >= n:
+        return [(min(c * T // n * cols, N), min((c + 1) * T // n * cols, N)) for c in range(n)]
+    return [(c * N // n, (c + 1) * N // n) for c in range(n)]
+
+
 def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, spec, searcher,
-                blocks: bool = True) -> list:
+                blocks: bool = True, share: tuple[int, int] | None = None) -> list:
     """GEMM kernel ``i`` as (KernelCode, KernelInfo) per column block (``column_blocks``): one for a dense
     kernel; a grouped kernel's blocks each read only the K columns whose weights are nonzero in them
-    (their own gather columns and K tiles, weight sub-matrix, bias and scale lanes, output columns)."""
+    (their own gather columns and K tiles, weight sub-matrix, bias and scale lanes, output columns). ``share``
+    ``(a, b)``: only output columns ``a:b`` (a chip's share, tensor parallel)."""
     s, k, qk = q.sched, q.sched.kernels[i], q.qkernels[i]
     R, C = cfg.rows, cfg.cols
     src, out = s.tensors[k.src], s.tensors[k.out]
@@ -511,6 +536,9 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
                                "not contiguous in DRAM")
     P = src.phys_offsets(k.gather)                             # int8 elements = bytes
     parts = _blocks_to_run(k, P, cfg, blocks)
+    if share is not None:
+        parts = [(max(n0, share[0]), min(n1, share[1]), ks, kt) for n0, n1, ks, kt in parts
+                 if max(n0, share[0]) < min(n1, share[1])]
     res = []
     for b, (n0, n1, ks, (order, kts, rows)) in enumerate(parts):
         name = k.name if len(parts) == 1 else f"{k.name}.c{b}"

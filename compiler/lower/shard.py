@@ -43,7 +43,7 @@ from compiler.lower.emit import emit_program
 from compiler.lower.pipeline import ZERO_ROWS, CompiledModel
 from compiler.lower.schedule import ChipCompileError, kernel_inputs
 
-PARALLEL = ("data", "pipeline", "auto")
+PARALLEL = ("data", "tensor", "pipeline", "auto")
 TOPOLOGIES = ("ring", "torus2d")
 #: SPM rows of one transfer chunk at most (two chunks in flight: one filling, one draining)
 CHUNK_ROWS = 256
@@ -84,6 +84,8 @@ def _shard(model, feeds, calib, cfg, chips, parallel, micro, topology, base, opt
         return choose(model, feeds, calib, cfg, chips, micro, topology, base, options)
     if parallel == "data":
         return _data(model, feeds, calib, cfg, chips, topology, base, options)
+    if parallel == "tensor":
+        return _tensor(model, feeds, calib, cfg, chips, topology, base, options)
     return _pipeline(model, feeds, calib, cfg, chips, micro, topology, base, options)
 
 
@@ -114,6 +116,7 @@ class ShardedModel:
     out_stage: list = field(default_factory=list)     # pipeline: per micro-batch, {output tensor: (chip, addr)}
     compile_s: float = 0.0
     choices: dict | None = None                       # "auto": cycles per candidate
+    parts: list = field(default_factory=list)         # tensor: per chip, its compile (its share of the weights)
 
     @property
     def input_names(self) -> list:
@@ -130,7 +133,7 @@ class ShardedModel:
 
     def pieces(self, feeds: dict) -> list[dict]:
         """The batch cut into the pieces the chips (data) or the micro-batches (pipeline) take."""
-        n = self.chips if self.parallel == "data" else self.micro_batches
+        n = {"data": self.chips, "tensor": 1}.get(self.parallel, self.micro_batches)
         return _cut(feeds, n, self.piece, self.batch)
 
     def host_writes(self, feeds: dict) -> list[list[tuple[int, np.ndarray]]]:
@@ -139,6 +142,8 @@ class ShardedModel:
         pieces = self.pieces(feeds)
         if self.parallel == "data":
             return [self.part.dram_writes(p) for p in pieces]
+        if self.parallel == "tensor":
+            return [p.dram_writes(pieces[0]) for p in self.parts]
         first = self.part.dram_writes(pieces[0])            # constants, hidden constant inputs, micro-batch 0
         staged = []
         for m, p in enumerate(pieces):
@@ -149,6 +154,8 @@ class ShardedModel:
     def read_outputs(self, reads: list) -> tuple[list[np.ndarray], dict]:
         """``reads[i](addr, n, dtype)`` reads chip ``i``'s DRAM after the run; the outputs and the integers."""
         part = self.part
+        if self.parallel == "tensor":                 # every chip ends with every output: chip 0's
+            return part.read_outputs(reads[0])
         got = []
         for i in range(self.chips if self.parallel == "data" else self.micro_batches):
             if self.parallel == "data":
@@ -173,8 +180,8 @@ class ShardedModel:
     def summary(self) -> str:
         lines = [f"sharded over {self.chips} chips ({self.topology}), {self.parallel} parallel, config "
                  f"{self.config.name}: batch {self.batch}, " +
-                 (f"{self.piece} sample(s) per chip" if self.parallel == "data" else
-                  f"{self.micro_batches} micro-batch(es) of {self.piece}") +
+                 {"data": f"{self.piece} sample(s) per chip", "tensor": "each GEMM's output columns shared"}.get(
+                     self.parallel, f"{self.micro_batches} micro-batch(es) of {self.piece}") +
                  f"; instructions per chip {[sum(len(p) for p in pg) for pg in self.programs]}; "
                  f"compile {self.compile_s:.2f} s"]
         ks = self.part.qsched.sched.kernels
@@ -277,6 +284,116 @@ def _data(model, feeds, calib, cfg, n, topology, base, options) -> ShardedModel:
     _check_samplewise(base, part, feeds, pieces, f"data parallel over {n} chips")
     return ShardedModel(cfg, n, "data", topology, base, part, [list(part.pages)] * n, _batch(feeds), piece,
                         compile_s=time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------------- tensor parallel
+
+def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedModel:
+    """Every chip runs every kernel on the whole batch, but a GEMM kernel of at least ``n`` output columns
+    computes only the chip's share of them (whole MXU column tiles where there are enough: convolutions split
+    by output channel, linear layers by output feature, attention projections by head where the heads are
+    tile-aligned) with only its share of the weights in its DRAM; a ring all-gather (``AllGather``) then leaves
+    the whole output in every chip's DRAM before the next kernel reads it. Other kernels (norms, softmax,
+    attention, elementwise) run whole on every chip."""
+    t0 = time.perf_counter()
+    parts = []
+    for c in range(n):
+        p = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(c, n), **options)
+        if not isinstance(p, CompiledModel) or p.lowered is None:
+            raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
+        parts.append(p)
+    split = parts[0].lowered.split
+    if not split:
+        raise ChipCompileError(f"tensor parallel over {n} chips: no GEMM kernel has {n} output columns to share")
+    progs = []
+    for c, p in enumerate(parts):
+        lw = p.lowered
+        nk = len(p.qsched.sched.kernels)
+        kc = [*lw.first_code, len(lw.codes)]
+        seq, pre, fen = [], {}, {}
+        bufs = _glue_rows(cfg, lw.zero)
+        for i in range(nk):
+            for j in range(kc[i], kc[i + 1]):
+                if j in lw.prefixes:
+                    pre[len(seq)] = lw.prefixes[j]
+                if j in lw.fences:
+                    fen[len(seq)] = lw.fences[j]
+                seq.append(lw.codes[j])
+            if i in split:
+                ranges, rows, eb = split[i]
+                seq.append(AllGather(p.qsched.sched.kernels[i].name, ranges, rows, eb, c, bufs, cfg))
+        e = emit_program(seq, cfg, pre, fen)
+        if len(e) > cfg.imem_words:
+            raise ChipCompileError(f"tensor parallel over {n} chips: chip {c}'s program needs {len(e)} instructions; "
+                                   f"config {cfg.name!r} holds {cfg.imem_words} (imem_words)")
+        progs.append([e.build(f"<tensor parallel chip {c} of {n}>")])
+    B = _batch(feeds)
+    return ShardedModel(cfg, n, "tensor", topology, base, parts[0], progs, B, B, compile_s=time.perf_counter() - t0,
+                        parts=parts)
+
+
+class AllGather:
+    """A ring all-gather of a GEMM kernel's output columns (a code that emits itself; ``emit.emit_program``
+    fences it): chip ``rank`` holds columns ``ranges[rank]`` of every output row (DRAM ``rows[m]`` + column x
+    ``eb`` bytes); after ``n - 1`` steps every chip holds them all. Step ``t`` sends slice ``rank - t`` to the
+    next chip (port 0) and receives slice ``rank - t - 1`` from the previous one (port 1), which it stores and
+    sends on at step ``t + 1`` straight from SPM. A slice is ``ceil(width x eb / cols)`` SPM rows per output
+    row, column piece major; the output rows go in chunks that fit one of two SPM buffers, which alternate
+    between sending and receiving under tokens (no fence inside a chunk)."""
+
+    def __init__(self, name: str, ranges: list, rows: np.ndarray, eb: int, rank: int, bufs: tuple, cfg: ChipConfig):
+        self.name = f"all-gather {name}"
+        self.ranges, self.rows, self.eb, self.rank, self.bufs, self.cfg = ranges, np.asarray(rows), eb, rank, bufs, cfg
+        C = cfg.cols
+        self.P = [cdiv((b - a) * eb, C) for a, b in ranges]
+        if max(self.P) > bufs[2]:
+            raise ChipCompileError(f"{self.name}: a row's share of {max(self.P) * C} bytes exceeds the "
+                                   f"{bufs[2]} SPM rows of a transfer buffer")
+
+    def _move(self, e, op: str, j: int, buf: int, addrs: np.ndarray, wait: list, signal: list) -> None:
+        from compiler.lower.tiling import groups
+        from isa.regs import L1
+        C, k = self.cfg.cols, len(addrs)
+        a, b = self.ranges[j]
+        wb = (b - a) * self.eb
+        gs = groups(addrs)
+        todo = [(p, g) for p in range(self.P[j]) for g in gs]
+        for idx, (p, g) in enumerate(todo):
+            mods = {"wait": wait if idx == 0 else [], "signal": signal if idx == len(todo) - 1 else []}
+            if g.count > 1:
+                e.emit("loop", L1, g.count, s0=g.lstride if op == "dma.ld" else g.dstride,
+                       s1=g.dstride if op == "dma.ld" else g.lstride)
+                mods.update(rep=L1, sync="once")
+            local, far = spm[buf + p * k + g.local], dram[g.dram + a * self.eb + p * C]
+            ln = min(C, wb - p * C)
+            if op == "dma.ld":
+                e.emit(op, local, far, rows=g.rows, len=ln, rstride=g.rstride, **mods)
+            else:
+                e.emit(op, far, local, rows=g.rows, len=ln, rstride=g.rstride, **mods)
+
+    def emit(self, e) -> None:
+        n, c = len(self.ranges), self.rank
+        if n < 2:
+            return
+        X = self.bufs[:2]
+        mc = max(1, self.bufs[2] // max(self.P))
+        e.comment(f"{self.name}: {n} chips, columns {self.ranges}")
+        for m0 in range(0, len(self.rows), mc):
+            addrs = self.rows[m0:m0 + mc]
+            k = len(addrs)
+            # the load signals the store unit too: a store's footprint (the rows' bounding range) overlaps it
+            self._move(e, "dma.ld", c, X[0], addrs, [], ["ltx", "store"])
+            for t in range(n - 1):
+                snd, rcv = (c - t) % n, (c - t - 1) % n
+                xs, yr = X[t % 2], X[(t + 1) % 2]
+                e.emit("link.send", 0, spm[xs], n=self.P[snd] * k, wait=["load" if t == 0 else "lrx"],
+                       signal=["lrx"] if t + 1 <= n - 2 else [])
+                e.emit("link.recv", 1, spm[yr], n=self.P[rcv] * k,
+                       wait=(["ltx"] if t >= 1 else []) + (["store"] if t >= 2 else []),
+                       signal=["store"] + (["ltx"] if t + 1 <= n - 2 else []))
+                self._move(e, "dma.st", rcv, yr, addrs, ["lrx"] + (["load"] if t == 0 else []),
+                           ["lrx"] if t + 2 <= n - 2 else [])
+            e.emit("fence", "all")
 
 
 # ---------------------------------------------------------------------------------------------- pipeline
@@ -467,7 +584,7 @@ def choose(model, feeds, calib, cfg, n, micro, topology, base, options) -> Shard
         strat, m = auto_cache[key]
         return _shard(model, feeds, calib, cfg, n, strat, m, topology, base, options)
     B = _batch(feeds)
-    cands = [("data", None)] if B >= n else []
+    cands = ([("data", None)] if B >= n else []) + [("tensor", None)]
     for m in sorted({x for x in ([micro] if micro else [n, 2 * n, 4 * n]) if x <= B}):
         cands.append(("pipeline", m))
     results, best, errors = {}, None, []
@@ -505,13 +622,13 @@ def simulate(sm: ShardedModel, feeds: dict) -> int:
     """Cycles of a run of ``sm`` on ``sim.System`` (the chips' largest count)."""
     from sim import Chip, System
     writes = sm.host_writes(feeds)
-    if sm.parallel == "data":                        # no link traffic: each chip alone (pages allowed)
+    if any(len(p) > 1 for p in sm.programs):          # data parallel, paged: no link traffic, each chip alone
         cyc = 0
         for c in range(sm.chips):
             ch = Chip(sm.config)
             for a, d in writes[c]:
                 ch.write_dram(a, d)
-            cyc = max(cyc, ch.run_pages(list(sm.part.pages)).cycles)
+            cyc = max(cyc, ch.run_pages(sm.programs[c]).cycles)
         return cyc
     sysm = System(sm.config, sm.chips)
     for c in range(sm.chips):

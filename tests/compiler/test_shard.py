@@ -130,7 +130,7 @@ def test_auto_picks_the_fewest_cycles_and_caches_the_choice(mlp):
     shard.auto_cache.clear()
     sm = tc.compile(mlp, [x], "small", chips=2)
     assert sm.choices and len(sm.choices) >= 2
-    label = sm.parallel if sm.parallel == "data" else f"pipeline/{sm.micro_batches}"
+    label = sm.parallel if sm.parallel != "pipeline" else f"pipeline/{sm.micro_batches}"
     assert sm.choices[label] == min(sm.choices.values())
     res = tc.Device("sim", config="small", chips=2).run(sm, x)
     assert res.stats.cycles == sm.choices[label]
@@ -176,3 +176,45 @@ def test_errors_are_clear(mlp):
         tc.Device("numpy").run(sm, x)
     with pytest.raises(tc.TetrachipError, match="chips=-1"):
         tc.Device("sim", config="small", chips=-1)
+
+
+@pytest.mark.parametrize("chips", [2, 3, 4])
+def test_tensor_parallel_mlp_is_bit_exact_and_all_gathers_each_layer(mlp, chips):
+    """Each linear layer's output features shared by the chips (whole 8-column tiles of ``small``'s array,
+    columns where there are fewer tiles than chips), then a ring all-gather: a chip sends its own share and
+    forwards the others', ``chips - 1`` shares per layer, each a row of SPM (``cols`` bytes) per output row
+    and ``cols`` bytes of the share's width."""
+    x = _x((5, 32), chips)
+    single = tc.compile(mlp, [x], "small")
+    sm = tc.compile(mlp, [x], "small", chips=chips, parallel="tensor")
+    res = tc.Device("sim", config="small", chips=chips).run(sm, x)
+    _exact(res, single.reference(x))
+    cols = ChipConfig.preset("small").cols
+    want = [0] * chips
+    q = single.qsched
+    out = q.sched.outputs[0][0]
+    assert q.elem_bytes(out) == 4          # the last layer's output is the model's, kept as int32 accumulators
+    for N, eb in ((64, 1), (48, 1), (10, 4)):
+        tiles = cdiv(N, cols)
+        if tiles >= chips:
+            share = [min((c + 1) * tiles // chips * cols, N) - min(c * tiles // chips * cols, N) for c in range(chips)]
+        else:
+            share = [(c + 1) * N // chips - c * N // chips for c in range(chips)]
+        for c in range(chips):                      # step t sends share (c - t) mod chips
+            want[c] += sum(5 * cdiv(share[(c - t) % chips] * eb, cols) * cols for t in range(chips - 1))
+    assert [st.bytes["link_tx"] for st in res.stats] == want
+
+
+def test_tensor_parallel_conv_splits_output_channels():
+    tc.manual_seed(5)
+    m = ResCNN()
+    x = _x((2, 3, 6, 6), 5)
+    single = tc.compile(m, [x], "small")
+    for chips in (2, 4):
+        sm = tc.compile(m, [x], "small", chips=chips, parallel="tensor")
+        res = tc.Device("sim", config="small", chips=chips).run(sm, x)
+        _exact(res, single.reference(x))
+        # each chip's GEMM kernels compute its share of the output channels, the shares cover them once
+        for k in (k for k in single.kernels if k.kind == "gemm"):
+            got = sorted(next(ki.N for ki in p.kernels if ki.name == k.name) for p in sm.parts)
+            assert sum(got) == k.N and got[-1] - got[0] <= max(1, k.N // chips), (k.name, got)
