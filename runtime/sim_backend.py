@@ -110,8 +110,11 @@ class SimBackend:
                 for ch in chips:
                     trace_out.records += ch.trace.records
         else:
-            kw = {"topology": self.topology} if self.topology != "ring" else {}
-            sysm = System(self.config, sm.chips, trace=tr, **kw)
+            if sm.topology != self.topology:
+                raise TetrachipError(f"the model was sharded for a {sm.topology}; this device is a {self.topology} "
+                                     f"(Device('sim', chips={sm.chips}, topology={sm.topology!r}))")
+            from compiler.lower.shard import system_kw
+            sysm = System(self.config, sm.chips, trace=tr, **system_kw(sm))
             for i, w in enumerate(writes):
                 sysm.load(i, sm.programs[i][0])
                 for addr, data in w:

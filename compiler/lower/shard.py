@@ -35,6 +35,7 @@ from isa.config import ChipConfig
 from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.operands import dram, spm
+from isa.regs import Reg
 from isa.program import DRAM_ALIGN, Program
 
 from compiler.lower.compiled import named_feeds, unpack_inputs
@@ -117,6 +118,8 @@ class ShardedModel:
     compile_s: float = 0.0
     choices: dict | None = None                       # "auto": cycles per candidate
     parts: list = field(default_factory=list)         # tensor: per chip, its compile (its share of the weights)
+    shape: tuple = (1, 0)                             # the torus's (rows, cols); a ring: (1, chips)
+    order: list = field(default_factory=list)         # the chips in the order of the cycle the strategy uses
 
     @property
     def input_names(self) -> list:
@@ -149,7 +152,8 @@ class ShardedModel:
         for m, p in enumerate(pieces):
             by_addr = dict((a, d) for a, d in self.part.dram_writes(p)[2:])
             staged += [(addr, by_addr[self.part.tensor_addr[ti]]) for ti, addr in self.in_stage[m].items()]
-        return [first + (staged if c == 0 else []) for c in range(self.chips)]
+        first_chip = self.order[0] if self.order else 0
+        return [first + (staged if c == first_chip else []) for c in range(self.chips)]
 
     def read_outputs(self, reads: list) -> tuple[list[np.ndarray], dict]:
         """``reads[i](addr, n, dtype)`` reads chip ``i``'s DRAM after the run; the outputs and the integers."""
@@ -186,7 +190,8 @@ class ShardedModel:
                  f"compile {self.compile_s:.2f} s"]
         ks = self.part.qsched.sched.kernels
         for c, (a, b) in enumerate(self.stages):
-            lines.append(f"  chip {c}: kernels {a}..{b - 1} ({', '.join(k.name for k in ks[a:b])}), "
+            chip = self.order[c] if self.order else c
+            lines.append(f"  stage {c} on chip {chip}: kernels {a}..{b - 1} ({', '.join(k.name for k in ks[a:b])}), "
                          f"{self.stage_cycles[c]} cycles per micro-batch, sends "
                          f"{sum(n for _, _, n in self.live[c]) if c < len(self.live) else 0} bytes")
         if self.choices:
@@ -282,8 +287,9 @@ def _data(model, feeds, calib, cfg, n, topology, base, options) -> ShardedModel:
     t0 = time.perf_counter()
     part, piece, pieces = _part(model, feeds, calib, cfg, n, options, f"data parallel over {n} chips")
     _check_samplewise(base, part, feeds, pieces, f"data parallel over {n} chips")
+    shape = ring_order(topology, n, cfg)[0] if topology == "torus2d" else (1, n)
     return ShardedModel(cfg, n, "data", topology, base, part, [list(part.pages)] * n, _batch(feeds), piece,
-                        compile_s=time.perf_counter() - t0)
+                        compile_s=time.perf_counter() - t0, shape=shape, order=list(range(n)))
 
 
 # ---------------------------------------------------------------------------------------------- tensor parallel
@@ -303,10 +309,11 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
             raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
         parts.append(p)
     split = parts[0].lowered.split
+    shape, order, ports = ring_order(topology, n, cfg)
     if not split:
         raise ChipCompileError(f"tensor parallel over {n} chips: no GEMM kernel has {n} output columns to share")
-    progs = []
-    for c, p in enumerate(parts):
+    progs: list = [None] * n
+    for c, p in enumerate(parts):               # c: the chip's place in the cycle (its share of the columns)
         lw = p.lowered
         nk = len(p.qsched.sched.kernels)
         kc = [*lw.first_code, len(lw.codes)]
@@ -321,15 +328,15 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
                 seq.append(lw.codes[j])
             if i in split:
                 ranges, rows, eb = split[i]
-                seq.append(AllGather(p.qsched.sched.kernels[i].name, ranges, rows, eb, c, bufs, cfg))
+                seq.append(AllGather(p.qsched.sched.kernels[i].name, ranges, rows, eb, c, bufs, cfg, ports[c]))
         e = emit_program(seq, cfg, pre, fen)
         if len(e) > cfg.imem_words:
             raise ChipCompileError(f"tensor parallel over {n} chips: chip {c}'s program needs {len(e)} instructions; "
                                    f"config {cfg.name!r} holds {cfg.imem_words} (imem_words)")
-        progs.append([e.build(f"<tensor parallel chip {c} of {n}>")])
+        progs[order[c]] = [e.build(f"<tensor parallel, place {c} of {n}>")]
     B = _batch(feeds)
     return ShardedModel(cfg, n, "tensor", topology, base, parts[0], progs, B, B, compile_s=time.perf_counter() - t0,
-                        parts=parts)
+                        parts=[parts[order.index(i)] for i in range(n)], shape=shape, order=order)
 
 
 class AllGather:
@@ -341,8 +348,10 @@ class AllGather:
     row, column piece major; the output rows go in chunks that fit one of two SPM buffers, which alternate
     between sending and receiving under tokens (no fence inside a chunk)."""
 
-    def __init__(self, name: str, ranges: list, rows: np.ndarray, eb: int, rank: int, bufs: tuple, cfg: ChipConfig):
+    def __init__(self, name: str, ranges: list, rows: np.ndarray, eb: int, rank: int, bufs: tuple, cfg: ChipConfig,
+                 ports: tuple = (0, 1)):
         self.name = f"all-gather {name}"
+        self.ports = ports
         self.ranges, self.rows, self.eb, self.rank, self.bufs, self.cfg = ranges, np.asarray(rows), eb, rank, bufs, cfg
         C = cfg.cols
         self.P = [cdiv((b - a) * eb, C) for a, b in ranges]
@@ -386,9 +395,9 @@ class AllGather:
             for t in range(n - 1):
                 snd, rcv = (c - t) % n, (c - t - 1) % n
                 xs, yr = X[t % 2], X[(t + 1) % 2]
-                e.emit("link.send", 0, spm[xs], n=self.P[snd] * k, wait=["load" if t == 0 else "lrx"],
+                e.emit("link.send", self.ports[0], spm[xs], n=self.P[snd] * k, wait=["load" if t == 0 else "lrx"],
                        signal=["lrx"] if t + 1 <= n - 2 else [])
-                e.emit("link.recv", 1, spm[yr], n=self.P[rcv] * k,
+                e.emit("link.recv", self.ports[1], spm[yr], n=self.P[rcv] * k,
                        wait=(["ltx"] if t >= 1 else []) + (["store"] if t >= 2 else []),
                        signal=["store"] + (["ltx"] if t + 1 <= n - 2 else []))
                 self._move(e, "dma.st", rcv, yr, addrs, ["lrx"] + (["load"] if t == 0 else []),
@@ -429,10 +438,12 @@ def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> Sh
     producer = {ti: (0 if s.tensors[ti].kind == "input" else
                      next(c for c, (a, b) in enumerate(stages) if a <= s.tensors[ti].producer < b)) for ti in outs}
     inputs = [s.inputs[nm] for nm in part.input_names]
+    shape, order, ports = ring_order(topology, n, cfg)
     # DRAM after the part's image: per micro-batch, its inputs (read by chip 0) and outputs (by their producer)
     at = align_up(part.const_base + len(part.const_image), DRAM_ALIGN)
     in_stage, out_stage = [], []
-    for _ in range(M):
+    slot0 = at
+    for _ in range(M):                 # one slot per micro-batch, all of the same size S
         slot = {}
         for ti in inputs:
             slot[ti] = at
@@ -440,42 +451,65 @@ def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> Sh
         in_stage.append(slot)
         slot = {}
         for ti in outs:
-            slot[ti] = (producer[ti], at)
+            slot[ti] = (order[producer[ti]], at)
             at = align_up(at + size[ti], DRAM_ALIGN)
         out_stage.append(slot)
+    S = (at - slot0) // M
     if at > cfg.dram_bytes:
         raise ChipCompileError(f"{what}: needs {at} bytes of DRAM per chip (the model and {M} micro-batches' inputs "
                                f"and outputs); config {cfg.name!r} has {cfg.dram_bytes} (dram_bytes)")
     bufs = _glue_rows(cfg, lw.zero)
-    progs = []
-    for c, (a, b) in enumerate(stages):
+    progs: list = [None] * n
+
+    def iteration(c: int, m: int, reg) -> tuple[list, dict, dict]:
+        """Stage ``c``'s codes for micro-batch ``m`` (with ``reg``: its slot is ``reg`` bytes after slot 0's)."""
+        a, b = stages[c]
         seq, pre, fen = [], {}, {}
-        for m in range(M):
-            if c == 0:
-                seq.append(Glue("copy", [(in_stage[m][ti], addr[ti], size[ti]) for ti in inputs], bufs, cfg))
-            else:
-                seq.append(Glue("recv", [(0, ti_addr, nb) for _, ti_addr, nb in live[c - 1]], bufs, cfg, port=1))
-            for j in range(kc[a], kc[b]):
-                if j in lw.prefixes:
-                    pre[len(seq)] = lw.prefixes[j]
-                if j in lw.fences:
-                    fen[len(seq)] = lw.fences[j]
-                seq.append(lw.codes[j])
-            mine = [(addr[ti], out_stage[m][ti][1], size[ti]) for ti in outs if producer[ti] == c]
-            if mine:
-                seq.append(Glue("copy", mine, bufs, cfg))
-            if c < n - 1:
-                seq.append(Glue("send", [(ti_addr, 0, nb) for _, ti_addr, nb in live[c]], bufs, cfg, port=0))
+        if c == 0:
+            seq.append(Glue("copy", [(in_stage[m][ti], addr[ti], size[ti]) for ti in inputs], bufs, cfg,
+                            reg=reg, reg_on="src"))
+        else:
+            seq.append(Glue("recv", [(0, ti_addr, nb) for _, ti_addr, nb in live[c - 1]], bufs, cfg,
+                            port=ports[c][1]))
+        for j in range(kc[a], kc[b]):
+            if j in lw.prefixes:
+                pre[len(seq)] = lw.prefixes[j]
+            if j in lw.fences:
+                fen[len(seq)] = lw.fences[j]
+            seq.append(lw.codes[j])
+        mine = [(addr[ti], out_stage[m][ti][1], size[ti]) for ti in outs if producer[ti] == c]
+        if mine:
+            seq.append(Glue("copy", mine, bufs, cfg, reg=reg, reg_on="dst"))
+        if c < n - 1:
+            seq.append(Glue("send", [(ti_addr, 0, nb) for _, ti_addr, nb in live[c]], bufs, cfg, port=ports[c][0]))
+        return seq, pre, fen
+
+    for c in range(n):
+        # the micro-batches as a scalar loop over the slots (MB_REG: the slot's offset) where the stage's codes
+        # leave r14/r15 alone; else unrolled
+        seq, pre, fen = iteration(c, 0, MB_REG)
+        codes_use = _regs_used(emit_program([x for x in seq if not isinstance(x, Glue)], cfg, pre, fen))
+        if M > 1 and not codes_use & {MB_REG.n, MB_END.n}:
+            head = LoopEdge("head", M * S)
+            seq = [head] + seq + [LoopEdge("back", S, head)]
+            pre = {i + 1: v for i, v in pre.items()}
+            fen = {i + 1: v for i, v in fen.items()}
+        else:
+            seq, pre, fen = [], {}, {}
+            for m in range(M):
+                s2, p2, f2 = iteration(c, m, None)
+                pre.update({i + len(seq): v for i, v in p2.items()})
+                fen.update({i + len(seq): v for i, v in f2.items()})
+                seq += s2
         e = emit_program(seq, cfg, pre, fen)
         if len(e) > cfg.imem_words:
-            raise ChipCompileError(f"{what}: chip {c}'s program needs {len(e)} instructions ({M} micro-batches "
-                                   f"unrolled); config {cfg.name!r} holds {cfg.imem_words} (imem_words): fewer "
-                                   "micro_batches, or more chips")
-        progs.append([e.build(f"<pipeline stage {c} of {n}>")])
+            raise ChipCompileError(f"{what}: stage {c}'s program needs {len(e)} instructions; config {cfg.name!r} "
+                                   f"holds {cfg.imem_words} (imem_words): more chips (shorter stages)")
+        progs[order[c]] = [e.build(f"<pipeline stage {c} of {n}>")]
     scyc = [sum(kcycles[a:b]) for a, b in stages]
     return ShardedModel(cfg, n, "pipeline", topology, base, part, progs, B, piece, M, stages, scyc,
                         [[(ti, a_, nb) for ti, a_, nb in lv] for lv in live], in_stage, out_stage,
-                        compile_s=time.perf_counter() - t0)
+                        compile_s=time.perf_counter() - t0, shape=shape, order=order)
 
 
 def _balance(cost: list[int], n: int) -> list[int]:
@@ -529,8 +563,10 @@ class Glue:
     ``recv``: link port ``port`` into DRAM (link.recv, store; ``src`` unused). The two ends of a link cut
     the same segments the same way."""
 
-    def __init__(self, kind: str, segments: list, bufs: tuple, cfg: ChipConfig, port: int = 0):
+    def __init__(self, kind: str, segments: list, bufs: tuple, cfg: ChipConfig, port: int = 0, reg=None,
+                 reg_on: str = "src"):
         self.kind, self.segments, self.bufs, self.cfg, self.port = kind, segments, bufs, cfg, port
+        self.reg, self.reg_on = reg, reg_on         # a scalar register added to the src or dst DRAM addresses
         self.name = f"{kind} {sum(n for _, _, n in segments)} bytes"
 
     def chunks(self) -> list[tuple[int, int, int]]:
@@ -551,24 +587,101 @@ class Glue:
             if self.kind == "recv":
                 e.emit("link.recv", self.port, spm[row], n=rows, wait=free, signal=dst)
             else:
-                _dma(e, "dma.ld", row, sa, nb, C, wait=free, signal=dst)
+                _dma(e, "dma.ld", row, sa, nb, C, wait=free, signal=dst, reg=self.reg if self.reg_on == "src" else None)
             if self.kind == "send":
                 e.emit("link.send", self.port, spm[row], n=rows, wait=src, signal=last)
             else:
-                _dma(e, "dma.st", row, da, nb, C, wait=src, signal=last)
+                _dma(e, "dma.st", row, da, nb, C, wait=src, signal=last, reg=self.reg if self.reg_on == "dst" else None)
         e.emit("fence", "all")
 
 
-def _dma(e, op: str, row: int, addr: int, nbytes: int, C: int, wait=None, signal=None) -> None:
-    """``nbytes`` contiguous DRAM bytes at ``addr`` as SPM rows from ``row`` (whole rows, then a short one)."""
+def _dma(e, op: str, row: int, addr: int, nbytes: int, C: int, wait=None, signal=None, reg=None) -> None:
+    """``nbytes`` contiguous DRAM bytes at ``addr`` (+ register ``reg``) as SPM rows from ``row`` (whole rows,
+    then a short one)."""
     full, rem = divmod(nbytes, C)
     parts = ([(row, addr, full, C)] if full else []) + ([(row + full, addr + full * C, 1, rem)] if rem else [])
     for i, (r, a, k, ln) in enumerate(parts):
         w, sg = (wait if i == 0 else None), (signal if i == len(parts) - 1 else None)
+        far = dram[a + reg] if reg is not None else dram[a]
         if op == "dma.ld":
-            e.emit(op, spm[r], dram[a], rows=k, len=ln, rstride=C, wait=w, signal=sg)
+            e.emit(op, spm[r], far, rows=k, len=ln, rstride=C, wait=w, signal=sg)
         else:
-            e.emit(op, dram[a], spm[r], rows=k, len=ln, rstride=C, wait=w, signal=sg)
+            e.emit(op, far, spm[r], rows=k, len=ln, rstride=C, wait=w, signal=sg)
+
+
+#: the pipeline's micro-batch loop: the slot offset and its end (isa.regs: r14/r15, which kernels leave alone)
+MB_REG, MB_END = Reg(14), Reg(15)
+
+
+class LoopEdge:
+    """The micro-batch loop's head (``seti`` the offset to 0 and the end to ``value``, the loop label) or its
+    back edge (``addi`` the offset by ``value``, one slot; branch back while below the end), as codes that emit
+    themselves (fenced: every unit drained around them)."""
+
+    def __init__(self, kind: str, value: int, head: "LoopEdge | None" = None):
+        self.kind, self.value, self.head, self.name = kind, value, head, f"micro-batch loop {kind}"
+        self.top = None
+
+    def emit(self, e) -> None:
+        if self.kind == "head":
+            e.emit("seti", MB_REG, 0)
+            e.emit("seti", MB_END, self.value)
+            self.top = e.label("micro_batch")
+        else:
+            e.emit("addi", MB_REG, MB_REG, self.value)
+            e.emit("blt", MB_REG, MB_END, self.head.top)
+
+
+def _regs_used(e) -> set:
+    """Scalar registers named anywhere in a builder's program (its listing)."""
+    import re
+    return {int(r) for r in re.findall(r"\br(\d+)\b", e.text())}
+
+
+def ring_order(topology: str, n: int, cfg: ChipConfig, shape: tuple | None = None):
+    """The chips as a cycle of neighbours: ``(shape, order, ports)``, ``order[k]`` the chip at position ``k``
+    and ``ports[k]`` its (send to position k+1, receive from position k-1) link ports. A ring: chip k, ports
+    (0, 1). A 2-D torus (``sim.System``'s wiring: port 0 east, 1 west, 2 south, 3 north) of ``shape`` (default
+    the most square): along its only row or column, else a cycle through every chip that snakes along the
+    rows (an even number of rows; else the columns) and returns along the first column (row)."""
+    if topology == "ring":
+        return (1, n), list(range(n)), [(0, 1)] * n
+    if cfg.links < 4:
+        raise ChipCompileError(f"topology torus2d needs 4 link ports per chip; config {cfg.name!r} has "
+                               f"{cfg.links} (links)")
+    R, C = shape or _square(n)
+    if R * C != n:
+        raise ChipCompileError(f"a torus of shape {R}x{C} does not hold {n} chips")
+    if R == 1 or C == 1:
+        cells = [(0, c) for c in range(C)] if R == 1 else [(r, 0) for r in range(R)]
+    elif R % 2 == 0:
+        cells = [(r, c) for r in range(R) for c in (range(1, C) if r % 2 == 0 else range(C - 1, 0, -1))]
+        cells += [(r, 0) for r in range(R - 1, -1, -1)]
+    elif C % 2 == 0:
+        cells = [(r, c) for c in range(C) for r in (range(1, R) if c % 2 == 0 else range(R - 1, 0, -1))]
+        cells += [(0, c) for c in range(C - 1, -1, -1)]
+    else:
+        raise ChipCompileError(f"a {R}x{C} torus: the strategies need a cycle through the chips along links; "
+                               "give a shape with an even side")
+    order = [r * C + c for r, c in cells]
+
+    def port(a, b) -> int:                       # the port of cell a whose link reaches cell b
+        (ra, ca), (rb, cb) = a, b
+        if ra == rb and (ca + 1) % C == cb:
+            return 0
+        if ra == rb and (ca - 1) % C == cb:
+            return 1
+        if ca == cb and (ra + 1) % R == rb:
+            return 2
+        return 3
+    send = [port(cells[k], cells[(k + 1) % n]) for k in range(n)]
+    ports = [(send[k], send[k - 1] ^ 1) for k in range(n)]      # the sender's port's partner: 0-1, 2-3
+    return (R, C), order, ports
+
+
+def _square(n: int) -> tuple[int, int]:
+    rows = max(d for d in range(1, int(n ** 0.5) + 1) if n % d == 0)
+    return rows, n // rows
 
 
 # ---------------------------------------------------------------------------------------------- auto
@@ -630,13 +743,18 @@ def simulate(sm: ShardedModel, feeds: dict) -> int:
                 ch.write_dram(a, d)
             cyc = max(cyc, ch.run_pages(sm.programs[c]).cycles)
         return cyc
-    sysm = System(sm.config, sm.chips)
+    sysm = System(sm.config, sm.chips, **system_kw(sm))
     for c in range(sm.chips):
         sysm.load(c, sm.programs[c][0])
         for a, d in writes[c]:
             sysm[c].write_dram(a, d)
     sysm.run()
     return sysm.cycles
+
+
+def system_kw(sm: ShardedModel) -> dict:
+    """``sim.System``'s topology keywords for the chips ``sm`` was sharded for."""
+    return {} if sm.topology == "ring" else {"topology": sm.topology, "shape": tuple(sm.shape)}
 
 
 def efficiency(single_cycles: int, chips: int, cycles: int) -> float:

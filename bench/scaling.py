@@ -1,0 +1,165 @@
+"""Models sharded over several simulated chips (``tc.compile(..., chips=N, parallel=...)``): scaling per strategy.
+
+    python bench/scaling.py [--quick] [--json FILE] [--config base] [--chips 1,2,4,8] [--only NAME]
+                            [--strategies data,tensor,pipeline] [--topology ring|torus2d]
+
+For each model, the single-chip compile (``chips=1``) runs once on ``Device("sim")`` (its cycles are the
+baseline ``T1``), then each strategy on each chip count runs on ``Device("sim", chips=N)`` (``sim.System``),
+in the same process, one after the other:
+
+* cycles (the last chip to halt), speed-up ``T1 / TN``, parallel efficiency ``T1 / (N * TN)``;
+* link utilization: bytes sent over the links / (chips x cycles x ``link_width_bytes``), one transmit port
+  per chip in use (the ring's "next" port);
+* bit-exact: the outputs equal the single-chip ``reference`` (every run is checked; a mismatch fails the
+  benchmark with exit status 1);
+* compile and simulation wall time.
+
+Models: the digits MLP (64-128-64-10, batch 64), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32,
+and 112x112 without ``--quick``) and a transformer block (``nn.TransformerBlock(512, 8)``, T 64 without
+``--quick``; d 128, 4 heads, T 32 with it). Pipeline runs take 2 x chips micro-batches where the batch
+allows (the batch otherwise), the transformer block (batch 1) runs data and pipeline on no chips. The goals
+of the multi-chip issue (data-parallel ResNet-18 at batch 8 on 4 chips >= 90%, tensor-parallel transformer
+block >= 75%, pipeline of 8 micro-batches over 4 chips >= 80%) are the rows to look at; docs/sharding.md has
+the table of the last full run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import tetrachip as tc  # noqa: E402
+from isa.config import ChipConfig  # noqa: E402
+
+
+def _mlp():
+    tc.manual_seed(0)
+    nn = tc.nn
+    m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+    return m, np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+
+
+def _resnet(size):
+    import zoo
+    return zoo.resnet18(num_classes=10), zoo.image(size, batch=8)
+
+
+def _block(d, heads, T):
+    tc.manual_seed(0)
+    return tc.nn.TransformerBlock(d, heads), np.random.default_rng(T).standard_normal((1, T, d)).astype(np.float32)
+
+
+def models(quick: bool) -> list:
+    out = [("digits MLP (batch 64)", _mlp), ("ResNet-18 32x32 (batch 8)", lambda: _resnet(32))]
+    if quick:
+        out.append(("transformer block d128 h4 T32", lambda: _block(128, 4, 32)))
+    else:
+        out += [("ResNet-18 112x112 (batch 8)", lambda: _resnet(112)),
+                ("transformer block d512 h8 T64", lambda: _block(512, 8, 64))]
+    return out
+
+
+def run(name, build, config, chips, strategies, topology) -> list[dict]:
+    cfg = ChipConfig.load(config)
+    model, x = build()
+    t0 = time.perf_counter()
+    single = tc.compile(model, [x], cfg)
+    t1 = time.perf_counter()
+    base = tc.Device("sim", config=cfg).run(single, x)
+    t2 = time.perf_counter()
+    ref = single.reference(x)
+    T1 = base.stats.cycles
+    rows = [{"model": name, "config": cfg.name, "strategy": "single", "chips": 1, "cycles": T1, "speedup": 1.0,
+             "efficiency": 1.0, "link_util": 0.0, "bit_exact": all(np.array_equal(a, b) for a, b in
+                                                                     zip(base.outputs, ref)),
+             "compile_s": t1 - t0, "sim_s": t2 - t1}]
+    B = x.shape[0]
+    for n in chips:
+        if n == 1:
+            continue
+        for strat in strategies:
+            row = {"model": name, "config": cfg.name, "strategy": strat, "chips": n}
+            micro = None
+            if strat == "pipeline":
+                micro = min(B, 2 * n)
+                row["micro_batches"] = micro
+            try:
+                t0 = time.perf_counter()
+                sm = tc.compile(model, [x], cfg, chips=n, parallel=strat, micro_batches=micro, topology=topology)
+                t1 = time.perf_counter()
+                res = tc.Device("sim", config=cfg, chips=n, topology=topology).run(sm, x)
+                t2 = time.perf_counter()
+            except tc.TetrachipError as e:
+                row["error"] = str(e).splitlines()[0][:160]
+                rows.append(row)
+                continue
+            TN = res.stats.cycles
+            row.update(cycles=TN, speedup=T1 / TN, efficiency=T1 / (n * TN),
+                       link_util=res.stats.link_bytes / (n * TN * cfg.link_width_bytes),
+                       bit_exact=all(np.array_equal(a, b) for a, b in zip(res.outputs, ref)),
+                       compile_s=t1 - t0, sim_s=t2 - t1)
+            rows.append(row)
+    return rows
+
+
+def table(rows) -> str:
+    lines = ["| model | config | strategy | chips | cycles | speed-up | efficiency | link util | bit-exact | "
+             "compile s | sim s |", "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['config']} | {r['strategy']} | {r['chips']} | "
+                         f"{r['error']} | | | | | | |")
+            continue
+        strat = r["strategy"] + (f" ({r['micro_batches']} micro-batches)" if "micro_batches" in r else "")
+        lines.append(f"| {r['model']} | {r['config']} | {strat} | {r['chips']} | {r['cycles']:,} | "
+                     f"{r['speedup']:.2f} | {100 * r['efficiency']:.1f}% | {100 * r['link_util']:.2f}% | "
+                     f"{'yes' if r['bit_exact'] else 'NO'} | {r['compile_s']:.1f} | {r['sim_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller models, 1/2/4 chips")
+    ap.add_argument("--json", type=Path, help="write the rows as JSON")
+    ap.add_argument("--config", default="base")
+    ap.add_argument("--chips", default=None, help="chip counts (default 1,2,4,8; --quick 1,2,4)")
+    ap.add_argument("--strategies", default="data,tensor,pipeline")
+    ap.add_argument("--topology", default="ring", choices=["ring", "torus2d"])
+    ap.add_argument("--only", default="", help="only the models whose name contains this")
+    args = ap.parse_args(argv)
+    try:
+        chips = [int(c) for c in (args.chips or ("1,2,4" if args.quick else "1,2,4,8")).split(",")]
+    except ValueError:
+        ap.error(f"--chips {args.chips!r}: comma-separated numbers")
+    if any(c < 1 for c in chips):
+        ap.error("--chips: positive numbers")
+    strategies = args.strategies.split(",")
+    bad = [s for s in strategies if s not in ("data", "tensor", "pipeline")]
+    if bad:
+        ap.error(f"--strategies: {', '.join(bad)} (data, tensor, pipeline)")
+    if args.json and not args.json.parent.is_dir():
+        ap.error(f"--json {args.json}: no folder {args.json.parent}")
+    rows = []
+    for name, build in models(args.quick):
+        if args.only in name:
+            got = run(name, build, args.config, chips, strategies, args.topology)
+            print("\n".join(table(got).splitlines()[2:]), flush=True)
+            rows += got
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "quick": args.quick, "loadavg": os.getloadavg()[0]},
+                                        indent=2) + "\n")
+    return 1 if any(not r.get("bit_exact", True) for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
