@@ -1,0 +1,234 @@
+"""Collectives on the ring (compiler.lower.collectives) run on sim.System: data and cycles.
+
+Data: every chip ends with numpy's concatenation (all-gather) or wrapping int32 sum (reduce-scatter,
+all-reduce) of random blocks. Cycles: the simulated count equals the closed form of isa.timing
+(docs/microarchitecture.md, "Collectives") wherever the contract makes it exact (full-rate links,
+C >= 2L as in every preset, and even blocks and chunks); elsewhere the closed form is a bound and the
+tests say which and how tight. A few counts are also worked out by hand below from the link rules.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.lower import collectives as co
+from isa import ChipConfig, timing
+from isa.builder import ProgramBuilder
+from isa.table import Space
+from sim import System
+
+CONFIGS = ["tiny", "small"]
+SCRATCH = 128       # ACC row of the reductions' scratch (above every buffer here; tiny has 256 ACC rows)
+
+
+def _system(cfg, n, emit, **kw):
+    s = System(cfg, n, **kw)
+    for r in range(n):
+        e = ProgramBuilder(s.cfg)
+        emit(e, r)
+        e.emit("halt")
+        s.load(r, e.build())
+    return s
+
+
+def _leftover_tokens(chip) -> int:
+    t = chip.tokens
+    return sum(len(v) for v in t.ready.values()) + sum(len(v) for v in t.pending.values())
+
+
+def _wrap_sum(blocks) -> np.ndarray:
+    tot = np.sum(np.array(blocks, dtype=np.int64), axis=0)
+    return ((tot + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def _rand(rng, shape, space):
+    if space == Space.SPM:
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    return rng.integers(-(1 << 31), 1 << 31, shape, dtype=np.int64).astype(np.int32)
+
+
+def _write(chip, space, row, data):
+    (chip.write_spm if space == Space.SPM else chip.write_acc)(row, data)
+
+
+def _read(chip, space, row, n):
+    return (chip.read_spm if space == Space.SPM else chip.read_acc)(row, n)
+
+
+def run_all_gather(cfg, n, b, space, chunks=1, base=8, seed=0):
+    rng = np.random.default_rng(seed)
+    s = _system(cfg, n, lambda e, r: co.all_gather(e, r, n, space, base, b, chunks=chunks))
+    blocks = [_rand(rng, (b, s.cfg.cols), space) for _ in range(n)]
+    for r in range(n):
+        _write(s[r], space, base + r * b, blocks[r])
+    s.run()
+    want = np.concatenate(blocks)
+    for r in range(n):
+        assert (_read(s[r], space, base, n * b) == want).all(), f"chip {r}"
+        assert _leftover_tokens(s[r]) == 0
+    return s.cycles
+
+
+def run_reduce_scatter(cfg, n, b, chunks=1, seed=1):
+    rng = np.random.default_rng(seed)
+    s = _system(cfg, n, lambda e, r: co.reduce_scatter(e, r, n, 0, b, SCRATCH, chunks=chunks))
+    data = [_rand(rng, (n * b, s.cfg.cols), Space.ACC) for _ in range(n)]
+    for r in range(n):
+        s[r].write_acc(0, data[r])
+    s.run()
+    tot = _wrap_sum(data)
+    for r in range(n):          # chip r ends with the full sum of block r
+        assert (s[r].read_acc(r * b, b) == tot[r * b:(r + 1) * b]).all(), f"chip {r}"
+        assert _leftover_tokens(s[r]) == 0
+    return s.cycles
+
+
+def run_all_reduce(cfg, n, rows, chunks=2, seed=2):
+    rng = np.random.default_rng(seed)
+    s = _system(cfg, n, lambda e, r: co.all_reduce(e, r, n, 0, rows, SCRATCH, chunks=chunks))
+    data = [_rand(rng, (rows, s.cfg.cols), Space.ACC) for _ in range(n)]
+    for r in range(n):
+        s[r].write_acc(0, data[r])
+    s.run()
+    tot = _wrap_sum(data)
+    for r in range(n):
+        assert (s[r].read_acc(0, rows) == tot).all(), f"chip {r}"
+        assert _leftover_tokens(s[r]) == 0
+    return s.cycles
+
+
+# -- point to point ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("space,rows", [(Space.SPM, 1), (Space.SPM, 5), (Space.ACC, 3)])
+def test_send_recv(cfg, space, rows):
+    def emit(e, r):
+        (co.send if r == 0 else co.recv)(e, 0 if r == 0 else 1, space, 10, rows)
+        e.emit("fence", "all")
+    s = _system(cfg, 2, emit)
+    block = _rand(np.random.default_rng(3), (rows, s.cfg.cols), space)
+    _write(s[0], space, 10, block)
+    s.run()
+    assert (_read(s[1], space, 10, rows) == block).all()
+    assert s.cycles == timing.p2p_cycles(s.cfg, rows, space)
+    # by hand: both start at 1; C >= 2L, so the last of N = rows * F flits leaves at 1 + N - 1 and is
+    # popped L later; fence one cycle after that, halt one more, count = halt + 1
+    F = timing.flits_per_row(s.cfg, space)
+    assert s.cycles == 1 + rows * F - 1 + s.cfg.link_latency + 3
+
+
+# -- all-gather ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("n", [2, 4, 8])
+@pytest.mark.parametrize("space,b,chunks", [(Space.SPM, 1, 1), (Space.SPM, 4, 2), (Space.ACC, 3, 1),
+                                            (Space.ACC, 4, 4)])
+def test_all_gather_data_and_cycles(cfg, n, space, b, chunks):
+    cycles = run_all_gather(cfg, n, b, space, chunks)
+    assert cycles == timing.all_gather_cycles(ChipConfig.preset(cfg), n, b, space, chunks)
+
+
+def test_all_gather_cycles_by_hand():
+    # tiny, 4 chips, one SPM row a block: F = 1 flit, L = 4. Each step's send starts one cycle after the
+    # previous step's receive retired (token), which is L after its send: steps at 1, 6, 11; the last
+    # receive retires at 11 + 4 = 15, fence at 16, halt at 17: 18 cycles.
+    assert run_all_gather("tiny", 4, 1, Space.SPM) == 18
+    # ACC rows: F = 4 flits, a block of 3 rows is 12 flits (11 cycles from first to last flit):
+    # steps at 1, 1 + 16, 1 + 32; last receive at 33 + 11 + 4 = 48: 51 cycles
+    assert run_all_gather("tiny", 4, 3, Space.ACC) == 51
+
+
+# -- reduce-scatter ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("n", [2, 4, 8])
+@pytest.mark.parametrize("b,chunks", [(1, 1), (3, 1), (4, 2), (6, 3)])
+def test_reduce_scatter_data_and_cycles(cfg, n, b, chunks):
+    cycles = run_reduce_scatter(cfg, n, b, chunks)
+    assert cycles == timing.reduce_scatter_cycles(ChipConfig.preset(cfg), n, b, chunks)
+
+
+def test_reduce_scatter_cycles_by_hand():
+    # tiny, 2 chips, blocks of 2 ACC rows (8 flits): send 1..8, receive retires 8 + 4 = 12, the add of 2
+    # rows starts at 13 and retires 13 + 1 + VPU_LATENCY = 17; fence 18, halt 19: 20 cycles.
+    assert timing.VPU_LATENCY == 3
+    assert run_reduce_scatter("tiny", 2, 2) == 20
+
+
+# -- all-reduce ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("n", [2, 4, 8])
+@pytest.mark.parametrize("per_chip,chunks", [(1, 1), (2, 2), (4, 2), (4, 4), (6, 3)])
+def test_all_reduce_data_and_cycles(cfg, n, per_chip, chunks):
+    cycles = run_all_reduce(cfg, n, n * per_chip, chunks)
+    assert cycles == timing.all_reduce_cycles(ChipConfig.preset(cfg), n, n * per_chip, chunks)
+
+
+def test_chunking_overlaps_links_and_adds():
+    # 8 ACC rows a block on 4 chips: two chunks beat one (the link moves one chunk while the VPU adds
+    # the other), and the gain is what the closed form says
+    cfg = ChipConfig.preset("tiny")
+    one, two = run_all_reduce("tiny", 4, 32, 1), run_all_reduce("tiny", 4, 32, 2)
+    assert two < one
+    assert (one, two) == (timing.all_reduce_cycles(cfg, 4, 32, 1), timing.all_reduce_cycles(cfg, 4, 32, 2))
+
+
+@pytest.mark.parametrize("n,rows,chunks", [(2, 13, 2), (4, 13, 3), (4, 10, 2), (8, 21, 2), (4, 16, 3),
+                                           (8, 5, 1), (4, 3, 2)])
+def test_uneven_blocks_and_chunks(n, rows, chunks):
+    """Blocks and chunks of unequal sizes (no padding): the data are exact; the cycles lie between the
+    closed form for equal blocks and chunks of the smallest size and that of the largest size (every
+    rule of the contract is a max of sums, so cycles only grow with the rows moved)."""
+    cfg = ChipConfig.preset("tiny")
+    cycles = run_all_reduce("tiny", n, rows, chunks)
+    b_hi = -(-rows // n)
+    c = max(1, min(chunks, b_hi))
+    m_lo = max(1, rows // n // c)
+    hi = timing.all_reduce_cycles(cfg, n, rows, chunks)
+    lo = timing.all_reduce_cycles(cfg, n, n * c * m_lo, c)
+    assert lo <= cycles <= hi
+
+
+def test_one_chip_is_a_no_op():
+    for fn in (lambda e: co.all_gather(e, 0, 1, Space.SPM, 0, 4),
+               lambda e: co.reduce_scatter(e, 0, 1, 0, 4, 100),
+               lambda e: co.all_reduce(e, 0, 1, 0, 4, 100)):
+        e = ProgramBuilder(ChipConfig.preset("tiny"))
+        fn(e)
+        assert len(e) == 0
+    s = _system("tiny", 1, lambda e, r: co.all_reduce(e, r, 1, 0, 4, 100))
+    s.run()
+    assert s.cycles == timing.all_reduce_cycles(s.cfg, 1, 4) == 1
+
+
+def test_bad_rank():
+    with pytest.raises(ValueError, match="rank 4"):
+        co.all_gather(ProgramBuilder(ChipConfig.preset("tiny")), 4, 4, Space.SPM, 0, 1)
+
+
+# -- links below full rate (C < 2L) ----------------------------------------------------------------
+
+@pytest.mark.parametrize("credits", [5, 4])
+@pytest.mark.parametrize("n", [2, 4])
+def test_credit_limited_unchunked_is_exact(credits, n):
+    """L <= C < 2L: every transfer stalls on credits as ``link_transfer_cycles`` says (flit f waits
+    floor(f/C) round trips), and one step's flits leave the credits back before the next step needs
+    them (the step gap is L + 1 >= 2L - C + 1), so the unchunked collectives stay exact."""
+    cfg = ChipConfig.preset("tiny").replace(name="tiny-c", link_credits=credits)
+    assert not timing.link_full_rate(cfg)
+    assert run_all_gather(cfg, n, 3, Space.ACC) == timing.all_gather_cycles(cfg, n, 3, Space.ACC)
+    assert run_reduce_scatter(cfg, n, 3) == timing.reduce_scatter_cycles(cfg, n, 3)
+    assert run_all_reduce(cfg, n, 3 * n, 1) == timing.all_reduce_cycles(cfg, n, 3 * n, 1)
+
+
+@pytest.mark.parametrize("credits", [4, 2])
+def test_credit_limited_chunked_is_bounded(credits):
+    """Back-to-back chunks share one stream of credits, which the closed form (each transfer charged
+    from full credits) does not see: it is then a lower bound, within 15% on these cases."""
+    cfg = ChipConfig.preset("tiny").replace(name="tiny-c", link_credits=credits)
+    for n in (2, 4):
+        sim = run_all_reduce(cfg, n, 8 * n, 2)
+        cf = timing.all_reduce_cycles(cfg, n, 8 * n, 2)
+        assert cf <= sim <= 1.15 * cf
