@@ -105,6 +105,7 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
     times = [[c.next_time() for c in g] for g in groups]
     chip_t = [min(ts) if ts else INF for ts in times]
     where = {id(ch): i for i, ch in enumerate(chips)}
+    near = [_wired(ch, i, where) for i, ch in enumerate(chips)]
     last = 0
     while True:
         t = min(chip_t)
@@ -127,18 +128,22 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
                 if ct == t:
                     c.act(t, INF)
         last = t
-        dirty = set(acted)
-        for i in acted:
-            ch = chips[i]
-            for link in (*ch.tx.values(), *ch.rx.values()):
-                for other in (link.tx_chip, link.rx_chip):
-                    if other is not None and other is not ch:
-                        j = where.get(id(other))
-                        if j is not None:
-                            dirty.add(j)
+        dirty = near[acted[0]] if len(acted) == 1 else {j for i in acted for j in near[i]}
         for i in dirty:
             ts = times[i] = [c.next_time() for c in groups[i]]
             chip_t[i] = min(ts) if ts else INF
+
+
+def _wired(chip: Clocked, i: int, where: dict[int, int]) -> tuple[int, ...]:
+    """Chip i and the chips its channels reach (a channel made during the run, for a port wired to
+    nothing, reaches no other chip)."""
+    out = {i}
+    for link in (*chip.tx.values(), *chip.rx.values()):
+        for other in (link.tx_chip, link.rx_chip):
+            j = where.get(id(other)) if other is not None else None
+            if j is not None:
+                out.add(j)
+    return tuple(sorted(out))
 
 
 def _deadlock(chips: Sequence[Clocked], last: int) -> SimError:

@@ -232,3 +232,48 @@ def test_credit_limited_chunked_is_bounded(credits):
         sim = run_all_reduce(cfg, n, 8 * n, 2)
         cf = timing.all_reduce_cycles(cfg, n, 8 * n, 2)
         assert cf <= sim <= 1.15 * cf
+
+
+# -- scaling: 64 chips, and simulator wall time against chips ------------------------------------
+
+def _walls(systems: dict, rounds: int = 5) -> dict:
+    """Best wall time of ``System.run`` per key, the systems taken in turn each round (so that a busy
+    spell of the machine hits every size alike)."""
+    import time
+    best = {k: float("inf") for k in systems}
+    for _ in range(rounds):
+        for k, s in systems.items():
+            t0 = time.perf_counter()
+            s.run()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best
+
+
+def _shift_system(n, steps):
+    """Every chip sends a block to the next and forwards what it receives, ``steps`` times: the same
+    work per chip whatever n."""
+    def emit(e, r):
+        for k in range(steps):
+            co.send(e, 0, Space.SPM, k, 1, wait="lrx" if k else None)
+            co.recv(e, 1, Space.SPM, k + 1, 1, signal="ltx" if k < steps - 1 else None)
+    return _system("tiny", n, emit)
+
+
+@pytest.mark.slow
+def test_64_chips_all_gather_and_wall_time_linear_in_chips():
+    """64 chips run an all-gather (data and closed-form cycles), and the simulator's wall time grows no
+    faster than linearly in chips. An all-gather over n chips is n - 1 ring steps in each of which n
+    blocks move, so its work grows as n(n-1): per ring step the wall time must grow at most linearly
+    (wall(n) / (n-1)); a workload with the same work per chip (a block forwarded 64 times) must grow at
+    most linearly in total. Margin: 1.5x for noise."""
+    cfg = ChipConfig.preset("tiny")
+    assert run_all_gather("tiny", 64, 1, Space.SPM) == timing.all_gather_cycles(cfg, 64, 1, Space.SPM)
+    ns = (8, 16, 32, 64)
+    wall = _walls({n: _system("tiny", n, lambda e, r, n=n: co.all_gather(e, r, n, Space.SPM, 0, 1)) for n in ns})
+    shift = _walls({n: _shift_system(n, 64) for n in ns})
+    per_step = {n: wall[n] / (n - 1) for n in wall}
+    print("all-gather wall s:", {n: round(w, 4) for n, w in wall.items()},
+          "per step ms:", {n: round(1e3 * w, 3) for n, w in per_step.items()},
+          "fixed work per chip wall s:", {n: round(w, 4) for n, w in shift.items()})
+    assert per_step[64] / per_step[8] <= 8 * 1.5
+    assert shift[64] / shift[8] <= 8 * 1.5
