@@ -14,7 +14,7 @@ import pytest
 
 from compiler.lower import collectives as co
 from isa import ChipConfig, timing
-from isa.builder import ProgramBuilder
+from isa.builder import ProgramBuilder, acc
 from isa.table import Space
 from sim import System
 
@@ -237,43 +237,97 @@ def test_credit_limited_chunked_is_bounded(credits):
 # -- scaling: 64 chips, and simulator wall time against chips ------------------------------------
 
 def _walls(systems: dict, rounds: int = 5) -> dict:
-    """Best wall time of ``System.run`` per key, the systems taken in turn each round (so that a busy
-    spell of the machine hits every size alike)."""
+    """Best time of ``System.run`` per key: CPU time of this process (what another process on a busy
+    machine takes is not counted), the systems taken in turn each round."""
     import time
     best = {k: float("inf") for k in systems}
     for _ in range(rounds):
         for k, s in systems.items():
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             s.run()
-            best[k] = min(best[k], time.perf_counter() - t0)
+            best[k] = min(best[k], time.process_time() - t0)
     return best
 
 
-def _shift_system(n, steps):
-    """Every chip sends a block to the next and forwards what it receives, ``steps`` times: the same
-    work per chip whatever n."""
+def _shift_system(n, steps, rows=4):
+    """Every chip sends ``rows`` ACC rows to the next and forwards what it receives, ``steps`` times
+    (two buffers in turn): the same work per chip whatever n."""
     def emit(e, r):
         for k in range(steps):
-            co.send(e, 0, Space.SPM, k, 1, wait="lrx" if k else None)
-            co.recv(e, 1, Space.SPM, k + 1, 1, signal="ltx" if k < steps - 1 else None)
+            a, b = (0, 40) if k % 2 == 0 else (40, 0)
+            co.send(e, 0, Space.ACC, a, rows, wait="lrx" if k else None)
+            co.recv(e, 1, Space.ACC, b, rows, signal="ltx" if k < steps - 1 else None)
     return _system("tiny", n, emit)
+
+
+def _asked(monkeypatch, system) -> int:
+    """How many times the event loop asks a component for its next time during ``system.run()``."""
+    import sim.chip
+    import sim.units
+    count = [0]
+    for cls in (sim.units.QueuedUnit, sim.chip.IssueStage):
+        orig = cls.next_time
+
+        def counted(self, orig=orig):
+            count[0] += 1
+            return orig(self)
+        monkeypatch.setattr(cls, "next_time", counted)
+    system.run()
+    monkeypatch.undo()
+    return count[0]
+
+
+def test_event_loop_work_is_linear_in_chips(monkeypatch):
+    """What the event loop does, counted (free of the machine's noise): with the same work per chip
+    it asks every chip's components the same number of times whatever n; a ring whose chips wait
+    while one of them computes costs the waiting chips nothing per event (only the chips that act and
+    their link neighbours are asked again)."""
+    per_chip = {n: _asked(monkeypatch, _shift_system(n, 8)) / n for n in (8, 64)}
+    assert per_chip[64] <= per_chip[8] * 1.01
+
+    def one_busy(n):
+        def emit(e, r):
+            if r == 0:
+                for _ in range(200):
+                    e.emit("vadd", acc[0], acc[0], acc[1], n=1)
+                e.emit("fence", "all")
+                co.send(e, 0, Space.SPM, 0, 1)
+                co.recv(e, 1, Space.SPM, 1, 1)
+            else:
+                co.recv(e, 1, Space.SPM, 0, 1, signal="ltx")
+                co.send(e, 0, Space.SPM, 0, 1, wait="lrx")
+        return _system("tiny", n, emit)
+    busy = {n: _asked(monkeypatch, one_busy(n)) for n in (8, 64)}
+    # chip 0's 200 adds are >= 200 events, each asking chip 0 and its two neighbours again; asking
+    # every chip at each would cost >= 200 * 7 asks per chip. The pass around the ring costs each
+    # chip a constant (about 60 asks here)
+    assert busy[64] - busy[8] <= (64 - 8) * 100
 
 
 @pytest.mark.slow
 def test_64_chips_all_gather_and_wall_time_linear_in_chips():
     """64 chips run an all-gather (data and closed-form cycles), and the simulator's wall time grows no
-    faster than linearly in chips. An all-gather over n chips is n - 1 ring steps in each of which n
-    blocks move, so its work grows as n(n-1): per ring step the wall time must grow at most linearly
-    (wall(n) / (n-1)); a workload with the same work per chip (a block forwarded 64 times) must grow at
-    most linearly in total. Margin: 1.5x for noise."""
+    faster than linearly in chips, 1.5x margin. An all-gather over n chips is n - 1 ring steps in each
+    of which n blocks move, so its work grows as n(n-1): per ring step (wall(n) / (n-1)) the time must
+    grow at most linearly; a workload with the same work per chip (4 ACC rows forwarded 32 times) must
+    grow at most linearly in total. Time is this process's CPU time, best of 7 rounds; on a shared
+    machine a measurement that misses the bound is taken again (up to 3 times): the counted check
+    above is the one free of noise. (Per chip-step the simulator is about 1.2-1.5x slower at 64 chips
+    than at 8 on the development machine: the same calls, on ~30 KiB of objects per chip, which stop
+    fitting in the caches.)"""
     cfg = ChipConfig.preset("tiny")
     assert run_all_gather("tiny", 64, 1, Space.SPM) == timing.all_gather_cycles(cfg, 64, 1, Space.SPM)
     ns = (8, 16, 32, 64)
-    wall = _walls({n: _system("tiny", n, lambda e, r, n=n: co.all_gather(e, r, n, Space.SPM, 0, 1)) for n in ns})
-    shift = _walls({n: _shift_system(n, 64) for n in ns})
-    per_step = {n: wall[n] / (n - 1) for n in wall}
-    print("all-gather wall s:", {n: round(w, 4) for n, w in wall.items()},
-          "per step ms:", {n: round(1e3 * w, 3) for n, w in per_step.items()},
-          "fixed work per chip wall s:", {n: round(w, 4) for n, w in shift.items()})
-    assert per_step[64] / per_step[8] <= 8 * 1.5
-    assert shift[64] / shift[8] <= 8 * 1.5
+    gathers = {n: _system("tiny", n, lambda e, r, n=n: co.all_gather(e, r, n, Space.SPM, 0, 1)) for n in ns}
+    shifts = {n: _shift_system(n, 32) for n in ns}
+    for attempt in range(3):
+        wall, shift = _walls(gathers, 7), _walls(shifts, 7)
+        per_step = {n: wall[n] / (n - 1) for n in ns}
+        ratios = per_step[64] / per_step[8], shift[64] / shift[8]
+        print(f"attempt {attempt}: all-gather s", {n: round(w, 4) for n, w in wall.items()},
+              "per step ms", {n: round(1e3 * w, 3) for n, w in per_step.items()},
+              "same work per chip s", {n: round(w, 4) for n, w in shift.items()},
+              "ratios 64/8", [round(r, 2) for r in ratios])
+        if max(ratios) <= 8 * 1.5:
+            break
+    assert max(ratios) <= 8 * 1.5
