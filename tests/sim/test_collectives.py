@@ -173,6 +173,7 @@ def test_chunking_overlaps_links_and_adds():
     one, two = run_all_reduce("tiny", 4, 32, 1), run_all_reduce("tiny", 4, 32, 2)
     assert two < one
     assert (one, two) == (timing.all_reduce_cycles(cfg, 4, 32, 1), timing.all_reduce_cycles(cfg, 4, 32, 2))
+    assert (one, two) == (252, 199)          # the example of docs/microarchitecture.md, "Collectives"
 
 
 @pytest.mark.parametrize("n,rows,chunks", [(2, 13, 2), (4, 13, 3), (4, 10, 2), (8, 21, 2), (4, 16, 3),
