@@ -47,7 +47,7 @@ def test_wiring():
 def _around(s, ring, tx, rx, rows=2):
     """Chip ring[0] sends a block along ``ring`` (each forwards it on port tx) until it comes back."""
     first = ring[0]
-    for k, i in enumerate(ring):
+    for i in ring:
         e = ProgramBuilder(s.cfg)
         if i == first:
             e.emit("link.send", tx, spm[0], n=rows)
