@@ -129,6 +129,21 @@ def link_transfer_cycles(cfg: ChipConfig, flits: int) -> int:
     return flits - 1 + (flits - 1) // cfg.link_credits * stall
 
 
+def min_chunk_rows(cfg: ChipConfig, space: int) -> int:
+    """Fewest rows in a chunk of a collective (``collective_chunks``): its send must take at least
+    ``max(3, ceil((L + 3) / (QUEUE_DEPTH + 1)))`` cycles, so that the issue stage (one instruction a
+    cycle; a chunk needs a send, a receive and, in a reduction, an add) and the receive queue (a
+    receive waits in it from its issue until its data arrive, about L later) keep ahead of the link."""
+    need = max(3, cdiv(cfg.link_latency + 3, QUEUE_DEPTH + 1))
+    return cdiv(need, flits_per_row(cfg, space))
+
+
+def collective_chunks(cfg: ChipConfig, rows: int, chunks: int, space: int) -> int:
+    """Chunks a collective actually cuts a block of ``rows`` rows into when asked for ``chunks``: at
+    most ``chunks``, at least 1, none shorter than ``min_chunk_rows``."""
+    return max(1, min(chunks, rows // min_chunk_rows(cfg, space)))
+
+
 def _ring_edges(cfg: ChipConfig, rows: int, space: int) -> tuple[int, int, int]:
     """(D, alpha, gamma) of a transfer of ``rows`` rows: D its send's duration (s to t_last), alpha the
     gap from a send's start to the next send's on the same port (LTX free at t_last + 1), gamma from a
@@ -156,8 +171,12 @@ def all_gather_cycles(cfg: ChipConfig, n: int, rows: int, space: int, chunks: in
     """
     if n <= 1 or rows <= 0:
         return 1
-    c = max(1, min(chunks, rows))
-    m = cdiv(rows, c)
+    c = collective_chunks(cfg, rows, chunks, space)
+    return ring_all_gather_cycles(cfg, n, c, cdiv(rows, c), space)
+
+
+def ring_all_gather_cycles(cfg: ChipConfig, n: int, c: int, m: int, space: int) -> int:
+    """``all_gather_cycles`` of n blocks of exactly ``c`` chunks of ``m`` rows (n >= 2)."""
     d, alpha, gamma = _ring_edges(cfg, m, space)
     k = c * (n - 1)
     path = max((k - 1) * alpha, (n - 2) * gamma + (c - 1) * alpha)
@@ -181,8 +200,12 @@ def reduce_scatter_cycles(cfg: ChipConfig, n: int, rows: int, chunks: int = 1) -
     """
     if n <= 1 or rows <= 0:
         return 1
-    c = max(1, min(chunks, rows))
-    m = cdiv(rows, c)
+    c = collective_chunks(cfg, rows, chunks, 1)
+    return ring_reduce_scatter_cycles(cfg, n, c, cdiv(rows, c))
+
+
+def ring_reduce_scatter_cycles(cfg: ChipConfig, n: int, c: int, m: int) -> int:
+    """``reduce_scatter_cycles`` of n blocks of exactly ``c`` chunks of ``m`` ACC rows (n >= 2)."""
     d, alpha, gamma = _ring_edges(cfg, m, 1)
     beta, delta = _vpu_edges(m)
     p, big = gamma + delta, max(alpha, beta)
@@ -206,8 +229,12 @@ def all_reduce_cycles(cfg: ChipConfig, n: int, rows: int, chunks: int = 1) -> in
     if n <= 1 or rows <= 0:
         return 1
     b = cdiv(rows, n)
-    c = max(1, min(chunks, b))
-    m = cdiv(b, c)
+    c = collective_chunks(cfg, b, chunks, 1)
+    return ring_all_reduce_cycles(cfg, n, c, cdiv(b, c))
+
+
+def ring_all_reduce_cycles(cfg: ChipConfig, n: int, c: int, m: int) -> int:
+    """``all_reduce_cycles`` of n blocks of exactly ``c`` chunks of ``m`` ACC rows (n >= 2)."""
     d, alpha, gamma = _ring_edges(cfg, m, 1)
     beta, delta = _vpu_edges(m)
     p = gamma + delta

@@ -11,8 +11,10 @@ Conventions shared by every collective here:
   int32 ACC rows and add with ``vadd``, wrapping). The n blocks of a buffer of ``rows`` rows at ``base``
   are contiguous, block ``b`` at ``base + offset(b)``; when ``rows`` is not a multiple of n the blocks
   are **uneven** (no padding): the first ``rows % n`` blocks have one row more (``split``). A block is
-  sent as ``chunks`` chunks split the same way (a chunk may be empty when a block has fewer rows than
-  chunks; its transfers and add are then zero-row instances, which the contract allows).
+  sent as ``chunks`` chunks split the same way, but never chunks shorter than
+  ``isa.timing.min_chunk_rows`` (the issue stage and the receive queue must keep ahead of the link;
+  ``isa.timing.collective_chunks`` says how many are cut). A chunk of a smaller block may be empty
+  (its transfers and add are then zero-row instances, which the contract allows).
 * A collective starts drained (nothing in flight that touches its rows, no token counted for its
   unit pairs) and ends drained: every token it signals is consumed inside it, and it ends with
   ``fence all`` unless ``fence=False`` (then the caller must fence, or wait for the last
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from isa import timing
 from isa.builder import ProgramBuilder, acc, spm
 from isa.operands import Mem
 from isa.table import Space
@@ -76,9 +79,11 @@ def recv(e: ProgramBuilder, port: int, space: int, addr: int, rows: int, *,
 
 # -- the ring schedules --------------------------------------------------------------------------------
 
-def _chunks(block_sizes: list[int], chunks: int) -> tuple[int, list[list[tuple[int, int]]]]:
-    """(c, per block the (offset within the block, rows) of each of its c chunks)."""
-    c = max(1, min(chunks, max(block_sizes)))
+def _chunks(e: ProgramBuilder, space: int, block_sizes: list[int],
+            chunks: int) -> tuple[int, list[list[tuple[int, int]]]]:
+    """(c, per block the (offset within the block, rows) of each of its c chunks): c is
+    ``isa.timing.collective_chunks`` of the largest block (no chunk shorter than ``min_chunk_rows``)."""
+    c = timing.collective_chunks(e.config, max(block_sizes), chunks, space)
     return c, [list(zip(offsets(split(s, c)), split(s, c))) for s in block_sizes]
 
 
@@ -141,7 +146,7 @@ def all_gather(e: ProgramBuilder, rank: int, n: int, space: int, base: int, chun
     if n == 1:
         return
     sizes = [chunk_rows] * n
-    c, parts = _chunks(sizes, chunks)
+    c, parts = _chunks(e, space, sizes, chunks)
     _gather(e, rank, n, space, offsets_from(base, sizes), parts, c, ports, None)
     _fence(e, fence)
 
@@ -156,7 +161,7 @@ def reduce_scatter(e: ProgramBuilder, rank: int, n: int, base: int, chunk_rows: 
     if n == 1:
         return
     sizes = [chunk_rows] * n
-    c, parts = _chunks(sizes, chunks)
+    c, parts = _chunks(e, Space.ACC, sizes, chunks)
     _reduce(e, rank, n, offsets_from(base, sizes), parts, c, scratch, ports, False)
     _fence(e, fence)
 
@@ -172,7 +177,7 @@ def all_reduce(e: ProgramBuilder, rank: int, n: int, base: int, rows: int, scrat
     if n == 1 or rows == 0:
         return
     sizes = split(rows, n)
-    c, parts = _chunks(sizes, chunks)
+    c, parts = _chunks(e, Space.ACC, sizes, chunks)
     at = offsets_from(base, sizes)
     _reduce(e, rank, n, at, parts, c, scratch, ports, True)
     _gather(e, rank, n, Space.ACC, at, parts, c, ports, "vpu")

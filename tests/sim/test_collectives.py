@@ -184,12 +184,13 @@ def test_uneven_blocks_and_chunks(n, rows, chunks):
     rule of the contract is a max of sums, so cycles only grow with the rows moved)."""
     cfg = ChipConfig.preset("tiny")
     cycles = run_all_reduce("tiny", n, rows, chunks)
-    b_hi = -(-rows // n)
-    c = max(1, min(chunks, b_hi))
-    m_lo = max(1, rows // n // c)
+    b_hi, b_lo = -(-rows // n), rows // n
+    c = timing.collective_chunks(cfg, b_hi, chunks, Space.ACC)
     hi = timing.all_reduce_cycles(cfg, n, rows, chunks)
-    lo = timing.all_reduce_cycles(cfg, n, n * c * m_lo, c)
+    assert hi == timing.ring_all_reduce_cycles(cfg, n, c, -(-b_hi // c))
+    lo = timing.ring_all_reduce_cycles(cfg, n, c, max(1, b_lo // c))
     assert lo <= cycles <= hi
+    print(f"n={n} rows={rows} chunks={c}: {lo} <= {cycles} <= {hi}")
 
 
 def test_one_chip_is_a_no_op():
