@@ -6,7 +6,8 @@
     stats = chip.run()
     print(stats)                       # Stats table; stats.to_dict() for JSON
 
-``System(config, n)`` runs n chips in a ring. Data semantics come from ``isa.semantics``.
+``System(config, n)`` runs n chips in a ring (``topology="torus2d"``: a 2-D torus). Data semantics
+come from ``isa.semantics``.
 """
 
 from .chip import Chip

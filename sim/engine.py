@@ -97,11 +97,18 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
     limit = DEFAULT_MAX_CYCLES if max_cycles is None else int(max_cycles)
     for ch in chips:
         ch.max_cycles = limit
-    comps = [c for ch in chips for c in ch.components()]
-    times = [c.next_time() for c in comps]
+    # Each chip's components and their next times, and the chip's earliest. A component's next time
+    # depends only on its chip's state, which changes only when one of the chip's components acts or a
+    # channel to it moves flits (the other end acted): after cycle t only the chips that acted and the
+    # chips wired to them are asked again, so an event costs what it touches, not the number of chips.
+    groups = [list(ch.components()) for ch in chips]
+    times = [[c.next_time() for c in g] for g in groups]
+    chip_t = [min(ts) if ts else INF for ts in times]
+    where = {id(ch): i for i, ch in enumerate(chips)}
+    near = [_wired(ch, i, where) for i, ch in enumerate(chips)]
     last = 0
     while True:
-        t = min(times)
+        t = min(chip_t)
         if t >= INF:
             for ch in chips:
                 ch.tokens.flush(INF)
@@ -115,11 +122,28 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
         for ch in chips:
             if ch.tokens.active:
                 ch.tokens.flush(t)
-        for i, c in enumerate(comps):
-            if times[i] == t:
-                c.act(t, INF)
+        acted = [i for i, ct in enumerate(chip_t) if ct == t]
+        for i in acted:
+            for c, ct in zip(groups[i], times[i]):
+                if ct == t:
+                    c.act(t, INF)
         last = t
-        times = [c.next_time() for c in comps]
+        dirty = near[acted[0]] if len(acted) == 1 else {j for i in acted for j in near[i]}
+        for i in dirty:
+            ts = times[i] = [c.next_time() for c in groups[i]]
+            chip_t[i] = min(ts) if ts else INF
+
+
+def _wired(chip: Clocked, i: int, where: dict[int, int]) -> tuple[int, ...]:
+    """Chip i and the chips its channels reach (a channel made during the run, for a port wired to
+    nothing, reaches no other chip)."""
+    out = {i}
+    for link in (*chip.tx.values(), *chip.rx.values()):
+        for other in (link.tx_chip, link.rx_chip):
+            j = where.get(id(other)) if other is not None else None
+            if j is not None:
+                out.add(j)
+    return tuple(sorted(out))
 
 
 def _deadlock(chips: Sequence[Clocked], last: int) -> SimError:
