@@ -28,7 +28,8 @@ def model():
     return m, x, tc.compile(m, [x], "tiny").reference(x)
 
 
-@pytest.mark.parametrize("chips,parallel", [(2, "pipeline"), (2, "data"), (2, "tensor"), (4, "pipeline"), (4, "tensor")])
+@pytest.mark.parametrize("chips,parallel", [(2, "pipeline"), (2, "data"), (2, "tensor"), (4, "pipeline"),
+                                           (4, "tensor")])
 def test_sharded_mlp_on_the_verilog_ring_equals_the_simulator(model, chips, parallel):
     why = available(SIM)
     if why:
