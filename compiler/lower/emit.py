@@ -49,7 +49,7 @@ store -> vpu staging free.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -721,6 +721,8 @@ class EwCode:
     hi: int = 127             # the requantization clamp's maximum (a folded clip)
     rest: "EwCode | None" = None  # more rows of the same kernel with another lane count, emitted next
     lut_loaded: bool = False  # the table is already in the VPU (an earlier part of this kernel loaded it)
+    #: tensor parallel (``compiler.lower.pipeline._lower_ew``'s share): every chip's output rows, else None
+    shared: list | None = field(default=None, repr=False)
 
     def parts(self) -> list:
         """This code and the ones that follow it (``rest``)."""

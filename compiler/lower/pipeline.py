@@ -70,7 +70,7 @@ class Lowered:
     fences: dict
     first_code: list
     zero: int | None
-    #: tensor parallel: GEMM kernel -> (each chip's output columns, DRAM address of each output row, element bytes)
+    #: tensor parallel: kernel -> per chip, the output it writes as blocks ``(DRAM address of each run, run bytes)``
     split: dict = field(default_factory=dict)
 
 
@@ -263,8 +263,9 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     its codes more than once on the same DRAM: ``compiler.lower.shard``); the codes, border fills and fences are
     then kept on the model (``CompiledModel.lowered``) for a caller that emits them in another order. ``shard``
     ``(c, n)``: chip ``c`` of ``n`` (tensor parallel, ``compiler.lower.shard``): a GEMM kernel of at least ``n``
-    output columns computes only its share of them (``column_share``; ``Lowered.split`` says which), the rest
-    whole."""
+    output columns computes only its share of them (``column_shares``), a batched product its share of the
+    slices (heads), a norm and an elementwise kernel their share of the rows (``Lowered.split`` says who writes
+    what); the others run whole."""
     bounded = key_bound.kernels if key_bound is not None else {}
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
@@ -301,7 +302,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     # emits itself), named by its index j, over steps: 2j, its prologue (its constants into its weight slots
     # and ACC, while earlier codes may run), 2j + 1 its body; their ends come from the fences (_plan_onchip)
     codes, infos, spm_bufs, acc_bufs, first_code = [], [], [], [], []
-    shared: dict = {}                 # shard: GEMM kernel -> (every chip's columns, output row addresses, bytes)
+    shared: dict = {}                 # shard: kernel -> every chip's output blocks (Lowered.split)
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, BmmKernel):
             if spec is not None and not spec.at_max:
@@ -311,6 +312,12 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             bc, slice_infos, sb, ab = lower_bmm(cfg, s, len(codes), k, qk, tensor_addr, put,
                                                 key_reg=key_bound.reg if i in bounded else None,
                                                 over="k" if bounded.get(i) == "bmm_k" else "n")
+            if shard is not None and k.S >= shard[1] and i not in bounded:       # the slices shared by the chips
+                eb = q.elem_bytes(k.out)
+                cuts = [share_range(k.S, j, shard[1]) for j in range(shard[1])]
+                shared[i] = [[(kc.out_rows, k.N * eb) for _, kc in bc.slices[a:b]] for a, b in cuts]
+                a, b = cuts[shard[0]]
+                bc.slices, slice_infos = bc.slices[a:b], slice_infos[a:b]
             codes.append(bc)
             infos += [KernelInfo(*a) for a in slice_infos]
             spm_bufs += sb
@@ -334,6 +341,12 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             lower = lower_norm if isinstance(k, NormKernel) else lower_attention
             kw = {"key_reg": key_bound.reg} if i in bounded else {}
             nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS, **kw)
+            if shard is not None and isinstance(k, NormKernel) and q.elem_bytes(k.out) == 1:
+                per = _share_norm(nc, shard[1], cfg.cols)
+                if per is not None:
+                    shared[i] = [[(nc.out_addr + np.arange(a, b) * nc.out_rs, nc.qn.d)] for a, b in per]
+                    a, b = per[shard[0]]
+                    nc.in_addr, nc.out_addr, nc.rows = nc.in_addr + a * nc.in_rs, nc.out_addr + a * nc.out_rs, b - a
             j = len(codes)
             first_code.append(j)
             spm_bufs.append(Buffer(f"k{j}.A", n_spm, 2 * j, 2 * j + 1))      # fenced before and after
@@ -346,7 +359,10 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         if isinstance(k, EwKernel):
             first_code.append(len(codes))
             j = len(codes)
-            ec, info = _lower_ew(cfg, s, k, qk, tensor_addr, spec.max if spec is not None else None)
+            ec, info = _lower_ew(cfg, s, k, qk, tensor_addr, spec.max if spec is not None else None,
+                                 share=shard if spec is None and q.elem_bytes(k.out) == 1 else None)
+            if ec.shared is not None:
+                shared[i] = ec.shared
             if qk.table is not None:
                 addr = put(np.asarray(qk.table, np.int8))
                 for pi, p in enumerate(ec.parts()):
@@ -367,10 +383,10 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         if shard is not None and s.kernels[i].N >= shard[1]:
             ranges = column_shares(s.kernels[i].N, shard[1], C)
             share = ranges[shard[0]]
-            out_t = s.tensors[s.kernels[i].out]
+            out_t, eb = s.tensors[s.kernels[i].out], q.elem_bytes(s.kernels[i].out)
             rows = tensor_addr[s.kernels[i].out] + base_to_mn(out_t.phys_offsets(out_t.identity()), out_t,
-                                                               s.kernels[i])[:, 0] * q.elem_bytes(s.kernels[i].out)
-            shared[i] = (ranges, rows, q.elem_bytes(s.kernels[i].out))
+                                                               s.kernels[i])[:, 0] * eb
+            shared[i] = [[(rows + a * eb, (b - a) * eb)] for a, b in ranges]
         for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, split, share):
             j, tl = len(codes), kc.tiling
             spm_bufs += [Buffer(f"k{j}.A", tl.a_rows, 2 * j + 1, 2 * j + 1),
@@ -509,6 +525,21 @@ def _paginate(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, sizes:
 
 #: instructions a page adds to its codes' (its first tokens' seeds, the last drains, ``fence all``, ``halt``)
 PAGE_SLACK = 24
+
+
+def share_range(total: int, c: int, n: int) -> tuple[int, int]:
+    """Chip ``c``'s share ``[a, b)`` of ``total`` things cut in ``n`` contiguous nearly equal shares."""
+    return c * total // n, (c + 1) * total // n
+
+
+def _share_norm(nc, n: int, Q: int) -> list | None:
+    """Every chip's rows ``[a, b)`` of a norm kernel, in whole tiles of ``Q`` rows (a masked softmax: whole
+    periods of its mask tiles); None when there are fewer than ``n`` of those."""
+    unit = Q * max(1, nc.mask_tiles)
+    units = cdiv(nc.rows, unit)
+    if units < n:
+        return None
+    return [(min(a * unit, nc.rows), min(b * unit, nc.rows)) for a, b in (share_range(units, j, n) for j in range(n))]
 
 
 def column_shares(N: int, n: int, cols: int) -> list[tuple[int, int]]:
@@ -677,11 +708,13 @@ def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
     return {n: np.array(v, np.int64) for n, v in out.items()}, outer, ostride
 
 
-def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int | None = None) -> tuple[EwCode, KernelInfo]:
+def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int | None = None,
+              share: tuple[int, int] | None = None) -> tuple[EwCode, KernelInfo]:
     """Rows of L lanes, contiguous in every input and in the output, in the output's memory order.
     With a symbolic batch of at most ``blocks`` entries, a row never straddles two entries; without
     one, contiguous blocks longer than a row may be cut into rows of ``cols`` lanes and a remainder
-    (``EwCode.rest``)."""
+    (``EwCode.rest``). ``share`` ``(c, n)``: where every part has at least ``n`` rows, chip ``c`` of ``n``
+    computes its share of each part's rows (``EwCode.shared``: every chip's output rows)."""
     what = f"elementwise kernel {k.name}"
     if len(k.srcs) > EW_MAX_INPUTS:
         raise ChipCompileError(f"{what}: {len(k.srcs)} inputs, at most {EW_MAX_INPUTS} are supported")
@@ -700,11 +733,19 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int | None
         L, full = cfg.cols, R // cfg.cols
         starts = [(b0 + np.arange(full) * L).reshape(-1)] + ([b0[:, 0] + full * L] if R % L else [])
     lut = lut_rows(cfg) if qk.table is not None else 0      # a lookup-table kernel keeps its table in SPM
+    lanes = [L, R % L if R else 0][:len(starts)]
+    shared = None
+    if share is not None and all(len(st) >= share[1] for st in starts):
+        c, n = share
+        shared = [[(tensor_addr[k.out] + seqs[0][st[slice(*share_range(len(st), j, n))]], w)
+                   for st, w in zip(starts, lanes)] for j in range(n)]
+        starts = [st[slice(*share_range(len(st), c, n))] for st in starts]
     parts = [_ew_part(cfg, k, qk, what, [tensor_addr[k.out]] + [tensor_addr[t] for t, _ in k.srcs], seqs, st,
                       lanes, lut) for st, lanes in zip(starts, [L, R % L if R else 0])]
     for a, b in zip(parts, parts[1:]):
         a.rest = b
     ec = parts[0]
+    ec.shared = shared
     return ec, KernelInfo(k.name, sum(p.tiling.M for p in parts), len(k.srcs), L, ec.tiling, 0, 0,
                           "lookup table" if lut else "elementwise")
 

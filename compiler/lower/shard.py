@@ -295,12 +295,13 @@ def _data(model, feeds, calib, cfg, n, topology, base, options) -> ShardedModel:
 # ---------------------------------------------------------------------------------------------- tensor parallel
 
 def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedModel:
-    """Every chip runs every kernel on the whole batch, but a GEMM kernel of at least ``n`` output columns
-    computes only the chip's share of them (whole MXU column tiles where there are enough: convolutions split
-    by output channel, linear layers by output feature, attention projections by head where the heads are
-    tile-aligned) with only its share of the weights in its DRAM; a ring all-gather (``AllGather``) then leaves
-    the whole output in every chip's DRAM before the next kernel reads it. Other kernels (norms, softmax,
-    attention, elementwise) run whole on every chip."""
+    """Every chip runs its share of every kernel on the whole batch (``pipeline.lower_schedule``'s ``shard``): a
+    GEMM kernel of at least ``n`` output columns its share of them (whole MXU column tiles where there are
+    enough: convolutions split by output channel, linear layers by output feature, attention projections by
+    head where the heads are tile-aligned), with only its share of the weights in its DRAM; a product of two
+    activations its share of the slices (heads); a norm, softmax, activation or elementwise kernel its share of
+    the rows. A ring all-gather (``AllGather``) then leaves the whole output in every chip's DRAM before the
+    next kernel reads it. The fused attention and table lookups run whole on every chip."""
     t0 = time.perf_counter()
     parts = []
     for c in range(n):
@@ -327,8 +328,7 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
                     fen[len(seq)] = lw.fences[j]
                 seq.append(lw.codes[j])
             if i in split:
-                ranges, rows, eb = split[i]
-                seq.append(AllGather(p.qsched.sched.kernels[i].name, ranges, rows, eb, c, bufs, cfg, ports[c]))
+                seq.append(AllGather(p.qsched.sched.kernels[i].name, split[i], c, bufs, cfg, ports[c]))
         e = emit_program(seq, cfg, pre, fen)
         if len(e) > cfg.imem_words:
             raise ChipCompileError(f"tensor parallel over {n} chips: chip {c}'s program needs {len(e)} instructions; "
@@ -340,67 +340,89 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
 
 
 class AllGather:
-    """A ring all-gather of a GEMM kernel's output columns (a code that emits itself; ``emit.emit_program``
-    fences it): chip ``rank`` holds columns ``ranges[rank]`` of every output row (DRAM ``rows[m]`` + column x
-    ``eb`` bytes); after ``n - 1`` steps every chip holds them all. Step ``t`` sends slice ``rank - t`` to the
-    next chip (port 0) and receives slice ``rank - t - 1`` from the previous one (port 1), which it stores and
-    sends on at step ``t + 1`` straight from SPM. A slice is ``ceil(width x eb / cols)`` SPM rows per output
-    row, column piece major; the output rows go in chunks that fit one of two SPM buffers, which alternate
-    between sending and receiving under tokens (no fence inside a chunk)."""
+    """A ring all-gather of what the chips wrote of one kernel's output (a code that emits itself;
+    ``emit.emit_program`` fences it). ``slices[j]``: the blocks chip ``j`` (place ``j`` of the cycle) wrote, each
+    ``(DRAM address of every run, run bytes)``; after ``n - 1`` steps every chip holds every slice. Step ``t``
+    sends slice ``rank - t`` to the next chip (``ports[0]``) and receives slice ``rank - t - 1`` from the
+    previous one (``ports[1]``), which it stores and sends on at step ``t + 1`` straight from SPM. A run is
+    ``ceil(bytes / cols)`` SPM rows, piece major within a block; the slices go in chunks that fit one of two SPM
+    buffers, which alternate between sending and receiving under tokens (no fence inside a chunk; a slice with
+    fewer chunks sends and receives empty ones)."""
 
-    def __init__(self, name: str, ranges: list, rows: np.ndarray, eb: int, rank: int, bufs: tuple, cfg: ChipConfig,
-                 ports: tuple = (0, 1)):
-        self.name = f"all-gather {name}"
-        self.ports = ports
-        self.ranges, self.rows, self.eb, self.rank, self.bufs, self.cfg = ranges, np.asarray(rows), eb, rank, bufs, cfg
-        C = cfg.cols
-        self.P = [cdiv((b - a) * eb, C) for a, b in ranges]
-        if max(self.P) > bufs[2]:
-            raise ChipCompileError(f"{self.name}: a row's share of {max(self.P) * C} bytes exceeds the "
-                                   f"{bufs[2]} SPM rows of a transfer buffer")
+    def __init__(self, name: str, slices: list, rank: int, bufs: tuple, cfg: ChipConfig, ports: tuple = (0, 1)):
+        self.name, self.rank, self.bufs, self.cfg, self.ports = f"all-gather {name}", rank, bufs, cfg, ports
+        C, H = cfg.cols, bufs[2]
+        self.chunks = []                            # per slice: its chunks, each [(addresses, run bytes)]
+        for blocks in slices:
+            out, cur, used = [], [], 0
+            for addrs, wb in blocks:
+                P = cdiv(wb, C)
+                if P > H:
+                    raise ChipCompileError(f"{self.name}: a run of {wb} bytes exceeds the {H} SPM rows of a "
+                                           "transfer buffer")
+                addrs = np.asarray(addrs, np.int64)
+                k = 0
+                while k < len(addrs):
+                    take = min(len(addrs) - k, (H - used) // P)
+                    if take == 0:
+                        out.append(cur)
+                        cur, used = [], 0
+                        continue
+                    cur.append((addrs[k:k + take], wb))
+                    used += take * P
+                    k += take
+            if cur:
+                out.append(cur)
+            self.chunks.append(out)
 
-    def _move(self, e, op: str, j: int, buf: int, addrs: np.ndarray, wait: list, signal: list) -> None:
+    def _rows(self, part: list) -> int:
+        return sum(len(a) * cdiv(wb, self.cfg.cols) for a, wb in part)
+
+    def _move(self, e, op: str, part: list, buf: int, wait: list, signal: list) -> None:
         from compiler.lower.tiling import groups
         from isa.regs import L1
-        C, k = self.cfg.cols, len(addrs)
-        a, b = self.ranges[j]
-        wb = (b - a) * self.eb
-        gs = groups(addrs)
-        todo = [(p, g) for p in range(self.P[j]) for g in gs]
-        for idx, (p, g) in enumerate(todo):
+        C = self.cfg.cols
+        todo, off = [], 0
+        for addrs, wb in part:
+            k = len(addrs)
+            for p in range(cdiv(wb, C)):
+                todo += [(buf + off + p * k + g.local, g, p * C, min(C, wb - p * C)) for g in groups(addrs)]
+            off += k * cdiv(wb, C)
+        if not todo:                                # an empty chunk still passes its tokens on
+            far = dram[0]
+            e.emit(op, *((spm[buf], far) if op == "dma.ld" else (far, spm[buf])), rows=0, wait=wait, signal=signal)
+            return
+        for idx, (row, g, dp, ln) in enumerate(todo):
             mods = {"wait": wait if idx == 0 else [], "signal": signal if idx == len(todo) - 1 else []}
             if g.count > 1:
                 e.emit("loop", L1, g.count, s0=g.lstride if op == "dma.ld" else g.dstride,
                        s1=g.dstride if op == "dma.ld" else g.lstride)
                 mods.update(rep=L1, sync="once")
-            local, far = spm[buf + p * k + g.local], dram[g.dram + a * self.eb + p * C]
-            ln = min(C, wb - p * C)
+            local, far = spm[row], dram[g.dram + dp]
             if op == "dma.ld":
                 e.emit(op, local, far, rows=g.rows, len=ln, rstride=g.rstride, **mods)
             else:
                 e.emit(op, far, local, rows=g.rows, len=ln, rstride=g.rstride, **mods)
 
     def emit(self, e) -> None:
-        n, c = len(self.ranges), self.rank
+        n, c = len(self.chunks), self.rank
         if n < 2:
             return
         X = self.bufs[:2]
-        mc = max(1, self.bufs[2] // max(self.P))
-        e.comment(f"{self.name}: {n} chips, columns {self.ranges}")
-        for m0 in range(0, len(self.rows), mc):
-            addrs = self.rows[m0:m0 + mc]
-            k = len(addrs)
-            # the load signals the store unit too: a store's footprint (the rows' bounding range) overlaps it
-            self._move(e, "dma.ld", c, X[0], addrs, [], ["ltx", "store"])
+        e.comment(f"{self.name}: {n} chips")
+        for ci in range(max(len(ch) for ch in self.chunks)):
+            part = [ch[ci] if ci < len(ch) else [] for ch in self.chunks]
+            # the load signals the store unit too: a store's footprint (its rows' bounding range) may overlap it
+            self._move(e, "dma.ld", part[c], X[0], [], ["ltx", "store"])
             for t in range(n - 1):
                 snd, rcv = (c - t) % n, (c - t - 1) % n
                 xs, yr = X[t % 2], X[(t + 1) % 2]
-                e.emit("link.send", self.ports[0], spm[xs], n=self.P[snd] * k, wait=["load" if t == 0 else "lrx"],
-                       signal=["lrx"] if t + 1 <= n - 2 else [])
-                e.emit("link.recv", self.ports[1], spm[yr], n=self.P[rcv] * k,
+                e.emit("link.send", self.ports[0], spm[xs], n=self._rows(part[snd]),
+                       wait=["load" if t == 0 else "lrx"], signal=["lrx"] if t + 1 <= n - 2 else [])
+                e.emit("link.recv", self.ports[1], spm[yr], n=self._rows(part[rcv]),
                        wait=(["ltx"] if t >= 1 else []) + (["store"] if t >= 2 else []),
                        signal=["store"] + (["ltx"] if t + 1 <= n - 2 else []))
-                self._move(e, "dma.st", rcv, yr, addrs, ["lrx"] + (["load"] if t == 0 else []),
+                self._move(e, "dma.st", part[rcv], yr, ["lrx"] + (["load"] if t == 0 else []),
                            ["lrx"] if t + 2 <= n - 2 else [])
             e.emit("fence", "all")
 
