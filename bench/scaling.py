@@ -14,13 +14,14 @@ in the same process, one after the other:
   benchmark with exit status 1);
 * compile and simulation wall time.
 
-Models: the digits MLP (64-128-64-10, batch 64), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32,
-and 112x112 without ``--quick``) and a transformer block (``nn.TransformerBlock(512, 8)``, T 64 without
-``--quick``; d 128, 4 heads, T 32 with it). Pipeline runs take 2 x chips micro-batches where the batch
-allows (the batch otherwise), the transformer block (batch 1) runs data and pipeline on no chips. The goals
-of the multi-chip issue (data-parallel ResNet-18 at batch 8 on 4 chips >= 90%, tensor-parallel transformer
-block >= 75%, pipeline of 8 micro-batches over 4 chips >= 80%) are the rows to look at; docs/sharding.md has
-the table of the last full run.
+Models: an MLP of the digits model's shape (64-128-64-10, batch 64, random weights; also on 16 and 64
+chips), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32, and 112x112 without ``--quick``) and a
+transformer block (``nn.TransformerBlock(512, 8)``, T 64 without ``--quick``; d 128, 4 heads, T 32 with it).
+Pipeline runs take 2 x chips micro-batches where the batch allows (else one per sample: the transformer
+block's batch of 1 is one micro-batch, no overlap); data parallel needs a sample per chip. The goals of the
+multi-chip issue (data-parallel ResNet-18 at batch 8 on 4 chips >= 90%, tensor-parallel transformer block
+d512/8 heads on 4 chips >= 75%, a pipeline of 8 micro-batches over 4 chips >= 80%) are the rows to look at;
+docs/sharding.md has the table of the last full run.
 """
 from __future__ import annotations
 
@@ -59,12 +60,13 @@ def _block(d, heads, T):
 
 
 def models(quick: bool) -> list:
-    out = [("digits MLP (batch 64)", _mlp), ("ResNet-18 32x32 (batch 8)", lambda: _resnet(32))]
+    """(name, build, more chip counts run without ``--quick`` and without ``--chips``)."""
+    out = [("MLP 64-128-64-10 (batch 64)", _mlp, [16, 64]), ("ResNet-18 32x32 (batch 8)", lambda: _resnet(32), [])]
     if quick:
-        out.append(("transformer block d128 h4 T32", lambda: _block(128, 4, 32)))
+        out.append(("transformer block d128 h4 T32", lambda: _block(128, 4, 32), []))
     else:
-        out += [("ResNet-18 112x112 (batch 8)", lambda: _resnet(112)),
-                ("transformer block d512 h8 T64", lambda: _block(512, 8, 64))]
+        out += [("ResNet-18 112x112 (batch 8)", lambda: _resnet(112), []),
+                ("transformer block d512 h8 T64", lambda: _block(512, 8, 64), [])]
     return out
 
 
@@ -149,9 +151,10 @@ def main(argv=None) -> int:
     if args.json and not args.json.parent.is_dir():
         ap.error(f"--json {args.json}: no folder {args.json.parent}")
     rows = []
-    for name, build in models(args.quick):
+    for name, build, more in models(args.quick):
         if args.only in name:
-            got = run(name, build, args.config, chips, strategies, args.topology)
+            got = run(name, build, args.config, chips + ([] if args.quick or args.chips else more), strategies,
+                      args.topology)
             print("\n".join(table(got).splitlines()[2:]), flush=True)
             rows += got
     print(table(rows))
