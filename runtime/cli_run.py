@@ -114,13 +114,24 @@ def _device(name: str, **kw):
               help="write a PNG of the chip run: per-unit timeline and utilization (sim and rtl devices)")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               help="write outputs summary, Stats and compile figures as JSON")
+@click.option("--chips", type=click.IntRange(min=1), default=1, show_default=True,
+              help="shard the model over this many chips (sim and rtl devices; docs/sharding.md)")
+@click.option("--parallel", type=click.Choice(["auto", "data", "tensor", "pipeline"]), default="auto",
+              show_default=True, help="how --chips > 1 shards the model")
+@click.option("--topology", type=click.Choice(["ring", "torus2d"]), default="ring", show_default=True,
+              help="how --chips > 1 are wired (torus2d: a config with 4 link ports)")
 def run_cmd(file: Path, input_files: tuple[str, ...], device: str, config: str, trace: Path | None,
-            plot: Path | None, json_out: Path | None) -> None:
+            plot: Path | None, json_out: Path | None, chips: int, parallel: str, topology: str) -> None:
     """Run the model FILE.py defines (``model``, ``inputs``; optional ``calibration``, ``labels``),
     or the ONNX model FILE.onnx on its ``--input`` arrays."""
     from compiler.frontend.tensor import Tensor
     from compiler.lower.dispatch import compile_model
     is_onnx = file.suffix.lower() == ".onnx"
+    if chips > 1 and device not in ("sim", "rtl"):
+        raise TetrachipError(f"--chips {chips}: the sim and rtl devices run a model over several chips, not "
+                             f"--device {device}")
+    if chips > 1 and plot:
+        raise TetrachipError(f"--plot draws one chip's timeline; with --chips {chips} use --trace")
     if plot:
         if device in ("numpy", "opencl"):
             raise TetrachipError(f"--plot: --device {device} has no timeline; use --device sim")
@@ -133,13 +144,16 @@ def run_cmd(file: Path, input_files: tuple[str, ...], device: str, config: str, 
     report: dict = {"file": str(file), "device": device, "config": config}
     t0 = time.perf_counter()
     if device == "rtl":
-        _device("rtl", config=config)                 # before compiling: one line if no HDL simulator
+        _device("rtl", config=config, chips=chips)    # before compiling: one line if no HDL simulator
     if device in ("numpy", "opencl"):
         args = list(inputs.values()) if isinstance(inputs, dict) else inputs
         if not is_onnx:
             args = [Tensor(np.asarray(a, np.float32)) for a in args]
         out = model(*args)
         outs = _device(device).run(*(out if isinstance(out, (list, tuple)) else [out]))
+    elif chips > 1:
+        _run_sharded(model, inputs, ns, device, config, chips, parallel, topology, trace, report)
+        outs = report.pop("_outputs")
     else:
         cm = compile_model(model, inputs, config=config, calibration=ns.get("calibration"))
         click.echo(cm.summary())
@@ -188,3 +202,33 @@ def run_cmd(file: Path, input_files: tuple[str, ...], device: str, config: str, 
             json_out.write_text(json.dumps(report, indent=2) + "\n")
         except OSError as e:
             raise TetrachipError(f"{json_out}: cannot write: {e.strerror}") from None
+
+
+def _run_sharded(model, inputs, ns, device, config, chips, parallel, topology, trace, report) -> None:
+    """``--chips N``: the model sharded (``tc.compile(..., chips=N)``) and run on N chips; the outputs must equal
+    the single-chip model's reference."""
+    from compiler.lower.shard import compile as compile_sharded
+    sm = compile_sharded(model, inputs, config, chips=chips, parallel=parallel, topology=topology,
+                         calibration=ns.get("calibration"))
+    click.echo(sm.summary())
+    kw = {"topology": topology} if device == "sim" else {}
+    dev = _device(device, config=config, chips=chips, trace=bool(trace), **kw)
+    args = [inputs] if isinstance(inputs, dict) else inputs
+    res = dev.run(sm, *args)
+    ref = sm.reference(*args)
+    err = max((float(np.max(np.abs(np.asarray(o, np.float64) - np.asarray(r, np.float64)), initial=0.0))
+               for o, r in zip(res.outputs, ref)), default=0.0)
+    click.echo(res.stats.table())
+    click.echo(f"{chips} chips ({sm.parallel} parallel, {topology}): {res.stats.cycles} cycles, "
+               f"{res.stats.link_bytes} link bytes; max |chips - reference| = {err:g}")
+    report.update(chips=chips, parallel=sm.parallel, topology=topology, cycles=res.stats.cycles,
+                  stats=[st.to_dict() for st in res.stats], max_abs_vs_reference=err, compile_s=sm.compile_s,
+                  _outputs=res.outputs)
+    if trace:
+        if res.trace is None:
+            raise TetrachipError(f"--trace: --device {device} with --chips records no trace")
+        try:
+            res.trace.save_chrome(trace)
+        except OSError as e:
+            raise TetrachipError(f"{trace}: cannot write: {e.strerror}") from None
+        click.echo(f"trace: {trace} (open in https://ui.perfetto.dev)")

@@ -43,3 +43,24 @@ def test_run_errors_are_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr("verify.cosim.available", lambda sim: "not installed")    # no HDL simulator
     r = CliRunner().invoke(main, ["run", str(g), "--device", "rtl"])
     assert r.exit_code == 1 and "co-simulation" in r.output and "Traceback" not in r.output
+
+
+def test_run_on_several_chips(tmp_path):
+    """--chips 2: the model sharded, each chip's stats, the outputs equal to the single chip's reference."""
+    f = tmp_path / "m.py"
+    f.write_text(MODEL)
+    for parallel in ("data", "tensor"):
+        out = tmp_path / f"{parallel}.json"
+        r = CliRunner().invoke(main, ["run", str(f), "--device", "sim", "--config", "small", "--chips", "2",
+                                      "--parallel", parallel, "--json", str(out), "--trace", str(tmp_path / "t.json")])
+        assert r.exit_code == 0, r.output
+        rep = json.loads(out.read_text())
+        assert rep["chips"] == 2 and rep["parallel"] == parallel and len(rep["stats"]) == 2
+        assert rep["max_abs_vs_reference"] == 0 and rep["accuracy"] == 1.0
+        assert rep["cycles"] == max(s["cycles"] for s in rep["stats"])
+        assert "2 chips (" in r.output and "chip 1:" in r.output
+    for argv, msg in ((["--chips", "2", "--device", "numpy"], "not --device numpy"),
+                      (["--chips", "2", "--plot", str(tmp_path / "p.png")], "--plot"),
+                      (["--chips", "0"], "--chips")):
+        r = CliRunner().invoke(main, ["run", str(f), *argv])
+        assert r.exit_code in (1, 2) and msg in r.output and "Traceback" not in r.output, r.output
