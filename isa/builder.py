@@ -90,6 +90,9 @@ class ProgramBuilder:
         self._used: set[int] = set()
         self._fresh = 0
         self._reserved_names = set(predefined(config))
+        #: prepended to the name of every new label (code emitted more than once into one program gives each
+        #: copy its own labels)
+        self.label_prefix = ""
         #: (phase name, pc of its first instruction), in order
         self.marks: list[tuple[str, int]] = []
 
@@ -109,7 +112,8 @@ class ProgramBuilder:
 
     # -- labels, comments, marks ---------------------------------------------------------------
     def new_label(self, name: str) -> Label:
-        """A label named ``name``, placed later with ``place`` (a forward reference until then)."""
+        """A label named ``label_prefix + name``, placed later with ``place`` (a forward reference until then)."""
+        name = self.label_prefix + name
         if not _LABEL_NAME.fullmatch(name) or name in BY_MNEMONIC or name in self._reserved_names:
             raise BuildError(f"bad label name {name!r} (a name like 'loop_top', not a mnemonic or "
                              f"a predefined constant)")

@@ -64,7 +64,7 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     host writes per run (compiler.lower.keybound): a decode step whose cost follows the position.
     ``borders_always=True`` (the sharding compiler, ``compiler.lower.shard``): the ordinary pipeline keeps its
     codes for re-emission (``pipeline.Lowered``), every padded tensor's border zeroed by its producer; ``shard=(c, n)``
-    lowers chip ``c``'s share of each GEMM kernel's output columns (tensor parallel)."""
+    lowers chip ``c``'s share of each kernel (tensor parallel, ``pipeline.lower_schedule``)."""
     if key_bound is not None and (dynamic or search or transformer.blocks_of(model_or_fn) is not None):
         raise ChipCompileError("key_bound: the ordinary pipeline only (no symbolic dimension, no search, no "
                                "transformer-block module)")

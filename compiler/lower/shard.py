@@ -38,6 +38,7 @@ from isa.operands import dram, spm
 from isa.regs import Reg
 from isa.program import DRAM_ALIGN, Program
 
+from compiler.lower import transformer
 from compiler.lower.compiled import named_feeds, unpack_inputs
 from compiler.lower.dispatch import compile_model
 from compiler.lower.emit import emit_program
@@ -72,6 +73,9 @@ def compile(model, example_inputs, config="base", *, chips: int = 1, parallel: s
     if chips > 1 and cfg.links < 2:
         raise ChipCompileError(f"config {cfg.name!r} has {cfg.links} link port(s) (links); chips in a ring need 2")
     feeds = _feeds(model, example_inputs)
+    if transformer.blocks_of(model) is not None:         # a transformer-block module: its graph, like any model
+        module = model
+        model = lambda *xs: module(*xs)                  # noqa: E731
     calib = [feeds] if calibration is None else [_as_dict(c, list(feeds)) for c in calibration]
     base = compile_model(model, feeds, cfg, calibration=calib, **options)
     if not isinstance(base, CompiledModel):
@@ -253,16 +257,19 @@ def _cut(feeds: dict, n: int, piece: int, batch: int) -> list[dict]:
     return out
 
 
-def _part(model, feeds, calib, cfg, n, options, what) -> tuple[CompiledModel, int, list]:
+def _part(model, feeds, calib, cfg, n, options, what, resident: bool = False) -> tuple[CompiledModel, int, list]:
     """The model compiled for one of ``n`` pieces of the batch, quantized as the whole (the calibration
-    feeds cut the same way), and the pieces of the example."""
+    feeds cut the same way), and the pieces of the example. ``resident``: no tensor takes an input's place in
+    DRAM (a program that runs its kernels once per micro-batch finds its constant inputs where the host
+    wrote them)."""
     B = _batch(feeds)
     if n > B:
         raise ChipCompileError(f"{what}: {n} pieces of a batch of {B}")
     piece = cdiv(B, n)
     pieces = _cut(feeds, n, piece, B)
     pcal = [p for c in calib for p in _cut(c, cdiv(_batch(c), piece), piece, _batch(c))]
-    part = compile_model(model, pieces[0], cfg, calibration=pcal, borders_always=True, **options)
+    part = compile_model(model, pieces[0], cfg, calibration=pcal, borders_always=True, resident_inputs=resident,
+                         **options)
     if not isinstance(part, CompiledModel) or part.lowered is None:
         raise ChipCompileError(f"{what}: a model of the ordinary kernel pipeline only")
     return part, piece, pieces
@@ -436,7 +443,7 @@ def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> Sh
     if not isinstance(M, int) or M < 1:
         raise ChipCompileError(f"micro_batches={micro!r}: a positive number")
     what = f"pipeline over {n} chips, {M} micro-batch(es)"
-    part, piece, pieces = _part(model, feeds, calib, cfg, M, options, what)
+    part, piece, pieces = _part(model, feeds, calib, cfg, M, options, what, resident=True)
     _check_samplewise(base, part, feeds, pieces, what)
     s, q, lw = part.qsched.sched, part.qsched, part.lowered
     nk, nc = len(s.kernels), len(lw.codes)
@@ -510,7 +517,7 @@ def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> Sh
         # the micro-batches as a scalar loop over the slots (MB_REG: the slot's offset) where the stage's codes
         # leave r14/r15 alone; else unrolled
         seq, pre, fen = iteration(c, 0, MB_REG)
-        codes_use = _regs_used(emit_program([x for x in seq if not isinstance(x, Glue)], cfg, pre, fen))
+        codes_use = emit_program([x for x in seq if not isinstance(x, Glue)], cfg, pre, fen).registers_used
         if M > 1 and not codes_use & {MB_REG.n, MB_END.n}:
             head = LoopEdge("head", M * S)
             seq = [head] + seq + [LoopEdge("back", S, head)]
@@ -520,6 +527,8 @@ def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> Sh
             seq, pre, fen = [], {}, {}
             for m in range(M):
                 s2, p2, f2 = iteration(c, m, None)
+                s2, p2, f2 = [LabelPrefix(f"mb{m}_")] + s2, {i + 1: v for i, v in p2.items()}, \
+                    {i + 1: v for i, v in f2.items()}
                 pre.update({i + len(seq): v for i, v in p2.items()})
                 fen.update({i + len(seq): v for i, v in f2.items()})
                 seq += s2
@@ -654,10 +663,15 @@ class LoopEdge:
             e.emit("blt", MB_REG, MB_END, self.head.top)
 
 
-def _regs_used(e) -> set:
-    """Scalar registers named anywhere in a builder's program (its listing)."""
-    import re
-    return {int(r) for r in re.findall(r"\br(\d+)\b", e.text())}
+class LabelPrefix:
+    """Emits nothing but sets the builder's label prefix: each unrolled copy of a stage's codes has its own
+    labels."""
+
+    def __init__(self, prefix: str):
+        self.prefix, self.name = prefix, f"labels {prefix}"
+
+    def emit(self, e) -> None:
+        e.label_prefix = self.prefix
 
 
 def ring_order(topology: str, n: int, cfg: ChipConfig, shape: tuple | None = None):

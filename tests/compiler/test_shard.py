@@ -255,3 +255,16 @@ def _deep():
     for i, (a, b) in enumerate(zip(d[:-1], d[1:])):
         layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i + 2 < len(d) else [])
     return nn.Sequential(*layers)
+
+
+def test_transformer_block_module_every_strategy():
+    """nn.TransformerBlock (its graph: norms, the fused attention, GELU table, residuals) over 2 chips: the
+    pipeline unrolls its micro-batches (the fused attention uses the loop's registers), each copy with its own
+    labels; tensor parallel shares the projections, norms and elementwise kernels, the attention runs whole."""
+    tc.manual_seed(0)
+    m = nn.TransformerBlock(64, 4)
+    x = _x((4, 16, 64), 12)
+    ref = tc.compile(m, [x], "base").reference(x)
+    for par in ("data", "tensor", "pipeline"):
+        sm = tc.compile(m, [x], "base", chips=2, parallel=par)
+        _exact(tc.Device("sim", config="base", chips=2).run(sm, x), ref)
