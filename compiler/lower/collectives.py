@@ -62,7 +62,7 @@ def _mem(space: int, addr: int) -> Mem:
 # -- point to point ----------------------------------------------------------------------------------
 
 def send(e: ProgramBuilder, port: int, space: int, addr: int, rows: int, *,
-         wait: str | None = None, signal: str | None = None) -> None:
+         wait: str | list | None = None, signal: str | list | None = None) -> None:
     """Send rows ``addr .. addr+rows-1`` of ``space`` on ``port``. ``wait`` names the units that wrote
     those rows (their tokens are consumed when the send starts); ``signal`` the units that may reuse
     the rows once the last flit has left (the send's retire). No fence."""
@@ -70,7 +70,7 @@ def send(e: ProgramBuilder, port: int, space: int, addr: int, rows: int, *,
 
 
 def recv(e: ProgramBuilder, port: int, space: int, addr: int, rows: int, *,
-         wait: str | None = None, signal: str | None = None) -> None:
+         wait: str | list | None = None, signal: str | list | None = None) -> None:
     """Receive ``rows`` rows of ``space`` from ``port`` into ``addr ..``. ``wait`` names the units that
     must be done with those rows first; ``signal`` the units that read them (their token counts from
     the receive's retire, when the last row is written). No fence."""

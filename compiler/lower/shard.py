@@ -36,9 +36,11 @@ from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.operands import dram, spm
 from isa.regs import Reg
+from isa.table import Space
 from isa.program import DRAM_ALIGN, Program
 
 from compiler.lower import transformer
+from compiler.lower.collectives import recv, send
 from compiler.lower.compiled import named_feeds, unpack_inputs
 from compiler.lower.dispatch import compile_model
 from compiler.lower.emit import emit_program
@@ -424,11 +426,11 @@ class AllGather:
             for t in range(n - 1):
                 snd, rcv = (c - t) % n, (c - t - 1) % n
                 xs, yr = X[t % 2], X[(t + 1) % 2]
-                e.emit("link.send", self.ports[0], spm[xs], n=self._rows(part[snd]),
-                       wait=["load" if t == 0 else "lrx"], signal=["lrx"] if t + 1 <= n - 2 else [])
-                e.emit("link.recv", self.ports[1], spm[yr], n=self._rows(part[rcv]),
-                       wait=(["ltx"] if t >= 1 else []) + (["store"] if t >= 2 else []),
-                       signal=["store"] + (["ltx"] if t + 1 <= n - 2 else []))
+                send(e, self.ports[0], Space.SPM, xs, self._rows(part[snd]),
+                     wait=["load" if t == 0 else "lrx"], signal=["lrx"] if t + 1 <= n - 2 else [])
+                recv(e, self.ports[1], Space.SPM, yr, self._rows(part[rcv]),
+                     wait=(["ltx"] if t >= 1 else []) + (["store"] if t >= 2 else []),
+                     signal=["store"] + (["ltx"] if t + 1 <= n - 2 else []))
                 self._move(e, "dma.st", part[rcv], yr, ["lrx"] + (["load"] if t == 0 else []),
                            ["lrx"] if t + 2 <= n - 2 else [])
             e.emit("fence", "all")
@@ -616,11 +618,11 @@ class Glue:
             last = src if i + 2 < len(chunks) else None  # ... and this chunk's: the buffer is free again
             rows = cdiv(nb, C)
             if self.kind == "recv":
-                e.emit("link.recv", self.port, spm[row], n=rows, wait=free, signal=dst)
+                recv(e, self.port, Space.SPM, row, rows, wait=free, signal=dst)
             else:
                 _dma(e, "dma.ld", row, sa, nb, C, wait=free, signal=dst, reg=self.reg if self.reg_on == "src" else None)
             if self.kind == "send":
-                e.emit("link.send", self.port, spm[row], n=rows, wait=src, signal=last)
+                send(e, self.port, Space.SPM, row, rows, wait=src, signal=last)
             else:
                 _dma(e, "dma.st", row, da, nb, C, wait=src, signal=last, reg=self.reg if self.reg_on == "dst" else None)
         e.emit("fence", "all")
