@@ -193,3 +193,10 @@ def _presets() -> dict[str, ChipConfig]:
 
 PRESETS: dict[str, ChipConfig] = {}
 PRESETS.update(_presets())
+
+
+def square_shape(n: int) -> tuple[int, int]:
+    """The most square factorisation ``(rows, cols)`` of n chips, rows <= cols (8 -> (2, 4), 7 -> (1, 7)): the
+    default shape of a 2-D torus (``sim.System``, ``compiler.lower.shard``)."""
+    rows = max(d for d in range(1, int(n ** 0.5) + 1) if n % d == 0)
+    return rows, n // rows

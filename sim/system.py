@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from isa.config import ChipConfig
+from isa.config import ChipConfig, square_shape
 from isa.encoding import Instruction
 from isa.errors import ErrorCode
 from isa.program import Program
@@ -19,11 +19,6 @@ from .stats import Stats, Trace
 
 TOPOLOGIES = ("ring", "torus2d")
 
-
-def square_shape(n: int) -> tuple[int, int]:
-    """The most square factorisation ``(rows, cols)`` of n, rows <= cols (8 -> (2, 4), 7 -> (1, 7))."""
-    rows = max(d for d in range(1, int(n ** 0.5) + 1) if n % d == 0)
-    return rows, n // rows
 
 
 class System:

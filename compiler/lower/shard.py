@@ -16,7 +16,8 @@ tensors at the same addresses), so a tensor moves between chips as the bytes at 
   (chip 0 copies the micro-batch's inputs from where the host put them), runs its kernels, copies the
   model outputs it produced to the micro-batch's place, and sends the tensors live after its stage to chip
   ``s + 1``. Transfers go DRAM -> SPM -> link -> SPM -> DRAM in chunks, double-buffered under tokens
-  (``_stream``). The micro-batch loop is unrolled: each chip's program must fit its instruction memory.
+  (``Glue``). The micro-batches are a scalar loop over DRAM slots (unrolled where a stage's kernels use the
+  loop's registers); each chip's program must fit its instruction memory.
 * ``parallel="auto"``: each strategy that compiles (and micro-batch counts for the pipeline) is simulated
   and the fewest cycles wins; the choice is cached by the model's graph and inputs (``auto_cache``).
 
@@ -25,13 +26,12 @@ the ring and torus wiring are in docs/microarchitecture.md ("Links"); docs/shard
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from isa.config import ChipConfig
+from isa.config import ChipConfig, square_shape
 from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.operands import dram, spm
@@ -41,7 +41,7 @@ from isa.program import DRAM_ALIGN, Program
 
 from compiler.lower import transformer
 from compiler.lower.collectives import recv, send
-from compiler.lower.compiled import named_feeds, unpack_inputs
+from compiler.lower.compiled import named_feeds
 from compiler.lower.dispatch import compile_model
 from compiler.lower.emit import emit_program
 from compiler.lower.pipeline import ZERO_ROWS, CompiledModel
@@ -687,7 +687,7 @@ def ring_order(topology: str, n: int, cfg: ChipConfig, shape: tuple | None = Non
     if cfg.links < 4:
         raise ChipCompileError(f"topology torus2d needs 4 link ports per chip; config {cfg.name!r} has "
                                f"{cfg.links} (links)")
-    R, C = shape or _square(n)
+    R, C = shape or square_shape(n)
     if R * C != n:
         raise ChipCompileError(f"a torus of shape {R}x{C} does not hold {n} chips")
     if R == 1 or C == 1:
@@ -717,9 +717,7 @@ def ring_order(topology: str, n: int, cfg: ChipConfig, shape: tuple | None = Non
     return (R, C), order, ports
 
 
-def _square(n: int) -> tuple[int, int]:
-    rows = max(d for d in range(1, int(n ** 0.5) + 1) if n % d == 0)
-    return rows, n // rows
+
 
 
 # ---------------------------------------------------------------------------------------------- auto
@@ -795,9 +793,4 @@ def system_kw(sm: ShardedModel) -> dict:
     return {} if sm.topology == "ring" else {"topology": sm.topology, "shape": tuple(sm.shape)}
 
 
-def efficiency(single_cycles: int, chips: int, cycles: int) -> float:
-    """Parallel efficiency: the speed-up over one chip divided by the chips."""
-    return single_cycles / (chips * cycles) if cycles else math.nan
-
-
-__all__ = ["ShardedModel", "compile", "unpack_inputs"]
+__all__ = ["ShardedModel", "compile"]
