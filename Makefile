@@ -1,6 +1,6 @@
 # tetrachip: two commands from a fresh clone.
 #   make demo   the main end-to-end job on the embedded default config
-#   make test   the whole test suite (what CI runs); lanes: make test-fast | test-rtl | test-cosim
+#   make test   the whole test suite (what CI runs); lanes: make test-fast | test-rtl | test-cosim | fuzz-long
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -40,6 +40,12 @@ test-rtl: $(STAMP)
 # the chip's Verilog under cocotb against the simulator (tests/cosim)
 test-cosim: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m cosim
+
+# the long fuzzing lane: every fuzzer of the suite (tests named *fuzz*) with ten times its count
+# (20,000 assembly texts, binaries, CLI argument vectors and API argument tuples each); not part of make test
+.PHONY: fuzz-long
+fuzz-long: $(STAMP)
+	TETRACHIP_FUZZ_SCALE=10 $(PY) -m pytest -q $(XDIST) -k fuzz -m "not rtl and not cosim"
 
 docs: $(STAMP)
 	$(PY) -m isa.docgen

@@ -24,3 +24,22 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: tests/{folder} has no marker; register `{folder}` in "
                                     "[tool.pytest.ini_options] markers of pyproject.toml")
         item.add_marker(folder)
+
+
+#: how many inputs each of the project's fuzzers tries per test: 1 in ``make test``; ``make fuzz-long``
+#: sets TETRACHIP_FUZZ_SCALE=10 (20,000 assembly texts, binaries, CLI vectors and API tuples each)
+FUZZ_SCALE_ENV = "TETRACHIP_FUZZ_SCALE"
+
+
+@pytest.fixture
+def fuzz_scale() -> int:
+    """Multiplier of every fuzzer's count (``make test``: 1; ``make fuzz-long``: 10)."""
+    import os
+    raw = os.environ.get(FUZZ_SCALE_ENV, "1")
+    try:
+        scale = int(raw)
+    except ValueError:
+        raise pytest.UsageError(f"{FUZZ_SCALE_ENV}={raw!r} is not a whole number") from None
+    if scale < 1:
+        raise pytest.UsageError(f"{FUZZ_SCALE_ENV}={raw!r} must be at least 1")
+    return scale
