@@ -14,6 +14,8 @@ BLOCK = 128
 INSTALL_HINT = ("install cupy for your CUDA version (`pip install -e '.[gpu]'` brings cupy-cuda12x) "
                 "on a machine with an NVIDIA GPU and driver")
 _MODULES: dict = {}   # kernel source -> cupy RawKernel
+#: the compiler options every rendered kernel is built with (NVRTC here; nvcc in the tests)
+NVRTC_OPTIONS = ("--std=c++14",)
 
 
 def find_cupy():
@@ -49,7 +51,7 @@ class CudaBackend:
     def compile(self, rendered) -> None:
         for r in rendered:
             if r.src not in _MODULES:
-                _MODULES[r.src] = self.cp.RawKernel(r.src, r.name, options=("--std=c++14",))
+                _MODULES[r.src] = self.cp.RawKernel(r.src, r.name, options=NVRTC_OPTIONS)
 
     def upload(self, arr: np.ndarray):
         return self.cp.asarray(arr) if arr.size else self.cp.empty(1, dtype=np.uint8)
