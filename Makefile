@@ -27,7 +27,7 @@ demo: $(STAMP)
 XDIST ?= -n auto --dist loadgroup
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(XDIST)
+	$(PY) -m pytest -q $(XDIST) --durations=20
 
 # no RTL simulation: every test not marked rtl or cosim (tests/conftest.py marks them by folder)
 test-fast: $(STAMP)
