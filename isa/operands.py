@@ -185,8 +185,7 @@ def operand(o: Operand, v: object, values: dict[str, int], cfg: ChipConfig) -> L
         if not isinstance(v, Mem) or v.space not in spaces(o):
             raise _wrong("dram[address]", v)
         x = _index(v.reg, cfg)
-        if not 0 <= v.addr < cfg.dram_bytes:
-            raise OperandError(f"DRAM address {v.addr:#x} out of range (DRAM has {cfg.dram_bytes:#x} bytes)")
+        _dram_address(v.addr, cfg)
         values[o.fields[0]], values[o.fields[1]] = v.addr, x
     elif k in ("src", "scale", "count"):
         mode_f, val_f = o.fields[:2]
@@ -319,11 +318,41 @@ def _mem(v: object, o: Operand, cfg: ChipConfig) -> tuple[int, int, int]:
         raise _wrong(" or ".join(f"{s}[row]" for s in spaces(o)), v)
     space = Space[v.space.upper()]
     x = _index(v.reg, cfg)
-    depth = cfg.spm_rows if space == Space.SPM else cfg.acc_rows
-    if not 0 <= v.addr < depth:
-        raise OperandError(f"{space.name} row {v.addr} out of range ({space.name} has {depth} rows)")
+    _row(space, v.addr, cfg)
     return int(space), v.addr, x
 
 
+def _row(space: Space, row: int, cfg: ChipConfig) -> None:
+    depth = cfg.spm_rows if space == Space.SPM else cfg.acc_rows
+    if not 0 <= row < depth:
+        raise OperandError(f"{space.name} row {row} out of range ({space.name} has {depth} rows)")
+
+
+def _dram_address(addr: int, cfg: ChipConfig) -> None:
+    if not 0 <= addr < cfg.dram_bytes:
+        raise OperandError(f"DRAM address {addr:#x} out of range (DRAM has {cfg.dram_bytes:#x} bytes)")
+
+
+def unwritable(ins: Instruction, cfg: ChipConfig) -> OperandError | None:
+    """Why no operand values map to ``ins``, or None. ``decode`` accepts every word whose fields fit and
+    hold legal values, an address past the end of its memory included (the chip finds that out when it
+    runs the instruction: ADDRESS_RANGE); this mapping refuses such an address, so the disassembler
+    writes such an instruction as a ``.word``."""
+    d = ins.as_dict()
+    try:
+        for o in ins.spec.syntax:
+            if o.kind == "mem":
+                _row(o.space if o.space is not None else Space(d[o.fields[0]]), d[o.fields[-2]], cfg)
+            elif o.kind == "dram":
+                _dram_address(d[o.fields[0]], cfg)
+            elif o.kind == "src" and d[o.fields[0]] in (SrcMode.SPM, SrcMode.ACC):
+                _row(Space(d[o.fields[0]]), d[o.fields[1]], cfg)
+            elif o.kind == "scale" and d[o.fields[0]] == ScaleMode.ROW:
+                _row(Space.ACC, d[o.fields[1]], cfg)
+    except OperandError as e:
+        return e
+    return None
+
+
 __all__ = ["Mem", "Label", "spm", "acc", "dram", "OperandError", "QHDR_KEYS", "positional", "modifiers",
-           "keyword", "spaces", "operand", "modifier", "finish", "units"]
+           "keyword", "spaces", "operand", "modifier", "finish", "units", "unwritable"]
