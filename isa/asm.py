@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from . import operands as ops
-from .disasm import LABEL, disassemble
+from .disasm import LABEL, disassemble, isa_sizes, predefined
 from .encoding import Instruction, decode, decode_all
 from .errors import AsmError, DecodeError, EncodeError, TetrachipError
 from .operands import Mem, OperandError
 from .regs import LoopReg, Reg
-from .table import BY_MNEMONIC, WORD_BITS, Instr, Operand, Round, Sizes
+from .table import BY_MNEMONIC, WORD_BITS, Instr, Operand, Round
 
 if TYPE_CHECKING:
     from .config import ChipConfig
@@ -53,13 +53,6 @@ ErrorAt = Callable[[str, int], NoReturn]
 
 _TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|\d[\d_]*)"
                     r"|([A-Za-z_.$][\w.$]*)|(<<|>>|[-+*/%&|^~()\[\]:=]))")
-
-
-def predefined(cfg: ChipConfig) -> dict[str, int]:
-    """Constants every program may use, from the config."""
-    return {"ROWS": cfg.rows, "COLS": cfg.cols, "SPM_ROWS": cfg.spm_rows, "ACC_ROWS": cfg.acc_rows,
-            "DRAM_BYTES": cfg.dram_bytes, "LOOP_REGS": cfg.loop_regs, "SCALAR_REGS": cfg.scalar_regs,
-            "LINKS": cfg.links, "IMEM_WORDS": cfg.imem_words}
 
 
 # --------------------------------------------------------------------------------------------
@@ -491,12 +484,6 @@ def config_mismatch(name: str, cfg: ChipConfig) -> str | None:
         return None
     return (f"this file is written for config {name!r}, and config {cfg.name!r} differs from it in "
             f"{', '.join(differ)}")
-
-
-def isa_sizes() -> list[str]:
-    """The config fields that the instruction fields and the predefined constants derive from: the
-    properties of ``isa.table.Sizes`` but the name."""
-    return [k for k, v in vars(Sizes).items() if isinstance(v, property) and k != "name"]
 
 
 def assemble(text: str, cfg: ChipConfig | str | None = None, filename: str = "<input>") -> Program:

@@ -11,8 +11,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from .encoding import Instruction, encode
-from .table import BY_MNEMONIC, SPACE_BYTES, UNIT_NAMES, WORD_BYTES, CountMode, Operand, ScaleMode, Space, SrcMode, Unit
+from .encoding import Instruction, address_error, encode
+from .table import (BY_MNEMONIC, SPACE_BYTES, UNIT_NAMES, WORD_BYTES, CountMode, Operand, ScaleMode, Sizes, Space,
+                    SrcMode, Unit)
 
 if TYPE_CHECKING:
     from .config import ChipConfig
@@ -27,6 +28,18 @@ class ProgramView(Protocol):
     def instructions(self) -> Sequence[Instruction]: ...
     @property
     def labels(self) -> Mapping[str, int]: ...
+
+
+def isa_sizes() -> list[str]:
+    """The config fields that instruction fields and the predefined constants derive from: the
+    properties of ``isa.table.Sizes`` but the name."""
+    return [k for k, v in vars(Sizes).items() if isinstance(v, property) and k != "name"]
+
+
+def predefined(cfg: ChipConfig) -> dict[str, int]:
+    """Constants every program may use (the assembler's; the disassembler names no label after one):
+    each size of ``isa_sizes`` in capitals (ROWS, COLS, SPM_ROWS, ...), from the config."""
+    return {f.upper(): getattr(cfg, f) for f in isa_sizes()}
 
 
 def resolve_default(o: Operand, values: dict[str, int], cfg: ChipConfig) -> int:
@@ -120,11 +133,8 @@ def disassemble(program: ProgramView) -> str:
     where one is there (every label the assembler reads keeps its name), else ``L<pc>``, made unique
     against every name the program uses; a target beyond the program prints as its number. Labels
     that the assembler could not read back (``a b``, ``ROWS``, ``halt``) are left out. An instruction
-    the assembler refuses though it decodes (an address past the end of its memory: ``unwritable``)
+    the assembler refuses though it decodes (an address past the end of its memory: ``address_error``)
     is written as ``.word``, its text in a comment."""
-    from .asm import predefined        # isa.asm and isa.operands import this module
-    from .operands import unwritable
-
     cfg = program.config
     n = len(program.instructions)
     reserved = set(predefined(cfg)) | set(BY_MNEMONIC)
@@ -148,14 +158,15 @@ def disassemble(program: ProgramView) -> str:
             names[t] = name
             at_pc.setdefault(t, []).append(name)
     labels = {t: names[t] for t in targets}
-    header = f".config {cfg.name}" if _config_name_ok(cfg.name) else f"; (config name {cfg.name!r} is no .config operand)"
+    header = (f".config {cfg.name}" if _config_name_ok(cfg.name)
+              else f"; (config name {cfg.name!r} cannot be written as a .config operand)")
     out = [f"; {n} instructions for config {cfg.name}", header]
     for pc, ins in enumerate(program.instructions):
         for name in at_pc.get(pc, []):
             out.append(f"{name}:")
         text = format_instruction(ins, cfg, labels)
-        why = unwritable(ins, cfg)
-        if why is not None:          # the assembler refuses the operand: the raw word, and why
+        why = address_error(ins, cfg)
+        if why is not None:          # the assembler refuses the address: the raw word, and why
             text = f".word {encode(ins, cfg):#0{WORD_BYTES * 2 + 2}x}    ; {text}  ({why})"
         out.append(f"    {text}")
     for name in at_pc.get(n, []):
@@ -180,4 +191,5 @@ def _config_name_ok(name: str) -> bool:
     return re.fullmatch(r"[^;#,\s](?:[^;#,]*[^;#,\s])?", name) is not None
 
 
-__all__ = ["format_instruction", "disassemble", "format_units", "resolve_default", "label_ok", "LABEL"]
+__all__ = ["format_instruction", "disassemble", "format_units", "resolve_default", "label_ok", "LABEL", "predefined",
+           "isa_sizes"]

@@ -37,7 +37,7 @@ from operator import index
 from typing import TYPE_CHECKING, SupportsIndex
 
 from .disasm import resolve_default
-from .encoding import Instruction, canonical, check_values
+from .encoding import Instruction, canonical, check_values, dram_error, row_error
 from .errors import EncodeError
 from .regs import Addr, LoopReg, Reg
 from .table import UNIT_NAMES, CountMode, Instr, Operand, ScaleMode, Space, SrcMode, Sync, Unit
@@ -323,36 +323,16 @@ def _mem(v: object, o: Operand, cfg: ChipConfig) -> tuple[int, int, int]:
 
 
 def _row(space: Space, row: int, cfg: ChipConfig) -> None:
-    depth = cfg.spm_rows if space == Space.SPM else cfg.acc_rows
-    if not 0 <= row < depth:
-        raise OperandError(f"{space.name} row {row} out of range ({space.name} has {depth} rows)")
+    err = row_error(space, row, cfg)
+    if err:
+        raise OperandError(err)
 
 
 def _dram_address(addr: int, cfg: ChipConfig) -> None:
-    if not 0 <= addr < cfg.dram_bytes:
-        raise OperandError(f"DRAM address {addr:#x} out of range (DRAM has {cfg.dram_bytes:#x} bytes)")
-
-
-def unwritable(ins: Instruction, cfg: ChipConfig) -> OperandError | None:
-    """Why no operand values map to ``ins``, or None. ``decode`` accepts every word whose fields fit and
-    hold legal values, an address past the end of its memory included (the chip finds that out when it
-    runs the instruction: ADDRESS_RANGE); this mapping refuses such an address, so the disassembler
-    writes such an instruction as a ``.word``."""
-    d = ins.as_dict()
-    try:
-        for o in ins.spec.syntax:
-            if o.kind == "mem":
-                _row(o.space if o.space is not None else Space(d[o.fields[0]]), d[o.fields[-2]], cfg)
-            elif o.kind == "dram":
-                _dram_address(d[o.fields[0]], cfg)
-            elif o.kind == "src" and d[o.fields[0]] in (SrcMode.SPM, SrcMode.ACC):
-                _row(Space(d[o.fields[0]]), d[o.fields[1]], cfg)
-            elif o.kind == "scale" and d[o.fields[0]] == ScaleMode.ROW:
-                _row(Space.ACC, d[o.fields[1]], cfg)
-    except OperandError as e:
-        return e
-    return None
+    err = dram_error(addr, cfg)
+    if err:
+        raise OperandError(err)
 
 
 __all__ = ["Mem", "Label", "spm", "acc", "dram", "OperandError", "QHDR_KEYS", "positional", "modifiers",
-           "keyword", "spaces", "operand", "modifier", "finish", "units", "unwritable"]
+           "keyword", "spaces", "operand", "modifier", "finish", "units"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from . import disasm
 from .config import PRESETS, ChipConfig
 from .encoding import Instruction, decode, encode, from_bytes, to_bytes
 from .errors import BinaryFormatError, DecodeError
+from .outputs import write_atomic
 from .table import WORD_BYTES
 
 MAGIC = b"TCHP"
@@ -77,12 +79,11 @@ class Program:
                              reserved=0)
         return header + body
 
-    def save(self, path: str | Path) -> None:
-        """Write atomically: a failure leaves no half-written file."""
-        p = Path(path)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_bytes(self.to_bytes())
-        tmp.replace(p)
+    def save(self, path: str | Path, *, inputs: Iterable[str | Path] = ()) -> None:
+        """Write atomically (``isa.outputs.write_atomic``): a failure leaves no half-written file, a
+        missing folder or an unwritable path is a TetrachipError, and so is a path among ``inputs``
+        (the files the command read, such as the source)."""
+        write_atomic(path, self.to_bytes(), inputs=inputs, what="program binary")
 
     @classmethod
     def from_bytes(cls, data: bytes, config: "ChipConfig | str | None" = None, *, name: str = "binary") -> "Program":

@@ -250,3 +250,16 @@ def test_header_helpers_are_the_format():
     body[0] ^= 1
     assert checksum(bytes(body)) != h["crc"]
 
+
+
+def test_save_refuses_a_missing_folder_and_its_own_source(tmp_path):
+    p = assemble(SRC, TINY)
+    with pytest.raises(TetrachipError, match="does not exist"):
+        p.save(tmp_path / "missing" / "p.bin")
+    src = tmp_path / "p.s"
+    src.write_text(SRC)
+    with pytest.raises(TetrachipError, match="would overwrite the input"):
+        p.save(src, inputs=[src])
+    assert src.read_text() == SRC
+    p.save(tmp_path / "p.bin", inputs=[src])
+    assert Program.load(tmp_path / "p.bin").words() == p.words()
