@@ -312,6 +312,9 @@ def _header_edit(rng: random.Random, h: dict, n: int) -> str:
                "count": [0, max(n - 1, 0), n + 1, 2 ** 32 - 1, 1], "manifest_bytes": [0, 1, 2 ** 32 - 1],
                "reserved": [1, 2 ** 31], "magic": [b"TCHQ", b"\0\0\0\0"]}
     h[field] = rng.choice(choices[field])
+    if field == "config" and rng.random() < 0.5:          # a consistent other preset: the words mean other things
+        name = rng.choice(["small", "base", "tpu"])
+        h["config"], h["digest"] = name.encode(), PRESETS[name].digest()
     return field
 
 
