@@ -15,7 +15,12 @@ come in any order after the positional ones. Queued instructions take the modifi
 ``rep=lB:D`` (loop nest), ``wait=UNITS``, ``signal=UNITS`` and ``sync=each|once``; UNITS is
 ``none``, ``all`` or names joined by ``|`` (scalar, load, store, mxu, vpu, ltx, lrx).
 Expressions use integers (decimal, 0x, 0b, 0o), constants, labels, parentheses and the C
-operators ``+ - * / % << >> & ^ | ~``.
+operators ``+ - * / % << >> & ^ | ~`` (``/`` and ``%`` truncate toward zero; a division by zero, a
+shift by a count outside 0..255 or a value beyond 2**(2*WORD_BITS) is an error). ``.word EXPR``
+places one raw instruction word, which must decode for the config (the disassembler writes one for
+an instruction whose address lies past the end of its memory, which only the running chip refuses).
+A source that says ``.config NAME`` assembles for a config of that name, or for one with the sizes
+of preset NAME (a config file ``preset = "tiny"`` that changes only latencies or the clock).
 
 The assembler reads text (expressions, labels, constants, directives) into the operand values of
 ``isa.operands`` (``Reg``, ``LoopReg``, ``spm[...]``/``acc[...]``/``dram[...]``, unit and enum
@@ -32,12 +37,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from . import operands as ops
-from .disasm import disassemble
-from .encoding import Instruction, decode_all
-from .errors import AsmError, EncodeError, TetrachipError
+from .disasm import LABEL, disassemble, isa_sizes, predefined
+from .encoding import Instruction, decode, decode_all
+from .errors import AsmError, DecodeError, EncodeError, TetrachipError
 from .operands import Mem, OperandError
 from .regs import LoopReg, Reg
-from .table import BY_MNEMONIC, Instr, Operand, Round
+from .table import BY_MNEMONIC, WORD_BITS, Instr, Operand, Round
 
 if TYPE_CHECKING:
     from .config import ChipConfig
@@ -48,13 +53,6 @@ ErrorAt = Callable[[str, int], NoReturn]
 
 _TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|\d[\d_]*)"
                     r"|([A-Za-z_.$][\w.$]*)|(<<|>>|[-+*/%&|^~()\[\]:=]))")
-
-
-def predefined(cfg: ChipConfig) -> dict[str, int]:
-    """Constants every program may use, from the config."""
-    return {"ROWS": cfg.rows, "COLS": cfg.cols, "SPM_ROWS": cfg.spm_rows, "ACC_ROWS": cfg.acc_rows,
-            "DRAM_BYTES": cfg.dram_bytes, "LOOP_REGS": cfg.loop_regs, "SCALAR_REGS": cfg.scalar_regs,
-            "LINKS": cfg.links, "IMEM_WORDS": cfg.imem_words}
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,64 +96,108 @@ def _lex(text: str, col0: int, err: ErrorAt) -> list[Tok]:
         pos = m.end()
 
 
-def _binop(op: str, a: int, b: int) -> int:
-    if op in "/%":  # C semantics: truncate toward zero
+#: the largest magnitude an expression may reach (room for a whole instruction word, ``.word``): a
+#: bigger literal or intermediate value is an error, so ``1 << 255 << 255 ...`` never grows without bound
+MAX_VALUE = 1 << (2 * WORD_BITS)
+#: binary operators by precedence, lowest first (C's order); unary ``- + ~`` bind tighter than all
+_PREC = {op: level for level, ops_ in enumerate([("|",), ("^",), ("&",), ("<<", ">>"), ("+", "-"),
+                                                ("*", "/", "%")]) for op in ops_}
+#: shift counts an expression may use
+MAX_SHIFT = 256
+
+
+def _binop(op: str, a: int, b: int, col: int, err: ErrorAt) -> int:
+    """``a op b`` in C semantics (``/`` and ``%`` truncate toward zero); a division by zero or a shift
+    by a count outside 0..MAX_SHIFT-1 is an error at ``col``."""
+    if op in ("/", "%"):
+        if b == 0:
+            err("division by zero", col)
         q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
         return q if op == "/" else a - b * q
-    return {"|": a | b, "^": a ^ b, "&": a & b, "+": a + b, "-": a - b, "*": a * b,
-            "<<": a << b if op == "<<" else 0, ">>": a >> b}[op]
+    if op in ("<<", ">>"):
+        if not 0 <= b < MAX_SHIFT:
+            err(f"shift count {b} out of range 0..{MAX_SHIFT - 1}", col)
+        return a << b if op == "<<" else a >> b
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "&":
+        return a & b
+    if op == "^":
+        return a ^ b
+    assert op == "|", op
+    return a | b
 
 
 class _Expr:
-    """Recursive-descent evaluation of an integer expression over a token list."""
-
-    PREC = [("|",), ("^",), ("&",), ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
+    """Evaluation of an integer expression over a token list, from token ``i`` to the first token that
+    cannot continue it (``i`` is left there). Operator precedence parsing with explicit stacks, so
+    parentheses nest as deep as the line allows without recursion."""
 
     def __init__(self, toks: list[Tok], i: int, names: dict[str, int], err: ErrorAt) -> None:
         self.toks, self.i, self.names, self.err = toks, i, names, err
 
-    def peek(self) -> Tok:
-        return self.toks[self.i]
-
-    def parse(self, level: int = 0) -> int:
-        if level == len(self.PREC):
-            return self.unary()
-        v = self.parse(level + 1)
-        while self.peek().kind == "op" and self.peek().text in self.PREC[level]:
-            t = self.toks[self.i]
-            self.i += 1
-            r = self.parse(level + 1)
-            if t.text in "/%" and r == 0:
-                self.err("division by zero", t.col)
-            if t.text in ("<<", ">>") and not 0 <= r < 256:
-                self.err(f"shift amount {r} out of range", t.col)
-            v = _binop(t.text, v, r)
-            if abs(v) > 1 << 80:
-                self.err("value too large", t.col)
+    def _check(self, v: int, col: int) -> int:
+        if abs(v) > MAX_VALUE:
+            self.err(f"value too large (more than 2**{MAX_VALUE.bit_length() - 1} in magnitude)", col)
         return v
 
-    def unary(self) -> int:
-        t = self.peek()
-        if t.kind == "op" and t.text in "-+~":
+    def parse(self) -> int:
+        values: list[int] = []
+        #: pending operators: ("u", text, col) unary, ("b", text, col) binary, ("(", "(", col)
+        pending: list[tuple[str, str, int]] = []
+
+        def reduce() -> None:
+            kind, op, col = pending.pop()
+            if kind == "u":
+                v = values.pop()
+                values.append(self._check(-v if op == "-" else ~v if op == "~" else v, col))
+            else:
+                b, a = values.pop(), values.pop()
+                values.append(self._check(_binop(op, a, b, col, self.err), col))
+
+        while True:
+            # an operand: prefix operators and opening parentheses, then a number or a name
+            t = self.toks[self.i]
+            while t.kind == "op" and t.text in ("-", "+", "~", "("):
+                pending.append(("(" if t.text == "(" else "u", t.text, t.col))
+                self.i += 1
+                t = self.toks[self.i]
+            if t.kind == "num":
+                values.append(self._check(t.value, t.col))
+            elif t.kind == "name":
+                if t.text not in self.names:
+                    self.err(f"undefined name {t.text!r}", t.col)
+                values.append(self.names[t.text])
+            else:
+                self.err("expected a number or a name" + (f", found {t.text!r}" if t.text else ""), t.col)
             self.i += 1
-            v = self.unary()
-            return -v if t.text == "-" else ~v if t.text == "~" else v
-        if t.kind == "op" and t.text == "(":
-            self.i += 1
-            v = self.parse()
-            if self.peek().text != ")":
-                self.err("expected ')'", self.peek().col)
-            self.i += 1
-            return v
-        if t.kind == "num":
-            self.i += 1
-            return t.value
-        if t.kind == "name":
-            self.i += 1
-            if t.text not in self.names:
-                self.err(f"undefined name {t.text!r}", t.col)
-            return self.names[t.text]
-        self.err("expected a number or a name" + (f", found {t.text!r}" if t.text else ""), t.col)
+            # closing parentheses and unary operators that end here, then a binary operator or the end
+            while True:
+                while pending and pending[-1][0] == "u":
+                    reduce()
+                t = self.toks[self.i]
+                if t.kind == "op" and t.text == ")" and any(k == "(" for k, _, _ in pending):
+                    while pending[-1][0] != "(":
+                        reduce()
+                    pending.pop()
+                    self.i += 1
+                    continue
+                break
+            if t.kind == "op" and t.text in _PREC:
+                while pending and pending[-1][0] == "b" and _PREC[pending[-1][1]] >= _PREC[t.text]:
+                    reduce()
+                pending.append(("b", t.text, t.col))
+                self.i += 1
+                continue
+            while pending and pending[-1][0] != "(":
+                reduce()
+            if pending:
+                self.err("expected ')'", t.col)
+            return values[-1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,8 +258,8 @@ class Assembler:
             body = _strip_comment(raw)
             pos = 0
             while True:  # labels
-                m = re.match(r"\s*([A-Za-z_.$][\w.$]*)\s*:(?!=)", body[pos:])
-                if not m or body[pos:].lstrip().startswith("."):
+                m = re.match(rf"\s*({LABEL})\s*:(?!=)", body[pos:])
+                if not m:
                     break
                 name = m.group(1)
                 col = pos + m.start(1) + 1
@@ -238,6 +280,9 @@ class Assembler:
             word, wcol = m.group(1), pos + m.start(1) + 1
             after = rest[m.end():]
             acol = pos + m.end() + 1
+            if word.lower() == ".word":     # a raw instruction word: read in pass 2 (it may name labels)
+                lines.append(_Line(self.lineno, ".word", wcol, _split_operands(after, acol, self.err), raw))
+                continue
             if word.startswith("."):
                 self.directive(word.lower(), wcol, after, acol)
                 continue
@@ -262,10 +307,11 @@ class Assembler:
             if len(ops) != 1:
                 self.err(".config takes one config name", wcol)
             name, col = ops[0]
-            if name != self.cfg.name:
-                self.err(f"this file is written for config {name!r}, not {self.cfg.name!r}", col)
+            why = config_mismatch(name, self.cfg)
+            if why:
+                self.err(why, col)
         else:
-            self.err(f"unknown directive {word!r} (known: .equ, .set, .config)", wcol)
+            self.err(f"unknown directive {word!r} (known: .equ, .set, .config, .word)", wcol)
 
     def expr(self, text: str, col: int) -> int:
         toks = _lex(text, col, self.err)
@@ -278,6 +324,8 @@ class Assembler:
     # pass 2: operand text -> operand values (isa.operands) -> fields
     def instruction(self, ln: _Line, pc: int) -> Instruction:
         self.lineno = ln.lineno
+        if ln.mnemonic == ".word":
+            return self.raw_word(ln)
         spec = BY_MNEMONIC.get(ln.mnemonic)
         if spec is None:
             self.err(f"unknown mnemonic {ln.mnemonic!r}", ln.mcol)
@@ -315,6 +363,16 @@ class Assembler:
             return ops.finish(spec, values, self.cfg)
         except EncodeError as e:           # an OperandError (a keyword operand missing) names no field
             self.err(str(e), cols.get(getattr(e, "field", ""), ln.mcol))
+
+    def raw_word(self, ln: _Line) -> Instruction:
+        """``.word EXPR``: the instruction that word decodes to for the config."""
+        if len(ln.operands) != 1:
+            self.err(f".word takes one instruction word, got {len(ln.operands)} operand(s)", ln.mcol)
+        text, col = ln.operands[0]
+        try:
+            return decode(self.expr(text, col), self.cfg)
+        except DecodeError as e:
+            self.err(f".word: {e}", col)
 
     def operand(self, o: Operand, text: str, col: int, values: dict[str, int], cols: dict[str, int]) -> None:
         """Parse ``text`` into the value of operand ``o`` and put its fields."""
@@ -406,14 +464,41 @@ def _operand_hint(o: Operand) -> str:
             "units": "unit|unit..", "enum": "|".join(o.names)}[o.kind]
 
 
-def assemble(text: str, cfg: ChipConfig | None = None, filename: str = "<input>") -> Program:
-    """Assemble source text into a Program for ``cfg`` (default: the file's .config, else base)."""
+def config_mismatch(name: str, cfg: ChipConfig) -> str | None:
+    """Why a source that says ``.config NAME`` cannot be assembled for ``cfg``, or None when it can.
+
+    It can when ``cfg`` has that name, or when NAME is a preset and ``cfg`` has the preset's value of
+    every size the instructions and the predefined constants read (``isa.table.Sizes``): a config file
+    that says ``preset = "tiny"`` (and changes only latencies, the clock or the name) assembles a
+    source written for tiny to the same words."""
+    from .config import PRESETS
+
+    if name == cfg.name:
+        return None
+    preset = PRESETS.get(name)
+    if preset is None:
+        return f"this file is written for config {name!r}, not {cfg.name!r}"
+    differ = [f"{f} {getattr(preset, f)} vs {getattr(cfg, f)}" for f in isa_sizes()
+              if getattr(preset, f) != getattr(cfg, f)]
+    if not differ:
+        return None
+    return (f"this file is written for config {name!r}, and config {cfg.name!r} differs from it in "
+            f"{', '.join(differ)}")
+
+
+def assemble(text: str, cfg: ChipConfig | str | None = None, filename: str = "<input>") -> Program:
+    """Assemble source text into a Program for ``cfg`` (a ChipConfig, a preset name or a config file;
+    default: the file's .config if it names a preset, else base)."""
     from .config import ChipConfig
     from .program import Program
 
+    if not isinstance(text, str):
+        raise AsmError(f"assembly source is text, not {type(text).__name__}", filename, 0, 0)
     if cfg is None:
         m = re.search(r"^\s*\.config\s+([\w.-]+)", text, re.M)
         cfg = ChipConfig.preset(m.group(1)) if m and m.group(1) in _preset_names() else ChipConfig.preset("base")
+    else:
+        cfg = ChipConfig.load(cfg)
     a = Assembler(cfg, filename)
     lines = a.scan(text)
     if len(lines) > cfg.imem_words:
@@ -425,7 +510,7 @@ def assemble(text: str, cfg: ChipConfig | None = None, filename: str = "<input>"
                    lines=[ln.lineno for ln in lines], source_name=filename)
 
 
-def assemble_file(path: str | Path, cfg: ChipConfig | None = None) -> Program:
+def assemble_file(path: str | Path, cfg: ChipConfig | str | None = None) -> Program:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()

@@ -11,8 +11,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from .encoding import Instruction
-from .table import BY_MNEMONIC, SPACE_BYTES, UNIT_NAMES, CountMode, Operand, ScaleMode, Space, SrcMode, Unit
+from .encoding import Instruction, address_error, encode
+from .table import (BY_MNEMONIC, SPACE_BYTES, UNIT_NAMES, WORD_BYTES, CountMode, Operand, ScaleMode, Sizes, Space,
+                    SrcMode, Unit)
 
 if TYPE_CHECKING:
     from .config import ChipConfig
@@ -27,6 +28,18 @@ class ProgramView(Protocol):
     def instructions(self) -> Sequence[Instruction]: ...
     @property
     def labels(self) -> Mapping[str, int]: ...
+
+
+def isa_sizes() -> list[str]:
+    """The config fields that instruction fields and the predefined constants derive from: the
+    properties of ``isa.table.Sizes`` but the name."""
+    return [k for k, v in vars(Sizes).items() if isinstance(v, property) and k != "name"]
+
+
+def predefined(cfg: ChipConfig) -> dict[str, int]:
+    """Constants every program may use (the assembler's; the disassembler names no label after one):
+    each size of ``isa_sizes`` in capitals (ROWS, COLS, SPM_ROWS, ...), from the config."""
+    return {f.upper(): getattr(cfg, f) for f in isa_sizes()}
 
 
 def resolve_default(o: Operand, values: dict[str, int], cfg: ChipConfig) -> int:
@@ -114,31 +127,69 @@ def _indexed(v: int, x: int, hexa: bool = False) -> str:
 
 
 def disassemble(program: ProgramView) -> str:
-    """Assembly text for a whole Program; ``assemble(disassemble(p))`` gives the same bytes."""
+    """Assembly text for a whole Program; ``assemble(disassemble(p))`` gives the same bytes.
+
+    Branch targets inside the program (0..len, the end included) print as labels: the program's own
+    where one is there (every label the assembler reads keeps its name), else ``L<pc>``, made unique
+    against every name the program uses; a target beyond the program prints as its number. Labels
+    that the assembler could not read back (``a b``, ``ROWS``, ``halt``) are left out. An instruction
+    the assembler refuses though it decodes (an address past the end of its memory: ``address_error``)
+    is written as ``.word``, its text in a comment."""
     cfg = program.config
-    targets = sorted({i["target"] for i in program.instructions if "target" in i.as_dict()})
-    names = {pc: n for n, pc in sorted(program.labels.items(), key=lambda kv: kv[1]) if _label_ok(n)}
-    labels = {t: names.get(t, f"L{t}") for t in targets}
+    n = len(program.instructions)
+    reserved = set(predefined(cfg)) | set(BY_MNEMONIC)
+    user = {name: pc for name, pc in program.labels.items()
+            if label_ok(name) and name not in reserved and type(pc) is int and 0 <= pc <= n}
+    taken = set(program.labels) | reserved
+    names: dict[int, str] = {}                      # the label a branch to pc prints
+    for name, pc in user.items():
+        names.setdefault(pc, name)
+    targets = sorted({t for i in program.instructions if (t := i.get("target")) is not None and 0 <= t <= n})
     at_pc: dict[int, list[str]] = {}
-    for n, pc in program.labels.items():
-        if _label_ok(n):
-            at_pc.setdefault(pc, []).append(n)
-    for t, n in labels.items():
-        if n not in at_pc.get(t, []):
-            at_pc.setdefault(t, []).append(n)
-    out = [f"; {len(program.instructions)} instructions for config {cfg.name}",
-           f".config {cfg.name}"]
+    for name, pc in user.items():
+        at_pc.setdefault(pc, []).append(name)
+    for t in targets:
+        if t not in names:
+            name, k = f"L{t}", 0
+            while name in taken:
+                k += 1
+                name = f"L{t}_{k}"
+            taken.add(name)
+            names[t] = name
+            at_pc.setdefault(t, []).append(name)
+    labels = {t: names[t] for t in targets}
+    header = (f".config {cfg.name}" if _config_name_ok(cfg.name)
+              else f"; (config name {cfg.name!r} cannot be written as a .config operand)")
+    out = [f"; {n} instructions for config {cfg.name}", header]
     for pc, ins in enumerate(program.instructions):
-        for n in at_pc.get(pc, []):
-            out.append(f"{n}:")
-        out.append(f"    {format_instruction(ins, cfg, labels)}")
-    for n in at_pc.get(len(program.instructions), []):
-        out.append(f"{n}:")
+        for name in at_pc.get(pc, []):
+            out.append(f"{name}:")
+        text = format_instruction(ins, cfg, labels)
+        why = address_error(ins, cfg)
+        if why is not None:          # the assembler refuses the address: the raw word, and why
+            text = f".word {encode(ins, cfg):#0{WORD_BYTES * 2 + 2}x}    ; {text}  ({why})"
+        out.append(f"    {text}")
+    for name in at_pc.get(n, []):
+        out.append(f"{name}:")
     return "\n".join(out) + "\n"
 
 
-def _label_ok(name: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z_$][\w$]*", name)) and name not in BY_MNEMONIC
+#: what the assembler reads as a label or a name in an expression (a label may not start with '.',
+#: which starts a directive); ``label_ok`` says whether a name is one
+LABEL = r"[A-Za-z_$][\w.$]*"
 
 
-__all__ = ["format_instruction", "disassemble", "format_units", "resolve_default"]
+def label_ok(name: object) -> bool:
+    """``name`` is written as a label the assembler reads back (it also refuses mnemonics and the
+    config's predefined constants, which ``disassemble`` checks)."""
+    return isinstance(name, str) and re.fullmatch(LABEL, name) is not None
+
+
+def _config_name_ok(name: str) -> bool:
+    """The assembler reads ``.config NAME`` back as this name: no comment or operand separator in it,
+    no space at either end."""
+    return re.fullmatch(r"[^;#,\s](?:[^;#,]*[^;#,\s])?", name) is not None
+
+
+__all__ = ["format_instruction", "disassemble", "format_units", "resolve_default", "label_ok", "LABEL", "predefined",
+           "isa_sizes"]

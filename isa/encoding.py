@@ -124,6 +124,40 @@ def _check_mode_value(spec: Instr, name: str, v: int, kind: str | None, cfg: Chi
             raise _at(err, name, f"{spec.mnemonic}: {name} {v} does not fit int16")
 
 
+def row_error(space: Space, row: int, cfg: ChipConfig) -> str | None:
+    """Why ``row`` is no row of memory ``space`` (SPM or ACC), or None."""
+    depth = cfg.spm_rows if space == Space.SPM else cfg.acc_rows
+    return None if 0 <= row < depth else f"{space.name} row {row} out of range ({space.name} has {depth} rows)"
+
+
+def dram_error(addr: int, cfg: ChipConfig) -> str | None:
+    """Why ``addr`` is no DRAM byte address, or None."""
+    return None if 0 <= addr < cfg.dram_bytes else \
+        f"DRAM address {addr:#x} out of range (DRAM has {cfg.dram_bytes:#x} bytes)"
+
+
+def address_error(ins: Instruction, cfg: ChipConfig) -> str | None:
+    """The first immediate address of ``ins`` past the end of its memory, or None.
+
+    ``decode`` accepts such a word (its fields fit and hold legal values; the chip faults with
+    ADDRESS_RANGE when it runs it), but the operand mapping (``isa.operands``) refuses the address,
+    so the assembler and the builder never write one; the disassembler writes the word (``.word``)."""
+    d = ins.as_dict()
+    for o in ins.spec.syntax:
+        err = None
+        if o.kind == "mem":
+            err = row_error(o.space if o.space is not None else Space(d[o.fields[0]]), d[o.fields[-2]], cfg)
+        elif o.kind == "dram":
+            err = dram_error(d[o.fields[0]], cfg)
+        elif o.kind == "src" and d[o.fields[0]] in (SrcMode.SPM, SrcMode.ACC):
+            err = row_error(Space(d[o.fields[0]]), d[o.fields[1]], cfg)
+        elif o.kind == "scale" and d[o.fields[0]] == ScaleMode.ROW:
+            err = row_error(Space.ACC, d[o.fields[1]], cfg)
+        if err:
+            return f"{ins.spec.mnemonic}: {err}"
+    return None
+
+
 def canonical(ins: Instruction, cfg: ChipConfig) -> Instruction:
     """The same instruction with unsigned spellings of signed fields made signed (as decode gives)."""
     changed = {}
@@ -192,4 +226,4 @@ def decode_all(data: bytes, cfg: ChipConfig) -> list[Instruction]:
 
 
 __all__ = ["Instruction", "encode", "decode", "check_values", "encode_all", "decode_all",
-           "to_bytes", "from_bytes", "Space"]
+           "to_bytes", "from_bytes", "Space", "row_error", "dram_error", "address_error"]

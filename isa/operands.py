@@ -37,7 +37,7 @@ from operator import index
 from typing import TYPE_CHECKING, SupportsIndex
 
 from .disasm import resolve_default
-from .encoding import Instruction, canonical, check_values
+from .encoding import Instruction, canonical, check_values, dram_error, row_error
 from .errors import EncodeError
 from .regs import Addr, LoopReg, Reg
 from .table import UNIT_NAMES, CountMode, Instr, Operand, ScaleMode, Space, SrcMode, Sync, Unit
@@ -185,8 +185,7 @@ def operand(o: Operand, v: object, values: dict[str, int], cfg: ChipConfig) -> L
         if not isinstance(v, Mem) or v.space not in spaces(o):
             raise _wrong("dram[address]", v)
         x = _index(v.reg, cfg)
-        if not 0 <= v.addr < cfg.dram_bytes:
-            raise OperandError(f"DRAM address {v.addr:#x} out of range (DRAM has {cfg.dram_bytes:#x} bytes)")
+        _dram_address(v.addr, cfg)
         values[o.fields[0]], values[o.fields[1]] = v.addr, x
     elif k in ("src", "scale", "count"):
         mode_f, val_f = o.fields[:2]
@@ -319,10 +318,20 @@ def _mem(v: object, o: Operand, cfg: ChipConfig) -> tuple[int, int, int]:
         raise _wrong(" or ".join(f"{s}[row]" for s in spaces(o)), v)
     space = Space[v.space.upper()]
     x = _index(v.reg, cfg)
-    depth = cfg.spm_rows if space == Space.SPM else cfg.acc_rows
-    if not 0 <= v.addr < depth:
-        raise OperandError(f"{space.name} row {v.addr} out of range ({space.name} has {depth} rows)")
+    _row(space, v.addr, cfg)
     return int(space), v.addr, x
+
+
+def _row(space: Space, row: int, cfg: ChipConfig) -> None:
+    err = row_error(space, row, cfg)
+    if err:
+        raise OperandError(err)
+
+
+def _dram_address(addr: int, cfg: ChipConfig) -> None:
+    err = dram_error(addr, cfg)
+    if err:
+        raise OperandError(err)
 
 
 __all__ = ["Mem", "Label", "spm", "acc", "dram", "OperandError", "QHDR_KEYS", "positional", "modifiers",
