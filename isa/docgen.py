@@ -85,6 +85,19 @@ product and rounding {", ".join(f"{r.value} = {r.name.lower()}" for r in Round)}
 Scale modes: {", ".join(f"{m.value} = {m.name.lower()}" for m in ScaleMode)}. Loop trip count
 modes: {", ".join(f"{m.value} = {m.name.lower()}" for m in CountMode)}.
 
+## Assembly source
+
+One instruction per line; comments start with `;` or `#`; labels end with `:`. Operands follow
+the syntax column of the table below, keyword operands (`rows=`, `n=`...) in any order after the
+positional ones. Directives: `.config NAME` (the config the file is written for: a config of that
+name, or one with the sizes of preset NAME), `.equ NAME, EXPR` (a constant; `ROWS`, `COLS`,
+`SPM_ROWS`... are predefined) and `.word EXPR` (one raw instruction word, which must decode for
+the config; the disassembler writes one for an instruction whose address lies past the end of its
+memory, which only the running chip refuses). Expressions take integers (decimal, `0x`, `0b`,
+`0o`), constants, labels, parentheses and the C operators `+ - * / % << >> & ^ | ~` (`/` and `%`
+truncate toward zero). A division by zero, a shift count outside 0..255 or an oversized value is
+an error at FILE:LINE:COL. Disassembly of any program re-assembles to the same words.
+
 ## Units and tokens
 
 `wait=` and `signal=` take a set of units: `none`, `all`, or names joined by `|` from
