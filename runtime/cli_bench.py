@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -22,11 +23,20 @@ def scripts(bench_dir: Path = BENCH_DIR) -> dict[str, str]:
     out = {}
     for p in sorted(bench_dir.glob("*.py")):
         try:
-            doc = ast.get_docstring(ast.parse(p.read_text())) or ""
-        except (OSError, SyntaxError, ValueError):
-            doc = ""
-        out[p.stem] = (doc.splitlines() or [""])[0]
+            out[p.stem] = _first_doc_line(p, p.stat().st_mtime_ns)
+        except OSError:
+            out[p.stem] = ""
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _first_doc_line(path: Path, mtime_ns: int) -> str:
+    """The first line of a script's docstring (parsed once per version of the file)."""
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    except (OSError, SyntaxError, ValueError):
+        doc = ""
+    return (doc.splitlines() or [""])[0]
 
 
 @click.command("bench", context_settings={"ignore_unknown_options": True})
