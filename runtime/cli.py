@@ -22,6 +22,7 @@ output may name one of the command's inputs. Option checks shared by the subcomm
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -74,6 +75,12 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except OSError as e:
+            if e.errno == errno.EPIPE:                  # output piped into a reader that closed it: click's own case
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"{where}{e.strerror or _one_line(str(e))}", err=True)
+            sys.exit(1)
         except MemoryError:
             click.echo("out of memory (a config or an input too large for this machine)", err=True)
             sys.exit(1)
