@@ -42,7 +42,7 @@ COUNT = 2000
 #: wall-clock cap of one vector, seconds: past it the vector is reported as a hang
 CAP_S = 10.0
 #: the run stops after this many failing vectors
-MAX_FAILURES = int(os.environ.get("TETRACHIP_FUZZ_MAX_FAILURES", 8))
+MAX_FAILURES = 8
 #: commands whose options must all be validated before their long work (fuzz has its own owner and checks)
 VALIDATED_BEFORE_WORK = ("asm", "disasm", "sim", "run", "verilog", "fpga", "sweep", "bench")
 
