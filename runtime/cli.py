@@ -209,7 +209,8 @@ def _load_dram(chip, path: Path) -> None:
 @click.option("--json", "json_out", type=OUTPUT_FILE, help="write Stats as JSON")
 @click.option("--dump", "dump", type=OUTPUT_FILE,
               help="write the final DRAM, SPM and ACC to this .npz (the name must end in .npz)")
-@click.option("--max-cycles", "max_cycles", type=click.IntRange(min=1), default=None, help="stop with CYCLE_LIMIT beyond this")
+@click.option("--max-cycles", "max_cycles", type=click.IntRange(min=1), default=None,
+              help="stop with CYCLE_LIMIT beyond this")
 def sim(program: Path, config: str | None, dram: Path | None, args: str | None, trace: Path | None,
         line_trace: Path | None, plot: Path | None, json_out: Path | None, dump: Path | None,
         max_cycles: int | None) -> None:
