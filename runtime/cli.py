@@ -168,13 +168,14 @@ def _parse_args(text: str | None, scalar_regs: int | None = None) -> dict[int, i
 def _load_dram(chip, path: Path) -> None:
     """Write every array of an .npz into DRAM at the address its key names: ``0x100`` or ``name@0x100``."""
     import numpy as np
+    with open(path, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":                  # an .npz is a zip archive
+            raise TetrachipError(f"{path}: a DRAM image is an .npz of arrays keyed by address (np.savez); this "
+                                 f"file is not one")
     try:
         data = np.load(path, allow_pickle=False)
     except Exception as e:  # noqa: BLE001  (numpy raises OSError, ValueError, zipfile and zlib errors)
         raise TetrachipError(f"{path}: cannot read DRAM image: {_one_line(str(e))}") from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise TetrachipError(f"{path}: a DRAM image is an .npz of arrays keyed by address (np.savez), "
-                             f"not a single array")
     with data:
         for key in data.files:
             addr_text = key.rpartition("@")[2]

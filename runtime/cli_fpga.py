@@ -51,6 +51,15 @@ def _check_out_dir(out: Path) -> None:
         raise usage_error(f"{out}: {p} is not writable", "--output")
 
 
+def _check_shrink(cfg, **sizes: int | None) -> None:
+    """--spm-rows, --acc-rows, --imem-words only make a memory smaller than the config's: a larger one is refused,
+    not silently ignored."""
+    for field, v in sizes.items():
+        if v is not None and v > getattr(cfg, field):
+            raise usage_error(f"{v} is more than config {cfg.name}'s {field} ({getattr(cfg, field)}); this option "
+                              f"only makes the memory smaller", "--" + field.replace("_", "-"))
+
+
 def _check_fpga_options(cfg, dram_kib: int, json_path: Path | None, out: Path, sources) -> None:
     if dram_kib * 1024 < cfg.dma_beat_bytes:
         raise usage_error(f"{dram_kib} KiB is less than one DMA beat of config {cfg.name} "
@@ -136,7 +145,9 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
     from rtl.fpga.board import build, pll_params
     from rtl.fpga.devices import BOARDS, device
 
-    cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
+    base = ChipConfig.load(config)
+    _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(BOARDS[board].device)
     sources = [config] if Path(config).is_file() else []
     _check_fpga_options(cfg, dram_kib, json_path, out, sources)
@@ -179,7 +190,9 @@ def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_chec
     from rtl.fpga.devices import device
     from rtl.fpga.flow import synth
 
-    cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
+    base = ChipConfig.load(config)
+    _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(device_name)
     _check_fpga_options(cfg, dram_kib, json_path, out, [config] if Path(config).is_file() else [])
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), mem=mem_impl, out=out, pnr=not no_pnr, freq_mhz=freq,

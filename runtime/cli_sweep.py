@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
 
 from isa.errors import TetrachipError
 from runtime.cli_args import INPUT_FILE, OUTPUT_FILE, check_output, check_suffix, usage_error
+
+#: most local worker processes per CPU ``--workers`` may start
+MAX_WORKERS_PER_CPU = 4
 
 
 @click.command("sweep")
@@ -38,6 +42,9 @@ def sweep_cmd(spec: Path, json_out: Path | None, csv_out: Path | None, parquet_o
     on the simulator and tabulate cycles, MXU utilization, DRAM bytes and instructions. A failed point is a
     row with its error; the sweep goes on. Exit 1 on a bad spec."""
     from runtime.sweep import load_spec, run_sweep, write_table
+    if workers is not None and workers > MAX_WORKERS_PER_CPU * (os.cpu_count() or 1):
+        raise usage_error(f"{workers} worker processes on {os.cpu_count()} CPUs; at most {MAX_WORKERS_PER_CPU} per CPU",
+                          "--workers")
     if scheduler is not None and workers is not None:
         raise usage_error("--workers sizes the local cluster; with --scheduler the cluster is yours", "--workers")
     for p, option, suffix in ((json_out, "--json", ".json"), (csv_out, "--csv", ".csv"),

@@ -184,7 +184,7 @@ def test_sim_dram_image_must_hold_numeric_arrays(prog, tmp_path):
     np.savez(tmp_path / "str.npz", **{"0x0": np.array(["ab"])})
     one_line(cli("sim", binary, "--dram", tmp_path / "str.npz"), 1, "numeric arrays")
     np.save(tmp_path / "one.npy", np.zeros(4, np.uint8))
-    one_line(cli("sim", binary, "--dram", tmp_path / "one.npy"), 1, "not a single array")
+    one_line(cli("sim", binary, "--dram", tmp_path / "one.npy"), 1, "a DRAM image is an .npz")
     (tmp_path / "junk.npz").write_bytes(b"PK\x03\x04 not a zip")
     one_line(cli("sim", binary, "--dram", tmp_path / "junk.npz"), 1, "cannot read DRAM image")
     one_line(cli("sim", binary, "--dram", tmp_path / "none.npz"), 2, "does not exist")
@@ -247,3 +247,27 @@ def test_help_states_the_exit_status_rule():
     r = cli("--help")
     text = " ".join(r.output.split())
     assert r.exit_code == 0 and "Exit status" in text and "2 a usage error" in text
+
+
+def test_fpga_memory_options_only_shrink(tmp_path, reached):
+    from isa import PRESETS
+    rows = PRESETS["tiny"].spm_rows
+    one_line(cli("fpga", "synth", "--spm-rows", rows + 1, "-o", tmp_path / "o"), 2, "--spm-rows", "only makes")
+    one_line(cli("fpga", "synth", "--imem-words", 10**21, "-o", tmp_path / "o"), 2, "--imem-words")
+    assert reached == []
+
+
+def test_sim_dram_that_is_no_npz(prog, tmp_path):
+    _, binary = prog
+    one_line(cli("sim", binary, "--dram", binary), 1, "not one")       # not numpy at all: no word of pickles
+    assert "pickle" not in cli("sim", binary, "--dram", binary).output
+
+
+def test_sweep_bounds_and_text(tmp_path):
+    import os
+    spec = tmp_path / "s.toml"
+    spec.write_text('base = "tiny"\nworkloads = ["gemm:8x8x8"]\n')
+    one_line(cli("sweep", spec, "--workers", 4 * (os.cpu_count() or 1) + 1), 2, "--workers")
+    spec.write_bytes(b"\xff\xfe binary")
+    one_line(cli("sweep", spec, "--workers", "0"), 1, "not UTF-8")
+    one_line(cli("sweep", spec, "--json", tmp_path / "t.csv"), 2, "--json", ".json")
