@@ -42,6 +42,10 @@ EPILOG = ("Exit status: 0 done; 1 an error in an input's content or in the run; 
           "70 an internal error (a bug; TETRACHIP_TRACEBACK=1 shows it).")
 
 
+#: click's "no arguments: show the help" (click >= 8.2; never raised by older versions)
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def _one_line(text: str) -> str:
     return " ".join(line.strip() for line in str(text).strip().splitlines() if line.strip())
 
@@ -52,6 +56,9 @@ class _Group(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as e:       # `tetrachip` or `tetrachip fpga` alone: the help, as click shows it
+            e.show()
+            sys.exit(2)
         except click.UsageError as e:      # also BadParameter, NoSuchOption, MissingParameter
             path = e.ctx.command_path if e.ctx is not None else (prog_name or "tetrachip")
             click.echo(f"{path}: {_one_line(e.format_message())} (see {path} --help)", err=True)

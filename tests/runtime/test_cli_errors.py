@@ -243,6 +243,12 @@ def test_an_internal_error_is_one_line_and_status_70(prog, monkeypatch):
     assert isinstance(r.exception, RuntimeError)
 
 
+def test_a_group_alone_shows_its_help():
+    for args in ([], ["fpga"]):
+        r = cli(*args)
+        assert r.exit_code == 2 and "Usage:" in r.output and "Commands:" in r.output and "Traceback" not in r.output
+
+
 def test_help_states_the_exit_status_rule():
     r = cli("--help")
     text = " ".join(r.output.split())

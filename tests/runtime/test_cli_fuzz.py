@@ -286,7 +286,7 @@ def stubs(monkeypatch):
     monkeypatch.setattr(runtime.sweep, "run_sweep", stub("sweep", error=True))
     monkeypatch.setattr(runtime.cli_bench.subprocess, "call", stub("bench script", 0))
     monkeypatch.setattr(runtime.plots, "plot_run", stub("plot", lambda s, t, p, **k: p))
-    monkeypatch.setattr(verify.fuzz, "run_fuzz", stub("rtl fuzz", error=True))
+    monkeypatch.setattr(verify.fuzz, "run_fuzz", stub("rtl fuzz", error=True), raising=False)
     monkeypatch.setattr("runtime.cli_fuzz._compiler_fuzz", stub("compiler fuzz"), raising=False)
     monkeypatch.setattr(verify.cosim, "available", lambda *a, **k: "not installed (fuzz stub)")
     monkeypatch.setenv("TETRACHIP_TRACEBACK", "1")          # an internal error surfaces here with its traceback
