@@ -309,6 +309,15 @@ def test_fuzz_cli_vectors(fuzz_scale, files, stubs, tmp_path, monkeypatch):
     runner = CliRunner()
     timed = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGALRM, _alarm) if timed else None
+    if timed:                                                 # the cap itself: a planted hang is caught
+        with monkeypatch.context() as m:
+            m.setattr("runtime.cli_bench.scripts", lambda *a: time.sleep(5))
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(Hang):
+                try:
+                    runner.invoke(main, ["bench"])
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
     failures, codes, spent, t0 = [], {}, {}, time.perf_counter()
     n = COUNT * fuzz_scale
     try:
@@ -355,7 +364,8 @@ def test_fuzz_cli_vectors(fuzz_scale, files, stubs, tmp_path, monkeypatch):
         if timed:
             signal.signal(signal.SIGALRM, old)
     wall = time.perf_counter() - t0
-    print(f"cli fuzz: seed {seed}, {n} vectors, exit codes {dict(sorted(codes.items()))}, {wall:.1f} s; "
+    print(f"cli fuzz: seed {seed}, {n} vectors (time cap {CAP_S if timed else 'off'} s), "
+          f"exit codes {dict(sorted(codes.items()))}, {wall:.1f} s; "
           f"seconds by command: {', '.join(f'{k} {v:.1f}' for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))}")
     assert not failures, (f"seed {seed} (replay: TETRACHIP_FUZZ_SEED={seed}); {len(failures)} failing vectors:\n"
                           + "\n".join(f"  #{i}: tetrachip {shlex.join(a)}\n    {w}" for i, a, w in failures))
