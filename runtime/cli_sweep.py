@@ -74,8 +74,21 @@ def sweep_cmd(spec: Path, json_out: Path | None, csv_out: Path | None, parquet_o
         click.echo(_table(res, show))
     for p in (json_out, csv_out, parquet_out):
         if p is not None:
-            write_table(res, p)
+            _write_atomic_table(write_table, res, p)
     click.echo(res.summary(), err=True)
+
+
+def _write_atomic_table(write_table, res: SweepResult, path: Path) -> None:
+    """``write_table`` (which picks the format by the suffix) into a temporary file beside ``path`` with the
+    same suffix, then renamed over it: a failure leaves the old table or none, never half of one."""
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        write_table(res, tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise TetrachipError(f"{path}: cannot write: {e.strerror or e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _table(res: SweepResult, limit: int) -> str:
