@@ -14,16 +14,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .table import check_layout
+from .table import WORD_BYTES, check_layout
 
 #: Smallest number of loop (repeat) registers; the ISA promises nests of at least 3 levels.
 MIN_LOOP_REGS = 3
+#: Largest DRAM: byte addresses are 32-bit (scalar registers and DMA addresses).
+MAX_DRAM_BYTES = 1 << 32
+#: Largest on-chip memory, SPM + ACC + instruction memory in bytes: the simulator and the RTL's
+#: simulation hold them whole in host memory (the largest preset, tpu, uses about 30 MB: a ninth of it).
+MAX_ONCHIP_BYTES = 1 << 28
+#: Largest value of any integer field (latencies, credits, counts, sizes): 2**32.
+MAX_FIELD = 1 << 32
 
 
 @dataclass(frozen=True)
@@ -69,18 +77,20 @@ class ChipConfig:
                 need(isinstance(v, str) and 0 < len(v.encode()) <= 16 and v.isprintable(),
                      "name must be 1..16 printable characters")
             elif f.name == "clock_mhz":
-                need(isinstance(v, (int, float)) and v > 0, "clock_mhz must be > 0")
+                need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
+                     f"clock_mhz must be a finite number > 0, got {v!r}")
             else:
                 need(isinstance(v, int) and not isinstance(v, bool),
                      f"{f.name} must be an integer, got {v!r}")
                 need(v >= 1, f"{f.name} must be >= 1, got {v}")
+                need(v <= MAX_FIELD, f"{f.name} ({v}) must be <= 2**32")
         need(self.rows <= self.cols,
              f"rows ({self.rows}) must be <= cols ({self.cols}): inputs use lanes 0..rows-1 of an SPM row")
         need(self.cols <= 1024, f"cols ({self.cols}) must be <= 1024")
         need(self.loop_regs >= MIN_LOOP_REGS,
              f"loop_regs ({self.loop_regs}) must be >= {MIN_LOOP_REGS}")
         need(self.scalar_regs >= 4, f"scalar_regs ({self.scalar_regs}) must be >= 4")
-        need(self.dram_bytes <= 1 << 32, f"dram_bytes ({self.dram_bytes}) must be <= 2**32")
+        need(self.dram_bytes <= MAX_DRAM_BYTES, f"dram_bytes ({self.dram_bytes}) must be <= 2**32")
         need(self.dma_beat_bytes & (self.dma_beat_bytes - 1) == 0,
              f"dma_beat_bytes ({self.dma_beat_bytes}) must be a power of two")
         need(self.link_width_bytes & (self.link_width_bytes - 1) == 0,
@@ -89,6 +99,11 @@ class ChipConfig:
              "SPM must hold at least 256 bytes (the VPU lookup table is loaded from it)")
         # The instruction layout must fit the word for this config's derived widths.
         check_layout(self)
+        onchip = self.spm_bytes + self.acc_bytes + self.imem_words * WORD_BYTES
+        need(onchip <= MAX_ONCHIP_BYTES,
+             f"SPM + ACC + imem is {onchip} bytes (spm_rows {self.spm_rows} x cols {self.cols}, acc_rows "
+             f"{self.acc_rows} x cols {self.cols} x 4, imem_words {self.imem_words} x {WORD_BYTES}); it must be "
+             f"<= {MAX_ONCHIP_BYTES} (256 MiB)")
 
     # -- derived sizes -------------------------------------------------------------------
     @property
@@ -118,6 +133,8 @@ class ChipConfig:
     # -- construction --------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str) -> "ChipConfig":
+        if not isinstance(name, str):
+            raise ConfigError(f"preset must be a preset name ({', '.join(PRESETS)}), got {name!r}")
         try:
             return PRESETS[name]
         except KeyError:
@@ -127,7 +144,10 @@ class ChipConfig:
     @classmethod
     def from_dict(cls, data: dict, *, origin: str = "config") -> "ChipConfig":
         data = dict(data)
-        base = cls.preset(data.pop("preset")) if "preset" in data else None
+        try:
+            base = cls.preset(data.pop("preset")) if "preset" in data else None
+        except ConfigError as e:
+            raise ConfigError(f"{origin}: {e}") from None
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -137,6 +157,8 @@ class ChipConfig:
             return dataclasses.replace(base, **data) if base else cls(**data)
         except TypeError as e:
             raise ConfigError(f"{origin}: {e}") from None
+        except ConfigError as e:
+            raise ConfigError(f"{origin}: {e}" if origin != "config" else str(e)) from None
 
     @classmethod
     def from_file(cls, path: str | Path) -> "ChipConfig":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import click
 
 from isa.errors import TetrachipError
+from runtime.cli_args import OUTPUT_FILE, check_output, usage_error
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
 
@@ -21,17 +23,26 @@ def scripts(bench_dir: Path = BENCH_DIR) -> dict[str, str]:
     out = {}
     for p in sorted(bench_dir.glob("*.py")):
         try:
-            doc = ast.get_docstring(ast.parse(p.read_text())) or ""
-        except (OSError, SyntaxError, ValueError):
-            doc = ""
-        out[p.stem] = (doc.splitlines() or [""])[0]
+            out[p.stem] = _first_doc_line(p, p.stat().st_mtime_ns)
+        except OSError:
+            out[p.stem] = ""
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _first_doc_line(path: Path, mtime_ns: int) -> str:
+    """The first line of a script's docstring (parsed once per version of the file)."""
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    except (OSError, SyntaxError, ValueError):
+        doc = ""
+    return (doc.splitlines() or [""])[0]
 
 
 @click.command("bench", context_settings={"ignore_unknown_options": True})
 @click.argument("name", required=False)
 @click.option("--quick", is_flag=True, help="the script's short run")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--json", "json_out", type=OUTPUT_FILE, default=None,
               help="the script writes its results here as JSON")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def bench_cmd(name: str | None, quick: bool, json_out: Path | None, extra: tuple[str, ...]) -> None:
@@ -45,11 +56,12 @@ def bench_cmd(name: str | None, quick: bool, json_out: Path | None, extra: tuple
         return
     name = name.removesuffix(".py")
     if name not in found:
-        raise TetrachipError(f"bench: no script {name!r}; scripts: {', '.join(found)}")
+        raise usage_error(f"no script {name!r}; scripts: {', '.join(found)}", "NAME")
     script = BENCH_DIR / f"{name}.py"
     for flag, wanted in (("--quick", quick), ("--json", json_out)):
         if wanted and f'"{flag}"' not in script.read_text():
-            raise TetrachipError(f"bench {name}: the script takes no {flag}")
+            raise usage_error(f"bench {name}: the script takes no {flag}", flag)
+    check_output(json_out, "--json", inputs=[script])
     cmd = [sys.executable, str(script), *(["--quick"] if quick else []),
            *(["--json", str(json_out)] if json_out else []), *extra]
     rc = subprocess.call(cmd)

@@ -8,11 +8,66 @@ from pathlib import Path
 import click
 
 from isa import ChipConfig
+from isa.outputs import write_atomic
+from runtime.cli_args import CONFIG, OUTPUT_FILE, PositiveFloat, check_output, usage_error
+
+#: ``--freq`` through the board's PLL: refused when the closest PLL output is further than this from it
+PLL_TOLERANCE = 0.05
 
 CONFIG_HELP = "config preset (tiny, small, base, large, tpu) or a .toml/.json file"
 MAC_HELP = ("array multipliers: dsp (hard multipliers), lut, dsp:N (N in DSPs, the rest in LUTs), each with an "
             "optional +reg or +reg2 (product register stages: faster, same cycles); auto = dsp:N+reg2 filling "
             "the device's DSPs after the VPU's (auto-noreg: without the registers)")
+
+
+def _check_mac(ctx, param, value: str) -> str:
+    """``--mac``: auto, auto-noreg, or what ``rtl.mac`` parses (dsp, lut, dsp:N, each +reg/+reg2)."""
+    if value in ("auto", "auto-noreg"):
+        return value
+    from rtl.mac import parse_mac, split_reg
+    try:
+        split_reg(value)
+        parse_mac(value)
+    except ValueError as e:
+        raise click.BadParameter(f"{e} (or auto, auto-noreg)") from None
+    return value
+
+
+def _check_pow2(ctx, param, value):
+    if value is not None and value & (value - 1):
+        raise click.BadParameter(f"{value} is not a power of two")
+    return value
+
+
+def _check_out_dir(out: Path) -> None:
+    """The output folder: a folder or creatable in a writable folder, checked before any tool runs."""
+    import os
+    p = out
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        raise usage_error(f"{out}: {p} is a file, not a folder", "--output")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise usage_error(f"{out}: {p} is not writable", "--output")
+
+
+def _check_shrink(cfg, **sizes: int | None) -> None:
+    """--spm-rows, --acc-rows, --imem-words only make a memory smaller than the config's: a larger one is refused,
+    not silently ignored."""
+    for field, v in sizes.items():
+        if v is not None and v > getattr(cfg, field):
+            raise usage_error(f"{v} is more than config {cfg.name}'s {field} ({getattr(cfg, field)}); this option "
+                              f"only makes the memory smaller", "--" + field.replace("_", "-"))
+
+
+def _check_fpga_options(cfg, dram_kib: int, json_path: Path | None, out: Path, sources) -> None:
+    if dram_kib * 1024 < cfg.dma_beat_bytes:
+        raise usage_error(f"{dram_kib} KiB is less than one DMA beat of config {cfg.name} "
+                          f"({cfg.dma_beat_bytes} bytes)", "--dram-kib")
+    _check_out_dir(out)
+    if json_path is not None and json_path.parent.resolve() == out.resolve() and not out.exists():
+        return                                          # a report beside the outputs: the flow makes the folder
+    check_output(json_path, "--json", inputs=sources)
 
 
 def _mac(mac: str, cfg, dev) -> str:
@@ -57,7 +112,7 @@ def _done(rep, json_path: Path | None) -> None:
     if rep.critical_path:
         click.echo("  critical path (nextpnr):\n    " + "\n    ".join(rep.critical_path))
     if json_path:
-        json_path.write_text(json.dumps(rep.to_dict(), indent=1))
+        write_atomic(json_path, json.dumps(rep.to_dict(), indent=1))
 
 
 @click.group("fpga")
@@ -66,50 +121,67 @@ def fpga_cmd() -> None:
 
 
 @fpga_cmd.command("build")
-@click.option("--config", "config", default="small", show_default=True, help=CONFIG_HELP)
+@click.option("--config", "config", type=CONFIG, default="small", show_default=True, help=CONFIG_HELP)
 @click.option("--board", required=True,
               type=click.Choice(sorted(__import__("rtl.fpga.devices", fromlist=["BOARDS"]).BOARDS)))
-@click.option("--freq", "freq", type=float, default=None,
+@click.option("--freq", "freq", type=PositiveFloat(), default=None,
               help="clock in MHz (default: the board's oscillator; else a PLL)")
-@click.option("--mac", default="auto", show_default=True, help=MAC_HELP)
-@click.option("--dram-kib", default=16, show_default=True, type=click.IntRange(min=1),
+@click.option("--mac", default="auto", show_default=True, callback=_check_mac, help=MAC_HELP)
+@click.option("--dram-kib", default=16, show_default=True, type=click.IntRange(min=1), callback=_check_pow2,
               help="DRAM in block RAM (power of two)")
 @click.option("--baud", default=115200, show_default=True, type=click.IntRange(min=1200))
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("build/fpga"),
               show_default=True)
 @click.option("--no-fit-check", is_flag=True, help="build even when the estimate exceeds the device")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--json", "json_path", type=OUTPUT_FILE, default=None,
               help="write the report here too")
-@click.option("--seed", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--seed", default=1, show_default=True, type=click.IntRange(1, 2**31 - 1),
               help="nextpnr's placement seed (a full device may route with one seed and not another; docs/fpga.md)")
 @_mem_options
 @_dsp_regs_option
 def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, seed, fpga_mem, spm_rows,
               acc_rows, imem_words, mem_impl, dsp_regs) -> None:
     """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
-    from rtl.fpga.board import build
+    from rtl.fpga.board import build, pll_params
     from rtl.fpga.devices import BOARDS, device
 
-    cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
+    base = ChipConfig.load(config)
+    _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(BOARDS[board].device)
+    sources = [config] if Path(config).is_file() else []
+    _check_fpga_options(cfg, dram_kib, json_path, out, sources)
+    clk = BOARDS[board].clk_mhz
+    if freq is not None and abs(freq - clk) >= 1e-6:
+        try:
+            got = pll_params(clk, freq)["fout"]
+        except ValueError as e:
+            raise usage_error(str(e), "--freq") from None
+        if abs(got - freq) > PLL_TOLERANCE * freq:
+            raise usage_error(f"{freq:g} MHz: the PLL of {board} ({clk:g} MHz in) gets no closer than {got:g} MHz",
+                              "--freq")
+    if 2 * baud > (freq or clk) * 1e6:
+        raise usage_error(f"{baud} baud needs a clock of at least twice that; the clock is {freq or clk:g} MHz",
+                          "--baud")
     rep = build(cfg, board, mac=_mac(mac, cfg, dev), mem=mem_impl, freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
                 baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs, seed=seed)
     _done(rep, json_path)
 
 
 @fpga_cmd.command("synth")
-@click.option("--config", "config", default="tiny", show_default=True, help=CONFIG_HELP)
+@click.option("--config", "config", type=CONFIG, default="tiny", show_default=True, help=CONFIG_HELP)
 @click.option("--device", "device_name", default="ecp5-85k", show_default=True,
               type=click.Choice(sorted(__import__("rtl.fpga.devices", fromlist=["DEVICES"]).DEVICES)))
-@click.option("--freq", "freq", type=float, default=100.0, show_default=True, help="nextpnr's target in MHz")
-@click.option("--mac", default="auto", show_default=True, help=MAC_HELP)
-@click.option("--dram-kib", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--freq", "freq", type=PositiveFloat(), default=100.0, show_default=True, help="nextpnr's target in MHz")
+@click.option("--mac", default="auto", show_default=True, callback=_check_mac, help=MAC_HELP)
+@click.option("--dram-kib", default=16, show_default=True, type=click.IntRange(min=1), callback=_check_pow2,
+              help="DRAM in block RAM (power of two)")
 @click.option("--no-pnr", is_flag=True, help="Yosys only (resources, no Fmax)")
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("build/fpga-synth"), show_default=True)
 @click.option("--no-fit-check", is_flag=True, help="run even when the estimate exceeds the device")
-@click.option("--timeout", type=float, default=None, help="seconds per tool")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--timeout", type=PositiveFloat(), default=None, help="seconds per tool")
+@click.option("--json", "json_path", type=OUTPUT_FILE, default=None, help="write the report here too")
 @_mem_options
 @_dsp_regs_option
 def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, fpga_mem,
@@ -118,8 +190,11 @@ def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_chec
     from rtl.fpga.devices import device
     from rtl.fpga.flow import synth
 
-    cfg = _mem(ChipConfig.load(config), fpga_mem, spm_rows, acc_rows, imem_words)
+    base = ChipConfig.load(config)
+    _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words)
     dev = device(device_name)
+    _check_fpga_options(cfg, dram_kib, json_path, out, [config] if Path(config).is_file() else [])
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), mem=mem_impl, out=out, pnr=not no_pnr, freq_mhz=freq,
                 dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check, dsp_regs=dsp_regs)
     _done(rep, json_path)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,15 +14,19 @@ if TYPE_CHECKING:
     from runtime.sweep import SweepResult
 
 from isa.errors import TetrachipError
+from runtime.cli_args import INPUT_FILE, OUTPUT_FILE, check_output, check_suffix, usage_error
+
+#: most local worker processes per CPU ``--workers`` may start
+MAX_WORKERS_PER_CPU = 4
 
 
 @click.command("sweep")
-@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.argument("spec", type=INPUT_FILE)
+@click.option("--json", "json_out", type=OUTPUT_FILE, default=None,
               help="write the table as JSON (one object per point x workload)")
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--csv", "csv_out", type=OUTPUT_FILE, default=None,
               help="write the table as CSV")
-@click.option("--parquet", "parquet_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--parquet", "parquet_out", type=OUTPUT_FILE, default=None,
               help="write the table as Parquet (needs pyarrow)")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="address of a running Dask scheduler (tcp://host:8786) [default: a local cluster]")
@@ -30,19 +35,29 @@ from isa.errors import TetrachipError
 @click.option("--cache", "cache", type=click.Path(file_okay=False, path_type=Path), default=Path(".sweep-cache"),
               show_default=True, help="directory of cached rows (a re-run simulates only new points)")
 @click.option("--no-cache", is_flag=True, help="neither read nor write the cache")
-@click.option("--show", default=20, show_default=True, help="rows to print (0: none)")
+@click.option("--show", default=20, show_default=True, type=click.IntRange(min=0), help="rows to print (0: none)")
 def sweep_cmd(spec: Path, json_out: Path | None, csv_out: Path | None, parquet_out: Path | None,
               scheduler: str | None, workers: int | None, cache: Path, no_cache: bool, show: int) -> None:
     """Compile every workload of SPEC for every ChipConfig point of its [grid] or [random] section, run it
     on the simulator and tabulate cycles, MXU utilization, DRAM bytes and instructions. A failed point is a
     row with its error; the sweep goes on. Exit 1 on a bad spec."""
     from runtime.sweep import load_spec, run_sweep, write_table
+    if workers is not None and workers > MAX_WORKERS_PER_CPU * (os.cpu_count() or 1):
+        raise usage_error(f"{workers} worker processes on {os.cpu_count()} CPUs; at most {MAX_WORKERS_PER_CPU} per CPU",
+                          "--workers")
     if scheduler is not None and workers is not None:
-        raise TetrachipError("sweep: --workers sizes the local cluster; with --scheduler the cluster is yours")
+        raise usage_error("--workers sizes the local cluster; with --scheduler the cluster is yours", "--workers")
+    for p, option, suffix in ((json_out, "--json", ".json"), (csv_out, "--csv", ".csv"),
+                              (parquet_out, "--parquet", ".parquet")):
+        check_suffix(p, option, (suffix,))
+        check_output(p, option, inputs=[spec])
+    if not no_cache and cache.exists() and not cache.is_dir():
+        raise usage_error(f"{cache}: is a file, not a folder", "--cache")
+    try:
+        spec.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TetrachipError(f"{spec}: not a TOML sweep spec (not UTF-8 text: {e.reason} at byte {e.start})") from None
     s = load_spec(spec)
-    for p in (json_out, csv_out, parquet_out):
-        if p is not None and p.suffix.lower() not in (".json", ".csv", ".parquet"):
-            raise TetrachipError(f"{p}: unknown table format; use .json, .csv or .parquet")
     if parquet_out is not None:
         try:
             import pyarrow  # noqa: F401
@@ -59,8 +74,21 @@ def sweep_cmd(spec: Path, json_out: Path | None, csv_out: Path | None, parquet_o
         click.echo(_table(res, show))
     for p in (json_out, csv_out, parquet_out):
         if p is not None:
-            write_table(res, p)
+            _write_atomic_table(write_table, res, p)
     click.echo(res.summary(), err=True)
+
+
+def _write_atomic_table(write_table, res: SweepResult, path: Path) -> None:
+    """``write_table`` (which picks the format by the suffix) into a temporary file beside ``path`` with the
+    same suffix, then renamed over it: a failure leaves the old table or none, never half of one."""
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        write_table(res, tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise TetrachipError(f"{path}: cannot write: {e.strerror or e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _table(res: SweepResult, limit: int) -> str:

@@ -7,13 +7,12 @@ in the same folder, then a rename), so a failed plot never leaves half a PNG beh
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from isa import TetrachipError
+from isa.outputs import check_writable, write_atomic
 
 #: Above this many trace records the timeline is drawn binned (fraction of each bin a unit is busy).
 MAX_BARS = 3000
@@ -26,11 +25,9 @@ def check_output(path: str | Path) -> Path:
     p = Path(path)
     if p.is_dir():
         raise TetrachipError(f"{p}: is a folder; --plot wants a file name such as run.png")
-    if not p.parent.is_dir():
-        raise TetrachipError(f"{p}: folder {p.parent} does not exist")
     if p.suffix.lower() != ".png":
         raise TetrachipError(f"{p}: --plot writes PNG; name the file *.png")
-    return p
+    return check_writable(p, what="plot")
 
 
 def _pyplot():
@@ -41,14 +38,8 @@ def _pyplot():
 
 
 def _save(fig: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(suffix=".png", prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise TetrachipError(f"{path}: cannot write: {e.strerror or e}") from None
+        write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"), what="plot")
     finally:
         _pyplot().close(fig)
 

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from isa import ChipConfig, ConfigError, PRESETS
-from isa.table import WORD_BITS, layout
+from isa.table import WORD_BITS, WORD_BYTES, layout
 
 
 def test_presets_sizes():
@@ -58,3 +58,47 @@ def test_load_toml_and_json(tmp_path):
         ChipConfig.load(broken)
     with pytest.raises(ConfigError, match="cannot read"):
         ChipConfig.load(tmp_path / "none.toml")
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), True, -1.0, "fast"])
+def test_clock_must_be_a_finite_positive_number(value):
+    with pytest.raises(ConfigError, match="clock_mhz must be a finite number > 0"):
+        PRESETS["tiny"].replace(clock_mhz=value)
+
+
+def test_every_integer_field_is_bounded():
+    from isa.config import MAX_FIELD
+    for field in ("dram_latency", "link_latency", "link_credits"):
+        PRESETS["tiny"].replace(**{field: MAX_FIELD})          # the bound itself is accepted
+        with pytest.raises(ConfigError, match=f"{field} .* must be <= 2\\*\\*32"):
+            PRESETS["tiny"].replace(**{field: MAX_FIELD + 1})
+
+
+def test_on_chip_memory_is_bounded_before_anything_is_allocated():
+    """spm_rows = 2**26 (issue 22) grew the simulator to gigabytes; now one ConfigError, from the sizes alone."""
+    from isa.config import MAX_ONCHIP_BYTES
+    for c in PRESETS.values():                                  # every preset within the bound
+        assert c.spm_bytes + c.acc_bytes + c.imem_words * WORD_BYTES <= MAX_ONCHIP_BYTES
+    for name in ("tiny", "base"):
+        with pytest.raises(ConfigError, match="SPM \\+ ACC \\+ imem .* must be <="):
+            PRESETS[name].replace(spm_rows=1 << 26)
+    rows = MAX_ONCHIP_BYTES // PRESETS["base"].cols            # SPM alone at the bound, ACC and imem beyond it
+    with pytest.raises(ConfigError, match="SPM \\+ ACC"):
+        PRESETS["base"].replace(spm_rows=rows)
+
+
+@pytest.mark.parametrize("preset", [[], 3, {"a": 1}, None])
+def test_preset_must_be_a_name(tmp_path, preset):
+    with pytest.raises(ConfigError, match="preset must be a preset name"):
+        ChipConfig.from_dict({"preset": preset}, origin="f.toml")
+    t = tmp_path / "p.json"
+    t.write_text(json.dumps({"preset": preset}))
+    with pytest.raises(ConfigError, match=f"{t}: preset must be"):
+        ChipConfig.load(t)
+
+
+def test_a_file_error_names_the_file(tmp_path):
+    t = tmp_path / "c.toml"
+    t.write_text('preset = "tiny"\nclock_mhz = inf\n')
+    with pytest.raises(ConfigError, match=f"^{t}: config 'c': clock_mhz"):
+        ChipConfig.load(t)

@@ -28,11 +28,11 @@ def test_asm_listing_disasm_roundtrip(tmp_path):
 def test_disasm_errors_are_one_line(tmp_path):
     out = tmp_path / "g.bin"
     assert run("asm", "examples/gemm_tiled.s", "-o", str(out)).returncode == 0
-    for args, words in [((str(out), "--config", "base"), "not for config 'base'"),
-                        ((str(tmp_path / "none.bin"),), "cannot read"),
-                        ((str(out), "--config", "nonesuch"), "unknown config 'nonesuch'")]:
+    for args, words, status in [((str(out), "--config", "base"), "not for config 'base'", 1),
+                                ((str(tmp_path / "none.bin"),), "does not exist", 2),
+                                ((str(out), "--config", "nonesuch"), "unknown config 'nonesuch'", 2)]:
         r = run("disasm", *args)
-        assert r.returncode == 1 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.returncode == status and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     trunc = tmp_path / "t.bin"
     trunc.write_bytes(out.read_bytes()[:-5])
     r = run("disasm", str(trunc))

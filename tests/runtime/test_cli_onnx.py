@@ -93,19 +93,19 @@ def test_bad_input_is_one_line(tmp_path):
     a, b = tmp_path / "a.npy", tmp_path / "b.npy"
     np.save(tmp_path / "wrong.npy", np.zeros((6, 3), np.float32))
     (tmp_path / "junk.npy").write_text("not an array")
-    cases = [
-        ((tmp_path / "none.onnx", "--input", a), "none.onnx: no such file"),
-        ((path,), "give one --input FILE.npy for each"),
-        ((path, "--input", a), "no --input for b"),
-        ((path, "--input", a, "--input", b, "--input", a), "the model takes 2 input(s) (a, b)"),
-        ((path, "--input", tmp_path / "wrong.npy", "--input", b), "input 'a': expected shape (3, 6), got (6, 3)"),
-        ((path, "--input", tmp_path / "junk.npy", "--input", b), "junk.npy: not a loadable .npy array"),
-        ((path, "--input", tmp_path / "gone.npy", "--input", b), "gone.npy: no such file"),
-        ((path, "--input", "c=x.npy", "--input", b), "give FILE.npy in that order or NAME=FILE.npy"),
+    cases = [      # exit 2: a usage error (a missing file, a wrong --input); 1: an input's content (runtime/cli.py)
+        ((tmp_path / "none.onnx", "--input", a), "none.onnx' does not exist", 2),
+        ((path,), "give one --input FILE.npy for each", 2),
+        ((path, "--input", a), "no --input for b", 2),
+        ((path, "--input", a, "--input", b, "--input", a), "the model takes 2 input(s) (a, b)", 2),
+        ((path, "--input", tmp_path / "wrong.npy", "--input", b), "input 'a': expected shape (3, 6), got (6, 3)", 1),
+        ((path, "--input", tmp_path / "junk.npy", "--input", b), "junk.npy: not a loadable .npy array", 1),
+        ((path, "--input", tmp_path / "gone.npy", "--input", b), "gone.npy: no such file", 2),
+        ((path, "--input", "c=x.npy", "--input", b), "give FILE.npy in that order or NAME=FILE.npy", 2),
     ]
-    for args, msg in cases:
+    for args, msg, status in cases:
         r = _run(*args, "--device", "numpy")
-        assert r.exit_code == 1, (args, r.output)
+        assert r.exit_code == status, (args, r.output)
         assert msg in r.output, (msg, r.output)
         assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
     garbage = tmp_path / "garbage.onnx"
@@ -115,4 +115,4 @@ def test_bad_input_is_one_line(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("model = lambda x: x\ninputs = [[1.0]]\n")
     r = _run(f, "--input", a)
-    assert r.exit_code == 1 and "--input is for .onnx models" in r.output
+    assert r.exit_code == 2 and "--input is for .onnx models" in r.output

@@ -155,7 +155,7 @@ def test_cli_writes_json_and_csv_and_reports_bad_specs(tmp_path):
     r = CliRunner().invoke(main, ["sweep", str(spec)])
     assert r.exit_code == 1 and "not valid TOML" in r.output
     r = CliRunner().invoke(main, ["sweep", str(tmp_path / "missing.toml")])
-    assert r.exit_code == 1 and "cannot read" in r.output
+    assert r.exit_code == 2 and "does not exist" in r.output             # a usage error (runtime/cli.py)
     r = CliRunner().invoke(main, ["sweep", str(spec), "--workers", "-1"])
     assert r.exit_code == 2
 
@@ -190,7 +190,7 @@ def test_bench_lists_the_scripts_and_refuses_unknown_names():
     names = {line.split()[0] for line in r.output.splitlines()}
     assert {"models", "search", "sim_vs_scalesim"} <= names
     r = CliRunner().invoke(main, ["bench", "nosuch"])
-    assert r.exit_code == 1 and "no script 'nosuch'" in r.output
+    assert r.exit_code == 2 and "no script 'nosuch'" in r.output
     assert "bench" in CliRunner().invoke(main, ["--help"]).output and \
         "sweep" in CliRunner().invoke(main, ["--help"]).output
 
@@ -205,7 +205,7 @@ def test_a_repeated_point_is_simulated_once():
 
 def test_bench_refuses_a_flag_the_script_does_not_take():
     r = CliRunner().invoke(main, ["bench", "search_control", "--quick"])       # it has --json only
-    assert r.exit_code == 1 and "takes no --quick" in r.output
+    assert r.exit_code == 2 and "takes no --quick" in r.output
 
 
 def test_bench_runs_a_script_with_its_json(tmp_path):

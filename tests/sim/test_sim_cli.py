@@ -40,7 +40,7 @@ def test_sim_binary_and_bad_inputs(tmp_path):
     res = r.invoke(main, ["sim", str(binp), "--max-cycles", "10"])
     assert res.exit_code == 1 and res.output.strip().startswith("CYCLE_LIMIT: cycle 10")
     res = r.invoke(main, ["sim", str(binp), "--args", "r1"])
-    assert res.exit_code == 1 and "--args" in res.output and len(res.output.strip().splitlines()) == 1
+    assert res.exit_code == 2 and "--args" in res.output and len(res.output.strip().splitlines()) == 1
     np.savez(tmp_path / "bad.npz", nokey=np.zeros(3))
     res = r.invoke(main, ["sim", str(binp), "--dram", str(tmp_path / "bad.npz")])
     assert res.exit_code == 1 and "NAME@ADDRESS" in res.output
