@@ -165,10 +165,10 @@ def sim(program: Path, config: str | None, dram: Path | None, args: str | None, 
         if json_out:
             write_atomic(json_out, json.dumps(stats.to_dict(), indent=2) + "\n", inputs=inputs)
             written.append(f"--json {json_out}")
-        if trace:
+        if trace and chip.trace is not None:
             write_atomic(trace, json.dumps(chip.trace.to_chrome()), inputs=inputs)
             written.append(f"--trace {trace}")
-        if line_trace:
+        if line_trace and chip.trace is not None:
             write_atomic(line_trace, chip.trace.line_trace(), inputs=inputs)
             written.append(f"--line-trace {line_trace}")
         if plot:

@@ -51,6 +51,8 @@ class Clocked(ChipState, Protocol):
     @property
     def prog(self) -> Sequence[Instruction | None]: ...
     @property
+    def fields(self) -> Sequence[Mapping[str, int]]: ...
+    @property
     def units(self) -> Mapping[Unit, QueuedUnit]: ...
     @property
     def tx(self) -> Mapping[int, Channel]: ...
@@ -97,7 +99,7 @@ def run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
 
 def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
     derived = max_cycles is None
-    limit = default_max_cycles(chips) if derived else int(max_cycles)
+    limit = default_max_cycles(chips) if max_cycles is None else int(max_cycles)
     if limit < 1:
         raise TetrachipError(f"max_cycles={max_cycles!r}: a run's cycle limit must be a positive number of cycles")
     for ch in chips:
@@ -123,7 +125,7 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
         if t >= limit:
             ch = next(c for c in chips if not c.issue.halted)
             pc = ch.issue.pc if ch.issue.pc < len(ch.prog) else None
-            how = (f"the default limit, derived from the program (docs/simulator.md, \"Cycle limit\")" if derived
+            how = ("the default limit, derived from the program (docs/simulator.md, \"Cycle limit\")" if derived
                    else "the limit given")
             raise ch.error(ErrorCode.CYCLE_LIMIT, f"the run did not halt within {limit} cycles ({how}); "
                            f"raise it with run(max_cycles=N) or `tetrachip sim --max-cycles N`", limit, pc)
