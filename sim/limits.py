@@ -184,17 +184,20 @@ def chip_cycle_bound(chip: Clocked) -> int:
         v = min(UNKNOWN_TRIPS, v * v)
     big = UNKNOWN_TRIPS if tm.opaque else min(UNKNOWN_TRIPS, 2 * v + LOOP_SLACK)
 
-    def value(r: int) -> int | None:        # the largest |value| of a counter or bound register, if known
-        return max(tm.plain[r], host[r]) if r in tm.plain else None
+    def values(regs: Sequence[int]) -> list[int] | None:
+        """The largest |value| of each register (counters, bounds), or None if one is not plain."""
+        if not all(r in tm.plain for r in regs):
+            return None
+        return [max(tm.plain[r], host[r]) for r in regs]
 
     trips = []
     for _, _, regs in tm.loops:
-        vals = [value(r) for r in regs] if regs is not None else [None]
-        trips.append(2 * (vals[0] + vals[1]) + 2 if None not in vals else big)     # type: ignore[operator]
+        vals = values(regs) if regs is not None else None
+        trips.append(2 * sum(vals) + 2 if vals is not None else big)
     counts = {}
-    for lr, regs in tm.count_regs.items():
-        vals = [value(r) for r in regs]
-        counts[lr] = max([tm.imm_max.get(lr, 0)] + vals) if None not in vals else big    # type: ignore[type-var]
+    for lr, cregs in tm.count_regs.items():
+        vals = values(sorted(cregs))
+        counts[lr] = max([tm.imm_max.get(lr, 0)] + vals) if vals is not None else big
     total = 0
     for loops, costs in tm.segments:
         times = 1
