@@ -155,7 +155,15 @@ class _DmaBase(UnitBase):
         eb = Mux(c["space"] == Space.ACC, _EB_ACC, _EB_SPM)
         last_in_row = c["b"] + 1 == c["rbeats"]
         last = ~c["real"] | (last_in_row & (c["r"] + 1 == c["rows"]))
-        beat = go | active
+        # checks at start: an instance that fails them stops the chip and never starts, so it sends
+        # no beat, not even its first (contract section 5; the simulator moves nothing either)
+        limit_rows = Mux(s_space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
+        lo_sum, hi_sum = Signal(signed(WINDOW_BITS + 1)), Signal(signed(WINDOW_BITS + 1))
+        m.d.comb += [lo_sum.eq(s_dram + q.dram_lo), hi_sum.eq(s_dram + q.dram_hi)]   # (dram_window)
+        ok = Signal(name="start_ok")
+        m.d.comb += ok.eq(in_range(s_local, Mux(s_real, v.rows, 0), limit_rows)
+                          & (~s_real | (~lo_sum[-1] & hi_sum[-1])))
+        beat = (go & ok) | active
         with m.If(beat):
             with m.If(last):
                 m.d.sync += active.eq(0)
@@ -174,11 +182,6 @@ class _DmaBase(UnitBase):
                                  beat_addr.eq(c["beat_addr"] + Mux(c["contig"], B, c["estride"])),
                                  local.eq(c["local"]), off.eq(c["off"] + Mux(c["contig"], B, eb))]
         nbytes = Mux(c["contig"], B, eb)
-        # checks at start
-        limit_rows = Mux(s_space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
-        lo_sum, hi_sum = Signal(signed(WINDOW_BITS + 1)), Signal(signed(WINDOW_BITS + 1))
-        m.d.comb += [lo_sum.eq(s_dram + q.dram_lo), hi_sum.eq(s_dram + q.dram_hi)]   # (dram_window)
-        ok = in_range(s_local, Mux(s_real, v.rows, 0), limit_rows) & (~s_real | (~lo_sum[-1] & hi_sum[-1]))
         errors = [(~ok, ErrorCode.ADDRESS_RANGE)]
         return dict(beat=beat, last=last, last_in_row=last_in_row, cur=c, nbytes=nbytes, eb=eb,
                     ready=~active, errors=errors)

@@ -218,17 +218,19 @@ def _load_dram(chip, path: Path) -> None:
 @click.option("--dump", "dump", type=OUTPUT_FILE,
               help="write the final DRAM, SPM and ACC to this .npz (the name must end in .npz)")
 @click.option("--max-cycles", "max_cycles", type=click.IntRange(min=1), default=None,
-              help="stop with CYCLE_LIMIT beyond this")
+              help="stop with CYCLE_LIMIT beyond this many cycles (default: a limit derived from the program, "
+                   "docs/simulator.md \"Cycle limit\")")
 def sim(program: Path, config: str | None, dram: Path | None, args: str | None, trace: Path | None,
         line_trace: Path | None, plot: Path | None, json_out: Path | None, dump: Path | None,
         max_cycles: int | None) -> None:
     """Run PROGRAM (.s or .bin) on the cycle-level simulator and print its Stats.
 
     The --trace JSON holds one slice per instruction instance and counter tracks: each unit's queue
-    occupancy and DRAM bytes per cycle (docs/simulator.md)."""
+    occupancy and DRAM bytes per cycle (docs/simulator.md). When the chip stops with an error, the
+    outputs asked for are still written, up to the error (the error line names them)."""
     import json
 
-    from sim import Chip
+    from sim import Chip, SimError
     inputs = [p for p in (program, dram, config) if p is not None and Path(p).is_file()]
     check_suffix(dump, "--dump", (".npz",))
     check_suffix(plot, "--plot", (".png",))
@@ -246,25 +248,42 @@ def sim(program: Path, config: str | None, dram: Path | None, args: str | None, 
     if dram:
         _load_dram(chip, dram)
     chip.set_args(reg_args)
-    stats = chip.run(max_cycles)
-    click.echo(stats.table())
+    error: SimError | None = None
+    try:
+        stats = chip.run(max_cycles)
+    except SimError as e:
+        error, stats = e, chip.stats            # the Stats and trace up to the error
+    if error is None:
+        click.echo(stats.table())
+    written = []
     try:
         if json_out:
             write_atomic(json_out, json.dumps(stats.to_dict(), indent=2) + "\n", inputs=inputs)
-        if trace:
+            written.append(f"--json {json_out}")
+        if trace and chip.trace is not None:
             write_atomic(trace, json.dumps(chip.trace.to_chrome()), inputs=inputs)
-        if line_trace:
+            written.append(f"--trace {trace}")
+        if line_trace and chip.trace is not None:
             write_atomic(line_trace, chip.trace.line_trace(), inputs=inputs)
+            written.append(f"--line-trace {line_trace}")
         if plot:
             from runtime.plots import plot_run
-            plot_run(stats, chip.trace, plot, title=f"{program.name} on {stats.config}: {stats.cycles} cycles")
-            click.echo(f"plot: {plot}")
+            how = f"{stats.cycles} cycles" if error is None else f"stopped by {error.code.name} at cycle {error.cycle}"
+            plot_run(stats, chip.trace, plot, title=f"{program.name} on {stats.config}: {how}")
+            written.append(f"--plot {plot}")
+            if error is None:
+                click.echo(f"plot: {plot}")
         if dump:
             import numpy as np
             write_atomic(dump, lambda f: np.savez_compressed(f, dram=chip.dram, spm=chip.spm, acc=chip.acc),
                          inputs=inputs)
+            written.append(f"--dump {dump}")
     except OSError as e:
         raise TetrachipError(f"cannot write output: {e}") from None
+    if error is not None:
+        if written:
+            raise TetrachipError(f"{error} (written up to the error: {', '.join(written)})")
+        raise error
 
 
 main.add_command(__import__("runtime.cli_rtl", fromlist=["verilog_cmd"]).verilog_cmd)

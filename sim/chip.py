@@ -358,7 +358,9 @@ class Chip:
         nest = self.loops[base:base + depth]
         counts = [c for c, _ in nest]
         strides = [s for _, s in nest]
-        bases = [f[s] + regs[f["x" + s]] for s in spec.slots]
+        # a memory operand's address is 32-bit, two's complement: base + register wraps modulo 2**32
+        # (docs/microarchitecture.md section 2), as the instance addresses of its nest do (Entry.addrs)
+        bases = [sem.wrap32_int(f[s] + regs[f["x" + s]]) for s in spec.slots]
         bval = regs[f["b"]] if f.get("bmode") == SrcMode.REG else 0
         sval = regs[f["scale"]] if f.get("smode") == ScaleMode.REG else 0
         ent = Entry(ins, f, pc, t, counts, strides, bases, bval, sval)

@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from isa.encoding import Instruction
-from isa.errors import ErrorCode
+from isa.errors import ErrorCode, TetrachipError
 from isa.table import Unit
 
 from .errors import SimError
+from .limits import MAX_CYCLES, default_max_cycles
 from .state import INF, ChipState
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class Clocked(ChipState, Protocol):
     @property
     def prog(self) -> Sequence[Instruction | None]: ...
     @property
+    def fields(self) -> Sequence[Mapping[str, int]]: ...
+    @property
     def units(self) -> Mapping[Unit, QueuedUnit]: ...
     @property
     def tx(self) -> Mapping[int, Channel]: ...
@@ -59,8 +62,9 @@ class Clocked(ChipState, Protocol):
     def components(self) -> Sequence[Component]: ...
 
 
-#: cycle limit of a run when the caller gives none
-DEFAULT_MAX_CYCLES = 1 << 40
+#: the most cycles a run is allowed when the caller gives no limit (the default is derived from the
+#: programs: ``sim.limits.default_max_cycles``)
+DEFAULT_MAX_CYCLES = MAX_CYCLES
 
 
 _BLAS: list[Any] = []          # the threadpoolctl controller, or None without threadpoolctl
@@ -94,7 +98,10 @@ def run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
 
 
 def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
-    limit = DEFAULT_MAX_CYCLES if max_cycles is None else int(max_cycles)
+    derived = max_cycles is None
+    limit = default_max_cycles(chips) if max_cycles is None else int(max_cycles)
+    if limit < 1:
+        raise TetrachipError(f"max_cycles={max_cycles!r}: a run's cycle limit must be a positive number of cycles")
     for ch in chips:
         ch.max_cycles = limit
     # Each chip's components and their next times, and the chip's earliest. A component's next time
@@ -118,7 +125,10 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
         if t >= limit:
             ch = next(c for c in chips if not c.issue.halted)
             pc = ch.issue.pc if ch.issue.pc < len(ch.prog) else None
-            raise ch.error(ErrorCode.CYCLE_LIMIT, f"the run did not halt within {limit} cycles", limit, pc)
+            how = ("the default limit, derived from the program (docs/simulator.md, \"Cycle limit\")" if derived
+                   else "the limit given")
+            raise ch.error(ErrorCode.CYCLE_LIMIT, f"the run did not halt within {limit} cycles ({how}); "
+                           f"raise it with run(max_cycles=N) or `tetrachip sim --max-cycles N`", limit, pc)
         for ch in chips:
             if ch.tokens.active:
                 ch.tokens.flush(t)

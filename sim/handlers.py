@@ -68,6 +68,8 @@ def _rng(space, lo, n):
 def _dma(chip: ChipState, f: dict[str, int], local: int, dram: int, load: bool) -> Plan:
     cfg = chip.cfg
     space, rows, length, rs, es = f["space"], f["rows"], f["len"], f["rstride"], f["estride"]
+    if length == 0:                     # no element: the instance moves nothing, checks nothing and
+        rows = 0                        # touches no row (docs/microarchitecture.md section 3)
     err = _rows_error(chip, space, local, rows, "dma")
     if err:
         return err

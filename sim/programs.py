@@ -26,7 +26,11 @@ Tokens (every wait is matched with exactly one earlier signal, in order):
   tile, the first N tile's matmuls wait for their A tile (loads are issued in the order the MXU
   uses them: W(kt), A(kt), W(kt+1), ...).
 * mxu -> load: each ``mxu.lw`` frees its slot; the load that refills the slot NB tiles later
-  waits for it. NB seed tokens come from NB empty weight loads (``k=0``) at the start.
+  waits for it. NB seed tokens come from NB empty weight loads (``k=0``) at the start, so NB (and
+  KT) can be at most ``isa.timing.TOKEN_MAX``: ``K <= TOKEN_MAX * rows`` (``gemm`` rejects a larger K
+  before building anything). The load -> mxu counter stays below it in every case measured (at most
+  218 tokens, for KT = 255 on ``base`` with M = 112: a load moves a row per cycle at most, about as
+  fast as the MXU takes rows), though that is measured, not proven.
 * mxu -> store: the last matmul of an N tile signals the store of that tile.
 * store -> mxu: the store of a tile frees its ACC region; the first matmul of the tile that
   reuses the region (two tiles later) waits for it (two seed tokens from empty stores).
@@ -54,6 +58,7 @@ from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
 from isa.regs import L0, L1, RefGemm as G
 from isa.table import SPACE_BYTES, Space
+from isa.timing import TOKEN_MAX
 
 if TYPE_CHECKING:
     from .chip import Chip
@@ -115,6 +120,10 @@ def gemm(M: int, K: int, N: int, config: str | Path | ChipConfig = "base", *, a_
                         f"{cfg.scalar_regs} and {cfg.loop_regs}")
     KT, NT = cdiv(K, R), cdiv(N, Cc)
     NB = align_up(4, KT)                        # weight slots: a multiple of KT, at least 4
+    if NB > TOKEN_MAX:          # one mxu -> load token per free weight slot: NB of them at the start
+        raise GemmError(f"K = {K} is too large for config {cfg.name!r}: {KT} K tiles of {R} rows need {NB} "
+                        f"weight-slot tokens, more than a token counter holds (TOKEN_MAX = {TOKEN_MAX}); "
+                        f"K <= {TOKEN_MAX * R} on this config (split the GEMM along K and add the results)")
     w_rows = NB * R
     if KT * M + w_rows <= cfg.spm_rows and 2 * M <= cfg.acc_rows:
         Mt, nbuf = M, 1

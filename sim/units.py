@@ -56,9 +56,9 @@ class Entry:
             return self.bases
         a = self._addrs
         if a is None or not self._lo <= i < self._lo + len(a):
-            lo = i - i % CHUNK
-            self._addrs = a = sem.nest_slice(self.counts, self.strides, self.bases, lo,
-                                             min(self.T, lo + CHUNK)).tolist()
+            lo = i - i % CHUNK          # (addresses are 32-bit: wrapped as the chip's adders wrap them)
+            self._addrs = a = sem.wrap32(sem.nest_slice(self.counts, self.strides, self.bases, lo,
+                                                        min(self.T, lo + CHUNK))).tolist()
             self._lo = lo
         return a[i - self._lo]
 
