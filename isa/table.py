@@ -416,14 +416,16 @@ INSTRUCTIONS: tuple[Instr, ...] = (
         _op("imm", "estride", key="estride", default="esize")],
        "Load rows x len elements from DRAM (element e of row r at dram + r*rstride + e*estride; "
        "int8 into SPM, little-endian int32 into ACC) into rows local..local+rows-1, lanes 0..len-1; "
-       "lanes len..cols-1 are zeroed. len defaults to cols, estride to the element size.",
+       "lanes len..cols-1 are zeroed. len defaults to cols, estride to the element size. "
+       "len = 0 (or rows = 0) moves, checks and zeroes nothing.",
        slots=("local", "dram"), group="dma"),
     _i("dma.st", 0x21, Q.STORE, "dma",
        [_op("dram", "dram", "xdram"), _op("mem", "space", "local", "xlocal"), _op("imm", "rows", key="rows", default=1),
         _op("imm", "len", key="len", default="cols"), _op("imm", "rstride", key="rstride", default=0),
         _op("imm", "estride", key="estride", default="esize")],
        "Store lanes 0..len-1 of rows local..local+rows-1 (int8 from SPM, little-endian int32 "
-       "from ACC) to DRAM at dram + r*rstride + e*estride.",
+       "from ACC) to DRAM at dram + r*rstride + e*estride. len = 0 (or rows = 0) moves and checks "
+       "nothing; an instance whose range check fails writes nothing.",
        slots=("dram", "local"), group="dma"),
     _i("mxu.lw", 0x30, Q.MXU, "lw",
        [_op("mem", "src", "xsrc", space=Space.SPM), _op("imm", "k", key="k", default="rows")],

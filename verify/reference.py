@@ -116,12 +116,14 @@ class _Machine:
             raise NotModelled(f"pc {pc}: {ins.op} needs a link; the reference level models one chip "
                                  "without links")
         nest = self.loops[f["rep_base"]:f["rep_base"] + f["rep_depth"]]
-        bases = [f[s] + regs[f["x" + s]] for s in ins.spec.slots]
+        # addresses are 32-bit two's complement: base + register and every instance address wrap
+        # modulo 2**32 as the chip's adders wrap them (docs/microarchitecture.md section 2)
+        bases = [sem.wrap32_int(f[s] + regs[f["x" + s]]) for s in ins.spec.slots]
         b = regs[f["b"]] if f.get("bmode") == SrcMode.REG else f.get("b")
         scale = regs[f["scale"]] if f.get("smode") == ScaleMode.REG else f.get("scale")
         unit = Unit(ins.spec.unit).name.lower()
         for idx in _indices([c for c, _ in nest]):
-            a = [base + sum(i * s[k] for i, (_, s) in zip(idx, nest)) for k, base in enumerate(bases)]
+            a = [sem.wrap32_int(base + sum(i * s[k] for i, (_, s) in zip(idx, nest))) for k, base in enumerate(bases)]
             getattr(self, "q_" + ins.spec.format)(ins.op, f, a, b, scale, pc)
             self.st.instances[unit] += 1
 
@@ -129,6 +131,8 @@ class _Machine:
         st, cfg = self.st, self.cfg
         local, dram = (a[0], a[1]) if op == "dma.ld" else (a[1], a[0])
         space, rows, length, rs, es = f["space"], f["rows"], f["len"], f["rstride"], f["estride"]
+        if length == 0:                 # no element: nothing moves, nothing is checked (section 3)
+            return
         _rows(st, space, local, rows, op, pc)
         lo, hi = sem.dma_footprint(dram, rows, length, rs, es, space)
         if hi > lo and (lo < 0 or hi > cfg.dram_bytes):
