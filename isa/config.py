@@ -25,8 +25,9 @@ from .table import WORD_BYTES, check_layout
 
 #: Smallest number of loop (repeat) registers; the ISA promises nests of at least 3 levels.
 MIN_LOOP_REGS = 3
-#: Largest DRAM: byte addresses are 32-bit (scalar registers and DMA addresses).
-MAX_DRAM_BYTES = 1 << 32
+#: Largest DRAM: byte addresses are 32-bit two's complement (scalar registers and DMA addresses,
+#: docs/microarchitecture.md section 2), so bytes 0 .. 2**31 - 1 are the ones an instruction can reach.
+MAX_DRAM_BYTES = 1 << 31
 #: Largest on-chip memory, SPM + ACC + instruction memory in bytes: the simulator and the RTL's
 #: simulation hold them whole in host memory (the largest preset, tpu, uses about 30 MB: a ninth of it).
 MAX_ONCHIP_BYTES = 1 << 28
@@ -90,7 +91,8 @@ class ChipConfig:
         need(self.loop_regs >= MIN_LOOP_REGS,
              f"loop_regs ({self.loop_regs}) must be >= {MIN_LOOP_REGS}")
         need(self.scalar_regs >= 4, f"scalar_regs ({self.scalar_regs}) must be >= 4")
-        need(self.dram_bytes <= MAX_DRAM_BYTES, f"dram_bytes ({self.dram_bytes}) must be <= 2**32")
+        need(self.dram_bytes <= MAX_DRAM_BYTES,
+             f"dram_bytes ({self.dram_bytes}) must be <= 2**31 (addresses are signed 32-bit)")
         need(self.dma_beat_bytes & (self.dma_beat_bytes - 1) == 0,
              f"dma_beat_bytes ({self.dma_beat_bytes}) must be a power of two")
         need(self.link_width_bytes & (self.link_width_bytes - 1) == 0,
@@ -207,7 +209,7 @@ def _presets() -> dict[str, ChipConfig]:
                    links=2, link_latency=16, link_width_bytes=64, link_credits=32,
                    loop_regs=8, scalar_regs=16, clock_mhz=940.0),
         "tpu": P(name="tpu", rows=256, cols=256, spm_rows=98304, acc_rows=4096,
-                 dram_bytes=1 << 32, imem_words=16384, dma_beat_bytes=256, dram_latency=100,
+                 dram_bytes=1 << 31, imem_words=16384, dma_beat_bytes=256, dram_latency=100,
                  links=2, link_latency=32, link_width_bytes=64, link_credits=64,
                  loop_regs=8, scalar_regs=16, clock_mhz=700.0),
     }

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from isa.config import ChipConfig
-from isa.errors import ErrorCode
+from isa.config import MAX_DRAM_BYTES, ChipConfig
+from isa.errors import ConfigError, ErrorCode
 from sim import Chip, SimError
 
 TINY = ChipConfig.preset("tiny")
@@ -36,20 +36,24 @@ def test_dma_len0_rows_still_checked_when_len_is_not_zero():
     assert e.value.code == ErrorCode.ADDRESS_RANGE
 
 
-def test_address_wraps_at_32_bits_on_a_4_gib_dram():
-    """On a DRAM of 2**32 bytes the wrap shows: 0xfffffff0 + 0x20 is byte 0x10, and an address of
-    2**31 or more reads as negative (outside DRAM) as the RTL's 32-bit signed address does."""
-    cfg = TINY.replace(name="tiny-4g", dram_bytes=1 << 32)
+def test_address_wraps_at_32_bits_on_the_largest_dram():
+    """On the largest DRAM (2**31 bytes, isa.config.MAX_DRAM_BYTES) base + register wraps as the
+    RTL's 32-bit signed adder does: 0x7ffffff0 + 0x7fffffff is -17, outside DRAM (not 4294967279);
+    the last byte is reachable, and 2**31 itself is refused by the config."""
+    cfg = TINY.replace(name="tiny-2g", dram_bytes=MAX_DRAM_BYTES)
     ch = Chip(cfg)
-    ch.load("dma.ld spm[0], dram[0xfffffff0 + r3], rows=1\nhalt\n")
-    ch.write_dram(0x10, np.arange(1, 1 + cfg.cols, dtype=np.int8))
-    ch.set_args(r3=0x20)
+    ch.load("dma.ld spm[0], dram[0x7ffffff0 + r3], rows=1, len=1\nhalt\n")
+    ch.write_dram(MAX_DRAM_BYTES - 1, np.array([42], dtype=np.int8))
+    ch.set_args(r3=0xf)
     ch.run(1000)
-    assert ch.spm[0].tolist() == list(range(1, 1 + cfg.cols))
-    ch.load("dma.ld spm[0], dram[0x80000000], rows=1\nhalt\n")
+    assert ch.spm[0].tolist() == [42] + [0] * (cfg.cols - 1)
+    ch.load("dma.ld spm[0], dram[0x7ffffff0 + r3], rows=1\nhalt\n")
+    ch.set_args(r3=0x7fffffff)
     with pytest.raises(SimError) as e:
         ch.run(1000)
-    assert e.value.code == ErrorCode.ADDRESS_RANGE and "-2147483648" in str(e.value)
+    assert e.value.code == ErrorCode.ADDRESS_RANGE and "-17" in str(e.value)
+    with pytest.raises(ConfigError, match="2\\*\\*31"):
+        TINY.replace(dram_bytes=MAX_DRAM_BYTES * 2)
 
 
 def test_nest_offsets_wrap_at_32_bits():
