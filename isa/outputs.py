@@ -53,6 +53,7 @@ def write_atomic(path: str | Path, data: bytes | str | Callable[[IO[bytes]], Non
                 data(f)
             else:
                 f.write(data.encode() if isinstance(data, str) else data)
+        os.chmod(tmp, _mode(p))
         os.replace(tmp, p)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
@@ -61,3 +62,14 @@ def write_atomic(path: str | Path, data: bytes | str | Callable[[IO[bytes]], Non
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def _mode(p: Path) -> int:
+    """The permissions the file gets: an existing file's own, else what a plain open() would give
+    (0666 less the umask; mkstemp's temporary files are 0600)."""
+    try:
+        return p.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
