@@ -53,10 +53,6 @@ def sweep_cmd(spec: Path, json_out: Path | None, csv_out: Path | None, parquet_o
         check_output(p, option, inputs=[spec])
     if not no_cache and cache.exists() and not cache.is_dir():
         raise usage_error(f"{cache}: is a file, not a folder", "--cache")
-    try:
-        spec.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TetrachipError(f"{spec}: not a TOML sweep spec (not UTF-8 text: {e.reason} at byte {e.start})") from None
     s = load_spec(spec)
     if parquet_out is not None:
         try:

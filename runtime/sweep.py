@@ -119,9 +119,11 @@ def load_spec(source: str | Path | dict) -> Spec:
         if not isinstance(source, str) or "\n" not in source:
             p = Path(source)
             try:
-                text, where, here = p.read_text(), str(p), p.parent
+                text, where, here = p.read_bytes().decode("utf-8"), str(p), p.parent
             except OSError as e:
                 raise SweepError(f"{p}: cannot read: {e.strerror}") from None
+            except UnicodeDecodeError as e:
+                raise SweepError(f"{p}: not a TOML sweep spec (not UTF-8 text: {e.reason} at byte {e.start})") from None
         try:
             d = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
