@@ -176,7 +176,9 @@ class Cosim:
         self.mem = mem or _mem()
         # a config that differs from the preset of its name (``--fpga-mem`` depths) gets its own
         # model: two configs of one name would otherwise rebuild each other's
-        name = self.cfg.name if PRESETS.get(self.cfg.name) == self.cfg else f"{self.cfg.name}-{self.cfg.digest().hex()}"
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.cfg.name)      # a folder name whatever the config's name
+        if PRESETS.get(self.cfg.name) != self.cfg:
+            name += f"-{self.cfg.digest().hex()}"
         tag = f"{name}_{'ring' if self.ring else 'chip'}{chips}_{self.simulator}" + (f"_bug_{bug}" if bug else "")
         if self.mem != "flat":
             tag += f"_{self.mem}"
@@ -574,6 +576,18 @@ def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False, sim=Non
     paged = len(job.pages(0)) > 1
     head = f"MISMATCH {job.name} seed={job.seed} config={cfg.name}"
     problems = []
+    if ErrorCode.DEADLOCK in codes:
+        # the simulator's check only (docs/rtl.md): a deadlocked chip never finishes, so the RTL
+        # agrees when no chip of it finished or stopped with an error within the bench's limit
+        rtl = [(ErrorCode(r["error"]).name, bool(r["done"])) for r in result["chips"]]
+        if any(e != "OK" or d for e, d in rtl):
+            problems.append(f"sim DEADLOCK after {max(c or 0 for c in cycles)} cycles; rtl (error, done) per chip "
+                            f"{rtl}")
+        for i, (ch, r) in enumerate(zip(chips, result["chips"])):
+            if not np.array_equal(r["dram"], ch.dram):
+                a = int(np.flatnonzero(r["dram"] != ch.dram)[0])
+                problems.append(f"chip {i}: DRAM differs first at byte {a:#x}: rtl {r['dram'][a]} sim {ch.dram[a]}")
+        return head + "\n" + "\n".join(problems) if problems else None
     stopped = any(c != ErrorCode.OK for c in codes)
     for i, (ch, r) in enumerate(zip(chips, result["chips"])):
         tag = f"chip {i}: " if len(chips) > 1 else ""
@@ -609,6 +623,28 @@ def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False, sim=Non
         strace, rtrace = line_traces(chips, result, paged)
         problems.append(f"--- simulator trace (tail)\n{_tail(strace)}\n--- rtl trace (tail)\n{_tail(rtrace)}")
     return head + "\n" + "\n".join(problems)
+
+
+def mismatch_kinds(report: str) -> set:
+    """What a ``compare`` report says differs, as a set: ``("codes", rtl, sim)`` (error codes, or OK/OK
+    for cycles), ``"DRAM"``, ``"SPM"``, ``"ACC"``, ``"trace"``, ``"not done"``, ``"DEADLOCK"``. The
+    shrinker keeps a candidate whose kinds meet the original's, not one that fails another way."""
+    out = set()
+    for ln in report.splitlines()[1:]:
+        m = re.match(r"(?:chip \d+: )?rtl (\w+) after .*, sim (\w+) after", ln)
+        if m:
+            out.add(("codes", m.group(1), m.group(2)))
+        elif ln.startswith("sim DEADLOCK"):
+            out.add("DEADLOCK")
+        elif ln.startswith("line traces diverge"):
+            out.add("trace")
+        else:
+            m = re.match(r"(?:chip \d+: )?(DRAM|SPM|ACC) differs", ln)
+            if m:
+                out.add(m.group(1))
+            elif re.match(r"(?:chip \d+: )?rtl not done", ln):
+                out.add("not done")
+    return out
 
 
 def _tail(text: str, n: int = 12) -> str:

@@ -555,22 +555,22 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
             rep = compare(cfg, j, r, ring=True, sim=sr)
             if rep:
                 mismatches.append(rep + "\n--- program (chip 0)\n" + c.sources[0])
-                failing.append(c)
+                failing.append((c, rep))
         if progress:
             progress(len(cases))
     cov = coverage_table(points)
     out = {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "seed": seed, "programs": count,
            "illegal": illegal, "mismatches": len(mismatches), "reports": mismatches,
-           "failing_seeds": [c.seed for c in failing], "rtl_cycles": cycles,
+           "failing_seeds": [c.seed for c, _ in failing], "rtl_cycles": cycles,
            "build_s": round(build_s, 2), "coverage": cov, "functional": functional_table(fpoints),
            "ok": not mismatches and not (require_all_opcodes and cov["missing"])}
     if failing and shrink_first:
-        c = failing[0]
-        sh, report = shrink_case(cfg, c, cs, max_rounds=max_rounds)
+        c, first = failing[0]
+        sh, report = shrink_case(cfg, c, cs, max_rounds=max_rounds, report=first)
         out["shrunk"] = {"seed": c.seed, "lines_from": sh.lines_from, "lines_to": sh.lines_to, "rounds": sh.rounds,
                          "tried": sh.tried, "seconds": sh.seconds, "sources": sh.sources, "report": report}
     if failing and waves_dir is not None:
-        c = failing[0]
+        c = failing[0][0]
         srcs = out["shrunk"]["sources"] if "shrunk" in out else c.sources
         job = source_job(cfg, c, srcs) or case_job(cfg, c)
         path = Path(waves_dir) / f"fuzz_seed{c.seed}.{waves}"
@@ -923,13 +923,16 @@ def source_job(cfg, case: FuzzCase, sources: list, chips: int = 2, max_cycles: i
                f"fuzz seed {case.seed} (shrunk)", {"illegal": case.illegal, "fault": case.fault, "sources": sources})
 
 
-def shrink_case(cfg, case: FuzzCase, cosim, *, chips: int = 2, max_rounds: int = 200) -> tuple[Shrunk, str | None]:
+def shrink_case(cfg, case: FuzzCase, cosim, *, chips: int = 2, max_rounds: int = 200,
+                report: str | None = None) -> tuple[Shrunk, str | None]:
     """Shrink a case that mismatches on ``cosim`` (a built ``verify.cosim.Cosim``): every round's
-    candidates run in one HDL simulator session; a candidate fails when it assembles and
-    ``compare`` reports a mismatch. Returns the shrunk result and its mismatch report."""
-    from .cosim import compare
+    candidates run in one HDL simulator session; a candidate fails when it assembles and ``compare``
+    reports a mismatch of a kind the original's ``report`` has (``mismatch_kinds``; without it, any
+    mismatch). Returns the shrunk result and its mismatch report."""
+    from .cosim import compare, mismatch_kinds
     cfg = ChipConfig.load(cfg)
     reports: dict = {}
+    want = mismatch_kinds(report) if report else None
 
     def fails(cands):
         jobs = [source_job(cfg, case, s, chips) for s in cands]
@@ -940,7 +943,13 @@ def shrink_case(cfg, case: FuzzCase, cosim, *, chips: int = 2, max_rounds: int =
             if j is None:
                 out.append(False)
                 continue
-            rep = compare(cfg, j, next(results), ring=chips > 1)
+            r = next(results)
+            try:
+                rep = compare(cfg, j, r, ring=chips > 1)
+            except Exception:           # noqa: BLE001 -- a candidate that breaks the checker is another failure
+                rep = None
+            if rep and want and not (mismatch_kinds(rep) & want):
+                rep = None                      # a mismatch, but another one than the case's
             if rep:
                 reports[tuple(s)] = rep
             out.append(rep is not None)

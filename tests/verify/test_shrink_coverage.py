@@ -5,6 +5,7 @@ ones: no HDL simulator needed."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +150,20 @@ def test_functional_coverage_of_random_programs(count):
     for op in ("beq", "bne", "blt", "bge"):
         assert ("branch", op, "taken") in pts and ("branch", op, "not_taken") in pts, op
     assert time.perf_counter() - t < 60
+
+
+@pytest.mark.parametrize("name", ["my-chip", "a b", "x/y", "9lives", "tiny"])
+def test_model_names_are_verilog_identifiers_and_folder_names(monkeypatch, name):
+    import dataclasses
+    import re
+
+    import verify.cosim as vc
+    monkeypatch.setattr(vc, "available", lambda sim: None)
+    cfg = dataclasses.replace(TINY, name=name)
+    c = vc.Cosim(cfg, 1, "verilator", build_root=Path("/tmp/unused"))
+    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", c.top) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", c.hdl_top)
+    assert c.dir.parent.name == "unused" and "/" not in c.dir.name
+    assert (c.top == "tetrachip_tiny") == (name == "tiny")
+    twin = re.sub(r"[^A-Za-z0-9_]", "_", name)                 # the name its characters map to
+    if twin != name:
+        assert vc.Cosim(dataclasses.replace(TINY, name=twin), 1, "verilator").top != c.top   # two names, two models
