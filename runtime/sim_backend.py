@@ -300,7 +300,8 @@ class RtlBackend:
         self.chips = chips
         fmt, self.waves = None, None
         if waves is True:
-            waves = f"rtl_{self.config.name}.vcd"
+            import re
+            waves = f"rtl_{re.sub(r'[^A-Za-z0-9_.-]', '_', self.config.name)}.vcd"
         if waves not in (None, False):
             if not isinstance(waves, (str, Path)) or Path(waves).suffix.lower() not in (".vcd", ".fst"):
                 raise TetrachipError(f"Device('rtl', waves={waves!r}): a .vcd or .fst file name, or True")

@@ -78,3 +78,26 @@ def test_bad_outputs_are_one_line_before_any_run(fake, args, msg):
     r = CliRunner().invoke(main, ["fuzz", "--count", "3", *args])
     assert r.exit_code != 0 and msg in r.output and "Traceback" not in r.output, r.output
     assert calls == []
+
+
+@pytest.mark.parametrize("waves, msg", [("run.txt", "a .vcd or .fst file name"), (3, "a .vcd or .fst file name"),
+                                        ("/nonexistent-dir/run.vcd", "does not exist")])
+def test_rtl_device_refuses_a_bad_waves_argument_in_one_line(monkeypatch, waves, msg):
+    from isa.errors import TetrachipError
+    from runtime.sim_backend import RtlBackend
+    monkeypatch.setattr(verify.cosim, "available", lambda sim: None)
+    with pytest.raises(TetrachipError, match=msg):
+        RtlBackend(config="tiny", waves=waves)
+
+
+def test_rtl_device_waves_true_names_a_file_after_the_config(monkeypatch, tmp_path):
+    import dataclasses
+
+    from isa import ChipConfig
+    from runtime.sim_backend import RtlBackend
+    pytest.importorskip("cocotb_tools.runner")
+    monkeypatch.setattr(verify.cosim, "available", lambda sim: None)
+    monkeypatch.chdir(tmp_path)
+    b = RtlBackend(config=dataclasses.replace(ChipConfig.preset("tiny"), name="a/b-c"), waves=True)
+    assert b.waves.name == "rtl_a_b-c.vcd" and b.cosim.waves == "vcd"
+    assert b.cosim.dir.name.endswith("_waves_vcd")
