@@ -65,14 +65,20 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
         if not waves_dir.is_dir():
             raise TetrachipError(f"--waves {waves_dir}: no such folder")
         check_writable(waves_dir / f"fuzz_seed{seed}.{waves_format}", what="--waves file")
+    from tqdm import tqdm
+    bars: list = []
+
+    def progress(n: int) -> None:          # the bar starts after the model build's own lines
+        if not bars:
+            bars.append(tqdm(total=count, desc=f"fuzz {cfg.name}", unit="prog", file=sys.stderr))
+        bars[0].update(n)
     try:
-        from tqdm import tqdm
-        bar = tqdm(total=count, desc=f"fuzz {cfg.name}", unit="prog", file=sys.stderr)
-        rep = run_fuzz(cfg, seed, count, simulator, progress=bar.update, mem=mem, shrink_first=shrink,
+        rep = run_fuzz(cfg, seed, count, simulator, progress=progress, mem=mem, shrink_first=shrink,
                        waves_dir=waves_dir, waves=waves_format)
-        bar.close()
     except CosimUnavailable as e:
         raise TetrachipError(f"fuzz: {e}") from None
+    for b in bars:
+        b.close()
     cov = rep["coverage"]
     click.echo(f"config {rep['config']} (mem {rep['mem']}), {rep['simulator']}: {rep['programs']} programs "
                f"({rep['illegal']} illegal), seeds {seed}..{seed + count - 1}, {rep['rtl_cycles']} RTL cycles, "
