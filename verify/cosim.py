@@ -216,7 +216,8 @@ class Cosim:
             if not (stamp.exists() and stamp.read_text() == digest):
                 stamp.unlink(missing_ok=True)
                 est = self._estimate()
-                what = (f"building the {self.simulator} model of {self.top} for config {self.cfg.name} "
+                what = (f"building the {self.simulator} model {f'with {self.waves} waves ' if self.waves else ''}"
+                        f"of {self.top} for config {self.cfg.name} "
                         f"(first run only, {f'~{est:.0f} s' if est else 'a minute or more'})")
                 with Progress(what, self.progress):
                     self._build(digest)
