@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import sim
@@ -167,3 +168,43 @@ def test_model_names_are_verilog_identifiers_and_folder_names(monkeypatch, name)
     twin = re.sub(r"[^A-Za-z0-9_]", "_", name)                 # the name its characters map to
     if twin != name:
         assert vc.Cosim(dataclasses.replace(TINY, name=twin), 1, "verilator").top != c.top   # two names, two models
+
+
+def _fake_rtl(job, done: int, error: int = 0, cycles: int = 20004) -> dict:
+    spm = np.zeros((TINY.spm_rows, TINY.cols), np.int8)
+    acc = np.zeros((TINY.acc_rows, TINY.cols), np.int32)
+    return {"chips": [{"error": error, "done": done, "cycles": cycles, "dram": job.drams[0].copy(), "spm": spm,
+                       "acc": acc, "pre_spm": spm, "pre_acc": acc, "records": []}], "bench_cycles": 20000}
+
+
+def test_a_simulator_deadlock_equals_an_rtl_run_that_never_finishes():
+    from verify.cosim import Job, compare, mismatch_kinds
+    prog = assemble(".config tiny\n        sld r5, acc[0], 0, wait=vpu\n        halt\n", TINY)
+    job = Job([prog], [np.zeros(TINY.dram_bytes, np.uint8)], [{}], 20000, 1, "deadlock")
+    assert compare(TINY, job, _fake_rtl(job, done=0)) is None
+    rep = compare(TINY, job, _fake_rtl(job, done=1, cycles=3))
+    assert rep and "sim DEADLOCK" in rep and mismatch_kinds(rep) == {"DEADLOCK"}
+    bad = _fake_rtl(job, done=0)
+    bad["chips"][0]["dram"][5] = 1
+    assert mismatch_kinds(compare(TINY, job, bad)) == {"DRAM"}        # the deadlock agrees, DRAM does not
+
+
+def test_progress_lines_on_stderr(capsys, monkeypatch):
+    import sys
+
+    from verify.cosim import Progress
+    with Progress("building x"):
+        pass
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "building x..." and err[1].startswith("building x: done in ") and err[1].endswith(" s")
+    with pytest.raises(RuntimeError), Progress("building y"):
+        raise RuntimeError("boom")
+    assert "building y: failed after" in capsys.readouterr().err
+    with Progress("quiet", on=False):
+        pass
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with Progress("ticking"):
+        time.sleep(1.3)
+    err = capsys.readouterr().err
+    assert "\rticking... 1 s" in err and "ticking: done in 1." in err
