@@ -72,6 +72,8 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
         if not bars:
             bars.append(tqdm(total=count, desc=f"fuzz {cfg.name}", unit="prog", file=sys.stderr))
         bars[0].update(n)
+        if bars[0].n >= count:             # closed before any shrinking or waves run
+            bars[0].close()
     try:
         rep = run_fuzz(cfg, seed, count, simulator, progress=progress, mem=mem, shrink_first=shrink,
                        waves_dir=waves_dir, waves=waves_format)
