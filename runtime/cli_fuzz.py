@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -62,8 +63,12 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
     from verify.fuzz import run_fuzz
     cfg = ChipConfig.load(config)
     if waves_dir is not None:
+        from verify.cosim import waves_unavailable
         if not waves_dir.is_dir():
             raise TetrachipError(f"--waves {waves_dir}: no such folder")
+        why = waves_unavailable(simulator or os.environ.get("SIM", "verilator"), waves_format)
+        if why:
+            raise TetrachipError(f"--waves-format {waves_format}: {why}")
         check_writable(waves_dir / f"fuzz_seed{seed}.{waves_format}", what="--waves file")
     from tqdm import tqdm
     bars: list = []

