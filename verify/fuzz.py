@@ -895,9 +895,17 @@ def shrink(sources: list, fails, *, max_rounds: int = 200) -> Shrunk:
                 break
             edits = cands[hit][1]
             changed = True
-    out = text(keep, edits)
+    out = [_drop_unused_labels(t) for t in text(keep, edits)]
     return Shrunk(out, total, len(keep), state["rounds"], state["tried"], round(time.perf_counter() - t0, 3),
                   [[k for (c, k) in keep if c == ch] for ch in range(len(lines))])
+
+
+def _drop_unused_labels(text: str) -> str:
+    """``text`` without the label lines no instruction names (they emit no word: the program is the same)."""
+    lines = text.splitlines()
+    used = set(re.findall(r"[\w.$]+", " ".join(ln.split(";")[0] for ln in lines if _is_instr(ln))))
+    return "\n".join(ln for ln in lines if _is_instr(ln) or not re.fullmatch(r"\s*([\w.$]+):\s*", ln)
+                     or re.fullmatch(r"\s*([\w.$]+):\s*", ln).group(1) in used) + "\n"
 
 
 def source_job(cfg, case: FuzzCase, sources: list, chips: int = 2, max_cycles: int = 20000):

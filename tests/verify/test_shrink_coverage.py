@@ -4,6 +4,7 @@ ones: no HDL simulator needed."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -68,6 +69,8 @@ def test_shrink_an_illegal_program_on_the_simulator_alone():
     assert fails([r.sources]) == [True]
     kept = _instr(r.sources[0])
     assert [ln.split()[0] for ln in kept][:1] == ["dma.ld"] and len(kept) <= 2, kept   # the faulting load (+ halt)
+    assert not re.search(r"^\s*L\d+:", r.sources[0], re.M)       # labels no instruction names are gone
+    assert assemble(r.sources[0], TINY).words() == source_job(TINY, case, r.sources).progs[0]
     assert r.lines_to < r.lines_from / 5
     assert took < 30, took
 
