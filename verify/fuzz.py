@@ -958,8 +958,8 @@ def shrink_case(cfg, case: FuzzCase, cosim, *, chips: int = 2, max_rounds: int =
                 rep = None
             if rep and want and not (mismatch_kinds(rep) & want):
                 rep = None                      # a mismatch, but another one than the case's
-            if rep:
-                reports[tuple(s)] = rep
+            if rep:             # keyed as shrink returns its texts (unused labels dropped)
+                reports[tuple(_drop_unused_labels(t) for t in s)] = rep
             out.append(rep is not None)
         return out
 

@@ -211,3 +211,29 @@ def test_progress_lines_on_stderr(capsys, monkeypatch):
         time.sleep(1.3)
     err = capsys.readouterr().err
     assert "\rticking... 1 s" in err and "ticking: done in 1." in err
+
+
+def test_shrink_case_runs_each_round_in_one_session_and_returns_the_shrunk_report(monkeypatch):
+    import verify.cosim as vc
+    from verify.fuzz import shrink_case
+    case = next(c for c in (generate(TINY, s, illegal=False, link=False) for s in range(50))
+                if sum("vsra" in ln for ln in _instr(c.sources[0])) >= 1 and len(_instr(c.sources[0])) > 10)
+
+    class FakeCosim:
+        sessions: list = []
+
+        def run(self, jobs):
+            self.sessions.append(len(jobs))
+            return [None] * len(jobs)
+
+    def compare(cfg, job, result, ring=False):       # "mismatches" while a vsra is left on chip 0
+        if any(ln.startswith("vsra") for ln in _instr(job.meta["sources"][0])):
+            return f"MISMATCH {job.name} seed={job.seed} config=tiny\nSPM differs first at row 0: rtl [1] sim [2]"
+        return "MISMATCH other\nrtl OK after 3 cycles, sim OK after 4 cycles"  # another kind: not kept
+    monkeypatch.setattr(vc, "compare", compare)
+    cs = FakeCosim()
+    first = compare(TINY, case_job(TINY, case, chips=1), None)
+    sh, rep = shrink_case(TINY, case, cs, chips=1, report=first)
+    assert _instr(sh.sources[0]) and all(ln.startswith("vsra") for ln in _instr(sh.sources[0]))
+    assert len(_instr(sh.sources[0])) == 1 and rep is not None and "SPM differs" in rep
+    assert len(cs.sessions) == sh.rounds and sum(cs.sessions) <= sh.tried     # one session per round
