@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import click
 
 from isa import ChipConfig
 from isa.errors import TetrachipError
+from isa.outputs import check_writable, write_atomic
 from rtl.mem import IMPLS
 
 
@@ -28,32 +30,62 @@ from rtl.mem import IMPLS
 @click.option("--mem", default=None, type=click.Choice(IMPLS),
               help="SPM/ACC as built: flat (default, or $TETRACHIP_COSIM_MEM) or the FPGA builds' "
                    "live-value-table memories (docs/fpga.md)")
+@click.option("--shrink/--no-shrink", default=True, show_default=True,
+              help="shrink the first mismatching program to a minimal one (delta debugging on its lines and numbers)")
+@click.option("--waves", "waves_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="run the failing program (shrunk) again with waves on: DIR/fuzz_seed<S>.vcd")
+@click.option("--waves-format", type=click.Choice(["vcd", "fst"]), default="vcd", show_default=True,
+              help="the --waves file's format")
 @click.option("--compiler", is_flag=True,
               help="random models through tc.compile on the simulator instead (verify/compiler_fuzz.py)")
 def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, json_out: Path | None, show: int,
-             mem: str | None, compiler: bool) -> None:
+             mem: str | None, shrink: bool, waves_dir: Path | None, waves_format: str, compiler: bool) -> None:
     """Run COUNT random programs on the Verilog of a 2-chip ring and on the simulator; compare
     memories, cycles, error codes and per-instruction retire cycles. Exit 1 on any mismatch or an
-    opcode never covered.
+    opcode never covered. Prints the coverage per opcode and the functional coverage points not hit
+    (queue full, token waits, branches taken / not taken, DMA alignment, memory ports in use at once);
+    on a mismatch, the first failing program shrunk to a minimal one (its seed and assembly), and
+    with --waves its waveform file.
 
     With --compiler: COUNT random models (seeds SEED..) compiled with tc.compile and run on the
     simulator, each bit-exact to its integer reference and within the quantization bound of its
     float model, or refused (ChipCompileError); prints ok / refused by op / failures (shrunk, with
     their seeds) and exits 1 on any failure."""
+    if json_out:
+        check_writable(json_out, what="--json")
     if compiler:
+        if waves_dir is not None:
+            raise click.UsageError("--waves is for RTL programs, not --compiler")
         _compiler_fuzz(config, seed, count, json_out, show)
         return
     config = config or "tiny"
     from verify.cosim import CosimUnavailable
     from verify.fuzz import run_fuzz
     cfg = ChipConfig.load(config)
+    if waves_dir is not None:
+        from verify.cosim import waves_unavailable
+        if not waves_dir.is_dir():
+            raise TetrachipError(f"--waves {waves_dir}: no such folder")
+        why = waves_unavailable(simulator or os.environ.get("SIM", "verilator"), waves_format)
+        if why:
+            raise TetrachipError(f"--waves-format {waves_format}: {why}")
+        check_writable(waves_dir / f"fuzz_seed{seed}.{waves_format}", what="--waves file")
+    from tqdm import tqdm
+    bars: list = []
+
+    def progress(n: int) -> None:          # the bar starts after the model build's own lines
+        if not bars:
+            bars.append(tqdm(total=count, desc=f"fuzz {cfg.name}", unit="prog", file=sys.stderr))
+        bars[0].update(n)
+        if bars[0].n >= count:             # closed before any shrinking or waves run
+            bars[0].close()
     try:
-        from tqdm import tqdm
-        bar = tqdm(total=count, desc=f"fuzz {cfg.name}", unit="prog", file=sys.stderr)
-        rep = run_fuzz(cfg, seed, count, simulator, progress=bar.update, mem=mem)
-        bar.close()
+        rep = run_fuzz(cfg, seed, count, simulator, progress=progress, mem=mem, shrink_first=shrink,
+                       waves_dir=waves_dir, waves=waves_format)
     except CosimUnavailable as e:
         raise TetrachipError(f"fuzz: {e}") from None
+    for b in bars:
+        b.close()
     cov = rep["coverage"]
     click.echo(f"config {rep['config']} (mem {rep['mem']}), {rep['simulator']}: {rep['programs']} programs "
                f"({rep['illegal']} illegal), seeds {seed}..{seed + count - 1}, {rep['rtl_cycles']} RTL cycles, "
@@ -65,13 +97,29 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
         click.echo(f"  {mn:<10} depths {','.join(map(str, e['depths'])):<10} modes {len(e['modes']):>3}")
     if cov["missing"]:
         click.echo(f"opcodes never covered: {', '.join(cov['missing'])}")
+    fn = rep["functional"]
+    click.echo(f"functional coverage: {fn['hit']} of {fn['of']} points hit")
+    if fn["missing"]:
+        click.echo("  not hit: " + ", ".join(fn["missing"]))
     for r in rep["reports"][:show]:
         click.echo(r)
+    if rep["failing_seeds"]:
+        click.echo(f"failing seeds: {' '.join(map(str, rep['failing_seeds']))}")
+    sh = rep.get("shrunk")
+    if sh:
+        click.echo(f"shrunk seed {sh['seed']} from {sh['lines_from']} to {sh['lines_to']} instruction lines "
+                   f"({sh['rounds']} rounds, {sh['tried']} candidates, {sh['seconds']:.1f} s); "
+                   f"replay the original: tetrachip fuzz --config {config} --seed {sh['seed']} --count 1")
+        for c, src in enumerate(sh["sources"]):
+            click.echo(f"--- shrunk program, chip {c}")
+            click.echo(src.rstrip())
+        if sh["report"]:
+            click.echo(sh["report"].splitlines()[0] + " (shrunk): " + "; ".join(sh["report"].splitlines()[1:3]))
+    if rep.get("waves"):
+        click.echo(f"waves: {rep['waves']}" + ("" if rep["waves_mismatch"] else
+                                               " (the mismatch did not show in this fresh run)"))
     if json_out:
-        try:
-            json_out.write_text(json.dumps({k: v for k, v in rep.items()}, indent=1, default=list))
-        except OSError as e:
-            raise TetrachipError(f"{json_out}: cannot write: {e.strerror}") from None
+        write_atomic(json_out, json.dumps(rep, indent=1, default=list))
     if not rep["ok"]:
         sys.exit(1)
 
@@ -112,9 +160,6 @@ def _compiler_fuzz(config: str | None, seed: int, count: int, json_out: Path | N
     if fails:
         click.echo(f"failing seeds: {' '.join(str(f['seed']) for f in fails)}")
     if json_out:
-        try:
-            json_out.write_text(json.dumps(rep, indent=1))
-        except OSError as e:
-            raise TetrachipError(f"{json_out}: cannot write: {e.strerror}") from None
+        write_atomic(json_out, json.dumps(rep, indent=1))
     if fails:
         sys.exit(1)

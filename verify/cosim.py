@@ -32,8 +32,37 @@ ROOT = Path(__file__).resolve().parents[1]
 SIMULATORS = ("verilator", "icarus")
 
 
+def hdl_name(name: str) -> str:
+    """``name`` as a Verilog identifier (a config name may hold a hyphen, a dot...): other characters
+    become ``_`` and, when any was replaced, a short digest of the name keeps two names apart."""
+    safe = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    if safe != name or not safe[:1].isalpha():
+        safe = f"{safe}_{hashlib.sha256(name.encode()).hexdigest()[:6]}"
+    return safe
+
+
+#: wave formats ``Cosim(waves=...)`` writes: Verilator ``--trace`` / ``--trace-fst``, Icarus's dump module
+WAVES = ("vcd", "fst")
+
+
 class CosimUnavailable(RuntimeError):
     """The requested HDL simulator is not installed."""
+
+
+def waves_unavailable(simulator: str, fmt: str) -> str | None:
+    """None when ``simulator`` can dump ``fmt`` waves here, else why not: Verilator's FST writer
+    compiles against the lz4 headers (liblz4-dev), which a machine may lack (VCD needs nothing)."""
+    if fmt not in WAVES:
+        return f"waves format {fmt!r}: one of {', '.join(WAVES)}"
+    if simulator != "verilator" or fmt != "fst":
+        return None
+    import subprocess
+    cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    if cxx is None:
+        return "no C++ compiler found"
+    r = subprocess.run([cxx, "-E", "-x", "c++", "-"], input="#include <lz4.h>\n", capture_output=True, text=True)
+    return None if r.returncode == 0 else ("Verilator's FST writer needs the lz4 headers (liblz4-dev), which are "
+                                           "not installed here; use .vcd waves")
 
 
 def _verilator_path() -> None:
@@ -108,13 +137,13 @@ def _mem() -> str:
     return m
 
 
-def _rtl_digest(cfg: ChipConfig, chips: int, simulator: str, mem: str = "flat") -> str:
+def _rtl_digest(cfg: ChipConfig, chips: int, simulator: str, mem: str = "flat", waves: str | None = None) -> str:
     h = hashlib.sha256()
     for d in ("rtl", "isa"):
         for p in sorted((ROOT / d).glob("*.py")):
             h.update(p.name.encode() + p.read_bytes())
     h.update(repr((cfg.to_dict(), chips, simulator, os.environ.get("TETRACHIP_RTL_BUG", ""), _build_args(simulator),
-                   _makeflags(), mem)).encode())
+                   _makeflags(), mem, waves)).encode())
     h.update(inspect.getsource(wrapper).encode() + inspect.getsource(_runner).encode())
     return h.hexdigest()[:16]
 
@@ -150,7 +179,8 @@ class Cosim:
     """The HDL model of one config (one chip, or a ring of ``chips``), built once."""
 
     def __init__(self, cfg, chips: int = 1, simulator: str | None = None, *, ring: bool | None = None,
-                 build_root: Path | None = None, mem: str | None = None):
+                 build_root: Path | None = None, mem: str | None = None, waves: str | None = None,
+                 progress: bool = True):
         self.cfg = ChipConfig.load(cfg)
         self.chips = chips
         self.ring = chips > 1 if ring is None else ring
@@ -162,14 +192,24 @@ class Cosim:
         self.mem = mem or _mem()
         # a config that differs from the preset of its name (``--fpga-mem`` depths) gets its own
         # model: two configs of one name would otherwise rebuild each other's
-        name = self.cfg.name if PRESETS.get(self.cfg.name) == self.cfg else f"{self.cfg.name}-{self.cfg.digest().hex()}"
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.cfg.name)      # a folder name whatever the config's name
+        if PRESETS.get(self.cfg.name) != self.cfg:
+            name += f"-{self.cfg.digest().hex()}"
         tag = f"{name}_{'ring' if self.ring else 'chip'}{chips}_{self.simulator}" + (f"_bug_{bug}" if bug else "")
         if self.mem != "flat":
             tag += f"_{self.mem}"
         if self.simulator == "verilator" and _opt() != "1":
             tag += f"_O{_opt()}"
+        if waves is not None:
+            why = waves_unavailable(self.simulator, waves)
+            if why:
+                raise CosimUnavailable(why)
+        self.waves, self.progress = waves, progress
+        if waves:                       # a model that can dump waves is slower: its own build
+            tag += f"_waves_{waves}"
         self.dir = Path(build_root or os.environ.get("TETRACHIP_COSIM_BUILD") or ROOT / "build" / "cosim") / tag
-        self.top = f"tetrachip_ring{chips}_{self.cfg.name}" if self.ring else f"tetrachip_{self.cfg.name}"
+        ident = hdl_name(self.cfg.name)
+        self.top = f"tetrachip_ring{chips}_{ident}" if self.ring else f"tetrachip_{ident}"
         self.hdl_top = f"cosim_{self.top}"
         self.build_s = 0.0
         self.opt = _opt() if self.simulator == "verilator" else None
@@ -179,17 +219,41 @@ class Cosim:
         """Generate the Verilog and build the model unless the cached one matches. Processes that
         share the build directory (pytest-xdist workers, parallel CLI runs) take turns: one builds,
         the others wait for it and use its model."""
-        digest = _rtl_digest(self.cfg, self.chips, self.simulator, self.mem)
+        digest = _rtl_digest(self.cfg, self.chips, self.simulator, self.mem, self.waves)
         stamp = self.dir / "stamp"
         if stamp.exists() and stamp.read_text() == digest:
             return self
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir.parent / f"{self.dir.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                with Progress(f"waiting for another process building the {self.simulator} model of {self.top}",
+                              self.progress):
+                    fcntl.flock(lock, fcntl.LOCK_EX)      # released when the file closes
             if not (stamp.exists() and stamp.read_text() == digest):
                 stamp.unlink(missing_ok=True)
-                self._build(digest)
+                est = self._estimate()
+                what = (f"building the {self.simulator} model {f'with {self.waves} waves ' if self.waves else ''}"
+                        f"of {self.top} for config {self.cfg.name} "
+                        f"(first run only, {f'~{est:.0f} s' if est else 'a minute or more'})")
+                with Progress(what, self.progress):
+                    self._build(digest)
+                (self.dir / "build_s").write_text(f"{self.generate_s + self.build_s:.1f}\n")
         return self
+
+    def _estimate(self) -> float | None:
+        """Seconds the last build of this model took, else the median of the other models' builds here."""
+        def read(p):
+            try:
+                return float(p.read_text())
+            except (OSError, ValueError):
+                return None
+        mine = read(self.dir / "build_s")
+        if mine:
+            return mine
+        others = sorted(v for v in (read(p) for p in self.dir.parent.glob("*/build_s")) if v)
+        return others[len(others) // 2] if others else None
 
     def _build(self, digest: str) -> None:
         from rtl.verilog import generate
@@ -208,6 +272,10 @@ class Cosim:
         kw = {"build_args": _build_args(self.simulator)}
         if self.simulator == "icarus":
             kw["timescale"] = ("1ns", "1ps")
+        if self.waves:
+            kw["waves"] = True
+            if self.simulator == "verilator" and self.waves == "fst":
+                kw["build_args"] = kw["build_args"] + ["--trace-fst"]
         old = os.environ.get("MAKEFLAGS")
         if self.simulator == "verilator":
             os.environ["MAKEFLAGS"] = _makeflags()
@@ -228,8 +296,11 @@ class Cosim:
         self.build_s = time.perf_counter() - t
         stamp.write_text(digest)
 
-    def run(self, jobs: list[Job]) -> list[dict]:
-        """Play ``jobs`` in one simulator process; one result dict per job (see cosim_bench)."""
+    def run(self, jobs: list[Job], waves_file: Path | str | None = None) -> list[dict]:
+        """Play ``jobs`` in one simulator process; one result dict per job (see cosim_bench).
+        ``waves_file``: where the run's waveform goes (a model built with ``waves=``)."""
+        if waves_file is not None and not self.waves:
+            raise ValueError("waves_file needs a Cosim built with waves='vcd' or 'fst'")
         from cocotb_tools.runner import get_results, get_runner
         self.build()
         cfg = self.cfg
@@ -249,6 +320,12 @@ class Cosim:
             env = {"TETRACHIP_COSIM_JOBS": str(tmp / "jobs.pkl"), "TETRACHIP_COSIM_RESULTS": str(tmp / "results.pkl"),
                    "PYTHONPATH": os.pathsep.join(paths)}
             kw = {"timescale": ("1ns", "1ps")} if self.simulator == "icarus" else {}
+            if waves_file is not None:
+                wf = str(Path(waves_file).resolve())
+                if self.simulator == "verilator":
+                    kw.update(waves=True, test_args=["--trace-file", wf])
+                else:                   # the runner's dump module takes its path from a plusarg
+                    kw["plusargs"] = [f"+dumpfile_path={wf}"] + (["-fst"] if self.waves == "fst" else [])
             xml = runner.test(test_module="verify.cosim_bench", hdl_toplevel=self.hdl_top, hdl_toplevel_lang="verilog",
                               build_dir=self.dir / "model",
                               test_dir=tmp, extra_env=env, results_xml=str(tmp / "results.xml"),
@@ -258,6 +335,43 @@ class Cosim:
                 log = (tmp / "sim.log").read_text(errors="replace")[-4000:] if (tmp / "sim.log").exists() else ""
                 raise RuntimeError(f"the {self.simulator} run wrote no results ({get_results(xml)}):\n{log}")
             return pickle.loads(res.read_bytes())
+
+
+class Progress:
+    """A long step on stderr: one line when it starts and one with its time when it ends; on a
+    terminal, a line that counts the seconds meanwhile. ``on=False``: silent."""
+
+    def __init__(self, what: str, on: bool = True):
+        self.what, self.on = what, on
+
+    def __enter__(self):
+        import sys
+        import threading
+        self.t0, self.stop, self.th = time.perf_counter(), threading.Event(), None
+        if not self.on:
+            return self
+        if sys.stderr.isatty():
+            def tick():
+                while not self.stop.wait(1.0):
+                    sys.stderr.write(f"\r{self.what}... {time.perf_counter() - self.t0:.0f} s")
+                    sys.stderr.flush()
+            self.th = threading.Thread(target=tick, daemon=True)
+            self.th.start()
+        else:
+            print(f"{self.what}...", file=sys.stderr, flush=True)
+        return self
+
+    def __exit__(self, et, ev, tb):
+        import sys
+        self.seconds = time.perf_counter() - self.t0
+        if not self.on:
+            return False
+        if self.th is not None:
+            self.stop.set()
+            self.th.join()
+            sys.stderr.write("\r")
+        print(f"{self.what}: {'failed after' if et else 'done in'} {self.seconds:.1f} s", file=sys.stderr, flush=True)
+        return False
 
 
 # -- the HDL side of the bench ----------------------------------------------------------------
@@ -320,7 +434,8 @@ def wrapper(verilog: str, top: str, cfg: ChipConfig, chips: int, ring: bool, log
     with ``@address`` records: only the bytes that change), ``bench_flush`` flushes the log,
     ``bench_dump`` writes chip i's SPM and ACC to ``spm<i>.hex`` / ``acc<i>.hex`` (``$writememh``);
     ``bench_cycle`` counts cycles since ``start`` (0 in the first cycle after the start edge),
-    ``bench_done`` is every chip's ``done``.
+    ``bench_done`` is every chip's ``done``, ``bench_issued<i>`` the instructions chip i issued since
+    ``start`` (its trace port's ``issue`` bit).
     """
     ports = top_ports(verilog, top)
     sfx = [""] if not ring else [str(i) for i in range(chips)]
@@ -330,6 +445,7 @@ def wrapper(verilog: str, top: str, cfg: ChipConfig, chips: int, ring: bool, log
     aw = max(1, (n - 1).bit_length())
     pub = " /*verilator public_flat_rw*/"      # only the wrapper's ports are visible through VPI
     L = [f"module {name}(bench_load, bench_flush, bench_dump, bench_cycle, bench_done, "
+         + "".join(f"bench_issued{i}, " for i in range(len(sfx)))
          + ", ".join(p[2] for p in ports if p[2] not in resp) + ");"]
     L += [f"  input bench_load{pub};", f"  input bench_flush{pub};", f"  input bench_dump{pub};",
           f"  output reg [31:0] bench_cycle{pub};", f"  output bench_done{pub};", "  reg running;", "  integer fd, k;"]
@@ -347,6 +463,11 @@ def wrapper(verilog: str, top: str, cfg: ChipConfig, chips: int, ring: bool, log
           "    else if (running) bench_cycle <= bench_cycle + 1;",
           "    if (bench_flush) $fflush(fd);",
           "  end"]
+    for i, s in enumerate(sfx):      # instructions issued since start (the trace port's issue bit)
+        L += [f"  output reg [31:0] bench_issued{i}{pub};",
+              "  always @(posedge clk)",
+              f"    if (rst || {starts}) bench_issued{i} <= 0;",
+              f"    else if (trace{s}__issue) bench_issued{i} <= bench_issued{i} + 1;"]
     parts = memory_parts(verilog, top, ring)
     for i in range(len(sfx)):
         scope = "u" if not ring else f"u.chip{i}"
@@ -457,11 +578,16 @@ def _around(lines: list[str], k: int, ctx: int = 6) -> str:
     return "\n".join(("> " if j == k else "  ") + lines[j] for j in range(lo, hi))
 
 
-def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False) -> str | None:
-    """None when the RTL run equals the simulator's; else a report (seed, first divergence, traces)."""
+def sim_of(cfg: ChipConfig, job: Job, result: dict, ring: bool = False):
+    """``sim_run`` of ``job`` from the SPM/ACC the RTL run started from (what ``compare`` checks against)."""
+    return sim_run(cfg, job, [(c["pre_spm"], c["pre_acc"]) for c in result["chips"]], ring)
+
+
+def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False, sim=None) -> str | None:
+    """None when the RTL run equals the simulator's; else a report (seed, first divergence, traces).
+    ``sim``: ``sim_of(cfg, job, result, ring)`` when the caller has it already."""
     from isa.errors import ErrorCode
-    pre = [(c["pre_spm"], c["pre_acc"]) for c in result["chips"]]
-    chips, cycles, codes = sim_run(cfg, job, pre, ring)
+    chips, cycles, codes = sim if sim is not None else sim_of(cfg, job, result, ring)
     if ErrorCode.RACE in codes:
         # a race is the simulator's diagnostic of a program without a defined result (the chip
         # has no race detector, docs/microarchitecture.md section 4): nothing to compare
@@ -469,6 +595,18 @@ def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False) -> str 
     paged = len(job.pages(0)) > 1
     head = f"MISMATCH {job.name} seed={job.seed} config={cfg.name}"
     problems = []
+    if ErrorCode.DEADLOCK in codes:
+        # the simulator's check only (docs/rtl.md): a deadlocked chip never finishes, so the RTL
+        # agrees when no chip of it finished or stopped with an error within the bench's limit
+        rtl = [(ErrorCode(r["error"]).name, bool(r["done"])) for r in result["chips"]]
+        if any(e != "OK" or d for e, d in rtl):
+            problems.append(f"sim DEADLOCK after {max(c or 0 for c in cycles)} cycles; rtl (error, done) per chip "
+                            f"{rtl}")
+        for i, (ch, r) in enumerate(zip(chips, result["chips"])):
+            if not np.array_equal(r["dram"], ch.dram):
+                a = int(np.flatnonzero(r["dram"] != ch.dram)[0])
+                problems.append(f"chip {i}: DRAM differs first at byte {a:#x}: rtl {r['dram'][a]} sim {ch.dram[a]}")
+        return head + "\n" + "\n".join(problems) if problems else None
     stopped = any(c != ErrorCode.OK for c in codes)
     for i, (ch, r) in enumerate(zip(chips, result["chips"])):
         tag = f"chip {i}: " if len(chips) > 1 else ""
@@ -504,6 +642,28 @@ def compare(cfg: ChipConfig, job: Job, result: dict, ring: bool = False) -> str 
         strace, rtrace = line_traces(chips, result, paged)
         problems.append(f"--- simulator trace (tail)\n{_tail(strace)}\n--- rtl trace (tail)\n{_tail(rtrace)}")
     return head + "\n" + "\n".join(problems)
+
+
+def mismatch_kinds(report: str) -> set:
+    """What a ``compare`` report says differs, as a set: ``("codes", rtl, sim)`` (error codes, or OK/OK
+    for cycles), ``"DRAM"``, ``"SPM"``, ``"ACC"``, ``"trace"``, ``"not done"``, ``"DEADLOCK"``. The
+    shrinker keeps a candidate whose kinds meet the original's, not one that fails another way."""
+    out = set()
+    for ln in report.splitlines()[1:]:
+        m = re.match(r"(?:chip \d+: )?rtl (\w+) after .*, sim (\w+) after", ln)
+        if m:
+            out.add(("codes", m.group(1), m.group(2)))
+        elif ln.startswith("sim DEADLOCK"):
+            out.add("DEADLOCK")
+        elif ln.startswith("line traces diverge"):
+            out.add("trace")
+        else:
+            m = re.match(r"(?:chip \d+: )?(DRAM|SPM|ACC) differs", ln)
+            if m:
+                out.add(m.group(1))
+            elif re.match(r"(?:chip \d+: )?rtl not done", ln):
+                out.add("not done")
+    return out
 
 
 def _tail(text: str, n: int = 12) -> str:

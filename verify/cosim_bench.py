@@ -268,6 +268,7 @@ class Bench:
             spm, acc = mems[i]
             p.last = (spm, acc)
             out.append({"cycles": _int(p.h["cycles"]), "error": _int(p.h["error"]), "done": _int(p.h["done"]),
+                        "issued": _int(getattr(dut, f"bench_issued{i}")),
                         "dram": finals[i], "spm": spm, "acc": acc, "pre_spm": pre[i][0], "pre_acc": pre[i][1],
                         "records": mons[i].records})
         self.clean = cycle < limit and all(c["done"] and not c["error"] for c in out)
@@ -298,7 +299,7 @@ class Bench:
         from isa.timing import page_load_cycles, paged_cycles
         dut, p = self.dut, self.ports[0]
         regs = {r: v for r, v in (job["regs"][0] or {}).items() if r}
-        runs, lengths, records, at = [], [len(job["words"][0])], [], 0
+        runs, lengths, records, at, issued = [], [len(job["words"][0])], [], 0, 0
         while True:
             finals = [im.copy() for im in self.images]
             self.apply_writes(lines, finals, upto=cycle)
@@ -311,6 +312,7 @@ class Bench:
             records += [(u, pc + base, idx, issue + at, start + at, retire + at)
                         for u, pc, idx, issue, start, retire in mon.records]
             runs.append(_int(p.h["cycles"]))
+            issued += _int(dut.bench_issued0)
             ok = cycle < limit and _int(p.h["done"]) and not _int(p.h["error"])
             if not ok or not more:
                 break
@@ -329,8 +331,8 @@ class Bench:
         p.last = (spm, acc)
         done, err = _int(p.h["done"]), _int(p.h["error"])
         total = paged_cycles(runs, lengths) if done and not err and not more else at + runs[-1]
-        out = [{"cycles": total, "error": err, "done": done and not more, "dram": finals[0], "spm": spm,
-                "acc": acc, "pre_spm": pre[0][0], "pre_acc": pre[0][1], "records": records}]
+        out = [{"cycles": total, "error": err, "done": done and not more, "issued": issued, "dram": finals[0],
+                "spm": spm, "acc": acc, "pre_spm": pre[0][0], "pre_acc": pre[0][1], "records": records}]
         self.clean = bool(done and not err)
         return {"chips": out, "bench_cycles": at + cycle, "wall_s": time.perf_counter() - t0,
                 "job_s": time.perf_counter() - t0, "pages": runs}

@@ -25,6 +25,7 @@ r9 a VPU/requantizer scalar operand (host).
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,8 +33,8 @@ import numpy as np
 from isa import ChipConfig
 from isa.builder import Label, Mem, ProgramBuilder, acc, dram, spm
 from isa.regs import L0, ZERO, LoopReg, Reg
-from isa.table import (BRANCHES, INSTRUCTIONS, SCALAR_ALU, SPACE_BYTES, UNIT_NAMES, VPU_BINARY, VPU_UNARY, Space,
-                       Unit)
+from isa.table import (BRANCHES, BY_MNEMONIC, INSTRUCTIONS, QUEUED_UNITS, SCALAR_ALU, SPACE_BYTES, UNIT_NAMES,
+                       VPU_BINARY, VPU_UNARY, Space, SrcMode, Unit)
 from isa.timing import lut_rows
 
 UNIT_NAME = dict(zip(Unit, UNIT_NAMES))
@@ -69,6 +70,11 @@ class _Ins:
 
 
 MEM = {"spm": spm, "acc": acc}
+#: the consumers a phase may join to a producer by a token, by the memory the producer wrote
+CONSUMERS = {"spm": ("dma.st", "mxu.lw", "mxu.mm", "vmov", "vadd"), "acc": ("dma.st", "vreq", "vrelu", "vsub")}
+#: the memories each producing unit's instructions write in ``Gen.queued`` (dma.ld: SPM or ACC; mxu.mm/mma:
+#: ACC; the VPU ops: SPM or ACC)
+PRODUCES = {"load": ("spm", "acc"), "mxu": ("acc",), "vpu": ("spm", "acc")}
 #: registers of the generated programs (see the module docstring)
 TRIPS = {1: Reg(1), 2: Reg(2)}
 BASE, LOOP, OPERAND = Reg(3), Reg(8), Reg(9)
@@ -331,9 +337,7 @@ class Gen:
             consumer = None
             if wrote and r.random() < 0.4:
                 # a consumer of what this instruction wrote, ordered by a token
-                ck = {"spm": ["dma.st", "mxu.lw", "mxu.mm", "vmov", "vadd"],
-                      "acc": ["dma.st", "vreq", "vrelu", "vsub"]}[wrote[0]]
-                c = r.choice(ck)
+                c = r.choice(CONSUMERS[wrote[0]])
                 consumer = self.queued(c, reads_from=wrote)
                 if consumer and (UNIT_NAME[consumer[1]] == UNIT_NAME[unit]):
                     consumer = None
@@ -517,17 +521,26 @@ def case_job(cfg, case: FuzzCase, max_cycles: int = 20000, chips: int = 2):
 
 
 def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch: int = 250,
-             progress=None, require_all_opcodes: bool = True, mem: str | None = None) -> dict:
+             progress=None, require_all_opcodes: bool = True, mem: str | None = None, shrink_first: bool = True,
+             waves_dir=None, waves: str = "vcd", max_rounds: int = 200) -> dict:
     """``count`` random cases (seeds ``seed .. seed+count-1``) on the Verilog of ``Ring(cfg, 2)``
-    against ``sim.System``; returns figures, mismatch reports and coverage. ``mem``: how SPM and
-    ACC are built (``rtl.mem.IMPLS``; default ``$TETRACHIP_COSIM_MEM``, else flat)."""
+    against ``sim.System``; returns figures, mismatch reports, coverage (opcode x depth x mode) and
+    functional coverage (``functional_points``: what was hit and what was not). ``mem``: how SPM and
+    ACC are built (``rtl.mem.IMPLS``; default ``$TETRACHIP_COSIM_MEM``, else flat).
+
+    On a mismatch, ``shrink_first`` shrinks the first failing case (``shrink_case``: its programs cut
+    down while the mismatch persists) into ``"shrunk"``; ``waves_dir``: the failing program (shrunk, if
+    it was) runs again on a model that dumps waves (``waves``: vcd or fst) into
+    ``waves_dir/fuzz_seed<S>.<waves>``, named in ``"waves"``."""
     import time
-    from .cosim import Cosim, compare
+    from pathlib import Path
+
+    from .cosim import Cosim, compare, sim_of
     cfg = ChipConfig.load(cfg)
     t0 = time.perf_counter()
     cs = Cosim(cfg, 2, simulator, mem=mem).build()
     build_s = time.perf_counter() - t0
-    points, mismatches = set(), []
+    points, fpoints, mismatches, failing = set(), set(), [], []
     illegal = cycles = 0
     for lo in range(seed, seed + count, batch):
         cases = [generate(cfg, s) for s in range(lo, min(seed + count, lo + batch))]
@@ -537,13 +550,418 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
             points |= c.points
             illegal += c.illegal
             cycles += r["bench_cycles"]
-            rep = compare(cfg, j, r, ring=True)
+            sr = sim_of(cfg, j, r, ring=True)
+            fpoints |= functional_points(cfg, c.programs, c.regs, sr[0])
+            rep = compare(cfg, j, r, ring=True, sim=sr)
             if rep:
                 mismatches.append(rep + "\n--- program (chip 0)\n" + c.sources[0])
+                failing.append((c, rep))
         if progress:
             progress(len(cases))
     cov = coverage_table(points)
-    return {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "seed": seed, "programs": count,
-            "illegal": illegal, "mismatches": len(mismatches), "reports": mismatches, "rtl_cycles": cycles,
-            "build_s": round(build_s, 2), "wall_s": round(time.perf_counter() - t0, 2), "coverage": cov,
-            "ok": not mismatches and not (require_all_opcodes and cov["missing"])}
+    out = {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "seed": seed, "programs": count,
+           "illegal": illegal, "mismatches": len(mismatches), "reports": mismatches,
+           "failing_seeds": [c.seed for c, _ in failing], "rtl_cycles": cycles,
+           "build_s": round(build_s, 2), "coverage": cov, "functional": functional_table(fpoints),
+           "ok": not mismatches and not (require_all_opcodes and cov["missing"])}
+    if failing and shrink_first:
+        c, first = failing[0]
+        sh, report = shrink_case(cfg, c, cs, max_rounds=max_rounds, report=first)
+        out["shrunk"] = {"seed": c.seed, "lines_from": sh.lines_from, "lines_to": sh.lines_to, "rounds": sh.rounds,
+                         "tried": sh.tried, "seconds": sh.seconds, "sources": sh.sources, "report": report}
+    if failing and waves_dir is not None:
+        c = failing[0][0]
+        srcs = out["shrunk"]["sources"] if "shrunk" in out else c.sources
+        job = source_job(cfg, c, srcs) or case_job(cfg, c)
+        path = Path(waves_dir) / f"fuzz_seed{c.seed}.{waves}"
+        r = Cosim(cfg, 2, simulator, mem=mem, waves=waves).run([job], waves_file=path)[0]
+        out["waves"] = str(path)
+        # a fresh simulator starts from zeroed SPM/ACC: say whether the mismatch shows in this run too
+        out["waves_mismatch"] = compare(cfg, job, r, ring=True) is not None
+    out["wall_s"] = round(time.perf_counter() - t0, 2)
+    return out
+
+
+# -- functional coverage ------------------------------------------------------------------------
+#
+# Points beyond (opcode, depth, mode), taken from the simulator's run of each program (its Stats and
+# Trace) and the program itself; ``FUNCTIONAL`` is every point a run can hit, so what was not hit
+# can be listed.
+
+def _unit(mn: str) -> str:
+    return UNIT_NAME[BY_MNEMONIC[mn].unit]
+
+
+def _token_pairs() -> list[str]:
+    """``producer->consumer`` of every token pair ``Gen.phase`` can make (``CONSUMERS``, ``PRODUCES``),
+    the scalar unit (an ``sld`` waiting) among the consumers."""
+    out = []
+    for prod, spaces in PRODUCES.items():
+        cons = {_unit(c) for sp in spaces for c in CONSUMERS[sp]} | {"scalar"}
+        out += [f"{prod}->{c}" for c in sorted(cons - {prod})]
+    return out
+
+
+def _functional_universe() -> list[tuple]:
+    pts = [("queue_full", UNIT_NAME[u]) for u in QUEUED_UNITS]
+    pts += [("token_wait", pair) for pair in _token_pairs()]
+    pts += [("branch", op, t) for op in BRANCHES for t in ("taken", "not_taken")]
+    for op in ("dma.ld", "dma.st"):
+        pts += [("dma", op, "contig", a, ln) for a in ("aligned", "unaligned") for ln in ("full", "partial")]
+        pts += [("dma", op, "strided", a) for a in ("aligned", "unaligned")]
+    pts += [("mem_ports", sp, k) for sp in ("spm", "acc") for k in ("read+write", "write+write", "3_units")]
+    return pts
+
+
+#: every functional coverage point (see ``functional_points``)
+FUNCTIONAL = tuple(_functional_universe())
+
+
+def _static_loops(prog) -> list[dict]:
+    """Per pc, the loop registers as the ``loop`` instructions before it in program order set them:
+    {lr: (cmode, count, (s0, s1, s2))}. Exact for the generator's programs, whose nests sit right
+    before their instruction; an approximation for a program that sets a loop register on another path."""
+    cur: dict = {}
+    out = []
+    for ins in prog.instructions:
+        out.append(dict(cur))
+        if ins is not None and ins.op == "loop":
+            f = ins.as_dict()
+            cur[f["lr"]] = (f["cmode"], f["count"], tuple(f.get(f"s{k}", 0) for k in range(3)))
+    return out
+
+
+def _dma_rows(cfg, ins, loops: dict, regs: dict, index: int):
+    """(DRAM byte address of each row, contiguous, row bytes) of instance ``index`` of a DMA instruction;
+    None when an operand depends on a register the host did not write."""
+    from isa.semantics import nest_slice
+    f = ins.as_dict()
+    slots = ins.spec.slots
+    bases = []
+    for sl in slots:
+        x = f["x" + sl]
+        if x and x not in regs:
+            return None
+        bases.append(f[sl] + (regs.get(x, 0) if x else 0))
+    counts, strides = [], []
+    for lr in range(f["rep_base"], f["rep_base"] + f["rep_depth"]):
+        if lr not in loops:
+            return None
+        cmode, count, st = loops[lr]
+        if cmode:
+            if count not in regs:
+                return None
+            count = regs[count]
+        counts.append(count)
+        strides.append(st[:len(slots)])
+    a = nest_slice(counts, strides, bases, index, index + 1)[0] if counts else bases
+    addr = int(a[slots.index("dram")])
+    e = SPACE_BYTES[Space(f["space"])]
+    return [addr + r * f["rstride"] for r in range(f["rows"])], f["estride"] == e, f["len"] * e
+
+
+def _touches(ins) -> tuple[set, set]:
+    """(memories read, memories written) by an instance of ``ins`` ("spm"/"acc")."""
+    f, op = ins.as_dict(), ins.op
+    sp = lambda k: "acc" if f[k] == Space.ACC else "spm"     # noqa: E731
+    if op == "dma.ld":
+        return set(), {sp("space")}
+    if op == "dma.st":
+        return {sp("space")}, set()
+    if op in ("mxu.lw", "vlutld"):
+        return {"spm"}, set()
+    if op in ("mxu.mm", "mxu.mma"):
+        return ({"spm", "acc"} if op == "mxu.mma" else {"spm"}), {"acc"}
+    if op == "vreq":
+        return {"acc"}, {"spm"}
+    if op == "link.send":
+        return {sp("space")}, set()
+    if op == "link.recv":
+        return set(), {sp("space")}
+    if "dspace" in f:
+        rd = {sp("aspace")}
+        if f.get("bmode") in (SrcMode.SPM, SrcMode.ACC):
+            rd.add("acc" if f["bmode"] == SrcMode.ACC else "spm")
+        return rd, {sp("dspace")}
+    return set(), set()
+
+
+def functional_points(cfg, programs, regs, chips) -> set:
+    """The ``FUNCTIONAL`` points one simulator run hit; ``programs``: the Program of each chip,
+    ``regs``: the host-written registers of each chip, ``chips``: the simulator's chips after the run
+    (``sim_run(..., trace on)``: their ``stats`` and ``trace``). A stopped run counts up to its stop.
+
+    * ``queue_full`` U: the issue stage waited because U's queue held ``isa.timing.QUEUE_DEPTH`` entries
+      (``Stats.stalls["queue_full(U)"]``).
+    * ``token_wait`` P->C: an instance of C (or the issue stage's ``sld``/``sst`` for C = scalar) was
+      ready but waited for a token from P (``Stats.stalls["C.token(P)"]``, ``["token(P)"]``).
+    * ``branch`` op taken / not_taken: from the trace, the next instruction issued after the branch is
+      its target (taken) or the one after it (not taken). An entry with a zero trip count leaves no
+      record, so the next one seen may lie further on: a forward branch counts as taken when the next
+      pc is >= its target or before it, a backward one when the next pc is in target..branch.
+    * ``dma`` op contig|strided, aligned|unaligned, full|partial: each row an instance moves, as the
+      DMA walks it (rtl/dma.py, contract section 3): contiguous (``estride`` = element size,
+      ``ceil(len*e / beat)`` beats) or one element per beat; its DRAM address a multiple of
+      ``dma_beat_bytes`` or not; for a contiguous row, ``len*e`` a multiple of the beat (the last beat
+      full) or not. The instance's address comes from the program (its loop nest as the ``loop``
+      instructions before it set it, the host registers).
+    * ``mem_ports`` space read+write / write+write / 3_units: the default SPM and ACC are one flat
+      memory each with several ports (``rtl.chip.MEMORY_PORTS``; no banks), so a "bank conflict" is
+      several units using one memory at once: the start..retire windows of instances of different
+      units overlap, one reading and another writing it, two writing it (the live-value-table build,
+      ``rtl/mem.py`` lvt, keeps one bank per write port: there the two writes land in different banks
+      and the table picks), or three units at once.
+    """
+    pts: set = set()
+    bad = {f"queue_full({UNIT_NAME[u]})": UNIT_NAME[u] for u in QUEUED_UNITS}
+    for ch, prog, rg in zip(chips, programs, regs):
+        rg = {k: v for k, v in (rg or {}).items() if k}
+        for k, v in ch.stats.stalls.items():
+            if v <= 0:
+                continue
+            if k in bad:
+                pts.add(("queue_full", bad[k]))
+            m = re.fullmatch(r"(?:(\w+)\.)?token\((\w+)\)", k)
+            if m:
+                pts.add(("token_wait", f"{m.group(2)}->{m.group(1) or 'scalar'}"))
+        if ch.trace is None:
+            continue
+        recs = ch.trace.records
+        ins = prog.instructions
+        # issued instructions in issue order: scalar records, and one (pc, issue) per queued entry
+        issued = sorted({(r.issue, r.pc) for r in recs})
+        nxt = {}
+        for (t, pc), (_, p2) in zip(issued, issued[1:]):
+            nxt[(t, pc)] = p2
+        for r in recs:
+            if r.unit != Unit.SCALAR or r.pc >= len(ins) or ins[r.pc] is None or ins[r.pc].op not in BRANCHES:
+                continue
+            p = nxt.get((r.issue, r.pc))
+            if p is None:
+                continue
+            tg = ins[r.pc].as_dict()["target"]
+            taken = (p >= tg or p <= r.pc) if tg > r.pc else (tg <= p <= r.pc)
+            pts.add(("branch", ins[r.pc].op, "taken" if taken else "not_taken"))
+        loops = _static_loops(prog)
+        beat = cfg.dma_beat_bytes
+        spans: dict = {"spm": [], "acc": []}
+        for r in recs:
+            if r.pc >= len(ins) or ins[r.pc] is None or r.unit == Unit.SCALAR:
+                continue
+            i = ins[r.pc]
+            if i.op in ("dma.ld", "dma.st"):
+                got = _dma_rows(cfg, i, loops[r.pc], rg, r.index)
+                if got:
+                    rows, contig, nbytes = got
+                    for a in rows:
+                        al = "aligned" if a % beat == 0 else "unaligned"
+                        pts.add(("dma", i.op, "contig", al, "full" if nbytes % beat == 0 else "partial")
+                                if contig else ("dma", i.op, "strided", al))
+            rd, wr = _touches(i)
+            end = r.retire if r.retire is not None else r.start
+            for s in rd | wr:
+                spans[s].append((r.start, end, r.unit, s in wr))
+        for s, iv in spans.items():
+            pts |= _port_points(s, iv)
+    return pts
+
+
+def _port_points(space: str, spans: list) -> set:
+    """``mem_ports`` points of one memory from (start, end, unit, writes) windows: a sweep over time."""
+    ev = sorted([(a, 0, k) for k, (a, _, _, _) in enumerate(spans)] + [(b + 1, -1, k) for k, (_, b, _, _)
+                                                                         in enumerate(spans)])
+    active: dict = {}
+    out: set = set()
+    j = 0
+    while j < len(ev):
+        t = ev[j][0]
+        while j < len(ev) and ev[j][0] == t:        # every change at t, removals first
+            _, kind, k = ev[j]
+            if kind < 0:
+                active.pop(k, None)
+            else:
+                active[k] = spans[k]
+            j += 1
+        units = {}
+        for _, _, u, w in active.values():
+            units[u] = units.get(u, False) or w
+        if len(units) >= 2:
+            writers = sum(units.values())
+            if writers >= 2:
+                out.add(("mem_ports", space, "write+write"))
+            if writers >= 1 and len(units) > writers:
+                out.add(("mem_ports", space, "read+write"))
+            if len(units) >= 3:
+                out.add(("mem_ports", space, "3_units"))
+    return out
+
+
+def functional_table(points: set) -> dict:
+    """{"hit": n, "of": n, "missing": [points not hit, as text]} over ``FUNCTIONAL``."""
+    missing = [p for p in FUNCTIONAL if p not in points]
+    return {"hit": len(FUNCTIONAL) - len(missing), "of": len(FUNCTIONAL),
+            "missing": [" ".join(map(str, p)) for p in missing],
+            "points": sorted(" ".join(map(str, p)) for p in points if p in set(FUNCTIONAL))}
+
+
+# -- shrinking ---------------------------------------------------------------------------------
+#
+# A failing program pair is shrunk on its assembly text: delta debugging (ddmin) removes
+# instruction lines of either chip while the failure persists, then numbers are lowered (loop trip
+# counts, ``n=``, ``rows=``, ``len=``, ``k=``, ``seti`` counts of a counted loop), and both again
+# until nothing more goes. Each round's candidates are judged together (one batch: one HDL
+# simulator session for co-simulation).
+
+_NUM = re.compile(r"(\b(?:n|rows|len|k)=)(\d+)|^(\s*loop\s+l\d+,\s*)(\d+)|^(\s*seti\s+r\d+,\s*)(\d+)\s*$")
+
+
+def _is_instr(line: str) -> bool:
+    t = line.split(";")[0].split("#")[0].strip()
+    return bool(t) and not t.startswith(".") and not re.fullmatch(r"[\w.$]+:", t)
+
+
+@dataclass
+class Shrunk:
+    sources: list           # the shrunk program text of each chip
+    lines_from: int         # instruction lines before (both chips)
+    lines_to: int           # and after
+    rounds: int             # batches judged
+    tried: int              # candidates judged
+    seconds: float
+    keep: list = field(default_factory=list)   # per chip: original line numbers kept
+
+
+def shrink(sources: list, fails, *, max_rounds: int = 200) -> Shrunk:
+    """The smallest program pair found that still ``fails``: ``fails(list of candidates) -> list of
+    bools``, a candidate being a list with the text of each chip's program (a candidate that does not
+    assemble must be judged not failing). ``sources`` must fail. Deterministic for a deterministic
+    ``fails``."""
+    import time
+    t0 = time.perf_counter()
+    lines = [s.splitlines() for s in sources]
+    items = [(c, k) for c, ls in enumerate(lines) for k, ln in enumerate(ls) if _is_instr(ln)]
+    total = len(items)
+    state = {"rounds": 0, "tried": 0}
+
+    def text(keep, edits) -> list:
+        ks = set(keep)
+        out = []
+        for c, ls in enumerate(lines):
+            out.append("\n".join(edits.get((c, k), ln) for k, ln in enumerate(ls)
+                                 if (c, k) in ks or not _is_instr(ln)) + "\n")
+        return out
+
+    def judge(cands) -> int | None:
+        """Index of the first failing candidate (all judged in one batch), or None."""
+        if not cands or state["rounds"] >= max_rounds:
+            return None
+        state["rounds"] += 1
+        state["tried"] += len(cands)
+        res = list(fails([text(k, e) for k, e in cands]))
+        return next((i for i, f in enumerate(res) if f), None)
+
+    keep, edits = list(items), {}
+    changed = True
+    while changed and state["rounds"] < max_rounds:
+        changed = False
+        n = 2
+        while len(keep) >= 1 and state["rounds"] < max_rounds:            # ddmin over lines
+            n = min(n, len(keep))
+            size = -(-len(keep) // n)
+            chunks = [keep[i:i + size] for i in range(0, len(keep), size)]
+            cands = [([x for x in keep if x not in drop], edits) for drop in map(set, chunks)]
+            hit = judge(cands)
+            if hit is not None:
+                keep = cands[hit][0]
+                n = max(n - 1, 2)
+                changed = True
+                continue
+            if n >= len(keep):
+                break
+            n = min(2 * n, len(keep))
+        while state["rounds"] < max_rounds:                                 # lower numbers
+            cands = []
+            for it in keep:
+                ln = edits.get(it, lines[it[0]][it[1]])
+                for m in _NUM.finditer(ln):
+                    g = next(i for i in (2, 4, 6) if m.group(i) is not None)
+                    v = int(m.group(g))
+                    for w in sorted({1, v // 2, v - 1}):
+                        if 1 <= w < v:
+                            new = ln[:m.start(g)] + str(w) + ln[m.end(g):]
+                            cands.append((keep, {**edits, it: new}))
+            hit = judge(cands)
+            if hit is None:
+                break
+            edits = cands[hit][1]
+            changed = True
+    out = [_drop_unused_labels(t) for t in text(keep, edits)]
+    return Shrunk(out, total, len(keep), state["rounds"], state["tried"], round(time.perf_counter() - t0, 3),
+                  [[k for (c, k) in keep if c == ch] for ch in range(len(lines))])
+
+
+def _drop_unused_labels(text: str) -> str:
+    """``text`` without the label lines no instruction names (they emit no word: the program is the same)."""
+    lines = text.splitlines()
+    used = set(re.findall(r"[\w.$]+", " ".join(ln.split(";")[0] for ln in lines if _is_instr(ln))))
+    return "\n".join(ln for ln in lines if _is_instr(ln) or not re.fullmatch(r"\s*([\w.$]+):\s*", ln)
+                     or re.fullmatch(r"\s*([\w.$]+):\s*", ln).group(1) in used) + "\n"
+
+
+def source_job(cfg, case: FuzzCase, sources: list, chips: int = 2, max_cycles: int = 20000):
+    """The co-simulation job of ``case`` with its programs replaced by ``sources`` (a shrinking
+    candidate); None when a text does not assemble. A ``reserved`` fault's patched word stays with
+    its line (the ``nop`` before ``halt``) while that line is kept."""
+    from isa import assemble
+    from isa.errors import TetrachipError
+    from .cosim import Job
+    words = []
+    for c, src in enumerate(sources[:chips]):
+        try:
+            prog = assemble(src, cfg, filename=f"<fuzz seed {case.seed} chip {c} shrunk>")
+        except (TetrachipError, ValueError):
+            return None
+        w = prog.words()
+        if c == 0 and case.fault == "reserved":
+            instr = [ln for ln in src.splitlines() if _is_instr(ln)]
+            if len(instr) >= 2 and instr[-2].strip() == "nop" and instr[-1].strip() == "halt":
+                w[-2] = 0xFF
+        words.append(w)
+    return Job(words, case.drams[:chips], case.regs[:chips], max_cycles, case.seed,
+               f"fuzz seed {case.seed} (shrunk)", {"illegal": case.illegal, "fault": case.fault, "sources": sources})
+
+
+def shrink_case(cfg, case: FuzzCase, cosim, *, chips: int = 2, max_rounds: int = 200,
+                report: str | None = None) -> tuple[Shrunk, str | None]:
+    """Shrink a case that mismatches on ``cosim`` (a built ``verify.cosim.Cosim``): every round's
+    candidates run in one HDL simulator session; a candidate fails when it assembles and ``compare``
+    reports a mismatch of a kind the original's ``report`` has (``mismatch_kinds``; without it, any
+    mismatch). Returns the shrunk result and its mismatch report."""
+    from .cosim import compare, mismatch_kinds
+    cfg = ChipConfig.load(cfg)
+    reports: dict = {}
+    want = mismatch_kinds(report) if report else None
+
+    def fails(cands):
+        jobs = [source_job(cfg, case, s, chips) for s in cands]
+        live = [j for j in jobs if j is not None]
+        results = iter(cosim.run(live)) if live else iter(())
+        out = []
+        for s, j in zip(cands, jobs):
+            if j is None:
+                out.append(False)
+                continue
+            r = next(results)
+            try:
+                rep = compare(cfg, j, r, ring=chips > 1)
+            except Exception:           # noqa: BLE001 -- a candidate that breaks the checker is another failure
+                rep = None
+            if rep and want and not (mismatch_kinds(rep) & want):
+                rep = None                      # a mismatch, but another one than the case's
+            if rep:             # keyed as shrink returns its texts (unused labels dropped)
+                reports[tuple(_drop_unused_labels(t) for t in s)] = rep
+            out.append(rep is not None)
+        return out
+
+    sh = shrink(case.sources[:chips], fails, max_rounds=max_rounds)
+    return sh, reports.get(tuple(sh.sources))

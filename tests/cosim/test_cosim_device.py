@@ -35,6 +35,14 @@ def test_rtl_device_runs_a_compiled_mlp_like_the_simulator():
     assert np.abs(res.output - want).max() < 0.05 * np.abs(want).max()
     assert res.trace.line_trace() == ref.trace.line_trace()
     assert res.stats.instances == ref.stats.instances
+    # measured on the RTL, not copied: instructions issued (trace port) and MXU MACs (trace + program)
+    assert res.stats.instructions == ref.stats.instructions > 0
+    assert res.stats.mxu_macs == ref.stats.mxu_macs > 0
+    assert res.stats.mxu_utilization == ref.stats.mxu_utilization
+    # what the RTL run does not measure is said so, not printed as zeros
+    d = res.stats.to_dict()
+    assert d["busy"] is None and d["bytes"] is None and d["stalls"] is None
+    assert "not measured" in res.stats.table()
     # a second input on the same device: the model is built once, the run follows the new input
     x2 = -x
     assert np.array_equal(tc.Device("rtl", config="tiny", simulator=SIM).run(cm, x2).output,
