@@ -12,19 +12,20 @@ import click
 
 from isa import ChipConfig
 from isa.errors import TetrachipError
-from isa.outputs import check_writable, write_atomic
+from isa.outputs import write_atomic
+from runtime.cli_args import CONFIG, OUTPUT_FILE, check_output, usage_error
 from rtl.mem import IMPLS
 
 
 @click.command("fuzz")
-@click.option("--config", "config", default=None,
+@click.option("--config", "config", type=CONFIG, default=None,
               help="config preset (tiny, small, base, large, tpu) or a .toml/.json file [default: tiny; with "
                    "--compiler each model draws tiny or small]")
 @click.option("--seed", default=0, show_default=True, type=int, help="first seed; case i uses seed + i")
 @click.option("--count", default=100, show_default=True, type=click.IntRange(min=1), help="programs (models) to run")
 @click.option("--sim", "simulator", default=None, type=click.Choice(["verilator", "icarus"]),
               help="HDL simulator (default: $SIM, else verilator)")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--json", "json_out", type=OUTPUT_FILE, default=None,
               help="write the figures and coverage as JSON")
 @click.option("--show", default=3, show_default=True, help="mismatch reports to print in full")
 @click.option("--mem", default=None, type=click.Choice(IMPLS),
@@ -51,11 +52,10 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
     simulator, each bit-exact to its integer reference and within the quantization bound of its
     float model, or refused (ChipCompileError); prints ok / refused by op / failures (shrunk, with
     their seeds) and exits 1 on any failure."""
-    if json_out:
-        check_writable(json_out, what="--json")
+    check_output(json_out, "--json")
     if compiler:
         if waves_dir is not None:
-            raise click.UsageError("--waves is for RTL programs, not --compiler")
+            raise usage_error("--waves is for RTL programs, not --compiler", "--waves")
         _compiler_fuzz(config, seed, count, json_out, show)
         return
     config = config or "tiny"
@@ -65,11 +65,11 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
     if waves_dir is not None:
         from verify.cosim import waves_unavailable
         if not waves_dir.is_dir():
-            raise TetrachipError(f"--waves {waves_dir}: no such folder")
+            raise usage_error(f"{waves_dir}: no such folder", "--waves")
         why = waves_unavailable(simulator or os.environ.get("SIM", "verilator"), waves_format)
         if why:
-            raise TetrachipError(f"--waves-format {waves_format}: {why}")
-        check_writable(waves_dir / f"fuzz_seed{seed}.{waves_format}", what="--waves file")
+            raise usage_error(f"{waves_format}: {why}", "--waves-format")
+        check_output(waves_dir / f"fuzz_seed{seed}.{waves_format}", "--waves", what="--waves file")
     from tqdm import tqdm
     bars: list = []
 

@@ -44,7 +44,7 @@ CAP_S = 10.0
 #: the run stops after this many failing vectors
 MAX_FAILURES = 8
 #: commands whose options must all be validated before their long work (fuzz has its own owner and checks)
-VALIDATED_BEFORE_WORK = ("asm", "disasm", "sim", "run", "verilog", "fpga", "sweep", "bench")
+VALIDATED_BEFORE_WORK = ("asm", "disasm", "sim", "run", "verilog", "fpga", "sweep", "bench", "fuzz")
 
 MODEL = """
 import numpy as np
