@@ -11,7 +11,7 @@ from isa.ints import cdiv
 
 from compiler.ir import dtypes
 from compiler.frontend import random as _random
-from compiler.frontend.shapes import pair, shape_error
+from compiler.frontend.shapes import ArgumentError, ShapeError, int_arg, pair, shape_error
 from compiler.frontend.tensor import Tensor, as_tensor, where
 
 
@@ -48,6 +48,12 @@ def _windows(x: Tensor, k, stride, dilation) -> Tensor:
     return xup.permute(*range(n), n + 1, n + 3, n, n + 2)
 
 
+def _pooled(op: str, x) -> None:
+    """A pooling input: at least 2-D (the last two dimensions are pooled)."""
+    if not isinstance(x, Tensor) or x.ndim < 2:
+        raise shape_error(op, [getattr(x, "shape", ())], "input must have at least 2 dimensions (…, H, W)")
+
+
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
            groups: int = 1) -> Tensor:
     """2-D cross-correlation, (N, Cin, H, W) * (Cout, Cin/groups, KH, KW) -> (N, Cout, OH, OW)."""
@@ -56,11 +62,12 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
                           "input must be (N, C, H, W) and weight (Cout, Cin/groups, KH, KW)")
     n, cin, _, _ = x.shape
     cout, cpg, kh, kw = weight.shape
+    groups = int_arg("conv2d", "groups", groups, 1)
     if cin % groups or cout % groups or cin // groups != cpg:
         raise shape_error("conv2d", [x.shape, weight.shape], f"channels do not match groups={groups}")
-    ph, pw = pair(padding)
+    ph, pw = pair(padding, "conv2d", "padding")
     xp = x.pad([None, None, (ph, ph), (pw, pw)])
-    win = _windows(xp, (kh, kw), pair(stride), pair(dilation))      # N, Cin, OH, OW, KH, KW
+    win = _windows(xp, (kh, kw), pair(stride, "conv2d", "stride", 1), pair(dilation, "conv2d", "dilation", 1))      # N, Cin, OH, OW, KH, KW
     oh, ow = win.shape[2:4]
     win = win.reshape(n, groups, 1, cpg, oh, ow, kh, kw)
     w = weight.reshape(1, groups, cout // groups, cpg, 1, 1, kh, kw)
@@ -76,9 +83,12 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
         raise shape_error("conv_transpose2d", [x.shape, weight.shape], "input must be 4-D and weight 4-D")
     n, cin, h, w_ = x.shape
     wcin, cpg, kh, kw = weight.shape
+    groups = int_arg("conv_transpose2d", "groups", groups, 1)
     if wcin != cin or cin % groups:
         raise shape_error("conv_transpose2d", [x.shape, weight.shape], f"channels do not match groups={groups}")
-    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = map(pair, (stride, padding, output_padding, dilation))
+    (sh, sw), (ph, pw), (oph, opw), (dh, dw) = (pair(v, "conv_transpose2d", w, m) for v, w, m in (
+        (stride, "stride", 1), (padding, "padding", 0), (output_padding, "output_padding", 0),
+        (dilation, "dilation", 1)))
     if sh > 1 or sw > 1:
         x = x.reshape(n, cin, h, 1, w_, 1).pad([None, None, None, (0, sh - 1), None, (0, sw - 1)])
         x = x.reshape(n, cin, h * sh, w_ * sw)[..., : (h - 1) * sh + 1, : (w_ - 1) * sw + 1]
@@ -89,16 +99,19 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
 
 
 def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
-    k = pair(kernel_size)
-    ph, pw = pair(padding)
+    k = pair(kernel_size, "max_pool2d", "kernel_size", 1)
+    ph, pw = pair(padding, "max_pool2d", "padding")
+    _pooled("max_pool2d", x)
     xp = x.pad([None] * (x.ndim - 2) + [(ph, ph), (pw, pw)], value=float("-inf")) if (ph or pw) else x
-    return _windows(xp, k, pair(stride if stride is not None else k), pair(dilation)).max((-2, -1))
+    return _windows(xp, k, pair(stride if stride is not None else k, "max_pool2d", "stride", 1),
+                    pair(dilation, "max_pool2d", "dilation", 1)).max((-2, -1))
 
 
 def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
-    k = pair(kernel_size)
-    ph, pw = pair(padding)
-    s = pair(stride if stride is not None else k)
+    k = pair(kernel_size, "avg_pool2d", "kernel_size", 1)
+    ph, pw = pair(padding, "avg_pool2d", "padding")
+    s = pair(stride if stride is not None else k, "avg_pool2d", "stride", 1)
+    _pooled("avg_pool2d", x)
     xp = x.pad([None] * (x.ndim - 2) + [(ph, ph), (pw, pw)])
     if count_include_pad:
         return _windows(xp, k, s, (1, 1)).mean((-2, -1))
@@ -151,10 +164,12 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise ArgumentError(f"dropout: p must be a number in [0, 1), got {p!r}")
     if not training or p == 0:
         return x
     if not 0 <= p < 1:
-        raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+        raise ShapeError(f"dropout: p must be in [0, 1), got {p}")
     keep = _random.bernoulli(1 - p, x.shape)
     return where(keep, x * (1 / (1 - p)), 0.0)
 
@@ -165,6 +180,7 @@ def embedding(idx: Tensor, weight: Tensor) -> Tensor:
 
 def one_hot(idx: Tensor, num_classes: int) -> Tensor:
     idx = as_tensor(idx)
+    num_classes = int_arg("one_hot", "num_classes", num_classes, 1)
     return idx.unsqueeze(-1).eq(Tensor.arange(num_classes)).cast(dtypes.int32)
 
 
@@ -175,7 +191,7 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
         return loss.sum()
     if reduction == "none":
         return loss
-    raise ValueError(f"unknown reduction {reduction!r} (mean, sum, none)")
+    raise ShapeError(f"unknown reduction {reduction!r} (mean, sum, none)")
 
 
 def mse_loss(x: Tensor, y, reduction="mean") -> Tensor:

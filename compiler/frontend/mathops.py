@@ -13,7 +13,7 @@ from typing import Self
 import numpy as np
 
 from compiler.frontend import autograd as ag
-from compiler.frontend.shapes import norm_axis, static_dim
+from compiler.frontend.shapes import flag, int_arg, norm_axes, norm_axis, static_dim
 from compiler.ir import dtypes
 
 
@@ -70,14 +70,11 @@ class MathMixin:
 
     # -------------------------------------------------------------- reductions
     def _axes(self, op, axis) -> tuple:
-        if axis is None:
-            return tuple(range(self.ndim))
-        axis = (axis,) if isinstance(axis, int) else tuple(axis)
-        axes = sorted({norm_axis(op, self.shape, a) for a in axis})
-        return tuple(axes)
+        return norm_axes(op, self.shape, axis)
 
     def _reduce(self, fn, op, axis, keepdim) -> Self:
         axes = self._axes(op, axis)
+        keepdim = flag(op, "keepdim", keepdim)
         out = self._apply(fn, self, axes=axes) if axes else self
         if keepdim:
             return out
@@ -106,6 +103,7 @@ class MathMixin:
 
     def var(self, axis=None, keepdim=False, correction: int = 1) -> Self:
         axes = self._axes("var", axis)
+        correction = int_arg("var", "correction", correction, 0)
         count = math.prod(self.shape[a] for a in axes)
         d = self._f() - self._f().mean(axes, keepdim=True)
         return (d * d).sum(axes, keepdim) / max(count - correction, 0)
@@ -114,6 +112,7 @@ class MathMixin:
         return self.var(axis, keepdim, correction).sqrt()
 
     def logsumexp(self, axis=None, keepdim=False) -> Self:
+        keepdim = flag("logsumexp", "keepdim", keepdim)
         m = self._f().max(axis, keepdim=True).detach()
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
         if keepdim:
@@ -128,6 +127,7 @@ class MathMixin:
 
     def argmax(self, axis=None, keepdim=False) -> Self:
         """Index of the first maximum along ``axis`` (of the flattened tensor when None), int32."""
+        keepdim = flag("argmax", "keepdim", keepdim)
         if axis is None:
             return self.reshape(-1).argmax(0)
         ax = norm_axis("argmax", self.shape, axis)
