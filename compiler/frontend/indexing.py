@@ -17,6 +17,7 @@ from isa.ints import cdiv
 
 from compiler.frontend.shapes import broadcast_shape, shape_error
 from compiler.ir import dtypes
+from compiler.ir.graph import Ops
 
 
 class IndexingMixin:
@@ -31,7 +32,7 @@ def _normalize(x, idx) -> list:
     T = type(x)
     if not isinstance(idx, tuple):
         idx = (idx,)
-    idx = [T(np.asarray(i)) if isinstance(i, (list, np.ndarray)) else i for i in idx]
+    idx = [T(i) if isinstance(i, (list, np.ndarray)) else i for i in idx]
     used = sum(1 for i in idx if i is not None and i is not Ellipsis)
     if sum(1 for i in idx if i is Ellipsis) > 1:
         raise shape_error("getitem", [x.shape], "only one Ellipsis allowed")
@@ -103,6 +104,11 @@ def _gather(y, tensor_axes):
             raise shape_error("getitem", [y.shape, t.shape],
                               "boolean mask indexing has a data-dependent shape; use tc.where")
         n = y.shape[a]
+        if t.node.op is Ops.BUFFER and t.node.arg.size:      # a constant index: its range is known now
+            lo, hi = int(t.node.arg.min()), int(t.node.arg.max())
+            if lo < -n or hi >= n:
+                raise shape_error("getitem", [y.shape, t.shape],
+                                  f"index values {lo}..{hi} out of range for dimension {a} of size {n}")
         t = t.cast(dtypes.int32)
         idxs.append((t.lt(0)).where(t + n, t))
     s = broadcast_shape("getitem", *[t.shape for t in idxs])

@@ -170,6 +170,8 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
                 raise ArgumentError(f"arange: {what} must be a finite number, got {v!r}")
         if step == 0:
             raise ShapeError("arange: step must not be 0")
+        if any(abs(v) > np.iinfo(np.int64).max for v in (start, stop, step)):
+            raise ShapeError(f"arange: start, stop and step must be within int64, got {start}, {stop}, {step}")
         check_shape("arange", (max(0, math.ceil((stop - start) / step)),))
         arr = np.arange(start, stop, step)
         dt = dtypes.to_dtype(dtype) if dtype is not None else (
@@ -265,6 +267,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
         return Tensor._apply(ag.Recip, self._f())
 
     def pow(self, o, reverse=False):
+        reverse = flag("pow", "reverse", reverse)
         if not reverse and not isinstance(o, Tensor) and not isinstance(o, (int, float, np.number)):
             raise ArgumentError(f"pow: the exponent must be a number or a Tensor, got {type(o).__name__} {o!r}")
         if not reverse and not isinstance(o, Tensor) and math.isfinite(o) and float(o) == int(o) and abs(o) <= 8:
