@@ -92,6 +92,13 @@ class Device:
         ``run(compiled_model, *inputs)`` runs a chip program (``tc.compile``; any
         ``compiler.lower.compiled.Compiled``, or a model sharded over chips: ``compiler.lower.shard``) instead."""
         if tensors and (isinstance(tensors[0], Compiled) or hasattr(tensors[0], "run_on")):
+            runner = getattr(self.backend, "run_compiled", None)      # run_sharded takes the same options
+            if kw and runner is not None:
+                try:
+                    inspect.signature(runner).bind(tensors[0], *tensors[1:], **kw)
+                except TypeError:
+                    raise DeviceError(f"Device({self.name!r}).run of a compiled model does not take option(s) "
+                                      f"{', '.join(sorted(kw))}") from None
             return tensors[0].run_on(self, *tensors[1:], **kw)
         if kw:
             raise DeviceError(f"Device.run: option(s) {', '.join(sorted(kw))} apply to a compiled model only "

@@ -68,10 +68,13 @@ def _check_sharded(sm, config: ChipConfig, chips: int) -> None:
 
 
 def check_finite(feeds: dict) -> dict:
-    """``feeds`` (input name -> array) for a chip run: a float input holding NaN or inf is refused, naming it
+    """``feeds`` (input name -> array) for a chip run: an input that is not numbers, or a float input holding NaN or
+    inf, is refused, naming it
     (the chip quantizes to int8, where NaN has no value; a numpy float run keeps NaN). Returns ``feeds``."""
     for name, a in feeds.items():
         a = np.asarray(a)
+        if a.dtype.kind not in "biuf":
+            raise TetrachipError(f"input {name!r}: must be numbers (bool, int or float), got numpy dtype {a.dtype}")
         if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
             bad = ~np.isfinite(a)
             i = tuple(int(v) for v in np.argwhere(bad)[0])
@@ -148,6 +151,8 @@ class SimBackend:
         from sim import Chip
         if not hasattr(cm, "dram_writes"):
             raise TetrachipError(f"Device('sim').run: a compiled model (tc.compile), not a {type(cm).__name__}")
+        if trace is not None and not isinstance(trace, bool):
+            raise TetrachipError(f"Device('sim').run(..., trace={trace!r}): True, False or None")
         _one_chip(cm, self.chips, "sim")
         feeds, args, spec, n = launch(cm, self.config, inputs)
         writes = cm.dram_writes(feeds)           # quantizes and checks the inputs before the chip starts

@@ -72,6 +72,11 @@ def _getitem(x, idx):
             k %= n
             bounds.append((k, k + 1)); flips.append(False); strides.append(1)
         elif isinstance(i, slice):
+            if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)))
+                   for v in (i.start, i.stop, i.step)):
+                raise shape_error("getitem", [x.shape], f"slice {i!r}: bounds and step must be ints or None")
+            if i.step == 0:
+                raise shape_error("getitem", [x.shape], f"slice {i!r}: the step must not be 0")
             start, stop, step = i.indices(n)
             if step > 0:
                 length = max(0, cdiv(stop - start, step))

@@ -314,6 +314,10 @@ class MultiHeadAttention(Module):
     def forward(self, q, k=None, v=None, mask=None, is_causal=False):
         k = q if k is None else k
         v = k if v is None else v
+        for name, t in (("query", q), ("key", k), ("value", v)):
+            if not isinstance(t, Tensor) or t.ndim != 3:
+                raise shape_error("MultiHeadAttention", [getattr(t, "shape", ())],
+                                  f"the {name} must be a (batch, length, embed_dim) Tensor")
         b, lq, d = q.shape
         h = self.num_heads
 

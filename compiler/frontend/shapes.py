@@ -32,6 +32,10 @@ class ArgumentError(TetrachipError, TypeError):
     """An argument of the wrong kind (a float, bool, None or string where an int goes, an unknown dtype)."""
 
 
+class UsageError(TetrachipError, RuntimeError):
+    """A call in the wrong state (``backward`` of a tensor without parameters; a parameter made of an op's result)."""
+
+
 def shape_error(op: str, shapes, msg: str) -> ShapeError:
     return ShapeError(f"{op}: {msg} (shapes: {', '.join(fmt_shape(s) for s in shapes)})")
 

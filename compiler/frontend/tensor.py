@@ -24,8 +24,8 @@ from compiler.ir.graph import Node, Ops, fmt_shape
 from compiler.frontend.indexing import IndexingMixin
 from compiler.frontend.mathops import MathMixin
 from compiler.frontend.movement import MovementMixin
-from compiler.frontend.shapes import (MAX_NUMEL, ArgumentError, ShapeError, broadcast_shape, check_shape, flag,
-                                      int_arg, norm_axis, shape_error)
+from compiler.frontend.shapes import (MAX_NUMEL, ArgumentError, ShapeError, UsageError, broadcast_shape, check_shape,
+                                      flag, int_arg, norm_axis, shape_error)
 
 
 class Tensor(MathMixin, MovementMixin, IndexingMixin):
@@ -47,7 +47,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
         self._ctx = None
         self.grad: Tensor | None = None
         self.requires_grad = False
-        if requires_grad:
+        if flag("tensor", "requires_grad", requires_grad):
             self.requires_grad_(True)
 
     # -------------------------------------------------------------- basics
@@ -89,7 +89,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
     def requires_grad_(self, flag: bool = True) -> "Tensor":
         flag = _flag("requires_grad", "flag", flag)
         if flag and self._ctx is not None:
-            raise ArgumentError("requires_grad_: only leaf tensors (not results of ops) can be made parameters")
+            raise UsageError("requires_grad_: only leaf tensors (not results of ops) can be made parameters")
         if flag and not self.dtype.is_float:
             raise ArgumentError(f"requires_grad: only float tensors can require gradients, got {self.dtype}")
         self.requires_grad = flag
@@ -124,7 +124,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
 
     def backward(self, gradient: "Tensor | None" = None) -> None:
         if not self.requires_grad:
-            raise RuntimeError("backward: tensor does not require grad (no parameter on its tape)")
+            raise UsageError("backward: tensor does not require grad (no parameter on its tape)")
         if gradient is None:
             if self.numel() != 1:
                 raise shape_error("backward", [self.shape], "gradient can be implied only for a single-element tensor")

@@ -68,6 +68,16 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     ``borders_always=True`` (the sharding compiler, ``compiler.lower.shard``): the ordinary pipeline keeps its
     codes for re-emission (``pipeline.Lowered``), every padded tensor's border zeroed by its producer; ``shard=(c, n)``
     lowers chip ``c``'s share of each kernel (tensor parallel, ``pipeline.lower_schedule``)."""
+    for name, v in (("per_channel", per_channel), ("search", search), ("resident_inputs", resident_inputs),
+                    ("borders_always", borders_always)):
+        if not isinstance(v, bool):
+            raise ChipCompileError(f"{name}={v!r}: True or False")
+    for name, v in (("dynamic", dynamic), ("shapes", shapes), ("key_bound", key_bound)):
+        if v is not None and not isinstance(v, dict):
+            raise ChipCompileError(f"{name}={v!r}: a dict (or None)")
+    if isinstance(search_budget_s, bool) or not isinstance(search_budget_s, (int, float)) or \
+            not 0 < search_budget_s < float("inf"):
+        raise ChipCompileError(f"search_budget_s={search_budget_s!r}: a positive number of seconds")
     check_inputs(model_or_fn, example_inputs, calibration, dynamic=bool(dynamic))
     if key_bound is not None and (dynamic or search or transformer.blocks_of(model_or_fn) is not None):
         raise ChipCompileError("key_bound: the ordinary pipeline only (no symbolic dimension, no search, no "
