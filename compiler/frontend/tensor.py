@@ -483,7 +483,8 @@ def _data_array(data, dtype) -> np.ndarray:
         lo, hi = arr.min(), arr.max()
         if lo < info.min or hi > info.max:
             raise ShapeError(f"tensor: values {lo}..{hi} do not fit {dt} ({info.min}..{info.max})")
-    out = np.array(arr, dtype=dt.np, copy=True)
+    with np.errstate(over="ignore"):               # a float64 beyond float32: refused just below
+        out = np.array(arr, dtype=dt.np, copy=True)
     if dt.is_float and arr.dtype.kind == "f" and arr.dtype.itemsize > 4 and out.size \
             and np.isinf(out).any() and np.isfinite(arr[np.isinf(out)]).any():
         raise ShapeError(f"tensor: a finite value beyond float32's range ({np.finfo(np.float32).max:.3g})")
