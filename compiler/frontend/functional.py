@@ -67,7 +67,8 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
         raise shape_error("conv2d", [x.shape, weight.shape], f"channels do not match groups={groups}")
     ph, pw = pair(padding, "conv2d", "padding")
     xp = x.pad([None, None, (ph, ph), (pw, pw)])
-    win = _windows(xp, (kh, kw), pair(stride, "conv2d", "stride", 1), pair(dilation, "conv2d", "dilation", 1))      # N, Cin, OH, OW, KH, KW
+    win = _windows(xp, (kh, kw), pair(stride, "conv2d", "stride", 1),
+                   pair(dilation, "conv2d", "dilation", 1))      # N, Cin, OH, OW, KH, KW
     oh, ow = win.shape[2:4]
     win = win.reshape(n, groups, 1, cpg, oh, ow, kh, kw)
     w = weight.reshape(1, groups, cout // groups, cpg, 1, 1, kh, kw)

@@ -390,7 +390,8 @@ class TransformerEncoder(Module):
     def __init__(self, encoder_layer: Module, num_layers: int, norm: Module | None = None):
         import copy
         if not isinstance(encoder_layer, Module):
-            raise ArgumentError(f"TransformerEncoder: encoder_layer must be a Module, got {type(encoder_layer).__name__}")
+            raise ArgumentError(f"TransformerEncoder: encoder_layer must be a Module, got "
+                                f"{type(encoder_layer).__name__}")
         num_layers = int_arg("TransformerEncoder", "num_layers", num_layers, 0, 1024)
         self.layers = [copy.deepcopy(encoder_layer) for _ in range(num_layers)]
         self.num_layers, self.norm = num_layers, norm

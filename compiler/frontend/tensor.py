@@ -25,7 +25,7 @@ from compiler.frontend.indexing import IndexingMixin
 from compiler.frontend.mathops import MathMixin
 from compiler.frontend.movement import MovementMixin
 from compiler.frontend.shapes import (MAX_NUMEL, ArgumentError, ShapeError, UsageError, broadcast_shape, check_shape,
-                                      flag, int_arg, norm_axis, shape_error)
+                                      flag, norm_axis, shape_error)
 
 
 class Tensor(MathMixin, MovementMixin, IndexingMixin):

@@ -73,8 +73,8 @@ def compile(model, example_inputs, config="base", *, chips: int = 1, parallel: s
     check_inputs(model, example_inputs, calibration, dynamic=bool(options.get("dynamic")))
     unknown = sorted(set(options) - _COMPILE_OPTIONS)
     if unknown:
-        raise ChipCompileError(f"tc.compile: unknown option(s) {', '.join(unknown)}; known: "
-                               f"chips, parallel, micro_batches, topology, calibration, {', '.join(sorted(_COMPILE_OPTIONS))}")
+        raise ChipCompileError(f"tc.compile: unknown option(s) {', '.join(unknown)}; known: chips, parallel, "
+                               f"micro_batches, topology, calibration, {', '.join(sorted(_COMPILE_OPTIONS))}")
     if chips == 1 and parallel is None:
         return compile_model(model, example_inputs, config, calibration=calibration, **options)
     bad = sorted(set(options) & {"dynamic", "shapes", "search", "key_bound", "resident_inputs"})

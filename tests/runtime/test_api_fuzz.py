@@ -130,7 +130,9 @@ def _call(rng: random.Random):
         return t.where, args, kw, None
     check = None
     if name in ("reshape", "view") and all(isinstance(a, int) and not isinstance(a, bool) for a in args):
-        def check(r, n=t.numel()):
+        n = t.numel()
+
+        def check(r, n=n):
             assert r.numel() == n, f"reshape changed the element count {n} -> {r.numel()}"
     return getattr(t, name), args, kw, check
 
