@@ -149,6 +149,8 @@ def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps=1e-5) ->
 
 def rms_norm(x: Tensor, normalized_shape, weight=None, eps=1e-6) -> Tensor:
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[-len(normalized_shape):]) != normalized_shape:
+        raise shape_error("rms_norm", [x.shape], f"trailing dims must be {normalized_shape}")
     axes = tuple(range(-len(normalized_shape), 0))
     out = x * ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
     return out * weight if weight is not None else out

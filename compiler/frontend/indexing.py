@@ -17,7 +17,6 @@ from isa.ints import cdiv
 
 from compiler.frontend.shapes import broadcast_shape, shape_error
 from compiler.ir import dtypes
-from compiler.ir.graph import Ops
 
 
 class IndexingMixin:
@@ -109,11 +108,6 @@ def _gather(y, tensor_axes):
             raise shape_error("getitem", [y.shape, t.shape],
                               "boolean mask indexing has a data-dependent shape; use tc.where")
         n = y.shape[a]
-        if t.node.op is Ops.BUFFER and t.node.arg.size:      # a constant index: its range is known now
-            lo, hi = int(t.node.arg.min()), int(t.node.arg.max())
-            if lo < -n or hi >= n:
-                raise shape_error("getitem", [y.shape, t.shape],
-                                  f"index values {lo}..{hi} out of range for dimension {a} of size {n}")
         t = t.cast(dtypes.int32)
         idxs.append((t.lt(0)).where(t + n, t))
     s = broadcast_shape("getitem", *[t.shape for t in idxs])

@@ -6,6 +6,7 @@ PyTorch's defaults (Kaiming-uniform for weights) and draws from the generator
 """
 from __future__ import annotations
 
+import inspect
 import math
 from collections import OrderedDict
 
@@ -48,8 +49,23 @@ def _uniform(shape, bound) -> Tensor:
 
 class Module:
     training = True
+    #: a built-in layer: its first input is a Tensor (a numpy array is taken as one; anything else is refused)
+    _tensor_input = False
 
     def __call__(self, *args, **kw):
+        try:
+            inspect.signature(self.forward).bind(*args, **kw)
+        except TypeError as e:
+            raise ArgumentError(f"{type(self).__name__}: {e}") from None
+        except ValueError:                   # no signature to read: the call decides
+            pass
+        if self._tensor_input and args:
+            x = args[0]
+            if isinstance(x, np.ndarray):
+                args = (Tensor(x),) + args[1:]
+            elif not isinstance(x, Tensor):
+                raise ArgumentError(f"{type(self).__name__}: the input must be a Tensor (or a numpy array), got "
+                                    f"{type(x).__name__} {x!r:.60}")
         return self.forward(*args, **kw)
 
     def forward(self, *args, **kw):
@@ -129,6 +145,7 @@ def _pool_args(layer: str, kernel_size, stride, padding) -> None:
 
 
 class Linear(Module):
+    _tensor_input = True
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         in_features, out_features = _sizes("Linear", in_features=in_features, out_features=out_features)
         bound = 1 / math.sqrt(in_features)
@@ -140,6 +157,7 @@ class Linear(Module):
 
 
 class Conv2d(Module):
+    _tensor_input = True
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
         in_channels, out_channels, groups = _sizes("Conv2d", in_channels=in_channels, out_channels=out_channels,
                                                    groups=groups)
@@ -156,6 +174,7 @@ class Conv2d(Module):
 
 
 class ConvTranspose2d(Module):
+    _tensor_input = True
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
                  bias=True):
         in_channels, out_channels, groups = _sizes("ConvTranspose2d", in_channels=in_channels,
@@ -175,6 +194,7 @@ class ConvTranspose2d(Module):
 
 
 class BatchNorm2d(Module):
+    _tensor_input = True
     def __init__(self, num_features: int, eps=1e-5, momentum=0.1):
         num_features, = _sizes("BatchNorm2d", num_features=num_features)
         eps = _eps("BatchNorm2d", eps)
@@ -187,6 +207,8 @@ class BatchNorm2d(Module):
         self.eps, self.momentum = eps, momentum
 
     def forward(self, x):
+        if x.ndim < 2 or x.shape[1] != self.weight.shape[0]:
+            raise shape_error("BatchNorm2d", [x.shape], f"the input must be (N, {self.weight.shape[0]}, ...)")
         if self.training:
             axes = tuple(i for i in range(x.ndim) if i != 1)
             n = x.numel() // x.shape[1]
@@ -200,6 +222,7 @@ class BatchNorm2d(Module):
 
 
 class LayerNorm(Module):
+    _tensor_input = True
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
         self.shape = _normalized_shape("LayerNorm", normalized_shape)
         self.eps = _eps("LayerNorm", eps)
@@ -211,6 +234,7 @@ class LayerNorm(Module):
 
 
 class RMSNorm(Module):
+    _tensor_input = True
     def __init__(self, normalized_shape, eps=1e-6):
         self.shape = _normalized_shape("RMSNorm", normalized_shape)
         self.eps = _eps("RMSNorm", eps)
@@ -221,6 +245,7 @@ class RMSNorm(Module):
 
 
 class Embedding(Module):
+    _tensor_input = True
     def __init__(self, num_embeddings: int, embedding_dim: int):
         num_embeddings, embedding_dim = _sizes("Embedding", num_embeddings=num_embeddings,
                                                embedding_dim=embedding_dim)
@@ -233,6 +258,7 @@ class Embedding(Module):
 
 
 class Dropout(Module):
+    _tensor_input = True
     def __init__(self, p: float = 0.5):
         if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 0 <= p < 1:
             raise ShapeError(f"Dropout: p must be a number in [0, 1), got {p!r}")
@@ -243,6 +269,7 @@ class Dropout(Module):
 
 
 class _Fn(Module):
+    _tensor_input = True
     fn = None
 
     def forward(self, x):
@@ -256,6 +283,7 @@ class Sigmoid(_Fn): fn = Tensor.sigmoid
 
 
 class Flatten(Module):
+    _tensor_input = True
     def __init__(self, start_dim=1, end_dim=-1):
         int_arg("Flatten", "start_dim", start_dim), int_arg("Flatten", "end_dim", end_dim)
         self.start_dim, self.end_dim = start_dim, end_dim
@@ -265,6 +293,7 @@ class Flatten(Module):
 
 
 class MaxPool2d(Module):
+    _tensor_input = True
     def __init__(self, kernel_size, stride=None, padding=0):
         _pool_args("MaxPool2d", kernel_size, stride, padding)
         self.args = (kernel_size, stride, padding)
@@ -274,6 +303,7 @@ class MaxPool2d(Module):
 
 
 class AvgPool2d(Module):
+    _tensor_input = True
     def __init__(self, kernel_size, stride=None, padding=0):
         _pool_args("AvgPool2d", kernel_size, stride, padding)
         self.args = (kernel_size, stride, padding)
@@ -303,6 +333,8 @@ class Sequential(Module):
 
 class MultiHeadAttention(Module):
     """Self/cross attention with ``num_heads`` heads; inputs (B, L, D) (batch first)."""
+    _tensor_input = True
+
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True):
         embed_dim, num_heads = _sizes("MultiHeadAttention", embed_dim=embed_dim, num_heads=num_heads)
@@ -331,6 +363,8 @@ class MultiHeadAttention(Module):
 
 class TransformerBlock(Module):
     """Pre-norm block: ``x + MHA(LN(x))`` then ``x + MLP(LN(x))`` with a GELU MLP of width ``ff_dim``."""
+    _tensor_input = True
+
 
     def __init__(self, dim: int, num_heads: int, ff_dim: int | None = None, dropout: float = 0.0):
         dim, = _sizes("TransformerBlock", dim=dim)
@@ -351,6 +385,8 @@ class TransformerEncoderLayer(Module):
     with a residual, LayerNorm after (``norm_first=False``, the default) or before the sublayer.
     ``activation`` is ``"relu"`` or ``"gelu"``; inputs ``(T, B, d)``, or ``(B, T, d)`` with
     ``batch_first=True``. (Parameters are this package's: ``self_attn`` is a ``MultiHeadAttention``.)"""
+    _tensor_input = True
+
 
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: str = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,

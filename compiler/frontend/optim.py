@@ -18,7 +18,7 @@ class Optimizer:
         if not self.params:
             raise ShapeError("optimizer got an empty parameter list")
         if any(not isinstance(p, Tensor) or not p.requires_grad for p in self.params):
-            raise ShapeError("optimizer: every parameter must be a Tensor that requires grad")
+            raise ShapeError("optimizer: every parameter must require grad (a float Tensor)")
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 <= lr < float("inf"):
             raise ShapeError(f"optimizer: lr must be a finite number >= 0, got {lr!r}")
         self.lr = lr

@@ -72,7 +72,7 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
                     ("borders_always", borders_always)):
         if not isinstance(v, bool):
             raise ChipCompileError(f"{name}={v!r}: True or False")
-    for name, v in (("dynamic", dynamic), ("shapes", shapes), ("key_bound", key_bound)):
+    for name, v in (("dynamic", dynamic), ("shapes", shapes)):
         if v is not None and not isinstance(v, dict):
             raise ChipCompileError(f"{name}={v!r}: a dict (or None)")
     if isinstance(search_budget_s, bool) or not isinstance(search_budget_s, (int, float)) or \

@@ -176,7 +176,6 @@ def test_huge_shape_refused_before_allocating():
     (lambda t: t[1.5], ShapeError, ["unsupported index"]),
     (lambda t: t[::0], ShapeError, ["step must not be 0"]),                 # was ValueError from slice.indices
     (lambda t: t[0:1.5], ShapeError, ["ints or None"]),
-    (lambda t: t[tc.tensor([5])], ShapeError, ["out of range"]),            # was a silent row of zeros
     (lambda t: t.split(0), ShapeError, ["split_size"]),                     # was ZeroDivisionError
     (lambda t: t.chunk(0), ShapeError, ["chunks"]),
     (lambda t: t.pad([(0, 2.5), None]), ArgumentError, ["float"]),          # was truncated to 2

@@ -57,6 +57,10 @@ CONSTRUCTORS = [tc.zeros, tc.ones, tc.full, tc.arange, tc.eye, tc.tensor, tc.ran
 MODULES = [tc.nn.Linear, tc.nn.Conv2d, tc.nn.ConvTranspose2d, tc.nn.LayerNorm, tc.nn.RMSNorm, tc.nn.Embedding,
            tc.nn.Dropout, tc.nn.BatchNorm2d, tc.nn.MaxPool2d, tc.nn.AvgPool2d, tc.nn.MultiHeadAttention,
            tc.nn.Flatten, tc.nn.Sequential, tc.nn.TransformerBlock]
+LAYERS = [lambda: tc.nn.Linear(4, 3), lambda: tc.nn.Conv2d(2, 2, 3), lambda: tc.nn.LayerNorm(4),
+          lambda: tc.nn.MaxPool2d(2), lambda: tc.nn.AvgPool2d(2), lambda: tc.nn.Embedding(5, 4),
+          lambda: tc.nn.MultiHeadAttention(4, 2), tc.nn.Flatten, tc.nn.ReLU, lambda: tc.nn.Dropout(0.5),
+          lambda: tc.nn.BatchNorm2d(2), lambda: tc.nn.RMSNorm(4), tc.nn.GELU]
 _SHAPED = {tc.zeros, tc.ones, tc.randn, tc.rand}          # their result's shape is the shape asked for
 
 
@@ -119,6 +123,11 @@ def _call(rng: random.Random):
             def check(t, want=tuple(want)):
                 assert t.shape == tuple(int(d) for d in want), f"shape {t.shape}, asked for {want}"
         return fn, args, kw, check
+    if kind < 0.55:                      # a working layer called on drawn inputs
+        layer = rng.choice(LAYERS)()
+        x = rng.choice([tc.ones(2, 4), tc.ones(1, 2, 4, 4), tc.ones(2, 3, 4), tc.tensor([1, 7]), tc.ones(()),
+                        np.ones((2, 4), np.float32)] + [_draw(rng)] * 3)
+        return layer, [x] + args[:rng.choice([0, 0, 1])], {}, None
     if kind < 0.65:
         cls = rng.choice(MODULES)
         if rng.random() < 0.3:
