@@ -83,6 +83,11 @@ def check_finite(feeds: dict) -> dict:
     return feeds
 
 
+def _compiled(cm, what: str) -> None:
+    if not all(hasattr(cm, a) for a in ("config", "program", "dram_writes", "read_outputs")):
+        raise TetrachipError(f"Device('sim').{what}: a compiled model (tc.compile), not a {type(cm).__name__}")
+
+
 def _one_chip(cm, chips: int, name: str) -> None:
     if chips > 1:
         raise TetrachipError(f"Device({name!r}, chips={chips}) runs a model sharded over {chips} chips "
@@ -149,8 +154,7 @@ class SimBackend:
 
     def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
         from sim import Chip
-        if not hasattr(cm, "dram_writes"):
-            raise TetrachipError(f"Device('sim').run: a compiled model (tc.compile), not a {type(cm).__name__}")
+        _compiled(cm, "run")
         if trace is not None and not isinstance(trace, bool):
             raise TetrachipError(f"Device('sim').run(..., trace={trace!r}): True, False or None")
         _one_chip(cm, self.chips, "sim")
@@ -175,6 +179,7 @@ class SimBackend:
 
     def session(self, cm, *inputs) -> "SimSession":
         """A resident chip for ``cm`` (see ``SimSession``), its DRAM holding the constants and ``inputs``."""
+        _compiled(cm, "session")
         return SimSession(self, cm, *inputs)
 
 
