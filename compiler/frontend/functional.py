@@ -5,13 +5,17 @@ also Tensor methods (``x.softmax(-1)``, ``x.conv2d(w)``).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+
+import numpy as np
 
 from isa.ints import cdiv
 
 from compiler.ir import dtypes
 from compiler.frontend import random as _random
-from compiler.frontend.shapes import ArgumentError, ShapeError, int_arg, pair, shape_error
+from compiler.frontend.shapes import ArgumentError, ShapeError, check_shape, int_arg, pair, shape_error
 from compiler.frontend.tensor import Tensor, as_tensor, where
 
 
@@ -120,7 +124,8 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, count_include_pad
     return _windows(xp, k, s, (1, 1)).sum((-2, -1)) / _windows(ones, k, s, (1, 1)).sum((-2, -1))
 
 
-def batch_norm(x: Tensor, running_mean, running_var, weight=None, bias=None, training=False,
+def batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, weight: Tensor | None = None,
+               bias: Tensor | None = None, training=False,
                momentum=0.1, eps=1e-5) -> Tensor:
     """Normalize over all axes but 1. In training, batch statistics are used (running ones are not
     updated here: ``nn.BatchNorm2d`` does that)."""
@@ -137,8 +142,9 @@ def batch_norm(x: Tensor, running_mean, running_var, weight=None, bias=None, tra
     return out + bias.reshape(shape) if bias is not None else out
 
 
-def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps=1e-5) -> Tensor:
-    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps=1e-5) -> Tensor:
+    normalized_shape = check_shape("layer_norm", normalized_shape)
     if tuple(x.shape[-len(normalized_shape):]) != normalized_shape:
         raise shape_error("layer_norm", [x.shape], f"trailing dims must be {normalized_shape}")
     axes = tuple(range(-len(normalized_shape), 0))
@@ -147,8 +153,8 @@ def layer_norm(x: Tensor, normalized_shape, weight=None, bias=None, eps=1e-5) ->
     return out + bias if bias is not None else out
 
 
-def rms_norm(x: Tensor, normalized_shape, weight=None, eps=1e-6) -> Tensor:
-    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps=1e-6) -> Tensor:
+    normalized_shape = check_shape("rms_norm", normalized_shape)
     if tuple(x.shape[-len(normalized_shape):]) != normalized_shape:
         raise shape_error("rms_norm", [x.shape], f"trailing dims must be {normalized_shape}")
     axes = tuple(range(-len(normalized_shape), 0))
@@ -177,11 +183,12 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     return where(keep, x * (1 / (1 - p)), 0.0)
 
 
-def embedding(idx: Tensor, weight: Tensor) -> Tensor:
+def embedding(idx, weight: Tensor) -> Tensor:
+    """Rows of ``weight`` at ``idx`` (a Tensor, array, list or int of indices)."""
     return weight[as_tensor(idx)]
 
 
-def one_hot(idx: Tensor, num_classes: int) -> Tensor:
+def one_hot(idx, num_classes: int) -> Tensor:
     idx = as_tensor(idx)
     num_classes = int_arg("one_hot", "num_classes", num_classes, 1)
     return idx.unsqueeze(-1).eq(Tensor.arange(num_classes)).cast(dtypes.int32)
@@ -252,6 +259,9 @@ def binary_cross_entropy_with_logits(z: Tensor, y, reduction="mean") -> Tensor:
 
 def pad(x: Tensor, pads, value=0) -> Tensor:
     """PyTorch-style padding: ``(left, right, top, bottom, ...)`` from the last dimension backwards."""
+    if not isinstance(pads, (list, tuple)) or len(pads) % 2 or len(pads) // 2 > x.ndim:
+        raise shape_error("pad", [x.shape], f"pads must be a list of (before, after) ints, two per padded dimension "
+                                            f"(at most {x.ndim}), got {pads!r}")
     pairs = [(pads[i], pads[i + 1]) for i in range(0, len(pads), 2)]
     full = [None] * (x.ndim - len(pairs)) + list(reversed(pairs))
     return x.pad(full, value)
@@ -268,15 +278,48 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return softmax(scores, -1) @ v
 
 
-def relu(x): return x.relu()
-def sigmoid(x): return x.sigmoid()
-def tanh(x): return x.tanh()
-def silu(x): return x.silu()
-def softplus(x): return x.softplus()
-def elu(x, alpha=1.0): return x.elu(alpha)
-def selu(x): return x.selu()
-def leaky_relu(x, negative_slope=0.01): return x.leaky_relu(negative_slope)
-def gelu(x, approximate="none"): return x.gelu(approximate)
+def relu(x: Tensor): return x.relu()
+def sigmoid(x: Tensor): return x.sigmoid()
+def tanh(x: Tensor): return x.tanh()
+def silu(x: Tensor): return x.silu()
+def softplus(x: Tensor): return x.softplus()
+def elu(x: Tensor, alpha=1.0): return x.elu(alpha)
+def selu(x: Tensor): return x.selu()
+def leaky_relu(x: Tensor, negative_slope=0.01): return x.leaky_relu(negative_slope)
+def gelu(x: Tensor, approximate="none"): return x.gelu(approximate)
+
+
+def _tensor_first(fn):
+    """``fn`` whose arguments annotated ``Tensor`` (``Tensor | None``: or None) must be Tensors (a numpy array or a
+    list is taken as one; anything else: ``ArgumentError`` naming the function and the argument), so a wrong kind fails
+    at the call and not deep in an op."""
+    sig = inspect.signature(fn)
+    tensors = {n: p.annotation.endswith("| None") for n, p in sig.parameters.items()
+               if isinstance(p.annotation, str) and p.annotation.startswith("Tensor")}
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kw):
+        try:
+            bound = sig.bind(*args, **kw)
+        except TypeError:
+            return fn(*args, **kw)                 # Python's own message for a wrong number/name of arguments
+        for name, optional in tensors.items():
+            if name not in bound.arguments:
+                continue
+            v = bound.arguments[name]
+            if isinstance(v, (np.ndarray, list)):
+                bound.arguments[name] = Tensor(v)
+            elif not isinstance(v, Tensor) and not (optional and v is None):
+                raise ArgumentError(f"{fn.__name__}: {name} must be a Tensor{' or None' if optional else ''}, got "
+                                    f"{type(v).__name__}")
+        return fn(*bound.args, **bound.kwargs)
+    return wrapped
+
+
+# the public functions here check their Tensor arguments (an index argument, not annotated, goes through as_tensor)
+for _name, _fn in list(globals().items()):
+    if inspect.isfunction(_fn) and _fn.__module__ == __name__ and not _name.startswith("_"):
+        globals()[_name] = _tensor_first(_fn)
 
 
 _METHODS = {

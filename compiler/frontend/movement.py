@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Self
 
+import numpy as np
+
 from isa.ints import cdiv
 
 from compiler.frontend import autograd as ag
@@ -89,8 +91,8 @@ class MovementMixin:
     def pad(self, padding, value=0) -> Self:
         """``padding`` is one ``(before, after)`` pair per dimension (None = no padding); negative values crop."""
         padding = _pairs("pad", self.shape, padding, "(before, after)")
-        if value is None or isinstance(value, str):
-            raise ShapeError(f"pad: value must be a number, got {value!r}")
+        if isinstance(value, (str, bytes)) or not isinstance(value, (bool, int, float, np.number)):
+            raise ShapeError(f"pad: value must be a number, got {type(value).__name__} {value!r:.40}")
         x = self
         if any(b < 0 or a < 0 for b, a in padding):
             x = x.shrink([(-min(b, 0), d + min(a, 0)) for (b, a), d in zip(padding, self.shape)])

@@ -57,6 +57,10 @@ CONSTRUCTORS = [tc.zeros, tc.ones, tc.full, tc.arange, tc.eye, tc.tensor, tc.ran
 MODULES = [tc.nn.Linear, tc.nn.Conv2d, tc.nn.ConvTranspose2d, tc.nn.LayerNorm, tc.nn.RMSNorm, tc.nn.Embedding,
            tc.nn.Dropout, tc.nn.BatchNorm2d, tc.nn.MaxPool2d, tc.nn.AvgPool2d, tc.nn.MultiHeadAttention,
            tc.nn.Flatten, tc.nn.Sequential, tc.nn.TransformerBlock]
+FUNCTIONAL = ["conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "rms_norm",
+              "softmax", "log_softmax", "dropout", "embedding", "one_hot", "mse_loss", "l1_loss", "nll_loss",
+              "cross_entropy", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits", "pad",
+              "scaled_dot_product_attention", "relu", "elu", "leaky_relu", "gelu"]
 LAYERS = [lambda: tc.nn.Linear(4, 3), lambda: tc.nn.Conv2d(2, 2, 3), lambda: tc.nn.LayerNorm(4),
           lambda: tc.nn.MaxPool2d(2), lambda: tc.nn.AvgPool2d(2), lambda: tc.nn.Embedding(5, 4),
           lambda: tc.nn.MultiHeadAttention(4, 2), tc.nn.Flatten, tc.nn.ReLU, lambda: tc.nn.Dropout(0.5),
@@ -128,7 +132,12 @@ def _call(rng: random.Random):
         x = rng.choice([tc.ones(2, 4), tc.ones(1, 2, 4, 4), tc.ones(2, 3, 4), tc.tensor([1, 7]), tc.ones(()),
                         np.ones((2, 4), np.float32)] + [_draw(rng)] * 3)
         return layer, [x] + args[:rng.choice([0, 0, 1])], {}, None
-    if kind < 0.65:
+    if kind < 0.60:                      # tc.functional on a small tensor (or a drawn value) and drawn arguments
+        fn = getattr(tc.functional, rng.choice(FUNCTIONAL))
+        x = _small(rng) if rng.random() < 0.8 else _draw(rng)
+        more = [rng.choice([_small(rng), tc.ones(1, 2, 4, 4), tc.tensor([0, 1]), _draw(rng)]) for _ in range(nargs)]
+        return fn, [x] + more, {}, None
+    if kind < 0.67:
         cls = rng.choice(MODULES)
         if rng.random() < 0.3:
             kw = {rng.choice(["bias", "eps", "stride", "padding", "groups", "p", "num_heads", "bogus"]): _draw(rng)}
@@ -206,5 +215,5 @@ def test_pool_reaches_every_entry_point():
         fn, *_ = _call(rng)
         seen.add(getattr(fn, "__name__", None))
     names = {f.__name__ for f in CONSTRUCTORS + MODULES} | {getattr(tc.Tensor, m).__name__ for m in METHODS} | \
-        {"compile", "run", "Device", "run_device"}
+        {"compile", "run", "Device", "run_device"} | set(FUNCTIONAL)
     assert names <= seen, f"never drawn: {sorted(names - seen)}"
