@@ -166,7 +166,7 @@ class MovementMixin:
         if len(reps) < self.ndim:
             raise shape_error("repeat", [self.shape], f"need at least {self.ndim} repeat counts, got {reps}")
         shape = (1,) * (len(reps) - self.ndim) + self.shape
-        check_shape("repeat", tuple(r * d for r, d in zip(reps, shape)))
+        check_shape("repeat", tuple(r * d if isinstance(d, int) else d for r, d in zip(reps, shape)), dynamic=True)
         x = self.reshape(tuple(v for d in shape for v in (1, d)))
         x = x.expand(tuple(v for r, d in zip(reps, shape) for v in (r, d)))
         return x.reshape(tuple(r * d for r, d in zip(reps, shape)))
@@ -178,7 +178,9 @@ class MovementMixin:
     def repeat_interleave(self, repeats: int, dim=0) -> Self:
         d = norm_axis("repeat_interleave", self.shape, dim)
         repeats = int_arg("repeat_interleave", "repeats", repeats, 0)
-        check_shape("repeat_interleave", self.shape[:d] + (self.shape[d] * repeats,) + self.shape[d + 1:])
+        if isinstance(self.shape[d], int):
+            check_shape("repeat_interleave", self.shape[:d] + (self.shape[d] * repeats,) + self.shape[d + 1:],
+                        dynamic=True)
         x = self.unsqueeze(d + 1)
         x = x.expand(x.shape[:d + 1] + (repeats,) + x.shape[d + 2:])
         return x.reshape(self.shape[:d] + (self.shape[d] * repeats,) + self.shape[d + 1:])

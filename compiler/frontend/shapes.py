@@ -108,12 +108,12 @@ def flag(op: str, what: str, v) -> bool:
 
 
 def check_shape(op: str, shape, dynamic: bool = False) -> tuple:
-    """``shape`` (``shape_arg``'s forms) checked: every size a non-negative int (a name too, a dynamic
-    dimension, where ``dynamic``), at most ``MAX_NUMEL`` elements; the shape as a tuple of ints."""
+    """``shape`` (``shape_arg``'s forms) checked: every size a non-negative int (a non-empty name too, a dynamic
+    dimension, where ``dynamic``), at most ``MAX_NUMEL`` elements (of the static sizes); the shape as a tuple."""
     shape = shape_arg(shape)
     out = []
     for d in shape:
-        if dynamic and isinstance(d, str) and d.isidentifier():
+        if dynamic and isinstance(d, str) and d:
             out.append(d)
             continue
         if isinstance(d, bool) or not isinstance(d, numbers.Integral):

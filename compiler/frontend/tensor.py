@@ -147,7 +147,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
     # -------------------------------------------------------------- creation
     @staticmethod
     def full(shape, value, dtype=None) -> "Tensor":
-        shape = check_shape("full", shape)
+        shape = check_shape("full", shape, dynamic=True)      # zeros_like of a tensor with a dynamic dimension
         natural = dtypes.scalar_dtype(value)          # refuses a value that is not a scalar
         dt = dtypes.to_dtype(dtype) if dtype is not None else natural
         c = Tensor(Node(Ops.CONST, dt, (), ag.cast_scalar(value, dt)))
