@@ -124,7 +124,7 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, count_include_pad
     return _windows(xp, k, s, (1, 1)).sum((-2, -1)) / _windows(ones, k, s, (1, 1)).sum((-2, -1))
 
 
-def batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, weight: Tensor | None = None,
+def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
                bias: Tensor | None = None, training=False,
                momentum=0.1, eps=1e-5) -> Tensor:
     """Normalize over all axes but 1. In training, batch statistics are used (running ones are not
@@ -135,6 +135,8 @@ def batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, weight: Ten
         mean = x.mean(axes, keepdim=True)
         var = x.var(axes, keepdim=True, correction=0)
     else:
+        if running_mean is None or running_var is None:
+            raise ShapeError("batch_norm: outside training, running_mean and running_var are needed")
         mean, var = running_mean.reshape(shape), running_var.reshape(shape)
     out = (x - mean) * (var + eps).rsqrt()
     if weight is not None:
