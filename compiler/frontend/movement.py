@@ -104,7 +104,7 @@ class MovementMixin:
         out = self._apply(ag.Pad, x, pads=tuple(padding))
         if value == 0:
             return out
-        mask = self._apply(ag.Pad, type(self).full(x.shape, True, dtypes.bool_), pads=tuple(padding))
+        mask = self._apply(ag.Pad, type(self)._full(x.shape, True, dtypes.bool_), pads=tuple(padding))
         return mask.where(out, value)
 
     def shrink(self, bounds) -> Self:

@@ -147,7 +147,11 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
     # -------------------------------------------------------------- creation
     @staticmethod
     def full(shape, value, dtype=None) -> "Tensor":
-        shape = check_shape("full", shape, dynamic=True)      # zeros_like of a tensor with a dynamic dimension
+        return Tensor._full(check_shape("full", shape), value, dtype)
+
+    @staticmethod
+    def _full(shape: tuple, value, dtype=None) -> "Tensor":
+        """``full`` of a shape already checked (a tensor's own, which may have a dynamic dimension)."""
         natural = dtypes.scalar_dtype(value)          # refuses a value that is not a scalar
         dt = dtypes.to_dtype(dtype) if dtype is not None else natural
         c = Tensor(Node(Ops.CONST, dt, (), ag.cast_scalar(value, dt)))
@@ -199,13 +203,13 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
         return Tensor(Node(Ops.INPUT, dtypes.to_dtype(dtype), (), (name, check_shape("placeholder", shape, True))))
 
     def zeros_like(self, dtype=None) -> "Tensor":
-        return Tensor.full(self.shape, 0, dtype or self.dtype)
+        return Tensor._full(self.shape, 0, dtype or self.dtype)
 
     def ones_like(self, dtype=None) -> "Tensor":
-        return Tensor.full(self.shape, 1, dtype or self.dtype)
+        return Tensor._full(self.shape, 1, dtype or self.dtype)
 
     def full_like(self, value, dtype=None) -> "Tensor":
-        return Tensor.full(self.shape, value, dtype or self.dtype)
+        return Tensor._full(self.shape, value, dtype or self.dtype)
 
     # -------------------------------------------------------------- dtype
     def cast(self, dtype) -> "Tensor":
@@ -309,7 +313,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
     def ne(self, o): return self.eq(o).logical_not()
 
     def logical_not(self):
-        return Tensor._apply(ag.CmpEq, self.bool(), Tensor.full(self.shape, False, dtypes.bool_))
+        return Tensor._apply(ag.CmpEq, self.bool(), Tensor._full(self.shape, False, dtypes.bool_))
 
     def logical_and(self, o): return self.bool().mul(as_tensor(o, dtypes.bool_).bool())
     def logical_or(self, o): return self.bool().add(as_tensor(o, dtypes.bool_).bool())
