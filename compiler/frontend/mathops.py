@@ -13,7 +13,7 @@ from typing import Self
 import numpy as np
 
 from compiler.frontend import autograd as ag
-from compiler.frontend.shapes import flag, int_arg, norm_axes, norm_axis, static_dim
+from compiler.frontend.shapes import ShapeError, flag, int_arg, norm_axes, norm_axis, static_dim
 from compiler.ir import dtypes
 
 
@@ -63,6 +63,8 @@ class MathMixin:
         return x.sign() * (1 - poly * (-(a * a)).exp())
 
     def gelu(self, approximate: str = "none") -> Self:
+        if not isinstance(approximate, str) or approximate not in ("none", "tanh"):
+            raise ShapeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r:.40}")
         x = self._f()
         if approximate == "tanh":
             return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
