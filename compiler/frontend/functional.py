@@ -197,6 +197,8 @@ def one_hot(idx, num_classes: int) -> Tensor:
 
 
 def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    if not isinstance(reduction, str):
+        raise ShapeError(f"unknown reduction {reduction!r:.40} (mean, sum, none)")
     if reduction == "mean":
         return loss.mean()
     if reduction == "sum":
@@ -243,7 +245,7 @@ def kl_div(logp: Tensor, target: Tensor, reduction="mean", log_target: bool = Fa
         loss = target.exp() * (target - logp)
     else:
         loss = where(target.gt(0), target * (where(target.gt(0), target, 1.0).log() - logp), 0.0)
-    if reduction == "batchmean":
+    if isinstance(reduction, str) and reduction == "batchmean":
         return loss.sum() / logp.shape[0]
     return _reduce(loss, reduction)
 

@@ -13,7 +13,7 @@ from typing import Self
 import numpy as np
 
 from compiler.frontend import autograd as ag
-from compiler.frontend.shapes import ShapeError, flag, int_arg, norm_axes, norm_axis, static_dim
+from compiler.frontend.shapes import ShapeError, flag, int_arg, norm_axes, norm_axis, shape_error, static_dim
 from compiler.ir import dtypes
 
 
@@ -91,6 +91,8 @@ class MathMixin:
         return x._reduce(ag.Prod, "prod", axis, keepdim)
 
     def max(self, axis=None, keepdim=False) -> Self:
+        if any(self.shape[a] == 0 for a in self._axes("max", axis)):
+            raise shape_error("max", [self.shape], f"a maximum over an empty dimension (axis {axis}) has no value")
         x = self if self.dtype != dtypes.bool_ else self.cast(dtypes.int32)
         return x._reduce(ag.RMax, "max", axis, keepdim).cast(self.dtype)
 

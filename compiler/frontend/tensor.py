@@ -172,6 +172,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
         for what, v in (("start", start), ("stop", stop), ("step", step)):
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
                 raise ArgumentError(f"arange: {what} must be a finite number, got {v!r}")
+        start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
         if step == 0:
             raise ShapeError("arange: step must not be 0")
         if any(abs(v) > np.iinfo(np.int64).max for v in (start, stop, step)):
