@@ -89,6 +89,8 @@ def test_numpy_float_run_keeps_nan():
 
 def test_run_options_and_inputs(tiny):
     cm, dev = tiny
+    with pytest.raises(TetrachipError, match="a compiled model .*not a int"):
+        dev.backend.session(3, X)                  # was AttributeError
     with pytest.raises(DeviceError, match="does not take option.*bogus"):
         dev.run(cm, X, bogus=1)
     with pytest.raises(TetrachipError, match="trace='x'"):
@@ -184,6 +186,12 @@ def test_huge_shape_refused_before_allocating():
     (lambda t: t.pow(2, np.ones(2)), ArgumentError, ["reverse"]),
     (lambda t: bool(t), ArgumentError, ["truth value"]),
     (lambda t: t.item(), ShapeError, ["6 elements"]),
+    (lambda t: t.gelu(np.ones(2)), ShapeError, ["approximate"]),          # was numpy's ambiguous truth value
+    (lambda t: t[:, :0].max(1), ShapeError, ["empty dimension"]),          # was numpy's error when computed
+    (lambda t: tc.functional.mse_loss(t, t, reduction=np.ones(2)), ShapeError, ["reduction"]),
+    (lambda t: tc.functional.conv2d(t, (3, 2)), ArgumentError, ["weight must be a Tensor"]),   # was AttributeError
+    (lambda t: tc.functional.relu("x"), ArgumentError, ["relu", "Tensor"]),
+    (lambda t: tc.functional.pad(t, 0.5), ShapeError, ["pads"]),            # was TypeError from len()
 ])
 def test_tensor_method_arguments(call, kind, words):
     t = tc.arange(6).float().reshape(2, 3)
@@ -219,12 +227,21 @@ def test_pow_with_a_non_finite_exponent_is_computed():
     (lambda: tc.GPT(0, 4, 2, 1, 8), ["vocab"]),
     (lambda: tc.optim.SGD(tc.nn.Linear(2, 2).parameters(), lr=float("nan")), ["lr"]),
     (lambda: tc.ones(2).sum().backward(), ["does not require grad"]),
+    (lambda: tc.nn.Linear(4, 3)(tc.ones(2, 4), 5), ["Linear", "positional"]),   # Python's TypeError, as one of ours
+    (lambda: tc.nn.ReLU()("x"), ["ReLU", "must be a Tensor"]),                  # was AttributeError
+    (lambda: tc.nn.BatchNorm2d(2)(tc.ones(())), ["BatchNorm2d", "(N, 2, ...)"]),  # was IndexError
 ])
 def test_module_arguments(call, words):
     with pytest.raises(TetrachipError) as e:
         call()
     for w in words:
         assert w in str(e.value)
+
+
+def test_layers_take_numpy_arrays():
+    tc.manual_seed(0)
+    lin = tc.nn.Linear(4, 3)
+    np.testing.assert_array_equal(lin(X).numpy(), lin(tc.tensor(X)).numpy())
 
 
 def test_shape_limit():
