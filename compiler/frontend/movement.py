@@ -25,6 +25,8 @@ class MovementMixin:
         if shape.count(-1) > 1:
             raise shape_error("reshape", [self.shape], f"only one -1 allowed in {shape}")
         if -1 in shape:
+            if not is_static(tuple(d for d in shape if d != -1)):
+                raise shape_error("reshape", [self.shape], f"cannot infer -1 next to a dynamic dimension in {shape}")
             known = math.prod(d for d in shape if d != -1)
             total = self.numel() if is_static(self.shape) else None
             if total is None or known == 0 or total % known:
@@ -188,7 +190,7 @@ class MovementMixin:
 
 def _sizes(op: str, shape: tuple) -> tuple:
     """The sizes of a target shape (``reshape``, ``expand``): ints >= -1 (-1: inferred or kept) or dynamic names."""
-    return tuple(d if isinstance(d, str) else int_arg(op, "a size", d, -1) for d in shape)
+    return tuple(d if isinstance(d, str) and d else int_arg(op, "a size", d, -1) for d in shape)
 
 
 def _pairs(op: str, shape: tuple, pairs, what: str, dynamic: bool = False) -> list:
