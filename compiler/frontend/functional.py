@@ -15,7 +15,7 @@ from isa.ints import cdiv
 
 from compiler.ir import dtypes
 from compiler.frontend import random as _random
-from compiler.frontend.shapes import ArgumentError, ShapeError, check_shape, int_arg, pair, shape_error
+from compiler.frontend.shapes import ArgumentError, ShapeError, check_shape, flag, int_arg, pair, shape_error
 from compiler.frontend.tensor import Tensor, as_tensor, where
 
 
@@ -125,7 +125,7 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, count_include_pad
 
 
 def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
-               bias: Tensor | None = None, training=False,
+               bias: Tensor | None = None, training: bool = False,
                momentum=0.1, eps=1e-5) -> Tensor:
     """Normalize over all axes but 1. In training, batch statistics are used (running ones are not
     updated here: ``nn.BatchNorm2d`` does that)."""
@@ -295,11 +295,13 @@ def gelu(x: Tensor, approximate="none"): return x.gelu(approximate)
 
 def _tensor_first(fn):
     """``fn`` whose arguments annotated ``Tensor`` (``Tensor | None``: or None) must be Tensors (a numpy array or a
-    list is taken as one; anything else: ``ArgumentError`` naming the function and the argument), so a wrong kind fails
-    at the call and not deep in an op."""
+    list is taken as one), those annotated ``bool`` True or False, ``float`` a number; anything else:
+    ``ArgumentError`` naming the function and the argument, so a wrong kind fails at the call and not deep in an op."""
     sig = inspect.signature(fn)
     tensors = {n: p.annotation.endswith("| None") for n, p in sig.parameters.items()
                if isinstance(p.annotation, str) and p.annotation.startswith("Tensor")}
+    flags = [n for n, p in sig.parameters.items() if p.annotation == "bool"]
+    numbers = [n for n, p in sig.parameters.items() if p.annotation == "float"]
 
     @functools.wraps(fn)
     def wrapped(*args, **kw):
@@ -316,6 +318,13 @@ def _tensor_first(fn):
             elif not isinstance(v, Tensor) and not (optional and v is None):
                 raise ArgumentError(f"{fn.__name__}: {name} must be a Tensor{' or None' if optional else ''}, got "
                                     f"{type(v).__name__}")
+        for name in flags:
+            if name in bound.arguments:
+                bound.arguments[name] = flag(fn.__name__, name, bound.arguments[name])
+        for name in numbers:
+            v = bound.arguments.get(name, 0.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise ArgumentError(f"{fn.__name__}: {name} must be a number, got {type(v).__name__} {v!r:.40}")
         return fn(*bound.args, **bound.kwargs)
     return wrapped
 
