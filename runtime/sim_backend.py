@@ -67,6 +67,27 @@ def _check_sharded(sm, config: ChipConfig, chips: int) -> None:
                              f"(Device(..., chips={sm.chips}))")
 
 
+def check_finite(feeds: dict) -> dict:
+    """``feeds`` (input name -> array) for a chip run: an input that is not numbers, or a float input holding NaN or
+    inf, is refused, naming it
+    (the chip quantizes to int8, where NaN has no value; a numpy float run keeps NaN). Returns ``feeds``."""
+    for name, a in feeds.items():
+        a = np.asarray(a)
+        if a.dtype.kind not in "biuf":
+            raise TetrachipError(f"input {name!r}: must be numbers (bool, int or float), got numpy dtype {a.dtype}")
+        if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
+            bad = ~np.isfinite(a)
+            i = tuple(int(v) for v in np.argwhere(bad)[0])
+            raise TetrachipError(f"input {name!r}: holds {int(bad.sum())} NaN or inf value(s), the first {a[i]} at "
+                                 f"index {i}; a chip run quantizes its inputs to integers and needs finite values")
+    return feeds
+
+
+def _compiled(cm, what: str) -> None:
+    if not all(hasattr(cm, a) for a in ("config", "program", "dram_writes", "read_outputs")):
+        raise TetrachipError(f"Device('sim').{what}: a compiled model (tc.compile), not a {type(cm).__name__}")
+
+
 def _one_chip(cm, chips: int, name: str) -> None:
     if chips > 1:
         raise TetrachipError(f"Device({name!r}, chips={chips}) runs a model sharded over {chips} chips "
@@ -85,7 +106,12 @@ class SimBackend:
         self.trace, self.max_cycles = trace, max_cycles
         if not isinstance(chips, int) or isinstance(chips, bool) or chips < 1:
             raise TetrachipError(f"Device('sim', chips={chips!r}): a positive number of chips")
-        if topology not in ("ring", "torus2d"):
+        if not isinstance(trace, bool):
+            raise TetrachipError(f"Device('sim', trace={trace!r}): True or False")
+        if max_cycles is not None and (isinstance(max_cycles, bool) or not isinstance(max_cycles, int)
+                                       or max_cycles < 1):
+            raise TetrachipError(f"Device('sim', max_cycles={max_cycles!r}): a positive number of cycles, or None")
+        if not isinstance(topology, str) or topology not in ("ring", "torus2d"):
             raise TetrachipError(f"Device('sim', topology={topology!r}): ring or torus2d")
         self.chips, self.topology = chips, topology
 
@@ -96,7 +122,8 @@ class SimBackend:
         from sim import Chip, System
         _check_sharded(sm, self.config, self.chips)
         tr = self.trace if trace is None else trace
-        writes = sm.host_writes(sm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs))
+        writes = sm.host_writes(check_finite(sm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict)
+                                                      else inputs)))
         if any(len(p) > 1 for p in sm.programs):
             chips = [Chip(self.config, trace=tr, index=i) for i in range(sm.chips)]
             for ch, w in zip(chips, writes):
@@ -127,6 +154,9 @@ class SimBackend:
 
     def run_compiled(self, cm, *inputs, trace: bool | None = None) -> RunResult:
         from sim import Chip
+        _compiled(cm, "run")
+        if trace is not None and not isinstance(trace, bool):
+            raise TetrachipError(f"Device('sim').run(..., trace={trace!r}): True, False or None")
         _one_chip(cm, self.chips, "sim")
         feeds, args, spec, n = launch(cm, self.config, inputs)
         writes = cm.dram_writes(feeds)           # quantizes and checks the inputs before the chip starts
@@ -149,6 +179,7 @@ class SimBackend:
 
     def session(self, cm, *inputs) -> "SimSession":
         """A resident chip for ``cm`` (see ``SimSession``), its DRAM holding the constants and ``inputs``."""
+        _compiled(cm, "session")
         return SimSession(self, cm, *inputs)
 
 
@@ -188,7 +219,7 @@ class SimSession:
         self.chip.load(self.pages[0])
         self.loads = 1                   # the program is loaded once, here (a paged program: its pages every run)
         self.bytes_written = 0
-        feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
+        feeds = check_finite(cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs))
         for addr, data in cm.dram_writes(feeds):
             self._put(addr, data)
         self.key_bound = getattr(cm, "key_bound", None)
@@ -203,6 +234,7 @@ class SimSession:
 
     def write(self, name: str, values, at=None) -> None:
         """Write ``values`` into input ``name`` (at numpy index ``at`` of its shape; None: all of it)."""
+        check_finite({name: values})
         writes = self.cm.input_writes(name, values, at)
         kb = self.key_bound
         if kb is not None and name == kb.count:
@@ -237,7 +269,7 @@ def launch(cm, config: ChipConfig, inputs: tuple) -> tuple[dict, dict, object, i
     if cm.config.digest() != config.digest():
         raise TetrachipError(f"the model was compiled for config {cm.config.name!r}; this device is "
                              f"{config.name!r}")
-    feeds = cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs)
+    feeds = check_finite(cm.feeds(inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs))
     spec, n, regs = getattr(cm, "dynamic", None), None, {}
     if spec is not None:                     # symbolic dimension: pad to the maximum, n in a register
         from compiler.lower.dynamic import DYN_REG, host_feeds

@@ -53,11 +53,23 @@ def const(like: Node, value) -> Node:
 
 
 def cast_scalar(value, dt):
+    """A Python scalar as a constant of type ``dt``: refused (``ShapeError``) where ``dt`` cannot hold it
+    (NaN, inf or an out-of-range number as an integer type, a finite number beyond float32), not wrapped."""
+    import math
+
     import numpy as np
+    from compiler.frontend.shapes import ShapeError
     if dt == dtypes.bool_:
         return bool(value)
     if dt.is_int:
+        if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+            raise ShapeError(f"the scalar {value} cannot be a {dt} constant")
+        info = np.iinfo(dt.np)
+        if not info.min <= value <= info.max:
+            raise ShapeError(f"the scalar {value} does not fit {dt} ({info.min}..{info.max})")
         return int(np.array(value).astype(np.int64).astype(dt.np))
+    if math.isfinite(value) and abs(value) > np.finfo(np.float32).max:
+        raise ShapeError(f"the scalar {value} is beyond float32's range ({np.finfo(np.float32).max:.3g})")
     return float(value)
 
 

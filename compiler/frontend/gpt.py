@@ -41,6 +41,7 @@ import numpy as np
 from compiler.frontend import functional as F
 from compiler.frontend import random as _random
 from compiler.frontend.nn import Embedding, LayerNorm, Linear, Module
+from compiler.frontend.shapes import ShapeError
 from compiler.frontend.tensor import Tensor, cat, eye
 from compiler.ir import dtypes
 
@@ -104,9 +105,9 @@ class GPT(Module):
         for name, v in (("vocab", vocab), ("d_model", d_model), ("heads", heads), ("layers", layers),
                         ("max_len", max_len)):
             if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"GPT: {name} must be a positive integer, got {v!r}")
+                raise ShapeError(f"GPT: {name} must be a positive integer, got {v!r}")
         if d_model % heads:
-            raise ValueError(f"GPT: d_model {d_model} is not divisible by heads {heads}")
+            raise ShapeError(f"GPT: d_model {d_model} is not divisible by heads {heads}")
         self.vocab, self.d_model, self.heads, self.layers, self.max_len = vocab, d_model, heads, layers, max_len
         self.head_dim = d_model // heads
         self.tok = Embedding(vocab, d_model)
@@ -130,7 +131,7 @@ class GPT(Module):
             ids = ids.reshape(1, -1)
         t = ids.shape[1]
         if t > self.max_len:
-            raise ValueError(f"GPT: a sequence of {t} tokens is longer than max_len {self.max_len}")
+            raise ShapeError(f"GPT: a sequence of {t} tokens is longer than max_len {self.max_len}")
         x = self.tok(ids) + self.pos.weight[:t]
         for blk in self.blocks:
             x = blk(x, kv)

@@ -31,7 +31,7 @@ def _normalize(x, idx) -> list:
     T = type(x)
     if not isinstance(idx, tuple):
         idx = (idx,)
-    idx = [T(np.asarray(i)) if isinstance(i, (list, np.ndarray)) else i for i in idx]
+    idx = [T(i) if isinstance(i, (list, np.ndarray)) else i for i in idx]
     used = sum(1 for i in idx if i is not None and i is not Ellipsis)
     if sum(1 for i in idx if i is Ellipsis) > 1:
         raise shape_error("getitem", [x.shape], "only one Ellipsis allowed")
@@ -71,6 +71,11 @@ def _getitem(x, idx):
             k %= n
             bounds.append((k, k + 1)); flips.append(False); strides.append(1)
         elif isinstance(i, slice):
+            if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)))
+                   for v in (i.start, i.stop, i.step)):
+                raise shape_error("getitem", [x.shape], f"slice {i!r}: bounds and step must be ints or None")
+            if i.step == 0:
+                raise shape_error("getitem", [x.shape], f"slice {i!r}: the step must not be 0")
             start, stop, step = i.indices(n)
             if step > 0:
                 length = max(0, cdiv(stop - start, step))

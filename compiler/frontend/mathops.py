@@ -13,7 +13,7 @@ from typing import Self
 import numpy as np
 
 from compiler.frontend import autograd as ag
-from compiler.frontend.shapes import norm_axis, static_dim
+from compiler.frontend.shapes import ShapeError, flag, int_arg, norm_axes, norm_axis, shape_error, static_dim
 from compiler.ir import dtypes
 
 
@@ -63,6 +63,8 @@ class MathMixin:
         return x.sign() * (1 - poly * (-(a * a)).exp())
 
     def gelu(self, approximate: str = "none") -> Self:
+        if not isinstance(approximate, str) or approximate not in ("none", "tanh"):
+            raise ShapeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r:.40}")
         x = self._f()
         if approximate == "tanh":
             return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
@@ -70,14 +72,11 @@ class MathMixin:
 
     # -------------------------------------------------------------- reductions
     def _axes(self, op, axis) -> tuple:
-        if axis is None:
-            return tuple(range(self.ndim))
-        axis = (axis,) if isinstance(axis, int) else tuple(axis)
-        axes = sorted({norm_axis(op, self.shape, a) for a in axis})
-        return tuple(axes)
+        return norm_axes(op, self.shape, axis)
 
     def _reduce(self, fn, op, axis, keepdim) -> Self:
         axes = self._axes(op, axis)
+        keepdim = flag(op, "keepdim", keepdim)
         out = self._apply(fn, self, axes=axes) if axes else self
         if keepdim:
             return out
@@ -92,6 +91,8 @@ class MathMixin:
         return x._reduce(ag.Prod, "prod", axis, keepdim)
 
     def max(self, axis=None, keepdim=False) -> Self:
+        if any(self.shape[a] == 0 for a in self._axes("max", axis)):
+            raise shape_error("max", [self.shape], f"a maximum over an empty dimension (axis {axis}) has no value")
         x = self if self.dtype != dtypes.bool_ else self.cast(dtypes.int32)
         return x._reduce(ag.RMax, "max", axis, keepdim).cast(self.dtype)
 
@@ -106,6 +107,7 @@ class MathMixin:
 
     def var(self, axis=None, keepdim=False, correction: int = 1) -> Self:
         axes = self._axes("var", axis)
+        correction = int_arg("var", "correction", correction, 0)
         count = math.prod(self.shape[a] for a in axes)
         d = self._f() - self._f().mean(axes, keepdim=True)
         return (d * d).sum(axes, keepdim) / max(count - correction, 0)
@@ -114,6 +116,7 @@ class MathMixin:
         return self.var(axis, keepdim, correction).sqrt()
 
     def logsumexp(self, axis=None, keepdim=False) -> Self:
+        keepdim = flag("logsumexp", "keepdim", keepdim)
         m = self._f().max(axis, keepdim=True).detach()
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
         if keepdim:
@@ -128,6 +131,7 @@ class MathMixin:
 
     def argmax(self, axis=None, keepdim=False) -> Self:
         """Index of the first maximum along ``axis`` (of the flattened tensor when None), int32."""
+        keepdim = flag("argmax", "keepdim", keepdim)
         if axis is None:
             return self.reshape(-1).argmax(0)
         ax = norm_axis("argmax", self.shape, axis)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import math
 from typing import Self
 
+import numpy as np
+
 from isa.ints import cdiv
 
 from compiler.frontend import autograd as ag
-from compiler.frontend.shapes import norm_axis, shape_arg, shape_error
+from compiler.frontend.shapes import ShapeError, check_shape, int_arg, norm_axis, shape_arg, shape_error
 from compiler.ir import dtypes
 from compiler.ir.graph import fmt_shape, is_static
 
@@ -19,15 +21,18 @@ from compiler.ir.graph import fmt_shape, is_static
 class MovementMixin:
     # -------------------------------------------------------------- movement
     def reshape(self, *shape) -> Self:
-        shape = shape_arg(shape)
+        shape = _sizes("reshape", shape_arg(shape))
         if shape.count(-1) > 1:
             raise shape_error("reshape", [self.shape], f"only one -1 allowed in {shape}")
         if -1 in shape:
+            if not is_static(tuple(d for d in shape if d != -1)):
+                raise shape_error("reshape", [self.shape], f"cannot infer -1 next to a dynamic dimension in {shape}")
             known = math.prod(d for d in shape if d != -1)
             total = self.numel() if is_static(self.shape) else None
             if total is None or known == 0 or total % known:
                 raise shape_error("reshape", [self.shape], f"cannot infer -1 in {shape}")
             shape = tuple(total // known if d == -1 else d for d in shape)
+        check_shape("reshape", shape, dynamic=True)
         if shape == self.shape:
             return self
         if is_static(self.shape) and is_static(shape) and math.prod(shape) != self.numel():
@@ -46,6 +51,7 @@ class MovementMixin:
         return self.reshape(self.shape[:s] + (-1,) + self.shape[e + 1:]) if is_static(self.shape[s:e + 1]) else self
 
     def unsqueeze(self, dim: int) -> Self:
+        dim = int_arg("unsqueeze", "dimension", dim)
         d = dim % (self.ndim + 1) if -self.ndim - 1 <= dim <= self.ndim else None
         if d is None:
             raise shape_error("unsqueeze", [self.shape], f"dimension {dim} out of range")
@@ -74,37 +80,39 @@ class MovementMixin:
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def expand(self, *shape) -> Self:
-        shape = shape_arg(shape)
+        shape = _sizes("expand", shape_arg(shape))
         if len(shape) < self.ndim:
             raise shape_error("expand", [self.shape], f"cannot expand to fewer dimensions {shape}")
         own = (1,) * (len(shape) - self.ndim) + self.shape
         shape = tuple(o if s == -1 else s for s, o in zip(shape, own))
+        check_shape("expand", shape, dynamic=True)
         if any(o != s and o != 1 for o, s in zip(own, shape)):
             raise shape_error("expand", [self.shape], f"cannot expand to {fmt_shape(shape)}")
         return self._broadcast_to(shape)
 
     def pad(self, padding, value=0) -> Self:
         """``padding`` is one ``(before, after)`` pair per dimension (None = no padding); negative values crop."""
-        if len(padding) != self.ndim:
-            raise shape_error("pad", [self.shape], f"need one (before, after) pair per dimension, got {padding}")
-        padding = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+        padding = _pairs("pad", self.shape, padding, "(before, after)")
+        if isinstance(value, (str, bytes)) or not isinstance(value, (bool, int, float, np.number)):
+            raise ShapeError(f"pad: value must be a number, got {type(value).__name__} {value!r:.40}")
         x = self
         if any(b < 0 or a < 0 for b, a in padding):
             x = x.shrink([(-min(b, 0), d + min(a, 0)) for (b, a), d in zip(padding, self.shape)])
             padding = [(max(b, 0), max(a, 0)) for b, a in padding]
         if all(p == (0, 0) for p in padding):
             return x
+        check_shape("pad", tuple(d + b + a if isinstance(d, int) else d for d, (b, a) in zip(x.shape, padding)),
+                    dynamic=True)
         out = self._apply(ag.Pad, x, pads=tuple(padding))
         if value == 0:
             return out
-        mask = self._apply(ag.Pad, type(self).full(x.shape, True, dtypes.bool_), pads=tuple(padding))
+        mask = self._apply(ag.Pad, type(self)._full(x.shape, True, dtypes.bool_), pads=tuple(padding))
         return mask.where(out, value)
 
     def shrink(self, bounds) -> Self:
-        if len(bounds) != self.ndim:
-            raise shape_error("shrink", [self.shape], f"need one (start, end) per dimension, got {bounds}")
-        bounds = tuple((0, d) if b is None or isinstance(d, str) and tuple(b) == (0, d) else (int(b[0]), int(b[1]))
-                       for b, d in zip(bounds, self.shape))
+        pairs = _pairs("shrink", self.shape, bounds, "(start, end)", dynamic=True)
+        bounds = tuple((0, d) if b is None or isinstance(d, str) and p == (0, d) else p
+                       for b, p, d in zip(bounds, pairs, self.shape))
         if all(b == (0, d) for b, d in zip(bounds, self.shape)):
             return self
         if any(isinstance(d, str) and b != (0, d) for b, d in zip(bounds, self.shape)):
@@ -114,7 +122,7 @@ class MovementMixin:
         return self._apply(ag.Shrink, self, bounds=bounds)
 
     def flip(self, dims) -> Self:
-        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
         axes = tuple(sorted({norm_axis("flip", self.shape, d) for d in dims}))
         return self._apply(ag.Flip, self, axes=axes) if axes else self
 
@@ -136,8 +144,11 @@ class MovementMixin:
     def split(self, split_size, dim=0):
         d = norm_axis("split", self.shape, dim)
         n = self.shape[d]
-        sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else []) \
-            if isinstance(split_size, int) else list(split_size)
+        if isinstance(split_size, (list, tuple)):
+            sizes = [int_arg("split", "a split size", s, 0) for s in split_size]
+        else:
+            split_size = int_arg("split", "split_size", split_size, 1)
+            sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
         if sum(sizes) != n:
             raise shape_error("split", [self.shape], f"sizes {sizes} do not add up to {n} along dimension {d}")
         out, start = [], 0
@@ -148,24 +159,53 @@ class MovementMixin:
 
     def chunk(self, chunks: int, dim=0):
         n = self.shape[norm_axis("chunk", self.shape, dim)]
+        chunks = int_arg("chunk", "chunks", chunks, 1)
         return self.split(max(cdiv(n, chunks), 1), dim)
 
     def repeat(self, *repeats) -> Self:
         """PyTorch's repeat (numpy's tile): repeat the whole tensor ``repeats[i]`` times along dim i."""
-        reps = shape_arg(repeats)
+        reps = check_shape("repeat", repeats)
         if len(reps) < self.ndim:
             raise shape_error("repeat", [self.shape], f"need at least {self.ndim} repeat counts, got {reps}")
         shape = (1,) * (len(reps) - self.ndim) + self.shape
+        check_shape("repeat", tuple(r * d if isinstance(d, int) else d for r, d in zip(reps, shape)), dynamic=True)
         x = self.reshape(tuple(v for d in shape for v in (1, d)))
         x = x.expand(tuple(v for r, d in zip(reps, shape) for v in (r, d)))
         return x.reshape(tuple(r * d for r, d in zip(reps, shape)))
 
     def tile(self, *reps) -> Self:
-        reps = shape_arg(reps)
+        reps = check_shape("tile", reps)
         return self.repeat((1,) * (self.ndim - len(reps)) + reps)
 
     def repeat_interleave(self, repeats: int, dim=0) -> Self:
         d = norm_axis("repeat_interleave", self.shape, dim)
+        repeats = int_arg("repeat_interleave", "repeats", repeats, 0)
+        if isinstance(self.shape[d], int):
+            check_shape("repeat_interleave", self.shape[:d] + (self.shape[d] * repeats,) + self.shape[d + 1:],
+                        dynamic=True)
         x = self.unsqueeze(d + 1)
         x = x.expand(x.shape[:d + 1] + (repeats,) + x.shape[d + 2:])
         return x.reshape(self.shape[:d] + (self.shape[d] * repeats,) + self.shape[d + 1:])
+
+
+def _sizes(op: str, shape: tuple) -> tuple:
+    """The sizes of a target shape (``reshape``, ``expand``): ints >= -1 (-1: inferred or kept) or dynamic names."""
+    return tuple(d if isinstance(d, str) and d else int_arg(op, "a size", d, -1) for d in shape)
+
+
+def _pairs(op: str, shape: tuple, pairs, what: str, dynamic: bool = False) -> list:
+    """One ``what`` pair of ints (or None) per dimension of ``shape``, as a list of int pairs."""
+    if not isinstance(pairs, (list, tuple)) or len(pairs) != len(shape):
+        raise shape_error(op, [shape], f"need one {what} pair per dimension, got {pairs!r}")
+    out = []
+    for p, d in zip(pairs, shape):
+        if p is None:
+            out.append((0, 0) if op == "pad" else (0, d))
+            continue
+        if not isinstance(p, (list, tuple)) or len(p) != 2:
+            raise shape_error(op, [shape], f"need one {what} pair per dimension, got {pairs!r}")
+        if dynamic and isinstance(d, str) and tuple(p) == (0, d):
+            out.append((0, d))
+            continue
+        out.append((int_arg(op, what, p[0]), int_arg(op, what, p[1])))
+    return out

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from compiler.ir import engine
 from compiler.frontend.autograd import no_grad
+from compiler.frontend.shapes import ShapeError
 from compiler.frontend.tensor import Tensor
 
 
 class Optimizer:
     def __init__(self, params, lr: float):
-        self.params = [p for p in params]
+        try:
+            self.params = [p for p in params]
+        except TypeError:
+            raise ShapeError(f"optimizer: params must be an iterable of parameters, got {type(params).__name__}") \
+                from None
         if not self.params:
-            raise ValueError("optimizer got an empty parameter list")
-        if any(not p.requires_grad for p in self.params):
-            raise ValueError("optimizer: every parameter must require grad")
+            raise ShapeError("optimizer got an empty parameter list")
+        if any(not isinstance(p, Tensor) or not p.requires_grad for p in self.params):
+            raise ShapeError("optimizer: every parameter must require grad (a float Tensor)")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 <= lr < float("inf"):
+            raise ShapeError(f"optimizer: lr must be a finite number >= 0, got {lr!r}")
         self.lr = lr
         self.state: list[dict] = [{} for _ in self.params]
         self.steps = 0

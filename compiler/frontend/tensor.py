@@ -24,7 +24,8 @@ from compiler.ir.graph import Node, Ops, fmt_shape
 from compiler.frontend.indexing import IndexingMixin
 from compiler.frontend.mathops import MathMixin
 from compiler.frontend.movement import MovementMixin
-from compiler.frontend.shapes import broadcast_shape, norm_axis, shape_arg, shape_error
+from compiler.frontend.shapes import (MAX_NUMEL, ArgumentError, ShapeError, UsageError, broadcast_shape, check_shape,
+                                      flag, norm_axis, shape_error)
 
 
 class Tensor(MathMixin, MovementMixin, IndexingMixin):
@@ -39,16 +40,14 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
         elif isinstance(data, Tensor):
             node = data.node
         else:
-            arr = np.asarray(data)
-            dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.from_numpy(arr.dtype)
-            arr = np.array(arr, dtype=dt.np, copy=True)
-            arr.setflags(write=False)
+            arr = _data_array(data, dtype)
+            dt = dtypes.from_numpy(arr.dtype)
             node = Node(Ops.BUFFER, dt, (), arr)
         self.node: Node = node
         self._ctx = None
         self.grad: Tensor | None = None
         self.requires_grad = False
-        if requires_grad:
+        if flag("tensor", "requires_grad", requires_grad):
             self.requires_grad_(True)
 
     # -------------------------------------------------------------- basics
@@ -72,14 +71,14 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
 
     def __iter__(self):
         if not self.shape:
-            raise TypeError("iteration over a 0-d tensor")
+            raise ArgumentError("iteration over a 0-d tensor")
         if not isinstance(self.shape[0], int):
-            raise TypeError(f"iteration over a dynamic dimension ({self.shape[0]}); use tc.loop")
+            raise ArgumentError(f"iteration over a dynamic dimension ({self.shape[0]}); use tc.loop")
         return (self[i] for i in range(self.shape[0]))
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise ArgumentError("len() of a 0-d tensor")
         return self.shape[0]
 
     def __repr__(self) -> str:
@@ -88,10 +87,11 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
         return f"<Tensor {self.node.op.name} shape={fmt_shape(self.shape)} dtype={self.dtype} (lazy)>"
 
     def requires_grad_(self, flag: bool = True) -> "Tensor":
+        flag = _flag("requires_grad", "flag", flag)
         if flag and self._ctx is not None:
-            raise RuntimeError("requires_grad_: only leaf tensors (not results of ops) can be made parameters")
+            raise UsageError("requires_grad_: only leaf tensors (not results of ops) can be made parameters")
         if flag and not self.dtype.is_float:
-            raise TypeError(f"requires_grad: only float tensors can require gradients, got {self.dtype}")
+            raise ArgumentError(f"requires_grad: only float tensors can require gradients, got {self.dtype}")
         self.requires_grad = flag
         return self
 
@@ -116,7 +116,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
 
     def item(self):
         if self.numel() != 1:
-            raise ValueError(f"item: tensor of shape {fmt_shape(self.shape)} has {self.numel()} elements")
+            raise ShapeError(f"item: tensor of shape {fmt_shape(self.shape)} has {self.numel()} elements")
         return self.numpy().reshape(()).item()
 
     def tolist(self):
@@ -124,7 +124,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
 
     def backward(self, gradient: "Tensor | None" = None) -> None:
         if not self.requires_grad:
-            raise RuntimeError("backward: tensor does not require grad (no parameter on its tape)")
+            raise UsageError("backward: tensor does not require grad (no parameter on its tape)")
         if gradient is None:
             if self.numel() != 1:
                 raise shape_error("backward", [self.shape], "gradient can be implied only for a single-element tensor")
@@ -147,8 +147,13 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
     # -------------------------------------------------------------- creation
     @staticmethod
     def full(shape, value, dtype=None) -> "Tensor":
-        shape = shape_arg(shape)
-        dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.scalar_dtype(value)
+        return Tensor._full(check_shape("full", shape), value, dtype)
+
+    @staticmethod
+    def _full(shape: tuple, value, dtype=None) -> "Tensor":
+        """``full`` of a shape already checked (a tensor's own, which may have a dynamic dimension)."""
+        natural = dtypes.scalar_dtype(value)          # refuses a value that is not a scalar
+        dt = dtypes.to_dtype(dtype) if dtype is not None else natural
         c = Tensor(Node(Ops.CONST, dt, (), ag.cast_scalar(value, dt)))
         return c.reshape((1,) * len(shape)).expand(shape) if shape else c
 
@@ -164,6 +169,15 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
     def arange(start, stop=None, step=1, dtype=None) -> "Tensor":
         if stop is None:
             start, stop = 0, start
+        for what, v in (("start", start), ("stop", stop), ("step", step)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+                raise ArgumentError(f"arange: {what} must be a finite number, got {v!r}")
+        start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
+        if step == 0:
+            raise ShapeError("arange: step must not be 0")
+        if any(abs(v) > np.iinfo(np.int64).max for v in (start, stop, step)):
+            raise ShapeError(f"arange: start, stop and step must be within int64, got {start}, {stop}, {step}")
+        check_shape("arange", (max(0, math.ceil((stop - start) / step)),))
         arr = np.arange(start, stop, step)
         dt = dtypes.to_dtype(dtype) if dtype is not None else (
             dtypes.int32 if all(isinstance(v, int) for v in (start, stop, step)) else dtypes.float32)
@@ -171,25 +185,32 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
 
     @staticmethod
     def eye(n: int, m: int | None = None, dtype=dtypes.float32) -> "Tensor":
+        n, m = check_shape("eye", (n, n if m is None else m))
         return Tensor(np.eye(n, m), dtype)
 
     @staticmethod
     def linspace(start, end, steps: int, dtype=dtypes.float32) -> "Tensor":
+        check_shape("linspace", (steps,))
+        for what, v in (("start", start), ("end", end)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise ArgumentError(f"linspace: {what} must be a number, got {v!r}")
         return Tensor(np.linspace(start, end, steps), dtype)
 
     @staticmethod
     def placeholder(name: str, shape, dtype=dtypes.float32) -> "Tensor":
         """A named graph input fed at run time; a ``str`` entry in ``shape`` is a dynamic dimension."""
-        return Tensor(Node(Ops.INPUT, dtypes.to_dtype(dtype), (), (name, tuple(shape))))
+        if not isinstance(name, str) or not name:
+            raise ArgumentError(f"placeholder: the name must be a non-empty string, got {name!r}")
+        return Tensor(Node(Ops.INPUT, dtypes.to_dtype(dtype), (), (name, check_shape("placeholder", shape, True))))
 
     def zeros_like(self, dtype=None) -> "Tensor":
-        return Tensor.full(self.shape, 0, dtype or self.dtype)
+        return Tensor._full(self.shape, 0, dtype or self.dtype)
 
     def ones_like(self, dtype=None) -> "Tensor":
-        return Tensor.full(self.shape, 1, dtype or self.dtype)
+        return Tensor._full(self.shape, 1, dtype or self.dtype)
 
     def full_like(self, value, dtype=None) -> "Tensor":
-        return Tensor.full(self.shape, value, dtype or self.dtype)
+        return Tensor._full(self.shape, value, dtype or self.dtype)
 
     # -------------------------------------------------------------- dtype
     def cast(self, dtype) -> "Tensor":
@@ -211,6 +232,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
 
     # -------------------------------------------------------------- broadcasting
     def _broadcasted(self, other, op: str, reverse: bool = False, dtype: DType | None = None):
+        reverse = flag(op, "reverse", reverse)
         a = self
         b = other if isinstance(other, Tensor) else Tensor.full((), other, dtypes.scalar_dtype(other, self.dtype))
         if reverse:
@@ -250,7 +272,10 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
         return Tensor._apply(ag.Recip, self._f())
 
     def pow(self, o, reverse=False):
-        if not reverse and not isinstance(o, Tensor) and float(o) == int(o) and abs(o) <= 8:
+        reverse = flag("pow", "reverse", reverse)
+        if not reverse and not isinstance(o, Tensor) and not isinstance(o, (int, float, np.number)):
+            raise ArgumentError(f"pow: the exponent must be a number or a Tensor, got {type(o).__name__} {o!r}")
+        if not reverse and not isinstance(o, Tensor) and math.isfinite(o) and float(o) == int(o) and abs(o) <= 8:
             e = int(o)
             out, base = None, self if e >= 0 else self._f().reciprocal()
             for _ in range(abs(e)):
@@ -289,7 +314,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
     def ne(self, o): return self.eq(o).logical_not()
 
     def logical_not(self):
-        return Tensor._apply(ag.CmpEq, self.bool(), Tensor.full(self.shape, False, dtypes.bool_))
+        return Tensor._apply(ag.CmpEq, self.bool(), Tensor._full(self.shape, False, dtypes.bool_))
 
     def logical_and(self, o): return self.bool().mul(as_tensor(o, dtypes.bool_).bool())
     def logical_or(self, o): return self.bool().add(as_tensor(o, dtypes.bool_).bool())
@@ -306,7 +331,7 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
     def __or__(self, o): return self.logical_or(o)
 
     def __bool__(self):
-        raise TypeError("the truth value of a lazy Tensor is not known; use .item(), tc.where or tc.cond")
+        raise ArgumentError("the truth value of a lazy Tensor is not known; use .item(), tc.where or tc.cond")
 
     def where(self, x, y):
         """``x`` where self is true else ``y`` (broadcast)."""
@@ -362,6 +387,9 @@ class Tensor(MathMixin, MovementMixin, IndexingMixin):
 
 # ---------------------------------------------------------------------------- free functions
 
+_flag = flag          # requires_grad_'s parameter is named flag
+
+
 def as_tensor(x, dtype: DType | None = None) -> Tensor:
     if isinstance(x, Tensor):
         return x
@@ -389,10 +417,12 @@ def where(cond, x, y) -> Tensor:
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Concatenate along ``dim``: each piece is padded to the full length, then they are added."""
-    tensors = [as_tensor(t) for t in tensors]
+    tensors = [as_tensor(t) for t in _sequence("cat", tensors)]
     if not tensors:
-        raise ValueError("cat: needs at least one tensor")
+        raise ShapeError("cat: needs at least one tensor")
     first = tensors[0]
+    if any(t.ndim == 0 for t in tensors):
+        raise shape_error("cat", [t.shape for t in tensors], "a 0-d tensor cannot be concatenated (stack them)")
     d = norm_axis("cat", first.shape, dim)
     shapes = [t.shape for t in tensors]
     for t in tensors:
@@ -412,20 +442,59 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    tensors = [as_tensor(t) for t in tensors]
+    tensors = [as_tensor(t) for t in _sequence("stack", tensors)]
+    if not tensors:
+        raise ShapeError("stack: needs at least one tensor")
     if len({t.shape for t in tensors}) > 1:
         raise shape_error("stack", [t.shape for t in tensors], "all tensors must have one shape")
-    d = dim % (tensors[0].ndim + 1)
+    d = norm_axis("stack", tensors[0].shape + (1,), dim)
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
 def vstack(tensors) -> Tensor:
-    return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in map(as_tensor, tensors)], 0)
+    return cat([t.reshape(1, -1) if t.ndim == 1 else t for t in map(as_tensor, _sequence("vstack", tensors))], 0)
 
 
 def hstack(tensors) -> Tensor:
-    tensors = [as_tensor(t) for t in tensors]
-    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+    tensors = [as_tensor(t) for t in _sequence("hstack", tensors)]
+    return cat(tensors, 0 if tensors and tensors[0].ndim == 1 else 1)
+
+
+def _sequence(op: str, tensors) -> list:
+    """The tensors of ``cat``/``stack``: a list or tuple (of Tensors, arrays or numbers)."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise ArgumentError(f"{op}: takes a list or tuple of tensors, got {type(tensors).__name__}")
+    return list(tensors)
+
+
+def _data_array(data, dtype) -> np.ndarray:
+    """``tc.tensor(data, dtype)``'s values as a read-only array of the frontend type: data that is not a
+    rectangular array of numbers, or values the type cannot hold (NaN or inf or out-of-range numbers as an
+    integer type, a finite float64 beyond float32), are refused rather than wrapped or rounded to inf."""
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError) as e:     # ragged nested lists
+        raise ArgumentError(f"tensor: data is not a rectangular array of numbers ({e})") from None
+    if arr.dtype.kind not in "biuf":
+        raise ArgumentError(f"tensor: data must be numbers (bool, int or float), got {type(data).__name__} "
+                            f"of numpy dtype {arr.dtype}")
+    if arr.size > MAX_NUMEL:
+        raise ShapeError(f"tensor: {arr.size} elements, more than the limit of {MAX_NUMEL}")
+    dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.from_numpy(arr.dtype)
+    if dt.is_int and arr.size and arr.dtype.kind in "iuf":
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise ShapeError(f"tensor: NaN or inf cannot be stored as {dt}")
+        info = np.iinfo(dt.np)
+        lo, hi = arr.min(), arr.max()
+        if lo < info.min or hi > info.max:
+            raise ShapeError(f"tensor: values {lo}..{hi} do not fit {dt} ({info.min}..{info.max})")
+    with np.errstate(over="ignore"):               # a float64 beyond float32: refused just below
+        out = np.array(arr, dtype=dt.np, copy=True)
+    if dt.is_float and arr.dtype.kind == "f" and arr.dtype.itemsize > 4 and out.size \
+            and np.isinf(out).any() and np.isfinite(arr[np.isinf(out)]).any():
+        raise ShapeError(f"tensor: a finite value beyond float32's range ({np.finfo(np.float32).max:.3g})")
+    out.setflags(write=False)
+    return out
 
 
 def realize(*tensors: Tensor, feeds: dict | None = None, device=None) -> None:

@@ -12,6 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from isa.errors import TetrachipError
+
+
+class DTypeError(TetrachipError, TypeError):
+    """An unknown dtype, or a value that is not a scalar where one goes (a ``TypeError`` too)."""
+
 
 @dataclass(frozen=True)
 class DType:
@@ -67,8 +73,8 @@ def to_dtype(x) -> DType:
         return float32
     try:
         return _BY_NP[np.dtype(x)]
-    except (TypeError, KeyError):
-        raise TypeError(f"unsupported dtype {x!r}; known: {', '.join(_BY_NAME)}") from None
+    except (TypeError, ValueError, KeyError):
+        raise DTypeError(f"unsupported dtype {x!r}; known: {', '.join(_BY_NAME)}") from None
 
 
 def from_numpy(dt) -> DType:
@@ -80,7 +86,7 @@ def from_numpy(dt) -> DType:
         return bool_
     if dt.kind in "iu":
         return int8 if dt == np.int8 else int32
-    raise TypeError(f"unsupported numpy dtype {dt}")
+    raise DTypeError(f"unsupported numpy dtype {dt}")
 
 
 def scalar_dtype(value, other: DType | None = None) -> DType:
@@ -91,4 +97,4 @@ def scalar_dtype(value, other: DType | None = None) -> DType:
         return other if other is not None and other != bool_ else int32
     if isinstance(value, (float, np.floating)):
         return other if other is not None and other.is_float else float32
-    raise TypeError(f"not a scalar: {value!r}")
+    raise DTypeError(f"not a scalar: {value!r}")

@@ -10,7 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from isa.errors import TetrachipError
+
 from compiler.ir.graph import Node, Ops, is_static
+
+
+class FeedError(TetrachipError, ValueError):
+    """A fed graph input of the wrong rank, shape or kind (a ``ValueError`` too)."""
+
+
+class MissingFeedError(TetrachipError, KeyError):
+    """A graph input that was not fed (a ``KeyError`` too)."""
+
+    def __str__(self) -> str:             # the message, not KeyError's repr of it
+        return str(self.args[0]) if self.args else ""
 
 
 class _Bound:
@@ -124,15 +137,20 @@ def bind_inputs_and_dims(inputs: dict, feeds: dict) -> tuple[dict, dict]:
     dims, out = {}, {}
     for name, node in inputs.items():
         if name not in feeds:
-            raise KeyError(f"graph input {name!r} was not fed (feeds given: {sorted(feeds)})")
-        a = np.asarray(feeds[name])
+            raise MissingFeedError(f"graph input {name!r} was not fed (feeds given: {sorted(map(str, feeds))})")
+        try:
+            a = np.asarray(feeds[name].numpy() if hasattr(feeds[name], "node") else feeds[name])
+        except (TypeError, ValueError) as e:
+            raise FeedError(f"input {name!r}: not an array of numbers ({e})") from None
+        if a.dtype.kind not in "biuf":
+            raise FeedError(f"input {name!r}: must be numbers (bool, int or float), got numpy dtype {a.dtype}")
         if a.ndim != len(node.shape):
-            raise ValueError(f"input {name!r}: expected rank {len(node.shape)} shape {node.shape}, got {a.shape}")
+            raise FeedError(f"input {name!r}: expected rank {len(node.shape)} shape {node.shape}, got {a.shape}")
         for want, got in zip(node.shape, a.shape):
             if isinstance(want, str):
                 if dims.setdefault(want, got) != got:
-                    raise ValueError(f"input {name!r}: dynamic dim {want} bound to {dims[want]} and {got}")
+                    raise FeedError(f"input {name!r}: dynamic dim {want} bound to {dims[want]} and {got}")
             elif want != got:
-                raise ValueError(f"input {name!r}: expected shape {node.shape}, got {a.shape}")
+                raise FeedError(f"input {name!r}: expected shape {node.shape}, got {a.shape}")
         out[name] = a.astype(node.dtype.np, copy=False)
     return out, dims

@@ -66,12 +66,23 @@ class Compiled(Protocol):
 
 
 def named_feeds(input_names: list, inputs) -> dict:
-    """``inputs`` (a sequence in the order of ``input_names``, or a dict by name) as numpy arrays."""
+    """``inputs`` (a sequence in the order of ``input_names``, or a dict by name) as numpy arrays of numbers
+    (anything else: ``TetrachipError`` naming the input)."""
     if isinstance(inputs, dict):
-        return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in inputs.items()}
+        return {k: _numbers(k, v) for k, v in inputs.items()}
     if len(inputs) != len(input_names):
         raise TetrachipError(f"the model takes {len(input_names)} input(s), given {len(inputs)}")
-    return {n: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for n, v in zip(input_names, inputs)}
+    return {n: _numbers(n, v) for n, v in zip(input_names, inputs)}
+
+
+def _numbers(name, v) -> np.ndarray:
+    try:
+        a = np.asarray(v.numpy() if hasattr(v, "numpy") and callable(v.numpy) else v)
+    except (TypeError, ValueError) as e:
+        raise TetrachipError(f"input {name!r}: not an array of numbers ({e})") from None
+    if a.dtype.kind not in "biuf":
+        raise TetrachipError(f"input {name!r}: must be numbers (bool, int or float), got numpy dtype {a.dtype}")
+    return a
 
 
 def unpack_inputs(inputs: tuple):

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import time
+
+import numpy as np
 
 from isa.config import ChipConfig
 from isa.errors import TetrachipError
@@ -65,6 +68,17 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     ``borders_always=True`` (the sharding compiler, ``compiler.lower.shard``): the ordinary pipeline keeps its
     codes for re-emission (``pipeline.Lowered``), every padded tensor's border zeroed by its producer; ``shard=(c, n)``
     lowers chip ``c``'s share of each kernel (tensor parallel, ``pipeline.lower_schedule``)."""
+    for name, v in (("per_channel", per_channel), ("search", search), ("resident_inputs", resident_inputs),
+                    ("borders_always", borders_always)):
+        if not isinstance(v, bool):
+            raise ChipCompileError(f"{name}={v!r}: True or False")
+    for name, v in (("dynamic", dynamic), ("shapes", shapes)):
+        if v is not None and not isinstance(v, dict):
+            raise ChipCompileError(f"{name}={v!r}: a dict (or None)")
+    if isinstance(search_budget_s, bool) or not isinstance(search_budget_s, (int, float)) or \
+            not 0 < search_budget_s < float("inf"):
+        raise ChipCompileError(f"search_budget_s={search_budget_s!r}: a positive number of seconds")
+    check_inputs(model_or_fn, example_inputs, calibration, dynamic=bool(dynamic))
     if key_bound is not None and (dynamic or search or transformer.blocks_of(model_or_fn) is not None):
         raise ChipCompileError("key_bound: the ordinary pipeline only (no symbolic dimension, no search, no "
                                "transformer-block module)")
@@ -161,6 +175,91 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     if searcher is not None:
         srch.store_model(mkey, cm, cache_dir)
     return cm
+
+
+def input_names(example_inputs) -> list[str]:
+    """The names ``trace`` gives the example inputs: a dict's keys, else ``x`` (one) or ``x0, x1...``."""
+    if isinstance(example_inputs, dict):
+        return list(example_inputs)
+    n = len(example_inputs) if isinstance(example_inputs, (list, tuple)) else 1
+    return [f"x{i}" if n > 1 else "x" for i in range(n)]
+
+
+def _checked_array(what: str, a) -> np.ndarray:
+    """One example or calibration input as an array the chip compiler can take, or ``ChipCompileError``
+    naming it: numbers (bool, int, float), at least 1-d, no zero-size dimension, floats finite."""
+    try:
+        arr = np.asarray(a.numpy() if hasattr(a, "numpy") and callable(a.numpy) else a)
+    except (TypeError, ValueError) as e:
+        raise ChipCompileError(f"{what}: not an array of numbers ({e})") from None
+    except TetrachipError as e:
+        raise ChipCompileError(f"{what}: {e}") from None
+    if arr.dtype.kind not in "biuf":
+        raise ChipCompileError(f"{what}: must be numbers (bool, int or float), got {type(a).__name__} of numpy "
+                               f"dtype {arr.dtype}")
+    if arr.ndim == 0:
+        raise ChipCompileError(f"{what}: a 0-d value; a chip input has at least one dimension (e.g. shape (1,))")
+    if 0 in arr.shape:
+        raise ChipCompileError(f"{what}: shape {arr.shape} has a zero-size dimension; the chip needs at least one "
+                               "element along every dimension")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            i = tuple(int(v) for v in np.argwhere(bad)[0])
+            raise ChipCompileError(f"{what}: holds {int(bad.sum())} NaN or inf value(s), the first {arr[i]} at "
+                                   f"index {i}; the quantizer needs finite values")
+    return arr
+
+
+def check_inputs(model, example_inputs, calibration=None, dynamic: bool = False) -> None:
+    """What ``tc.compile`` checks before tracing: ``model`` callable with as many inputs as given; each example
+    and calibration input an array of finite numbers, at least 1-d, without a zero-size dimension; each
+    calibration sample the example's inputs by name, of the example's shapes (ranks with a symbolic dimension).
+    Every failure is a ``ChipCompileError`` naming the input."""
+    if not callable(model):
+        raise ChipCompileError(f"the model must be a Module or a function of Tensors, got {type(model).__name__}")
+    if isinstance(example_inputs, dict) and not all(isinstance(k, str) and k for k in example_inputs):
+        raise ChipCompileError(f"example inputs by name: every name must be a non-empty string, got "
+                               f"{list(example_inputs)!r}")
+    names = input_names(example_inputs)
+    raw = [example_inputs[k] for k in names] if isinstance(example_inputs, dict) else \
+        list(example_inputs) if isinstance(example_inputs, (list, tuple)) else [example_inputs]
+    if not raw:
+        raise ChipCompileError("no example inputs: tc.compile needs one example of each model input")
+    try:
+        sig = inspect.signature(model.forward if hasattr(model, "forward") else model)
+    except (TypeError, ValueError):      # a builtin without a signature: the call itself decides
+        sig = None
+    if sig is not None:
+        try:
+            sig.bind(*raw)
+        except TypeError as e:
+            raise ChipCompileError(f"the model does not take the {len(raw)} example input(s) given: {e}") from None
+    shapes = {n: _checked_array(f"example input {n!r}", a).shape for n, a in zip(names, raw)}
+    if calibration is None:
+        return
+    if not isinstance(calibration, (list, tuple)):
+        raise ChipCompileError(f"calibration must be a list of samples (each the model's inputs), got "
+                               f"{type(calibration).__name__}")
+    if not calibration:
+        raise ChipCompileError("calibration is empty: give at least one sample, or leave it out (the example "
+                               "inputs calibrate)")
+    for j, c in enumerate(calibration):
+        if isinstance(c, dict):
+            if set(c) != set(names):
+                raise ChipCompileError(f"calibration sample {j}: inputs {sorted(map(str, c))}, the model's are "
+                                       f"{names}")
+            vals = [c[n] for n in names]
+        else:
+            vals = list(c) if isinstance(c, (list, tuple)) else [c]
+            if len(vals) != len(names):
+                raise ChipCompileError(f"calibration sample {j}: {len(vals)} input(s), the model takes {len(names)}")
+        for n, v in zip(names, vals):
+            arr = _checked_array(f"calibration sample {j}, input {n!r}", v)
+            want = shapes[n]
+            if (arr.shape != want) if not dynamic else (arr.ndim != len(want)):
+                raise ChipCompileError(f"calibration sample {j}, input {n!r}: shape {arr.shape}, the example's is "
+                                       f"{want}" + (" (the rank must match)" if dynamic else ""))
 
 
 def _as_feeds(c, names) -> dict:

@@ -26,6 +26,7 @@ the ring and torus wiring are in docs/microarchitecture.md ("Links"); docs/shard
 """
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 
@@ -42,13 +43,16 @@ from isa.program import DRAM_ALIGN, Program
 from compiler.lower import transformer
 from compiler.lower.collectives import recv, send
 from compiler.lower.compiled import named_feeds
-from compiler.lower.dispatch import compile_model
+from compiler.lower.dispatch import check_inputs, compile_model
 from compiler.lower.emit import emit_program
 from compiler.lower.pipeline import ZERO_ROWS, CompiledModel
 from compiler.lower.schedule import ChipCompileError, kernel_inputs
 
 PARALLEL = ("data", "tensor", "pipeline", "auto")
 TOPOLOGIES = ("ring", "torus2d")
+# the keywords tc.compile passes on to compile_model (its keyword-only parameters)
+_COMPILE_OPTIONS = frozenset(n for n, p in inspect.signature(compile_model).parameters.items()
+                             if p.kind is inspect.Parameter.KEYWORD_ONLY) - {"calibration"}
 #: SPM rows of one transfer chunk at most (two chunks in flight: one filling, one draining)
 CHUNK_ROWS = 256
 
@@ -66,6 +70,11 @@ def compile(model, example_inputs, config="base", *, chips: int = 1, parallel: s
         raise ChipCompileError(f"parallel={parallel!r}: one of {', '.join(PARALLEL)}")
     if topology not in TOPOLOGIES:
         raise ChipCompileError(f"topology={topology!r}: one of {', '.join(TOPOLOGIES)}")
+    check_inputs(model, example_inputs, calibration, dynamic=bool(options.get("dynamic")))
+    unknown = sorted(set(options) - _COMPILE_OPTIONS)
+    if unknown:
+        raise ChipCompileError(f"tc.compile: unknown option(s) {', '.join(unknown)}; known: chips, parallel, "
+                               f"micro_batches, topology, calibration, {', '.join(sorted(_COMPILE_OPTIONS))}")
     if chips == 1 and parallel is None:
         return compile_model(model, example_inputs, config, calibration=calibration, **options)
     bad = sorted(set(options) & {"dynamic", "shapes", "search", "key_bound", "resident_inputs"})
