@@ -20,6 +20,7 @@ import numpy as np
 
 from isa.config import ChipConfig
 from isa.errors import TetrachipError
+from compiler.lower.compiled import check_finite
 
 
 @dataclass
@@ -66,21 +67,6 @@ def _check_sharded(sm, config: ChipConfig, chips: int) -> None:
         raise TetrachipError(f"the model was sharded over {sm.chips} chips; this device has {chips} "
                              f"(Device(..., chips={sm.chips}))")
 
-
-def check_finite(feeds: dict) -> dict:
-    """``feeds`` (input name -> array) for a chip run: an input that is not numbers, or a float input holding NaN or
-    inf, is refused, naming it
-    (the chip quantizes to int8, where NaN has no value; a numpy float run keeps NaN). Returns ``feeds``."""
-    for name, a in feeds.items():
-        a = np.asarray(a)
-        if a.dtype.kind not in "biuf":
-            raise TetrachipError(f"input {name!r}: must be numbers (bool, int or float), got numpy dtype {a.dtype}")
-        if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
-            bad = ~np.isfinite(a)
-            i = tuple(int(v) for v in np.argwhere(bad)[0])
-            raise TetrachipError(f"input {name!r}: holds {int(bad.sum())} NaN or inf value(s), the first {a[i]} at "
-                                 f"index {i}; a chip run quantizes its inputs to integers and needs finite values")
-    return feeds
 
 
 def _compiled(cm, what: str) -> None:

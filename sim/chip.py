@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -208,36 +209,85 @@ class Chip:
         self._reset()
         return self
 
+    # -- host access: every address and count an integer, every range inside its memory -------------
+    def _host_range(self, space: str, start: object, n: object, size: int, unit: str) -> tuple[int, int]:
+        """``(start, n)`` as ints if ``start .. start + n - 1`` lies in a memory of ``size`` ``unit``s
+        (n = 0 is an empty access anywhere in 0..size); else a SimError (ADDRESS_RANGE) naming it."""
+        for what, v in (("address" if unit == "bytes" else "row", start), ("count", n)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise SimError(ErrorCode.ADDRESS_RANGE,
+                               f"host access to {space}: the {what} must be an integer, got {v!r}")
+        lo, cnt = int(start), int(n)                  # type: ignore[call-overload]
+        if cnt < 0:
+            raise SimError(ErrorCode.ADDRESS_RANGE, f"host access to {space}: count {cnt} is negative")
+        if lo < 0 or lo + cnt > size:
+            raise SimError(ErrorCode.ADDRESS_RANGE, f"host access to {space} {unit} {lo}..{lo + cnt - 1} "
+                           f"outside {space} ({size} {unit})")
+        return lo, cnt
+
+    def _host_data(self, space: str, data: ArrayLike, dtype: DTypeLike | None = None) -> np.ndarray:
+        """Host data as an array of numbers (bytes, a numeric array or list); anything else refused."""
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            return np.frombuffer(bytes(data), np.uint8)
+        try:
+            arr = np.asarray(data)
+        except (TypeError, ValueError) as e:
+            raise SimError(ErrorCode.ADDRESS_RANGE, f"host write to {space}: not an array of numbers ({e})") from None
+        if arr.dtype.kind not in "biuf":
+            raise SimError(ErrorCode.ADDRESS_RANGE,
+                           f"host write to {space}: data of dtype {arr.dtype} is not an array of numbers")
+        if dtype is not None:
+            info = np.iinfo(dtype)
+            if arr.size and (arr.dtype.kind == "f" and not np.all(np.isfinite(arr))
+                             or arr.min() < info.min or arr.max() > info.max):
+                raise SimError(ErrorCode.ADDRESS_RANGE, f"host write to {space}: values outside "
+                               f"{np.dtype(dtype).name} ({info.min}..{info.max})")
+            arr = arr.astype(dtype)
+        return arr
+
     def write_dram(self, addr: int, data: ArrayLike) -> None:
-        b = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) else \
-            np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        self._check_dram(addr, len(b))
-        self.dram[addr:addr + len(b)] = b
+        b = np.ascontiguousarray(self._host_data("DRAM", data)).reshape(-1).view(np.uint8)
+        lo, n = self._host_range("DRAM", addr, len(b), self.cfg.dram_bytes, "bytes")
+        self.dram[lo:lo + n] = b
 
     def read_dram(self, addr: int, n: int, dtype: DTypeLike = np.uint8) -> np.ndarray:
         """``n`` elements of ``dtype`` (little-endian) from DRAM byte ``addr``."""
-        dt = np.dtype(dtype).newbyteorder("<")
-        self._check_dram(addr, n * dt.itemsize)
-        return self.dram[addr:addr + n * dt.itemsize].copy().view(dt)
+        try:
+            dt = np.dtype(dtype).newbyteorder("<")
+        except (TypeError, ValueError):
+            raise SimError(ErrorCode.ADDRESS_RANGE, f"host read of DRAM: {dtype!r} is not a numpy dtype") from None
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise SimError(ErrorCode.ADDRESS_RANGE, f"host access to DRAM: the count must be an integer, got {n!r}")
+        lo, nbytes = self._host_range("DRAM", addr, int(n) * dt.itemsize, self.cfg.dram_bytes, "bytes")
+        return self.dram[lo:lo + nbytes].copy().view(dt)
 
     def _check_dram(self, addr: int, nbytes: int) -> None:
-        if addr < 0 or addr + nbytes > self.cfg.dram_bytes:
-            raise SimError(ErrorCode.ADDRESS_RANGE, f"host access to DRAM bytes {addr}..{addr + nbytes - 1} "
-                           f"outside DRAM ({self.cfg.dram_bytes} bytes)")
+        self._host_range("DRAM", addr, nbytes, self.cfg.dram_bytes, "bytes")
+
+    def _rows(self, space: Space, data: ArrayLike) -> np.ndarray:
+        d = self._host_data(SPACE_NAME[space].upper(), data, SPACE_DTYPE[space])
+        if d.size % self.cfg.cols:
+            raise SimError(ErrorCode.ADDRESS_RANGE, f"host write to {SPACE_NAME[space].upper()}: {d.size} values are not "
+                           f"whole rows of {self.cfg.cols} lanes")
+        return d.reshape(-1, self.cfg.cols)
 
     def write_spm(self, row: int, data: ArrayLike) -> None:
-        d = np.asarray(data, SPACE_DTYPE[Space.SPM]).reshape(-1, self.cfg.cols)
-        self.spm[row:row + len(d)] = d
+        d = self._rows(Space.SPM, data)
+        lo, n = self._host_range("SPM", row, len(d), self.cfg.spm_rows, "rows")
+        self.spm[lo:lo + n] = d
 
     def read_spm(self, row: int, n: int = 1) -> np.ndarray:
-        return self.spm[row:row + n].copy()
+        lo, n = self._host_range("SPM", row, n, self.cfg.spm_rows, "rows")
+        return self.spm[lo:lo + n].copy()
 
     def write_acc(self, row: int, data: ArrayLike) -> None:
-        d = np.asarray(data, SPACE_DTYPE[Space.ACC]).reshape(-1, self.cfg.cols)
-        self.acc[row:row + len(d)] = d
+        d = self._rows(Space.ACC, data)
+        lo, n = self._host_range("ACC", row, len(d), self.cfg.acc_rows, "rows")
+        self.acc[lo:lo + n] = d
 
     def read_acc(self, row: int, n: int = 1) -> np.ndarray:
-        return self.acc[row:row + n].copy()
+        lo, n = self._host_range("ACC", row, n, self.cfg.acc_rows, "rows")
+        return self.acc[lo:lo + n].copy()
 
     def set_args(self, args: Mapping[int, int] | None = None, **named: int) -> None:
         """Write scalar registers before launch: ``set_args({1: 5})`` or ``set_args(r1=5)``."""

@@ -88,3 +88,20 @@ def _numbers(name, v) -> np.ndarray:
 def unpack_inputs(inputs: tuple):
     """The ``*inputs`` of ``reference``/``float_reference``: one dict stays a dict, else the sequence."""
     return inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs
+
+
+def check_finite(feeds: dict) -> dict:
+    """``feeds`` (input name -> array) for a chip run: an input that is not numbers, or a float input holding NaN or
+    inf, is refused, naming it
+    (the chip, and the integer reference, quantize to int8, where NaN has no value; a numpy float run
+    keeps NaN). Returns ``feeds``."""
+    for name, a in feeds.items():
+        a = np.asarray(a)
+        if a.dtype.kind not in "biuf":
+            raise TetrachipError(f"input {name!r}: must be numbers (bool, int or float), got numpy dtype {a.dtype}")
+        if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
+            bad = ~np.isfinite(a)
+            i = tuple(int(v) for v in np.argwhere(bad)[0])
+            raise TetrachipError(f"input {name!r}: holds {int(bad.sum())} NaN or inf value(s), the first {a[i]} at "
+                                 f"index {i}; a chip run quantizes its inputs to integers and needs finite values")
+    return feeds

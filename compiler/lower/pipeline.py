@@ -25,7 +25,7 @@ from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
 from isa.timing import lut_rows
 
-from compiler.lower.compiled import Compiled, named_feeds, unpack_inputs
+from compiler.lower.compiled import Compiled, check_finite, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
 from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program
 from compiler.lower.attention import AttnCode, lower_attention
@@ -184,7 +184,7 @@ class CompiledModel(Compiled):
     def reference(self, *inputs) -> list[np.ndarray]:
         """The quantized model evaluated with numpy: what the chip must return, bit for bit (with a key bound,
         the bounded kernels compute the keys the chip computes for the inputs' key count)."""
-        return self._at_length(lambda feeds: run_int(self.qsched, feeds, self.bound(feeds))[0], inputs)
+        return self._at_length(lambda feeds: run_int(self.qsched, check_finite(feeds), self.bound(feeds))[0], inputs)
 
     def key_count(self, feeds: dict) -> int | None:
         """The key count a run of ``feeds`` writes to the key register (``key_bound``), None without one."""

@@ -79,6 +79,10 @@ def test_chip_run_refuses_nan_and_inf(tiny):
         dev.run(cm, np.full((2, 4), None))
     ok = dev.run(cm, X).outputs[0]                 # the device still runs good inputs, as the reference says
     np.testing.assert_array_equal(ok, cm.reference(X)[0])
+    bad[1, 2] = np.nan                             # the integer reference quantizes as the chip does: refused too
+    with pytest.raises(TetrachipError, match=r"input 'x': holds 1 NaN"):
+        cm.reference(bad)
+    assert np.isnan(cm.float_reference(bad)[0]).any()      # the float model keeps NaN, as numpy does
 
 
 def test_numpy_float_run_keeps_nan():

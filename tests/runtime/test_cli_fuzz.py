@@ -298,7 +298,8 @@ def _alarm(_sig, _frame):
 
 
 def test_fuzz_cli_vectors(fuzz_scale, files, stubs, tmp_path, monkeypatch):
-    seed = int(os.environ.get("TETRACHIP_FUZZ_SEED", random.randrange(1 << 30)))
+    # a fixed seed in make test (CI sees the same vectors every run); TETRACHIP_FUZZ_SEED explores others
+    seed = int(os.environ.get("TETRACHIP_FUZZ_SEED", "1"))
     rng = random.Random(seed)
     monkeypatch.chdir(tmp_path)                              # default outputs (build/fpga, .sweep-cache) land here
     out = tmp_path / "out"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from isa import ChipConfig, assemble
+from isa import PRESETS, ChipConfig, assemble
 from isa.errors import ErrorCode, TetrachipError
 from isa.table import WORD_BYTES
 from sim import Chip, SimError, System
@@ -154,3 +154,42 @@ def test_host_access_out_of_range():
     chip = Chip("tiny")
     with pytest.raises(SimError):
         chip.write_dram(TINY.dram_bytes - 2, np.zeros(4, np.uint8))
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda c: c.read_dram(0, -5), "count -5 is negative"),
+    (lambda c: c.read_dram(1.5, 4), "address must be an integer"),
+    (lambda c: c.read_dram(0, 2.0), "count must be an integer"),
+    (lambda c: c.read_dram(c.cfg.dram_bytes - 2, 1, np.int32), "outside DRAM"),
+    (lambda c: c.read_spm(-1), "SPM rows -1..-1 outside SPM"),
+    (lambda c: c.read_spm(c.cfg.spm_rows), "outside SPM"),
+    (lambda c: c.read_acc(0, -3), "count -3 is negative"),
+    (lambda c: c.write_spm(c.cfg.spm_rows - 1, np.zeros(2 * c.cfg.cols)), "outside SPM"),
+    (lambda c: c.write_spm(0, np.full(c.cfg.cols, 200)), "values outside int8"),
+    (lambda c: c.write_acc(0, np.zeros(c.cfg.cols + 1)), "not whole rows"),
+    (lambda c: c.write_acc(0, np.full(c.cfg.cols, np.nan)), "values outside int32"),
+    (lambda c: c.write_dram(0, "abc"), "not an array of numbers"),
+    (lambda c: c.write_dram(-1, b"\x01"), "outside DRAM"),
+])
+def test_host_access_outside_a_memory_or_not_a_number_is_refused(call, words):
+    """The host's reads and writes name the memory, the range or the value that is wrong; nothing is
+    read short, wrapped or written partly (a negative count once read 65,531 bytes on tiny)."""
+    chip = Chip(PRESETS["tiny"])
+    before = (chip.dram.copy(), chip.spm.copy(), chip.acc.copy())
+    with pytest.raises(SimError, match=words) as e:
+        call(chip)
+    assert e.value.code == ErrorCode.ADDRESS_RANGE
+    for old, now in zip(before, (chip.dram, chip.spm, chip.acc)):
+        assert np.array_equal(old, now)
+
+
+def test_host_access_at_the_edges_of_each_memory():
+    chip = Chip(PRESETS["tiny"])
+    cfg = chip.cfg
+    chip.write_dram(cfg.dram_bytes - 4, np.array([7], np.int32))
+    assert chip.read_dram(cfg.dram_bytes - 4, 1, np.int32).tolist() == [7]
+    assert chip.read_dram(cfg.dram_bytes, 0).size == 0
+    chip.write_spm(cfg.spm_rows - 1, np.arange(cfg.cols) - 2)
+    assert chip.read_spm(cfg.spm_rows - 1).tolist() == [list(range(-2, cfg.cols - 2))]
+    chip.write_acc(cfg.acc_rows - 1, np.full(cfg.cols, -(1 << 31)))
+    assert chip.read_acc(cfg.acc_rows - 1).min() == -(1 << 31)
