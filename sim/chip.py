@@ -256,8 +256,7 @@ class Chip:
             dt = np.dtype(dtype).newbyteorder("<")
         except (TypeError, ValueError):
             raise SimError(ErrorCode.ADDRESS_RANGE, f"host read of DRAM: {dtype!r} is not a numpy dtype") from None
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-            raise SimError(ErrorCode.ADDRESS_RANGE, f"host access to DRAM: the count must be an integer, got {n!r}")
+        self._host_range("DRAM", addr, n, self.cfg.dram_bytes, "bytes")        # integers, n >= 0, addr inside
         lo, nbytes = self._host_range("DRAM", addr, int(n) * dt.itemsize, self.cfg.dram_bytes, "bytes")
         return self.dram[lo:lo + nbytes].copy().view(dt)
 
@@ -265,9 +264,10 @@ class Chip:
         self._host_range("DRAM", addr, nbytes, self.cfg.dram_bytes, "bytes")
 
     def _rows(self, space: Space, data: ArrayLike) -> np.ndarray:
-        d = self._host_data(SPACE_NAME[space].upper(), data, SPACE_DTYPE[space])
+        name = SPACE_NAME[space].upper()
+        d = self._host_data(name, data, SPACE_DTYPE[space])
         if d.size % self.cfg.cols:
-            raise SimError(ErrorCode.ADDRESS_RANGE, f"host write to {SPACE_NAME[space].upper()}: {d.size} values are not "
+            raise SimError(ErrorCode.ADDRESS_RANGE, f"host write to {name}: {d.size} values are not "
                            f"whole rows of {self.cfg.cols} lanes")
         return d.reshape(-1, self.cfg.cols)
 
