@@ -35,6 +35,7 @@ from isa.config import PRESETS
 from isa.errors import TetrachipError
 from runtime.cli import main
 from runtime.cli_args import ConfigSpec, PositiveFloat
+from tests.runtime.test_cli_run import MODEL  # the model file every CLI run test writes
 
 ROOT = Path(__file__).resolve().parents[2]
 #: argument vectors per run (times fuzz_scale)
@@ -46,14 +47,6 @@ MAX_FAILURES = 8
 #: commands whose options must all be validated before their long work (fuzz has its own owner and checks)
 VALIDATED_BEFORE_WORK = ("asm", "disasm", "sim", "run", "verilog", "fpga", "sweep", "bench", "fuzz")
 
-MODEL = """
-import numpy as np
-import tetrachip as tc
-w = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
-model = lambda x: x @ tc.Tensor(w)
-inputs = [np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)]
-labels = np.argmax(inputs[0] @ w, axis=1)
-"""
 
 
 class Hang(BaseException):
