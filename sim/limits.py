@@ -13,8 +13,10 @@ immediates and of what the host wrote into it.
   from one named value towards another. Any other loop makes at most ``B = 2 * V + LOOP_SLACK``
   trips, ``V`` the largest magnitude of any immediate of ``seti``/``addi``, any immediate ``loop``
   count, any register the host wrote, and 128 if the program reads SPM with ``sld`` (an int8 lane);
-  each ``mul`` squares ``V``; where a value may be any 32-bit number (``sld`` from ACC, ``sll``),
-  ``B = 2**32``.
+  each ``mul`` squares ``V``. ``B = 2**32`` for a loop whose compared registers may hold any 32-bit
+  value (*tainted*: written by ``sld`` from ACC or ``sll``, or computed from a tainted register), and
+  for a loop without compared registers (a ``jmp``, or one with a forward branch inside) in a program
+  with any tainted register; a value read from ACC for an address does not unbound the loops.
 * Every instruction costs, per execution, ``1 + BRANCH_PENALTY`` (scalar) or ``1 + T * (I + LAT)``
   (queued): ``T`` its nest's largest instance count (the product of its loop registers' largest trip
   counts: the largest immediate count any ``loop`` gives the register, or the value bound of the
@@ -99,6 +101,9 @@ class _Terms:
         other_writes: set[int] = set()
         self.loops: list[tuple[int, int, tuple[int, int] | None]] = []
         forward: list[int] = []
+        #: registers that may hold any 32-bit value: written by ``sld`` from ACC or ``sll``, or computed
+        #: from such a register (closed below)
+        self.tainted: set[int] = set()
         for pc, ins in enumerate(prog):
             if ins is None:
                 continue
@@ -119,6 +124,7 @@ class _Terms:
                 named.append(1 << (SPACE_BITS[Space.SPM] - 1))      # an int8 lane
             elif op in ("sld", "sll"):          # an int32 lane; a shift by up to 31
                 self.opaque = True
+                self.tainted.add(f["rd"])
             elif op == "mul":
                 self.muls += 1
             if (op in BRANCHES or op == "jmp") and f["target"] <= pc:
@@ -126,6 +132,17 @@ class _Terms:
             elif op in BRANCHES or op == "jmp":
                 forward.append(pc)
         self.v = max(named)
+        grew = bool(self.tainted)
+        while grew:                         # what is computed from a tainted register is tainted
+            grew = False
+            for pc, ins in enumerate(prog):
+                if ins is None or (ins.op not in SCALAR_ALU and ins.op != "addi"):
+                    continue
+                f = fields[pc]
+                if f["rd"] not in self.tainted and ({f.get("rs1"), f.get("rs2")} & self.tainted):
+                    self.tainted.add(f["rd"])
+                    grew = True
+        self.tainted.discard(0)             # r0 reads 0
         # a loop with a forward branch inside may count in ways its compared registers do not show
         # (a skipped increment, a count kept in another register): it gets the general bound
         self.loops = [(lo, hi, regs if not any(lo <= b < hi for b in forward) else None)
@@ -182,7 +199,14 @@ def chip_cycle_bound(chip: Clocked) -> int:
     v = max([tm.v] + host)
     for _ in range(min(tm.muls, 6)):        # a product of two values the program can make
         v = min(UNKNOWN_TRIPS, v * v)
-    big = UNKNOWN_TRIPS if tm.opaque else min(UNKNOWN_TRIPS, 2 * v + LOOP_SLACK)
+    bounded = min(UNKNOWN_TRIPS, 2 * v + LOOP_SLACK)
+
+    def big(regs: Sequence[int] | None) -> int:
+        """Trips of a loop its registers do not bound: ``2 * V + LOOP_SLACK``, or 2**32 when one of
+        them may hold any 32-bit value (a loop without compared registers: when any register may)."""
+        if regs is None:
+            return UNKNOWN_TRIPS if tm.opaque else bounded
+        return UNKNOWN_TRIPS if any(r in tm.tainted for r in regs) else bounded
 
     def values(regs: Sequence[int]) -> list[int] | None:
         """The largest |value| of each register (counters, bounds), or None if one is not plain."""
@@ -193,11 +217,11 @@ def chip_cycle_bound(chip: Clocked) -> int:
     trips = []
     for _, _, regs in tm.loops:
         vals = values(regs) if regs is not None else None
-        trips.append(2 * sum(vals) + 2 if vals is not None else big)
+        trips.append(2 * sum(vals) + 2 if vals is not None else big(regs))
     counts = {}
     for lr, cregs in tm.count_regs.items():
         vals = values(sorted(cregs))
-        counts[lr] = max([tm.imm_max.get(lr, 0)] + vals) if vals is not None else big
+        counts[lr] = max([tm.imm_max.get(lr, 0)] + vals) if vals is not None else big(sorted(cregs))
     total = 0
     for loops, costs in tm.segments:
         times = 1

@@ -71,6 +71,18 @@ def test_limit_grows_with_trip_counts_repeats_and_host_registers():
     assert _limit(nested) == limits.MAX_CYCLES
 
 
+def test_a_value_read_from_acc_unbounds_only_the_loops_it_reaches():
+    """An embedding lookup reads a row number from ACC for an address: the loop around it, counted
+    by registers the ACC value never reaches, keeps its bound; compared on that value, it has none."""
+    counted = ("seti r6, 1\nseti r2, 0\ntop: {read}vmov spm[r5], spm[1], n=1\nadd r2, r2, r6\n"
+               "blt r2, r1, top\nhalt\n")
+    plain = _limit(counted.format(read=""), r1=100)
+    lookup = _limit(counted.format(read="sld r5, acc[0], 0\n"), r1=100)
+    assert lookup == plain < limits.MARGIN * 2 ** 32
+    steered = counted.format(read="sld r5, acc[0], 0\nadd r7, r5, r6\n").replace("blt r2, r1", "blt r2, r7")
+    assert _limit(steered, r1=100) >= limits.MARGIN * 2 ** 32         # r7 is computed from the ACC value
+
+
 def test_counted_loop_that_misses_its_bound_stops_at_the_floor():
     """A counter stepping past its bound (2, 4, 6, 8 ... never 7) would wrap around 2**32 first; its
     loop compares two plain registers, so its bound is a few trips and the run stops at MIN_CYCLES."""
