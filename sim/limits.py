@@ -8,14 +8,14 @@ the target is not later. A *plain* register is one the program writes only with 
 ``addi r, r, imm`` (a counter or a bound); its *value bound* is the largest magnitude of its ``seti``
 immediates and of what the host wrote into it.
 
-* A scalar loop closed by a conditional branch on two plain registers, with no forward branch inside
+* A scalar loop closed by a conditional branch on two plain registers, with no forward branch landing inside
   it, makes at most ``2 * (a + b) + 2`` trips (``a``, ``b`` their value bounds): its counter steps
   from one named value towards another. Any other loop makes at most ``B = 2 * V + LOOP_SLACK``
   trips, ``V`` the largest magnitude of any immediate of ``seti``/``addi``, any immediate ``loop``
   count, any register the host wrote, and 128 if the program reads SPM with ``sld`` (an int8 lane);
   each ``mul`` squares ``V``. ``B = 2**32`` for a loop whose compared registers may hold any 32-bit
   value (*tainted*: written by ``sld`` from ACC or ``sll``, or computed from a tainted register), and
-  for a loop without compared registers (a ``jmp``, or one with a forward branch inside) in a program
+  for a loop without compared registers (a ``jmp``, or one a forward branch lands inside) in a program
   with any tainted register; a value read from ACC for an address does not unbound the loops.
 * Every instruction costs, per execution, ``1 + BRANCH_PENALTY`` (scalar) or ``1 + T * (I + LAT)``
   (queued): ``T`` its nest's largest instance count (the product of its loop registers' largest trip
@@ -100,7 +100,7 @@ class _Terms:
         seti_max: dict[int, int] = {}
         other_writes: set[int] = set()
         self.loops: list[tuple[int, int, tuple[int, int] | None]] = []
-        forward: list[int] = []
+        forward: list[tuple[int, int]] = []          # (pc, target) of each forward branch or jump
         #: registers that may hold any 32-bit value: written by ``sld`` from ACC or ``sll``, or computed
         #: from such a register (closed below)
         self.tainted: set[int] = set()
@@ -130,7 +130,7 @@ class _Terms:
             if (op in BRANCHES or op == "jmp") and f["target"] <= pc:
                 self.loops.append((int(f["target"]), pc, (f["rs1"], f["rs2"]) if op in BRANCHES else None))
             elif op in BRANCHES or op == "jmp":
-                forward.append(pc)
+                forward.append((pc, int(f["target"])))
         self.v = max(named)
         grew = bool(self.tainted)
         while grew:                         # what is computed from a tainted register is tainted
@@ -143,9 +143,10 @@ class _Terms:
                     self.tainted.add(f["rd"])
                     grew = True
         self.tainted.discard(0)             # r0 reads 0
-        # a loop with a forward branch inside may count in ways its compared registers do not show
-        # (a skipped increment, a count kept in another register): it gets the general bound
-        self.loops = [(lo, hi, regs if not any(lo <= b < hi for b in forward) else None)
+        # a loop with a forward branch that lands inside it may count in ways its compared registers
+        # do not show (a skipped increment, a count kept in another register): it gets the general
+        # bound. A forward branch out of the loop (a bounds check that leaves it) only ends it sooner.
+        self.loops = [(lo, hi, regs if not any(lo <= b < hi and t <= hi for b, t in forward) else None)
                       for lo, hi, regs in self.loops]
         self.plain = {r: seti_max.get(r, 0) for r in range(cfg.scalar_regs) if r not in other_writes}
         # runs of pcs with the same enclosing loops

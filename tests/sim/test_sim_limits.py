@@ -83,6 +83,16 @@ def test_a_value_read_from_acc_unbounds_only_the_loops_it_reaches():
     assert _limit(steered, r1=100) >= limits.MARGIN * 2 ** 32         # r7 is computed from the ACC value
 
 
+def test_a_branch_that_leaves_a_counted_loop_keeps_its_bound():
+    """A bounds check that leaves the loop (an exit) only ends it sooner: the loop keeps the few trips
+    its two registers allow. One that skips the increment inside it may stall the count, and the loop
+    gets the general bound, from the largest value the program names (here 50,000,000)."""
+    body = ("seti r9, 50000000\nseti r2, 0\ntop: sld r3, spm[0], 0\nvmov spm[1], spm[2], n=64\n"
+            "blt r3, r0, {to}\naddi r2, r2, 1\nskip: blt r2, r1, top\nout: halt\n")
+    leaves, skips = _limit(body.format(to="out"), r1=200_000), _limit(body.format(to="skip"), r1=200_000)
+    assert skips > 100 * leaves > 0
+
+
 def test_counted_loop_that_misses_its_bound_stops_at_the_floor():
     """A counter stepping past its bound (2, 4, 6, 8 ... never 7) would wrap around 2**32 first; its
     loop compares two plain registers, so its bound is a few trips and the run stops at MIN_CYCLES."""
