@@ -35,15 +35,25 @@ the limit and how to raise it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from isa import timing
 from isa.config import ChipConfig
 from isa.encoding import Instruction
 from isa.table import BRANCHES, SCALAR_ALU, SPACE_BITS, Space
 
-if TYPE_CHECKING:
-    from .engine import Clocked
+
+class Clocked(Protocol):
+    """What the bound reads of a loaded chip (``sim.chip.Chip``; the engine's ``Clocked`` has it)."""
+
+    @property
+    def cfg(self) -> ChipConfig: ...
+    @property
+    def regs(self) -> Sequence[int]: ...
+    @property
+    def prog(self) -> Sequence[Instruction | None]: ...
+    @property
+    def fields(self) -> Sequence[Mapping[str, int]]: ...
 
 #: how many times one estimated pass over the program a run may take
 MARGIN = 4
