@@ -84,8 +84,10 @@ def _check_array(origin: str, what: str, a) -> np.ndarray:
         raise TetrachipError(f"{origin}: {what} is a scalar; the model takes arrays with a batch (rows) axis")
     if arr.size == 0:
         raise TetrachipError(f"{origin}: {what} has shape {arr.shape}: no rows (a batch of at least 1)")
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-        raise TetrachipError(f"{origin}: {what} holds NaN or inf; the chip takes finite numbers")
+    from compiler.lower.compiled import nonfinite
+    why = nonfinite(arr)
+    if why:
+        raise TetrachipError(f"{origin}: {what} {why}; the chip takes finite numbers")
     return arr
 
 

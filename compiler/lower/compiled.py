@@ -99,9 +99,18 @@ def check_finite(feeds: dict) -> dict:
         a = np.asarray(a)
         if a.dtype.kind not in "biuf":
             raise TetrachipError(f"input {name!r}: must be numbers (bool, int or float), got numpy dtype {a.dtype}")
-        if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
-            bad = ~np.isfinite(a)
-            i = tuple(int(v) for v in np.argwhere(bad)[0])
-            raise TetrachipError(f"input {name!r}: holds {int(bad.sum())} NaN or inf value(s), the first {a[i]} at "
-                                 f"index {i}; a chip run quantizes its inputs to integers and needs finite values")
+        why = nonfinite(a)
+        if why:
+            raise TetrachipError(f"input {name!r}: {why}; a chip run quantizes its inputs to integers and needs "
+                                 "finite values")
     return feeds
+
+
+def nonfinite(a: np.ndarray) -> str | None:
+    """None if ``a`` holds no NaN or inf, else what it holds: how many, and the first with its index
+    (the one wording of every check that a chip input is finite)."""
+    if a.dtype.kind != "f" or not a.size or np.isfinite(a).all():
+        return None
+    bad = ~np.isfinite(a)
+    i = tuple(int(v) for v in np.argwhere(bad)[0])
+    return f"holds {int(bad.sum())} NaN or inf value(s), the first {a[i]} at index {i}"

@@ -35,6 +35,7 @@ from compiler.lower import control_lower, transformer
 from compiler.lower import dynamic as dyn
 from compiler.lower import keybound
 from compiler.lower import search as srch
+from compiler.lower.compiled import nonfinite
 from compiler.lower.attention import fused_unfit
 from compiler.lower.bmm import BmmKernel
 from compiler.lower.compiled import Compiled
@@ -202,12 +203,9 @@ def _checked_array(what: str, a) -> np.ndarray:
     if 0 in arr.shape:
         raise ChipCompileError(f"{what}: shape {arr.shape} has a zero-size dimension; the chip needs at least one "
                                "element along every dimension")
-    if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            i = tuple(int(v) for v in np.argwhere(bad)[0])
-            raise ChipCompileError(f"{what}: holds {int(bad.sum())} NaN or inf value(s), the first {arr[i]} at "
-                                   f"index {i}; the quantizer needs finite values")
+    why = nonfinite(arr)
+    if why:
+        raise ChipCompileError(f"{what}: {why}; the quantizer needs finite values")
     return arr
 
 
