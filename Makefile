@@ -1,6 +1,6 @@
 # tetrachip: two commands from a fresh clone.
 #   make demo   the main end-to-end job on the embedded default config
-#   make test   the whole test suite (what CI runs); lanes: make test-fast | test-rtl | test-cosim | fuzz-long
+#   make test   the test suite (what CI runs); lanes: make test-fast | test-rtl | test-cosim | test-long | fuzz-long
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -27,7 +27,12 @@ demo: $(STAMP)
 XDIST ?= -n auto --dist loadgroup
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(XDIST) --durations=20
+	$(PY) -m pytest -q $(XDIST) -m "not long" --durations=20
+
+# the tests marked long (Yosys synthesis of tiny's whole FPGA top, the LVT ring at the preset's depths): not in make test
+.PHONY: test-long
+test-long: $(STAMP)
+	$(PY) -m pytest -q $(XDIST) -m long --durations=20
 
 # no RTL simulation: every test not marked rtl or cosim (tests/conftest.py marks them by folder)
 test-fast: $(STAMP)

@@ -18,6 +18,7 @@ SIM = os.environ.get("SIM", "verilator")
 TINY = ChipConfig.preset("tiny")
 
 
+@pytest.mark.long       # make test-long; the FPGA depths below keep the LVT ring in make test
 def test_cosim_ring_tiny_lvt_memories():
     why = available(SIM)
     if why:

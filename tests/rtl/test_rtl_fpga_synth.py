@@ -112,6 +112,7 @@ def test_lvt_memory_maps_to_ram(tmp_path):
     assert plain["ffs"] >= lvt["ffs"] + 5 * 32, (plain, lvt)    # read-before-write emulated on 5 more banks
 
 
+@pytest.mark.long
 @needs_yosys
 def test_tiny_synthesises_for_ecp5(tmp_path):
     """The whole FPGA top of ``tiny`` (chip, DRAM in block RAM, UART host link) through Yosys
