@@ -177,3 +177,52 @@ def test_gemm_rejects_k_beyond_the_token_counter_up_front():
     gemm(2, TOKEN_MAX * rows, 3, "base")                    # the largest K: built
     with pytest.raises(GemmError, match=f"K <= {TOKEN_MAX * rows}"):
         gemm(2, TOKEN_MAX * rows + 1, 3, "base")
+
+
+def test_an_induction_loop_gets_its_own_trip_count():
+    """A bound set from the counter (``addi r9, r12, K``) and a bound re-set before the closing branch
+    (``seti r9, 5``) are neither plain nor ranged: the induction rule counts ``K / 4`` and 5 trips, so the
+    limit stays at the floor and grows with ``K``; the run halts inside it."""
+    text = ("seti r5, 0\nseti r12, 0\ntop: addi r9, r12, {k}\nin: vmov spm[0], spm[16], n=8\naddi r12, r12, 4\n"
+            "blt r12, r9, in\naddi r12, r12, -{k}\naddi r5, r5, 1\nseti r9, 5\nblt r5, r9, top\nhalt\n")
+    assert _limit(text.format(k=2496)) == limits.MIN_CYCLES
+    assert limits.MIN_CYCLES < _limit(text.format(k=2_496_000)) < limits.MARGIN * 2 ** 32
+    ch = Chip("tiny")
+    ch.load(text.format(k=2496))
+    assert ch.run().cycles < limits.MIN_CYCLES
+    # the counter stepping away from its bound ends only by wrapping: no induction count
+    away = text.format(k=2496).replace("addi r12, r12, 4", "addi r12, r12, -4")
+    assert _limit(away) > limits.MIN_CYCLES
+
+
+def test_a_bound_computed_from_a_host_register_has_a_range():
+    """``r14 = (r15 + 15) >> 4`` (tiles of a dynamic length the host writes): its range bounds the loop."""
+    text = ("addi r14, r15, 15\nseti r3, 4\nsra r14, r14, r3\nseti r1, 0\n"
+            "top: vmov spm[0], spm[1], n=8\naddi r1, r1, 1\nblt r1, r14, top\nhalt\n")
+    assert _limit(text, r15=64) == limits.MIN_CYCLES
+    assert limits.MIN_CYCLES < _limit(text, r15=16_000_000) < _limit(text.replace("sra", "sll"), r15=16_000_000)
+
+
+def test_an_exit_on_a_counter_bounds_a_data_steered_loop():
+    """A convergence loop closed on a value read from ACC, left by ``bge trips, max_iter``: max_iter bounds it."""
+    text = ("seti r1, 0\nseti r2, {m}\ntop: vmov spm[0], spm[1], n=8\nsld r3, acc[0], 0\naddi r1, r1, 1\n"
+            "bge r1, r2, done\nblt r0, r3, top\ndone: halt\n")
+    assert _limit(text.format(m=200)) == limits.MIN_CYCLES
+    assert _limit(text.format(m=200).replace("bge r1, r2, done\n", "")) >= limits.MARGIN * 2 ** 32
+    assert _limit(text.format(m=2_000_000)) > limits.MIN_CYCLES
+
+
+def test_a_detour_back_into_a_counted_loop_keeps_its_bound():
+    """An embedding lookup's fix-up: a negative row leaves the counted loop, is corrected after it and
+    jumps back into its middle. Every way round that jump takes the loop's back branch: the loop's
+    trips + 1, not 2**32 because the row came from ACC."""
+    text = ("seti r2, 0\ntop: sld r3, acc[r2], 0\nblt r3, r0, neg\ngo: vmov spm[0], spm[16], n=8\n"
+            "addi r2, r2, 1\nblt r2, r1, top\njmp done\nneg: add r3, r3, r4\njmp go\ndone: halt\n")
+    assert _limit(text, r1=100, r4=7) == limits.MIN_CYCLES
+    # a jump back that skips the counter's step may loop for ever: it keeps no bound
+    assert _limit(text.replace("jmp go", "jmp top"), r1=100, r4=7) >= limits.MARGIN * 2 ** 32
+    ch = Chip("tiny")
+    ch.load(text)
+    ch.write_acc(0, np.full((ch.cfg.acc_rows, ch.cfg.cols), -1, np.int32))
+    ch.set_args(r1=8, r4=5)
+    assert ch.run().cycles < limits.MIN_CYCLES
