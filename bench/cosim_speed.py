@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from isa import ChipConfig, assemble  # noqa: E402
+from isa.outputs import check_outputs, write_atomic  # noqa: E402
 from verify.cosim import Cosim, Job, compare  # noqa: E402
 
 LOOP = """
@@ -78,6 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="tiny,small,base")
     ap.add_argument("--sim", default=None)
     a = ap.parse_args(argv)
+    check_outputs(ap, a.json)        # before the work, not after it
     target = 2000 if a.quick else 20000
     rows = []
     for name in a.configs.split(","):
@@ -94,7 +96,7 @@ def main(argv=None) -> int:
     print(f"{long['cycles']}-cycle program on tiny: {long['process_s']} s wall for the whole run "
           f"({long['cycles_per_s']} cycles/s start to done)")
     if a.json:
-        a.json.write_text(json.dumps({"throughput": rows, "long_program": long}, indent=1))
+        write_atomic(a.json, json.dumps({"throughput": rows, "long_program": long}, indent=1))
     return 0
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from isa import ChipConfig  # noqa: E402
+from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
 from rtl.fpga.fit import DSP_BASE, DSP_PER_LANE, FPGA_MEMORY, estimate, estimate_array, fpga_config  # noqa: E402
 from rtl.fpga.flow import FlowError, synth, synth_array  # noqa: E402
@@ -193,10 +194,10 @@ def main(argv=None) -> int:
     print(md)
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(rows, indent=1))
+        write_atomic(a.json, json.dumps(rows, indent=1))
     if a.md:
         a.md.parent.mkdir(parents=True, exist_ok=True)
-        a.md.write_text(md + "\n")
+        write_atomic(a.md, md + "\n")
     return 0
 
 

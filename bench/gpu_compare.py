@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from isa.outputs import check_outputs, write_atomic  # noqa: E402
 
 import tetrachip as tc  # noqa: E402
 from runtime.gpu_common import DeviceUnavailable  # noqa: E402
@@ -87,6 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="base", help="chip config preset for the simulator column")
     ap.add_argument("--reps", type=int, default=None)
     args = ap.parse_args(argv)
+    check_outputs(ap, args.json)        # before the work, not after it
     reps = args.reps or (3 if args.quick else 10)
     devs, notes = _devices()
     rng = np.random.default_rng(0)
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
         rows.append(row)
     _print(rows, devs, notes, args.config)
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": args.config, "reps": reps, "rows": rows,
+        write_atomic(args.json, json.dumps({"config": args.config, "reps": reps, "rows": rows,
                                                 "devices": {k: repr(v.backend) for k, v in devs.items()},
                                                 "notes": notes}, indent=2))
     return 0

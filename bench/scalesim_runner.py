@@ -376,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep SCALE-Sim's input and report files here")
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from isa.outputs import check_outputs, write_atomic      # the project's, not SCALE-Sim's venv
+    check_outputs(ap, args.json)        # before the work, not after it
     try:
         ensure_venv(args.venv)
         res = run_gemm(args.M, args.K, args.N, args.rows, args.cols,
@@ -386,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(res, indent=2)
     print(text)
     if args.json:
-        args.json.write_text(text + "\n")
+        write_atomic(args.json, text + "\n")
     return 0
 
 

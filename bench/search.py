@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tetrachip as tc  # noqa: E402
 from compiler.lower import search  # noqa: E402
 from isa.config import ChipConfig  # noqa: E402
+from isa.outputs import check_outputs, write_atomic  # noqa: E402
 from models import cases  # noqa: E402
 
 
@@ -103,6 +104,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=8.0, help="search time budget per kernel (s)")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
     args = ap.parse_args(argv)
+    check_outputs(ap, args.json)        # before the work, not after it
     todo = [(n, b, c) for c in args.configs.split(",") for n, b in cases(args.quick) if args.only in n]
     root = Path(tempfile.mkdtemp(prefix="tetrachip-search-bench-"))
     rows = []
@@ -111,7 +113,7 @@ def main(argv=None) -> int:
         print(f"done {name} ({config})", file=sys.stderr)
     print(table(rows))
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "budget_s": args.budget, "quick": args.quick},
+        write_atomic(args.json, json.dumps({"rows": rows, "budget_s": args.budget, "quick": args.quick},
                                         indent=1, default=str) + "\n")
     bad = [r["model"] for r in rows if "error" not in r and not all(r[f"{k}_bit_exact"] for k in
                                                                     ("default", "tiling", "order"))]

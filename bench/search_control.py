@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from isa.outputs import check_outputs, write_atomic  # noqa: E402
 
 import tetrachip as tc  # noqa: E402
 
@@ -61,6 +62,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    check_outputs(ap, args.json)        # before the work, not after it
     rows, ok = [], True
     for name, model, inputs in cases():
         cm = tc.compile(model, inputs[0], calibration=inputs)
@@ -76,7 +78,7 @@ def main(argv=None) -> int:
         print(f"{name:<58} {cm.kind:<9} " + "  ".join(
             " ".join(f"{k}={v}" for k, v in r.items() if k != "bit_exact") for r in runs))
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+        write_atomic(args.json, json.dumps({"rows": rows}, indent=1) + "\n")
     return 0 if ok else 1
 
 

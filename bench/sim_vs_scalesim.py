@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", type=Path, help="write a PNG: cycles and utilization per case, both simulators")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    from isa.outputs import check_outputs, write_atomic
+    check_outputs(ap, a.json)        # before the work, not after it
     if a.plot:
         from isa import TetrachipError
         from runtime.plots import check_output
@@ -125,7 +127,7 @@ def main(argv=None) -> int:
         results.append(row)
     _print_table(results)
     if a.json:
-        a.json.write_text(json.dumps({"benchmark": "sim_vs_scalesim", "quick": a.quick, "repeat": repeat,
+        write_atomic(a.json, json.dumps({"benchmark": "sim_vs_scalesim", "quick": a.quick, "repeat": repeat,
                                       "cpus": os.cpu_count(), "loadavg_before": load_before,
                                       "loadavg_after": os.getloadavg(), "cases": results}, indent=2) + "\n")
     if a.plot:

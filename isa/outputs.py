@@ -40,19 +40,41 @@ def check_writable(path: str | Path, *, inputs: Iterable[str | Path] = (), what:
     return p
 
 
+def check_outputs(parser, *paths: str | Path | None) -> None:
+    """``check_writable`` for a script's output options, before its work: the first that cannot be
+    written ends the script through ``parser.error`` (an ``argparse`` parser: usage and one line, exit 2)."""
+    for path in paths:
+        if path is not None:
+            try:
+                check_writable(path)
+            except TetrachipError as e:
+                parser.error(str(e))
+
+
 def write_atomic(path: str | Path, data: bytes | str | Callable[[IO[bytes]], None], *,
                  inputs: Iterable[str | Path] = (), what: str = "output") -> Path:
     """Write ``data`` (bytes, text, or a function that writes to a binary file object) to ``path``
     atomically: a temporary file beside it, then a rename. Checks the path first (``check_writable``)."""
-    p = check_writable(path, inputs=inputs, what=what)
-    parent = p.parent if str(p.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    def write_to(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
             if callable(data):
                 data(f)
             else:
                 f.write(data.encode() if isinstance(data, str) else data)
+    return write_atomic_via(path, write_to, inputs=inputs, what=what)
+
+
+def write_atomic_via(path: str | Path, write_to: Callable[[Path], object], *,
+                     inputs: Iterable[str | Path] = (), what: str = "output") -> Path:
+    """``write_atomic`` for a writer that takes a path (a library that picks the format by the suffix,
+    as a table or a figure writer does): ``write_to`` writes a temporary file with ``path``'s suffix
+    beside it, which is then renamed over ``path``."""
+    p = check_writable(path, inputs=inputs, what=what)
+    parent = p.parent if str(p.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.stem}.", suffix=f".tmp{p.suffix}", dir=parent)
+    os.close(fd)
+    try:
+        write_to(Path(tmp))
         os.chmod(tmp, _mode(p))
         os.replace(tmp, p)
     except OSError as e:

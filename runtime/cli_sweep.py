@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from runtime.sweep import SweepResult
 
 from isa.errors import TetrachipError
+from isa.outputs import write_atomic_via
 from runtime.cli_args import INPUT_FILE, OUTPUT_FILE, check_output, check_suffix, usage_error
 
 #: most local worker processes per CPU ``--workers`` may start
@@ -70,21 +71,8 @@ def sweep_cmd(spec: Path, json_out: Path | None, csv_out: Path | None, parquet_o
         click.echo(_table(res, show))
     for p in (json_out, csv_out, parquet_out):
         if p is not None:
-            _write_atomic_table(write_table, res, p)
+            write_atomic_via(p, lambda tmp: write_table(res, tmp))
     click.echo(res.summary(), err=True)
-
-
-def _write_atomic_table(write_table, res: SweepResult, path: Path) -> None:
-    """``write_table`` (which picks the format by the suffix) into a temporary file beside ``path`` with the
-    same suffix, then renamed over it: a failure leaves the old table or none, never half of one."""
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-    try:
-        write_table(res, tmp)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise TetrachipError(f"{path}: cannot write: {e.strerror or e}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _table(res: SweepResult, limit: int) -> str:

@@ -222,7 +222,9 @@ class _Terms:
             inner = [(b, x) for b, x in forward if t <= b < p and t < x <= p]      # forward branches landing inside
             entries = [(s, x) for x, srcs in sources.items() if t < x <= p for s in srcs if not t <= s <= p]
 
-            def skippable(r: int) -> bool:
+            def skippable(r: int, t: int = t, inner: list = inner, entries: list = entries) -> bool:
+                """Whether a trip can skip a write of ``r``: a forward branch inside jumps over one, or an
+                entry from outside lands after one."""
                 return (any(self.written_in(r, b + 1, x - 1) for b, x in inner)
                         or any(self.written_in(r, t, x - 1) for _, x in entries))
             if compared is not None:

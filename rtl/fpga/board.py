@@ -12,6 +12,8 @@ from pathlib import Path
 
 from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, ResetSignal, Signal
 
+from isa.outputs import write_atomic
+
 from .devices import board as get_board, device as get_device
 from .fit import check
 from .flow import (ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError,
@@ -153,5 +155,5 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
         setattr(rep, k, v)
     apply_pnr(rep, json.loads((out / "pnr.json").read_text()), dev.family)
     rep.bitstream = str(out / "top.bit")
-    (out / "report.json").write_text(json.dumps(rep.to_dict(), indent=1))
+    write_atomic(out / "report.json", json.dumps(rep.to_dict(), indent=1))
     return rep

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from isa.errors import TetrachipError
+from isa.outputs import write_atomic
 
 from .devices import Device, device as get_device
 
@@ -328,5 +329,5 @@ def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: floa
         report, secs = nextpnr(out, dev, freq_mhz, timeout, seed=rep.seed)
         rep.seconds["nextpnr"] = round(secs, 1)
         apply_pnr(rep, report, dev.family)
-    (out / "report.json").write_text(json.dumps(rep.to_dict(), indent=1))
+    write_atomic(out / "report.json", json.dumps(rep.to_dict(), indent=1))
     return rep
