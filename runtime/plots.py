@@ -62,6 +62,21 @@ def _busy_fraction(spans: list[tuple[int, int]], end: int, bins: int):
     return width, busy / width
 
 
+def utilization_bars(stats: Any) -> tuple[list[str], list[float], list[str], str]:
+    """The utilization panel of ``plot_run``: bar names, heights (%), labels and title. A run that does not
+    measure unit busy cycles (the RTL's ``RtlStats.NOT_MEASURED``) gets empty bars labelled "not
+    measured" for the units, never zeros drawn as if measured; the MXU's MAC utilization is measured
+    on both."""
+    from sim.stats import UNIT_NAMES
+    cyc = max(stats.cycles, 1)
+    measured = "busy" not in getattr(stats, "NOT_MEASURED", ())
+    vals = [100 * stats.busy[n] / cyc if measured else 0.0 for n in UNIT_NAMES] + [100 * stats.mxu_utilization]
+    labels = [f"{v:.1f}%" if measured else "not measured" for v in vals[:-1]] + [f"{vals[-1]:.1f}%"]
+    title = ("busy cycles / cycles per unit; MXU: MACs / (rows x cols x cycles)" if measured else
+             "MXU: MACs / (rows x cols x cycles); unit busy cycles are not measured on the RTL")
+    return list(UNIT_NAMES) + ["mxu MACs"], vals, labels, title
+
+
 def plot_run(stats: Any, trace: Any, path: str | Path, title: str | None = None) -> Path:
     """Draw ``trace``'s per-unit timeline (one lane per unit of each chip) above ``stats``' per-unit
     utilization (busy cycles / cycles, and MXU MAC utilization) into the PNG ``path``."""
@@ -94,14 +109,12 @@ def plot_run(stats: Any, trace: Any, path: str | Path, title: str | None = None)
     ax.set_xlabel("cycle")
     how = f"binned, {TIMELINE_BINS} bins: lane height = busy fraction" if binned else "one bar per instance"
     ax.set_title(title or f"{stats.config}: {stats.cycles} cycles ({how})")
-    cyc = max(stats.cycles, 1)
-    names = list(UNIT_NAMES) + ["mxu MACs"]
-    vals = [100 * stats.busy[n] / cyc for n in UNIT_NAMES] + [100 * stats.mxu_utilization]
+    names, vals, labels, subtitle = utilization_bars(stats)
     bars = bx.bar(names, vals, color=[colors[i % 10] for i in range(len(UNIT_NAMES))] + ["black"])
-    bx.bar_label(bars, fmt="%.1f%%", fontsize=8)
+    bx.bar_label(bars, labels=labels, fontsize=8)
     bx.set_ylabel("utilization %")
     bx.set_ylim(0, max(100.0, max(vals) * 1.1))
-    bx.set_title("busy cycles / cycles per unit; MXU: MACs / (rows x cols x cycles)")
+    bx.set_title(subtitle)
     fig.tight_layout()
     _save(fig, p)
     return p

@@ -127,3 +127,19 @@ def test_series_by_hand():
     assert (rd * 3).tolist() == [2 + 1, 3 + 3 + 10, 2 + 3, 0 + 0]
     width, busy = plots._busy_fraction([(0, 3), (2, 5), (10, 10)], 12, 3)
     assert width == 4 and busy.tolist() == [1.0, 0.5, 0.25]
+
+
+def test_rtl_stats_draw_no_unit_bars_as_if_measured(gemm_run, tmp_path):
+    """The RTL does not measure unit busy cycles: the plot labels those bars "not measured" (no height),
+    keeps the MXU's MAC utilization it does measure, and the simulator's run draws every bar."""
+    import dataclasses
+    from runtime.sim_backend import RtlStats
+    stats, trace = gemm_run
+    names, vals, labels, _ = plots.utilization_bars(stats)
+    assert any(v > 0 for v in vals[:-1]) and "not measured" not in labels
+    rtl = RtlStats(**{f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)})
+    names, vals, labels, title = plots.utilization_bars(rtl)
+    assert labels[:-1] == ["not measured"] * (len(names) - 1) and vals[:-1] == [0.0] * (len(names) - 1)
+    assert stats.mxu_utilization > 0 and vals[-1] == pytest.approx(100 * stats.mxu_utilization)
+    assert "not measured on the RTL" in title
+    assert plots.plot_run(rtl, None, tmp_path / "rtl.png").read_bytes()[:8] == PNG
