@@ -113,6 +113,9 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
         for c, src in enumerate(sh["sources"]):
             click.echo(f"--- shrunk program, chip {c}")
             click.echo(src.rstrip())
+        regs = sh.get("regs") or {}
+        click.echo("--- host registers of chip 0 (shrunk): "
+                   + (", ".join(f"r{r}={v}" for r, v in sorted(regs.items())) or "none (all 0)"))
         if sh["report"]:
             click.echo(sh["report"].splitlines()[0] + " (shrunk): " + "; ".join(sh["report"].splitlines()[1:3]))
     if rep.get("waves"):

@@ -14,6 +14,8 @@ Legal programs are a sequence of blocks:
 * **scalar**: ALU ops on scratch registers, ``sld``/``sst`` on rows no phase is touching.
 * **branch**: a forward conditional skip, or a counted loop around a phase (``bne`` back).
 * **link**: on chip 0 a ``link.send`` / ``link.recv``; chip 1 runs the matching recv/send.
+* **burst** (``BURSTS`` of the cases, after the blocks above): ``QUEUE_DEPTH + 2`` instructions of one
+  unit (DMA loads, strided DMA stores, MXU, link transfers) in a row, so its queue fills.
 
 Illegal programs (``illegal=True``) are a legal prefix followed by one fault: a VPU overlap, an address
 out of range, a token overflow, a jump out of the program, a reserved word, a link type mismatch.
@@ -35,7 +37,7 @@ from isa.builder import Label, Mem, ProgramBuilder, acc, dram, spm
 from isa.regs import L0, ZERO, LoopReg, Reg
 from isa.table import (BRANCHES, BY_MNEMONIC, INSTRUCTIONS, QUEUED_UNITS, SCALAR_ALU, SPACE_BYTES, UNIT_NAMES,
                        VPU_BINARY, VPU_UNARY, Space, SrcMode, Unit)
-from isa.timing import lut_rows
+from isa.timing import QUEUE_DEPTH, lut_rows
 
 UNIT_NAME = dict(zip(Unit, UNIT_NAMES))
 ALL_OPCODES = tuple(i.mnemonic for i in INSTRUCTIONS)
@@ -80,6 +82,8 @@ TRIPS = {1: Reg(1), 2: Reg(2)}
 BASE, LOOP, OPERAND = Reg(3), Reg(8), Reg(9)
 SCRATCH = range(4, 8)
 SLD_DST, FAULT_ADDR = Reg(5), Reg(4)
+#: the share of cases that end their legal part with a burst of one unit (``Gen.burst``)
+BURSTS = 0.3
 
 
 class _Alloc:
@@ -170,11 +174,12 @@ class Gen:
         return loops, (LoopReg(base), d), d, total, cm, stride
 
     # -- queued instructions --------------------------------------------------------------
-    def queued(self, kind: str, reads_from=None):
+    def queued(self, kind: str, reads_from=None, strided: bool = False):
         """One queued instruction (with its loops); returns (instructions, unit, written region) or None.
 
         Every operand has its own freshly allocated rows. ``reads_from``: (space, row, rows) a
-        producer wrote; the instruction reads those rows instead (a consumer, no repeat nest)."""
+        producer wrote; the instruction reads those rows instead (a consumer, no repeat nest).
+        ``strided``: a ``dma.st`` writes its DRAM elements ``estride`` bytes apart, more than their size."""
         r, C = self.r, self.C
         rf = reads_from
         cap = rf[2] if rf else 4
@@ -212,7 +217,8 @@ class Gen:
             rows = min(cap, r.randint(1, 4))
             esz = SPACE_BYTES[Space[space.upper()]]
             ln = r.choice([C, r.randint(1, C)])
-            rs = ln * esz + r.choice([0, 0, 4])
+            es = r.randint(esz + 1, 2 * esz) if strided else esz
+            rs = (ln - 1) * es + esz + r.choice([0, 0, 4])        # rows never overlap
             loops, rep, d, total, cm, span = nest(rows, 2)
             if d:   # DRAM stride per level: the bytes one instance writes (instances stay apart)
                 self._dram_strides(loops, rows * rs)
@@ -226,8 +232,8 @@ class Gen:
                 out = self.dram_out.take(nbytes)
             a, x = self.addr(space, s)
             self.cover(kind, d, f"{space}{x}/{cm}")
-            return loops + [_Ins("dma.st", (dram[out], a), dict(rows=rows, len=ln, rstride=rs, rep=rep))], \
-                Unit.STORE, None
+            kw = dict(rows=rows, len=ln, rstride=rs, rep=rep) | (dict(estride=es) if strided else {})
+            return loops + [_Ins("dma.st", (dram[out], a), kw)], Unit.STORE, None
         if kind == "mxu.lw":
             k = r.randint(1, min(self.R, cap))
             loops, rep, d, total, cm, _ = ([], None, 0, 1, "imm", 0) if rf else self.nest(0, 1)
@@ -367,6 +373,37 @@ class Gen:
             self.emit("fence", "all")
             self.cover("fence", 0, "all")
 
+    def burst(self, link_ok: bool):
+        """``QUEUE_DEPTH + 2`` queued instructions of one unit in a row, each on its own rows, then a fence:
+        the issue stage meets that unit's full queue (``queue_full``); a store burst writes strided rows."""
+        r = self.r
+        self.spm.reset()
+        self.acc.reset()
+        unit = r.choice(["load", "store", "mxu"] + (["link"] if link_ok else []))
+        n = QUEUE_DEPTH + 2
+        if unit == "link":
+            space, rows, send = r.choice(["spm", "acc"]), r.randint(2, 4), r.random() < 0.5
+            for i in range(n):
+                mine = self.alloc(space, rows)
+                if mine is None:
+                    break
+                ours, theirs = ("link.send", 0), ("link.recv", 1)
+                if not send:
+                    ours, theirs = theirs, ours
+                self.emit(ours[0], ours[1], MEM[space][mine], n=rows)
+                self.partner.emit(theirs[0], theirs[1], MEM[space][i * rows], n=rows)
+                self.cover(ours[0], 0, space)
+                self.cover(theirs[0], 0, space)
+            self.partner.emit("fence", "all")
+        else:
+            for _ in range(n):
+                kind = {"load": "dma.ld", "store": "dma.st"}.get(unit) or r.choice(["mxu.lw", "mxu.mm", "mxu.mma"])
+                got = self.queued(kind, strided=unit == "store")
+                for ins in got[0] if got else ():
+                    self.put(ins)
+        self.emit("fence", "all")
+        self.cover("burst", 0, unit)
+
     def link(self):
         r = self.r
         space = r.choice(["spm", "acc"])
@@ -450,6 +487,13 @@ def generate(cfg, seed: int, *, illegal: bool | None = None, link: bool = True, 
             g.scalar()
         else:
             g.branch(link)
+    # a burst of one unit (its queue fills) in some cases: drawn from a stream of its own, so the blocks
+    # above stay what they were for every seed
+    rb = random.Random(f"burst {seed}")
+    if rb.random() < BURSTS:
+        g.r = rb
+        g.burst(link)
+        g.r = r
     fault = None
     raw = {}
     if illegal:
@@ -568,10 +612,11 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
         c, first = failing[0]
         sh, report = shrink_case(cfg, c, cs, max_rounds=max_rounds, report=first)
         out["shrunk"] = {"seed": c.seed, "lines_from": sh.lines_from, "lines_to": sh.lines_to, "rounds": sh.rounds,
-                         "tried": sh.tried, "seconds": sh.seconds, "sources": sh.sources, "report": report}
+                         "tried": sh.tried, "seconds": sh.seconds, "sources": sh.sources, "regs": sh.regs,
+                         "report": report}
     if failing and waves_dir is not None:
         c = failing[0][0]
-        srcs = out["shrunk"]["sources"] if "shrunk" in out else c.sources
+        srcs = out["shrunk"]["sources"] + [host_text(out["shrunk"]["regs"])] if "shrunk" in out else c.sources
         job = source_job(cfg, c, srcs) or case_job(cfg, c)
         path = Path(waves_dir) / f"fuzz_seed{c.seed}.{waves}"
         r = Cosim(cfg, 2, simulator, mem=mem, waves=waves).run([job], waves_file=path)[0]
@@ -809,8 +854,9 @@ def functional_table(points: set) -> dict:
 # A failing program pair is shrunk on its assembly text: delta debugging (ddmin) removes
 # instruction lines of either chip while the failure persists, then numbers are lowered (loop trip
 # counts, ``n=``, ``rows=``, ``len=``, ``k=``, ``seti`` counts of a counted loop), and both again
-# until nothing more goes. Each round's candidates are judged together (one batch: one HDL
-# simulator session for co-simulation).
+# until nothing more goes. ``shrink_case`` adds chip 0's host registers as one more text
+# (``host_text``): a register cut is 0, a value lowered is lowered. Each round's candidates are
+# judged together (one batch: one HDL simulator session for co-simulation).
 
 _NUM = re.compile(r"(\b(?:n|rows|len|k)=)(\d+)|^(\s*loop\s+l\d+,\s*)(\d+)|^(\s*seti\s+r\d+,\s*)(\d+)\s*$")
 
@@ -829,6 +875,7 @@ class Shrunk:
     tried: int              # candidates judged
     seconds: float
     keep: list = field(default_factory=list)   # per chip: original line numbers kept
+    regs: dict | None = None                    # chip 0's host registers after the shrink (shrink_case)
 
 
 def shrink(sources: list, fails, *, max_rounds: int = 200) -> Shrunk:
@@ -908,10 +955,26 @@ def _drop_unused_labels(text: str) -> str:
                      or re.fullmatch(r"\s*([\w.$]+):\s*", ln).group(1) in used) + "\n"
 
 
+#: the header of the text that carries chip 0's host registers through a shrink (``host_text``)
+HOST_HEADER = "; host registers of chip 0 (written before the run)"
+
+
+def host_text(regs: dict) -> str:
+    """Chip 0's host-written registers as lines ``seti rN, V`` that ``shrink`` cuts (a register left out
+    is 0) and lowers like a program's numbers; ``host_regs`` reads them back."""
+    return HOST_HEADER + "\n" + "".join(f"        seti r{r}, {v}\n" for r, v in sorted(regs.items()) if r and v)
+
+
+def host_regs(text: str) -> dict:
+    """The registers of a ``host_text``."""
+    return {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^\s*seti\s+r(\d+),\s*(-?\d+)\s*$", text, re.M)}
+
+
 def source_job(cfg, case: FuzzCase, sources: list, chips: int = 2, max_cycles: int = 20000):
     """The co-simulation job of ``case`` with its programs replaced by ``sources`` (a shrinking
-    candidate); None when a text does not assemble. A ``reserved`` fault's patched word stays with
-    its line (the ``nop`` before ``halt``) while that line is kept."""
+    candidate); None when a text does not assemble. A text after the chips' (``host_text``) replaces
+    chip 0's host registers. A ``reserved`` fault's patched word stays with its line (the ``nop``
+    before ``halt``) while that line is kept."""
     from isa import assemble
     from isa.errors import TetrachipError
     from .cosim import Job
@@ -927,7 +990,10 @@ def source_job(cfg, case: FuzzCase, sources: list, chips: int = 2, max_cycles: i
             if len(instr) >= 2 and instr[-2].strip() == "nop" and instr[-1].strip() == "halt":
                 w[-2] = 0xFF
         words.append(w)
-    return Job(words, case.drams[:chips], case.regs[:chips], max_cycles, case.seed,
+    regs = list(case.regs[:chips])
+    if len(sources) > chips:
+        regs[0] = host_regs(sources[chips])
+    return Job(words, case.drams[:chips], regs, max_cycles, case.seed,
                f"fuzz seed {case.seed} (shrunk)", {"illegal": case.illegal, "fault": case.fault, "sources": sources})
 
 
@@ -963,5 +1029,13 @@ def shrink_case(cfg, case: FuzzCase, cosim, *, chips: int = 2, max_rounds: int =
             out.append(rep is not None)
         return out
 
-    sh = shrink(case.sources[:chips], fails, max_rounds=max_rounds)
-    return sh, reports.get(tuple(sh.sources))
+    # chip 0's host registers shrink with the programs: a text of their own (``host_text``)
+    host = host_text(case.regs[0])
+    sh = shrink(list(case.sources[:chips]) + [host], fails, max_rounds=max_rounds)
+    report = reports.get(tuple(sh.sources))
+    sh.regs = host_regs(sh.sources[chips])
+    sh.sources = sh.sources[:chips]
+    sh.lines_from -= len(host_regs(host))           # instruction lines of the programs only
+    sh.lines_to -= len(sh.regs)
+    sh.keep = sh.keep[:chips]
+    return sh, report

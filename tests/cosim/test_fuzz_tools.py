@@ -50,9 +50,11 @@ def test_shrink_a_real_injected_mismatch(monkeypatch):
     nests = [int(m.group(2)) for ln in kept for m in [re.search(r"rep=l(\d):(\d)", ln)] if m]
     assert nests and max(nests) >= 2, kept
     # the shrunk program, run alone on a fresh simulator, still mismatches
-    from verify.fuzz import source_job
-    job = source_job(TINY, case, sh.sources, chips=1)
+    from verify.fuzz import host_text, source_job
+    job = source_job(TINY, case, sh.sources + [host_text(sh.regs)], chips=1)
     assert compare(TINY, job, cs.run([job])[0]) is not None
+    # the host registers shrank with it: none added, none larger
+    assert all(r in case.regs[0] and 0 < abs(v) <= abs(case.regs[0][r]) for r, v in sh.regs.items()), sh.regs
     print(f"shrunk seed {case.seed}: {sh.lines_from} -> {sh.lines_to} lines, {sh.rounds} rounds, "
           f"{sh.tried} candidates, {took:.1f} s")
 

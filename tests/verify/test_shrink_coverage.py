@@ -15,8 +15,8 @@ import sim
 from isa import ChipConfig, assemble
 from isa.errors import ErrorCode
 from verify.cosim import sim_run
-from verify.fuzz import (FUNCTIONAL, _is_instr, case_job, functional_points, functional_table, generate, shrink,
-                         source_job)
+from verify.fuzz import (FUNCTIONAL, _is_instr, case_job, functional_points, functional_table, generate, host_regs,
+                         host_text, shrink, source_job)
 
 TINY = ChipConfig.preset("tiny")
 
@@ -73,6 +73,22 @@ def test_shrink_an_illegal_program_on_the_simulator_alone():
     assert assemble(r.sources[0], TINY).words() == source_job(TINY, case, r.sources).progs[0]
     assert r.lines_to < r.lines_from / 5
     assert took < 30, took
+
+
+def test_host_registers_shrink_with_the_program():
+    """Chip 0's host registers ride along as one more text (``host_text``): cut to 0 when the failure
+    does not need them, lowered as far as it goes when it does."""
+    case = generate(TINY, 7, illegal=False)
+    regs = {1: 3, 2: 3, 3: 5, 9: -17}
+    texts = list(case.sources) + [host_text(regs)]
+    assert host_regs(texts[-1]) == regs
+
+    def fails(cands):           # needs r1 >= 2 and a halt on chip 0; nothing else
+        return [host_regs(c[-1]).get(1, 0) >= 2 and "halt" in _instr(c[0]) for c in cands]
+    r = shrink(texts, fails)
+    assert host_regs(r.sources[-1]) == {1: 2} and _instr(r.sources[0]) == ["halt"]
+    job = source_job(TINY, case, [r.sources[0], r.sources[1], r.sources[-1]])
+    assert job.regs[0] == {1: 2} and job.regs[1] == case.regs[1]
 
 
 def test_a_candidate_that_does_not_assemble_is_not_a_failure():
@@ -151,6 +167,8 @@ def test_functional_coverage_of_random_programs(count):
     assert tab["hit"] + len(tab["missing"]) == tab["of"] == len(FUNCTIONAL)
     kinds = {p[0] for p in pts}
     assert kinds >= {"queue_full", "token_wait", "branch", "dma", "mem_ports"}, kinds
+    # the bursts fill every unit's queue and the stores stride: every point of the universe is hit
+    assert not tab["missing"], tab["missing"]
     for op in ("beq", "bne", "blt", "bge"):
         assert ("branch", op, "taken") in pts and ("branch", op, "not_taken") in pts, op
     assert time.perf_counter() - t < 60
