@@ -206,7 +206,7 @@ class _Terms:
         self.count_code = {pc: [(prog[q].op, fields[q]) for q in range(self._block_start(prog, pc, sources), pc)
                                 if prog[q] is not None and prog[q].op in _WRITES_RD]
                            for uses in self.count_regs.values() for pc, _ in uses}
-        self._segments(cfg, prog, fields)
+        self._segments(cfg, prog, fields, sources)
 
     # ------------------------------------------------------------------------------------------
     def written_in(self, r: int, lo: int, hi: int) -> bool:
@@ -366,17 +366,25 @@ class _Terms:
             return (None, 0) if r == 0 else state.get(r, (r, 0))
         return value
 
-    def _segments(self, cfg, prog, fields) -> None:
+    def _segments(self, cfg, prog, fields, sources) -> None:
+        """The cost segments. A queued instruction's loop register takes its count from the ``loop`` that
+        last set it in the straight-line code before it (no target between: that ``loop`` ran just
+        before), else the largest count any ``loop`` gives that register."""
         starts: dict[int, list[int]] = {}
         ends: dict[int, list[int]] = {}
         for i, lp in enumerate(self.loops):
             starts.setdefault(lp.lo, []).append(i)
             ends.setdefault(lp.hi + 1, []).append(i)
         lat = _latencies(cfg)
-        self.segments: list[tuple[tuple[int, ...], dict[tuple[int, ...], int]]] = []
+        self.segments: list[tuple[tuple[int, ...], dict[tuple, int]]] = []
         inside: set[int] = set()
-        costs: dict[tuple[int, ...], int] = {}
+        costs: dict[tuple, int] = {}
+        last: dict[int, int] = {}               # loop register -> pc of the ``loop`` that set it
         for pc, ins in enumerate(prog):
+            if pc in sources:
+                last = {}                       # a join: the count may come from elsewhere
+            if ins is not None and ins.op == "loop":
+                last[fields[pc]["lr"]] = pc
             if pc in starts or pc in ends:
                 if costs:
                     self.segments.append((tuple(sorted(inside)), costs))
@@ -389,8 +397,13 @@ class _Terms:
             f = fields[pc]
             t, by_reg = 1, []               # instances: t * the register-given counts of by_reg
             for lr in range(f["rep_base"], f["rep_base"] + f["rep_depth"]):
-                if lr in self.count_regs:
-                    by_reg.append(lr)
+                at = last.get(lr)
+                if at is not None and fields[at]["cmode"] == 0:
+                    t *= int(fields[at]["count"])
+                elif at is not None:
+                    by_reg.append(("at", at))
+                elif lr in self.count_regs:
+                    by_reg.append(("lr", lr))
                 else:
                     t *= self.imm_max.get(lr, 0)    # never set by the program: zero trips
             costs[()] = costs.get((), 0) + 1
@@ -561,14 +574,20 @@ def chip_cycle_bound(chip: Clocked) -> int:
     for i, lp in enumerate(tm.loops):
         if lp.parent is not None:
             trips[i] = min(big(None), trips[lp.parent] + 1)
-    counts = {}
+    def count_at(pc: int, r: int) -> int | None:
+        """The largest count the register-count ``loop`` at ``pc`` may give (its register ``r``)."""
+        g = tm.local_range(pc, r, rng)
+        return max(abs(g[0]), abs(g[1])) if g is not None else magnitude(r)
+
+    counts: dict[tuple, int] = {}
     for lr, uses in tm.count_regs.items():
         m = []
         for pc, r in uses:
-            g = tm.local_range(pc, r, rng)
-            m.append(max(abs(g[0]), abs(g[1])) if g is not None else magnitude(r))
+            c = count_at(pc, r)
+            counts[("at", pc)] = c if c is not None else big([r])
+            m.append(c)
         cregs = sorted({r for _, r in uses})
-        counts[lr] = max([tm.imm_max.get(lr, 0)] + m) if None not in m else big(cregs)  # type: ignore[operator]
+        counts[("lr", lr)] = max([tm.imm_max.get(lr, 0)] + m) if None not in m else big(cregs)  # type: ignore[operator]
     total = 0
     for loops, costs in tm.segments:
         times = 1
