@@ -18,10 +18,10 @@ Models: an MLP of the digits model's shape (64-128-64-10, batch 64, random weigh
 chips), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32, and 112x112 without ``--quick``) and a
 transformer block (``nn.TransformerBlock(512, 8)``, T 64 without ``--quick``; d 128, 4 heads, T 32 with it).
 Pipeline runs take 2 x chips micro-batches where the batch allows (else one per sample: the transformer
-block's batch of 1 is one micro-batch, no overlap) and the stage groups per chip the compiler chooses
-(``--interleave V`` forces them; 1 is GPipe); a pipeline row also gives ``interleave`` and ``bound``, the
-efficiency its stages would reach with nothing but the schedule's fill and drain and their imbalance:
-``T1 / (N (V M + N - 1) max(stage cycles))``. Data parallel needs a sample per chip. The goals of the
+block's batch of 1 is one micro-batch, no overlap) and GPipe's contiguous stages (``--interleave V``: ``V``
+stage groups per chip); a pipeline row also gives ``interleave``, ``stage_cycles`` and ``bound``, the
+efficiency its stages would reach with free hand-offs (``T1 / (N x ShardedModel.schedule_cycles())``: what
+the fill, the drain and the stages' imbalance leave). Data parallel needs a sample per chip. The goals of the
 multi-chip issue (data-parallel ResNet-18 at batch 8 on 4 chips >= 90%, tensor-parallel transformer block
 d512/8 heads on 4 chips >= 75%, a pipeline of 8 micro-batches over 4 chips >= 80%) are the rows to look at;
 docs/sharding.md has the table of the last full run.
@@ -115,8 +115,8 @@ def run(name, build, config, chips, strategies, topology, interleave=None) -> li
                        bit_exact=all(np.array_equal(a, b) for a, b in zip(res.outputs, ref)),
                        compile_s=t1 - t0, sim_s=t2 - t1)
             if strat == "pipeline":
-                V = sm.interleave
-                row.update(interleave=V, bound=T1 / (n * (V * sm.micro_batches + n - 1) * max(sm.stage_cycles)))
+                row.update(interleave=sm.interleave, stage_cycles=sm.stage_cycles,
+                           bound=T1 / (n * sm.schedule_cycles()))
             rows.append(row)
     return rows
 

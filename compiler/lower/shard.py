@@ -17,7 +17,10 @@ tensors at the same addresses), so a tensor moves between chips as the bytes at 
   model outputs it produced to the micro-batch's place, and sends the tensors live after its stage to chip
   ``s + 1``. Transfers go DRAM -> SPM -> link -> SPM -> DRAM in chunks, double-buffered under tokens
   (``Glue``). The micro-batches are a scalar loop over DRAM slots (unrolled where a stage's kernels use the
-  loop's registers); each chip's program must fit its instruction memory.
+  loop's registers); each chip's program must fit its instruction memory. With ``interleave=V > 1`` the
+  kernels are cut in ``V * N`` stages, stage ``v`` on the chip at place ``v mod N`` (an interleaved schedule:
+  the micro-batches go round the ring ``V`` times in groups of ``N``; each task's send and receive run at once,
+  ``Exchange``; ``_interleaved_program``).
 * ``parallel="auto"``: each strategy that compiles (and micro-batch counts for the pipeline) is simulated
   and the fewest cycles wins; the choice is cached by the model's graph and inputs (``auto_cache``).
 
@@ -201,6 +204,26 @@ class ShardedModel:
 
     def reference(self, *inputs) -> list[np.ndarray]:
         return self.base.reference(*inputs)
+
+    def schedule_cycles(self) -> int:
+        """Pipeline: the cycles of this schedule with free hand-offs (each stage's codes taking their simulated
+        cycles, ``stage_cycles``): every chip runs its tasks in its program's order, a task as soon as the chip
+        is free and the micro-batch has left the stage before. What the fill, the drain and the stages'
+        imbalance leave of the ideal; the run adds the transfers and what the codes lose beside each other."""
+        n, M, V = self.chips, self.micro_batches, self.interleave
+        if V == 1:
+            todo = [[(c, m) for m in range(M)] for c in range(n)]
+        else:
+            todo = [[(k * n + c, g * n + j) for g in range(M // n) for k in range(V) for j in range(n)]
+                    for c in range(n)]
+        done: dict = {}
+        free = [0] * n
+        while any(todo):
+            for c in range(n):
+                while todo[c] and (todo[c][0][0] == 0 or (todo[c][0][0] - 1, todo[c][0][1]) in done):
+                    v, m = todo[c].pop(0)
+                    free[c] = done[v, m] = max(free[c], done.get((v - 1, m), 0)) + self.stage_cycles[v]
+        return max(free)
 
     def float_reference(self, *inputs) -> list[np.ndarray]:
         return self.base.float_reference(*inputs)

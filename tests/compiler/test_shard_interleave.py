@@ -124,3 +124,17 @@ def test_auto_tries_the_interleaved_schedule(deep):
     _exact(res, tc.compile(deep, [x], "small").reference(x))
     again = tc.compile(deep, [x], "small", chips=2, parallel="auto", micro_batches=4)
     assert again.choices is None and (again.parallel, again.interleave) == (sm.parallel, sm.interleave)
+
+
+@pytest.mark.parametrize("chips,micro,V", [(4, 8, 1), (4, 8, 2), (2, 4, 3), (3, 6, 2)])
+def test_schedule_cycles_of_equal_stages_is_the_textbook_bubble(chips, micro, V):
+    """Equal stages of ``t`` cycles: GPipe and the interleaved schedule take ``(V M + N - 1) t`` (efficiency
+    ``V M / (V M + N - 1)``); one stage twice as slow sets the pace of every step it is in."""
+    from compiler.lower.shard import ShardedModel
+    t = 7
+    sm = ShardedModel.__new__(ShardedModel)
+    sm.chips, sm.micro_batches, sm.interleave, sm.stage_cycles = chips, micro, V, [t] * (V * chips)
+    assert sm.schedule_cycles() == (V * micro + chips - 1) * t
+    if V == 1:
+        sm.stage_cycles = [t] * (chips - 1) + [2 * t]
+        assert sm.schedule_cycles() == (chips - 1) * t + micro * 2 * t
