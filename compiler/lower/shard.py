@@ -85,6 +85,9 @@ def compile(model, example_inputs, config="base", *, chips: int = 1, parallel: s
     if interleave is not None and (not isinstance(interleave, int) or isinstance(interleave, bool)
                                    or interleave < 1):
         raise ChipCompileError(f"interleave={interleave!r}: a positive number of stage groups per chip")
+    if interleave is not None and (chips == 1 or parallel in ("data", "tensor")):
+        raise ChipCompileError(f"interleave={interleave}: the stage groups of a pipeline over chips > 1 "
+                               f"(parallel='pipeline' or 'auto'), not chips={chips}, parallel={parallel!r}")
     if chips == 1 and parallel is None:
         return compile_model(model, example_inputs, config, calibration=calibration, **options)
     bad = sorted(set(options) & {"dynamic", "shapes", "search", "key_bound", "resident_inputs"})

@@ -105,6 +105,8 @@ def test_interleave_errors(deep):
     x = _x((6, 32))
     with pytest.raises(tc.ChipCompileError, match="interleave=0"):
         tc.compile(deep, [x], "small", chips=2, parallel="pipeline", interleave=0)
+    with pytest.raises(tc.ChipCompileError, match="interleave=2: the stage groups of a pipeline"):
+        tc.compile(deep, [x], "small", chips=2, parallel="data", interleave=2)
     with pytest.raises(tc.ChipCompileError, match="3 is not a multiple"):
         tc.compile(deep, [x], "small", chips=2, parallel="pipeline", micro_batches=3, interleave=2)
     with pytest.raises(tc.ChipCompileError, match="fewer than 12 stages"):
