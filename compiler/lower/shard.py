@@ -590,6 +590,7 @@ def _pipeline_programs(V, n, M, B, piece, part, base, cfg, topology, shape, orde
                             interleave=V)
 
     def iteration(c: int, m: int, reg) -> tuple[list, dict, dict]:
+        """Stage ``c``'s codes for micro-batch ``m`` (with ``reg``: its slot is ``reg`` bytes after slot 0's)."""
         a, b = stages[c]
         seq, pre, fen = [], {}, {}
         if c == 0:
