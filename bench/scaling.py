@@ -18,7 +18,10 @@ Models: an MLP of the digits model's shape (64-128-64-10, batch 64, random weigh
 chips), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32, and 112x112 without ``--quick``) and a
 transformer block (``nn.TransformerBlock(512, 8)``, T 64 without ``--quick``; d 128, 4 heads, T 32 with it).
 Pipeline runs take 2 x chips micro-batches where the batch allows (else one per sample: the transformer
-block's batch of 1 is one micro-batch, no overlap); data parallel needs a sample per chip. The goals of the
+block's batch of 1 is one micro-batch, no overlap) and GPipe's contiguous stages (``--interleave V``: ``V``
+stage groups per chip); a pipeline row also gives ``interleave``, ``stage_cycles`` and ``bound``, the
+efficiency its stages would reach with free hand-offs (``T1 / (N x ShardedModel.schedule_cycles())``: what
+the fill, the drain and the stages' imbalance leave). Data parallel needs a sample per chip. The goals of the
 multi-chip issue (data-parallel ResNet-18 at batch 8 on 4 chips >= 90%, tensor-parallel transformer block
 d512/8 heads on 4 chips >= 75%, a pipeline of 8 micro-batches over 4 chips >= 80%) are the rows to look at;
 docs/sharding.md has the table of the last full run.
@@ -70,7 +73,7 @@ def models(quick: bool) -> list:
     return out
 
 
-def run(name, build, config, chips, strategies, topology) -> list[dict]:
+def run(name, build, config, chips, strategies, topology, interleave=None) -> list[dict]:
     cfg = ChipConfig.load(config)
     model, x = build()
     t0 = time.perf_counter()
@@ -96,7 +99,9 @@ def run(name, build, config, chips, strategies, topology) -> list[dict]:
                 row["micro_batches"] = micro
             try:
                 t0 = time.perf_counter()
-                sm = tc.compile(model, [x], cfg, chips=n, parallel=strat, micro_batches=micro, topology=topology)
+                kw = {"interleave": interleave} if strat == "pipeline" and interleave else {}
+                sm = tc.compile(model, [x], cfg, chips=n, parallel=strat, micro_batches=micro, topology=topology,
+                                **kw)
                 t1 = time.perf_counter()
                 res = tc.Device("sim", config=cfg, chips=n, topology=topology).run(sm, x)
                 t2 = time.perf_counter()
@@ -109,6 +114,9 @@ def run(name, build, config, chips, strategies, topology) -> list[dict]:
                        link_util=res.stats.link_bytes / (n * TN * cfg.link_width_bytes),
                        bit_exact=all(np.array_equal(a, b) for a, b in zip(res.outputs, ref)),
                        compile_s=t1 - t0, sim_s=t2 - t1)
+            if strat == "pipeline":
+                row.update(interleave=sm.interleave, stage_cycles=sm.stage_cycles,
+                           bound=T1 / (n * sm.schedule_cycles()))
             rows.append(row)
     return rows
 
@@ -121,7 +129,9 @@ def table(rows) -> str:
             lines.append(f"| {r['model']} | {r['config']} | {r['strategy']} | {r['chips']} | "
                          f"{r['error']} | | | | | | |")
             continue
-        strat = r["strategy"] + (f" ({r['micro_batches']} micro-batches)" if "micro_batches" in r else "")
+        strat = r["strategy"] + (f" ({r['micro_batches']} micro-batches" + (
+            f", {r['interleave']} stage groups per chip, bound {100 * r['bound']:.1f}%" if "interleave" in r else "")
+            + ")" if "micro_batches" in r else "")
         lines.append(f"| {r['model']} | {r['config']} | {strat} | {r['chips']} | {r['cycles']:,} | "
                      f"{r['speedup']:.2f} | {100 * r['efficiency']:.1f}% | {100 * r['link_util']:.2f}% | "
                      f"{'yes' if r['bit_exact'] else 'NO'} | {r['compile_s']:.1f} | {r['sim_s']:.1f} |")
@@ -137,6 +147,8 @@ def main(argv=None) -> int:
     ap.add_argument("--strategies", default="data,tensor,pipeline")
     ap.add_argument("--topology", default="ring", choices=["ring", "torus2d"])
     ap.add_argument("--only", default="", help="only the models whose name contains this")
+    ap.add_argument("--interleave", type=int, default=None,
+                    help="pipeline: stage groups per chip (1: GPipe; default: the compiler's choice)")
     args = ap.parse_args(argv)
     try:
         chips = [int(c) for c in (args.chips or ("1,2,4" if args.quick else "1,2,4,8")).split(",")]
@@ -148,13 +160,15 @@ def main(argv=None) -> int:
     bad = [s for s in strategies if s not in ("data", "tensor", "pipeline")]
     if bad:
         ap.error(f"--strategies: {', '.join(bad)} (data, tensor, pipeline)")
+    if args.interleave is not None and args.interleave < 1:
+        ap.error(f"--interleave {args.interleave}: a positive number of stage groups per chip")
     if args.json and not args.json.parent.is_dir():
         ap.error(f"--json {args.json}: no folder {args.json.parent}")
     rows = []
     for name, build, more in models(args.quick):
         if args.only in name:
             got = run(name, build, args.config, chips + ([] if args.quick or args.chips else more), strategies,
-                      args.topology)
+                      args.topology, args.interleave)
             print("\n".join(table(got).splitlines()[2:]), flush=True)
             rows += got
     print(table(rows))

@@ -17,7 +17,10 @@ tensors at the same addresses), so a tensor moves between chips as the bytes at 
   model outputs it produced to the micro-batch's place, and sends the tensors live after its stage to chip
   ``s + 1``. Transfers go DRAM -> SPM -> link -> SPM -> DRAM in chunks, double-buffered under tokens
   (``Glue``). The micro-batches are a scalar loop over DRAM slots (unrolled where a stage's kernels use the
-  loop's registers); each chip's program must fit its instruction memory.
+  loop's registers); each chip's program must fit its instruction memory. With ``interleave=V > 1`` the
+  kernels are cut in ``V * N`` stages, stage ``v`` on the chip at place ``v mod N`` (an interleaved schedule:
+  the micro-batches go round the ring ``V`` times in groups of ``N``; each task's send and receive run at once,
+  ``Exchange``; ``_interleaved_program``).
 * ``parallel="auto"``: each strategy that compiles (and micro-batch counts for the pipeline) is simulated
   and the fewest cycles wins; the choice is cached by the model's graph and inputs (``auto_cache``).
 
@@ -36,7 +39,7 @@ from isa.config import ChipConfig, square_shape
 from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.operands import dram, spm
-from isa.regs import Reg
+from isa.regs import ZERO, Reg
 from isa.table import Space
 from isa.program import DRAM_ALIGN, Program
 
@@ -58,11 +61,14 @@ CHUNK_ROWS = 256
 
 
 def compile(model, example_inputs, config="base", *, chips: int = 1, parallel: str | None = None,
-            micro_batches: int | None = None, topology: str = "ring", calibration=None, **options):
+            micro_batches: int | None = None, topology: str = "ring", calibration=None,
+            interleave: int | None = None, **options):
     """``tc.compile``: the model for one chip (``compiler.lower.dispatch.compile_model``, whose keywords
     ``options`` are), or, with ``chips > 1``, sharded over ``chips`` chips (``ShardedModel``):
     ``parallel`` "data" | "pipeline" | "auto" (default "auto"), ``micro_batches`` for the pipeline
-    (default: the batch, at most ``4 * chips``), ``topology`` "ring" | "torus2d" (how the chips the
+    (default: the batch, at most ``4 * chips``), ``interleave`` for the pipeline: the stage groups each chip
+    holds (1, the default: GPipe, contiguous stages; ``v > 1``: an interleaved schedule of ``v * chips`` stages;
+    ``parallel="auto"`` tries 1 and 2), ``topology`` "ring" | "torus2d" (how the chips the
     bundle runs on are wired; the strategies here use neighbour links only)."""
     if not isinstance(chips, int) or isinstance(chips, bool) or chips < 1:
         raise ChipCompileError(f"chips={chips!r}: a positive number of chips")
@@ -74,7 +80,14 @@ def compile(model, example_inputs, config="base", *, chips: int = 1, parallel: s
     unknown = sorted(set(options) - _COMPILE_OPTIONS)
     if unknown:
         raise ChipCompileError(f"tc.compile: unknown option(s) {', '.join(unknown)}; known: chips, parallel, "
-                               f"micro_batches, topology, calibration, {', '.join(sorted(_COMPILE_OPTIONS))}")
+                               f"micro_batches, interleave, topology, calibration, "
+                               f"{', '.join(sorted(_COMPILE_OPTIONS))}")
+    if interleave is not None and (not isinstance(interleave, int) or isinstance(interleave, bool)
+                                   or interleave < 1):
+        raise ChipCompileError(f"interleave={interleave!r}: a positive number of stage groups per chip")
+    if interleave is not None and (chips == 1 or parallel in ("data", "tensor")):
+        raise ChipCompileError(f"interleave={interleave}: the stage groups of a pipeline over chips > 1 "
+                               f"(parallel='pipeline' or 'auto'), not chips={chips}, parallel={parallel!r}")
     if chips == 1 and parallel is None:
         return compile_model(model, example_inputs, config, calibration=calibration, **options)
     bad = sorted(set(options) & {"dynamic", "shapes", "search", "key_bound", "resident_inputs"})
@@ -92,17 +105,18 @@ def compile(model, example_inputs, config="base", *, chips: int = 1, parallel: s
     if not isinstance(base, CompiledModel):
         raise ChipCompileError(f"chips={chips}: a model of the ordinary kernel pipeline only, not a "
                                f"{type(base).__name__}")
-    return _shard(model, feeds, calib, cfg, chips, parallel or "auto", micro_batches, topology, base, options)
+    return _shard(model, feeds, calib, cfg, chips, parallel or "auto", micro_batches, topology, base, options,
+                  interleave)
 
 
-def _shard(model, feeds, calib, cfg, chips, parallel, micro, topology, base, options):
+def _shard(model, feeds, calib, cfg, chips, parallel, micro, topology, base, options, interleave=None):
     if parallel == "auto":
-        return choose(model, feeds, calib, cfg, chips, micro, topology, base, options)
+        return choose(model, feeds, calib, cfg, chips, micro, topology, base, options, interleave)
     if parallel == "data":
         return _data(model, feeds, calib, cfg, chips, topology, base, options)
     if parallel == "tensor":
         return _tensor(model, feeds, calib, cfg, chips, topology, base, options)
-    return _pipeline(model, feeds, calib, cfg, chips, micro, topology, base, options)
+    return _pipeline(model, feeds, calib, cfg, chips, micro, topology, base, options, interleave)
 
 
 # ---------------------------------------------------------------------------------------------- the bundle
@@ -135,6 +149,7 @@ class ShardedModel:
     parts: list = field(default_factory=list)         # tensor: per chip, its compile (its share of the weights)
     shape: tuple = (1, 0)                             # the torus's (rows, cols); a ring: (1, chips)
     order: list = field(default_factory=list)         # the chips in the order of the cycle the strategy uses
+    interleave: int = 1                               # pipeline: stage groups per chip (stage v on place v mod n)
 
     @property
     def input_names(self) -> list:
@@ -193,6 +208,26 @@ class ShardedModel:
     def reference(self, *inputs) -> list[np.ndarray]:
         return self.base.reference(*inputs)
 
+    def schedule_cycles(self) -> int:
+        """Pipeline: the cycles of this schedule with free hand-offs (each stage's codes taking their simulated
+        cycles, ``stage_cycles``): every chip runs its tasks in its program's order, a task as soon as the chip
+        is free and the micro-batch has left the stage before. What the fill, the drain and the stages'
+        imbalance leave of the ideal; the run adds the transfers and what the codes lose beside each other."""
+        n, M, V = self.chips, self.micro_batches, self.interleave
+        if V == 1:
+            todo = [[(c, m) for m in range(M)] for c in range(n)]
+        else:
+            todo = [[(k * n + c, g * n + j) for g in range(M // n) for k in range(V) for j in range(n)]
+                    for c in range(n)]
+        done: dict = {}
+        free = [0] * n
+        while any(todo):
+            for c in range(n):
+                while todo[c] and (todo[c][0][0] == 0 or (todo[c][0][0] - 1, todo[c][0][1]) in done):
+                    v, m = todo[c].pop(0)
+                    free[c] = done[v, m] = max(free[c], done.get((v - 1, m), 0)) + self.stage_cycles[v]
+        return max(free)
+
     def float_reference(self, *inputs) -> list[np.ndarray]:
         return self.base.float_reference(*inputs)
 
@@ -200,12 +235,13 @@ class ShardedModel:
         lines = [f"sharded over {self.chips} chips ({self.topology}), {self.parallel} parallel, config "
                  f"{self.config.name}: batch {self.batch}, " +
                  {"data": f"{self.piece} sample(s) per chip", "tensor": "each GEMM's output columns shared"}.get(
-                     self.parallel, f"{self.micro_batches} micro-batch(es) of {self.piece}") +
+                     self.parallel, f"{self.micro_batches} micro-batch(es) of {self.piece}" +
+                     (f", {self.interleave} stage groups per chip (interleaved)" if self.interleave > 1 else "")) +
                  f"; instructions per chip {[sum(len(p) for p in pg) for pg in self.programs]}; "
                  f"compile {self.compile_s:.2f} s"]
         ks = self.part.qsched.sched.kernels
         for c, (a, b) in enumerate(self.stages):
-            chip = self.order[c] if self.order else c
+            chip = self.order[c % self.chips] if self.order else c % self.chips
             lines.append(f"  stage {c} on chip {chip}: kernels {a}..{b - 1} ({', '.join(k.name for k in ks[a:b])}), "
                          f"{self.stage_cycles[c]} cycles per micro-batch, sends "
                          f"{sum(n for _, _, n in self.live[c]) if c < len(self.live) else 0} bytes")
@@ -447,13 +483,17 @@ class AllGather:
 
 # ---------------------------------------------------------------------------------------------- pipeline
 
-def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> ShardedModel:
+def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options, interleave=None) -> ShardedModel:
     t0 = time.perf_counter()
     B = _batch(feeds)
     M = micro if micro is not None else min(B, 4 * n)
     if not isinstance(M, int) or M < 1:
         raise ChipCompileError(f"micro_batches={micro!r}: a positive number")
     what = f"pipeline over {n} chips, {M} micro-batch(es)"
+    if interleave is not None and interleave > 1:           # what the shapes alone decide, before compiling
+        why = _why_not_interleaved(interleave, n, M, None, True)
+        if why:
+            raise ChipCompileError(f"{what}, interleave={interleave}: {why}")
     part, piece, pieces = _part(model, feeds, calib, cfg, M, options, what, resident=True)
     _check_samplewise(base, part, feeds, pieces, what)
     s, q, lw = part.qsched.sched, part.qsched, part.lowered
@@ -463,22 +503,55 @@ def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> Sh
     kc = [*lw.first_code, nc]
     code_cycles = _code_cycles(part)
     kcycles = [sum(code_cycles[kc[i]:kc[i + 1]]) for i in range(nk)]
-    cuts = _balance(kcycles, n)                                  # stage c: kernels cuts[c]..cuts[c+1]-1
-    stages = [(cuts[c], cuts[c + 1]) for c in range(n)]
     size = {ti: t.phys_size * q.elem_bytes(ti) for ti, t in enumerate(s.tensors)}
     addr = part.tensor_addr
     const = {ti for ti, t in enumerate(s.tensors) if t.kind == "input" and t.value is not None}
-    live = []
-    for c in range(1, n):
-        a = cuts[c]
-        need = {t for k in s.kernels[a:] for t in kernel_inputs(k)}
-        live.append([(ti, addr[ti], size[ti]) for ti, t in enumerate(s.tensors) if ti in need and ti not in const
-                     and (t.kind == "input" or t.producer < a)])
     outs = sorted({t for t, _ in s.outputs})
-    producer = {ti: (0 if s.tensors[ti].kind == "input" else
-                     next(c for c, (a, b) in enumerate(stages) if a <= s.tensors[ti].producer < b)) for ti in outs}
     inputs = [s.inputs[nm] for nm in part.input_names]
     shape, order, ports = ring_order(topology, n, cfg)
+    bufs = _glue_rows(cfg, lw.zero)
+    V = interleave or 1
+    if V > 1:
+        # the micro-batch loop needs r14/r15: kernels that use them run unrolled (GPipe) and cannot interleave
+        codes_use = emit_program(list(lw.codes), cfg, dict(lw.prefixes), dict(lw.fences)).registers_used
+        why = _why_not_interleaved(V, n, M, nk, not codes_use & {MB_REG.n, MB_END.n})
+        if why:
+            raise ChipCompileError(f"{what}, interleave={V}: {why}")
+    return _pipeline_programs(V, n, M, B, piece, part, base, cfg, topology, shape, order, ports, bufs, kc, kcycles,
+                              size, addr, const, outs, inputs, what, t0)
+
+
+def _why_not_interleaved(V: int, n: int, M: int, nk: int, free_regs: bool) -> str | None:
+    """Why ``V`` stage groups per chip cannot be scheduled (None: they can)."""
+    if n < 2:
+        return "an interleaved schedule needs at least 2 chips"
+    if M % n:
+        return f"an interleaved schedule takes the micro-batches in groups of the chips ({n}): {M} is not a multiple"
+    if nk is not None and nk < V * n:
+        return f"the model has {nk} kernel(s), fewer than {V * n} stages"
+    if not free_regs:
+        return f"the kernels use the micro-batch loop's registers r{MB_REG.n}/r{MB_END.n}"
+    return None
+
+
+def _live_at(s, a: int, const: set) -> list[int]:
+    """The tensors live before kernel ``a``: read at or after it, produced before it (or inputs), not constants."""
+    need = {t for k in s.kernels[a:] for t in kernel_inputs(k)}
+    return [ti for ti, t in enumerate(s.tensors) if ti in need and ti not in const
+            and (t.kind == "input" or t.producer < a)]
+
+
+def _pipeline_programs(V, n, M, B, piece, part, base, cfg, topology, shape, order, ports, bufs, kc, kcycles, size,
+                       addr, const, outs, inputs, what, t0) -> ShardedModel:
+    """The pipeline's programs for ``V`` stage groups per chip (``V n`` stages; stage ``v`` on the chip at place
+    ``v mod n`` of the cycle)."""
+    s, lw = part.qsched.sched, part.lowered
+    nv = V * n
+    cuts = _balance(kcycles, nv)                                 # stage v: kernels cuts[v]..cuts[v+1]-1
+    stages = [(cuts[c], cuts[c + 1]) for c in range(nv)]
+    live = [[(ti, addr[ti], size[ti]) for ti in _live_at(s, cuts[c], const)] for c in range(1, nv)]
+    producer = {ti: (0 if s.tensors[ti].kind == "input" else
+                     next(c for c, (a, b) in enumerate(stages) if a <= s.tensors[ti].producer < b)) for ti in outs}
     # DRAM after the part's image: per micro-batch, its inputs (read by chip 0) and outputs (by their producer)
     at = align_up(part.const_base + len(part.const_image), DRAM_ALIGN)
     in_stage, out_stage = [], []
@@ -491,15 +564,30 @@ def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> Sh
         in_stage.append(slot)
         slot = {}
         for ti in outs:
-            slot[ti] = (order[producer[ti]], at)
+            slot[ti] = (order[producer[ti] % n], at)
             at = align_up(at + size[ti], DRAM_ALIGN)
         out_stage.append(slot)
     S = (at - slot0) // M
+    scratch = at                       # interleaved: where a chip receives what would overwrite what it sends
+    if V > 1:
+        at += max(sum(align_up(nb, DRAM_ALIGN) for _, _, nb in lv) for lv in live)
     if at > cfg.dram_bytes:
         raise ChipCompileError(f"{what}: needs {at} bytes of DRAM per chip (the model and {M} micro-batches' inputs "
                                f"and outputs); config {cfg.name!r} has {cfg.dram_bytes} (dram_bytes)")
-    bufs = _glue_rows(cfg, lw.zero)
     progs: list = [None] * n
+    scyc = [sum(kcycles[a:b]) for a, b in stages]
+    lv_out = [[(ti, a_, nb) for ti, a_, nb in lv] for lv in live]
+    if V > 1:
+        for c in range(n):
+            e = _interleaved_program(c, V, n, M, S, stages, live, inputs, outs, producer, in_stage, out_stage,
+                                     addr, size, lw, kc, bufs, cfg, ports, scratch)
+            if len(e) > cfg.imem_words:
+                raise ChipCompileError(f"{what}, interleave={V}: chip {c}'s program needs {len(e)} instructions; "
+                                       f"config {cfg.name!r} holds {cfg.imem_words} (imem_words)")
+            progs[order[c]] = [e.build(f"<pipeline, chip {c} of {n}, {V} stage groups>")]
+        return ShardedModel(cfg, n, "pipeline", topology, base, part, progs, B, piece, M, stages, scyc, lv_out,
+                            in_stage, out_stage, compile_s=time.perf_counter() - t0, shape=shape, order=order,
+                            interleave=V)
 
     def iteration(c: int, m: int, reg) -> tuple[list, dict, dict]:
         """Stage ``c``'s codes for micro-batch ``m`` (with ``reg``: its slot is ``reg`` bytes after slot 0's)."""
@@ -548,10 +636,77 @@ def _pipeline(model, feeds, calib, cfg, n, micro, topology, base, options) -> Sh
             raise ChipCompileError(f"{what}: stage {c}'s program needs {len(e)} instructions; config {cfg.name!r} "
                                    f"holds {cfg.imem_words} (imem_words): more chips (shorter stages)")
         progs[order[c]] = [e.build(f"<pipeline stage {c} of {n}>")]
-    scyc = [sum(kcycles[a:b]) for a, b in stages]
-    return ShardedModel(cfg, n, "pipeline", topology, base, part, progs, B, piece, M, stages, scyc,
-                        [[(ti, a_, nb) for ti, a_, nb in lv] for lv in live], in_stage, out_stage,
-                        compile_s=time.perf_counter() - t0, shape=shape, order=order)
+    return ShardedModel(cfg, n, "pipeline", topology, base, part, progs, B, piece, M, stages, scyc, lv_out,
+                        in_stage, out_stage, compile_s=time.perf_counter() - t0, shape=shape, order=order)
+
+
+def _interleaved_program(c, V, n, M, S, stages, live, inputs, outs, producer, in_stage, out_stage, addr, size, lw,
+                         kc, bufs, cfg, ports, scratch):
+    """The program of the chip at place ``c`` of an interleaved pipeline: it holds stages ``c, c + n, ...,
+    c + (V - 1) n``. The micro-batches go in groups of ``n`` (a scalar loop over the groups: ``MB_REG`` the
+    group's first slot offset); per group the chip runs, in order, its stage group ``k = 0 .. V-1`` on the
+    group's micro-batches ``j = 0 .. n-1`` (task ``(k, j)``). Each task starts with one ``Exchange``: it sends
+    what the task before it left for the next chip (nothing in the first group's first task; the last task's
+    after the loop) while it receives its own inputs from the previous chip (stage 0 copies them from the
+    micro-batch's slot after the exchange), into ``scratch`` (then copied) where they would overwrite what it
+    sends; then it runs its stage's kernels and copies the model outputs they produce to the slot. The chip at
+    place ``c`` runs its ``i``-th task in step ``i + c`` of one global schedule, so each send meets its receive
+    in the same step; the last chip's stage ``kn - 1`` feeds the first chip's stage ``kn`` over the ring's
+    closing link."""
+    nv = V * n
+    tasks = [(k * n + c, j) for k in range(V) for j in range(n)]
+    seq, pre, fen = [LoopEdge("head", (M // n) * n * S)], {}, {}
+    head = seq[0]
+    xb = _exchange_rows(cfg, lw.zero)
+
+    def out_of(v):
+        return [(a_, 0, nb) for _, a_, nb in live[v]] if v < nv - 1 else []
+
+    for i, (v, j) in enumerate(tasks):
+        seq.append(LabelPrefix(f"t{v}_{j}_"))
+        out = out_of(tasks[i - 1][0] if i else tasks[-1][0])
+        after = []
+        if v == 0:
+            into = []
+            after.append(Glue("copy", [(in_stage[j][ti], addr[ti], size[ti]) for ti in inputs], bufs, cfg,
+                              reg=MB_REG, reg_on="src"))
+        else:
+            into = [(0, a_, nb) for _, a_, nb in live[v - 1]]
+            if any(lo < d + nb and d < lo + m for _, d, nb in into for lo, _, m in out):
+                at, tmp = scratch, []
+                for _, d, nb in into:
+                    tmp.append((at, d, nb))
+                    at += align_up(nb, DRAM_ALIGN)
+                into = [(0, t_, nb) for t_, _, nb in tmp]
+                after.append(Glue("copy", tmp, bufs, cfg))
+        if out or into:
+            seq.append(Exchange(out, into, xb[:4], xb[4], cfg, ports[c], first=i == 0))
+        seq += after
+        a, b = stages[v]
+        for x in range(kc[a], kc[b]):
+            if x in lw.prefixes:
+                pre[len(seq)] = lw.prefixes[x]
+            if x in lw.fences:
+                fen[len(seq)] = lw.fences[x]
+            seq.append(lw.codes[x])
+        mine = [(addr[ti], out_stage[j][ti][1], size[ti]) for ti in outs if producer[ti] == v]
+        if mine:
+            seq.append(Glue("copy", mine, bufs, cfg, reg=MB_REG, reg_on="dst"))
+    seq.append(LoopEdge("back", n * S, head))
+    last = out_of(tasks[-1][0])
+    if last:
+        seq.append(Exchange(last, [], xb[:4], xb[4], cfg, ports[c]))
+    return emit_program(seq, cfg, pre, fen)
+
+
+def _exchange_rows(cfg: ChipConfig, zero: int | None) -> tuple:
+    """Four chunk buffers in SPM (two to send from, two to receive into) and the rows of one, clear of the zero
+    rows: the same on every chip (the ends of a link cut their transfers alike)."""
+    lo, hi = _free_rows(cfg, zero)
+    h = min((hi - lo) // 4, CHUNK_ROWS)
+    if h < 1:
+        raise ChipCompileError(f"config {cfg.name!r}: no SPM rows free for link exchanges")
+    return lo, lo + h, lo + 2 * h, lo + 3 * h, h
 
 
 def _balance(cost: list[int], n: int) -> list[int]:
@@ -586,12 +741,16 @@ def _code_cycles(part: CompiledModel) -> list[int]:
     return out
 
 
+def _free_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int]:
+    """The longest run of SPM rows ``[lo, hi)`` clear of the zero rows."""
+    if zero is None:
+        return 0, cfg.spm_rows
+    return max([(0, zero), (zero + ZERO_ROWS, cfg.spm_rows)], key=lambda r: r[1] - r[0])
+
+
 def _glue_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int, int]:
     """Two chunk buffers in SPM (first rows of each) and the rows of one, clear of the zero rows."""
-    if zero is None:
-        lo, hi = 0, cfg.spm_rows
-    else:
-        lo, hi = max([(0, zero), (zero + ZERO_ROWS, cfg.spm_rows)], key=lambda r: r[1] - r[0])
+    lo, hi = _free_rows(cfg, zero)
     h = min((hi - lo) // 2, CHUNK_ROWS)
     if h < 1:
         raise ChipCompileError(f"config {cfg.name!r}: no SPM rows free for link transfers")
@@ -635,6 +794,54 @@ class Glue:
             else:
                 _dma(e, "dma.st", row, da, nb, C, wait=src, signal=last, reg=self.reg if self.reg_on == "dst" else None)
         e.emit("fence", "all")
+
+
+class Exchange:
+    """A send and a receive at once (a code that emits itself, fenced): ``out`` DRAM segments ``(src, _, bytes)``
+    out of link port ``ports[0]`` through SPM buffers ``bufs[0:2]`` (load, link.send) while ``into`` segments
+    ``(_, dst, bytes)`` come in from port ``ports[1]`` through ``bufs[2:4]`` (link.recv, store), the two chains
+    interleaved chunk by chunk under their own tokens (load/ltx, lrx/store). ``rows``: rows of a buffer (both
+    ends of a link cut the same segments the same way). ``first``: in the micro-batch loop's first trip (``MB_REG``
+    0) the send is skipped (the receive alone is emitted a second time, branched to)."""
+
+    def __init__(self, out: list, into: list, bufs: tuple, rows: int, cfg: ChipConfig, ports: tuple,
+                 first: bool = False):
+        self.out, self.into, self.bufs, self.rows, self.cfg, self.ports = out, into, bufs, rows, cfg, ports
+        self.first = first and bool(out)
+        self.name = f"exchange: send {sum(n for *_, n in out)} bytes, receive {sum(n for *_, n in into)} bytes"
+
+    def _chunks(self, segs: list) -> list:
+        step = self.rows * self.cfg.cols
+        return [(s + o, d + o, min(step, n - o)) for s, d, n in segs for o in range(0, n, step)]
+
+    def _emit(self, e, out: list) -> None:
+        C = self.cfg.cols
+        so, ri = self._chunks(out), self._chunks(self.into)
+        for i in range(max(len(so), len(ri))):
+            if i < len(so):
+                sa, _, nb = so[i]
+                row = self.bufs[i % 2]
+                _dma(e, "dma.ld", row, sa, nb, C, wait="ltx" if i >= 2 else None, signal="ltx")
+                send(e, self.ports[0], Space.SPM, row, cdiv(nb, C), wait="load",
+                     signal="load" if i + 2 < len(so) else None)
+            if i < len(ri):
+                _, da, nb = ri[i]
+                row = self.bufs[2 + i % 2]
+                recv(e, self.ports[1], Space.SPM, row, cdiv(nb, C), wait="store" if i >= 2 else None, signal="store")
+                _dma(e, "dma.st", row, da, nb, C, wait="lrx", signal="lrx" if i + 2 < len(ri) else None)
+        e.emit("fence", "all")
+
+    def emit(self, e) -> None:
+        e.comment(self.name + f" (link ports {self.ports[0]} out, {self.ports[1]} in)")
+        if not self.first:
+            return self._emit(e, self.out)
+        alone, done = e.fresh_label("first_trip"), e.fresh_label("exchanged")
+        e.emit("beq", MB_REG, ZERO, alone)
+        self._emit(e, self.out)
+        e.emit("jmp", done)
+        e.place(alone)
+        self._emit(e, [])
+        e.place(done)
 
 
 def _dma(e, op: str, row: int, addr: int, nbytes: int, C: int, wait=None, signal=None, reg=None) -> None:
@@ -735,28 +942,30 @@ def ring_order(topology: str, n: int, cfg: ChipConfig, shape: tuple | None = Non
 auto_cache: dict = {}
 
 
-def choose(model, feeds, calib, cfg, n, micro, topology, base, options) -> ShardedModel:
+def choose(model, feeds, calib, cfg, n, micro, topology, base, options, interleave=None) -> ShardedModel:
     """The strategy (and micro-batch count) with the fewest simulated cycles; the decision is cached."""
-    key = _key(base, feeds, cfg, n, micro, topology)
+    key = _key(base, feeds, cfg, n, micro, f"{topology}|{interleave}")
     if key in auto_cache:
-        strat, m = auto_cache[key]
-        return _shard(model, feeds, calib, cfg, n, strat, m, topology, base, options)
+        strat, m, v = auto_cache[key]
+        return _shard(model, feeds, calib, cfg, n, strat, m, topology, base, options, v)
     B = _batch(feeds)
-    cands = ([("data", None)] if B >= n else []) + [("tensor", None)]
+    cands = ([("data", None, None)] if B >= n else []) + [("tensor", None, None)]
     for m in sorted({x for x in ([micro] if micro else [n, 2 * n, 4 * n]) if x <= B}):
-        cands.append(("pipeline", m))
+        # GPipe, and 2 stage groups per chip where the micro-batches come in groups of the chips
+        vs = [interleave] if interleave else [1] + ([2] if m % n == 0 else [])
+        cands += [("pipeline", m, v) for v in vs]
     results, best, errors = {}, None, []
-    for strat, m in cands:
+    for strat, m, v in cands:
+        label = strat if m is None else f"pipeline/{m}" + (f"x{v}" if v and v > 1 else "")
         try:
-            sm = _shard(model, feeds, calib, cfg, n, strat, m, topology, base, options)
+            sm = _shard(model, feeds, calib, cfg, n, strat, m, topology, base, options, v)
         except ChipCompileError as e:
-            errors.append(f"{strat}{'' if m is None else f' ({m} micro-batches)'}: {e}")
+            errors.append(f"{label}: {e}")
             continue
         cyc = simulate(sm, feeds)
-        label = strat if m is None else f"pipeline/{m}"
         results[label] = cyc
         if best is None or cyc < best[0]:
-            best = (cyc, sm, (strat, m))
+            best = (cyc, sm, (strat, m, v))
     if best is None:
         raise ChipCompileError(f"no strategy shards the model over {n} chips: " + "; ".join(errors))
     auto_cache[key] = best[2]
