@@ -1,8 +1,8 @@
 """A model sharded over chips (``tc.compile(..., chips=N)``) on the Verilog ring (``Device("rtl", chips=N)``:
 ``rtl.chip.Ring`` through ``verify.cosim``) against the same bundle on ``sim.System``: every chip's cycle count
 equal, the outputs bit-exact to the single-chip reference. An MLP on 2 and 4 ``tiny`` chips, pipeline
-parallel (link transfers between every stage), tensor parallel (an all-gather after each layer) and data
-parallel."""
+parallel (link transfers between every stage; also interleaved, two stages per chip with the ring's closing
+link), tensor parallel (an all-gather after each layer) and data parallel."""
 
 from __future__ import annotations
 
@@ -28,15 +28,15 @@ def model():
     return m, x, tc.compile(m, [x], "tiny").reference(x)
 
 
-@pytest.mark.parametrize("chips,parallel", [(2, "pipeline"), (2, "data"), (2, "tensor"), (4, "pipeline"),
-                                           (4, "tensor")])
-def test_sharded_mlp_on_the_verilog_ring_equals_the_simulator(model, chips, parallel):
+@pytest.mark.parametrize("chips,parallel,interleave", [(2, "pipeline", 1), (2, "pipeline", 2), (2, "data", 1),
+                                                      (2, "tensor", 1), (4, "pipeline", 1), (4, "tensor", 1)])
+def test_sharded_mlp_on_the_verilog_ring_equals_the_simulator(model, chips, parallel, interleave):
     why = available(SIM)
     if why:
         pytest.skip(f"SIM={SIM}: {why}")
     m, x, ref = model
-    sm = tc.compile(m, [x], "tiny", chips=chips, parallel=parallel,
-                    micro_batches=4 if parallel == "pipeline" else None)
+    kw = {"micro_batches": 4, "interleave": interleave} if parallel == "pipeline" else {}
+    sm = tc.compile(m, [x], "tiny", chips=chips, parallel=parallel, **kw)
     sim = tc.Device("sim", config="tiny", chips=chips).run(sm, x)
     rtl = tc.Device("rtl", config="tiny", chips=chips, simulator=SIM).run(sm, x)
     assert [st.cycles for st in rtl.stats] == [st.cycles for st in sim.stats]
