@@ -541,6 +541,17 @@ def _live_at(s, a: int, const: set) -> list[int]:
             and (t.kind == "input" or t.producer < a)]
 
 
+def _append_codes(seq: list, lw, lo: int, hi: int, pre: dict, fen: dict) -> None:
+    """Append the lowered codes ``lo..hi-1`` of ``lw`` to ``seq``, with their prefixes and fences keyed
+    by their place in ``seq``."""
+    for j in range(lo, hi):
+        if j in lw.prefixes:
+            pre[len(seq)] = lw.prefixes[j]
+        if j in lw.fences:
+            fen[len(seq)] = lw.fences[j]
+        seq.append(lw.codes[j])
+
+
 def _pipeline_programs(V, n, M, B, piece, part, base, cfg, topology, shape, order, ports, bufs, kc, kcycles, size,
                        addr, const, outs, inputs, what, t0) -> ShardedModel:
     """The pipeline's programs for ``V`` stage groups per chip (``V n`` stages; stage ``v`` on the chip at place
@@ -599,12 +610,7 @@ def _pipeline_programs(V, n, M, B, piece, part, base, cfg, topology, shape, orde
         else:
             seq.append(Glue("recv", [(0, ti_addr, nb) for _, ti_addr, nb in live[c - 1]], bufs, cfg,
                             port=ports[c][1]))
-        for j in range(kc[a], kc[b]):
-            if j in lw.prefixes:
-                pre[len(seq)] = lw.prefixes[j]
-            if j in lw.fences:
-                fen[len(seq)] = lw.fences[j]
-            seq.append(lw.codes[j])
+        _append_codes(seq, lw, kc[a], kc[b], pre, fen)
         mine = [(addr[ti], out_stage[m][ti][1], size[ti]) for ti in outs if producer[ti] == c]
         if mine:
             seq.append(Glue("copy", mine, bufs, cfg, reg=reg, reg_on="dst"))
@@ -683,12 +689,7 @@ def _interleaved_program(c, V, n, M, S, stages, live, inputs, outs, producer, in
             seq.append(Exchange(out, into, xb[:4], xb[4], cfg, ports[c], first=i == 0))
         seq += after
         a, b = stages[v]
-        for x in range(kc[a], kc[b]):
-            if x in lw.prefixes:
-                pre[len(seq)] = lw.prefixes[x]
-            if x in lw.fences:
-                fen[len(seq)] = lw.fences[x]
-            seq.append(lw.codes[x])
+        _append_codes(seq, lw, kc[a], kc[b], pre, fen)
         mine = [(addr[ti], out_stage[j][ti][1], size[ti]) for ti in outs if producer[ti] == v]
         if mine:
             seq.append(Glue("copy", mine, bufs, cfg, reg=MB_REG, reg_on="dst"))

@@ -8,6 +8,7 @@ import pytest
 import tetrachip as tc
 from isa import ChipConfig
 from isa.ints import cdiv
+from test_shard import ResCNN
 
 nn = tc.nn
 DIMS = (32, 64, 48, 64, 32, 48, 40, 24, 10)        # eight linear layers: eight stages over 4 chips, V = 2
@@ -21,23 +22,6 @@ def _exact(res, ref):
     assert len(res.outputs) == len(ref)
     for got, want in zip(res.outputs, ref):
         np.testing.assert_array_equal(got, want)
-
-
-class ResCNN(nn.Module):
-    """A padded 3x3 conv whose output fans out to a second conv and a residual add two kernels later."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
-        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
-        self.c3 = nn.Conv2d(8, 8, 1)
-        self.fc = nn.Linear(8 * 6 * 6, 5)
-
-    def forward(self, x):
-        a = self.c1(x).relu()
-        b = self.c3(self.c2(a).relu())
-        y = (a + b).relu()
-        return self.fc(y.reshape(y.shape[0], -1))
 
 
 @pytest.fixture(scope="module")
