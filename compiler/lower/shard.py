@@ -35,18 +35,18 @@ import numpy as np
 from isa.config import ChipConfig, square_shape
 from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
-from isa.operands import dram, spm
+from isa.operands import acc, dram, spm
 from isa.regs import Reg
 from isa.table import Space
 from isa.program import DRAM_ALIGN, Program
 
 from compiler.lower import transformer
-from compiler.lower.collectives import recv, send
+from compiler.lower.collectives import all_reduce, recv, send
 from compiler.lower.compiled import named_feeds
 from compiler.lower.dispatch import check_inputs, compile_model
 from compiler.lower.emit import emit_program
-from compiler.lower.pipeline import ZERO_ROWS, CompiledModel
-from compiler.lower.schedule import ChipCompileError, kernel_inputs
+from compiler.lower.pipeline import ZERO_ROWS, CompiledModel, Reduce, TensorPlan, column_shares
+from compiler.lower.schedule import ChipCompileError, EwKernel, Kernel, base_to_mn, kernel_inputs
 
 PARALLEL = ("data", "tensor", "pipeline", "auto")
 TOPOLOGIES = ("ring", "torus2d")
@@ -322,14 +322,16 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
     next kernel reads it. The fused attention and table lookups run whole on every chip."""
     t0 = time.perf_counter()
     parts = []
+    plans = megatron_plans(base, n, cfg)
     for c in range(n):
-        p = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(c, n), **options)
+        p = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(c, n, plans[c]),
+                          **options)
         if not isinstance(p, CompiledModel) or p.lowered is None:
             raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
         parts.append(p)
     split = parts[0].lowered.split
     shape, order, ports = ring_order(topology, n, cfg)
-    if not split:
+    if not split and not parts[0].lowered.reduce:
         raise ChipCompileError(f"tensor parallel over {n} chips: no GEMM kernel has {n} output columns to share")
     progs: list = [None] * n
     for c, p in enumerate(parts):               # c: the chip's place in the cycle (its share of the columns)
@@ -345,7 +347,9 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
                 if j in lw.fences:
                     fen[len(seq)] = lw.fences[j]
                 seq.append(lw.codes[j])
-            if i in split:
+            if i in lw.reduce:
+                seq.append(AllReduce(lw.reduce[i], c, n, bufs, cfg, ports[c]))
+            elif i in split:
                 seq.append(AllGather(p.qsched.sched.kernels[i].name, split[i], c, bufs, cfg, ports[c]))
         e = emit_program(seq, cfg, pre, fen)
         if len(e) > cfg.imem_words:
@@ -355,6 +359,142 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
     B = _batch(feeds)
     return ShardedModel(cfg, n, "tensor", topology, base, parts[0], progs, B, B, compile_s=time.perf_counter() - t0,
                         parts=[parts[order.index(i)] for i in range(n)], shape=shape, order=order)
+
+
+def megatron_plans(base: CompiledModel, n: int, cfg: ChipConfig) -> list[TensorPlan]:
+    """Per chip, its part of the Megatron-style pairs of the model (``TensorPlan``): a GEMM ``A`` (column
+    parallel: the chip computes its share of the output columns, ``column_shares``) whose output only
+    elementwise kernels of one input (``E``, none or more, each the only reader of the one before) lead to a GEMM
+    ``B`` that reads nothing else, with ``B``'s K the columns of ``A``. The chip runs ``E`` on the rows that hold an
+    element it needs and ``B`` on its columns (row parallel: its rows of the weights, an int32 partial sum); an
+    all-reduce of the partial sums then leaves every chip with ``B``'s whole int32 result, which it requantizes as
+    the single chip does: one collective for the pair instead of an all-gather after each of its kernels.
+    Checked per chip, element by element: every input element of ``B`` the chip reads comes, through ``E``, from an
+    element of ``A`` the chip computed."""
+    s, q = base.qsched.sched, base.qsched
+    readers: dict = {}
+    for i, k in enumerate(s.kernels):
+        for t in set(kernel_inputs(k)):
+            readers.setdefault(t, []).append(i)
+    outs = {t for t, _ in s.outputs}
+    quiet, ew, rows = [set() for _ in range(n)], [{} for _ in range(n)], [{} for _ in range(n)]
+    taken: set = set()
+
+    def plain(k) -> bool:
+        return type(k) is Kernel and k.wmask is None
+
+    for a, ka in enumerate(s.kernels):
+        if a in taken or not plain(ka) or ka.N < n or q.elem_bytes(ka.out) != 1:
+            continue
+        chain, t, b = [], ka.out, None
+        while t not in outs and len(readers.get(t, [])) == 1:
+            j = readers[t][0]
+            kj = s.kernels[j]
+            if isinstance(kj, EwKernel) and len(kj.srcs) == 1 and q.elem_bytes(kj.out) == 1:
+                chain.append(j)
+                t = kj.out
+                continue
+            b = j if plain(kj) and kj.src == t and kj.K == ka.N and q.qkernels[j].out_int8 else None
+            break
+        if b is None or b in taken or s.kernels[b].M + cdiv(s.kernels[b].M, n) + 1 > cfg.acc_rows:
+            continue
+        kb = s.kernels[b]
+        out_a = s.tensors[ka.out]
+        offs_a = base_to_mn(out_a.phys_offsets(out_a.identity()), out_a, ka)
+        P = s.tensors[kb.src].phys_offsets(kb.gather)
+        shares = column_shares(ka.N, n, cfg.cols)
+        keep, ok = [], True
+        for a0, a1 in shares:
+            need, mine = np.unique(P[:, a0:a1]), {}
+            for j in reversed(chain):        # the elements the chip needs, back through the elementwise kernels
+                kj = s.kernels[j]
+                ot, (st, idx) = s.tensors[kj.out], kj.srcs[0]
+                out_p = ot.phys_offsets(ot.identity()).reshape(-1)
+                src_p = s.tensors[st].phys_offsets(idx).reshape(-1)
+                order = np.argsort(out_p, kind="stable")
+                pos = np.searchsorted(out_p[order], need)
+                if np.any(pos >= len(order)) or not np.array_equal(out_p[order][np.minimum(pos, len(order) - 1)], need):
+                    ok = False
+                    break
+                mine[j] = need
+                need = np.unique(src_p[order[pos]])
+            if not ok or not np.isin(need, offs_a[:, a0:a1]).all():
+                ok = False
+                break
+            keep.append(mine)
+        if not ok:
+            continue
+        taken.update([a, b, *chain])
+        for c, (a0, a1) in enumerate(shares):
+            quiet[c].update([a, *chain])
+            ew[c].update(keep[c])
+            rows[c][b] = (a0, a1)
+    return [TensorPlan(frozenset(quiet[c]), ew[c], rows[c]) for c in range(n)]
+
+
+class AllReduce:
+    """A row-parallel GEMM's partial sums (``pipeline.Reduce``: ``M`` x ``N`` int32, row-major in DRAM) summed over
+    the chips and requantized on each (a code that emits itself; ``emit.emit_program`` fences it). Groups of N
+    tiles (``M`` ACC rows each, tile-major) are loaded into ACC with their scale rows, summed by the library's
+    chunked ring all-reduce (``collectives.all_reduce``: reduce-scatter, then all-gather of the sums), then
+    ``vreq`` into SPM rows (the transfer buffers ``bufs``) and stored as the kernel's int8 output rows. Integer
+    addition wraps and is associative: every chip ends with the single chip's output bit for bit."""
+
+    CHUNKS = 2
+
+    def __init__(self, red: Reduce, rank: int, n: int, bufs: tuple, cfg: ChipConfig, ports: tuple = (0, 1)):
+        self.red, self.rank, self.n, self.cfg, self.ports = red, rank, n, cfg, ports
+        self.name = f"all-reduce {red.name}"
+        self.spm, self.spm_rows = bufs[0], 2 * bufs[2]
+        M, C = red.M, cfg.cols
+        self.NT = cdiv(red.N, C)
+        per = M + 1                                    # a tile's sums and its scale row
+        self.G = min(self.NT, (cfg.acc_rows - cdiv(M, n) - 1) // per if n > 1 else self.NT)
+        if self.G < 1:
+            raise ChipCompileError(f"{self.name}: {M} rows of partial sums do not fit ACC ({cfg.acc_rows} rows)")
+
+    def groups(self) -> list[tuple[int, int]]:
+        return [(t, min(t + self.G, self.NT)) for t in range(0, self.NT, self.G)]
+
+    def emit(self, e) -> None:
+        from compiler.lower.tiling import groups
+        from isa.regs import L1
+        red, cfg, n = self.red, self.cfg, self.n
+        M, N, C = red.M, red.N, cfg.cols
+        AB = 4
+        e.comment(f"{self.name}: {n} chips, {M} x {N} int32")
+        for t0, t1 in self.groups():
+            g = t1 - t0
+            sc, scratch = g * M, g * M + g
+            for t in range(t0, t1):
+                e.emit("dma.ld", acc[(t - t0) * M], dram[red.scratch + t * C * AB], rows=M, len=min(C, N - t * C),
+                       rstride=N * AB)
+            e.emit("dma.ld", acc[sc], dram[red.scale_addr + t0 * C * AB], rows=g, len=C, rstride=C * AB)
+            e.emit("fence", "all")
+            all_reduce(e, self.rank, n, 0, g * M, scratch, chunks=self.CHUNKS, ports=self.ports)
+            e.emit("vqcfg", shift=red.shift, zp=0, lo=red.lo, hi=red.hi, round="half_up")
+            jobs = [(t, m0, min(M, m0 + self.spm_rows)) for t in range(t0, t1) for m0 in range(0, M, self.spm_rows)]
+            while jobs:
+                batch, used = [], 0
+                while jobs and used + (jobs[0][2] - jobs[0][1]) <= self.spm_rows:
+                    batch.append((*jobs.pop(0), used))
+                    used += batch[-1][2] - batch[-1][1]
+                for i, (t, m0, m1, at) in enumerate(batch):
+                    e.emit("vreq", spm[self.spm + at], acc[(t - t0) * M + m0], acc[sc + t - t0], n=m1 - m0,
+                           signal="store" if i == len(batch) - 1 else None)
+                first = True
+                for t, m0, m1, at in batch:
+                    ln = min(C, N - t * C)
+                    for gr in groups(np.asarray(red.out_rows[m0:m1], np.int64) + t * C):
+                        mods = {"wait": "vpu" if first else None}
+                        first = False
+                        if gr.count > 1:
+                            e.emit("loop", L1, gr.count, s0=gr.dstride, s1=gr.lstride)
+                            mods.update(rep=L1, sync="once")
+                        e.emit("dma.st", dram[gr.dram], spm[self.spm + at + gr.local], rows=gr.rows, len=ln,
+                               rstride=gr.rstride, **mods)
+                e.emit("fence", "store")
+        e.emit("fence", "all")
 
 
 class AllGather:
