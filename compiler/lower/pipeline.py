@@ -81,12 +81,10 @@ class Lowered:
 @dataclass(frozen=True)
 class TensorPlan:
     """One chip's part of the Megatron-style pairs of a tensor-parallel model (``compiler.lower.shard``):
-    ``quiet``, the kernels whose output stays on the chip that computes it (a column-parallel GEMM, an
-    elementwise kernel after it: no all-gather); ``ew``, per elementwise kernel run on the chip's columns, the
-    physical offsets of its output elements the chip needs (its rows that hold one are computed); ``rows``, per
-    row-parallel GEMM, the chip's K range ``(k0, k1)``: it multiplies those columns of its input by those rows of
-    the weights into an int32 partial sum in DRAM (``Reduce``; the bias on chip 0 only)."""
-    quiet: frozenset = frozenset()
+    ``rows``, per row-parallel GEMM, the K indices of the chip (the columns of its input it holds): it multiplies
+    those columns by those rows of the weights into an int32 partial sum in DRAM (``Reduce``; the bias on chip 0
+    only); ``ew``, per elementwise kernel between the columns' producer and such a GEMM, the physical offsets of
+    its output elements the chip needs (it computes the rows that hold one, instead of a share of the rows)."""
     ew: dict = field(default_factory=dict)
     rows: dict = field(default_factory=dict)
 
@@ -399,7 +397,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             first_code.append(len(codes))
             j = len(codes)
             ec, info = _lower_ew(cfg, s, k, qk, tensor_addr, spec.max if spec is not None else None,
-                                 share=shard if spec is None and q.elem_bytes(k.out) == 1 and i not in tp.quiet
+                                 share=shard if spec is None and q.elem_bytes(k.out) == 1 and i not in tp.ew
                                  else None, keep=tp.ew.get(i))
             if ec.shared is not None:
                 shared[i] = ec.shared
@@ -429,8 +427,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             out_t, eb = s.tensors[s.kernels[i].out], q.elem_bytes(s.kernels[i].out)
             rows = tensor_addr[s.kernels[i].out] + base_to_mn(out_t.phys_offsets(out_t.identity()), out_t,
                                                                s.kernels[i])[:, 0] * eb
-            if i not in tp.quiet:
-                shared[i] = [[(rows + a * eb, (b - a) * eb)] for a, b in ranges]
+            shared[i] = [[(rows + a * eb, (b - a) * eb)] for a, b in ranges]
         if i not in tp.rows:
             got = _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, split, share)
         for kc, info in got:
@@ -643,9 +640,9 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
     return res
 
 
-def _lower_partial(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, ks: tuple[int, int],
+def _lower_partial(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, kidx: np.ndarray,
                    scratch: int, bias_on: bool) -> tuple[list, Reduce]:
-    """Row-parallel GEMM kernel ``i`` on one chip (``TensorPlan.rows``): its input's columns ``ks = (k0, k1)`` by
+    """Row-parallel GEMM kernel ``i`` on one chip (``TensorPlan.rows``): its input's columns ``kidx`` by
     those rows of the weights, an int32 ``M`` x ``N`` partial sum stored row-major at DRAM ``scratch`` (with the
     bias where ``bias_on``: one chip adds it); the (KernelCode, KernelInfo) and the ``Reduce`` that finishes it
     (the sum over the chips, then the kernel's requantization)."""
@@ -653,9 +650,9 @@ def _lower_partial(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put
     R, C = cfg.rows, cfg.cols
     AB = SPACE_BYTES[Space.ACC]
     src, out = s.tensors[k.src], s.tensors[k.out]
-    what = f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text}), rows {ks[0]}:{ks[1]} of its weights"
+    kidx = np.asarray(kidx, np.int64)
+    what = f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text}), {len(kidx)} rows of its weights from {kidx[0]}"
     P = src.phys_offsets(k.gather)
-    kidx = np.arange(*ks)
     order, kts, rows = k_tiles(P[:, kidx], R, what)
     a_rows = tensor_addr[k.src] + rows
     out_rows = scratch + np.arange(k.M, dtype=np.int64) * (k.N * AB)
@@ -667,7 +664,7 @@ def _lower_partial(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put
     offs = base_to_mn(out.phys_offsets(out.identity()), out, k)
     red = Reduce(k.name, scratch, k.M, k.N, tensor_addr[k.out] + offs[:, 0] * q.elem_bytes(k.out),
                  put(pad_lanes(qk.scale, C)), qk.shift, qk.lo, qk.hi)
-    code = KernelCode(f"{k.name}.rows{ks[0]}", tl, kts, a_rows, out_rows, False, w_addr, b_addr, None, 0, 0,
+    code = KernelCode(f"{k.name}.rows{kidx[0]}", tl, kts, a_rows, out_rows, False, w_addr, b_addr, None, 0, 0,
                       False, 0, 0, 0, 0)
     info = KernelInfo(code.name, k.M, len(kidx), k.N, tl, len(kts), k.M * len(kidx) * k.N,
                       mxu_macs=k.M * sum(t.klen for t in kts) * tl.NT * C)

@@ -45,8 +45,8 @@ from compiler.lower.collectives import all_reduce, recv, send
 from compiler.lower.compiled import named_feeds
 from compiler.lower.dispatch import check_inputs, compile_model
 from compiler.lower.emit import emit_program
-from compiler.lower.pipeline import ZERO_ROWS, CompiledModel, Reduce, TensorPlan, column_shares
-from compiler.lower.schedule import ChipCompileError, EwKernel, Kernel, base_to_mn, kernel_inputs
+from compiler.lower.pipeline import ZERO_ROWS, CompiledModel, Reduce, TensorPlan
+from compiler.lower.schedule import ChipCompileError, EwKernel, Kernel, kernel_inputs
 
 PARALLEL = ("data", "tensor", "pipeline", "auto")
 TOPOLOGIES = ("ring", "torus2d")
@@ -322,8 +322,14 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
     next kernel reads it. The fused attention and table lookups run whole on every chip."""
     t0 = time.perf_counter()
     parts = []
-    plans = megatron_plans(base, n, cfg)
+    plain = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(0, n), **options)
+    if not isinstance(plain, CompiledModel) or plain.lowered is None:
+        raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
+    plans = megatron_plans(plain, n, cfg)
     for c in range(n):
+        if c == 0 and not plans[0].rows:
+            parts.append(plain)
+            continue
         p = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(c, n, plans[c]),
                           **options)
         if not isinstance(p, CompiledModel) or p.lowered is None:
@@ -331,6 +337,7 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
         parts.append(p)
     split = parts[0].lowered.split
     shape, order, ports = ring_order(topology, n, cfg)
+    gathers = needed_gathers(parts)
     if not split and not parts[0].lowered.reduce:
         raise ChipCompileError(f"tensor parallel over {n} chips: no GEMM kernel has {n} output columns to share")
     progs: list = [None] * n
@@ -349,7 +356,7 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
                 seq.append(lw.codes[j])
             if i in lw.reduce:
                 seq.append(AllReduce(lw.reduce[i], c, n, bufs, cfg, ports[c]))
-            elif i in split:
+            elif i in gathers:
                 seq.append(AllGather(p.qsched.sched.kernels[i].name, split[i], c, bufs, cfg, ports[c]))
         e = emit_program(seq, cfg, pre, fen)
         if len(e) > cfg.imem_words:
@@ -361,75 +368,143 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
                         parts=[parts[order.index(i)] for i in range(n)], shape=shape, order=order)
 
 
-def megatron_plans(base: CompiledModel, n: int, cfg: ChipConfig) -> list[TensorPlan]:
-    """Per chip, its part of the Megatron-style pairs of the model (``TensorPlan``): a GEMM ``A`` (column
-    parallel: the chip computes its share of the output columns, ``column_shares``) whose output only
-    elementwise kernels of one input (``E``, none or more, each the only reader of the one before) lead to a GEMM
-    ``B`` that reads nothing else, with ``B``'s K the columns of ``A``. The chip runs ``E`` on the rows that hold an
-    element it needs and ``B`` on its columns (row parallel: its rows of the weights, an int32 partial sum); an
-    all-reduce of the partial sums then leaves every chip with ``B``'s whole int32 result, which it requantizes as
-    the single chip does: one collective for the pair instead of an all-gather after each of its kernels.
-    Checked per chip, element by element: every input element of ``B`` the chip reads comes, through ``E``, from an
-    element of ``A`` the chip computed."""
-    s, q = base.qsched.sched, base.qsched
+def megatron_plans(plain: CompiledModel, n: int, cfg: ChipConfig) -> list[TensorPlan]:
+    """Per chip, its part of the Megatron-style pairs of the model (``TensorPlan``), from ``plain``: chip 0's part
+    compiled with the shares alone (its ``Lowered.split`` says what every chip writes of every shared kernel).
+    A pair is a shared kernel ``X`` (a column-parallel GEMM, the attention's per-head products...) whose output
+    only elementwise kernels of one input (``E``, none or more, each the only reader of the one before) lead to a
+    GEMM ``B`` with an int8 output that reads nothing else, such that each column of ``B``'s input comes, through
+    ``E``, from what one chip wrote of ``X``: ``B`` then runs row parallel (each chip its columns by its rows of the
+    weights, an int32 partial sum; ``AllReduce``) and each ``E`` on the rows that hold an element its chip needs.
+    Checked element by element on the addresses; ``X``'s all-gather then goes where no chip reads what another
+    wrote (``needed_gathers``)."""
+    s, q, lw = plain.qsched.sched, plain.qsched, plain.lowered
     readers: dict = {}
     for i, k in enumerate(s.kernels):
         for t in set(kernel_inputs(k)):
             readers.setdefault(t, []).append(i)
     outs = {t for t, _ in s.outputs}
-    quiet, ew, rows = [set() for _ in range(n)], [{} for _ in range(n)], [{} for _ in range(n)]
+    ew, rows = [{} for _ in range(n)], [{} for _ in range(n)]
     taken: set = set()
 
-    def plain(k) -> bool:
+    def plain_gemm(k) -> bool:
         return type(k) is Kernel and k.wmask is None
 
-    for a, ka in enumerate(s.kernels):
-        if a in taken or not plain(ka) or ka.N < n or q.elem_bytes(ka.out) != 1:
+    for b, kb in enumerate(s.kernels):
+        if not plain_gemm(kb) or not q.qkernels[b].out_int8 or kb.K < n or b in taken \
+                or kb.M + cdiv(kb.M, n) + 1 > cfg.acc_rows:
             continue
-        chain, t, b = [], ka.out, None
-        while t not in outs and len(readers.get(t, [])) == 1:
-            j = readers[t][0]
-            kj = s.kernels[j]
-            if isinstance(kj, EwKernel) and len(kj.srcs) == 1 and q.elem_bytes(kj.out) == 1:
-                chain.append(j)
-                t = kj.out
-                continue
-            b = j if plain(kj) and kj.src == t and kj.K == ka.N and q.qkernels[j].out_int8 else None
-            break
-        if b is None or b in taken or s.kernels[b].M + cdiv(s.kernels[b].M, n) + 1 > cfg.acc_rows:
-            continue
-        kb = s.kernels[b]
-        out_a = s.tensors[ka.out]
-        offs_a = base_to_mn(out_a.phys_offsets(out_a.identity()), out_a, ka)
-        P = s.tensors[kb.src].phys_offsets(kb.gather)
-        shares = column_shares(ka.N, n, cfg.cols)
-        keep, ok = [], True
-        for a0, a1 in shares:
-            need, mine = np.unique(P[:, a0:a1]), {}
-            for j in reversed(chain):        # the elements the chip needs, back through the elementwise kernels
-                kj = s.kernels[j]
-                ot, (st, idx) = s.tensors[kj.out], kj.srcs[0]
-                out_p = ot.phys_offsets(ot.identity()).reshape(-1)
-                src_p = s.tensors[st].phys_offsets(idx).reshape(-1)
-                order = np.argsort(out_p, kind="stable")
-                pos = np.searchsorted(out_p[order], need)
-                if np.any(pos >= len(order)) or not np.array_equal(out_p[order][np.minimum(pos, len(order) - 1)], need):
-                    ok = False
-                    break
-                mine[j] = need
-                need = np.unique(src_p[order[pos]])
-            if not ok or not np.isin(need, offs_a[:, a0:a1]).all():
-                ok = False
+        P = s.tensors[kb.src].phys_offsets(kb.gather).astype(np.int64)      # (M, K) element offsets
+        chain, t, j, x = [], kb.src, b, None
+        levels = []                                                       # per E (last first): its (M, K) offsets
+        while t not in outs and readers.get(t) == [j] and s.tensors[t].kind == "kernel":
+            p = s.tensors[t].producer
+            kp = s.kernels[p]
+            if not (isinstance(kp, EwKernel) and len(kp.srcs) == 1 and q.elem_bytes(kp.out) == 1):
+                x = p if p in lw.split and p not in taken else None
                 break
-            keep.append(mine)
-        if not ok:
+            ot, (st, idx) = s.tensors[kp.out], kp.srcs[0]
+            out_p = ot.phys_offsets(ot.identity()).reshape(-1)
+            src_p = s.tensors[st].phys_offsets(idx).reshape(-1)
+            order = np.argsort(out_p, kind="stable")
+            pos = np.minimum(np.searchsorted(out_p[order], P), len(order) - 1)
+            if not np.array_equal(out_p[order][pos], P):
+                break
+            levels.append((p, P))
+            P = src_p[order[pos]].astype(np.int64)
+            chain.append(p)
+            t, j = st, p
+        if x is None:
             continue
-        taken.update([a, b, *chain])
-        for c, (a0, a1) in enumerate(shares):
-            quiet[c].update([a, *chain])
-            ew[c].update(keep[c])
-            rows[c][b] = (a0, a1)
-    return [TensorPlan(frozenset(quiet[c]), ew[c], rows[c]) for c in range(n)]
+        base = plain.tensor_addr[s.kernels[x].out]
+        kidx = []
+        for c in range(n):
+            W = _elements(lw.split[x][c]) - base
+            kidx.append(np.flatnonzero(np.isin(P, W).all(axis=0)))
+        got = np.concatenate(kidx)
+        if any(len(k) == 0 for k in kidx) or len(got) != kb.K or len(np.unique(got)) != kb.K:
+            continue
+        taken.update([x, b, *chain])
+        for c in range(n):
+            rows[c][b] = kidx[c]
+            for p, Pe in levels:
+                ew[c][p] = np.unique(Pe[:, kidx[c]])
+    return [TensorPlan(ew[c], rows[c]) for c in range(n)]
+
+
+def _elements(blocks: list) -> np.ndarray:
+    """The DRAM byte addresses of blocks ``(address of each run, run bytes)`` (``Lowered.split``)."""
+    out = [np.asarray(a, np.int64).reshape(-1)[:, None] + np.arange(nb) for a, nb in blocks]
+    return np.unique(np.concatenate([o.reshape(-1) for o in out])) if out else np.zeros(0, np.int64)
+
+
+def code_reads(code) -> np.ndarray | None:
+    """The DRAM byte addresses an activation-reading code reads (its weights and other constants aside), or None
+    where not known (then it is taken to read everything)."""
+    from compiler.lower.bmm_lower import BmmCode
+    from compiler.lower.emit import EwCode, KernelCode
+    from compiler.lower.norms import NormCode
+    if isinstance(code, KernelCode):
+        if code.dyn is not None or code.nbound is not None or code.kbound is not None:
+            return None
+        cols = np.concatenate([kt.col + np.arange(kt.klen) * kt.estride for kt in code.ktiles])
+        return (np.asarray(code.a_rows, np.int64)[:, None] + cols[None, :]).reshape(-1)
+    if isinstance(code, BmmCode):
+        got = []
+        for rl, kc in code.slices:
+            r = code_reads(kc)
+            if r is None or rl.bound is not None:
+                return None
+            got.append(r)
+            for _, _, loads in rl.chunks:
+                for g, ln, est in loads:
+                    a = (g.dram + np.arange(g.count)[:, None, None] * g.dstride
+                         + np.arange(g.rows)[None, :, None] * g.rstride + np.arange(ln)[None, None, :] * est)
+                    got.append(a.reshape(-1))
+        return np.concatenate(got) if got else np.zeros(0, np.int64)
+    if isinstance(code, NormCode):
+        if code.bound is not None:
+            return None
+        return (code.in_addr + np.arange(code.rows)[:, None] * code.in_rs + np.arange(code.qn.d)[None, :]).reshape(-1)
+    if isinstance(code, EwCode):
+        got = []
+        for p in code.parts():
+            if p.dyn is not None:
+                return None
+            got += [(np.asarray(r, np.int64)[:, None] + np.arange(p.L)).reshape(-1) for r in p.in_rows]
+        return np.concatenate(got) if got else np.zeros(0, np.int64)
+    return None
+
+
+def needed_gathers(parts: list) -> set:
+    """The shared kernels whose all-gather some chip needs: a later code on chip ``c`` reads an element of the
+    kernel's output that another chip wrote and ``c`` did not (elements no chip writes, a padded tensor's
+    borders, are the same on every chip), or the output is a model output (read from chip 0)."""
+    p0 = parts[0]
+    s, lw = p0.qsched.sched, p0.lowered
+    outs = {t for t, _ in s.outputs}
+    need = set()
+    for i in lw.split:
+        t = s.kernels[i].out
+        if t in outs:
+            need.add(i)
+            continue
+        wrote = [_elements(lw.split[i][c]) for c in range(len(parts))]
+        later = [j for j in range(i + 1, len(s.kernels)) if t in kernel_inputs(s.kernels[j])]
+        for c, p in enumerate(parts):
+            foreign = np.setdiff1d(np.concatenate([w for c2, w in enumerate(wrote) if c2 != c]), wrote[c])
+            kc = [*p.lowered.first_code, len(p.lowered.codes)]
+            for j in later:
+                for code in p.lowered.codes[kc[j]:kc[j + 1]]:
+                    r = code_reads(code)
+                    if r is None or np.isin(r, foreign).any():
+                        need.add(i)
+                        break
+                if i in need:
+                    break
+            if i in need:
+                break
+    return need
 
 
 class AllReduce:
