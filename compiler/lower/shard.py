@@ -41,7 +41,7 @@ from isa.table import Space
 from isa.program import DRAM_ALIGN, Program
 
 from compiler.lower import transformer
-from compiler.lower.collectives import all_reduce, recv, send
+from compiler.lower.collectives import all_gather_rows, recv, reduce_scatter_rows, send, split
 from compiler.lower.compiled import named_feeds
 from compiler.lower.dispatch import check_inputs, compile_model
 from compiler.lower.emit import emit_program
@@ -135,6 +135,7 @@ class ShardedModel:
     parts: list = field(default_factory=list)         # tensor: per chip, its compile (its share of the weights)
     shape: tuple = (1, 0)                             # the torus's (rows, cols); a ring: (1, chips)
     order: list = field(default_factory=list)         # the chips in the order of the cycle the strategy uses
+    collectives: list = field(default_factory=list)   # tensor: (kernel, "all-reduce" | "all-gather") after it
 
     @property
     def input_names(self) -> list:
@@ -199,7 +200,8 @@ class ShardedModel:
     def summary(self) -> str:
         lines = [f"sharded over {self.chips} chips ({self.topology}), {self.parallel} parallel, config "
                  f"{self.config.name}: batch {self.batch}, " +
-                 {"data": f"{self.piece} sample(s) per chip", "tensor": "each GEMM's output columns shared"}.get(
+                 {"data": f"{self.piece} sample(s) per chip",
+                  "tensor": f"each GEMM's output columns shared, {self._collectives()}"}.get(
                      self.parallel, f"{self.micro_batches} micro-batch(es) of {self.piece}") +
                  f"; instructions per chip {[sum(len(p) for p in pg) for pg in self.programs]}; "
                  f"compile {self.compile_s:.2f} s"]
@@ -212,6 +214,10 @@ class ShardedModel:
         if self.choices:
             lines.append("  auto: " + ", ".join(f"{k} {v} cycles" for k, v in self.choices.items()))
         return "\n".join(lines)
+
+    def _collectives(self) -> str:
+        kinds = [k for _, k in self.collectives]
+        return f"{kinds.count('all-reduce')} all-reduce(s), {kinds.count('all-gather')} all-gather(s)"
 
     def run_on(self, device, *inputs, **kw):
         runner = getattr(device.backend, "run_sharded", None)
@@ -341,6 +347,9 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
     if not split and not parts[0].lowered.reduce:
         raise ChipCompileError(f"tensor parallel over {n} chips: no GEMM kernel has {n} output columns to share")
     progs: list = [None] * n
+    ks = parts[0].qsched.sched.kernels
+    colls = [(ks[i].name, "all-reduce" if i in parts[0].lowered.reduce else "all-gather")
+             for i in range(len(ks)) if i in parts[0].lowered.reduce or i in gathers]
     for c, p in enumerate(parts):               # c: the chip's place in the cycle (its share of the columns)
         lw = p.lowered
         nk = len(p.qsched.sched.kernels)
@@ -355,7 +364,7 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
                     fen[len(seq)] = lw.fences[j]
                 seq.append(lw.codes[j])
             if i in lw.reduce:
-                seq.append(AllReduce(lw.reduce[i], c, n, bufs, cfg, ports[c]))
+                seq.append(AllReduce(lw.reduce[i], c, n, _free_spm(cfg, lw.zero), cfg, ports[c]))
             elif i in gathers:
                 seq.append(AllGather(p.qsched.sched.kernels[i].name, split[i], c, bufs, cfg, ports[c]))
         e = emit_program(seq, cfg, pre, fen)
@@ -365,7 +374,7 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
         progs[order[c]] = [e.build(f"<tensor parallel, place {c} of {n}>")]
     B = _batch(feeds)
     return ShardedModel(cfg, n, "tensor", topology, base, parts[0], progs, B, B, compile_s=time.perf_counter() - t0,
-                        parts=[parts[order.index(i)] for i in range(n)], shape=shape, order=order)
+                        parts=[parts[order.index(i)] for i in range(n)], shape=shape, order=order, collectives=colls)
 
 
 def megatron_plans(plain: CompiledModel, n: int, cfg: ChipConfig) -> list[TensorPlan]:
@@ -509,27 +518,45 @@ def needed_gathers(parts: list) -> set:
 
 class AllReduce:
     """A row-parallel GEMM's partial sums (``pipeline.Reduce``: ``M`` x ``N`` int32, row-major in DRAM) summed over
-    the chips and requantized on each (a code that emits itself; ``emit.emit_program`` fences it). Groups of N
-    tiles (``M`` ACC rows each, tile-major) are loaded into ACC with their scale rows, summed by the library's
-    chunked ring all-reduce (``collectives.all_reduce``: reduce-scatter, then all-gather of the sums), then
-    ``vreq`` into SPM rows (the transfer buffers ``bufs``) and stored as the kernel's int8 output rows. Integer
-    addition wraps and is associative: every chip ends with the single chip's output bit for bit."""
+    the chips and requantized (a code that emits itself; ``emit.emit_program`` fences it): an all-reduce whose
+    all-gather half moves the requantized int8 rows instead of the int32 sums. Per group of N tiles (``M`` ACC rows
+    each, tile-major, with their scale rows): the rows are loaded into ACC; the library's chunked ring
+    reduce-scatter (``collectives.reduce_scatter_rows``) leaves chip ``r`` with the sum of block ``r`` of the rows;
+    the chip requantizes that block (``vqcfg``, ``vreq`` by its N tile's scale row) into SPM; the library's ring
+    all-gather (``collectives.all_gather_rows``) of the int8 blocks gives every chip every row, which it stores as
+    the kernel's output rows. Integer addition wraps and is associative, and the requantization is the single
+    chip's per element: every chip ends with the single chip's output bit for bit."""
 
     CHUNKS = 2
 
-    def __init__(self, red: Reduce, rank: int, n: int, bufs: tuple, cfg: ChipConfig, ports: tuple = (0, 1)):
+    def __init__(self, red: Reduce, rank: int, n: int, region: tuple, cfg: ChipConfig, ports: tuple = (0, 1)):
         self.red, self.rank, self.n, self.cfg, self.ports = red, rank, n, cfg, ports
         self.name = f"all-reduce {red.name}"
-        self.spm, self.spm_rows = bufs[0], 2 * bufs[2]
+        self.spm = region[0]                           # SPM rows region[0]..region[1]-1 are free (not the zero rows)
         M, C = red.M, cfg.cols
         self.NT = cdiv(red.N, C)
-        per = M + 1                                    # a tile's sums and its scale row
-        self.G = min(self.NT, (cfg.acc_rows - cdiv(M, n) - 1) // per if n > 1 else self.NT)
+        by_acc = (cfg.acc_rows - cdiv(M, n) - 1) // (M + 1)        # a tile's sums and its scale row, the scratch
+        self.G = min(self.NT, by_acc, (region[1] - region[0]) // M)
         if self.G < 1:
-            raise ChipCompileError(f"{self.name}: {M} rows of partial sums do not fit ACC ({cfg.acc_rows} rows)")
+            raise ChipCompileError(f"{self.name}: {M} rows of partial sums do not fit ACC ({cfg.acc_rows} rows) or "
+                                   f"the free SPM ({region[1] - region[0]} rows)")
 
     def groups(self) -> list[tuple[int, int]]:
+        """The N tiles ``[t0, t1)`` summed by one reduce-scatter and all-gather each."""
         return [(t, min(t + self.G, self.NT)) for t in range(0, self.NT, self.G)]
+
+    def emit_reduce(self, e, t0: int, t1: int) -> None:
+        """The reduce-scatter of N tiles ``t0..t1-1``: their ``(t1 - t0) * M`` ACC rows from row 0 (a scale row each
+        after them, then the scratch), ``CHUNKS`` chunks a block; ``isa.timing.reduce_scatter_cycles``."""
+        g = t1 - t0
+        reduce_scatter_rows(e, self.rank, self.n, 0, g * self.red.M, g * self.red.M + g, chunks=self.CHUNKS,
+                            ports=self.ports)
+
+    def emit_gather(self, e, t0: int, t1: int) -> None:
+        """The all-gather of the requantized rows of N tiles ``t0..t1-1`` (SPM rows from ``spm``);
+        ``isa.timing.all_gather_cycles``."""
+        all_gather_rows(e, self.rank, self.n, Space.SPM, self.spm, (t1 - t0) * self.red.M, chunks=self.CHUNKS,
+                        ports=self.ports)
 
     def emit(self, e) -> None:
         from compiler.lower.tiling import groups
@@ -540,35 +567,32 @@ class AllReduce:
         e.comment(f"{self.name}: {n} chips, {M} x {N} int32")
         for t0, t1 in self.groups():
             g = t1 - t0
-            sc, scratch = g * M, g * M + g
+            sc = g * M
             for t in range(t0, t1):
                 e.emit("dma.ld", acc[(t - t0) * M], dram[red.scratch + t * C * AB], rows=M, len=min(C, N - t * C),
                        rstride=N * AB)
             e.emit("dma.ld", acc[sc], dram[red.scale_addr + t0 * C * AB], rows=g, len=C, rstride=C * AB)
             e.emit("fence", "all")
-            all_reduce(e, self.rank, n, 0, g * M, scratch, chunks=self.CHUNKS, ports=self.ports)
+            self.emit_reduce(e, t0, t1)
             e.emit("vqcfg", shift=red.shift, zp=0, lo=red.lo, hi=red.hi, round="half_up")
-            jobs = [(t, m0, min(M, m0 + self.spm_rows)) for t in range(t0, t1) for m0 in range(0, M, self.spm_rows)]
-            while jobs:
-                batch, used = [], 0
-                while jobs and used + (jobs[0][2] - jobs[0][1]) <= self.spm_rows:
-                    batch.append((*jobs.pop(0), used))
-                    used += batch[-1][2] - batch[-1][1]
-                for i, (t, m0, m1, at) in enumerate(batch):
-                    e.emit("vreq", spm[self.spm + at], acc[(t - t0) * M + m0], acc[sc + t - t0], n=m1 - m0,
-                           signal="store" if i == len(batch) - 1 else None)
-                first = True
-                for t, m0, m1, at in batch:
-                    ln = min(C, N - t * C)
-                    for gr in groups(np.asarray(red.out_rows[m0:m1], np.int64) + t * C):
-                        mods = {"wait": "vpu" if first else None}
-                        first = False
-                        if gr.count > 1:
-                            e.emit("loop", L1, gr.count, s0=gr.dstride, s1=gr.lstride)
-                            mods.update(rep=L1, sync="once")
-                        e.emit("dma.st", dram[gr.dram], spm[self.spm + at + gr.local], rows=gr.rows, len=ln,
-                               rstride=gr.rstride, **mods)
-                e.emit("fence", "store")
+            sizes = split(g * M, n)
+            lo = sum(sizes[:self.rank])
+            hi = lo + sizes[self.rank]
+            for t in range(lo // M, cdiv(hi, M) if hi > lo else lo // M):     # the N tiles of this chip's block
+                a, b = max(lo, t * M), min(hi, (t + 1) * M)
+                e.emit("vreq", spm[self.spm + a], acc[a], acc[sc + t], n=b - a)
+            e.emit("fence", "all")
+            self.emit_gather(e, t0, t1)
+            for t in range(t0, t1):
+                ln = min(C, N - t * C)
+                for gr in groups(np.asarray(red.out_rows, np.int64) + t * C):
+                    mods = {}
+                    if gr.count > 1:
+                        e.emit("loop", L1, gr.count, s0=gr.dstride, s1=gr.lstride)
+                        mods.update(rep=L1)
+                    e.emit("dma.st", dram[gr.dram], spm[self.spm + (t - t0) * M + gr.local], rows=gr.rows, len=ln,
+                           rstride=gr.rstride, **mods)
+            e.emit("fence", "store")
         e.emit("fence", "all")
 
 
@@ -801,12 +825,16 @@ def _code_cycles(part: CompiledModel) -> list[int]:
     return out
 
 
+def _free_spm(cfg: ChipConfig, zero: int | None) -> tuple[int, int]:
+    """The longest run of SPM rows ``[lo, hi)`` clear of the zero rows (between two fenced codes)."""
+    if zero is None:
+        return 0, cfg.spm_rows
+    return max([(0, zero), (zero + ZERO_ROWS, cfg.spm_rows)], key=lambda r: r[1] - r[0])
+
+
 def _glue_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int, int]:
     """Two chunk buffers in SPM (first rows of each) and the rows of one, clear of the zero rows."""
-    if zero is None:
-        lo, hi = 0, cfg.spm_rows
-    else:
-        lo, hi = max([(0, zero), (zero + ZERO_ROWS, cfg.spm_rows)], key=lambda r: r[1] - r[0])
+    lo, hi = _free_spm(cfg, zero)
     h = min((hi - lo) // 2, CHUNK_ROWS)
     if h < 1:
         raise ChipCompileError(f"config {cfg.name!r}: no SPM rows free for link transfers")

@@ -178,31 +178,79 @@ def test_errors_are_clear(mlp):
         tc.Device("sim", config="small", chips=-1)
 
 
+def _ring_all_reduce_bytes(rows: int, n: int, row_bytes: int) -> list[int]:
+    """Bytes each chip sends in a ring all-reduce of ``rows`` rows cut in ``n`` near-equal blocks (the first
+    ``rows % n`` one row larger): ``n - 1`` reduce-scatter steps (chip ``r`` sends block ``r - k - 1`` at step
+    ``k``), then ``n - 1`` all-gather steps (block ``r - k``)."""
+    size = [rows // n + (1 if b < rows % n else 0) for b in range(n)]
+    return [row_bytes * sum(size[(r - k - 1) % n] + size[(r - k) % n] for k in range(n - 1)) for r in range(n)]
+
+
 @pytest.mark.parametrize("chips", [2, 3, 4])
-def test_tensor_parallel_mlp_is_bit_exact_and_all_gathers_each_layer(mlp, chips):
-    """Each linear layer's output features shared by the chips (whole 8-column tiles of ``small``'s array,
-    columns where there are fewer tiles than chips), then a ring all-gather: a chip sends its own share and
-    forwards the others', ``chips - 1`` shares per layer, each a row of SPM (``cols`` bytes) per output row
-    and ``cols`` bytes of the share's width."""
+def test_tensor_parallel_mlp_is_bit_exact_and_all_reduces_the_pair(mlp, chips):
+    """Megatron-style: layer a computes its share of the output features (column parallel) and keeps it; layer b
+    multiplies those features by its rows of the weights (row parallel) into int32 partial sums, which one ring
+    all-reduce sums (``cols`` int32 lanes a row, per N tile the batch's rows) before every chip requantizes them;
+    layer c, whose int32 output is the model's, is shared by columns and all-gathered as before: one all-reduce and
+    one all-gather instead of an all-gather per layer."""
     x = _x((5, 32), chips)
     single = tc.compile(mlp, [x], "small")
     sm = tc.compile(mlp, [x], "small", chips=chips, parallel="tensor")
     res = tc.Device("sim", config="small", chips=chips).run(sm, x)
     _exact(res, single.reference(x))
-    cols = ChipConfig.preset("small").cols
-    want = [0] * chips
+    names = [k.name for k in single.qsched.sched.kernels]
+    assert sm.collectives == [(names[1], "all-reduce"), (names[2], "all-gather")]
+    cfg = ChipConfig.preset("small")
+    cols, acc_bytes = cfg.cols, 4
     q = single.qsched
     out = q.sched.outputs[0][0]
     assert q.elem_bytes(out) == 4          # the last layer's output is the model's, kept as int32 accumulators
-    for N, eb in ((64, 1), (48, 1), (10, 4)):
-        tiles = cdiv(N, cols)
-        if tiles >= chips:
-            share = [min((c + 1) * tiles // chips * cols, N) - min(c * tiles // chips * cols, N) for c in range(chips)]
-        else:
-            share = [(c + 1) * N // chips - c * N // chips for c in range(chips)]
-        for c in range(chips):                      # step t sends share (c - t) mod chips
-            want[c] += sum(5 * cdiv(share[(c - t) % chips] * eb, cols) * cols for t in range(chips - 1))
+    want = _ring_all_reduce_bytes(5 * cdiv(48, cols), chips, cols * acc_bytes)
+    N, tiles = 10, cdiv(10, cols)
+    if tiles >= chips:
+        share = [min((c + 1) * tiles // chips * cols, N) - min(c * tiles // chips * cols, N) for c in range(chips)]
+    else:
+        share = [(c + 1) * N // chips - c * N // chips for c in range(chips)]
+    for c in range(chips):                      # step t sends share (c - t) mod chips
+        want[c] += sum(5 * cdiv(share[(c - t) % chips] * acc_bytes, cols) * cols for t in range(chips - 1))
     assert [st.bytes["link_tx"] for st in res.stats] == want
+
+
+@pytest.mark.parametrize("chips", [2, 4])
+def test_tensor_parallel_all_reduce_cycles_are_the_closed_form(chips):
+    """The all-reduce the compiler emits for a row-parallel layer (``shard.AllReduce.emit_collective``: the
+    library's chunked ring all-reduce of the layer's int32 ACC rows) sums random partial sums exactly, in
+    ``isa.timing.all_reduce_cycles`` (blocks and chunks even here: 8 rows x 6 N tiles over 2 or 4 chips)."""
+    from compiler.lower.shard import AllReduce, _glue_rows
+    from isa import timing
+    from isa.builder import ProgramBuilder
+    from sim import System
+    tc.manual_seed(2)
+    m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 48), nn.ReLU())
+    x = _x((8, 32), 3)
+    sm = tc.compile(m, [x], "small", chips=chips, parallel="tensor")
+    cfg = sm.config
+    ars = [AllReduce(next(iter(p.lowered.reduce.values())), c, chips, _glue_rows(cfg, p.lowered.zero), cfg)
+           for c, p in enumerate(sm.parts)]
+    (t0, t1), = ars[0].groups()
+    rows = (t1 - t0) * ars[0].red.M
+    assert rows == 8 * cdiv(48, cfg.cols)
+    s = System(cfg, chips)
+    for c, ar in enumerate(ars):
+        e = ProgramBuilder(cfg)
+        ar.emit_collective(e, t0, t1)
+        e.emit("halt")
+        s.load(c, e.build())
+    rng = np.random.default_rng(0)
+    data = [rng.integers(-(1 << 31), 1 << 31, (rows, cfg.cols), dtype=np.int64).astype(np.int32) for _ in range(chips)]
+    for c in range(chips):
+        s[c].write_acc(0, data[c])
+    s.run()
+    tot = np.sum(np.array(data, np.int64), axis=0)
+    tot = ((tot + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+    for c in range(chips):
+        assert (s[c].read_acc(0, rows) == tot).all()
+    assert s.cycles == timing.all_reduce_cycles(cfg, chips, rows, AllReduce.CHUNKS)
 
 
 def test_tensor_parallel_conv_splits_output_channels():
@@ -214,8 +262,15 @@ def test_tensor_parallel_conv_splits_output_channels():
         sm = tc.compile(m, [x], "small", chips=chips, parallel="tensor")
         res = tc.Device("sim", config="small", chips=chips).run(sm, x)
         _exact(res, single.reference(x))
-        # each chip's GEMM kernels compute its share of the output channels, the shares cover them once
+        # each chip's GEMM kernels compute its share of the output channels, the shares cover them once; a
+        # row-parallel one (the 1x1 conv after the 3x3 one: all-reduced) all of them from its share of K
+        reduced = {k for k, c in sm.collectives if c == "all-reduce"}
+        assert reduced == {[k.name for k in single.kernels if k.kind == "gemm"][2]}, sm.collectives
         for k in (k for k in single.kernels if k.kind == "gemm"):
+            if k.name in reduced:
+                got = [next(ki for ki in p.kernels if ki.name.startswith(k.name + ".rows")) for p in sm.parts]
+                assert {ki.N for ki in got} == {k.N} and sum(ki.K for ki in got) == k.K
+                continue
             got = sorted(next(ki.N for ki in p.kernels if ki.name == k.name) for p in sm.parts)
             assert sum(got) == k.N and got[-1] - got[0] <= max(1, k.N // chips), (k.name, got)
 
@@ -255,6 +310,28 @@ def _deep():
     for i, (a, b) in enumerate(zip(d[:-1], d[1:])):
         layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i + 2 < len(d) else [])
     return nn.Sequential(*layers)
+
+
+@pytest.mark.parametrize("chips,d,heads", [(2, 32, 2), (4, 64, 4)])
+def test_tensor_parallel_transformer_block_all_reduces_once_per_half(chips, d, heads):
+    """A transformer block on ``small`` (heads of 16: the per-head products, not the fused attention): the
+    Q/K/V projections computed by head, the per-head products and softmax on the chip's heads with nothing sent,
+    the output projection row parallel and all-reduced; the MLP's first layer by column, its GELU on those
+    columns, its second layer row parallel and all-reduced. Bit-exact; besides the two all-reduces only the
+    norms and residual adds (shared by rows) are all-gathered."""
+    tc.manual_seed(0)
+    m = nn.TransformerBlock(d, heads)
+    x = _x((1, 8, d), 13)
+    single = tc.compile(m, [x], "small")
+    sm = tc.compile(m, [x], "small", chips=chips, parallel="tensor")
+    _exact(tc.Device("sim", config="small", chips=chips).run(sm, x), single.reference(x))
+    ks = single.qsched.sched.kernels
+    kind = {k.name: type(k).__name__ for k in ks}
+    reduced = [k for k, c in sm.collectives if c == "all-reduce"]
+    gathered = [k for k, c in sm.collectives if c == "all-gather"]
+    assert len(reduced) == 2 and all(kind[k] == "Kernel" for k in reduced)
+    assert all(kind[k] in ("NormKernel", "EwKernel") for k in gathered), sm.collectives
+    assert "BmmKernel" in kind.values()
 
 
 def test_transformer_block_module_every_strategy():
