@@ -10,6 +10,10 @@ tensors at the same addresses), so a tensor moves between chips as the bytes at 
 * ``parallel="data"``: the batch (axis 0 of every input and output) split over the chips, weights
   replicated: each chip runs the part's program on its samples; no link traffic. The batch is cut in
   pieces of ``ceil(B / N)`` samples; the last piece is filled up with copies of its last sample.
+* ``parallel="tensor"``: every chip computes its share of every kernel (``_tensor``); Megatron-style pairs (a
+  column-parallel producer, a row-parallel GEMM with an int32 partial sum) end in one all-reduce (``AllReduce``:
+  the library's reduce-scatter, requantization, all-gather), other shared kernels in an all-gather (``AllGather``)
+  where a later code reads what another chip wrote.
 * ``parallel="pipeline"``: consecutive kernels on consecutive chips (stages balanced by each code's
   simulated cycles), the batch cut in ``micro_batches`` pieces that flow through the stages so the chips
   overlap. Per micro-batch, chip ``s`` receives the tensors live at its stage's start from chip ``s - 1``
@@ -21,7 +25,8 @@ tensors at the same addresses), so a tensor moves between chips as the bytes at 
 * ``parallel="auto"``: each strategy that compiles (and micro-batch counts for the pipeline) is simulated
   and the fewest cycles wins; the choice is cached by the model's graph and inputs (``auto_cache``).
 
-The first strategy needs no collective; the pipeline uses point-to-point transfers. The link contract and
+Data parallel needs no collective; the pipeline uses point-to-point transfers; tensor parallel the ring
+collectives of ``compiler.lower.collectives``. The link contract and
 the ring and torus wiring are in docs/microarchitecture.md ("Links"); docs/sharding.md is the user's guide.
 """
 from __future__ import annotations
@@ -325,7 +330,10 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
     head where the heads are tile-aligned), with only its share of the weights in its DRAM; a product of two
     activations its share of the slices (heads); a norm, softmax, activation or elementwise kernel its share of
     the rows. A ring all-gather (``AllGather``) then leaves the whole output in every chip's DRAM before the
-    next kernel reads it. The fused attention and table lookups run whole on every chip."""
+    next kernel reads it, where a later code on some chip reads what another chip wrote (``needed_gathers``).
+    The Megatron-style pairs (``megatron_plans``, found from chip 0's part compiled with the shares alone) run
+    their GEMM row parallel and end in one all-reduce (``AllReduce``). The fused attention and table lookups
+    run whole on every chip."""
     t0 = time.perf_counter()
     parts = []
     plain = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(0, n), **options)

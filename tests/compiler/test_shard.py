@@ -178,21 +178,22 @@ def test_errors_are_clear(mlp):
         tc.Device("sim", config="small", chips=-1)
 
 
-def _ring_all_reduce_bytes(rows: int, n: int, row_bytes: int) -> list[int]:
-    """Bytes each chip sends in a ring all-reduce of ``rows`` rows cut in ``n`` near-equal blocks (the first
-    ``rows % n`` one row larger): ``n - 1`` reduce-scatter steps (chip ``r`` sends block ``r - k - 1`` at step
-    ``k``), then ``n - 1`` all-gather steps (block ``r - k``)."""
+def _ring_bytes(rows: int, n: int, row_bytes: int, first: int) -> list[int]:
+    """Bytes each chip sends in ``n - 1`` ring steps over ``rows`` rows cut in ``n`` near-equal blocks (the first
+    ``rows % n`` one row larger), chip ``r`` sending block ``r - k - first`` at step ``k`` (a reduce-scatter:
+    ``first = 1``; an all-gather: 0)."""
     size = [rows // n + (1 if b < rows % n else 0) for b in range(n)]
-    return [row_bytes * sum(size[(r - k - 1) % n] + size[(r - k) % n] for k in range(n - 1)) for r in range(n)]
+    return [row_bytes * sum(size[(r - k - first) % n] for k in range(n - 1)) for r in range(n)]
 
 
 @pytest.mark.parametrize("chips", [2, 3, 4])
 def test_tensor_parallel_mlp_is_bit_exact_and_all_reduces_the_pair(mlp, chips):
     """Megatron-style: layer a computes its share of the output features (column parallel) and keeps it; layer b
-    multiplies those features by its rows of the weights (row parallel) into int32 partial sums, which one ring
-    all-reduce sums (``cols`` int32 lanes a row, per N tile the batch's rows) before every chip requantizes them;
-    layer c, whose int32 output is the model's, is shared by columns and all-gathered as before: one all-reduce and
-    one all-gather instead of an all-gather per layer."""
+    multiplies those features by its rows of the weights (row parallel) into int32 partial sums (per N tile the
+    batch's rows of ``cols`` int32 lanes), which one all-reduce sums: a ring reduce-scatter of the int32 rows,
+    each chip requantizing its block, a ring all-gather of the int8 rows; layer c, whose int32 output is the
+    model's, is shared by columns and all-gathered as before: one all-reduce and one all-gather instead of an
+    all-gather per layer."""
     x = _x((5, 32), chips)
     single = tc.compile(mlp, [x], "small")
     sm = tc.compile(mlp, [x], "small", chips=chips, parallel="tensor")
@@ -205,7 +206,8 @@ def test_tensor_parallel_mlp_is_bit_exact_and_all_reduces_the_pair(mlp, chips):
     q = single.qsched
     out = q.sched.outputs[0][0]
     assert q.elem_bytes(out) == 4          # the last layer's output is the model's, kept as int32 accumulators
-    want = _ring_all_reduce_bytes(5 * cdiv(48, cols), chips, cols * acc_bytes)
+    rows = 5 * cdiv(48, cols)
+    want = [a + b for a, b in zip(_ring_bytes(rows, chips, cols * acc_bytes, 1), _ring_bytes(rows, chips, cols, 0))]
     N, tiles = 10, cdiv(10, cols)
     if tiles >= chips:
         share = [min((c + 1) * tiles // chips * cols, N) - min(c * tiles // chips * cols, N) for c in range(chips)]
@@ -218,39 +220,58 @@ def test_tensor_parallel_mlp_is_bit_exact_and_all_reduces_the_pair(mlp, chips):
 
 @pytest.mark.parametrize("chips", [2, 4])
 def test_tensor_parallel_all_reduce_cycles_are_the_closed_form(chips):
-    """The all-reduce the compiler emits for a row-parallel layer (``shard.AllReduce.emit_collective``: the
-    library's chunked ring all-reduce of the layer's int32 ACC rows) sums random partial sums exactly, in
-    ``isa.timing.all_reduce_cycles`` (blocks and chunks even here: 8 rows x 6 N tiles over 2 or 4 chips)."""
-    from compiler.lower.shard import AllReduce, _glue_rows
+    """The collectives the compiler emits for a row-parallel layer (``shard.AllReduce``: the library's chunked ring
+    reduce-scatter of the layer's int32 ACC rows, then its ring all-gather of the requantized int8 SPM rows) sum
+    random partial sums exactly and gather every block, each in its closed form (``isa.timing``; blocks and chunks
+    even here: 8 rows x 6 N tiles over 2 or 4 chips)."""
+    from compiler.lower.shard import AllReduce, _free_spm
     from isa import timing
     from isa.builder import ProgramBuilder
+    from isa.table import Space
     from sim import System
     tc.manual_seed(2)
-    m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 48), nn.ReLU())
+    m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 10))
     x = _x((8, 32), 3)
     sm = tc.compile(m, [x], "small", chips=chips, parallel="tensor")
     cfg = sm.config
-    ars = [AllReduce(next(iter(p.lowered.reduce.values())), c, chips, _glue_rows(cfg, p.lowered.zero), cfg)
+    ars = [AllReduce(next(iter(p.lowered.reduce.values())), c, chips, _free_spm(cfg, p.lowered.zero), cfg)
            for c, p in enumerate(sm.parts)]
     (t0, t1), = ars[0].groups()
     rows = (t1 - t0) * ars[0].red.M
-    assert rows == 8 * cdiv(48, cfg.cols)
-    s = System(cfg, chips)
-    for c, ar in enumerate(ars):
-        e = ProgramBuilder(cfg)
-        ar.emit_collective(e, t0, t1)
-        e.emit("halt")
-        s.load(c, e.build())
+    assert rows == 8 * cdiv(48, cfg.cols) and rows % chips == 0
+    b = rows // chips
     rng = np.random.default_rng(0)
+
+    def run(emit, write, read):
+        s = System(cfg, chips)
+        for c, ar in enumerate(ars):
+            e = ProgramBuilder(cfg)
+            emit(ar, e)
+            e.emit("halt")
+            s.load(c, e.build())
+        for c in range(chips):
+            write(s[c], c)
+        s.run()
+        for c in range(chips):
+            read(s[c], c)
+        return s.cycles
+
     data = [rng.integers(-(1 << 31), 1 << 31, (rows, cfg.cols), dtype=np.int64).astype(np.int32) for _ in range(chips)]
-    for c in range(chips):
-        s[c].write_acc(0, data[c])
-    s.run()
     tot = np.sum(np.array(data, np.int64), axis=0)
     tot = ((tot + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
-    for c in range(chips):
-        assert (s[c].read_acc(0, rows) == tot).all()
-    assert s.cycles == timing.all_reduce_cycles(cfg, chips, rows, AllReduce.CHUNKS)
+
+    def summed(chip, c):
+        assert (chip.read_acc(c * b, b) == tot[c * b:(c + 1) * b]).all()
+    cyc = run(lambda ar, e: ar.emit_reduce(e, t0, t1), lambda chip, c: chip.write_acc(0, data[c]), summed)
+    assert cyc == timing.reduce_scatter_cycles(cfg, chips, b, AllReduce.CHUNKS)
+    blocks = rng.integers(-128, 128, (rows, cfg.cols)).astype(np.int8)
+    at = ars[0].spm
+
+    def gathered(chip, c):
+        assert (chip.read_spm(at, rows) == blocks).all()
+    cyc = run(lambda ar, e: ar.emit_gather(e, t0, t1),
+              lambda chip, c: chip.write_spm(at + c * b, blocks[c * b:(c + 1) * b]), gathered)
+    assert cyc == timing.all_gather_cycles(cfg, chips, b, Space.SPM, AllReduce.CHUNKS)
 
 
 def test_tensor_parallel_conv_splits_output_channels():
