@@ -335,20 +335,17 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
     their GEMM row parallel and end in one all-reduce (``AllReduce``). The fused attention and table lookups
     run whole on every chip."""
     t0 = time.perf_counter()
-    parts = []
     plain = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(0, n), **options)
     if not isinstance(plain, CompiledModel) or plain.lowered is None:
         raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
     plans = megatron_plans(plain, n, cfg)
-    for c in range(n):
-        if c == 0 and not plans[0].rows:
-            parts.append(plain)
-            continue
-        p = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(c, n, plans[c]),
-                          **options)
-        if not isinstance(p, CompiledModel) or p.lowered is None:
-            raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
-        parts.append(p)
+    try:
+        parts = _tensor_parts(model, feeds, calib, cfg, n, options, plans, plain)
+    except ChipCompileError:
+        if not plans[0].rows:
+            raise
+        # a row-parallel GEMM that does not lower (its int32 partial sums' tiling): the all-gathers alone
+        parts = _tensor_parts(model, feeds, calib, cfg, n, options, [TensorPlan()] * n, plain)
     split = parts[0].lowered.split
     shape, order, ports = ring_order(topology, n, cfg)
     gathers = needed_gathers(parts)
@@ -409,7 +406,7 @@ def megatron_plans(plain: CompiledModel, n: int, cfg: ChipConfig) -> list[Tensor
 
     for b, kb in enumerate(s.kernels):
         if not plain_gemm(kb) or not q.qkernels[b].out_int8 or kb.K < n or b in taken \
-                or kb.M + cdiv(kb.M, n) + 1 > cfg.acc_rows:
+                or kb.M + cdiv(kb.M, n) + 1 > cfg.acc_rows or 2 * kb.M + ZERO_ROWS > cfg.spm_rows:
             continue
         P = s.tensors[kb.src].phys_offsets(kb.gather).astype(np.int64)      # (M, K) element offsets
         chain, t, j, x = [], kb.src, b, None
@@ -602,6 +599,22 @@ class AllReduce:
                            rstride=gr.rstride, **mods)
             e.emit("fence", "store")
         e.emit("fence", "all")
+
+
+def _tensor_parts(model, feeds, calib, cfg, n, options, plans, plain) -> list[CompiledModel]:
+    """Each chip's compile, with its ``TensorPlan`` (``plain``, chip 0's with the shares alone, where its plan
+    is empty)."""
+    parts = []
+    for c in range(n):
+        if c == 0 and not plans[0].rows:
+            parts.append(plain)
+            continue
+        p = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(c, n, plans[c]),
+                          **options)
+        if not isinstance(p, CompiledModel) or p.lowered is None:
+            raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
+        parts.append(p)
+    return parts
 
 
 class AllGather:
