@@ -391,7 +391,11 @@ def megatron_plans(plain: CompiledModel, n: int, cfg: ChipConfig) -> list[Tensor
     ``E``, from what one chip wrote of ``X``: ``B`` then runs row parallel (each chip its columns by its rows of the
     weights, an int32 partial sum; ``AllReduce``) and each ``E`` on the rows that hold an element its chip needs.
     Checked element by element on the addresses; ``X``'s all-gather then goes where no chip reads what another
-    wrote (``needed_gathers``)."""
+    wrote (``needed_gathers``). A pair is taken only where it moves fewer bytes over the links: per row, its
+    all-reduce moves ``4 N + N`` (``B``'s ``N`` int32 sums reduce-scattered, its int8 results all-gathered) where
+    the all-gathers it replaces move ``K`` for ``X``, ``K`` for each ``E`` and ``N`` for ``B`` (each times
+    ``(n - 1) / n``): ``4 N < K (1 + len(E))`` (a transformer's MLP: ``4 d < 4 d * 2``; its output projection,
+    ``4 d >= d``, is not one)."""
     s, q, lw = plain.qsched.sched, plain.qsched, plain.lowered
     readers: dict = {}
     for i, k in enumerate(s.kernels):
@@ -428,7 +432,7 @@ def megatron_plans(plain: CompiledModel, n: int, cfg: ChipConfig) -> list[Tensor
             P = src_p[order[pos]].astype(np.int64)
             chain.append(p)
             t, j = st, p
-        if x is None:
+        if x is None or 4 * kb.N >= kb.K * (1 + len(chain)):
             continue
         base = plain.tensor_addr[s.kernels[x].out]
         kidx = []
