@@ -332,6 +332,22 @@ def test_strategies_on_a_torus_are_bit_exact_and_move_what_the_ring_moves(parall
         assert sum(on["ring"]) > 0
 
 
+def test_tensor_parallel_pair_on_a_torus_moves_what_the_ring_moves():
+    """The pair's all-reduce runs along the torus's cycle of neighbour links (its ports): bit-exact, and per chip
+    of the cycle the ring's bytes."""
+    cfg = ChipConfig.preset("small").replace(name="small-4links", links=4)
+    m, x = _wide(), _x((6, 32), 11)
+    ref = tc.compile(m, [x], cfg).reference(x)
+    on = {}
+    for topo in ("ring", "torus2d"):
+        sm = tc.compile(m, [x], cfg, chips=4, parallel="tensor", topology=topo)
+        assert [c for _, c in sm.collectives] == ["all-reduce", "all-gather"]
+        res = tc.Device("sim", config=cfg, chips=4, topology=topo).run(sm, x)
+        _exact(res, ref)
+        on[topo] = [res.stats[sm.order[k]].bytes["link_tx"] for k in range(4)]
+    assert on["torus2d"] == on["ring"]
+
+
 def test_torus_needs_four_ports(mlp):
     with pytest.raises(tc.ChipCompileError, match="torus2d needs 4 link ports"):
         tc.compile(mlp, [_x((4, 32))], "small", chips=4, parallel="tensor", topology="torus2d")
