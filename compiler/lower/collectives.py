@@ -184,6 +184,35 @@ def all_reduce(e: ProgramBuilder, rank: int, n: int, base: int, rows: int, scrat
     _fence(e, fence)
 
 
+def reduce_scatter_rows(e: ProgramBuilder, rank: int, n: int, base: int, rows: int, scratch: int, *,
+                        chunks: int = 2, ports: tuple[int, int] = RING_PORTS, fence: bool = True) -> None:
+    """``reduce_scatter`` of ``rows`` int32 ACC rows at ``base`` cut as ``all_reduce`` cuts them (``split``: uneven
+    blocks when n does not divide ``rows``): afterwards chip ``rank``'s block ``rank`` holds the wrapping sum of that
+    block over all chips. ``scratch``: ``ceil(rows / n)`` ACC rows. With n dividing ``rows`` it is
+    ``reduce_scatter(..., rows // n, ...)``, in ``isa.timing.reduce_scatter_cycles``."""
+    _check(rank, n)
+    if n == 1 or rows == 0:
+        return
+    sizes = split(rows, n)
+    c, parts = _chunks(e, Space.ACC, sizes, chunks)
+    _reduce(e, rank, n, offsets_from(base, sizes), parts, c, scratch, ports, False)
+    _fence(e, fence)
+
+
+def all_gather_rows(e: ProgramBuilder, rank: int, n: int, space: int, base: int, rows: int, *, chunks: int = 2,
+                    ports: tuple[int, int] = RING_PORTS, fence: bool = True) -> None:
+    """``all_gather`` of ``rows`` rows at ``base`` cut as ``all_reduce`` cuts them (``split``): chip ``rank`` owns
+    block ``rank``; afterwards every chip holds all of them. With n dividing ``rows`` it is ``all_gather(...,
+    rows // n, ...)``, in ``isa.timing.all_gather_cycles``."""
+    _check(rank, n)
+    if n == 1 or rows == 0:
+        return
+    sizes = split(rows, n)
+    c, parts = _chunks(e, space, sizes, chunks)
+    _gather(e, rank, n, space, offsets_from(base, sizes), parts, c, ports, None)
+    _fence(e, fence)
+
+
 def all_gather_torus(e: ProgramBuilder, index: int, shape: tuple[int, int], space: int, base: int,
                      chunk_rows: int, *, fence: bool = True) -> None:
     """2-D all-gather on a ``shape = (rows, cols)`` torus (``sim.System(topology="torus2d")``): chip
@@ -210,4 +239,4 @@ def _check(rank: int, n: int) -> None:
 
 
 __all__ = ["send", "recv", "all_gather", "reduce_scatter", "all_reduce", "all_gather_torus", "split",
-           "RING_PORTS"]
+           "reduce_scatter_rows", "all_gather_rows", "RING_PORTS"]

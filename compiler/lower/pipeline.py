@@ -23,6 +23,7 @@ from isa.config import ChipConfig
 from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
+from isa.table import SPACE_BYTES, Space
 from isa.timing import lut_rows
 
 from compiler.lower.compiled import Compiled, check_finite, named_feeds, unpack_inputs
@@ -72,6 +73,36 @@ class Lowered:
     zero: int | None
     #: tensor parallel: kernel -> per chip, the output it writes as blocks ``(DRAM address of each run, run bytes)``
     split: dict = field(default_factory=dict)
+    #: tensor parallel, a row-parallel GEMM (``TensorPlan.rows``): kernel -> its ``Reduce`` (the all-reduce and
+    #: requantization ``compiler.lower.shard`` emits after its codes)
+    reduce: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """One chip's part of the Megatron-style pairs of a tensor-parallel model (``compiler.lower.shard``):
+    ``rows``, per row-parallel GEMM, the K indices of the chip (the columns of its input it holds): it multiplies
+    those columns by those rows of the weights into an int32 partial sum in DRAM (``Reduce``; the bias on chip 0
+    only); ``ew``, per elementwise kernel between the columns' producer and such a GEMM, the physical offsets of
+    its output elements the chip needs (it computes the rows that hold one, instead of a share of the rows)."""
+    ew: dict = field(default_factory=dict)
+    rows: dict = field(default_factory=dict)
+
+
+@dataclass
+class Reduce:
+    """A row-parallel GEMM's output: ``M`` x ``N`` int32 partial sums at DRAM ``scratch`` (row-major); summed over
+    the chips, requantized as the single chip's GEMM does (``vqcfg shift, lo, hi``; ``vreq`` by the scale lanes
+    at ``scale_addr``, one row of ``cols`` int32 per N tile) and stored as int8 rows at ``out_rows``."""
+    name: str
+    scratch: int
+    M: int
+    N: int
+    out_rows: np.ndarray
+    scale_addr: int
+    shift: int
+    lo: int
+    hi: int
 
 
 @dataclass
@@ -265,7 +296,11 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     ``(c, n)``: chip ``c`` of ``n`` (tensor parallel, ``compiler.lower.shard``): a GEMM kernel of at least ``n``
     output columns computes only its share of them (``column_shares``), a batched product its share of the
     slices (heads), a norm and an elementwise kernel their share of the rows (``Lowered.split`` says who writes
-    what); the others run whole."""
+    what); the others run whole. ``shard`` ``(c, n, plan)``: also the Megatron-style pairs of ``plan``
+    (``TensorPlan``)."""
+    full_shard = shard
+    tp = shard[2] if shard is not None and len(shard) > 2 else TensorPlan()
+    shard = tuple(shard[:2]) if shard is not None else None
     bounded = key_bound.kernels if key_bound is not None else {}
     s: Schedule = q.sched
     R, C = cfg.rows, cfg.cols
@@ -282,7 +317,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         start = 0 if t.kind == "input" else t.producer       # borders are zeroed by the producer
         end = nk if resident_inputs and t.kind == "input" else last_use.get(ti, start)
         bufs.append(Buffer(f"t{ti}", t.phys_size * q.elem_bytes(ti), start, end))
-    dplan = plan(bufs, memory="dram", align=DRAM_ALIGN)
+    partial = [Buffer(f"r{i}", s.kernels[i].M * s.kernels[i].N * SPACE_BYTES[Space.ACC], i, i) for i in tp.rows]
+    dplan = plan(bufs + partial, memory="dram", align=DRAM_ALIGN)
     tensor_addr = {ti: dram_base + dplan.offsets[f"t{ti}"] for ti in range(len(s.tensors))}
     const_base = dram_base + align_up(dplan.footprint, DRAM_ALIGN)
     consts: list[np.ndarray] = []
@@ -303,6 +339,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     # and ACC, while earlier codes may run), 2j + 1 its body; their ends come from the fences (_plan_onchip)
     codes, infos, spm_bufs, acc_bufs, first_code = [], [], [], [], []
     shared: dict = {}                 # shard: kernel -> every chip's output blocks (Lowered.split)
+    reduce: dict = {}                 # shard: row-parallel kernel -> its Reduce
     for i, (k, qk) in enumerate(zip(s.kernels, q.qkernels)):
         if isinstance(k, BmmKernel):
             if spec is not None and not spec.at_max:
@@ -360,7 +397,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
             first_code.append(len(codes))
             j = len(codes)
             ec, info = _lower_ew(cfg, s, k, qk, tensor_addr, spec.max if spec is not None else None,
-                                 share=shard if spec is None and q.elem_bytes(k.out) == 1 else None)
+                                 share=shard if spec is None and q.elem_bytes(k.out) == 1 and i not in tp.ew
+                                 else None, keep=tp.ew.get(i))
             if ec.shared is not None:
                 shared[i] = ec.shared
             if qk.table is not None:
@@ -380,14 +418,19 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         first_code.append(len(codes))
         split = blocks if isinstance(blocks, bool) else i in blocks
         share = None
-        if shard is not None and s.kernels[i].N >= shard[1]:
+        if i in tp.rows:                  # row parallel: this chip's K range, an int32 partial sum
+            scratch = dram_base + dplan.offsets[f"r{i}"]
+            got, reduce[i] = _lower_partial(cfg, q, i, tensor_addr, put, tp.rows[i], scratch, shard[0] == 0)
+        elif shard is not None and s.kernels[i].N >= shard[1]:
             ranges = column_shares(s.kernels[i].N, shard[1], C)
             share = ranges[shard[0]]
             out_t, eb = s.tensors[s.kernels[i].out], q.elem_bytes(s.kernels[i].out)
             rows = tensor_addr[s.kernels[i].out] + base_to_mn(out_t.phys_offsets(out_t.identity()), out_t,
                                                                s.kernels[i])[:, 0] * eb
             shared[i] = [[(rows + a * eb, (b - a) * eb)] for a, b in ranges]
-        for kc, info in _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, split, share):
+        if i not in tp.rows:
+            got = _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, split, share)
+        for kc, info in got:
             j, tl = len(codes), kc.tiling
             spm_bufs += [Buffer(f"k{j}.A", tl.a_rows, 2 * j + 1, 2 * j + 1),
                          Buffer(f"k{j}.W", tl.NB * R, 2 * j, 2 * j)]
@@ -455,13 +498,13 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         try:
             return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
                                   blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs,
-                                  key_bound=key_bound, borders_always=borders_always, shard=shard)
+                                  key_bound=key_bound, borders_always=borders_always, shard=full_shard)
         except ChipCompileError:
             if keep:
                 try:
                     return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False,
                                           resident_inputs=resident_inputs, key_bound=key_bound,
-                                          borders_always=borders_always, shard=shard)
+                                          borders_always=borders_always, shard=full_shard)
                 except ChipCompileError:
                     pass
     if len(builders) == 1 and len(built) > cfg.imem_words:
@@ -489,7 +532,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                        {"dram": dplan, "spm": splan, "acc": aplan}, 0.0, asm=asm,
                        resident_inputs=resident_inputs, pages=pages, key_bound=key_bound)
     if borders_always:
-        cm.lowered = Lowered(codes, prefixes, fences, first_code, zero, shared)
+        cm.lowered = Lowered(codes, prefixes, fences, first_code, zero, shared, reduce)
     return cm
 
 
@@ -595,6 +638,37 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
                     KernelInfo(name, k.M, len(ks), n1 - n0, tl, len(kts), useful,
                                mxu_macs=k.M * sum(t.klen for t in kts) * tl.NT * C)))
     return res
+
+
+def _lower_partial(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, kidx: np.ndarray,
+                   scratch: int, bias_on: bool) -> tuple[list, Reduce]:
+    """Row-parallel GEMM kernel ``i`` on one chip (``TensorPlan.rows``): its input's columns ``kidx`` by
+    those rows of the weights, an int32 ``M`` x ``N`` partial sum stored row-major at DRAM ``scratch`` (with the
+    bias where ``bias_on``: one chip adds it); the (KernelCode, KernelInfo) and the ``Reduce`` that finishes it
+    (the sum over the chips, then the kernel's requantization)."""
+    s, k, qk = q.sched, q.sched.kernels[i], q.qkernels[i]
+    R, C = cfg.rows, cfg.cols
+    AB = SPACE_BYTES[Space.ACC]
+    src, out = s.tensors[k.src], s.tensors[k.out]
+    kidx = np.asarray(kidx, np.int64)
+    what = f"kernel {k.name} (GEMM {k.M}x{k.K}x{k.N}, {k.op_text}), {len(kidx)} rows of its weights from {kidx[0]}"
+    P = src.phys_offsets(k.gather)
+    order, kts, rows = k_tiles(P[:, kidx], R, what)
+    a_rows = tensor_addr[k.src] + rows
+    out_rows = scratch + np.arange(k.M, dtype=np.int64) * (k.N * AB)
+    run = _common_period(a_rows, out_rows)
+    bias = qk.bias_q if (bias_on and qk.bias_q is not None) else None
+    tl = choose(cfg, k.M, len(kts), k.N, False, run, what, single_ok=bias is None, bias=bias is not None)
+    w_addr = put(tile_weights(qk.w_q[kidx, :], order, kts, R, C))
+    b_addr = put(pad_lanes(bias, C)) if bias is not None else None
+    offs = base_to_mn(out.phys_offsets(out.identity()), out, k)
+    red = Reduce(k.name, scratch, k.M, k.N, tensor_addr[k.out] + offs[:, 0] * q.elem_bytes(k.out),
+                 put(pad_lanes(qk.scale, C)), qk.shift, qk.lo, qk.hi)
+    code = KernelCode(f"{k.name}.rows{kidx[0]}", tl, kts, a_rows, out_rows, False, w_addr, b_addr, None, 0, 0,
+                      False, 0, 0, 0, 0)
+    info = KernelInfo(code.name, k.M, len(kidx), k.N, tl, len(kts), k.M * len(kidx) * k.N,
+                      mxu_macs=k.M * sum(t.klen for t in kts) * tl.NT * C)
+    return [(code, info)], red
 
 
 def _blocks_to_run(k, P: np.ndarray, cfg: ChipConfig, blocks: bool = True) -> list:
@@ -709,12 +783,13 @@ def _border_chunks(t, base: int, cols: int) -> tuple[dict, int, int]:
 
 
 def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int | None = None,
-              share: tuple[int, int] | None = None) -> tuple[EwCode, KernelInfo]:
+              share: tuple[int, int] | None = None, keep: np.ndarray | None = None) -> tuple[EwCode, KernelInfo]:
     """Rows of L lanes, contiguous in every input and in the output, in the output's memory order.
     With a symbolic batch of at most ``blocks`` entries, a row never straddles two entries; without
     one, contiguous blocks longer than a row may be cut into rows of ``cols`` lanes and a remainder
     (``EwCode.rest``). ``share`` ``(c, n)``: where every part has at least ``n`` rows, chip ``c`` of ``n``
-    computes its share of each part's rows (``EwCode.shared``: every chip's output rows)."""
+    computes its share of each part's rows (``EwCode.shared``: every chip's output rows). ``keep``: only the rows
+    that hold one of these output elements (physical offsets; a tensor-parallel chip's columns, ``TensorPlan.ew``)."""
     what = f"elementwise kernel {k.name}"
     if len(k.srcs) > EW_MAX_INPUTS:
         raise ChipCompileError(f"{what}: {len(k.srcs)} inputs, at most {EW_MAX_INPUTS} are supported")
@@ -740,8 +815,15 @@ def _lower_ew(cfg, s: Schedule, k: EwKernel, qk, tensor_addr, blocks: int | None
         shared = [[(tensor_addr[k.out] + seqs[0][st[slice(*share_range(len(st), j, n))]], w)
                    for st, w in zip(starts, lanes)] for j in range(n)]
         starts = [st[slice(*share_range(len(st), c, n))] for st in starts]
+    if keep is not None:
+        starts = [st[np.isin(seqs[0][st[:, None] + np.arange(w)], keep).any(axis=1)]
+                  for st, w in zip(starts, lanes)]
+        lanes = [w for st, w in zip(starts, lanes) if len(st)]
+        starts = [st for st in starts if len(st)]
+        if not starts:
+            raise ChipCompileError(f"{what}: none of its rows holds an element this chip needs")
     parts = [_ew_part(cfg, k, qk, what, [tensor_addr[k.out]] + [tensor_addr[t] for t, _ in k.srcs], seqs, st,
-                      lanes, lut) for st, lanes in zip(starts, [L, R % L if R else 0])]
+                      w, lut) for st, w in zip(starts, lanes)]
     for a, b in zip(parts, parts[1:]):
         a.rest = b
     ec = parts[0]

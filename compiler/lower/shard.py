@@ -10,6 +10,10 @@ tensors at the same addresses), so a tensor moves between chips as the bytes at 
 * ``parallel="data"``: the batch (axis 0 of every input and output) split over the chips, weights
   replicated: each chip runs the part's program on its samples; no link traffic. The batch is cut in
   pieces of ``ceil(B / N)`` samples; the last piece is filled up with copies of its last sample.
+* ``parallel="tensor"``: every chip computes its share of every kernel (``_tensor``); Megatron-style pairs (a
+  column-parallel producer, a row-parallel GEMM with an int32 partial sum) end in one all-reduce (``AllReduce``:
+  the library's reduce-scatter, requantization, all-gather), other shared kernels in an all-gather (``AllGather``)
+  where a later code reads what another chip wrote.
 * ``parallel="pipeline"``: consecutive kernels on consecutive chips (stages balanced by each code's
   simulated cycles), the batch cut in ``micro_batches`` pieces that flow through the stages so the chips
   overlap. Per micro-batch, chip ``s`` receives the tensors live at its stage's start from chip ``s - 1``
@@ -24,7 +28,8 @@ tensors at the same addresses), so a tensor moves between chips as the bytes at 
 * ``parallel="auto"``: each strategy that compiles (and micro-batch counts for the pipeline) is simulated
   and the fewest cycles wins; the choice is cached by the model's graph and inputs (``auto_cache``).
 
-The first strategy needs no collective; the pipeline uses point-to-point transfers. The link contract and
+Data parallel needs no collective; the pipeline uses point-to-point transfers; tensor parallel the ring
+collectives of ``compiler.lower.collectives``. The link contract and
 the ring and torus wiring are in docs/microarchitecture.md ("Links"); docs/sharding.md is the user's guide.
 """
 from __future__ import annotations
@@ -38,18 +43,18 @@ import numpy as np
 from isa.config import ChipConfig, square_shape
 from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
-from isa.operands import dram, spm
+from isa.operands import acc, dram, spm
 from isa.regs import ZERO, Reg
 from isa.table import Space
 from isa.program import DRAM_ALIGN, Program
 
 from compiler.lower import transformer
-from compiler.lower.collectives import recv, send
+from compiler.lower.collectives import all_gather_rows, recv, reduce_scatter_rows, send, split
 from compiler.lower.compiled import named_feeds
 from compiler.lower.dispatch import check_inputs, compile_model
 from compiler.lower.emit import emit_program
-from compiler.lower.pipeline import ZERO_ROWS, CompiledModel
-from compiler.lower.schedule import ChipCompileError, kernel_inputs
+from compiler.lower.pipeline import ZERO_ROWS, CompiledModel, Reduce, TensorPlan
+from compiler.lower.schedule import ChipCompileError, EwKernel, Kernel, kernel_inputs
 
 PARALLEL = ("data", "tensor", "pipeline", "auto")
 TOPOLOGIES = ("ring", "torus2d")
@@ -150,6 +155,7 @@ class ShardedModel:
     shape: tuple = (1, 0)                             # the torus's (rows, cols); a ring: (1, chips)
     order: list = field(default_factory=list)         # the chips in the order of the cycle the strategy uses
     interleave: int = 1                               # pipeline: stage groups per chip (stage v on place v mod n)
+    collectives: list = field(default_factory=list)   # tensor: (kernel, "all-reduce" | "all-gather") after it
 
     @property
     def input_names(self) -> list:
@@ -234,7 +240,8 @@ class ShardedModel:
     def summary(self) -> str:
         lines = [f"sharded over {self.chips} chips ({self.topology}), {self.parallel} parallel, config "
                  f"{self.config.name}: batch {self.batch}, " +
-                 {"data": f"{self.piece} sample(s) per chip", "tensor": "each GEMM's output columns shared"}.get(
+                 {"data": f"{self.piece} sample(s) per chip",
+                  "tensor": f"each GEMM's output columns shared, {self._collectives()}"}.get(
                      self.parallel, f"{self.micro_batches} micro-batch(es) of {self.piece}" +
                      (f", {self.interleave} stage groups per chip (interleaved)" if self.interleave > 1 else "")) +
                  f"; instructions per chip {[sum(len(p) for p in pg) for pg in self.programs]}; "
@@ -248,6 +255,10 @@ class ShardedModel:
         if self.choices:
             lines.append("  auto: " + ", ".join(f"{k} {v} cycles" for k, v in self.choices.items()))
         return "\n".join(lines)
+
+    def _collectives(self) -> str:
+        kinds = [k for _, k in self.collectives]
+        return f"{kinds.count('all-reduce')} all-reduce(s), {kinds.count('all-gather')} all-gather(s)"
 
     def run_on(self, device, *inputs, **kw):
         runner = getattr(device.backend, "run_sharded", None)
@@ -355,19 +366,31 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
     head where the heads are tile-aligned), with only its share of the weights in its DRAM; a product of two
     activations its share of the slices (heads); a norm, softmax, activation or elementwise kernel its share of
     the rows. A ring all-gather (``AllGather``) then leaves the whole output in every chip's DRAM before the
-    next kernel reads it. The fused attention and table lookups run whole on every chip."""
+    next kernel reads it, where a later code on some chip reads what another chip wrote (``needed_gathers``).
+    The Megatron-style pairs (``megatron_plans``, found from chip 0's part compiled with the shares alone) run
+    their GEMM row parallel and end in one all-reduce (``AllReduce``). The fused attention and table lookups
+    run whole on every chip."""
     t0 = time.perf_counter()
-    parts = []
-    for c in range(n):
-        p = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(c, n), **options)
-        if not isinstance(p, CompiledModel) or p.lowered is None:
-            raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
-        parts.append(p)
+    plain = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(0, n), **options)
+    if not isinstance(plain, CompiledModel) or plain.lowered is None:
+        raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
+    plans = megatron_plans(plain, n, cfg)
+    try:
+        parts = _tensor_parts(model, feeds, calib, cfg, n, options, plans, plain)
+    except ChipCompileError:
+        if not plans[0].rows:
+            raise
+        # a row-parallel GEMM that does not lower (its int32 partial sums' tiling): the all-gathers alone
+        parts = _tensor_parts(model, feeds, calib, cfg, n, options, [TensorPlan()] * n, plain)
     split = parts[0].lowered.split
     shape, order, ports = ring_order(topology, n, cfg)
-    if not split:
+    gathers = needed_gathers(parts)
+    if not split and not parts[0].lowered.reduce:
         raise ChipCompileError(f"tensor parallel over {n} chips: no GEMM kernel has {n} output columns to share")
     progs: list = [None] * n
+    ks = parts[0].qsched.sched.kernels
+    colls = [(ks[i].name, "all-reduce" if i in parts[0].lowered.reduce else "all-gather")
+             for i in range(len(ks)) if i in parts[0].lowered.reduce or i in gathers]
     for c, p in enumerate(parts):               # c: the chip's place in the cycle (its share of the columns)
         lw = p.lowered
         nk = len(p.qsched.sched.kernels)
@@ -381,7 +404,9 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
                 if j in lw.fences:
                     fen[len(seq)] = lw.fences[j]
                 seq.append(lw.codes[j])
-            if i in split:
+            if i in lw.reduce:
+                seq.append(AllReduce(lw.reduce[i], c, n, _free_spm(cfg, lw.zero), cfg, ports[c]))
+            elif i in gathers:
                 seq.append(AllGather(p.qsched.sched.kernels[i].name, split[i], c, bufs, cfg, ports[c]))
         e = emit_program(seq, cfg, pre, fen)
         if len(e) > cfg.imem_words:
@@ -390,7 +415,246 @@ def _tensor(model, feeds, calib, cfg, n, topology, base, options) -> ShardedMode
         progs[order[c]] = [e.build(f"<tensor parallel, place {c} of {n}>")]
     B = _batch(feeds)
     return ShardedModel(cfg, n, "tensor", topology, base, parts[0], progs, B, B, compile_s=time.perf_counter() - t0,
-                        parts=[parts[order.index(i)] for i in range(n)], shape=shape, order=order)
+                        parts=[parts[order.index(i)] for i in range(n)], shape=shape, order=order, collectives=colls)
+
+
+def megatron_plans(plain: CompiledModel, n: int, cfg: ChipConfig) -> list[TensorPlan]:
+    """Per chip, its part of the Megatron-style pairs of the model (``TensorPlan``), from ``plain``: chip 0's part
+    compiled with the shares alone (its ``Lowered.split`` says what every chip writes of every shared kernel).
+    A pair is a shared kernel ``X`` (a column-parallel GEMM, the attention's per-head products...) whose output
+    only elementwise kernels of one input (``E``, none or more, each the only reader of the one before) lead to a
+    GEMM ``B`` with an int8 output that reads nothing else, such that each column of ``B``'s input comes, through
+    ``E``, from what one chip wrote of ``X``: ``B`` then runs row parallel (each chip its columns by its rows of the
+    weights, an int32 partial sum; ``AllReduce``) and each ``E`` on the rows that hold an element its chip needs.
+    Checked element by element on the addresses; ``X``'s all-gather then goes where no chip reads what another
+    wrote (``needed_gathers``). A pair is taken only where it moves fewer bytes over the links: per row, its
+    all-reduce moves ``4 N + N`` (``B``'s ``N`` int32 sums reduce-scattered, its int8 results all-gathered) where
+    the all-gathers it replaces move ``K`` for ``X``, ``K`` for each ``E`` and ``N`` for ``B`` (each times
+    ``(n - 1) / n``): ``4 N < K (1 + len(E))`` (a transformer's MLP: ``4 d < 4 d * 2``; its output projection,
+    ``4 d >= d``, is not one)."""
+    s, q, lw = plain.qsched.sched, plain.qsched, plain.lowered
+    readers: dict = {}
+    for i, k in enumerate(s.kernels):
+        for t in set(kernel_inputs(k)):
+            readers.setdefault(t, []).append(i)
+    outs = {t for t, _ in s.outputs}
+    ew, rows = [{} for _ in range(n)], [{} for _ in range(n)]
+    taken: set = set()
+
+    def plain_gemm(k) -> bool:
+        return type(k) is Kernel and k.wmask is None
+
+    for b, kb in enumerate(s.kernels):
+        if not plain_gemm(kb) or not q.qkernels[b].out_int8 or kb.K < n or b in taken \
+                or kb.M + cdiv(kb.M, n) + 1 > cfg.acc_rows or 2 * kb.M + ZERO_ROWS > cfg.spm_rows:
+            continue
+        P = s.tensors[kb.src].phys_offsets(kb.gather).astype(np.int64)      # (M, K) element offsets
+        chain, t, j, x = [], kb.src, b, None
+        levels = []                                                       # per E (last first): its (M, K) offsets
+        while t not in outs and readers.get(t) == [j] and s.tensors[t].kind == "kernel":
+            p = s.tensors[t].producer
+            kp = s.kernels[p]
+            if not (isinstance(kp, EwKernel) and len(kp.srcs) == 1 and q.elem_bytes(kp.out) == 1):
+                x = p if p in lw.split and p not in taken else None
+                break
+            ot, (st, idx) = s.tensors[kp.out], kp.srcs[0]
+            out_p = ot.phys_offsets(ot.identity()).reshape(-1)
+            src_p = s.tensors[st].phys_offsets(idx).reshape(-1)
+            order = np.argsort(out_p, kind="stable")
+            pos = np.minimum(np.searchsorted(out_p[order], P), len(order) - 1)
+            if not np.array_equal(out_p[order][pos], P):
+                break
+            levels.append((p, P))
+            P = src_p[order[pos]].astype(np.int64)
+            chain.append(p)
+            t, j = st, p
+        if x is None or 4 * kb.N >= kb.K * (1 + len(chain)):
+            continue
+        base = plain.tensor_addr[s.kernels[x].out]
+        kidx = []
+        for c in range(n):
+            W = _elements(lw.split[x][c]) - base
+            kidx.append(np.flatnonzero(np.isin(P, W).all(axis=0)))
+        got = np.concatenate(kidx)
+        if any(len(k) == 0 for k in kidx) or len(got) != kb.K or len(np.unique(got)) != kb.K:
+            continue
+        taken.update([x, b, *chain])
+        for c in range(n):
+            rows[c][b] = kidx[c]
+            for p, Pe in levels:
+                ew[c][p] = np.unique(Pe[:, kidx[c]])
+    return [TensorPlan(ew[c], rows[c]) for c in range(n)]
+
+
+def _elements(blocks: list) -> np.ndarray:
+    """The DRAM byte addresses of blocks ``(address of each run, run bytes)`` (``Lowered.split``)."""
+    out = [np.asarray(a, np.int64).reshape(-1)[:, None] + np.arange(nb) for a, nb in blocks]
+    return np.unique(np.concatenate([o.reshape(-1) for o in out])) if out else np.zeros(0, np.int64)
+
+
+def code_reads(code) -> np.ndarray | None:
+    """The DRAM byte addresses an activation-reading code reads (its weights and other constants aside), or None
+    where not known (then it is taken to read everything)."""
+    from compiler.lower.bmm_lower import BmmCode
+    from compiler.lower.emit import EwCode, KernelCode
+    from compiler.lower.norms import NormCode
+    if isinstance(code, KernelCode):
+        if code.dyn is not None or code.nbound is not None or code.kbound is not None:
+            return None
+        cols = np.concatenate([kt.col + np.arange(kt.klen) * kt.estride for kt in code.ktiles])
+        return (np.asarray(code.a_rows, np.int64)[:, None] + cols[None, :]).reshape(-1)
+    if isinstance(code, BmmCode):
+        got = []
+        for rl, kc in code.slices:
+            r = code_reads(kc)
+            if r is None or rl.bound is not None:
+                return None
+            got.append(r)
+            for _, _, loads in rl.chunks:
+                for g, ln, est in loads:
+                    a = (g.dram + np.arange(g.count)[:, None, None] * g.dstride
+                         + np.arange(g.rows)[None, :, None] * g.rstride + np.arange(ln)[None, None, :] * est)
+                    got.append(a.reshape(-1))
+        return np.concatenate(got) if got else np.zeros(0, np.int64)
+    if isinstance(code, NormCode):
+        if code.bound is not None:
+            return None
+        return (code.in_addr + np.arange(code.rows)[:, None] * code.in_rs + np.arange(code.qn.d)[None, :]).reshape(-1)
+    if isinstance(code, EwCode):
+        got = []
+        for p in code.parts():
+            if p.dyn is not None:
+                return None
+            got += [(np.asarray(r, np.int64)[:, None] + np.arange(p.L)).reshape(-1) for r in p.in_rows]
+        return np.concatenate(got) if got else np.zeros(0, np.int64)
+    return None
+
+
+def needed_gathers(parts: list) -> set:
+    """The shared kernels whose all-gather some chip needs: a later code on chip ``c`` reads an element of the
+    kernel's output that another chip wrote and ``c`` did not (elements no chip writes, a padded tensor's
+    borders, are the same on every chip), or the output is a model output (read from chip 0)."""
+    p0 = parts[0]
+    s, lw = p0.qsched.sched, p0.lowered
+    outs = {t for t, _ in s.outputs}
+    need = set()
+    for i in lw.split:
+        t = s.kernels[i].out
+        if t in outs:
+            need.add(i)
+            continue
+        wrote = [_elements(lw.split[i][c]) for c in range(len(parts))]
+        later = [j for j in range(i + 1, len(s.kernels)) if t in kernel_inputs(s.kernels[j])]
+        for c, p in enumerate(parts):
+            foreign = np.setdiff1d(np.concatenate([w for c2, w in enumerate(wrote) if c2 != c]), wrote[c])
+            kc = [*p.lowered.first_code, len(p.lowered.codes)]
+            for j in later:
+                for code in p.lowered.codes[kc[j]:kc[j + 1]]:
+                    r = code_reads(code)
+                    if r is None or np.isin(r, foreign).any():
+                        need.add(i)
+                        break
+                if i in need:
+                    break
+            if i in need:
+                break
+    return need
+
+
+class AllReduce:
+    """A row-parallel GEMM's partial sums (``pipeline.Reduce``: ``M`` x ``N`` int32, row-major in DRAM) summed over
+    the chips and requantized (a code that emits itself; ``emit.emit_program`` fences it): an all-reduce whose
+    all-gather half moves the requantized int8 rows instead of the int32 sums. Per group of N tiles (``M`` ACC rows
+    each, tile-major, with their scale rows): the rows are loaded into ACC; the library's chunked ring
+    reduce-scatter (``collectives.reduce_scatter_rows``) leaves chip ``r`` with the sum of block ``r`` of the rows;
+    the chip requantizes that block (``vqcfg``, ``vreq`` by its N tile's scale row) into SPM; the library's ring
+    all-gather (``collectives.all_gather_rows``) of the int8 blocks gives every chip every row, which it stores as
+    the kernel's output rows. Integer addition wraps and is associative, and the requantization is the single
+    chip's per element: every chip ends with the single chip's output bit for bit."""
+
+    CHUNKS = 2
+
+    def __init__(self, red: Reduce, rank: int, n: int, region: tuple, cfg: ChipConfig, ports: tuple = (0, 1)):
+        self.red, self.rank, self.n, self.cfg, self.ports = red, rank, n, cfg, ports
+        self.name = f"all-reduce {red.name}"
+        self.spm = region[0]                           # SPM rows region[0]..region[1]-1 are free (not the zero rows)
+        M, C = red.M, cfg.cols
+        self.NT = cdiv(red.N, C)
+        by_acc = (cfg.acc_rows - cdiv(M, n) - 1) // (M + 1)        # a tile's sums and its scale row, the scratch
+        self.G = min(self.NT, by_acc, (region[1] - region[0]) // M)
+        if self.G < 1:
+            raise ChipCompileError(f"{self.name}: {M} rows of partial sums do not fit ACC ({cfg.acc_rows} rows) or "
+                                   f"the free SPM ({region[1] - region[0]} rows)")
+
+    def groups(self) -> list[tuple[int, int]]:
+        """The N tiles ``[t0, t1)`` summed by one reduce-scatter and all-gather each."""
+        return [(t, min(t + self.G, self.NT)) for t in range(0, self.NT, self.G)]
+
+    def emit_reduce(self, e, t0: int, t1: int) -> None:
+        """The reduce-scatter of N tiles ``t0..t1-1``: their ``(t1 - t0) * M`` ACC rows from row 0 (a scale row each
+        after them, then the scratch), ``CHUNKS`` chunks a block; ``isa.timing.reduce_scatter_cycles``."""
+        g = t1 - t0
+        reduce_scatter_rows(e, self.rank, self.n, 0, g * self.red.M, g * self.red.M + g, chunks=self.CHUNKS,
+                            ports=self.ports)
+
+    def emit_gather(self, e, t0: int, t1: int) -> None:
+        """The all-gather of the requantized rows of N tiles ``t0..t1-1`` (SPM rows from ``spm``);
+        ``isa.timing.all_gather_cycles``."""
+        all_gather_rows(e, self.rank, self.n, Space.SPM, self.spm, (t1 - t0) * self.red.M, chunks=self.CHUNKS,
+                        ports=self.ports)
+
+    def emit(self, e) -> None:
+        from compiler.lower.tiling import groups
+        from isa.regs import L1
+        red, cfg, n = self.red, self.cfg, self.n
+        M, N, C = red.M, red.N, cfg.cols
+        AB = 4
+        e.comment(f"{self.name}: {n} chips, {M} x {N} int32")
+        for t0, t1 in self.groups():
+            g = t1 - t0
+            sc = g * M
+            for t in range(t0, t1):
+                e.emit("dma.ld", acc[(t - t0) * M], dram[red.scratch + t * C * AB], rows=M, len=min(C, N - t * C),
+                       rstride=N * AB)
+            e.emit("dma.ld", acc[sc], dram[red.scale_addr + t0 * C * AB], rows=g, len=C, rstride=C * AB)
+            e.emit("fence", "all")
+            self.emit_reduce(e, t0, t1)
+            e.emit("vqcfg", shift=red.shift, zp=0, lo=red.lo, hi=red.hi, round="half_up")
+            sizes = split(g * M, n)
+            lo = sum(sizes[:self.rank])
+            hi = lo + sizes[self.rank]
+            for t in range(lo // M, cdiv(hi, M) if hi > lo else lo // M):     # the N tiles of this chip's block
+                a, b = max(lo, t * M), min(hi, (t + 1) * M)
+                e.emit("vreq", spm[self.spm + a], acc[a], acc[sc + t], n=b - a)
+            e.emit("fence", "all")
+            self.emit_gather(e, t0, t1)
+            for t in range(t0, t1):
+                ln = min(C, N - t * C)
+                for gr in groups(np.asarray(red.out_rows, np.int64) + t * C):
+                    mods = {}
+                    if gr.count > 1:
+                        e.emit("loop", L1, gr.count, s0=gr.dstride, s1=gr.lstride)
+                        mods.update(rep=L1)
+                    e.emit("dma.st", dram[gr.dram], spm[self.spm + (t - t0) * M + gr.local], rows=gr.rows, len=ln,
+                           rstride=gr.rstride, **mods)
+            e.emit("fence", "store")
+        e.emit("fence", "all")
+
+
+def _tensor_parts(model, feeds, calib, cfg, n, options, plans, plain) -> list[CompiledModel]:
+    """Each chip's compile, with its ``TensorPlan`` (``plain``, chip 0's with the shares alone, where its plan
+    is empty)."""
+    parts = []
+    for c in range(n):
+        if c == 0 and not plans[0].rows:
+            parts.append(plain)
+            continue
+        p = compile_model(model, feeds, cfg, calibration=calib, borders_always=True, shard=(c, n, plans[c]),
+                          **options)
+        if not isinstance(p, CompiledModel) or p.lowered is None:
+            raise ChipCompileError(f"tensor parallel over {n} chips: a model of the ordinary kernel pipeline only")
+        parts.append(p)
+    return parts
 
 
 class AllGather:
@@ -703,7 +967,7 @@ def _interleaved_program(c, V, n, M, S, stages, live, inputs, outs, producer, in
 def _exchange_rows(cfg: ChipConfig, zero: int | None) -> tuple:
     """Four chunk buffers in SPM (two to send from, two to receive into) and the rows of one, clear of the zero
     rows: the same on every chip (the ends of a link cut their transfers alike)."""
-    lo, hi = _free_rows(cfg, zero)
+    lo, hi = _free_spm(cfg, zero)
     h = min((hi - lo) // 4, CHUNK_ROWS)
     if h < 1:
         raise ChipCompileError(f"config {cfg.name!r}: no SPM rows free for link exchanges")
@@ -742,8 +1006,8 @@ def _code_cycles(part: CompiledModel) -> list[int]:
     return out
 
 
-def _free_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int]:
-    """The longest run of SPM rows ``[lo, hi)`` clear of the zero rows."""
+def _free_spm(cfg: ChipConfig, zero: int | None) -> tuple[int, int]:
+    """The longest run of SPM rows ``[lo, hi)`` clear of the zero rows (between two fenced codes)."""
     if zero is None:
         return 0, cfg.spm_rows
     return max([(0, zero), (zero + ZERO_ROWS, cfg.spm_rows)], key=lambda r: r[1] - r[0])
@@ -751,7 +1015,7 @@ def _free_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int]:
 
 def _glue_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int, int]:
     """Two chunk buffers in SPM (first rows of each) and the rows of one, clear of the zero rows."""
-    lo, hi = _free_rows(cfg, zero)
+    lo, hi = _free_spm(cfg, zero)
     h = min((hi - lo) // 2, CHUNK_ROWS)
     if h < 1:
         raise ChipCompileError(f"config {cfg.name!r}: no SPM rows free for link transfers")
