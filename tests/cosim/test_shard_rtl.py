@@ -43,3 +43,24 @@ def test_sharded_mlp_on_the_verilog_ring_equals_the_simulator(model, chips, para
     for got, want in zip(rtl.outputs, ref):
         np.testing.assert_array_equal(got, want)
     assert (sim.stats.link_bytes > 0) == (parallel != "data")
+
+
+def test_megatron_pair_all_reduce_on_the_verilog_ring_equals_the_simulator():
+    """A column/row-parallel GEMM pair (Linear 8->64 with its ReLU, Linear 64->8 with an int8 output for the last
+    layer) shares one all-reduce: the
+    int32 partial sums reduce-scattered (ACC DMA, VPU adds), requantized per block, all-gathered as int8."""
+    why = available(SIM)
+    if why:
+        pytest.skip(f"SIM={SIM}: {why}")
+    tc.manual_seed(1)
+    nn = tc.nn
+    m = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 8), nn.ReLU(), nn.Linear(8, 4))
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    ref = tc.compile(m, [x], "tiny").reference(x)
+    sm = tc.compile(m, [x], "tiny", chips=2, parallel="tensor")
+    assert [k for _, k in sm.collectives] == ["all-reduce", "all-gather"], sm.collectives
+    sim = tc.Device("sim", config="tiny", chips=2).run(sm, x)
+    rtl = tc.Device("rtl", config="tiny", chips=2, simulator=SIM).run(sm, x)
+    assert [st.cycles for st in rtl.stats] == [st.cycles for st in sim.stats]
+    for got, want in zip(rtl.outputs, ref):
+        np.testing.assert_array_equal(got, want)
