@@ -578,8 +578,19 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
         out_rows = tensor_addr[k.out] + offs[:, n0] * eb
         run = _common_period(a_rows, out_rows)
         bias = qk.bias_q[n0:n1] if qk.bias_q is not None else None
-        tl = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, single_ok=qk.out_int8 or bias is None,
-                    bias=bias is not None)
+        tl = None
+        vbias = (bias is not None and qk.out_int8 and k.M >= 2 * VBIAS_MIN_ROWS and searcher is None
+                 and spec is None and _vbias_pays(cfg, kts, cdiv(n1 - n0, C)))
+        if vbias:     # the tiling leaves ACC for the bias block (Mt rows) and the N tiles' bias rows
+            try:
+                tl = choose(cfg.replace(acc_rows=vbias_acc_rows(cfg.acc_rows, cdiv(n1 - n0, C), k.M)), k.M, len(kts),
+                            n1 - n0, qk.out_int8, run, what, bias=False)
+                tl = replace(tl, acc_rows=tl.acc_rows + tl.NT + tl.Mt)
+            except TetrachipError:
+                vbias = False
+        if tl is None:
+            tl = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, single_ok=qk.out_int8 or bias is None,
+                        bias=bias is not None)
         w_addr = put(tile_weights(qk.w_q[ks, n0:n1], order, kts, R, C))
         b_addr = put(pad_lanes(bias, C)) if bias is not None else None
         sc_addr = put(pad_lanes(qk.scale[n0:n1], C)) if qk.out_int8 else None
@@ -591,10 +602,40 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
             tl, dk = fit_gemm(cfg, tl, k.M, a_rows, out_rows, spec.max, what, qk.out_int8, bias is not None)
         useful = k.M * (len(ks) * (n1 - n0) if k.wmask is None else int(np.count_nonzero(k.wmask[ks, n0:n1])))
         res.append((KernelCode(name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
-                               qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk, hi=qk.hi),
+                               qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk, hi=qk.hi, vbias=vbias),
                     KernelInfo(name, k.M, len(ks), n1 - n0, tl, len(kts), useful,
                                mxu_macs=k.M * sum(t.klen for t in kts) * tl.NT * C)))
     return res
+
+
+#: M tiles a ``vbias`` kernel is cut into (fewer where they would have under ``VBIAS_MIN_ROWS`` rows; a kernel of
+#: under two such tiles keeps the bias DMA): the VPU's passes over an M tile then run beside the MXU's next
+#: one, and the last tile's, which nothing hides, is short (measured on MobileNetV2's depthwise layers)
+VBIAS_M_TILES = 4
+VBIAS_LOAD_SHARE = 0.75
+VBIAS_MIN_ROWS = 192
+
+
+def _vbias_pays(cfg: ChipConfig, kts: list, NT: int) -> bool:
+    """Does a requantized GEMM with K tiles ``kts`` and ``NT`` N tiles run faster with its bias added on the
+    VPU (``KernelCode.vbias``)? The DMA that fills each N tile's ACC region with the bias moves an ACC row
+    (4 bytes a lane) per output row, beside the A tiles' row per K tile: the load unit's busiest traffic in a
+    kernel of few K tiles (an expanding 1x1 convolution, a depthwise convolution's column block). On the VPU
+    the bias costs two more passes per N tile (broadcast, add) beside the requantization's one. Per output
+    row of an M tile: the loads with the bias are at least ``VBIAS_LOAD_SHARE`` of the MXU's cycles (they
+    hold it back) and the VPU's three passes stay within the busier of the two."""
+    beat = cfg.dma_beat_bytes
+    a = sum(cdiv(t.klen, beat) if t.estride == 1 else t.klen for t in kts)     # A loads (int8)
+    b = NT * cdiv(cfg.cols * 4, beat)                                        # bias rows into ACC (int32)
+    mxu = NT * len(kts)
+    return a + b >= VBIAS_LOAD_SHARE * mxu and 3 * NT <= max(a + b, mxu)
+
+
+def vbias_acc_rows(acc_rows: int, NT: int, M: int) -> int:
+    """The ACC rows to tile a ``vbias`` kernel for: a tiling that fits them (two regions of ``Mt`` rows and
+    ``NT`` scale rows) leaves room for the bias block (``Mt`` rows) and the ``NT`` bias rows, and has at
+    least ``VBIAS_M_TILES`` M tiles (the VPU's passes over one tile run beside the MXU's next one)."""
+    return min((acc_rows - 2 * NT) * 2 // 3 + NT, 2 * max(VBIAS_MIN_ROWS, cdiv(M, VBIAS_M_TILES)) + NT)
 
 
 def _blocks_to_run(k, P: np.ndarray, cfg: ChipConfig, blocks: bool = True) -> list:
