@@ -23,7 +23,8 @@ from isa.config import ChipConfig
 from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
-from isa.timing import lut_rows
+from isa.table import SPACE_BYTES, Space
+from isa.timing import lut_rows, mxu_swap_delay, row_beats
 
 from compiler.lower.compiled import Compiled, check_finite, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
@@ -579,11 +580,11 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
         run = _common_period(a_rows, out_rows)
         bias = qk.bias_q[n0:n1] if qk.bias_q is not None else None
         tl = None
-        vbias = (bias is not None and qk.out_int8 and k.M >= 2 * VBIAS_MIN_ROWS and searcher is None
+        vbias = (bias is not None and qk.out_int8 and k.M >= 2 * vbias_min_rows(cfg) and searcher is None
                  and spec is None and _vbias_pays(cfg, kts, cdiv(n1 - n0, C)))
         if vbias:     # the tiling leaves ACC for the bias block (Mt rows) and the N tiles' bias rows
             try:
-                tl = choose(cfg.replace(acc_rows=vbias_acc_rows(cfg.acc_rows, cdiv(n1 - n0, C), k.M)), k.M, len(kts),
+                tl = choose(cfg.replace(acc_rows=vbias_acc_rows(cfg, cdiv(n1 - n0, C), k.M)), k.M, len(kts),
                             n1 - n0, qk.out_int8, run, what, bias=False)
                 tl = replace(tl, acc_rows=tl.acc_rows + tl.NT + tl.Mt)
             except TetrachipError:
@@ -608,12 +609,21 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
     return res
 
 
-#: M tiles a ``vbias`` kernel is cut into (fewer where they would have under ``VBIAS_MIN_ROWS`` rows; a kernel of
-#: under two such tiles keeps the bias DMA): the VPU's passes over an M tile then run beside the MXU's next
+#: M tiles a ``vbias`` kernel is cut into (fewer where they would have under ``vbias_min_rows`` rows; a kernel
+#: of under two such tiles keeps the bias DMA): the VPU's passes over an M tile then run beside the MXU's next
 #: one, and the last tile's, which nothing hides, is short (measured on MobileNetV2's depthwise layers)
 VBIAS_M_TILES = 4
+#: the least rows of a ``vbias`` M tile, in mm lengths that hide the next weight load (``vbias_min_rows``)
+VBIAS_TILE_FACTOR = 4
+#: the share of the MXU's cycles from which the loads hold it back (``_vbias_pays``)
 VBIAS_LOAD_SHARE = 0.75
-VBIAS_MIN_ROWS = 192
+
+
+def vbias_min_rows(cfg: ChipConfig) -> int:
+    """The least rows of a ``vbias`` kernel's M tile: ``VBIAS_TILE_FACTOR`` times the rows an ``mm`` streams to
+    hide the next ``mxu.lw`` (the swap delay and a weight tile's rows, docs/microarchitecture.md): 192 on
+    ``base``; shorter tiles leave the MXU waiting for weights."""
+    return VBIAS_TILE_FACTOR * (mxu_swap_delay(cfg) + cfg.rows)
 
 
 def _vbias_pays(cfg: ChipConfig, kts: list, NT: int) -> bool:
@@ -624,18 +634,17 @@ def _vbias_pays(cfg: ChipConfig, kts: list, NT: int) -> bool:
     the bias costs two more passes per N tile (broadcast, add) beside the requantization's one. Per output
     row of an M tile: the loads with the bias are at least ``VBIAS_LOAD_SHARE`` of the MXU's cycles (they
     hold it back) and the VPU's three passes stay within the busier of the two."""
-    beat = cfg.dma_beat_bytes
-    a = sum(cdiv(t.klen, beat) if t.estride == 1 else t.klen for t in kts)     # A loads (int8)
-    b = NT * cdiv(cfg.cols * 4, beat)                                        # bias rows into ACC (int32)
+    a = sum(row_beats(cfg, t.klen, Space.SPM, t.estride) for t in kts)                # A loads (int8)
+    b = NT * row_beats(cfg, cfg.cols, Space.ACC, SPACE_BYTES[Space.ACC])             # bias rows (int32)
     mxu = NT * len(kts)
     return a + b >= VBIAS_LOAD_SHARE * mxu and 3 * NT <= max(a + b, mxu)
 
 
-def vbias_acc_rows(acc_rows: int, NT: int, M: int) -> int:
+def vbias_acc_rows(cfg: ChipConfig, NT: int, M: int) -> int:
     """The ACC rows to tile a ``vbias`` kernel for: a tiling that fits them (two regions of ``Mt`` rows and
     ``NT`` scale rows) leaves room for the bias block (``Mt`` rows) and the ``NT`` bias rows, and has at
     least ``VBIAS_M_TILES`` M tiles (the VPU's passes over one tile run beside the MXU's next one)."""
-    return min((acc_rows - 2 * NT) * 2 // 3 + NT, 2 * max(VBIAS_MIN_ROWS, cdiv(M, VBIAS_M_TILES)) + NT)
+    return min((cfg.acc_rows - 2 * NT) * 2 // 3 + NT, 2 * max(vbias_min_rows(cfg), cdiv(M, VBIAS_M_TILES)) + NT)
 
 
 def _blocks_to_run(k, P: np.ndarray, cfg: ChipConfig, blocks: bool = True) -> list:

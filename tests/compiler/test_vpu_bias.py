@@ -42,10 +42,10 @@ def test_bias_on_the_vpu_is_exact_and_faster(monkeypatch, cin, cout, k, groups, 
 
 
 def test_small_kernels_keep_the_bias_dma():
-    # under two M tiles of VBIAS_MIN_ROWS rows: the VPU's passes would not hide behind the MXU
+    # under two M tiles of vbias_min_rows rows: the VPU's passes would not hide behind the MXU
     cfg = ChipConfig.preset("small")
     conv = nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=True)
     x = np.random.default_rng(0).standard_normal((1, 16, 8, 8)).astype(np.float32)
-    assert 8 * 8 < 2 * pipeline.VBIAS_MIN_ROWS
+    assert 8 * 8 < 2 * pipeline.vbias_min_rows(cfg)
     cm, _ = _run(lambda t: conv(t).relu(), x, cfg)
     assert "bias on the VPU" not in cm.asm
