@@ -102,6 +102,10 @@ class KernelCode:
     #: a key bound over K (``p @ v``): the register holding n; K tiles run while fewer than n rows are done,
     #: max(2, ceil(n / rows)) of them (the first and a last one always)
     kbound: Reg | None = None
+    #: the bias is added on the VPU, not loaded into each N tile's ACC region by DMA (``_vpu_bias``): ACC holds
+    #: ``NT`` bias rows after the scale rows and a block of ``Mt`` rows after them (``Tiling.acc_rows``
+    #: counts both); int8 output, ``mnk`` order, no symbolic batch or key bound only
+    vbias: bool = False
 
 
 def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
@@ -209,7 +213,8 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
                  start: str, window: int) -> None:
     tl = kc.tiling
     KT, NT, Mt = tl.KT, tl.NT, tl.Mt
-    bias = kc.bias_addr is not None
+    vbias = vpu_bias(kc)
+    bias = kc.bias_addr is not None and not vbias      # the bias DMA into the ACC regions
     # who frees an ACC region, and who waits for it
     free_p = "vpu" if kc.out_int8 else "store"
     free_c = "load" if bias else "mxu"
@@ -229,14 +234,15 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     # the first M tile's first N tile finds its first weight tiles (and bias) loaded (``_prefetch``) when
     # it is emitted on its own (not in the M-tile loop, where the first trip would need other code)
     pre = start != "column" and (w_once or not looped)
-    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, load_a=not a_skip,
+    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, vbias=vbias,
+             load_a=not a_skip,
              npre=min(prefetch_tiles(tl, window // cfg.rows), 1 if kc.kbound is not None else tl.KT) if pre else 0)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
-              f"{', bias' if bias else ''}{', relu' if kc.relu else ''}")
+              f"{', bias' if bias else ''}{', bias on the VPU' if vbias else ''}{', relu' if kc.relu else ''}")
     for r in (GK.WSLOT, GK.ACC, GK.OBUF, GK.AOFF, GK.OOFF, GK.ABUF):
         e.emit("seti", r, 0)
-    _prefetch(e, kc, cfg, g["npre"], tiles[0][1])
+    _prefetch(e, kc, cfg, g["npre"], tiles[0][1], vbias)
     # tokens: weight slots, ACC regions, int8 staging buffers, A buffers (seed counts capped: WEIGHT_TOKENS)
     seeds = {("mxu", "load"): weight_seeds(tl), (free_p, free_c): 2}
     if kc.out_int8:
@@ -293,7 +299,13 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     tokens.leave(seeds)                        # the last uses' signals: the next kernel's seeds
 
 
-def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int) -> None:
+def vpu_bias(kc: KernelCode) -> bool:
+    """Does the kernel add its bias on the VPU (``KernelCode.vbias``, where its code allows)?"""
+    return (kc.vbias and kc.bias_addr is not None and kc.out_int8 and kc.tiling.order == "mnk" and kc.dyn is None
+            and kc.nbound is None and kc.kbound is None)
+
+
+def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int, vbias: bool = False) -> None:
     """Constants into the kernel's own buffers (its weight slots and ACC are reserved from its prologue
     step, ``compiler.lower.pipeline``), waiting for nothing: the per-channel scale rows and, with ``npre``,
     the first M tile's first N tile's bias (``rows0`` rows; its first ``mma`` comes after the A loads, so
@@ -304,9 +316,12 @@ def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int) -> 
     if kc.out_int8:
         e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT,
                len=C, rstride=_ACC_BYTES * C)
+    if vbias:         # the N tiles' bias rows (read after the first mm, which waits for a later load)
+        e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + tl.NT], dram[kc.bias_addr], rows=tl.NT, len=C,
+               rstride=_ACC_BYTES * C)
     if not npre:
         return
-    if kc.bias_addr is not None:
+    if kc.bias_addr is not None and not vbias:
         e.emit("dma.ld", acc[kc.acc_base], dram[kc.bias_addr], rows=rows0, len=C, rstride=0)
     e.emit("dma.ld", spm[kc.spm_w], dram[kc.w_addr], rows=npre * R, len=C, rstride=C, signal="mxu")
 
@@ -435,8 +450,10 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
+        if g["vbias"]:
+            _vpu_bias(e, kc, acc_t, mrows)
         e.emit("vreq", spm[kc.spm_o + GK.OBUF], acc_t, acc[kc.acc_base + 2 * Mt + kc.scale_row + GK.SCALE], n=mrows,
-               **_mods(["mxu", "store"], ["store", g["free_c"]]))
+               **_mods(["store"] if g["vbias"] else ["mxu", "store"], ["store", g["free_c"]]))
         _stores(e, o_groups, spm, kc.spm_o, GK.OBUF, ncols, _SPM_BYTES, ["vpu"], ["vpu"] + gate_sig)
     else:
         if kc.relu:
@@ -458,6 +475,22 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
         e.emit("blt", GK.WSLOT, GK.TMP, skip)
         e.emit("seti", GK.WSLOT, 0)
         e.place(skip)
+
+
+def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
+    """The N tile's bias added to its ACC region (``acc_t``, ``mrows`` rows) on the VPU, once its last ``mma``
+    is done: its bias row (ACC row ``2 Mt + NT + SCALE``, loaded by ``_prefetch``) copied to the block's
+    first row and doubled to ``mrows`` rows (each copy reads rows the previous ones wrote), then added.
+    The VPU runs one instruction at a time, in order, so the block is free when the next N tile rebuilds it."""
+    tl = kc.tiling
+    blk = kc.acc_base + 2 * tl.Mt + 2 * tl.NT
+    e.emit("vadd", acc[blk], acc[kc.acc_base + 2 * tl.Mt + tl.NT + GK.SCALE], 0, n=1, wait="mxu")
+    n = 1
+    while n < mrows:
+        k = min(n, mrows - n)
+        e.emit("vadd", acc[blk + n], acc[blk], 0, n=k)
+        n += k
+    e.emit("vadd", acc_t, acc_t, acc[blk], n=mrows)
 
 
 def weight_mode(tl: Tiling) -> str:

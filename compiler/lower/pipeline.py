@@ -24,7 +24,7 @@ from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
 from isa.table import SPACE_BYTES, Space
-from isa.timing import lut_rows
+from isa.timing import lut_rows, mxu_swap_delay, row_beats
 
 from compiler.lower.compiled import Compiled, check_finite, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
@@ -621,8 +621,19 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
         out_rows = tensor_addr[k.out] + offs[:, n0] * eb
         run = _common_period(a_rows, out_rows)
         bias = qk.bias_q[n0:n1] if qk.bias_q is not None else None
-        tl = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, single_ok=qk.out_int8 or bias is None,
-                    bias=bias is not None)
+        tl = None
+        vbias = (bias is not None and qk.out_int8 and k.M >= 2 * vbias_min_rows(cfg) and searcher is None
+                 and spec is None and _vbias_pays(cfg, kts, cdiv(n1 - n0, C)))
+        if vbias:     # the tiling leaves ACC for the bias block (Mt rows) and the N tiles' bias rows
+            try:
+                tl = choose(cfg.replace(acc_rows=vbias_acc_rows(cfg, cdiv(n1 - n0, C), k.M)), k.M, len(kts),
+                            n1 - n0, qk.out_int8, run, what, bias=False)
+                tl = replace(tl, acc_rows=tl.acc_rows + tl.NT + tl.Mt)
+            except TetrachipError:
+                vbias = False
+        if tl is None:
+            tl = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, single_ok=qk.out_int8 or bias is None,
+                        bias=bias is not None)
         w_addr = put(tile_weights(qk.w_q[ks, n0:n1], order, kts, R, C))
         b_addr = put(pad_lanes(bias, C)) if bias is not None else None
         sc_addr = put(pad_lanes(qk.scale[n0:n1], C)) if qk.out_int8 else None
@@ -634,7 +645,7 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
             tl, dk = fit_gemm(cfg, tl, k.M, a_rows, out_rows, spec.max, what, qk.out_int8, bias is not None)
         useful = k.M * (len(ks) * (n1 - n0) if k.wmask is None else int(np.count_nonzero(k.wmask[ks, n0:n1])))
         res.append((KernelCode(name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
-                               qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk, hi=qk.hi),
+                               qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk, hi=qk.hi, vbias=vbias),
                     KernelInfo(name, k.M, len(ks), n1 - n0, tl, len(kts), useful,
                                mxu_macs=k.M * sum(t.klen for t in kts) * tl.NT * C)))
     return res
@@ -669,6 +680,44 @@ def _lower_partial(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put
     info = KernelInfo(code.name, k.M, len(kidx), k.N, tl, len(kts), k.M * len(kidx) * k.N,
                       mxu_macs=k.M * sum(t.klen for t in kts) * tl.NT * C)
     return [(code, info)], red
+
+
+#: M tiles a ``vbias`` kernel is cut into (fewer where they would have under ``vbias_min_rows`` rows; a kernel
+#: of under two such tiles keeps the bias DMA): the VPU's passes over an M tile then run beside the MXU's next
+#: one, and the last tile's, which nothing hides, is short (measured on MobileNetV2's depthwise layers)
+VBIAS_M_TILES = 4
+#: the least rows of a ``vbias`` M tile, in mm lengths that hide the next weight load (``vbias_min_rows``)
+VBIAS_TILE_FACTOR = 4
+#: the share of the MXU's cycles from which the loads hold it back (``_vbias_pays``)
+VBIAS_LOAD_SHARE = 0.75
+
+
+def vbias_min_rows(cfg: ChipConfig) -> int:
+    """The least rows of a ``vbias`` kernel's M tile: ``VBIAS_TILE_FACTOR`` times the rows an ``mm`` streams to
+    hide the next ``mxu.lw`` (the swap delay and a weight tile's rows, docs/microarchitecture.md): 192 on
+    ``base``; shorter tiles leave the MXU waiting for weights."""
+    return VBIAS_TILE_FACTOR * (mxu_swap_delay(cfg) + cfg.rows)
+
+
+def _vbias_pays(cfg: ChipConfig, kts: list, NT: int) -> bool:
+    """Does a requantized GEMM with K tiles ``kts`` and ``NT`` N tiles run faster with its bias added on the
+    VPU (``KernelCode.vbias``)? The DMA that fills each N tile's ACC region with the bias moves an ACC row
+    (4 bytes a lane) per output row, beside the A tiles' row per K tile: the load unit's busiest traffic in a
+    kernel of few K tiles (an expanding 1x1 convolution, a depthwise convolution's column block). On the VPU
+    the bias costs two more passes per N tile (broadcast, add) beside the requantization's one. Per output
+    row of an M tile: the loads with the bias are at least ``VBIAS_LOAD_SHARE`` of the MXU's cycles (they
+    hold it back) and the VPU's three passes stay within the busier of the two."""
+    a = sum(row_beats(cfg, t.klen, Space.SPM, t.estride) for t in kts)                # A loads (int8)
+    b = NT * row_beats(cfg, cfg.cols, Space.ACC, SPACE_BYTES[Space.ACC])             # bias rows (int32)
+    mxu = NT * len(kts)
+    return a + b >= VBIAS_LOAD_SHARE * mxu and 3 * NT <= max(a + b, mxu)
+
+
+def vbias_acc_rows(cfg: ChipConfig, NT: int, M: int) -> int:
+    """The ACC rows to tile a ``vbias`` kernel for: a tiling that fits them (two regions of ``Mt`` rows and
+    ``NT`` scale rows) leaves room for the bias block (``Mt`` rows) and the ``NT`` bias rows, and has at
+    least ``VBIAS_M_TILES`` M tiles (the VPU's passes over one tile run beside the MXU's next one)."""
+    return min((cfg.acc_rows - 2 * NT) * 2 // 3 + NT, 2 * max(vbias_min_rows(cfg), cdiv(M, VBIAS_M_TILES)) + NT)
 
 
 def _blocks_to_run(k, P: np.ndarray, cfg: ChipConfig, blocks: bool = True) -> list:
