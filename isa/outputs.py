@@ -7,6 +7,7 @@ Both refuse to write over a file the same command reads (``inputs``)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -40,7 +41,7 @@ def check_writable(path: str | Path, *, inputs: Iterable[str | Path] = (), what:
     return p
 
 
-def check_outputs(parser, *paths: str | Path | None) -> None:
+def check_outputs(parser: argparse.ArgumentParser, *paths: str | Path | None) -> None:
     """``check_writable`` for a script's output options, before its work: the first that cannot be
     written ends the script through ``parser.error`` (an ``argparse`` parser: usage and one line, exit 2)."""
     for path in paths:

@@ -49,7 +49,7 @@ the limit and how to raise it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -88,6 +88,12 @@ PREHEADER_SPAN = 256
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 Range = tuple[int, int]
+Prog = Sequence[Instruction | None]
+Fields = Sequence[Mapping[str, int]]
+#: branch or jump target -> the pcs that go there
+Sources = dict[int, list[int]]
+#: a register's value as (register at a straight-line code's start or None, constant); None: unknown
+Sym = tuple[int | None, int] | None
 
 
 def _latencies(cfg: ChipConfig) -> int:
@@ -203,9 +209,10 @@ class _Terms:
         self.plain = {r: seti_max.get(r, 0) for r in range(cfg.scalar_regs) if r not in other_writes}
         self.loops = self._loops(prog, fields, back, forward, sources)
         #: per register-count ``loop``: the writes of the straight-line code before it (replayed on the ranges)
-        self.count_code = {pc: [(prog[q].op, fields[q]) for q in range(self._block_start(prog, pc, sources), pc)
-                                if prog[q] is not None and prog[q].op in _WRITES_RD]
-                           for uses in self.count_regs.values() for pc, _ in uses}
+        self.count_code: dict[int, list[tuple[str, Mapping[str, int]]]] = {
+            pc: [(ins.op, fields[q]) for q in range(self._block_start(prog, pc, sources), pc)
+                 if (ins := prog[q]) is not None and ins.op in _WRITES_RD]
+            for uses in self.count_regs.values() for pc, _ in uses}
         self._segments(cfg, prog, fields, sources)
 
     # ------------------------------------------------------------------------------------------
@@ -213,10 +220,12 @@ class _Terms:
         """Whether a pc in ``lo..hi`` writes register ``r``."""
         return any(lo <= pc <= hi for pc in self.write_pcs.get(r, ()))
 
-    def _loops(self, prog, fields, back, forward, sources) -> list[_Loop]:
+    def _loops(self, prog: Prog, fields: Fields, back: list[tuple[int, int]], forward: list[tuple[int, int]],
+               sources: Sources) -> list[_Loop]:
         loops: list[_Loop] = []
         for p, t in back:
             ins, f = prog[p], fields[p]
+            assert ins is not None              # a branch or jump
             compared = (f["rs1"], f["rs2"]) if ins.op in BRANCHES else None
             lp = _Loop(t, p, compared)
             inner = [(b, x) for b, x in forward if t <= b < p and t < x <= p]      # forward branches landing inside
@@ -233,7 +242,8 @@ class _Terms:
                     lp.regs = compared
                     lp.induction = self._induction(prog, fields, lp, ins.op, sources, entries)
             for b, x in forward:                # exits every trip passes, on registers no trip skips
-                if not (t <= b < p and x > p and prog[b].op in BRANCHES):
+                bi = prog[b]
+                if not (t <= b < p and x > p and bi is not None and bi.op in BRANCHES):
                     continue
                 if any(a < b < y for a, y in inner) or any(y > b for _, y in entries):
                     continue
@@ -255,7 +265,7 @@ class _Terms:
                     break
         return loops
 
-    def _constants(self, prog, fields, at: int, regs, sources) -> dict[int, int]:
+    def _constants(self, prog: Prog, fields: Fields, at: int, regs: Sequence[int], sources: Sources) -> dict[int, int]:
         """Those of ``regs`` that hold a constant at ``at`` on every visit (set by the straight-line code before it)."""
         value = self._values_at(prog, fields, at, sources)
         out = {}
@@ -266,7 +276,7 @@ class _Terms:
         return out
 
     @staticmethod
-    def _reaches(prog, fields, start: int, goal: int, host: _Loop) -> bool:
+    def _reaches(prog: Prog, fields: Fields, start: int, goal: int, host: _Loop) -> bool:
         """Whether ``goal`` can be reached from ``start`` within ``host.lo..goal`` without ``host``'s back branch."""
         seen, todo = {start}, [start]
         while todo:
@@ -288,18 +298,21 @@ class _Terms:
                     todo.append(n)
         return False
 
-    def _induction(self, prog, fields, lp: _Loop, op: str, sources, entries) -> tuple | None:
+    def _induction(self, prog: Prog, fields: Fields, lp: _Loop, op: str, sources: Sources,
+                   entries: list[tuple[int, int]]) -> tuple | None:
         """The induction form of a loop closed by ``op`` on a counter and a bound, or None."""
         if op not in ("blt", "bge", "bne") or entries:
             return None
         if any(not lp.lo <= s <= lp.hi for s in sources.get(lp.lo, ())):
             return None                         # entered at its start from elsewhere too
+        assert lp.compared is not None
         r1, r2 = lp.compared
         for c, b, first in ((r1, r2, True), (r2, r1, False)):
             if c == 0 or c == b:
                 continue
             inc = [pc for pc in self.write_pcs.get(c, ()) if lp.lo <= pc <= lp.hi]
-            if len(inc) != 1 or prog[inc[0]].op != "addi" or fields[inc[0]]["rs1"] != c:
+            step_ins = prog[inc[0]] if len(inc) == 1 else None
+            if step_ins is None or step_ins.op != "addi" or fields[inc[0]]["rs1"] != c:
                 continue
             step = int(fields[inc[0]]["imm"])
             if step == 0:
@@ -314,7 +327,7 @@ class _Terms:
         return None
 
     @staticmethod
-    def _block_start(prog, at: int, sources) -> int:
+    def _block_start(prog: Prog, at: int, sources: Sources) -> int:
         """The first pc of the straight-line code that reaches ``at``: no pc of it but its first is a
         target, none follows a ``jmp`` or ``halt`` (at most ``PREHEADER_SPAN`` back)."""
         x = at
@@ -342,7 +355,7 @@ class _Terms:
                 view[f["rd"]] = new
         return view[r]
 
-    def _values_at(self, prog, fields, at: int, sources):
+    def _values_at(self, prog: Prog, fields: Fields, at: int, sources: Sources) -> Callable[[int], Sym]:
         """The registers' values on reaching ``at`` through the straight-line code before it (no pc of it
         but its first is a target; none follows a ``jmp`` or ``halt``): a function ``r -> (register at
         that code's start or None, constant)``, None when unknown."""
@@ -366,7 +379,7 @@ class _Terms:
             return (None, 0) if r == 0 else state.get(r, (r, 0))
         return value
 
-    def _segments(self, cfg, prog, fields, sources) -> None:
+    def _segments(self, cfg: ChipConfig, prog: Prog, fields: Fields, sources: Sources) -> None:
         """The cost segments. A queued instruction's loop register takes its count from the ``loop`` that
         last set it in the straight-line code before it (no target between: that ``loop`` ran just
         before), else the largest count any ``loop`` gives that register."""
@@ -425,10 +438,10 @@ class _Terms:
             changed: set[int] = set()
             for op, f in self.writes:
                 rd = f["rd"]
-                if rd == 0 or rng[rd] is None:
+                cur = rng[rd]
+                if rd == 0 or cur is None:
                     continue
                 new = _eval(op, f, rng)
-                cur = rng[rd]
                 out = None if new is None else (min(cur[0], new[0]), max(cur[1], new[1]))
                 if out is not None and not (_INT32[0] <= out[0] and out[1] <= _INT32[1]):
                     out = None
@@ -531,7 +544,7 @@ def chip_cycle_bound(chip: Clocked) -> int:
         m = [magnitude(r, lp, consts) for r in regs]
         return None if None in m else 2 * sum(m) + 2        # type: ignore[arg-type]
 
-    def induction(ind) -> int | None:
+    def induction(ind: tuple) -> int | None:
         op, first, step, c, b = ind
         if c is None or b is None:
             return None
@@ -564,7 +577,7 @@ def chip_cycle_bound(chip: Clocked) -> int:
         if lp.parent is not None:
             trips.append(0)                     # filled in below, from the loop it returns into
             continue
-        cands = [big(lp.compared)]
+        cands: list[int | None] = [big(lp.compared)]
         if lp.regs is not None:
             cands.append(compared(lp.regs, lp, lp.consts))
             if lp.induction is not None:
@@ -581,13 +594,12 @@ def chip_cycle_bound(chip: Clocked) -> int:
 
     counts: dict[tuple, int] = {}
     for lr, uses in tm.count_regs.items():
-        m = []
+        most: int | None = tm.imm_max.get(lr, 0)
         for pc, r in uses:
             c = count_at(pc, r)
             counts[("at", pc)] = c if c is not None else big([r])
-            m.append(c)
-        cregs = sorted({r for _, r in uses})
-        counts[("lr", lr)] = max([tm.imm_max.get(lr, 0)] + m) if None not in m else big(cregs)  # type: ignore[operator]
+            most = None if c is None or most is None else max(most, c)
+        counts[("lr", lr)] = most if most is not None else big(sorted({r for _, r in uses}))
     total = 0
     for loops, costs in tm.segments:
         times = 1
