@@ -38,7 +38,9 @@ weight tiles of an N tile are one ``dma.ld`` over a nest (or one instance), row 
 are one DMA over a nest; K tiles run as scalar loops over repeated column patterns
 (``compiler.lower.tiling.k_runs``), the middle N tiles and identical M tiles as scalar loops over
 register-indexed addresses: code size follows the number of kernels and column patterns, not the
-tensor sizes (only an edge M tile, if any, has its own copy).
+tensor sizes (only an edge M tile, if any, has its own copy). M tiles that are not translations of each other
+are unrolled, each with its own copy; such a kernel longer than a page of instruction memory runs as parts of
+consecutive M tiles, a page each (``split_m_tiles``, ``compiler.lower.pipeline._paginate``).
 
 Elementwise kernels (``emit_ew``) run on the VPU alone: per tile, loads, then ``vmul`` of each
 input by its integer coefficient combined with ``vadd``/``vmax``/``vmin`` in ACC and ``vreq``,
