@@ -1,7 +1,7 @@
 """Models sharded over several simulated chips (``tc.compile(..., chips=N, parallel=...)``): scaling per strategy.
 
     python bench/scaling.py [--quick] [--json FILE] [--config base] [--chips 1,2,4,8] [--only NAME]
-                            [--strategies data,tensor,pipeline] [--topology ring|torus2d]
+                            [--strategies data,tensor,pipeline] [--topology ring|torus2d] [--resnet224]
 
 For each model, the single-chip compile (``chips=1``) runs once on ``Device("sim")`` (its cycles are the
 baseline ``T1``), then each strategy on each chip count runs on ``Device("sim", chips=N)`` (``sim.System``),
@@ -16,7 +16,9 @@ in the same process, one after the other:
 
 Models: an MLP of the digits model's shape (64-128-64-10, batch 64, random weights; also on 16 and 64
 chips), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32, and 112x112 without ``--quick``) and a
-transformer block (``nn.TransformerBlock(512, 8)``, T 64 without ``--quick``; d 128, 4 heads, T 32 with it).
+transformer block (``nn.TransformerBlock(512, 8)``, T 64 without ``--quick``; d 128, 4 heads, T 32 with it);
+``--resnet224`` adds ResNet-18 at 224x224 (batch 8; its single-chip program runs as pages, minutes per run).
+The JSON's rows also give each run's pages (per chip) and the single chip's MXU utilization.
 Pipeline runs take 2 x chips micro-batches where the batch allows (else one per sample: the transformer
 block's batch of 1 is one micro-batch, no overlap) and GPipe's contiguous stages (``--interleave V``: ``V``
 stage groups per chip); a pipeline row also gives ``interleave``, ``stage_cycles`` and ``bound``, the
@@ -62,7 +64,7 @@ def _block(d, heads, T):
     return tc.nn.TransformerBlock(d, heads), np.random.default_rng(T).standard_normal((1, T, d)).astype(np.float32)
 
 
-def models(quick: bool) -> list:
+def models(quick: bool, resnet224: bool = False) -> list:
     """(name, build, more chip counts run without ``--quick`` and without ``--chips``)."""
     out = [("MLP 64-128-64-10 (batch 64)", _mlp, [16, 64]), ("ResNet-18 32x32 (batch 8)", lambda: _resnet(32), [])]
     if quick:
@@ -70,6 +72,8 @@ def models(quick: bool) -> list:
     else:
         out += [("ResNet-18 112x112 (batch 8)", lambda: _resnet(112), []),
                 ("transformer block d512 h8 T64", lambda: _block(512, 8, 64), [])]
+    if resnet224:
+        out.append(("ResNet-18 224x224 (batch 8)", lambda: _resnet(224), []))
     return out
 
 
@@ -86,7 +90,8 @@ def run(name, build, config, chips, strategies, topology, interleave=None) -> li
     rows = [{"model": name, "config": cfg.name, "strategy": "single", "chips": 1, "cycles": T1, "speedup": 1.0,
              "efficiency": 1.0, "link_util": 0.0, "bit_exact": all(np.array_equal(a, b) for a, b in
                                                                      zip(base.outputs, ref)),
-             "compile_s": t1 - t0, "sim_s": t2 - t1}]
+             "compile_s": t1 - t0, "sim_s": t2 - t1, "pages": len(single.pages),
+             "mxu_utilization": base.stats.mxu_utilization}]
     B = x.shape[0]
     for n in chips:
         if n == 1:
@@ -113,7 +118,7 @@ def run(name, build, config, chips, strategies, topology, interleave=None) -> li
             row.update(cycles=TN, speedup=T1 / TN, efficiency=T1 / (n * TN),
                        link_util=res.stats.link_bytes / (n * TN * cfg.link_width_bytes),
                        bit_exact=all(np.array_equal(a, b) for a, b in zip(res.outputs, ref)),
-                       compile_s=t1 - t0, sim_s=t2 - t1)
+                       compile_s=t1 - t0, sim_s=t2 - t1, pages=max(len(p) for p in sm.programs))
             if strat == "pipeline":
                 row.update(interleave=sm.interleave, stage_cycles=sm.stage_cycles,
                            bound=T1 / (n * sm.schedule_cycles()))
@@ -149,6 +154,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="only the models whose name contains this")
     ap.add_argument("--interleave", type=int, default=None,
                     help="pipeline: stage groups per chip (1: GPipe; default: the compiler's choice)")
+    ap.add_argument("--resnet224", action="store_true", help="add ResNet-18 224x224 (batch 8)")
     args = ap.parse_args(argv)
     try:
         chips = [int(c) for c in (args.chips or ("1,2,4" if args.quick else "1,2,4,8")).split(",")]
@@ -165,7 +171,7 @@ def main(argv=None) -> int:
     if args.json and not args.json.parent.is_dir():
         ap.error(f"--json {args.json}: no folder {args.json.parent}")
     rows = []
-    for name, build, more in models(args.quick):
+    for name, build, more in models(args.quick, args.resnet224):
         if args.only in name:
             got = run(name, build, args.config, chips + ([] if args.quick or args.chips else more), strategies,
                       args.topology, args.interleave)

@@ -38,7 +38,9 @@ weight tiles of an N tile are one ``dma.ld`` over a nest (or one instance), row 
 are one DMA over a nest; K tiles run as scalar loops over repeated column patterns
 (``compiler.lower.tiling.k_runs``), the middle N tiles and identical M tiles as scalar loops over
 register-indexed addresses: code size follows the number of kernels and column patterns, not the
-tensor sizes (only an edge M tile, if any, has its own copy).
+tensor sizes (only an edge M tile, if any, has its own copy). M tiles that are not translations of each other
+are unrolled, each with its own copy; such a kernel longer than a page of instruction memory runs as parts of
+consecutive M tiles, a page each (``split_m_tiles``, ``compiler.lower.pipeline._paginate``).
 
 Elementwise kernels (``emit_ew``) run on the VPU alone: per tile, loads, then ``vmul`` of each
 input by its integer coefficient combined with ``vadd``/``vmax``/``vmin`` in ACC and ``vreq``,
@@ -106,6 +108,8 @@ class KernelCode:
     #: ``NT`` bias rows after the scale rows and a block of ``Mt`` rows after them (``Tiling.acc_rows``
     #: counts both); int8 output, ``mnk`` order, no symbolic batch or key bound only
     vbias: bool = False
+    #: ``(a, b)``: only M tiles ``a .. b - 1``, a part of a kernel too long for one page (``split_m_tiles``)
+    mtiles: tuple[int, int] | None = None
 
 
 def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
@@ -227,13 +231,15 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     assert not w_once or (tl.NT == 1 and tl.NB == tl.KT), "resident weights: one N tile, no slot ring"
     tiles = tl.m_tiles()
     full = [t for t in tiles if t[1] == Mt]
-    da, do = _translation(kc.a_rows, Mt, len(full)), _translation(kc.out_rows, Mt, len(full))
-    if kc.dyn is not None:
-        da, do = kc.dyn.a_step, kc.dyn.o_step
-    looped = kc.dyn is not None or (len(full) >= 2 and da is not None and do is not None)
+    looped, da, do = _m_loop(kc)
+    t0 = 0                                     # a part (``split_m_tiles``): its M tiles only, unrolled
+    if kc.mtiles is not None:
+        assert not looped and tl.order == "mnk", "a kernel cut into parts unrolls its M tiles"
+        t0, t1 = kc.mtiles
+        tiles = tiles[t0:t1]
     # the first M tile's first N tile finds its first weight tiles (and bias) loaded (``_prefetch``) when
     # it is emitted on its own (not in the M-tile loop, where the first trip would need other code)
-    pre = start != "column" and (w_once or not looped)
+    pre = start != "column" and (w_once or not looped) and t0 == 0
     g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, vbias=vbias,
              load_a=not a_skip,
              npre=min(prefetch_tiles(tl, window // cfg.rows), 1 if kc.kbound is not None else tl.KT) if pre else 0)
@@ -242,7 +248,15 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
               f"{', bias' if bias else ''}{', bias on the VPU' if vbias else ''}{', relu' if kc.relu else ''}")
     for r in (GK.WSLOT, GK.ACC, GK.OBUF, GK.AOFF, GK.OOFF, GK.ABUF):
         e.emit("seti", r, 0)
-    _prefetch(e, kc, cfg, g["npre"], tiles[0][1], vbias)
+    if t0:      # a later part: the registers the N tiles of M tiles 0 .. t0 - 1 advanced (``_n_tile``'s end)
+        ntiles = t0 * NT
+        e.emit("seti", GK.ACC, ntiles % 2 * Mt)
+        e.emit("seti", GK.OBUF, ntiles % 2 * Mt)
+        if tl.NB > KT:
+            e.emit("seti", GK.WSLOT, ntiles * KT % tl.NB * cfg.rows)
+        e.comment(f"part of kernel {kc.name}: M tiles {t0}..{kc.mtiles[1] - 1} of {tl.MT} (its scale rows are in ACC)")
+    else:
+        _prefetch(e, kc, cfg, g["npre"], tiles[0][1], vbias)
     # tokens: weight slots, ACC regions, int8 staging buffers, A buffers (seed counts capped: WEIGHT_TOKENS)
     seeds = {("mxu", "load"): weight_seeds(tl), (free_p, free_c): 2}
     if kc.out_int8:
@@ -303,6 +317,35 @@ def vpu_bias(kc: KernelCode) -> bool:
     """Does the kernel add its bias on the VPU (``KernelCode.vbias``, where its code allows)?"""
     return (kc.vbias and kc.bias_addr is not None and kc.out_int8 and kc.tiling.order == "mnk" and kc.dyn is None
             and kc.nbound is None and kc.kbound is None)
+
+
+def _m_loop(kc: KernelCode) -> tuple[bool, int | None, int | None]:
+    """Whether the kernel's full M tiles run as one scalar loop (translations of each other, or a symbolic
+    batch), and the DRAM address steps of its input and output rows per M tile."""
+    tl = kc.tiling
+    nfull = sum(1 for t in tl.m_tiles() if t[1] == tl.Mt)
+    da, do = _translation(kc.a_rows, tl.Mt, nfull), _translation(kc.out_rows, tl.Mt, nfull)
+    if kc.dyn is not None:
+        da, do = kc.dyn.a_step, kc.dyn.o_step
+    return kc.dyn is not None or (nfull >= 2 and da is not None and do is not None), da, do
+
+
+def split_m_tiles(kc: KernelCode, n: int) -> list[KernelCode] | None:
+    """Kernel ``kc`` as ``n`` consecutive parts of its M tiles, each emitted as a kernel of its own (its seeds
+    taken at its start, left at its end): a kernel whose M tiles are unrolled (not translations of each other)
+    and whose code exceeds a page (``compiler.lower.pipeline._paginate``) runs as several pages. At an M-tile
+    boundary every token pair holds its seeds (an M tile's waits and signals balance), so a part after a
+    page break (everything drained) seeds as the kernel does; its buffers, the weight tiles, biases and scale
+    rows the kernel loaded and its plan are SPM/ACC rows, which a page break keeps; the registers the N tiles
+    advance (ACC region, staging buffer, weight slot) it sets to their values at its first M tile. None when
+    the kernel cannot be cut so: its M tiles run as one loop, fewer than ``n`` of them, column order
+    (``nmk``), a register-bounded loop (symbolic batch, key bound), or its bias added on the VPU (``vbias``)."""
+    tl = kc.tiling
+    if (kc.mtiles is not None or n < 2 or tl.MT < n or tl.order != "mnk" or kc.dyn is not None
+            or kc.nbound is not None or kc.kbound is not None or _m_loop(kc)[0] or vpu_bias(kc)):
+        return None
+    cuts = [j * tl.MT // n for j in range(n + 1)]
+    return [replace(kc, mtiles=(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int, vbias: bool = False) -> None:

@@ -28,7 +28,7 @@ from isa.timing import lut_rows, mxu_swap_delay, row_beats
 
 from compiler.lower.compiled import Compiled, check_finite, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
-from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program
+from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program, split_m_tiles
 from compiler.lower.attention import AttnCode, lower_attention
 from compiler.lower.norms import NormCode, lower_norm
 from compiler.lower.planner import Buffer, plan
@@ -541,8 +541,11 @@ def _paginate(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, sizes:
     ``emit_program`` of a run of consecutive codes (its tokens drained, every unit fenced, ``halt``), so a page
     starts as a program does (no token, nothing in flight); the SPM/ACC plan holds across pages, each code's
     buffers being its own. ``sizes``: the codes' instruction counts in the one-program emission (an estimate
-    of their size in a page; each page is emitted and checked)."""
+    of their size in a page; each page is emitted and checked). A GEMM kernel too long for a page of its own
+    is first cut between its M tiles into parts that each fit (``compiler.lower.emit.split_m_tiles``; the
+    first keeps the kernel's fence and border fill); one that cannot be cut so is a ChipCompileError."""
     cap = cfg.imem_words
+    codes, prefixes, fences, sizes = _split_long(codes, cfg, prefixes, fences, sizes)
     pages, a, n = [], 0, len(codes)
     while a < n:
         b, est = a, PAGE_SLACK
@@ -551,19 +554,60 @@ def _paginate(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, sizes:
             b += 1
         b = max(b, a + 1)
         while True:
-            page = emit_program(codes[a:b], cfg, {i - a: v for i, v in prefixes.items() if a <= i < b},
-                                {i - a: v for i, v in fences.items() if a <= i < b})
+            page = _page(codes, cfg, prefixes, fences, a, b)
             if len(page) <= cap:
                 break
             if b == a + 1:
                 kc = codes[a]
                 raise ChipCompileError(f"kernel {getattr(kc, 'name', f'#{a}')}: its code needs {len(page)} "
                                        f"instructions as a page of its own; config {cfg.name!r} holds {cap} "
-                                       "(imem_words)")
+                                       "(imem_words)" + ("" if isinstance(kc, KernelCode) and kc.mtiles else
+                                                         "; it cannot be cut into parts of whole M tiles that "
+                                                         "fit a page each"))
             b -= 1
         pages.append(page)
         a = b
     return pages
+
+
+def _page(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, a: int, b: int):
+    """``emit_program`` of ``codes[a:b]``, their fences and border fills."""
+    return emit_program(codes[a:b], cfg, {i - a: v for i, v in prefixes.items() if a <= i < b},
+                        {i - a: v for i, v in fences.items() if a <= i < b})
+
+
+def _split_long(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, sizes: list) -> tuple:
+    """``codes`` with every GEMM kernel whose page of its own would exceed ``imem_words`` replaced by the
+    fewest parts (``split_m_tiles``) that each fit a page, and ``prefixes``, ``fences`` and ``sizes``
+    renumbered (a part's size: its page's, an overestimate). Kernels that do not fit and cannot be cut are
+    left whole (``_paginate`` names them)."""
+    cap = cfg.imem_words
+    out, pre, fen, sz = [], {}, {}, []
+    for i, kc in enumerate(codes):
+        parts = None
+        if isinstance(kc, KernelCode) and sizes[i] + PAGE_SLACK > cap \
+                and len(_page(codes, cfg, prefixes, fences, i, i + 1)) > cap:
+            for n in range(max(2, -(-sizes[i] // (cap - PAGE_SLACK))), kc.tiling.MT + 1):
+                parts = split_m_tiles(kc, n)
+                if parts is None:
+                    break
+                own = [emit_program([p], cfg, {0: prefixes[i]} if j == 0 and i in prefixes else {},
+                                    {0: fences[i]} if j == 0 and i in fences else {}) for j, p in enumerate(parts)]
+                if all(len(p) <= cap for p in own):
+                    break
+                parts = None
+        j0 = len(out)
+        if i in prefixes:
+            pre[j0] = prefixes[i]
+        if i in fences:
+            fen[j0] = fences[i]
+        if parts is None:
+            out.append(kc)
+            sz.append(sizes[i])
+        else:
+            out += parts
+            sz += [len(p) for p in own]
+    return out, pre, fen, sz
 
 
 #: instructions a page adds to its codes' (its first tokens' seeds, the last drains, ``fence all``, ``halt``)

@@ -413,10 +413,20 @@ def _move(n: Node, x: np.ndarray, fill=0) -> np.ndarray:
 
 
 def _varies(x: np.ndarray, axis: int) -> bool:
-    """``bmm.varies``, taking a large array that is not broadcast along ``axis`` as varying (cheap)."""
-    if x.size > 4_000_000 and x.shape[axis] > 1 and x.strides[axis] != 0:
-        return True
-    return varies(x, axis)
+    """``bmm.varies`` for an array of any size: compared with its first slice along ``axis`` a few million
+    elements at a time, stopping at the first difference (the answer must not depend on the batch: a
+    per-channel constant of a large activation still folds into its kernel)."""
+    n = x.shape[axis]
+    if x.size <= _VARIES_CHUNK or n <= 1 or x.strides[axis] == 0:
+        return varies(x, axis)
+    first = np.take(x, [0], axis=axis)
+    step = max(1, _VARIES_CHUNK // max(1, first.size))
+    return any(bool((np.take(x, np.arange(i, min(i + step, n)), axis=axis) != first).any())
+               for i in range(1, n, step))
+
+
+#: elements ``_varies`` compares at once
+_VARIES_CHUNK = 1 << 22
 
 
 def _pure_view(act: _Act, t: TensorInfo) -> bool:

@@ -152,3 +152,37 @@ def test_tetrachip_run_reports_the_pages(tmp_path):
     assert len(rep["pages"]) >= 2 and all(n <= TINY.imem_words for n in rep["pages"])
     assert rep["max_abs_vs_reference"] == 0.0
     assert rep["stats"]["cycles"] > sum(rep["pages"][1:])
+
+
+def _long_conv():
+    """A 3x3 convolution (its M tiles not translations of each other: 54-row tiles over 16x16 images) whose
+    code is longer than tiny's imem, then a short 1x1 one: the first's output is int8 (requantized)."""
+    tc.manual_seed(0)
+    nn = tc.nn
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 1))
+    return model, np.random.default_rng(3).standard_normal((4, 4, 16, 16)).astype(np.float32)
+
+
+def test_a_kernel_longer_than_a_page_runs_in_parts_of_its_m_tiles():
+    model, x = _long_conv()
+    whole = tc.compile(model, [x], config=TINY.replace(name="manywords", imem_words=1 << 14))
+    assert len(whole.pages) == 1
+    first = whole.kernels[0].name
+    body = whole.asm.split(f"kernel {whole.kernels[1].name}:")[0]   # the first kernel's code, one program
+    assert sum(1 for ln in body.splitlines() if ln.startswith(" ") and ln.split()[0][0] != ";") > TINY.imem_words
+    cm = tc.compile(model, [x], config="tiny")
+    assert all(len(p) <= TINY.imem_words for p in cm.pages)
+    texts = cm.asm.split("; ---- page ")[1:]
+    assert len(texts) == len(cm.pages) >= 2
+    assert sum(f"kernel {first}:" in t for t in texts) >= 2       # the kernel spans pages
+    res = tc.Device("sim", config="tiny").run(cm, x)
+    np.testing.assert_array_equal(res.output, cm.reference(x)[0])
+    np.testing.assert_array_equal(res.output, tc.Device("sim", config=whole.config).run(whole, x).output)
+
+
+def test_a_kernel_that_no_cut_fits_in_a_page_names_the_kernel():
+    model, x = _long_conv()
+    few = TINY.replace(name="fewwords", imem_words=60)
+    with pytest.raises(tc.ChipCompileError, match=r"kernel conv0: its code needs \d+ instructions.*'fewwords' "
+                                                  r"holds 60 \(imem_words\); it cannot be cut into parts"):
+        tc.compile(model, [x], config=few)
