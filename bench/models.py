@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import tetrachip as tc  # noqa: E402
 from isa.config import ChipConfig  # noqa: E402
+from isa.outputs import check_outputs, write_atomic  # noqa: E402
 
 
 class ConvPair(tc.nn.Module):
@@ -350,6 +351,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="trace each run: per kernel, its cycles and the unit that bounds it")
     args = ap.parse_args(argv)
+    check_outputs(ap, args.json)        # before the work, not after it
     if args.plot:
         if args.search:
             ap.error("--plot draws the default mode's rows; leave out --search")
@@ -370,7 +372,7 @@ def main(argv=None) -> int:
             rows.append(run_search_case(name, build, config, args.budget, cache / config / name.replace(" ", "_")))
         print(search_table(rows))
         if args.json:
-            args.json.write_text(json.dumps({"rows": rows, "search": True, "budget_s": args.budget,
+            write_atomic(args.json, json.dumps({"rows": rows, "search": True, "budget_s": args.budget,
                                              "loadavg": os.getloadavg()[0]}, indent=2, default=str) + "\n")
         return 1 if any("error" not in r and not r["bit_exact"] for r in rows) else 0
     for name, build, config in tqdm(todo, desc="bench", unit="case"):
@@ -381,7 +383,7 @@ def main(argv=None) -> int:
             print("\n" + profile_table(r))
     bad = [r for r in rows if "error" not in r and not r["bit_exact"]]
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "quick": args.quick,
+        write_atomic(args.json, json.dumps({"rows": rows, "quick": args.quick,
                                          "loadavg": os.getloadavg()[0]}, indent=2) + "\n")
     if args.plot:
         try:

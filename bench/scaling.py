@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import tetrachip as tc  # noqa: E402
 from isa.config import ChipConfig  # noqa: E402
+from isa.outputs import check_outputs, write_atomic  # noqa: E402
 
 
 def _mlp():
@@ -156,6 +157,7 @@ def main(argv=None) -> int:
                     help="pipeline: stage groups per chip (1: GPipe; default: the compiler's choice)")
     ap.add_argument("--resnet224", action="store_true", help="add ResNet-18 224x224 (batch 8)")
     args = ap.parse_args(argv)
+    check_outputs(ap, args.json)        # before the work, not after it
     try:
         chips = [int(c) for c in (args.chips or ("1,2,4" if args.quick else "1,2,4,8")).split(",")]
     except ValueError:
@@ -179,7 +181,7 @@ def main(argv=None) -> int:
             rows += got
     print(table(rows))
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "quick": args.quick, "loadavg": os.getloadavg()[0]},
+        write_atomic(args.json, json.dumps({"rows": rows, "quick": args.quick, "loadavg": os.getloadavg()[0]},
                                         indent=2) + "\n")
     return 1 if any(not r.get("bit_exact", True) for r in rows) else 0
 
