@@ -28,7 +28,7 @@ from isa.timing import lut_rows, mxu_swap_delay, row_beats
 
 from compiler.lower.compiled import Compiled, check_finite, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
-from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program, split_m_tiles
+from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program, split_m_tiles, vpu_bias
 from compiler.lower.attention import AttnCode, lower_attention
 from compiler.lower.norms import NormCode, lower_norm
 from compiler.lower.planner import Buffer, plan
@@ -580,15 +580,19 @@ def _split_long(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, size
     """``codes`` with every GEMM kernel whose page of its own would exceed ``imem_words`` replaced by the
     fewest parts (``split_m_tiles``) that each fit a page, and ``prefixes``, ``fences`` and ``sizes``
     renumbered (a part's size: its page's, an overestimate). Kernels that do not fit and cannot be cut are
-    left whole (``_paginate`` names them)."""
+    left whole (``_paginate`` names them). A kernel with its bias on the VPU (``vbias``) is cut with the
+    bias DMA instead."""
     cap = cfg.imem_words
     out, pre, fen, sz = [], {}, {}, []
     for i, kc in enumerate(codes):
         parts = None
         if isinstance(kc, KernelCode) and sizes[i] + PAGE_SLACK > cap \
                 and len(_page(codes, cfg, prefixes, fences, i, i + 1)) > cap:
+            # a kernel with its bias on the VPU is cut as the same tiling with the bias DMA (its own
+            # prologue builds the bias block once, which a later part would lack)
+            whole = replace(kc, vbias=False) if vpu_bias(kc) else kc
             for n in range(max(2, -(-sizes[i] // (cap - PAGE_SLACK))), kc.tiling.MT + 1):
-                parts = split_m_tiles(kc, n)
+                parts = split_m_tiles(whole, n)
                 if parts is None:
                     break
                 own = [emit_program([p], cfg, {0: prefixes[i]} if j == 0 and i in prefixes else {},
