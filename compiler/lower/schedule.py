@@ -414,15 +414,22 @@ def _move(n: Node, x: np.ndarray, fill=0) -> np.ndarray:
 
 def _varies(x: np.ndarray, axis: int) -> bool:
     """``bmm.varies`` for an array of any size: compared with its first slice along ``axis`` a few million
-    elements at a time, stopping at the first difference (the answer must not depend on the batch: a
-    per-channel constant of a large activation still folds into its kernel)."""
+    elements at a time (views, no copies), stopping at the first difference (the answer must not depend on
+    the batch: a per-channel constant of a large activation still folds into its kernel). Broadcast axes
+    (stride 0) hold one value each: only their first index is compared."""
+    x = x[tuple(slice(0, 1) if d != axis and x.strides[d] == 0 else slice(None) for d in range(x.ndim))]
     n = x.shape[axis]
     if x.size <= _VARIES_CHUNK or n <= 1 or x.strides[axis] == 0:
         return varies(x, axis)
-    first = np.take(x, [0], axis=axis)
+    at: list = [slice(None)] * x.ndim
+    at[axis] = slice(0, 1)
+    first = x[tuple(at)]
     step = max(1, _VARIES_CHUNK // max(1, first.size))
-    return any(bool((np.take(x, np.arange(i, min(i + step, n)), axis=axis) != first).any())
-               for i in range(1, n, step))
+    for i in range(1, n, step):
+        at[axis] = slice(i, min(i + step, n))
+        if (x[tuple(at)] != first).any():
+            return True
+    return False
 
 
 #: elements ``_varies`` compares at once
