@@ -307,6 +307,7 @@ class _Terms:
             return None                         # entered at its start from elsewhere too
         assert lp.compared is not None
         r1, r2 = lp.compared
+        entry = self._values_at(prog, fields, lp.lo, sources)     # the values on falling into the loop
         for c, b, first in ((r1, r2, True), (r2, r1, False)):
             if c == 0 or c == b:
                 continue
@@ -322,8 +323,8 @@ class _Terms:
                 if bound is None or bound[0] is not None:
                     continue
             else:
-                bound = self._values_at(prog, fields, lp.lo, sources)(b)
-            return (op, first, step, self._values_at(prog, fields, lp.lo, sources)(c), bound)
+                bound = entry(b)
+            return (op, first, step, entry(c), bound)
         return None
 
     @staticmethod
