@@ -144,7 +144,8 @@ def cases(quick: bool):
     out = [("gemm 512x512x512", lambda: _gemm(512, 512, 512)),
            ("gemm 100x300x77", lambda: _gemm(100, 300, 77))]
     if not quick:
-        out.append(("gemm 1024x1024x1024", lambda: _gemm(1024, 1024, 1024)))
+        out += [("gemm 1024x1024x1024", lambda: _gemm(1024, 1024, 1024)),
+                ("gemm 2048x2048x2048", lambda: _gemm(2048, 2048, 2048))]
     out += [("digits mlp", lambda: _digits("mlp", quick)),
             ("digits cnn", lambda: _digits("cnn", quick)),
             ("digits bn-cnn (BatchNorm, pooling)", lambda: _digits("bncnn", quick)),

@@ -283,6 +283,19 @@ def matmul_acc(acc_rows: np.ndarray, x_rows: np.ndarray, w_tile: np.ndarray) -> 
     return (a.view(np.uint32) + matmul_rows(x_rows, w_tile).view(np.uint32)).view(np.int32)
 
 
+def matmul_into(acc_rows: np.ndarray, x_rows: np.ndarray, w_tile: np.ndarray, accumulate: bool) -> None:
+    """``mxu.mma`` (``accumulate``) or ``mxu.mm`` written into ``acc_rows`` (an int32 array) in place:
+    the same values as ``matmul_acc`` / ``matmul_rows`` without their temporaries (the simulator's
+    hot path). ``w_tile`` may be given as float32 already."""
+    r = w_tile.shape[0]
+    p = np.asarray(x_rows)[:, :r].astype(np.float32) @ w_tile.astype(np.float32, copy=False)
+    if accumulate:
+        u = acc_rows.view(np.uint32)
+        np.add(u, p.astype(np.int32).view(np.uint32), out=u)
+    else:
+        acc_rows[...] = p
+
+
 # --------------------------------------------------------------------------------------------
 # VPU
 # --------------------------------------------------------------------------------------------

@@ -43,6 +43,10 @@ _PURE, _QUEUED, _SMEM, _FENCE, _HALT, _BAD = range(6)
 class IssueStage:
     """Fetches and issues one instruction per cycle (section 1 of the contract)."""
 
+    #: its next time is never cached (the engine asks again whenever the chip changed)
+    fresh = False
+    _t = INF
+
     def __init__(self, chip):
         self.chip = chip
         self.pc = 0

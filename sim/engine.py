@@ -110,6 +110,8 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
     # chips wired to them are asked again, so an event costs what it touches, not the number of chips.
     groups = [list(ch.components()) for ch in chips]
     times = [[c.next_time() for c in g] for g in groups]
+    # (a component whose next time is cached, ``fresh``, is not asked again: the hot loop below
+    # reads its ``_t``; the issue stage is never fresh)
     chip_t = [min(ts) if ts else INF for ts in times]
     where = {id(ch): i for i, ch in enumerate(chips)}
     near = [_wired(ch, i, where) for i, ch in enumerate(chips)]
@@ -140,7 +142,7 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
         last = t
         dirty = near[acted[0]] if len(acted) == 1 else {j for i in acted for j in near[i]}
         for i in dirty:
-            ts = times[i] = [c.next_time() for c in groups[i]]
+            ts = times[i] = [c._t if c.fresh else c.next_time() for c in groups[i]]
             chip_t[i] = min(ts) if ts else INF
 
 

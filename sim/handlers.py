@@ -152,11 +152,7 @@ def _mm(chip, dst, src, n, acc):
     chip.stats.mxu_macs += n * m.front_k * chip.cfg.cols
     if n == 0:
         return
-    x = chip.spm[src:src + n]
-    if acc:
-        chip.acc[dst:dst + n] = sem.matmul_acc(chip.acc[dst:dst + n], x, m.front)
-    else:
-        chip.acc[dst:dst + n] = sem.matmul_rows(x, m.front)
+    sem.matmul_into(chip.acc[dst:dst + n], chip.spm[src:src + n], m.front, acc)
 
 
 # --------------------------------------------------------------------------------------------

@@ -135,6 +135,24 @@ def test_matmul_rows_and_accumulate():
         assert got2[i, j] == w32(int(acc[i, j]) + int(got[i, j]))
 
 
+def test_matmul_into_equals_the_returning_forms():
+    """The simulator's in-place form writes what matmul_rows / matmul_acc return, wrap-around included."""
+    rng = np.random.default_rng(2)
+    for rows, cols, n in [(4, 6, 7), (16, 16, 205), (8, 8, 1)]:
+        w = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
+        x = rng.integers(-128, 128, (n, cols), dtype=np.int8)
+        acc = rng.integers(-(1 << 31), 1 << 31, (n, cols), dtype=np.int64).astype(np.int32)
+        acc[0] = (1 << 31) - 3                  # wraps on a positive product
+        acc[-1] = -(1 << 31) + 2                # and on a negative one
+        want = S.matmul_acc(acc, x, w)
+        got = acc.copy()
+        S.matmul_into(got, x, w, True)
+        assert np.array_equal(got, want)
+        got = acc.copy()
+        S.matmul_into(got, x, w.astype(np.float32), False)
+        assert np.array_equal(got, S.matmul_rows(x, w))
+
+
 # ---------------------------------------------------------------- VPU --------------------------
 def _ref_bin(op, a, b):
     return {"vadd": a + b, "vsub": a - b, "vmul": a * b, "vmin": min(a, b), "vmax": max(a, b),
