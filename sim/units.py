@@ -141,7 +141,9 @@ class QueuedUnit:
         if self.pending_error is not None:
             return min(self._next_time(), self.pending_error[0])
         t = self._next_time() if self.queue else INF
-        self._t, self.fresh = t, self.cacheable
+        # (a link unit's time depends on its channel only while it has work: idle, it stays INF
+        # until a push or its act, which clear ``fresh``)
+        self._t, self.fresh = t, self.cacheable or not (self.queue or self.open)
         return t
 
     def _next_time(self) -> int:
