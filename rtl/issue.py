@@ -1,4 +1,4 @@
-"""The issue stage: fetch, decode, the scalar unit, loop registers, token counters, run control.
+"""The issue stage: fetch, decode, register reads, base addresses, errors, run control.
 
 One instruction issues per cycle (contract section 1). Scalar instructions take effect at the end
 of their issue cycle; a taken branch leaves one bubble (``BRANCH_PENALTY``); ``sld``/``sst`` wait
@@ -10,6 +10,12 @@ Instruction memory is read synchronously at ``pc_next``, so the word of ``pc`` i
 cycle it may issue. Cycle 0 is the first cycle after ``start``; the run ends at the halt's issue
 cycle ``t_h`` (or an error's detection cycle) and ``cycles`` then reads ``t_h + 1``.
 
+``IssueStage`` composes four parts (``rtl/issue_parts.py``, each with its own unit test): the
+scalar ALU (``ScalarAlu``), the loop registers (``LoopRegisters``), the token counters
+(``TokenCounters``) and the check whether the head instruction may issue now (``IssueCheck``).
+It chooses their operands (which register port feeds the ALU, the ``loop`` count), so each part
+exists once.
+
 Area (an FPGA has to hold it): only one instruction issues per cycle, so the scalar register
 file has three read ports (``READ_PORTS``), each fed by the register field that the instruction
 at the head uses in that role (selected by opcode, before the read); each stride slot's base
@@ -20,26 +26,23 @@ small memories (LUT RAM on an FPGA) with one read port per nest level.
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In, Out, connect, flipped
 
 from isa.errors import ErrorCode
-from isa.table import (INSTRUCTIONS, MAX_REPEAT_DEPTH, STRIDE_SLOTS, WORD_BITS, CountMode, ScaleMode,
-                       Space, SrcMode, Unit, clog2, layout)
-from isa.timing import BRANCH_PENALTY, TOKEN_MAX
+from isa.table import (INSTRUCTIONS, MAX_REPEAT_DEPTH, SCALAR_ALU, STRIDE_SLOTS, WORD_BITS, CountMode, ScaleMode,
+                       Space, SrcMode, clog2, layout)
+from isa.timing import BRANCH_PENALTY
 
 from .decode import Decoder
 from .dma import dram_window
-from .queue import UNITS, EntrySignature, entry_layout, pack
+from .issue_parts import QUEUED, IssueCheck, LoopRegisters, ScalarAlu, TokenCounters, one_of
+from .queue import EntrySignature, entry_layout, pack
 from .unit import ACC_BITS, ERR_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, TokenSignature
 
 __all__ = ["IssueStage", "QUEUED", "READ_PORTS"]
 
-QUEUED = [u for u in Unit if u is not Unit.SCALAR]
-#: a token counter's bits; TOKEN_MAX is its largest value, so an overflow is the carry out
-TOK_BITS = TOKEN_MAX.bit_length()
-assert TOKEN_MAX == (1 << TOK_BITS) - 1
 assert BRANCH_PENALTY == 1
 
 #: Register operands of the scalar formats, by read port: (format, field). A queued instruction
@@ -55,15 +58,6 @@ assert READ_PORTS == STRIDE_SLOTS
 #: format -> (mode field, the mode that names a register, value field): the scalar operand a
 #: queued instruction snapshots (``vbin`` b, ``vreq`` scale); the value field is also a stride slot
 _SVAL = {"vbin": ("bmode", SrcMode.REG, "b"), "vreq": ("smode", ScaleMode.REG, "scale")}
-
-
-def _one_of(cases, width, shape=None):
-    """OR of ``Mux(cond, value, 0)`` over ``cases`` [(cond, value)] whose conditions exclude each
-    other (at most one instruction decodes): a flat AND-OR, cheaper than a priority chain."""
-    out = Const(0, shape if shape is not None else width)
-    for cond, val in cases:
-        out = out | Mux(cond, val, 0)
-    return out
 
 
 class IssueStage(wiring.Component):
@@ -171,10 +165,10 @@ class IssueStage(wiring.Component):
             cases = [(fmt_is(fmt), fmt, name) for fmt, name in _SCALAR_READS[k]]
             cases += [(is_(ins.mnemonic), ins.format, "x" + ins.slots[k])
                       for ins in INSTRUCTIONS if ins.queued and k < len(ins.slots)]
-            sel = _one_of([(c, v[:sw]) for c, v in grouped(cases)], sw)
+            sel = one_of([(c, v[:sw]) for c, v in grouped(cases)], sw)
             if k == READ_PORTS - 1:        # the scalar operand's register, when its mode says so
                 svc = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
-                sel = Mux(sval_reg, _one_of([(c, v[:sw]) for c, v in grouped(svc)], sw), sel)
+                sel = Mux(sval_reg, one_of([(c, v[:sw]) for c, v in grouped(svc)], sw), sel)
             idx = Signal(sw, name=f"rp{k}_idx")
             m.d.comb += idx.eq(sel)
             data_ = Signal(signed(32), name=f"rp{k}")
@@ -183,45 +177,15 @@ class IssueStage(wiring.Component):
         A, B = rport[0], rport[1]
 
         # ---- token counters (P, C) -----------------------------------------------------------
-        toks = {u: getattr(self, f"t_{u.name.lower()}") for u in QUEUED}
-        tok = [[Signal(range(TOKEN_MAX + 1), name=f"tok_{Unit(p).name}_{Unit(c).name}") for c in range(UNITS)]
-               for p in range(UNITS)]
-        scalar_take = Signal()
-        scalar_sig = Signal(UNITS)          # sld/sst signal mask at issue
-        scalar_wait = Signal(UNITS)
-        overflow = Signal()
-        for c in range(UNITS):
-            for p in range(UNITS):
-                inc = Const(0, 3)
-                if p == Unit.SCALAR:
-                    inc = inc + scalar_sig[c]
-                else:
-                    t = toks[Unit(p)]
-                    for e in range(3):              # (a slot without an event has a zero mask)
-                        inc = inc + t.sig_mask[e][c]
-                if c == Unit.SCALAR:
-                    dec_ = scalar_take & scalar_wait[p]
-                else:
-                    t = toks[Unit(c)]
-                    dec_ = t.take & t.wait[p]
-                # tok + (inc - dec) in one adder: the counter never goes below 0 (a wait needs a
-                # token), so the result is 0 .. TOKEN_MAX + 3 and its top bit is the overflow
-                delta = Signal(signed(3), name=f"tokdelta_{p}_{c}")
-                nxt = Signal(TOK_BITS + 1, name=f"toknext_{p}_{c}")
-                m.d.comb += [delta.eq(inc - dec_), nxt.eq(tok[p][c] + delta)]
-                with m.If(nxt[TOK_BITS]):
-                    m.d.comb += overflow.eq(1)
-                # cleared while not running (nothing reads them then): a start begins at 0
-                m.d.sync += tok[p][c].eq(Mux(running, nxt, 0))
-
-        def tokens_ok(c, wait):
-            ok = Const(1)
-            for p in range(UNITS):
-                ok = ok & (~wait[p] | (tok[p][c] != 0))
-            return ok
-
+        issue = Signal()
+        is_smem = is_("sld") | is_("sst")
+        smem = w.smem
+        m.submodules.tokens = tc = TokenCounters()
         for u in QUEUED:
-            m.d.comb += [toks[u].ok.eq(tokens_ok(u, toks[u].wait)), toks[u].en.eq(running)]
+            name = f"t_{u.name.lower()}"
+            connect(m, flipped(getattr(self, name)), getattr(tc, name))
+        m.d.comb += [tc.running.eq(running), tc.scalar_wait.eq(smem.wait), tc.scalar_take.eq(issue & is_smem),
+                     tc.scalar_signal.eq(Mux(issue & is_smem, smem.signal, 0))]
 
         # ---- base addresses: one adder per slot (slot 0's also serves sld/sst and addi) -------------
         imm_cases = [[] for _ in range(READ_PORTS)]
@@ -229,47 +193,30 @@ class IssueStage(wiring.Component):
             if ins.queued:
                 for k, name in enumerate(ins.slots):
                     imm_cases[k].append((is_(ins.mnemonic), ins.format, name))
-        smem = w.smem
         imm_cases[0] += [(fmt_is("smem"), "smem", "addr"), (is_("addi"), "alui", "imm")]
         sums = []
         for k in range(READ_PORTS):
             imm = Signal(signed(33), name=f"imm{k}")
-            m.d.comb += imm.eq(_one_of(grouped(imm_cases[k]), 33, signed(33)))
+            m.d.comb += imm.eq(one_of(grouped(imm_cases[k]), 33, signed(33)))
             r = rport[k] if k < READ_PORTS - 1 else Mux(sval_reg, 0, rport[k])
             s = Signal(signed(33), name=f"sum{k}")
             m.d.comb += s.eq(imm + r)
             sums.append(s)
 
         # ---- what the head instruction needs ---------------------------------------------------
-        busy = {u: toks[u].busy for u in QUEUED}
+        toks = {u: getattr(self, f"t_{u.name.lower()}") for u in QUEUED}
         queues = {u: getattr(self, f"q_{u.name.lower()}") for u in QUEUED}
         srow = sums[0]                      # smem.addr + its index register, exact (33 bits)
         s_lim = Mux(smem.space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
         smem_ok = (srow >= 0) & (srow < s_lim)
-        m.d.comb += [self.spm_rd.addr.eq(srow), self.acc_rd.addr.eq(srow), scalar_wait.eq(smem.wait)]
-        fence_ok = Const(1)
+        m.d.comb += [self.spm_rd.addr.eq(srow), self.acc_rd.addr.eq(srow)]
+        m.submodules.check = chk = IssueCheck()
+        m.d.comb += [chk.smem.eq(is_smem), chk.fence.eq(is_("fence")), chk.halt.eq(is_("halt")),
+                     chk.queued.eq(dec.queued), chk.unit.eq(dec.unit), chk.fence_units.eq(w.fence.units),
+                     chk.scalar_ok.eq(tc.scalar_ok)]
         for u in QUEUED:
-            fence_ok = fence_ok & (~w.fence.units[int(u)] | ~busy[u])
-        all_idle = Const(1)
-        for u in QUEUED:
-            all_idle = all_idle & ~busy[u]
-        q_ready = Signal()
-        for u in QUEUED:
-            with m.If(dec.unit == u):
-                m.d.comb += q_ready.eq(queues[u].ready)
-
-        can = Signal()
-        is_smem = is_("sld") | is_("sst")
-        with m.If(is_smem):
-            m.d.comb += can.eq(tokens_ok(Unit.SCALAR, smem.wait))
-        with m.Elif(is_("fence")):
-            m.d.comb += can.eq(fence_ok)
-        with m.Elif(is_("halt")):
-            m.d.comb += can.eq(all_idle)
-        with m.Elif(dec.queued):
-            m.d.comb += can.eq(q_ready)
-        with m.Else():
-            m.d.comb += can.eq(1)
+            m.d.comb += [chk.busy[int(u)].eq(toks[u].busy), chk.ready[int(u)].eq(queues[u].ready)]
+        can = chk.can
 
         # ---- errors, in the cycle they are detected --------------------------------------------
         err = Signal(ERR_BITS)
@@ -284,51 +231,28 @@ class IssueStage(wiring.Component):
         for u in reversed(QUEUED):
             with m.If(running & toks[u].err):
                 m.d.comb += err.eq(toks[u].err_code)
-        issue = Signal()
         m.d.comb += [issue.eq(head_valid & can & (err == 0)), self.issued.eq(issue),
                      self.issued_scalar.eq(issue & ~dec.queued)]
         # a token overflow is found from this cycle's signals (which an issuing sld/sst adds to)
         err_all = Signal(ERR_BITS)
-        m.d.comb += err_all.eq(Mux(running & overflow, ErrorCode.TOKEN_OVERFLOW, err))
+        m.d.comb += err_all.eq(Mux(running & tc.overflow, ErrorCode.TOKEN_OVERFLOW, err))
         stop = running & ((err_all != 0) | (issue & is_("halt")))
 
         # ---- scalar execution ------------------------------------------------------------------
-        # one adder/subtractor: add, sub, slt and the branch compares (a - b, 33 bits: exact sign)
-        subtract = is_("sub") | is_("slt") | is_("blt") | is_("bge")
-        diff = Signal(signed(33))
-        m.d.comb += diff.eq(A + Mux(subtract, ~B, B) + subtract)
-        lt = diff[32]
-        # one shifter: right shifts fill with 0 (srl) or the sign (sra); sll reverses in and out
-        left, arith = is_("sll"), is_("sra")
-        fill = Signal()
-        shv = Signal(32, name="shift_in")
-        m.d.comb += [fill.eq(arith & A[31]), shv.eq(Mux(left, A.as_unsigned()[::-1], A.as_unsigned()))]
-        for s in range(5):          # (each stage named: an unnamed one is rebuilt for every use)
-            nxt = Signal(32, name=f"shift{s}")
-            m.d.comb += nxt.eq(Mux(B[s], Cat(shv[1 << s:], fill.replicate(1 << s)), shv))
-            shv = nxt
-        shifted = Signal(32)
-        m.d.comb += shifted.eq(Mux(left, shv[::-1], shv))
-        product = Signal(32)
-        m.d.comb += product.eq(A.as_unsigned() * B.as_unsigned())
+        m.submodules.alu = alu = ScalarAlu()
+        m.d.comb += [alu.a.eq(A), alu.b.eq(B), alu.op.eq(Cat(*[is_(name) for name in SCALAR_ALU])),
+                     alu.compare.eq(is_("blt") | is_("bge"))]
         # sld: a lane of the row, read combinationally
         lane = smem.lane
         spm_l = data.View(data.ArrayLayout(signed(SPM_BITS), C), self.spm_rd.data)
         acc_l = data.View(data.ArrayLayout(signed(ACC_BITS), C), self.acc_rd.data)
         loaded = Signal(signed(32))
         m.d.comb += loaded.eq(Mux(smem.space == Space.ACC, acc_l[lane], spm_l[lane]))
-        addsub = diff[:32]
-        results = {"add": addsub, "sub": addsub, "slt": lt, "and": A & B, "or": A | B, "xor": A ^ B,
-                   "sll": shifted, "srl": shifted, "sra": shifted, "mul": product,
-                   "seti": w.seti.imm, "addi": sums[0][:32], "sld": loaded}
-        groups = {}
-        for name, val in results.items():
-            key = id(val)
-            groups[key] = (groups[key][0] | is_(name), val) if key in groups else (is_(name), val)
+        results = {"seti": w.seti.imm, "addi": sums[0][:32], "sld": loaded}    # and the ALU's
         res = Signal(32)
-        m.d.comb += res.eq(_one_of([(c, v.as_unsigned()) for c, v in groups.values()], 32))
+        m.d.comb += res.eq(alu.result | one_of([(is_(name), v.as_unsigned()) for name, v in results.items()], 32))
         writes_rd = Const(0)
-        for name in results:
+        for name in (*SCALAR_ALU, *results):
             writes_rd = writes_rd | is_(name)
         for fmt in ("seti", "alui", "smem"):          # rd sits at the same bits in every format
             assert slice_of(fmt, "rd").lo == slice_of("alu", "rd").lo
@@ -345,71 +269,30 @@ class IssueStage(wiring.Component):
                 m.d.comb += self.acc_wr.en.eq(1 << lane)
             with m.Else():
                 m.d.comb += self.spm_wr.en.eq(1 << lane)
-        m.d.comb += [scalar_take.eq(issue & is_smem), scalar_sig.eq(Mux(issue & is_smem, smem.signal, 0))]
 
-        # ---- loop registers: a memory with one read port per nest level ----------------------------
-        # Each holds its count, its strides and its *rewinds* (count - 1) * stride, taken when the
-        # ``loop`` instruction issues; a queued instruction turns them into its nest's jumps
-        # (rtl/queue.py). A register counts 0 until written in this run (``lvalid``). Word
-        # ``loop_regs`` is never written: a level outside the nest reads it (strides and rewinds 0).
-        lp = w.loop
-        lrec = data.StructLayout({"cnt": unsigned(32), "stride": data.ArrayLayout(signed(32), STRIDE_SLOTS),
-                                  "rew": data.ArrayLayout(signed(32), STRIDE_SLOTS)})
-        m.submodules.loops = lmem = memory.Memory(shape=lrec, depth=cfg.loop_regs + 1, init=[],
-                                                  attrs={"ram_style": "distributed"})
-        lwp = lmem.write_port()
-        lvalid = Signal(cfg.loop_regs)
-        lwrite = issue & is_("loop")
-        lcount = Signal(32)
-        m.d.comb += lcount.eq(Mux(lp.cmode == CountMode.REG, A, lp.count))
-        m.d.comb += [lwp.addr.eq(lp.lr), lwp.en.eq(lwrite), lwp.data.cnt.eq(lcount)]
-        for k, sk in enumerate((lp.s0, lp.s1, lp.s2)):
-            m.d.comb += [lwp.data.stride[k].eq(sk), lwp.data.rew[k].eq((lcount - 1)[:32] * sk)]
-        for i in range(cfg.loop_regs):
-            with m.If(lwrite & (lp.lr == i)):
-                m.d.sync += lvalid[i].eq(1)
-        with m.If(~running):
-            m.d.sync += lvalid.eq(0)
+        # ---- loop registers: taken when the ``loop`` issues, read by a queued instruction's nest ----
+        lp, hdr = w.loop, w.dma
+        m.submodules.loops = loops = LoopRegisters(cfg)
+        m.d.comb += [loops.running.eq(running), loops.we.eq(issue & is_("loop")), loops.lr.eq(lp.lr),
+                     loops.count.eq(Mux(lp.cmode == CountMode.REG, A, lp.count)),
+                     *[loops.stride[k].eq(sk) for k, sk in enumerate((lp.s0, lp.s1, lp.s2))],
+                     loops.base.eq(hdr.rep_base), loops.depth.eq(hdr.rep_depth)]
         # branches
         br = w.branch
-        taken = is_("jmp") | (is_("beq") & (A == B)) | (is_("bne") & (A != B)) | \
-            (is_("blt") & lt) | (is_("bge") & ~lt)
+        taken = is_("jmp") | (is_("beq") & alu.eq) | (is_("bne") & ~alu.eq) | \
+            (is_("blt") & alu.lt) | (is_("bge") & ~alu.lt)
         target = Mux(is_("jmp"), w.jump.target, br.target)
 
         # ---- queue entries -----------------------------------------------------------------------
-        hdr = w.dma
-        nest, cnts = [], []
-        zero = Const(0)
-        for j in range(MAX_REPEAT_DEPTH):
-            rp = lmem.read_port(domain="comb")
-            used = hdr.rep_depth > j
-            li = hdr.rep_base + j
-            m.d.comb += rp.addr.eq(Mux(used, li, cfg.loop_regs))
-            # a register not written in this run counts 0: the nest is empty (and its other
-            # counts, strides and jumps are not looked at)
-            zero = zero | (used & (~lvalid.bit_select(li, 1) | (rp.data.cnt == 0)))
-            nest.append(rp.data)
-            cnts.append(rp.data.cnt)
         lo, hi = dram_window(m, cfg, w.dma)        # (used by the DMA units only)
-        # jump_j = stride_j - (the rewinds of the levels inside j)
-        jumps = [[None] * STRIDE_SLOTS for _ in range(MAX_REPEAT_DEPTH)]
-        for k in range(STRIDE_SLOTS):
-            inside = Const(0, signed(32))
-            for j in reversed(range(MAX_REPEAT_DEPTH)):
-                jump = Signal(signed(32), name=f"jump{j}_{k}")
-                m.d.comb += jump.eq(nest[j].stride[k] - inside)
-                jumps[j][k] = jump
-                if j:
-                    acc = Signal(signed(32), name=f"inside{j}_{k}")
-                    m.d.comb += acc.eq(inside + nest[j].rew[k])
-                    inside = acc
         svals = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
         entry = Signal(entry_layout(cfg))
         m.d.comb += entry.eq(pack(m, entry_layout(cfg), {
-            "word": self.word, "pc": pc, "q": self.cycles, "depth": hdr.rep_depth, "zero": zero,
-            "dram_lo": lo, "dram_hi": hi, "cnt": cnts, "jump": jumps,
+            "word": self.word, "pc": pc, "q": self.cycles, "depth": hdr.rep_depth, "zero": loops.zero,
+            "dram_lo": lo, "dram_hi": hi, "cnt": [loops.cnt[j] for j in range(MAX_REPEAT_DEPTH)],
+            "jump": [[loops.jump[j][k] for k in range(STRIDE_SLOTS)] for j in range(MAX_REPEAT_DEPTH)],
             "base": [sums[k][:32] for k in range(STRIDE_SLOTS)],
-            "sval": Mux(sval_reg, rport[READ_PORTS - 1], _one_of([(c, v) for c, v in grouped(svals)], 32))},
+            "sval": Mux(sval_reg, rport[READ_PORTS - 1], one_of([(c, v) for c, v in grouped(svals)], 32))},
             name="entry_part"))
         for u in QUEUED:
             m.d.comb += [queues[u].entry.eq(entry),

@@ -29,7 +29,9 @@ import contextvars
 
 from amaranth import Cat, ClockSignal, Const, Instance, ResetSignal, Signal, Value, signed
 
-__all__ = ["MAC_KINDS", "parse_mac", "split_reg", "pe_kinds", "product", "fpga_primitives"]
+from .primitives import Mult18x18d
+
+__all__ = ["MAC_KINDS", "parse_mac", "split_reg", "pe_kinds", "product", "fpga_primitives", "uses_primitives"]
 
 MAC_KINDS = ("dsp", "lut")
 
@@ -67,20 +69,30 @@ def pe_kinds(rows: int, cols: int, mac: str = "dsp") -> list[list[str]]:
     return out
 
 
-_PRIMITIVES: contextvars.ContextVar = contextvars.ContextVar("tetrachip_fpga_primitives", default=None)
+_PRIMITIVES: contextvars.ContextVar = contextvars.ContextVar("tetrachip_fpga_primitives", default=(None, False))
 
 
 @contextlib.contextmanager
-def fpga_primitives(family: str | None):
+def fpga_primitives(family: str | None, *, model: bool = False):
     """While active (``"ecp5"``), elaboration builds a ``dsp`` product with 2 stages as an ECP5
     ``MULT18X18D`` using its own input and output registers (same two-cycle latency, no general
-    routing inside the multiplier path). Only for FPGA builds: the block has no simulation model
-    here, the behavioural ``+reg2`` product is what the simulators and tests run."""
-    tok = _PRIMITIVES.set(family)
+    routing inside the multiplier path): the FPGA flow's default (``--dsp-regs``, docs/fpga.md).
+    With ``model=True`` the block is built as its simulation model (``rtl.primitives.Mult18x18d``,
+    from the same parameters and port connections), so Amaranth's simulator can run it; without
+    this context the behavioural ``+reg2`` product is built, which is what simulation and
+    co-simulation run (``tests/rtl/test_rtl_mac_primitive.py`` checks the two agree)."""
+    tok = _PRIMITIVES.set((family, model))
     try:
         yield
     finally:
         _PRIMITIVES.reset(tok)
+
+
+def uses_primitives(mac: str) -> bool:
+    """Whether ``fpga_primitives`` changes an array built with ``mac``: some products are hard
+    (``dsp``, ``dsp:N`` with N > 0) with 2 register stages (``+reg2``)."""
+    (kind, limit), stages = parse_mac(mac), split_reg(mac)[1]
+    return kind == "dsp" and limit != 0 and stages == 2
 
 
 def _mult18x18d(m, a, w, name):
@@ -97,11 +109,14 @@ def _mult18x18d(m, a, w, name):
         ports[f"i_CE{k}"] = Const(1)
         ports[f"i_RST{k}"] = ResetSignal("sync") if k == 0 else Const(0)
     regs = {f"p_REG_{r}_{x}": f"{x}0" for r in ("INPUTA", "INPUTB", "OUTPUT") for x in ("CLK", "CE", "RST")}
-    m.submodules[f"{name}_dsp"] = Instance(
-        "MULT18X18D", p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE", p_GSR="DISABLED",
-        p_RESETMODE="SYNC", p_CLK0_DIV="ENABLED", p_SOURCEB_MODE="B_SHIFT", p_MULT_BYPASS="DISABLED",
-        p_CAS_MATCH_REG="FALSE", i_SIGNEDA=Const(1), i_SIGNEDB=Const(1), i_SOURCEA=Const(0),
-        i_SOURCEB=Const(0), **regs, **ports)
+    args = dict(p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE", p_GSR="DISABLED",
+                p_RESETMODE="SYNC", p_CLK0_DIV="ENABLED", p_SOURCEB_MODE="B_SHIFT", p_MULT_BYPASS="DISABLED",
+                p_CAS_MATCH_REG="FALSE", i_SIGNEDA=Const(1), i_SIGNEDB=Const(1), i_SOURCEA=Const(0),
+                i_SOURCEB=Const(0), **regs, **ports)
+    if _PRIMITIVES.get()[1]:
+        m.submodules[f"{name}_dsp"] = Mult18x18d(**args)
+    else:
+        m.submodules[f"{name}_dsp"] = Instance("MULT18X18D", **args)
     out = Signal(signed(16), name=f"{name}_r")
     m.d.comb += out.eq(p[:16])
     return out
@@ -120,7 +135,7 @@ def product(m, a, w, kind: str, name: str, stages: int = 0):
     if stages not in (0, 1, 2):
         raise ValueError(f"product register stages must be 0, 1 or 2, got {stages}")
     if kind == "dsp":
-        if stages == 2 and _PRIMITIVES.get() == "ecp5":
+        if stages == 2 and _PRIMITIVES.get()[0] == "ecp5":
             return _mult18x18d(m, a, w, name)
         if stages == 2:             # operands registered too: the multiplier sits between two registers
             a, w = _reg(m, a, f"{name}_a"), _reg(m, w, f"{name}_w")

@@ -87,9 +87,9 @@ def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words):
 
 
 def _dsp_regs_option(f):
-    return click.option("--dsp-regs", is_flag=True,
-                        help="two-stage hard products (mac ...+reg2) as ECP5 MULT18X18D with their own registers "
-                             "(FPGA only: no simulation model; see docs/fpga.md)")(f)
+    return click.option("--dsp-regs/--no-dsp-regs", default=True, show_default=True,
+                        help="two-stage hard products (mac ...+reg2) as ECP5 MULT18X18D with their own registers; "
+                             "--no-dsp-regs: in fabric flip-flops (see docs/fpga.md)")(f)
 
 
 def _mem_options(f):

@@ -17,7 +17,7 @@ from isa.outputs import write_atomic
 from .devices import board as get_board, device as get_device
 from .fit import check
 from .flow import (ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError,
-                   Report, _mems, apply_pnr, cell_resources, tool)
+                   Report, _mems, apply_pnr, cell_resources, dsp_regs_apply, tool)
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -107,10 +107,12 @@ def nextpnr_opts(seed: int = 1) -> str:
 
 def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: float | None = None,
           out: Path | str = "build/fpga", dram_bytes: int = 1 << 14, baud: int = 115200, check_fit: bool = True,
-          seed: int = 1, dsp_regs: bool = False) -> Report:
-    """Bitstream of ``cfg`` for ``board`` in ``out`` (``top.bit``) and its ``report.json``."""
+          seed: int = 1, dsp_regs: bool = True) -> Report:
+    """Bitstream of ``cfg`` for ``board`` in ``out`` (``top.bit``) and its ``report.json``;
+    ``dsp_regs`` as in ``flow.synth``."""
     b = get_board(board)
     dev = get_device(b.device)
+    dsp_regs = dsp_regs_apply(mac, dev.family, dsp_regs)
     if check_fit:
         check(cfg, dev, mac=mac, mem=mem, dram_bytes=dram_bytes)
     paths = {name: tool(name)[0] for name in ("yosys", "nextpnr-ecp5", "ecppack")}
@@ -142,7 +144,8 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     finally:
         os.environ.clear()
         os.environ.update(old)
-    rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=top.pll["fout"] if top.pll else top.freq,
+    label = mac + (" dsp-regs" if dsp_regs else "")
+    rep = Report(cfg.name, dev.name, label, mem=mem, target_mhz=top.pll["fout"] if top.pll else top.freq,
                  memories=_mems(cfg), seed=seed,
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     rep.seconds["build"] = round(time.monotonic() - t, 1)

@@ -97,6 +97,14 @@ def _run(cmd: list[str], log: Path, timeout: float | None, what: str) -> float:
     return time.monotonic() - t
 
 
+def dsp_regs_apply(mac: str, family: str, dsp_regs: bool) -> bool:
+    """Whether a build with ``dsp_regs`` (the flow's default) puts hard products into the
+    multiplier blocks' own registers: on ECP5, for a ``mac`` with two-stage hard products
+    (``rtl.mac.uses_primitives``); its report's ``mac`` then ends in `` dsp-regs``."""
+    from ..mac import uses_primitives
+    return dsp_regs and family == "ecp5" and uses_primitives(mac)
+
+
 def rtlil_text(top, name: str = "top", dsp_regs: bool = False) -> str:
     """RTLIL of ``top``; ``dsp_regs``: two-stage hard products as ECP5 MULT18X18D with their own
     registers (``rtl.mac.fpga_primitives``)."""
@@ -282,8 +290,9 @@ def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
 
 def synth(cfg, device: str, *, mac: str = "dsp", mem: str = "lvt", out: Path | str = "build/fpga", pnr: bool = True,
           freq_mhz: float = 100.0, dram_bytes: int = 1 << 14, timeout: float | None = None,
-          check_fit: bool = True, dsp_regs: bool = False) -> Report:
-    """Resource and Fmax estimate of ``FpgaTop(cfg)`` on ``device`` (no board: nextpnr out of context)."""
+          check_fit: bool = True, dsp_regs: bool = True) -> Report:
+    """Resource and Fmax estimate of ``FpgaTop(cfg)`` on ``device`` (no board: nextpnr out of context).
+    ``dsp_regs``: two-stage hard products in the multiplier blocks' own registers (``rtl.mac.fpga_primitives``)."""
     from .fit import check
     from .top import FpgaTop
     dev = get_device(device)
@@ -299,7 +308,7 @@ def synth(cfg, device: str, *, mac: str = "dsp", mem: str = "lvt", out: Path | s
 
 def synth_array(rows: int, cols: int, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga-array",
                 pnr: bool = True, freq_mhz: float = 100.0, timeout: float | None = None,
-                dsp_regs: bool = False) -> Report:
+                dsp_regs: bool = True) -> Report:
     """The systolic array alone (``rtl/systolic.py``) on ``device``: the array's resources and Fmax
     without the rest of the chip (nextpnr out of context). ``Report.config`` is ``array RxC``."""
     from ..systolic import SystolicArray
@@ -313,11 +322,12 @@ def synth_array(rows: int, cols: int, device: str, *, mac: str = "dsp", out: Pat
 
 
 def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: float, timeout: float | None,
-          dsp_regs: bool = False) -> Report:
+          dsp_regs: bool = True) -> Report:
     t = time.monotonic()
+    dsp_regs = dsp_regs_apply(rep.mac, dev.family, dsp_regs)
     if dsp_regs:
         rep.mac += " dsp-regs"
-    (out / "top.il").write_text(rtlil_text(top, dsp_regs=dsp_regs and dev.family == "ecp5"))
+    (out / "top.il").write_text(rtlil_text(top, dsp_regs=dsp_regs))
     rep.seconds["rtlil"] = round(time.monotonic() - t, 1)
     cells, secs = yosys_synth(out / "top.il", dev, timeout)
     rep.seconds["yosys"] = round(secs, 1)
