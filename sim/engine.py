@@ -26,7 +26,11 @@ if TYPE_CHECKING:
     from .units import QueuedUnit
 
 class Component(Protocol):
-    """What the loop runs: a chip's issue stage or one of its queued units."""
+    """What the loop runs: a chip's issue stage or one of its queued units. While ``fresh``, ``_t`` is
+    what ``next_time()`` would return (the loop reads it without the call)."""
+
+    fresh: bool
+    _t: int
 
     def next_time(self) -> int: ...
 
