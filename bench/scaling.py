@@ -16,9 +16,9 @@ in the same process, one after the other:
 * compile and simulation wall time.
 
 Models: an MLP of the digits model's shape (64-128-64-10, batch 64, random weights; also on 16 and 64
-chips), a deep MLP for the pipeline (16 layers 512 wide, Linear + ReLU, and a 10-class
-Linear; batch 512: 8 micro-batches of 64 rows on 4 chips, enough rows per weight tile to hide the next tile's
-load; without ``--quick``), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32, and 112x112 without ``--quick``) and a
+chips), a deep MLP for the pipeline (16 layers 512 wide, Linear + ReLU, and a 10-class Linear; batch 512: 8
+micro-batches of 64 rows on 4 chips, enough rows per weight tile to hide the next tile's load; without
+``--quick``), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32, and 112x112 without ``--quick``) and a
 transformer block (``nn.TransformerBlock(512, 8)``, T 64 without ``--quick``; d 128, 4 heads, T 32 with it);
 ``--resnet224`` adds ResNet-18 at 224x224 (batch 8; its single-chip program runs as pages, minutes per run).
 The JSON's rows also give each run's pages (per chip) and the single chip's MXU utilization.
