@@ -2,6 +2,7 @@
 
     python bench/scaling.py [--quick] [--json FILE] [--config base] [--chips 1,2,4,8] [--only NAME]
                             [--strategies data,tensor,pipeline] [--topology ring|torus2d] [--resnet224]
+                            [--interleave 1,2,4]
 
 For each model, the single-chip compile (``chips=1``) runs once on ``Device("sim")`` (its cycles are the
 baseline ``T1``), then each strategy on each chip count runs on ``Device("sim", chips=N)`` (``sim.System``),
@@ -15,15 +16,22 @@ in the same process, one after the other:
 * compile and simulation wall time.
 
 Models: an MLP of the digits model's shape (64-128-64-10, batch 64, random weights; also on 16 and 64
-chips), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32, and 112x112 without ``--quick``) and a
+chips), a deep MLP for the pipeline (16 layers 512 wide, Linear + ReLU, and a 10-class Linear; batch 512: 8
+micro-batches of 64 rows on 4 chips, enough rows per weight tile to hide the next tile's load; without
+``--quick``), ResNet-18 (ImageNet layout, 10 classes, batch 8; 32x32, and 112x112 without ``--quick``) and a
 transformer block (``nn.TransformerBlock(512, 8)``, T 64 without ``--quick``; d 128, 4 heads, T 32 with it);
 ``--resnet224`` adds ResNet-18 at 224x224 (batch 8; its single-chip program runs as pages, minutes per run).
 The JSON's rows also give each run's pages (per chip) and the single chip's MXU utilization.
 Pipeline runs take 2 x chips micro-batches where the batch allows (else one per sample: the transformer
 block's batch of 1 is one micro-batch, no overlap) and GPipe's contiguous stages (``--interleave V``: ``V``
-stage groups per chip); a pipeline row also gives ``interleave``, ``stage_cycles`` and ``bound``, the
-efficiency its stages would reach with free hand-offs (``T1 / (N x ShardedModel.schedule_cycles())``: what
-the fill, the drain and the stages' imbalance leave). Data parallel needs a sample per chip. The goals of the
+stage groups per chip; a list ``--interleave 1,2,4`` gives a pipeline row for each); a pipeline row also gives
+``interleave``, ``stage_cycles`` and ``bound``, the efficiency its stages would reach with free hand-offs
+(``T1 / (N x ShardedModel.schedule_cycles())``: what the fill, the drain and the stages' imbalance leave), and
+the efficiency as a product of four factors (``losses``): ``micro_batch`` = ``T1 / (M x sum(stage_cycles))``
+(the part's kernels at one micro-batch against the single chip's share), ``bubble`` = ``V M / (V M + N - 1)``
+(the fill and drain of equal stages), ``balance`` = ``M x sum(stage_cycles) / (N x schedule_cycles) / bubble``
+(the stages' imbalance) and ``handoff`` = ``schedule_cycles / TN`` (the transfers, copies and waits the run adds
+to free hand-offs). Data parallel needs a sample per chip. The goals of the
 multi-chip issue (data-parallel ResNet-18 at batch 8 on 4 chips >= 90%, tensor-parallel transformer block
 d512/8 heads on 4 chips >= 75%, a pipeline of 8 micro-batches over 4 chips >= 80%) are the rows to look at;
 docs/sharding.md has the table of the last full run.
@@ -65,20 +73,32 @@ def _block(d, heads, T):
     return tc.nn.TransformerBlock(d, heads), np.random.default_rng(T).standard_normal((1, T, d)).astype(np.float32)
 
 
+def _deep_mlp(layers, width, batch, classes=10):
+    tc.manual_seed(0)
+    nn = tc.nn
+    m = nn.Sequential(*[mod for _ in range(layers) for mod in (nn.Linear(width, width), nn.ReLU())],
+                      nn.Linear(width, classes))
+    return m, np.random.default_rng(1).standard_normal((batch, width)).astype(np.float32)
+
+
+DEEP = "deep MLP 16x512-10 (batch 512)"
+
+
 def models(quick: bool, resnet224: bool = False) -> list:
     """(name, build, more chip counts run without ``--quick`` and without ``--chips``)."""
     out = [("MLP 64-128-64-10 (batch 64)", _mlp, [16, 64]), ("ResNet-18 32x32 (batch 8)", lambda: _resnet(32), [])]
     if quick:
         out.append(("transformer block d128 h4 T32", lambda: _block(128, 4, 32), []))
     else:
-        out += [("ResNet-18 112x112 (batch 8)", lambda: _resnet(112), []),
+        out += [(DEEP, lambda: _deep_mlp(16, 512, 512), []),
+                ("ResNet-18 112x112 (batch 8)", lambda: _resnet(112), []),
                 ("transformer block d512 h8 T64", lambda: _block(512, 8, 64), [])]
     if resnet224:
         out.append(("ResNet-18 224x224 (batch 8)", lambda: _resnet(224), []))
     return out
 
 
-def run(name, build, config, chips, strategies, topology, interleave=None) -> list[dict]:
+def run(name, build, config, chips, strategies, topology, interleave=(None,)) -> list[dict]:
     cfg = ChipConfig.load(config)
     model, x = build()
     t0 = time.perf_counter()
@@ -94,10 +114,11 @@ def run(name, build, config, chips, strategies, topology, interleave=None) -> li
              "compile_s": t1 - t0, "sim_s": t2 - t1, "pages": len(single.pages),
              "mxu_utilization": base.stats.mxu_utilization}]
     B = x.shape[0]
+    interleave = tuple(interleave) if isinstance(interleave, (list, tuple)) else (interleave,)
     for n in chips:
         if n == 1:
             continue
-        for strat in strategies:
+        for strat, V in [(s, v) for s in strategies for v in (interleave if s == "pipeline" else (None,))]:
             row = {"model": name, "config": cfg.name, "strategy": strat, "chips": n}
             micro = None
             if strat == "pipeline":
@@ -105,7 +126,7 @@ def run(name, build, config, chips, strategies, topology, interleave=None) -> li
                 row["micro_batches"] = micro
             try:
                 t0 = time.perf_counter()
-                kw = {"interleave": interleave} if strat == "pipeline" and interleave else {}
+                kw = {"interleave": V} if strat == "pipeline" and V else {}
                 sm = tc.compile(model, [x], cfg, chips=n, parallel=strat, micro_batches=micro, topology=topology,
                                 **kw)
                 t1 = time.perf_counter()
@@ -121,8 +142,12 @@ def run(name, build, config, chips, strategies, topology, interleave=None) -> li
                        bit_exact=all(np.array_equal(a, b) for a, b in zip(res.outputs, ref)),
                        compile_s=t1 - t0, sim_s=t2 - t1, pages=max(len(p) for p in sm.programs))
             if strat == "pipeline":
-                row.update(interleave=sm.interleave, stage_cycles=sm.stage_cycles,
-                           bound=T1 / (n * sm.schedule_cycles()))
+                sched, M, V = sm.schedule_cycles(), sm.micro_batches, sm.interleave
+                work = M * sum(sm.stage_cycles)              # every micro-batch through every stage, free hand-offs
+                bubble = V * M / (V * M + n - 1)
+                row.update(interleave=V, stage_cycles=sm.stage_cycles, bound=T1 / (n * sched),
+                           losses={"micro_batch": T1 / work, "bubble": bubble,
+                                   "balance": work / (n * sched) / bubble, "handoff": sched / TN})
             rows.append(row)
     return rows
 
@@ -137,6 +162,7 @@ def table(rows) -> str:
             continue
         strat = r["strategy"] + (f" ({r['micro_batches']} micro-batches" + (
             f", {r['interleave']} stage groups per chip, bound {100 * r['bound']:.1f}%" if "interleave" in r else "")
+            + ("; " + " x ".join(f"{k} {100 * v:.1f}%" for k, v in r["losses"].items()) if "losses" in r else "")
             + ")" if "micro_batches" in r else "")
         lines.append(f"| {r['model']} | {r['config']} | {strat} | {r['chips']} | {r['cycles']:,} | "
                      f"{r['speedup']:.2f} | {100 * r['efficiency']:.1f}% | {100 * r['link_util']:.2f}% | "
@@ -153,8 +179,9 @@ def main(argv=None) -> int:
     ap.add_argument("--strategies", default="data,tensor,pipeline")
     ap.add_argument("--topology", default="ring", choices=["ring", "torus2d"])
     ap.add_argument("--only", default="", help="only the models whose name contains this")
-    ap.add_argument("--interleave", type=int, default=None,
-                    help="pipeline: stage groups per chip (1: GPipe; default: the compiler's choice)")
+    ap.add_argument("--interleave", default=None,
+                    help="pipeline: stage groups per chip, a comma-separated list runs each (1: GPipe; default: "
+                         "the compiler's choice)")
     ap.add_argument("--resnet224", action="store_true", help="add ResNet-18 224x224 (batch 8)")
     args = ap.parse_args(argv)
     check_outputs(ap, args.json)        # before the work, not after it
@@ -168,15 +195,19 @@ def main(argv=None) -> int:
     bad = [s for s in strategies if s not in ("data", "tensor", "pipeline")]
     if bad:
         ap.error(f"--strategies: {', '.join(bad)} (data, tensor, pipeline)")
-    if args.interleave is not None and args.interleave < 1:
-        ap.error(f"--interleave {args.interleave}: a positive number of stage groups per chip")
+    try:
+        interleave = [None] if args.interleave is None else [int(v) for v in args.interleave.split(",")]
+    except ValueError:
+        interleave = [0]
+    if any(v is not None and v < 1 for v in interleave):
+        ap.error(f"--interleave {args.interleave}: positive numbers of stage groups per chip, comma-separated")
     if args.json and not args.json.parent.is_dir():
         ap.error(f"--json {args.json}: no folder {args.json.parent}")
     rows = []
     for name, build, more in models(args.quick, args.resnet224):
         if args.only in name:
             got = run(name, build, args.config, chips + ([] if args.quick or args.chips else more), strategies,
-                      args.topology, args.interleave)
+                      args.topology, interleave)
             print("\n".join(table(got).splitlines()[2:]), flush=True)
             rows += got
     print(table(rows))

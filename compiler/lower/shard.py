@@ -73,7 +73,7 @@ def compile(model, example_inputs, config="base", *, chips: int = 1, parallel: s
     ``parallel`` "data" | "pipeline" | "auto" (default "auto"), ``micro_batches`` for the pipeline
     (default: the batch, at most ``4 * chips``), ``interleave`` for the pipeline: the stage groups each chip
     holds (1, the default: GPipe, contiguous stages; ``v > 1``: an interleaved schedule of ``v * chips`` stages;
-    ``parallel="auto"`` tries 1 and 2), ``topology`` "ring" | "torus2d" (how the chips the
+    ``parallel="auto"`` tries 1, 2 and 4), ``topology`` "ring" | "torus2d" (how the chips the
     bundle runs on are wired; the strategies here use neighbour links only)."""
     if not isinstance(chips, int) or isinstance(chips, bool) or chips < 1:
         raise ChipCompileError(f"chips={chips!r}: a positive number of chips")
@@ -1207,6 +1207,10 @@ def ring_order(topology: str, n: int, cfg: ChipConfig, shape: tuple | None = Non
 auto_cache: dict = {}
 
 
+#: the interleaved schedules ``parallel="auto"`` tries besides GPipe (stage groups per chip)
+AUTO_INTERLEAVE = (2, 4)
+
+
 def choose(model, feeds, calib, cfg, n, micro, topology, base, options, interleave=None) -> ShardedModel:
     """The strategy (and micro-batch count) with the fewest simulated cycles; the decision is cached."""
     key = _key(base, feeds, cfg, n, micro, f"{topology}|{interleave}")
@@ -1214,10 +1218,16 @@ def choose(model, feeds, calib, cfg, n, micro, topology, base, options, interlea
         strat, m, v = auto_cache[key]
         return _shard(model, feeds, calib, cfg, n, strat, m, topology, base, options, v)
     B = _batch(feeds)
+    # the whole batch's kernel count (the part's, at a smaller batch, may differ by a lifted constant): a
+    # schedule of 4 stage groups per chip, tried only where it has about a kernel per stage, costs no compile
+    # on a small model
+    nk = len(base.qsched.sched.kernels)
     cands = ([("data", None, None)] if B >= n else []) + [("tensor", None, None)]
     for m in sorted({x for x in ([micro] if micro else [n, 2 * n, 4 * n]) if x <= B}):
-        # GPipe, and 2 stage groups per chip where the micro-batches come in groups of the chips
-        vs = [interleave] if interleave else [1] + ([2] if m % n == 0 else [])
+        # GPipe, and 2 and 4 stage groups per chip (a shorter fill and drain) where the micro-batches come in
+        # groups of the chips
+        vs = [interleave] if interleave else [1] + [v for v in AUTO_INTERLEAVE
+                                                    if m % n == 0 and (v == 2 or nk >= v * n)]
         cands += [("pipeline", m, v) for v in vs]
     results, best, errors = {}, None, []
     for strat, m, v in cands:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bench import scaling
@@ -20,12 +21,16 @@ def test_scaling_mlp_two_chips(tmp_path, capsys):
         assert r["bit_exact"]
         assert r["efficiency"] == pytest.approx(T1 / (r["chips"] * r["cycles"]))
     assert rows[1]["link_util"] == 0 and rows[2]["link_util"] > 0        # data moves nothing, tensor gathers
+    pipe = rows[3]                      # the efficiency as the product of its four factors
+    assert pipe["efficiency"] == pytest.approx(np.prod(list(pipe["losses"].values())))
+    assert pipe["losses"]["bubble"] == pytest.approx(4 / (4 + 2 - 1))        # GPipe, 4 micro-batches, 2 chips
+    assert 0 < pipe["losses"]["balance"] <= 1 + 1e-9                          # the fill and drain count once
     assert "| MLP" in capsys.readouterr().out
 
 
 def test_scaling_bad_arguments_refused_first(tmp_path):
     for argv in (["--chips", "0"], ["--chips", "x"], ["--strategies", "model"],
-                 ["--json", str(tmp_path / "missing" / "s.json")]):
+                 ["--interleave", "0"], ["--interleave", "1,x"], ["--json", str(tmp_path / "missing" / "s.json")]):
         with pytest.raises(SystemExit) as e:
             scaling.main(["--quick", *argv])
         assert e.value.code == 2

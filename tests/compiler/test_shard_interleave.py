@@ -60,6 +60,21 @@ def test_interleaved_pipeline_is_bit_exact_and_beats_gpipe(deep, chips):
         assert r_sm.stats.cycles < r_gp.stats.cycles, (r_sm.stats.cycles, r_gp.stats.cycles)
 
 
+def test_four_stage_groups_a_kernel_per_stage(deep):
+    """``interleave=4`` on 2 chips cuts the 8 layers into 8 stages of one kernel each (stage ``v`` on chip
+    ``v mod 2``): bit-exact, and each chip sends the activation after each of its stages but the model's last."""
+    x = _x((4, 32), 4)
+    sm = tc.compile(deep, [x], "small", chips=2, parallel="pipeline", micro_batches=4, interleave=4)
+    assert sm.interleave == 4 and sm.stages == [(k, k + 1) for k in range(len(DIMS) - 1)]
+    res = tc.Device("sim", config="small", chips=2).run(sm, x)
+    _exact(res, tc.compile(deep, [x], "small").reference(x))
+    cols = ChipConfig.preset("small").cols
+    want = [0, 0]
+    for v, (_, b) in enumerate(sm.stages[:-1]):         # one sample per micro-batch: DIMS[b] int8 bytes
+        want[v % 2] += 4 * cdiv(DIMS[b], cols) * cols
+    assert [st.bytes["link_tx"] for st in res.stats] == want
+
+
 def test_interleaved_residual_crosses_the_closing_link():
     """A conv output read again two kernels later, over 2 chips and 4 stages: the tensors live at each cut
     (the residual among them) cross the boundaries, the last chip's go back to the first."""
@@ -102,9 +117,11 @@ def test_auto_tries_the_interleaved_schedule(deep):
     x = _x((8, 32), 2)
     shard.auto_cache.clear()
     sm = tc.compile(deep, [x], "small", chips=2, parallel="auto", micro_batches=4)
-    assert {"pipeline/4", "pipeline/4x2"} <= set(sm.choices)
+    # 8 kernels: a kernel per stage with 4 stage groups on 2 chips
+    assert {"pipeline/4", "pipeline/4x2", "pipeline/4x4"} <= set(sm.choices)
     best = min(sm.choices, key=sm.choices.get)
-    assert (sm.parallel, sm.interleave) == (("pipeline", 2) if best == "pipeline/4x2" else (sm.parallel, 1))
+    V = int(best.split("x")[1]) if best.startswith("pipeline/4x") else 1
+    assert (sm.parallel, sm.interleave) == (best.split("/")[0], V)
     res = tc.Device("sim", config="small", chips=2).run(sm, x)
     assert res.stats.cycles == sm.choices[best]
     _exact(res, tc.compile(deep, [x], "small").reference(x))
