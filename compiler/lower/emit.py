@@ -473,11 +473,15 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     mode = weight_mode(tl)
     bias_tok = g["bias"] and ((first and not load_w and not g["load_a"]) or (mode == "group" and not first))
     assert not (npre and (bias_tok or not (first and load_w and g["load_a"]))), "prefetch: a first N tile that loads"
-    if g["bias"] and not npre:
+    # the bias of the next N tile is loaded by this one, behind its weight loads (``bias_ahead``)
+    ahead = bias_ahead(g, tl)
+    if g["bias"] and not npre and (first or not ahead):
         e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
                wait=g["free_p"], signal="mxu" if bias_tok else None)
     if mode != "group" and not first and not tl.a_ring:
         _weight_stream(e, kc, cfg)
+        if ahead and not last:
+            _next_bias(e, g, mrows)
     elif mode == "group":               # this N tile's group (the first), or the next one's, ahead
         assert load_w, "grouped weights are loaded in every M tile"
         if first and not npre:
@@ -490,6 +494,8 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
              unroll=K_UNROLL if not (first or last) else 1, npre=npre if mode != "group" else 0)
     if mode == "group" and first and not last:   # after the A loads: load -> mxu tokens stay in MXU order
         _weight_stream(e, kc, cfg, ahead=True)
+    if ahead and first and not last:
+        _next_bias(e, g, mrows)
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
@@ -518,6 +524,29 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
         e.emit("blt", GK.WSLOT, GK.TMP, skip)
         e.emit("seti", GK.WSLOT, 0)
         e.place(skip)
+
+
+def bias_ahead(g: dict, tl: Tiling) -> bool:
+    """Does an N tile load the next N tile's bias (``_next_bias``), not the N tile itself? With a bias DMA and
+    the weights streamed per tile (``weight_mode`` tile or ring, no A ring) and a fixed number of N tiles (no
+    key bound). In program order an N tile's code follows the previous one's last ``mma``, which the front
+    end dispatches a few instructions before the MXU runs it (queue depth): the bias DMA (an ACC row per output
+    row) at the N tile's start would hold its first weight tile back behind it in the in-order load queue,
+    the array idle meanwhile. Loaded behind the previous N tile's weight loads, it runs while that N tile
+    computes; it still waits for its ACC region (the N tile before's drain), and the first ``mxu.lw``
+    waits for a weight load behind it (loads retire in order), so the first ``mma`` finds it."""
+    kc = g["kc"]
+    return g["bias"] and weight_mode(tl) != "group" and not tl.a_ring and kc.nbound is None
+
+
+def _next_bias(e: ProgramBuilder, g: dict, mrows: int) -> None:
+    """The next N tile's bias into the other ACC region (``Mt - ACC``) from the next bias column (``BIAS``
+    + one N tile), waiting for that region to be drained (``bias_ahead``)."""
+    kc, C = g["kc"], g["cfg"].cols
+    e.emit("seti", GK.TMP, kc.tiling.Mt)
+    e.emit("sub", GK.TMP, GK.TMP, GK.ACC)
+    e.emit("dma.ld", acc[kc.acc_base + GK.TMP], dram[kc.bias_addr + _ACC_BYTES * C + GK.BIAS], rows=mrows, len=C,
+           rstride=0, wait=g["free_p"])
 
 
 def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
