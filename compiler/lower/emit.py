@@ -481,13 +481,15 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     if mode != "group" and not first and not tl.a_ring:
         _weight_stream(e, kc, cfg)
         if ahead and not last:
-            _next_bias(e, g, mrows)
+            _next_bias(e, g, mrows, False)
     elif mode == "group":               # this N tile's group (the first), or the next one's, ahead
         assert load_w, "grouped weights are loaded in every M tile"
         if first and not npre:
             _weight_stream(e, kc, cfg)
         elif not first and not last:
             _weight_stream(e, kc, cfg, ahead=True)
+            if ahead:
+                _next_bias(e, g, mrows, True)
     loads = first or tl.a_ring                 # an A ring loads A and weights in every N tile
     _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=loads and g["load_a"],
              w_dma=loads and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
@@ -495,7 +497,7 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     if mode == "group" and first and not last:   # after the A loads: load -> mxu tokens stay in MXU order
         _weight_stream(e, kc, cfg, ahead=True)
     if ahead and first and not last:
-        _next_bias(e, g, mrows)
+        _next_bias(e, g, mrows, mode == "group")
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
@@ -527,26 +529,28 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
 
 
 def bias_ahead(g: dict, tl: Tiling) -> bool:
-    """Does an N tile load the next N tile's bias (``_next_bias``), not the N tile itself? With a bias DMA and
-    the weights streamed per tile (``weight_mode`` tile or ring, no A ring) and a fixed number of N tiles (no
-    key bound). In program order an N tile's code follows the previous one's last ``mma``, which the front
-    end dispatches a few instructions before the MXU runs it (queue depth): the bias DMA (an ACC row per output
-    row) at the N tile's start would hold its first weight tile back behind it in the in-order load queue,
-    the array idle meanwhile. Loaded behind the previous N tile's weight loads, it runs while that N tile
-    computes; it still waits for its ACC region (the N tile before's drain), and the first ``mxu.lw``
-    waits for a weight load behind it (loads retire in order), so the first ``mma`` finds it."""
-    kc = g["kc"]
-    return g["bias"] and weight_mode(tl) != "group" and not tl.a_ring and kc.nbound is None
+    """Does an N tile load the next N tile's bias (``_next_bias``), not the N tile itself? With a bias DMA, no
+    A ring and a fixed number of N tiles (no key bound). In program order an N tile's code follows the previous
+    one's last ``mma``, which the front end dispatches a few instructions before the MXU runs it (queue depth):
+    the bias DMA (an ACC row per output row) at the N tile's start would hold back the N tile's first weight
+    tile behind it in the in-order load queue (``weight_mode`` tile, ring) or its first ``mma``, which waits
+    for it (group), the array idle meanwhile. Loaded behind the previous N tile's weight loads, it runs while
+    that N tile computes; it still waits for its ACC region (the drain of the N tile before). The first ``mma``
+    finds it: behind it in the load queue is the N tile's first weight tile, which its first ``mxu.lw`` waits
+    for (loads retire in order), or, in group mode (that group was loaded before it), the ``mma`` waits for
+    the bias load's own token."""
+    return g["bias"] and not tl.a_ring and g["kc"].nbound is None
 
 
-def _next_bias(e: ProgramBuilder, g: dict, mrows: int) -> None:
+def _next_bias(e: ProgramBuilder, g: dict, mrows: int, signal: bool) -> None:
     """The next N tile's bias into the other ACC region (``Mt - ACC``) from the next bias column (``BIAS``
-    + one N tile), waiting for that region to be drained (``bias_ahead``)."""
+    + one N tile), waiting for that region to be drained (``bias_ahead``); ``signal``: the next N tile's
+    first ``mma`` waits for it (group mode)."""
     kc, C = g["kc"], g["cfg"].cols
     e.emit("seti", GK.TMP, kc.tiling.Mt)
     e.emit("sub", GK.TMP, GK.TMP, GK.ACC)
     e.emit("dma.ld", acc[kc.acc_base + GK.TMP], dram[kc.bias_addr + _ACC_BYTES * C + GK.BIAS], rows=mrows, len=C,
-           rstride=0, wait=g["free_p"])
+           rstride=0, wait=g["free_p"], signal="mxu" if signal else None)
 
 
 def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
