@@ -31,7 +31,8 @@ drains: waits), so kernels compose without a fence. Before a kernel waits for it
 its scale rows and, when its first M tile is emitted on its own (not in the M-tile loop), that tile's
 first N tile's bias and first weight tiles (``_prefetch``, ``prefetch_tiles``: a group, else as many as
 the previous kernel's last tile covers) while the previous kernel computes; the body skips those loads
-and takes one seed fewer per skipped wait. The program orders a kernel after the
+and takes one seed fewer per skipped wait. An N tile loads the next N tile's bias behind its own weight loads
+(``bias_ahead``), so the next N tile's first weight tile does not queue behind it. The program orders a kernel after the
 stores it reads with ``fence store`` (``emit_program``, placed by ``compiler.lower.pipeline``).
 Inner loops use repeat registers: the
 weight tiles of an N tile are one ``dma.ld`` over a nest (or one instance), row groups of a tile
