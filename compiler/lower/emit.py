@@ -31,7 +31,8 @@ drains: waits), so kernels compose without a fence. Before a kernel waits for it
 its scale rows and, when its first M tile is emitted on its own (not in the M-tile loop), that tile's
 first N tile's bias and first weight tiles (``_prefetch``, ``prefetch_tiles``: a group, else as many as
 the previous kernel's last tile covers) while the previous kernel computes; the body skips those loads
-and takes one seed fewer per skipped wait. The program orders a kernel after the
+and takes one seed fewer per skipped wait. An N tile loads the next N tile's bias behind its own weight loads
+(``bias_ahead``), so the next N tile's first weight tile does not queue behind it. The program orders a kernel after the
 stores it reads with ``fence store`` (``emit_program``, placed by ``compiler.lower.pipeline``).
 Inner loops use repeat registers: the
 weight tiles of an N tile are one ``dma.ld`` over a nest (or one instance), row groups of a tile
@@ -473,23 +474,31 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     mode = weight_mode(tl)
     bias_tok = g["bias"] and ((first and not load_w and not g["load_a"]) or (mode == "group" and not first))
     assert not (npre and (bias_tok or not (first and load_w and g["load_a"]))), "prefetch: a first N tile that loads"
-    if g["bias"] and not npre:
+    # the bias of the next N tile is loaded by this one, behind its weight loads (``bias_ahead``)
+    ahead = bias_ahead(g, tl)
+    if g["bias"] and not npre and (first or not ahead):
         e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
                wait=g["free_p"], signal="mxu" if bias_tok else None)
     if mode != "group" and not first and not tl.a_ring:
         _weight_stream(e, kc, cfg)
+        if ahead and not last:
+            _next_bias(e, g, mrows, False)
     elif mode == "group":               # this N tile's group (the first), or the next one's, ahead
         assert load_w, "grouped weights are loaded in every M tile"
         if first and not npre:
             _weight_stream(e, kc, cfg)
         elif not first and not last:
             _weight_stream(e, kc, cfg, ahead=True)
+            if ahead:
+                _next_bias(e, g, mrows, True)
     loads = first or tl.a_ring                 # an A ring loads A and weights in every N tile
     _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=loads and g["load_a"],
              w_dma=loads and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
              unroll=K_UNROLL if not (first or last) else 1, npre=npre if mode != "group" else 0)
     if mode == "group" and first and not last:   # after the A loads: load -> mxu tokens stay in MXU order
         _weight_stream(e, kc, cfg, ahead=True)
+    if ahead and first and not last:
+        _next_bias(e, g, mrows, mode == "group")
     # epilogue
     gate_sig = ["load"] if (g["gate"] and last) else []
     if kc.out_int8:
@@ -518,6 +527,31 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
         e.emit("blt", GK.WSLOT, GK.TMP, skip)
         e.emit("seti", GK.WSLOT, 0)
         e.place(skip)
+
+
+def bias_ahead(g: dict, tl: Tiling) -> bool:
+    """Does an N tile load the next N tile's bias (``_next_bias``), not the N tile itself? With a bias DMA, no
+    A ring and a fixed number of N tiles (no key bound). In program order an N tile's code follows the previous
+    one's last ``mma``, which the front end dispatches a few instructions before the MXU runs it (queue depth):
+    the bias DMA (an ACC row per output row) at the N tile's start would hold back the N tile's first weight
+    tile behind it in the in-order load queue (``weight_mode`` tile, ring) or its first ``mma``, which waits
+    for it (group), the array idle meanwhile. Loaded behind the previous N tile's weight loads, it runs while
+    that N tile computes; it still waits for its ACC region (the drain of the N tile before). The first ``mma``
+    finds it: behind it in the load queue is the N tile's first weight tile, which its first ``mxu.lw`` waits
+    for (loads retire in order), or, in group mode (that group was loaded before it), the ``mma`` waits for
+    the bias load's own token."""
+    return g["bias"] and not tl.a_ring and g["kc"].nbound is None
+
+
+def _next_bias(e: ProgramBuilder, g: dict, mrows: int, signal: bool) -> None:
+    """The next N tile's bias into the other ACC region (``Mt - ACC``) from the next bias column (``BIAS``
+    + one N tile), waiting for that region to be drained (``bias_ahead``); ``signal``: the next N tile's
+    first ``mma`` waits for it (group mode)."""
+    kc, C = g["kc"], g["cfg"].cols
+    e.emit("seti", GK.TMP, kc.tiling.Mt)
+    e.emit("sub", GK.TMP, GK.TMP, GK.ACC)
+    e.emit("dma.ld", acc[kc.acc_base + GK.TMP], dram[kc.bias_addr + _ACC_BYTES * C + GK.BIAS], rows=mrows, len=C,
+           rstride=0, wait=g["free_p"], signal="mxu" if signal else None)
 
 
 def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
