@@ -24,7 +24,7 @@ from isa.disasm import format_instruction
 from isa.encoding import Instruction, check_values, decode, from_bytes
 from isa.errors import DecodeError, EncodeError, ErrorCode
 from isa.program import Program
-from isa.table import SPACE_BYTES, SPACE_DTYPE, SPACE_NAME, WORD_BYTES, ScaleMode, Space, SrcMode, Unit
+from isa.table import SPACE_BYTES, SPACE_DTYPE, SPACE_NAME, WORD_BYTES, Space, Unit
 
 from . import engine
 from .errors import SimError
@@ -32,7 +32,7 @@ from .handlers import HANDLERS
 from .links import Channel
 from .state import INF, MxuState, Races, Tokens, VpuState
 from .stats import Stats, Trace
-from .units import Entry, make_units
+from .units import Decoded, Entry, make_units
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike
@@ -61,9 +61,9 @@ class IssueStage:
         kind = chip.kind_at(self.pc)
         t = self.ready
         if kind == _QUEUED:
-            unit = chip.units[chip.prog[self.pc].spec.unit]
+            unit = chip.units[chip.decoded[self.pc].uid]
             t = unit.accept_time(t)
-            self.cause = f"queue_full({unit.name})"
+            self.cause = unit.queue_full
         elif kind == _SMEM:
             w = chip.fields[self.pc]["wait"]
             if w:
@@ -162,6 +162,7 @@ class Chip:
         self.bad: dict[int, tuple[ErrorCode, str]] = {}      # pc -> why its word cannot run
         self.fields: list[dict[str, int]] = []
         self.kinds: list[int] = []
+        self.decoded: list[Decoded | None] = []     # pc -> its queued instruction's facts (else None)
         self._texts: dict[int, str] = {}
         self._reset()
 
@@ -209,6 +210,8 @@ class Chip:
         self.prog = instrs
         self.fields = [ins.as_dict() if ins is not None else {} for ins in instrs]
         self.kinds = [self._kind(pc, ins) for pc, ins in enumerate(instrs)]
+        self.decoded = [Decoded(ins, f) if k == _QUEUED and ins is not None else None
+                        for ins, f, k in zip(instrs, self.fields, self.kinds)]
         self._texts = {}
         self._reset()
         return self
@@ -405,20 +408,20 @@ class Chip:
 
     # -- issue-stage work that touches units ----------------------------------------------
     def issue_queued(self, pc: int, t: int) -> None:
-        ins, f, regs = self.prog[pc], self.fields[pc], self.regs
-        assert ins is not None          # its kind is _QUEUED, not _BAD
-        spec = ins.spec
-        base, depth = f["rep_base"], f["rep_depth"]
-        nest = self.loops[base:base + depth]
-        counts = [c for c, _ in nest]
-        strides = [s for _, s in nest]
+        dec, regs = self.decoded[pc], self.regs
+        assert dec is not None          # its kind is _QUEUED, not _BAD
+        if dec.rep_depth:
+            nest = self.loops[dec.rep_base:dec.rep_base + dec.rep_depth]
+            counts = [c for c, _ in nest]
+            strides = [s for _, s in nest]
+        else:
+            counts, strides = [], []
         # a memory operand's address is 32-bit, two's complement: base + register wraps modulo 2**32
         # (docs/microarchitecture.md section 2), as the instance addresses of its nest do (Entry.addrs)
-        bases = [sem.wrap32_int(f[s] + regs[f["x" + s]]) for s in spec.slots]
-        bval = regs[f["b"]] if f.get("bmode") == SrcMode.REG else 0
-        sval = regs[f["scale"]] if f.get("smode") == ScaleMode.REG else 0
-        ent = Entry(ins, f, pc, t, counts, strides, bases, bval, sval)
-        self.units[spec.unit].push(ent)
+        bases = [sem.wrap32_int(off + regs[x]) for off, x in dec.slots]
+        bval = regs[dec.breg] if dec.breg is not None else 0
+        sval = regs[dec.sreg] if dec.sreg is not None else 0
+        self.units[dec.uid].push(Entry(dec, pc, t, counts, strides, bases, bval, sval))
 
     def scalar_mem(self, pc: int, t: int) -> None:
         ins, f = self.prog[pc], self.fields[pc]

@@ -17,7 +17,7 @@ from isa import semantics as sem
 from isa import timing
 from isa.encoding import Instruction
 from isa.errors import ErrorCode
-from isa.table import Sync, Unit
+from isa.table import ScaleMode, SrcMode, Sync, Unit
 
 from .errors import SimError
 from .handlers import HANDLERS, Plan
@@ -30,25 +30,45 @@ if TYPE_CHECKING:
 CHUNK = 4096
 
 
+class Decoded:
+    """What every instance of the queued instruction at one pc shares, worked out once when the program
+    is loaded (``Chip.load``) instead of at every issue: its fields, unit, handler, token masks and
+    where its operands' base addresses come from."""
+
+    __slots__ = ("ins", "f", "uid", "handler", "wait", "signal", "once", "slots", "rep_base", "rep_depth",
+                 "breg", "sreg")
+
+    def __init__(self, ins: Instruction, f: dict[str, int]) -> None:
+        self.ins, self.f, self.uid = ins, f, ins.spec.unit
+        self.handler = HANDLERS[ins.op]
+        self.wait, self.signal = f["wait"], f["signal"]
+        self.once = f["sync"] == Sync.ONCE
+        #: per memory operand (stride-slot order): its immediate base and the register added to it
+        self.slots = [(f[s], f["x" + s]) for s in ins.spec.slots]
+        self.rep_base, self.rep_depth = f["rep_base"], f["rep_depth"]
+        #: the register holding the vbin scalar operand / the vreq scale, if the instruction reads one
+        self.breg = f["b"] if f.get("bmode") == SrcMode.REG else None
+        self.sreg = f["scale"] if f.get("smode") == ScaleMode.REG else None
+
+
 class Entry:
     """A queued instruction as issued: its snapshot of loop registers and scalar operands."""
 
     __slots__ = ("ins", "f", "pc", "q", "T", "i", "d", "counts", "strides", "bases", "wait", "signal",
                  "once", "bval", "scale_val", "_addrs", "_lo", "handler")
 
-    def __init__(self, ins: Instruction, f: dict[str, int], pc: int, q: int, counts: list[int],
+    def __init__(self, dec: Decoded, pc: int, q: int, counts: list[int],
                  strides: list[tuple[int, int, int]], bases: list[int], bval: int = 0, scale_val: int = 0) -> None:
-        self.ins, self.f, self.pc, self.q = ins, f, pc, q
+        self.ins, self.f, self.pc, self.q = dec.ins, dec.f, pc, q
         self.counts, self.strides, self.bases = counts, strides, bases
-        self.T = sem.nest_count(counts)
+        self.T = sem.nest_count(counts) if counts else 1
         self.i = 0
         self.d: int | None = None       # the cycle its last instance started (it left the queue)
-        self.wait, self.signal = f["wait"], f["signal"]
-        self.once = f["sync"] == Sync.ONCE
+        self.wait, self.signal, self.once = dec.wait, dec.signal, dec.once
         self.bval, self.scale_val = bval, scale_val
         self._addrs: list[list[int]] | None = None
         self._lo = 0
-        self.handler = HANDLERS[ins.op]
+        self.handler = dec.handler
 
     def addrs(self, i: int) -> list[int]:
         """Memory-operand addresses of instance ``i`` (stride-slot order)."""
@@ -83,6 +103,11 @@ class QueuedUnit:
 
     def __init__(self, chip: ChipState, uid: Unit) -> None:
         self.chip, self.uid, self.name = chip, uid, uid.name.lower()
+        #: the stall causes this unit counts (Stats.stalls), named once: the issue stage's when the
+        #: queue is full, the unit's own rule's by reason, a token wait's by producer
+        self.queue_full = f"queue_full({self.name})"
+        self._reason_stall: dict[str, str] = {}
+        self._token_stall = [f"{self.name}.token({p.name.lower()})" for p in Unit]
         self.queue: deque[Entry] = deque()
         self.recent: deque[Entry] = deque(maxlen=timing.QUEUE_DEPTH)
         self.last_start = -1
@@ -175,9 +200,12 @@ class QueuedUnit:
         base, ulb, reason, tok_t, tok_p = self._why
         st = chip.stats
         if reason and ulb > base:
-            st.stall(f"{self.name}.{reason}", ulb - base)
+            name = self._reason_stall.get(reason)
+            if name is None:
+                name = self._reason_stall[reason] = f"{self.name}.{reason}"
+            st.stall(name, ulb - base)
         if tok_p is not None and tok_t > ulb:
-            st.stall(f"{self.name}.token({Unit(tok_p).name.lower()})", tok_t - ulb)
+            st.stall(self._token_stall[tok_p], tok_t - ulb)
         w = ent.waits()
         if ent.T == 0:                  # an empty nest: pop it, with its sync=once tokens
             if w:
@@ -329,4 +357,4 @@ def make_units(chip: ChipState) -> dict[Unit, QueuedUnit]:
     return {u: kinds[u](chip, u) for u in Unit if u is not Unit.SCALAR}
 
 
-__all__ = ["Entry", "Instance", "QueuedUnit", "make_units", "SimError", "ErrorCode"]
+__all__ = ["Decoded", "Entry", "Instance", "QueuedUnit", "make_units", "SimError", "ErrorCode"]
