@@ -53,24 +53,25 @@ class IssueStage:
         self.ready = 0                  # earliest cycle the instruction at pc may issue
         self.halted = False
         self.cause = None
+        self.kind = _BAD                # the kind of the instruction at pc, as next_time() found it
 
     def next_time(self) -> int:
         if self.halted:
             return INF
-        chip = self.chip
-        kind = chip.kind_at(self.pc)
+        chip, pc = self.chip, self.pc
+        self.kind = kind = chip.kind_at(pc)
         t = self.ready
         if kind == _QUEUED:
-            unit = chip.units[chip.decoded[self.pc].uid]
+            unit = chip.issue_units[pc]
             t = unit.accept_time(t)
             self.cause = unit.queue_full
         elif kind == _SMEM:
-            w = chip.fields[self.pc]["wait"]
+            w = chip.fields[pc]["wait"]
             if w:
                 t, p = chip.tokens.wait_time(w, Unit.SCALAR, t)
                 self.cause = f"token({Unit(p).name.lower()})" if p is not None else None
         elif kind in (_FENCE, _HALT):
-            mask = (1 << len(Unit)) - 1 if kind == _HALT else chip.fields[self.pc]["units"]
+            mask = (1 << len(Unit)) - 1 if kind == _HALT else chip.fields[pc]["units"]
             for u, unit in chip.units.items():
                 if mask >> u & 1:
                     t = max(t, unit.drained_time())
@@ -79,7 +80,7 @@ class IssueStage:
 
     def act(self, t: int, horizon: int) -> None:
         chip, st = self.chip, self.chip.stats
-        kind = chip.kind_at(self.pc)
+        kind = self.kind                # (the engine asks next_time() after every act: pc has not moved)
         if kind == _BAD:
             code, msg = chip.bad[self.pc] if self.pc < len(chip.prog) else (
                 ErrorCode.PC_RANGE, f"fetch beyond the end of the program ({len(chip.prog)} instructions)")
@@ -365,6 +366,8 @@ class Chip:
         self.tokens = Tokens(self)
         self.races = Races(self)
         self.units = make_units(self)
+        #: pc -> the unit its queued instruction goes to (None: not a queued instruction)
+        self.issue_units = [self.units[d.uid] if d is not None else None for d in self.decoded]
         self.issue = IssueStage(self)
         self.stats = Stats(config=cfg.name, rows=cfg.rows, cols=cfg.cols, clock_mhz=cfg.clock_mhz)
         self.trace = Trace() if self.want_trace else None
@@ -421,7 +424,7 @@ class Chip:
         bases = [sem.wrap32_int(off + regs[x]) for off, x in dec.slots]
         bval = regs[dec.breg] if dec.breg is not None else 0
         sval = regs[dec.sreg] if dec.sreg is not None else 0
-        self.units[dec.uid].push(Entry(dec, pc, t, counts, strides, bases, bval, sval))
+        self.issue_units[pc].push(Entry(dec, pc, t, counts, strides, bases, bval, sval))
 
     def scalar_mem(self, pc: int, t: int) -> None:
         ins, f = self.prog[pc], self.fields[pc]

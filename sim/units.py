@@ -119,7 +119,7 @@ class QueuedUnit:
         #: what bounds the next start: (base, unit_lb, reason, tok_t, tok_p)
         self._why: tuple[int, int, str | None, int, int | None] | None = None
         #: next_time() as last computed, while ``fresh``: it depends on this unit's queue and state
-        #: and on the tokens it waits for, so only its own act, a push and a token signalled to it
+        #: and on the tokens it waits for, so only its own act, a push to an empty queue and a token signalled to it
         #: change it (``stale``)
         self._t = INF
         self.fresh = False
@@ -142,7 +142,8 @@ class QueuedUnit:
     def push(self, ent: Entry) -> None:
         self.queue.append(ent)
         self.recent.append(ent)
-        self.fresh = False
+        if len(self.queue) == 1:        # only the head entry bears on next_time(): a push behind it
+            self.fresh = False          # changes nothing the cached time depends on
 
     def drained_time(self) -> int:
         """First cycle at which the queue is empty and every instance has retired (INF: not known)."""
