@@ -424,7 +424,9 @@ class Chip:
         bases = [sem.wrap32_int(off + regs[x]) for off, x in dec.slots]
         bval = regs[dec.breg] if dec.breg is not None else 0
         sval = regs[dec.sreg] if dec.sreg is not None else 0
-        self.issue_units[pc].push(Entry(dec, pc, t, counts, strides, bases, bval, sval))
+        unit = self.issue_units[pc]
+        assert unit is not None
+        unit.push(Entry(dec, pc, t, counts, strides, bases, bval, sval))
 
     def scalar_mem(self, pc: int, t: int) -> None:
         ins, f = self.prog[pc], self.fields[pc]

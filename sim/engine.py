@@ -108,6 +108,9 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
         raise TetrachipError(f"max_cycles={max_cycles!r}: a run's cycle limit must be a positive number of cycles")
     for ch in chips:
         ch.max_cycles = limit
+    if len(chips) == 1:
+        _run_one(chips[0], limit, derived)
+        return
     # Each chip's components and their next times, and the chip's earliest. A component's next time
     # depends only on its chip's state, which changes only when one of the chip's components acts or a
     # channel to it moves flits (the other end acted): after cycle t only the chips that acted and the
@@ -122,19 +125,9 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
     last = 0
     while True:
         t = min(chip_t)
-        if t >= INF:
-            for ch in chips:
-                ch.tokens.flush(INF)
-            if all(ch.issue.halted for ch in chips):
-                return
-            raise _deadlock(chips, last)
-        if t >= limit:
-            ch = next(c for c in chips if not c.issue.halted)
-            pc = ch.issue.pc if ch.issue.pc < len(ch.prog) else None
-            how = ("the default limit, derived from the program (docs/simulator.md, \"Cycle limit\")" if derived
-                   else "the limit given")
-            raise ch.error(ErrorCode.CYCLE_LIMIT, f"the run did not halt within {limit} cycles ({how}); "
-                           f"raise it with run(max_cycles=N) or `tetrachip sim --max-cycles N`", limit, pc)
+        if t >= INF or t >= limit:
+            _stop(chips, t, last, limit, derived)
+            return
         for ch in chips:
             if ch.tokens.active:
                 ch.tokens.flush(t)
@@ -148,6 +141,43 @@ def _run(chips: Sequence[Clocked], max_cycles: int | None = None) -> None:
         for i in dirty:
             ts = times[i] = [c._t if c.fresh else c.next_time() for c in groups[i]]
             chip_t[i] = min(ts) if ts else INF
+
+
+def _run_one(ch: Clocked, limit: int, derived: bool) -> None:
+    """``_run``'s loop for a single chip (most runs), without the bookkeeping of which chips acted and
+    which are wired to them: every event asks the chip's components again."""
+    comps = list(ch.components())
+    tokens = ch.tokens
+    times = [c.next_time() for c in comps]
+    t = min(times)
+    last = 0
+    while t < INF and t < limit:
+        if tokens.active:
+            tokens.flush(t)
+        for c, ct in zip(comps, times):
+            if ct == t:
+                c.act(t, INF)
+        last = t
+        times = [c._t if c.fresh else c.next_time() for c in comps]
+        t = min(times)
+    _stop([ch], t, last, limit, derived)
+
+
+def _stop(chips: Sequence[Clocked], t: int, last: int, limit: int, derived: bool) -> None:
+    """The loop reached ``t``, INF (nothing can act again) or the cycle limit: return if every chip
+    halted, else raise the deadlock or cycle-limit error."""
+    if t >= INF:
+        for ch in chips:
+            ch.tokens.flush(INF)
+        if all(ch.issue.halted for ch in chips):
+            return
+        raise _deadlock(chips, last)
+    ch = next(c for c in chips if not c.issue.halted)
+    pc = ch.issue.pc if ch.issue.pc < len(ch.prog) else None
+    how = ("the default limit, derived from the program (docs/simulator.md, \"Cycle limit\")" if derived
+           else "the limit given")
+    raise ch.error(ErrorCode.CYCLE_LIMIT, f"the run did not halt within {limit} cycles ({how}); "
+                   f"raise it with run(max_cycles=N) or `tetrachip sim --max-cycles N`", limit, pc)
 
 
 def _wired(chip: Clocked, i: int, where: dict[int, int]) -> tuple[int, ...]:
