@@ -377,7 +377,10 @@ class Chip:
         self.rx: dict[int, Channel] = {}
 
     def components(self) -> list:
-        return [self.issue] + list(self.units.values())
+        """What the event loop runs: the issue stage and the units the program has instructions for (a
+        unit no instruction goes to never has work: leaving it out saves the loop a look at it per event)."""
+        used = {d.uid for d in self.decoded if d is not None}
+        return [self.issue] + [u for uid, u in self.units.items() if uid in used]
 
     def mem(self, space: int) -> np.ndarray:
         return self.spm if space == Space.SPM else self.acc

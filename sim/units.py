@@ -116,8 +116,8 @@ class QueuedUnit:
         self.plan: Plan | None = None   # plan of the head instance, prepared once
         #: (cycle, SimError) found ahead of time (link mismatch)
         self.pending_error: tuple[int, SimError] | None = None
-        #: what bounds the next start: (base, unit_lb, reason, tok_t, tok_p)
-        self._why: tuple[int, int, str | None, int, int | None] | None = None
+        #: what bounds the next start: (base, unit_lb, reason, tok_t, tok_p, the head's wait mask)
+        self._why: tuple[int, int, str | None, int, int | None, int] | None = None
         #: next_time() as last computed, while ``fresh``: it depends on this unit's queue and state
         #: and on the tokens it waits for, so only its own act, a push to an empty queue and a token signalled to it
         #: change it (``stale``)
@@ -189,7 +189,7 @@ class QueuedUnit:
         if w:
             tok_t, tok_p = self.chip.tokens.wait_time(w, self.uid, t)
             t = tok_t
-        self._why = (base, ulb, reason, tok_t, tok_p)
+        self._why = (base, ulb, reason, tok_t, tok_p, w)
         return t
 
     def act(self, t: int, horizon: int) -> None:
@@ -198,7 +198,7 @@ class QueuedUnit:
         self.fresh = False
         chip, ent = self.chip, self.queue[0]
         assert self._why is not None    # next_time() ran first
-        base, ulb, reason, tok_t, tok_p = self._why
+        base, ulb, reason, tok_t, tok_p, w = self._why
         st = chip.stats
         if reason and ulb > base:
             name = self._reason_stall.get(reason)
@@ -207,7 +207,6 @@ class QueuedUnit:
             st.stall(name, ulb - base)
         if tok_p is not None and tok_t > ulb:
             st.stall(self._token_stall[tok_p], tok_t - ulb)
-        w = ent.waits()
         if ent.T == 0:                  # an empty nest: pop it, with its sync=once tokens
             if w:
                 chip.tokens.consume(w, self.uid, t)
