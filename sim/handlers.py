@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 #: element bytes by the memory names that footprints and statistics use
 _NAME_BYTES = {SPACE_NAME[s]: SPACE_BYTES[s] for s in Space}
+#: the MXU handlers' memories: names (as footprints name them) and element bytes
+_SPM, _ACC = SPACE_NAME[Space.SPM], SPACE_NAME[Space.ACC]
+_SPM_BYTES, _ACC_BYTES = SPACE_BYTES[Space.SPM], SPACE_BYTES[Space.ACC]
 
 
 class Plan:
@@ -119,8 +122,8 @@ def q_mxu_lw(chip, ent, a):
     err = _rows_error(chip, Space.SPM, src, k, "mxu.lw")
     if err:
         return err
-    chip.stats.bytes["spm_read"] += k * chip.cfg.cols * SPACE_BYTES[Space.SPM]
-    return Plan(_lw, (chip, src, k), [_rng(Space.SPM, src, k)] if k else [], [], max(1, k))
+    chip.stats.bytes["spm_read"] += k * chip.cfg.cols * _SPM_BYTES
+    return Plan(_lw, (chip, src, k), [(_SPM, src, src + k)] if k else [], [], max(1, k))
 
 
 def _lw(chip, src, k):
@@ -132,17 +135,21 @@ def _lw(chip, src, k):
 
 def q_mm(chip, ent, a):
     dst, src, n = a[0], a[1], ent.f["n"]
-    acc = ent.ins.op == "mxu.mma"
-    err = _rows_error(chip, Space.ACC, dst, n, ent.ins.op) or _rows_error(chip, Space.SPM, src, n, ent.ins.op)
+    op = ent.ins.op
+    err = _rows_error(chip, Space.ACC, dst, n, op) or _rows_error(chip, Space.SPM, src, n, op)
     if err:
         return err
-    cfg, st = chip.cfg, chip.stats.bytes
-    st["spm_read"] += n * cfg.cols * SPACE_BYTES[Space.SPM]
-    st["acc_write"] += n * cfg.cols * SPACE_BYTES[Space.ACC]
+    acc = op == "mxu.mma"
+    st, cols = chip.stats.bytes, chip.cfg.cols
+    st["spm_read"] += n * cols * _SPM_BYTES
+    st["acc_write"] += n * cols * _ACC_BYTES
     if acc:
-        st["acc_read"] += n * cfg.cols * SPACE_BYTES[Space.ACC]
-    reads = [_rng(Space.SPM, src, n)] + ([_rng(Space.ACC, dst, n)] if acc else [])
-    return Plan(_mm, (chip, dst, src, n, acc), reads if n else [], [_rng(Space.ACC, dst, n)] if n else [], max(1, n))
+        st["acc_read"] += n * cols * _ACC_BYTES
+    if not n:
+        return Plan(_mm, (chip, dst, src, n, acc), [], [], 1)
+    out = (_ACC, dst, dst + n)
+    return Plan(_mm, (chip, dst, src, n, acc), [(_SPM, src, src + n), out] if acc else [(_SPM, src, src + n)],
+                [out], n)
 
 
 def _mm(chip, dst, src, n, acc):
