@@ -60,8 +60,12 @@ class Tokens:
         counter's value at the end of cycle r: above TOKEN_MAX it raises TOKEN_OVERFLOW at r.
         """
         for key in list(self.active):
-            heap = self.pending[key]
-            dq = self.ready.setdefault(key, deque())
+            heap = self.pending[key]    # (not empty: a pair is active while it has pending signals)
+            if heap[0][0] >= t:
+                continue
+            dq = self.ready.get(key)
+            if dq is None:
+                dq = self.ready[key] = deque()
             while heap and heap[0][0] < t:
                 r, pc = heapq.heappop(heap)
                 dq.append(r)

@@ -180,7 +180,7 @@ class QueuedUnit:
         ulb, reason = base, None
         if ent.T:
             if self.plan is None:
-                self.plan = ent.handler(self.chip, ent, ent.addrs(ent.i))
+                self.plan = ent.handler(self.chip, ent, ent.addrs(ent.i) if ent.counts else ent.bases)
             lb, reason = self.lower_bound(ent, self.plan)   # (an instance with an error stops the
             ulb = max(base, lb)                             #  chip when it would have started)
         t = ulb
