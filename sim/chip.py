@@ -59,7 +59,8 @@ class IssueStage:
         if self.halted:
             return INF
         chip, pc = self.chip, self.pc
-        self.kind = kind = chip.kind_at(pc)
+        kinds = chip.kinds              # (a pc outside the program fetches nothing: _BAD)
+        self.kind = kind = kinds[pc] if 0 <= pc < len(kinds) else _BAD
         t = self.ready
         if kind == _QUEUED:
             unit = chip.issue_units[pc]
@@ -395,9 +396,6 @@ class Chip:
         if ins.spec.queued:
             return _QUEUED
         return {"sld": _SMEM, "sst": _SMEM, "fence": _FENCE, "halt": _HALT}.get(ins.op, _PURE)
-
-    def kind_at(self, pc: int) -> int:
-        return self.kinds[pc] if 0 <= pc < len(self.kinds) else _BAD
 
     def text(self, pc: int) -> str:
         s = self._texts.get(pc)
