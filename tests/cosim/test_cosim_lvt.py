@@ -18,7 +18,7 @@ SIM = os.environ.get("SIM", "verilator")
 TINY = ChipConfig.preset("tiny")
 
 
-@pytest.mark.long       # make test-long; the FPGA depths below keep the LVT ring in make test
+@pytest.mark.long       # make test-long, with the FPGA depths' run below (the FPGA builds' memories)
 def test_cosim_ring_tiny_lvt_memories():
     why = available(SIM)
     if why:
@@ -30,6 +30,7 @@ def test_cosim_ring_tiny_lvt_memories():
     assert_ring_results_match(TINY, jobs, cs.run(jobs))
 
 
+@pytest.mark.long       # make test-long: the memories of the FPGA builds, with their synthesis
 def test_fuzz_lvt_memories_at_fpga_depths():
     """At the FPGA builds' depths (``--fpga-mem``: ACC 16 rows) the ACC's banks are LUT RAM, not
     block RAM as at the preset's depths that the test above runs (rtl/mem.py): random programs on
