@@ -261,8 +261,11 @@ def dma_scatter_into(dram_bytes: np.ndarray, rows_data: np.ndarray, dram: int, l
 
 def load_weights(spm_rows: np.ndarray, k: int, rows: int, cols: int) -> np.ndarray:
     """``mxu.lw``: the ``rows x cols`` int8 weight tile from the first ``k`` SPM rows (rows k.. zero)."""
+    src = np.asarray(spm_rows)
+    if k == rows and src.dtype == np.int8 and src.shape[0] >= rows and src.shape[1] >= cols:
+        return np.array(src[:rows, :cols])
     w = np.zeros((rows, cols), dtype=np.int8)
-    w[:k] = np.asarray(spm_rows)[:k, :cols]
+    w[:k] = src[:k, :cols]
     return w
 
 
@@ -288,10 +291,12 @@ def matmul_into(acc_rows: np.ndarray, x_rows: np.ndarray, w_tile: np.ndarray, ac
     the same values as ``matmul_acc`` / ``matmul_rows`` without their temporaries (the simulator's
     hot path). ``w_tile`` may be given as float32 already."""
     r = w_tile.shape[0]
-    p = np.asarray(x_rows)[:, :r].astype(np.float32) @ w_tile.astype(np.float32, copy=False)
+    x = np.asarray(x_rows)
+    if x.shape[1] != r:
+        x = x[:, :r]
+    p = np.dot(x.astype(np.float32), w_tile if w_tile.dtype == np.float32 else w_tile.astype(np.float32))
     if accumulate:
-        u = acc_rows.view(np.uint32)
-        np.add(u, p.astype(np.int32).view(np.uint32), out=u)
+        acc_rows += p.astype(np.int32)           # int32 array arithmetic wraps modulo 2**32
     else:
         acc_rows[...] = p
 

@@ -160,10 +160,34 @@ class TensorInfo:
         return any(p != [0, 0] for p in self.pads)
 
     def identity(self) -> np.ndarray:
-        """Margin-space index of every element, in base shape."""
-        grid = np.indices(self.shape, dtype=np.int64)
-        return _ravel(tuple(g + self.margin(a) for a, g in enumerate(grid)),
-                                    self.mshape).astype(np.int64)
+        """Margin-space index of every element, in base shape (the C-order ravel of each element's
+        coordinates shifted by the margins, summed axis by axis over broadcast ranges)."""
+        ms = self.mshape
+        out = np.zeros(self.shape, np.int64)
+        stride = 1
+        for a in reversed(range(len(self.shape))):
+            d = self.shape[a]
+            if d > 1 or self.margin(a):
+                view = [1] * len(self.shape)
+                view[a] = d
+                out += ((np.arange(d, dtype=np.int64) + self.margin(a)) * stride).reshape(view)
+            stride *= ms[a]
+        return out
+
+    def is_identity(self, midx: np.ndarray) -> bool:
+        """Are the margin-space indices ``midx`` this tensor's own elements in base shape, in order?
+        (Its first and last elements are compared first: most other gathers fail there.)"""
+        if np.shape(midx) != self.shape or not self.numel:
+            return False
+        m = np.asarray(midx)
+        ms = self.mshape
+        first = last = 0
+        for a, d in enumerate(self.shape):
+            first = first * ms[a] + self.margin(a)
+            last = last * ms[a] + self.margin(a) + d - 1
+        if int(m.flat[0]) != first or int(m.flat[-1]) != last:
+            return False
+        return bool(np.array_equal(m, self.identity()))
 
     def phys_offsets(self, midx: np.ndarray) -> np.ndarray:
         """Element offsets in the DRAM buffer of margin-space indices (which must lie in the layout)."""
@@ -193,6 +217,8 @@ class TensorInfo:
 
 def gather_base(x: np.ndarray, t: TensorInfo, midx: np.ndarray) -> np.ndarray:
     """Values of base-shape array ``x`` (tensor ``t``) at margin-space indices; zero outside it."""
+    if t.is_identity(midx):                     # the tensor itself (a GEMM's plain input, an output)
+        return np.array(np.asarray(x).reshape(t.shape))
     coords = _unravel(midx, t.mshape)
     inside = np.ones(np.shape(midx), bool)
     base = []
