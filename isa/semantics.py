@@ -273,23 +273,24 @@ def matmul_rows(x_rows: np.ndarray, w_tile: np.ndarray) -> np.ndarray:
     """``mxu.mm``: ``x_rows[:, 0..rows-1] @ w_tile`` as int32 (lanes rows.. of the inputs are ignored).
 
     Each dot product has at most 1024 int8 x int8 terms, so every partial sum's magnitude is at
-    most 2**24 and a float32 product (fast BLAS) is exact.
+    most 2**24 and a float32 product (fast BLAS) is exact (``matmul_into``).
     """
-    r = w_tile.shape[0]
-    x = np.asarray(x_rows)[:, :r].astype(np.float32)
-    return (x @ w_tile.astype(np.float32)).astype(np.int32)
+    out = np.empty((np.shape(x_rows)[0], w_tile.shape[1]), np.int32)
+    matmul_into(out, x_rows, w_tile, False)
+    return out
 
 
 def matmul_acc(acc_rows: np.ndarray, x_rows: np.ndarray, w_tile: np.ndarray) -> np.ndarray:
-    """``mxu.mma``: ``acc_rows + x_rows @ w_tile`` with int32 wrap-around."""
-    a = np.asarray(acc_rows, dtype=np.int32)
-    return (a.view(np.uint32) + matmul_rows(x_rows, w_tile).view(np.uint32)).view(np.int32)
+    """``mxu.mma``: ``acc_rows + x_rows @ w_tile`` with int32 wrap-around (a new array)."""
+    out = np.array(acc_rows, dtype=np.int32)
+    matmul_into(out, x_rows, w_tile, True)
+    return out
 
 
 def matmul_into(acc_rows: np.ndarray, x_rows: np.ndarray, w_tile: np.ndarray, accumulate: bool) -> None:
     """``mxu.mma`` (``accumulate``) or ``mxu.mm`` written into ``acc_rows`` (an int32 array) in place:
-    the same values as ``matmul_acc`` / ``matmul_rows`` without their temporaries (the simulator's
-    hot path). ``w_tile`` may be given as float32 already."""
+    the one computation of both (``matmul_acc`` and ``matmul_rows`` return it as a new array; the
+    simulator writes ACC rows in place). ``w_tile`` may be given as float32 already."""
     r = w_tile.shape[0]
     x = np.asarray(x_rows)
     if x.shape[1] != r:

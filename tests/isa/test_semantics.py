@@ -136,7 +136,7 @@ def test_matmul_rows_and_accumulate():
 
 
 def test_matmul_into_equals_the_returning_forms():
-    """The simulator's in-place form writes what matmul_rows / matmul_acc return, wrap-around included."""
+    """The in-place form and the returning forms built on it equal an int64 product, wrap-around included."""
     rng = np.random.default_rng(2)
     for rows, cols, n in [(4, 6, 7), (16, 16, 205), (8, 8, 1)]:
         w = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
@@ -144,13 +144,14 @@ def test_matmul_into_equals_the_returning_forms():
         acc = rng.integers(-(1 << 31), 1 << 31, (n, cols), dtype=np.int64).astype(np.int32)
         acc[0] = (1 << 31) - 3                  # wraps on a positive product
         acc[-1] = -(1 << 31) + 2                # and on a negative one
-        want = S.matmul_acc(acc, x, w)
+        prod = x[:, :rows].astype(np.int64) @ w.astype(np.int64)            # exact, independent
+        want = ((acc.astype(np.int64) + prod + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
         got = acc.copy()
         S.matmul_into(got, x, w, True)
-        assert np.array_equal(got, want)
+        assert np.array_equal(got, want) and np.array_equal(S.matmul_acc(acc, x, w), want)
         got = acc.copy()
         S.matmul_into(got, x, w.astype(np.float32), False)
-        assert np.array_equal(got, S.matmul_rows(x, w))
+        assert np.array_equal(got, prod) and np.array_equal(S.matmul_rows(x, w), prod)
 
 
 # ---------------------------------------------------------------- VPU --------------------------
