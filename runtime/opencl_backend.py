@@ -62,6 +62,26 @@ def find_device():
                             f"{' on a platform matching ' + repr(want) if want else ''}; {INSTALL_HINT}")
 
 
+#: a kernel every OpenCL C compiler builds: a platform that cannot is unusable on this machine
+_PROBE = "__kernel void tetrachip_probe(__global float *a) { a[get_global_id(0)] += 1.0f; }"
+
+
+def _probe_build(cl, ctx, device) -> None:
+    """Build ``_PROBE``; DeviceUnavailable naming the platform and its compiler's message when it fails
+    (a PoCL whose LLVM does not know this host CPU answers "unknown target CPU 'generic'" to every build)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            cl.Program(ctx, _PROBE).build()
+    except cl.RuntimeError as e:
+        log = [ln.strip() for ln in str(e).splitlines() if ln.strip().lower().startswith("error")]
+        why = log[0] if log else str(e).strip().splitlines()[0]
+        hint = (" (its LLVM does not know this host CPU: a newer PoCL, Debian's pocl-opencl-icd or another "
+                "platform, TETRACHIP_OPENCL_PLATFORM, may)") if "unknown target cpu" in why.lower() else ""
+        raise DeviceUnavailable(f"Device('opencl'): the platform {device.platform.name.strip()!r} cannot build a "
+                                f"kernel for {device.name.strip()!r} on this machine: {why}{hint}") from None
+
+
 _PROGRAMS: dict = {}   # (context id, kernel source) -> cl.Kernel, shared by every backend in the process
 _CONTEXTS: dict = {}   # device -> cl.Context: one per device for the whole process, never freed, so a
                        # context id in _PROGRAMS can never be reused by a later context (INVALID_CONTEXT)
@@ -74,7 +94,9 @@ class OpenCLBackend:
         self.cl, self.device = find_device()
         key = (self.device.platform.name, self.device.name, self.device.int_ptr)
         if key not in _CONTEXTS:
-            _CONTEXTS[key] = self.cl.Context([self.device])
+            ctx = self.cl.Context([self.device])
+            _probe_build(self.cl, ctx, self.device)
+            _CONTEXTS[key] = ctx
         self.ctx = _CONTEXTS[key]
         self.queue = self.cl.CommandQueue(self.ctx)
         self.launches = 0

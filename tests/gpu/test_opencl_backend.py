@@ -118,3 +118,33 @@ def test_devices_created_and_dropped_keep_working(ocl):
         np.testing.assert_allclose(got, np.exp(a * 2 + 1).sum(1), rtol=1e-5)
         del dev
         gc.collect()
+
+
+def test_a_platform_that_cannot_build_is_unavailable_with_its_compilers_message():
+    """A PoCL whose LLVM does not know the host CPU fails every build: Device('opencl') says so (the tests
+    above then skip with that reason) instead of failing at the first kernel."""
+    class FakeCL:
+        class RuntimeError(Exception):
+            pass
+
+        class CompilerWarning(Warning):
+            pass
+
+        class Program:
+            def __init__(self, ctx, src):
+                assert "__kernel" in src
+
+            def build(self):
+                raise FakeCL.RuntimeError("clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\nBuild on <dev>:\n\n"
+                                          "error: unknown target CPU 'generic'\nDevice failed to build the program")
+
+    class Dev:
+        name = "pthread-CPU "
+
+        class platform:
+            name = "Portable Computing Language"
+
+    with pytest.raises(DeviceUnavailable, match=r"'Portable Computing Language' cannot build a kernel for "
+                                                r"'pthread-CPU' on this machine: error: unknown target CPU 'generic' "
+                                                r"\(its LLVM does not know this host CPU"):
+        opencl_backend._probe_build(FakeCL, None, Dev())
