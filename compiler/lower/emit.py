@@ -12,8 +12,10 @@ load -> mxu         a weight tile (or an N tile's group of them, ``weight_mode``
                     / an A tile (first N tile) / a bias tile (when nothing
                     loaded after it orders it) arrived
 mxu -> load         ``mxu.lw`` read its weight slot (the last of a group), or,    NB (<= 63),
-                    with an A ring (``Tiling.a_ring``), an ``mm`` its A slot:     groups: 2,
-                    the slot may be refilled                                      A ring: 2 NB
+                    with an A ring (``Tiling.a_ring``), an ``mm`` its A slot,     groups: 2,
+                    or, with one A buffer gated per A tile (``a_freed_per_mm``),  A ring: 2 NB,
+                    an M tile's last N tile's ``mm`` its A tile: the slot or      per A tile:
+                    tile may be refilled                                          + KT - 1
 E -> mxu|load       an ACC region was drained (E = vpu for int8 output, store     2
                     for int32); its next user (the bias load, else the first
                     ``mm``) may write it
@@ -21,6 +23,7 @@ mxu -> vpu|store    the last ``mma`` of an N tile: its ACC region is complete
 vpu -> store        ``vreq`` wrote the int8 output tile to SPM staging
 store -> vpu        the staging buffer was stored and may be rewritten            2
 store -> load       the M tile's last store: its A buffer may be refilled         nbuf
+                    (not when gated per A tile)
 ==================  ============================================================  =========
 
 Every wait is matched in order with one earlier signal of the same kind (units start in order;
@@ -32,8 +35,9 @@ its scale rows and, when its first M tile is emitted on its own (not in the M-ti
 first N tile's bias and first weight tiles (``_prefetch``, ``prefetch_tiles``: a group, else as many as
 the previous kernel's last tile covers) while the previous kernel computes; the body skips those loads
 and takes one seed fewer per skipped wait. An N tile loads the next N tile's bias behind its own weight loads
-(``bias_ahead``), so the next N tile's first weight tile does not queue behind it. The program orders a kernel after the
-stores it reads with ``fence store`` (``emit_program``, placed by ``compiler.lower.pipeline``).
+(``bias_ahead``), so the next N tile's first weight tile does not queue behind it; with grouped weights an M
+tile's last N tile loads the next M tile's first group and bias (``next_m_ahead``). The program orders a kernel
+after the stores it reads with ``fence store`` (``emit_program``, placed by ``compiler.lower.pipeline``).
 Inner loops use repeat registers: the
 weight tiles of an N tile are one ``dma.ld`` over a nest (or one instance), row groups of a tile
 are one DMA over a nest; K tiles run as scalar loops over repeated column patterns
@@ -238,11 +242,15 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
         assert not looped and tl.order == "mnk", "a kernel cut into parts unrolls its M tiles"
         t0, t1 = kc.mtiles
         tiles = tiles[t0:t1]
+    # each M tile's last N tile loads the next M tile's first weight group and bias (``next_m_ahead``)
+    chain = next_m_ahead(kc, w_once)
     # the first M tile's first N tile finds its first weight tiles (and bias) loaded (``_prefetch``) when
-    # it is emitted on its own (not in the M-tile loop, where the first trip would need other code)
-    pre = start != "column" and (w_once or not looped) and t0 == 0
-    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate, bias=bias, vbias=vbias,
-             load_a=not a_skip,
+    # it is emitted on its own (not in the M-tile loop, where the first trip would need other code), or when
+    # every M tile finds them loaded (``chain``)
+    pre = start != "column" and (w_once or not looped or chain) and t0 == 0
+    fine = gate and a_freed_per_mm(tl)         # the gate per A tile (``a_freed_per_mm``), not per M tile
+    g = dict(kc=kc, cfg=cfg, free_p=free_p, free_c=free_c, ep=ep, gate=gate and not fine, fine=fine, bias=bias,
+             vbias=vbias, load_a=not a_skip, chain=chain,
              npre=min(prefetch_tiles(tl, window // cfg.rows), 1 if kc.kbound is not None else tl.KT) if pre else 0)
     e.comment(f"kernel {kc.name}: GEMM {tl.M}x{sum(t.klen for t in kc.ktiles)}x{tl.N}, {KT} K tiles, {NT} N tiles, "
               f"{tl.MT} M tile(s) of {Mt} rows, {'int8 requantized' if kc.out_int8 else 'int32'} output"
@@ -259,10 +267,10 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     else:
         _prefetch(e, kc, cfg, g["npre"], tiles[0][1], vbias)
     # tokens: weight slots, ACC regions, int8 staging buffers, A buffers (seed counts capped: WEIGHT_TOKENS)
-    seeds = {("mxu", "load"): weight_seeds(tl), (free_p, free_c): 2}
+    seeds = {("mxu", "load"): weight_seeds(tl) + (KT - 1 if fine else 0), (free_p, free_c): 2}
     if kc.out_int8:
         seeds[("store", "vpu")] = 2
-    if gate:
+    if g["gate"]:
         seeds[("store", "load")] = min(tl.nbuf, WEIGHT_TOKENS)
     need = dict(seeds)
     if g["npre"]:               # the prefetched loads are the first to wait for their pairs: they wait for none
@@ -273,6 +281,15 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
         _requant(e, kc.shift, kc.lo, kc.hi)
     if before is not None:
         before()
+    def unrolled(i: int) -> None:
+        m0, mrows, buf = tiles[i]
+        e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
+        e.emit("seti", GK.ABUF, buf * KT * Mt)
+        # prefetched: the code's first M tile by ``_prefetch`` (or not), a later one by the M tile before
+        pre = ((i == 0 and g["npre"] > 0) or i > 0) if chain else (m0 == 0 and not looped)
+        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0,
+                pre=pre, nxt=chain and i < len(tiles) - 1)
+
     if looped:
         # identical full M tiles, DMA addresses shifted: one body in a scalar loop
         e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop"
@@ -292,7 +309,9 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
             step()
             e.emit("seti", GK.MT, 1)
         top = e.place(e.fresh_label("mtile"))
-        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once)
+        # with ``chain`` the last trip loads nothing ahead when no M tile follows the loop
+        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once, pre=chain,
+                nxt=chain, nxt_until=len(full) - 1 if chain and len(full) == len(tiles) else None)
         step()
         if kc.dyn is not None:             # trip count ceil(n / per_tile), n written by the host
             e.emit("addi", GK.MT, GK.MT, kc.dyn.per_tile)
@@ -301,16 +320,13 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
             e.emit("addi", GK.MT, GK.MT, 1)
             e.emit("seti", GK.TMP, len(full))
             e.emit("blt", GK.MT, GK.TMP, top)
-        rest = tiles[len(full):]
         e.emit("seti", GK.AOFF, 0)
         e.emit("seti", GK.OOFF, 0)
+        for i in range(len(full), len(tiles)):
+            unrolled(i)
     else:
-        rest = tiles
-    for (m0, mrows, buf) in rest:
-        e.comment(f"M tile: rows {m0}..{m0 + mrows - 1}")
-        e.emit("seti", GK.ABUF, buf * KT * Mt)
-        _m_tile(e, g, mrows, kc.a_rows[m0:m0 + mrows], kc.out_rows[m0:m0 + mrows], load_w=not w_once or m0 == 0,
-                pre=m0 == 0 and not looped)
+        for i in range(len(tiles)):
+            unrolled(i)
     tokens.leave(seeds)                        # the last uses' signals: the next kernel's seeds
 
 
@@ -405,9 +421,11 @@ def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
 
 
 def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray,
-            load_w: bool = True, pre: bool = False) -> None:
-    """``pre``: the kernel's first M tile, whose first N tile's bias and first weight tiles were
-    prefetched (``g["npre"]`` of them, none if 0)."""
+            load_w: bool = True, pre: bool = False, nxt: bool = False, nxt_until: int | None = None) -> None:
+    """``pre``: the M tile's first N tile's bias and first weight tiles were loaded before it: the kernel's
+    first M tile's by ``_prefetch`` (``g["npre"]`` of them, none if 0), a later one's by the M tile before
+    (``next_m_ahead``, the whole group); ``nxt``: its last N tile loads the next M tile's; ``nxt_until``: in the
+    M-tile loop, the trip (``MT``) from which it does not (the last, when no M tile follows the loop)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     NT, C = tl.NT, cfg.cols
@@ -418,8 +436,9 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
     e.emit("add", GK.OCOL, GK.OOFF, Reg(0))
     a_groups, o_groups = groups(a_rows), groups(out_rows)
     last_nc = tl.N - (NT - 1) * C
+    npre = (g["npre"] or tl.KT if g["chain"] else g["npre"]) if pre else 0
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
-            ncols=last_nc if NT == 1 else C, load_w=load_w, npre=g["npre"] if pre else 0)
+            ncols=last_nc if NT == 1 else C, load_w=load_w, npre=npre)
     if kc.nbound is not None and NT > 1:
         # the other N tiles while fewer than n columns are done (their code is the same: bounded_ok)
         assert bounded_ok(tl, g["gate"], C), "a key-bounded GEMM: whole N tiles of one kind"
@@ -440,7 +459,8 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
         e.emit("seti", GK.TMP, NT - 1)
         e.emit("blt", GK.NT, GK.TMP, top)
     if NT >= 2:
-        _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=True, ncols=last_nc)
+        _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=False, last=True, ncols=last_nc, nxt=nxt,
+                nxt_until=nxt_until)
 
 
 def bounded_ok(tl: Tiling, gate: bool, cols: int) -> bool:
@@ -462,8 +482,11 @@ def bounded_k_ok(ktiles: list[KTile], tl: Tiling, rows: int) -> bool:
 
 
 def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
-            first: bool, last: bool, ncols: int, load_w: bool = True, npre: int = 0) -> None:
-    """``npre``: the bias and the first ``npre`` weight tiles were prefetched (``_prefetch``)."""
+            first: bool, last: bool, ncols: int, load_w: bool = True, npre: int = 0, nxt: bool = False,
+            nxt_until: int | None = None) -> None:
+    """``npre``: the bias and the first ``npre`` weight tiles were prefetched (``_prefetch``, ``next_m_ahead``);
+    ``nxt``: the last N tile loads the next M tile's first weight group and bias (``next_m_ahead``), not in the
+    M-tile loop's trips from ``nxt_until`` on (a branch around the loads)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
@@ -491,12 +514,26 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
             _weight_stream(e, kc, cfg, ahead=True)
             if ahead:
                 _next_bias(e, g, mrows, True)
+        elif nxt:                       # the next M tile's first group (the same weights) and bias
+            assert last and not first, "the next M tile's loads: a last N tile after the first"
+            skip = None
+            if nxt_until is not None:
+                skip = e.fresh_label("nextm")
+                e.emit("seti", GK.TMP, nxt_until)
+                e.emit("bge", GK.MT, GK.TMP, skip)
+            _weight_stream(e, kc, cfg, ahead=True, first_cols=True)
+            if g["bias"]:
+                _next_bias(e, g, tl.Mt, False, first_cols=True)
+            if skip is not None:
+                e.place(skip)
     loads = first or tl.a_ring                 # an A ring loads A and weights in every N tile
     _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=loads and g["load_a"],
              w_dma=loads and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
-             unroll=K_UNROLL if not (first or last) else 1, npre=npre if mode != "group" else 0)
+             unroll=K_UNROLL if not (first or last) else 1, npre=npre if mode != "group" else 0,
+             a_free=g["fine"] and last)
     if mode == "group" and first and not last:   # after the A loads: load -> mxu tokens stay in MXU order
-        _weight_stream(e, kc, cfg, ahead=True)
+        # (per A tile gate: the last A load waited for the previous M tile's last mm, after its last lw)
+        _weight_stream(e, kc, cfg, ahead=True, wait=not g["fine"])
     if ahead and first and not last:
         _next_bias(e, g, mrows, mode == "group")
     # epilogue
@@ -543,14 +580,16 @@ def bias_ahead(g: dict, tl: Tiling) -> bool:
     return g["bias"] and not tl.a_ring and g["kc"].nbound is None
 
 
-def _next_bias(e: ProgramBuilder, g: dict, mrows: int, signal: bool) -> None:
+def _next_bias(e: ProgramBuilder, g: dict, mrows: int, signal: bool, first_cols: bool = False) -> None:
     """The next N tile's bias into the other ACC region (``Mt - ACC``) from the next bias column (``BIAS``
     + one N tile), waiting for that region to be drained (``bias_ahead``); ``signal``: the next N tile's
-    first ``mma`` waits for it (group mode)."""
+    first ``mma`` waits for it (group mode); ``first_cols``: the first bias column (the next M tile's first
+    N tile, ``next_m_ahead``)."""
     kc, C = g["kc"], g["cfg"].cols
     e.emit("seti", GK.TMP, kc.tiling.Mt)
     e.emit("sub", GK.TMP, GK.TMP, GK.ACC)
-    e.emit("dma.ld", acc[kc.acc_base + GK.TMP], dram[kc.bias_addr + _ACC_BYTES * C + GK.BIAS], rows=mrows, len=C,
+    src = dram[kc.bias_addr] if first_cols else dram[kc.bias_addr + _ACC_BYTES * C + GK.BIAS]
+    e.emit("dma.ld", acc[kc.acc_base + GK.TMP], src, rows=mrows, len=C,
            rstride=0, wait=g["free_p"], signal="mxu" if signal else None)
 
 
@@ -570,6 +609,34 @@ def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
     e.emit("vadd", acc_t, acc_t, acc[blk], n=mrows)
 
 
+def next_m_ahead(kc: KernelCode, w_once: bool) -> bool:
+    """Does each M tile's last N tile load the next M tile's first weight group (the same weights, into the
+    other group of slots) and first bias (into the other ACC region), and the first M tile find them loaded
+    (``_prefetch``, also before an M-tile loop, whose last trip then leaves the loop when no edge tile
+    follows)? Loaded at the M tile's start, they wait behind its A loads in the in-order load queue, which
+    the front end reaches only a few instructions before the array needs them (``isa.timing.QUEUE_DEPTH``):
+    the array idles while a group loads. In the M-tile loop the last trip branches around these loads when no
+    M tile follows the loop. Grouped weights (``weight_mode``), several M and N tiles, ``mnk`` order, no symbolic
+    batch, key bound or A ring."""
+    tl = kc.tiling
+    return (tl.MT > 1 and tl.NT >= 2 and tl.order == "mnk" and not w_once and weight_mode(tl) == "group"
+            and not tl.a_ring and kc.dyn is None and kc.nbound is None and kc.kbound is None)
+
+
+def a_freed_per_mm(tl: Tiling) -> bool:
+    """Is a single A buffer gated per A tile rather than per M tile? Without it, the next M tile's A loads
+    wait for the M tile's last store (``store -> load``): the array idles while the last N tile drains, its
+    output is stored and the first A tile loads. Gated per A tile, the last N tile's ``mm`` of K tile ``kt``
+    signals ``mxu -> load`` (instead of its last ``mxu.lw`` freeing the weight group) and the next M tile's
+    load of A tile ``kt`` waits for it: the next M tile's A tiles stream in behind the last N tile's
+    matmuls. The first N tile's load of the second group then needs no token of its own (its group was
+    freed by the last ``mxu.lw``, before the last ``mm``, which the last A load waited for), so the
+    weight seeds grow by ``KT - 1``: each M tile takes and gives ``KT + NT - 1`` tokens. Grouped weights
+    (``weight_mode``), one A buffer, several M and N tiles, ``mnk`` order, and the seeds within the counter."""
+    return (tl.nbuf == 1 and tl.MT > 1 and tl.NT >= 2 and not tl.a_ring and tl.order == "mnk"
+            and weight_mode(tl) == "group" and weight_seeds(tl) + tl.KT - 1 <= TOKEN_MAX // 2)
+
+
 def weight_mode(tl: Tiling) -> str:
     """How an N tile's weight tiles reach their slots (``compiler.lower.tiling.choose`` picks ``NB``):
 
@@ -587,10 +654,13 @@ def weight_mode(tl: Tiling) -> str:
     return "ring"
 
 
-def _weight_stream(e: ProgramBuilder, kc: KernelCode, cfg, ahead: bool = False) -> None:
+def _weight_stream(e: ProgramBuilder, kc: KernelCode, cfg, ahead: bool = False, wait: bool = True,
+                   first_cols: bool = False) -> None:
     """An N tile's weight tiles as one instruction before its K tiles (``weight_mode``): one
     instance for the group, else one per tile, each waiting for its slot. ``ahead``: the next N
-    tile's group, into the other group of slots (``KT * R - WSLOT``)."""
+    tile's group, into the other group of slots (``KT * R - WSLOT``); ``wait``: it waits for that group's
+    last ``mxu.lw`` (not when a load before it in the queue already did, ``a_freed_per_mm``); ``first_cols``:
+    the first N tile's weights (the next M tile's, ``next_m_ahead``), not the next N tile's."""
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
     mode = weight_mode(tl)
@@ -598,8 +668,9 @@ def _weight_stream(e: ProgramBuilder, kc: KernelCode, cfg, ahead: bool = False) 
     if ahead:
         e.emit("seti", GK.TMP, tl.KT * R)
         e.emit("sub", GK.TMP, GK.TMP, GK.WSLOT)
-        e.emit("dma.ld", spm[kc.spm_w + GK.TMP], dram[kc.w_addr + tl.KT * R * C + GK.WCOL], rows=tl.KT * R,
-               len=C, rstride=C, wait="mxu", signal="mxu")
+        src = dram[kc.w_addr] if first_cols else dram[kc.w_addr + tl.KT * R * C + GK.WCOL]
+        e.emit("dma.ld", spm[kc.spm_w + GK.TMP], src, rows=tl.KT * R,
+               len=C, rstride=C, wait="mxu" if wait else None, signal="mxu")
         return
     if mode == "group":
         rows = tl.KT * R
@@ -620,7 +691,8 @@ K_UNROLL = 8
 
 
 def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], acc_t, *,
-             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool, unroll: int = 1, npre: int = 0) -> None:
+             load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool, unroll: int = 1, npre: int = 0,
+             a_free: bool = False) -> None:
     """The K tiles of one N tile: per tile its weight load (``w_dma``; ``w_tok``: the weights were
     loaded in this M tile, here or by ``_weight_stream``, so ``mxu.lw`` waits for them and frees their
     slot), its A load (``load_a``), ``mxu.lw`` and ``mm``/``mma``. The first and last tiles stand
@@ -628,7 +700,10 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
     (``compiler.lower.tiling.k_runs``), a body of up to ``unroll`` tiles, the index registers (A
     buffer, weight slot, weight column, A column) advanced per trip and restored after: code size
     follows the number of runs, not K. ``npre``: tiles ``0 .. npre - 1`` were prefetched in one DMA
-    instance (no load; the first ``mxu.lw`` waits for it, the next ones for nothing)."""
+    instance (no load; the first ``mxu.lw`` waits for it, the next ones for nothing). With the A buffer
+    gated per A tile (``a_freed_per_mm``), an A tile's load waits for the previous M tile's ``mm`` of it,
+    and, in the last N tile (``a_free``), each ``mm`` signals its A tile free instead of the last ``mxu.lw``
+    its weight group."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
@@ -649,7 +724,7 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         if load_a:
             for gi, gr in enumerate(a_groups):
                 sig = ("mxu",) if gi == len(a_groups) - 1 else ()
-                wait = ("mxu",) if aring and gi == 0 else ()
+                wait = ("mxu",) if (aring or g["fine"]) and gi == 0 else ()
                 rep = None
                 if gr.count > 1:
                     if l1[0] != (gr.count, gr.lstride, gr.dstride):
@@ -661,11 +736,11 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
                        **_mods(wait, sig, True, rep))
         # weight tokens: per tile, or for the group at its first and last tile (none when resident)
         wwait = ["load"] if w_tok and (mode != "group" or kt == 0) and not 0 < kt < npre else []
-        wsig = ["load"] if w_tok and (mode != "group" or last) else []
+        wsig = ["load"] if w_tok and (mode != "group" or last) and not a_free else []
         e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wwait, wsig))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
             ([g["free_p"]] if kt == 0 and not g["bias"] else [])
-        sig = ([g["ep"]] if last else []) + (["load"] if aring else [])
+        sig = ([g["ep"]] if last else []) + (["load"] if aring or a_free else [])
         op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
         e.emit(op, acc_t, spm[arow + GK.ABUF], n=mrows, **_mods(waits, sig))
 
