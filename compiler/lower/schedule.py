@@ -175,11 +175,12 @@ class TensorInfo:
         return out
 
     def is_identity(self, midx: np.ndarray) -> bool:
-        """Are the margin-space indices ``midx`` this tensor's own elements in base shape, in order?
-        (Its first and last elements are compared first: most other gathers fail there.)"""
-        if np.shape(midx) != self.shape or not self.numel:
+        """Are the margin-space indices ``midx`` this tensor's own elements in base order (in any shape of as
+        many elements, e.g. an output read without the tensor's unit axes)? (Its first and last elements are
+        compared first: most other gathers fail there.)"""
+        if np.size(midx) != self.numel or not self.numel:
             return False
-        m = np.asarray(midx)
+        m = np.asarray(midx).reshape(self.shape)
         ms = self.mshape
         first = last = 0
         for a, d in enumerate(self.shape):
@@ -218,7 +219,7 @@ class TensorInfo:
 def gather_base(x: np.ndarray, t: TensorInfo, midx: np.ndarray) -> np.ndarray:
     """Values of base-shape array ``x`` (tensor ``t``) at margin-space indices; zero outside it."""
     if t.is_identity(midx):                     # the tensor itself (a GEMM's plain input, an output)
-        return np.array(np.asarray(x).reshape(t.shape))
+        return np.array(np.asarray(x).reshape(np.shape(midx)))
     coords = _unravel(midx, t.mshape)
     inside = np.ones(np.shape(midx), bool)
     base = []
