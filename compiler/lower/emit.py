@@ -436,7 +436,8 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
     e.emit("add", GK.OCOL, GK.OOFF, Reg(0))
     a_groups, o_groups = groups(a_rows), groups(out_rows)
     last_nc = tl.N - (NT - 1) * C
-    npre = (g["npre"] or tl.KT if g["chain"] else g["npre"]) if pre else 0
+    # prefetched by ``_prefetch`` (``npre`` tiles) or, in a later M tile, the whole group by the M tile before
+    npre = 0 if not pre else (g["npre"] or tl.KT) if g["chain"] else g["npre"]
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
             ncols=last_nc if NT == 1 else C, load_w=load_w, npre=npre)
     if kc.nbound is not None and NT > 1:
@@ -612,15 +613,20 @@ def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
 def next_m_ahead(kc: KernelCode, w_once: bool) -> bool:
     """Does each M tile's last N tile load the next M tile's first weight group (the same weights, into the
     other group of slots) and first bias (into the other ACC region), and the first M tile find them loaded
-    (``_prefetch``, also before an M-tile loop, whose last trip then leaves the loop when no edge tile
-    follows)? Loaded at the M tile's start, they wait behind its A loads in the in-order load queue, which
-    the front end reaches only a few instructions before the array needs them (``isa.timing.QUEUE_DEPTH``):
-    the array idles while a group loads. In the M-tile loop the last trip branches around these loads when no
-    M tile follows the loop. Grouped weights (``weight_mode``), several M and N tiles, ``mnk`` order, no symbolic
-    batch, key bound or A ring."""
-    tl = kc.tiling
-    return (tl.MT > 1 and tl.NT >= 2 and tl.order == "mnk" and not w_once and weight_mode(tl) == "group"
-            and not tl.a_ring and kc.dyn is None and kc.nbound is None and kc.kbound is None)
+    (``_prefetch``, also before an M-tile loop)? Loaded at the M tile's start, they wait behind its A loads in
+    the in-order load queue, which the front end reaches only a few instructions before the array needs them
+    (``isa.timing.QUEUE_DEPTH``): the array idles while a group loads. In the M-tile loop the last trip
+    branches around these loads when no M tile follows the loop. Grouped weights over several M and N tiles
+    (``_grouped_m_tiles``), no symbolic batch or key bound."""
+    return (_grouped_m_tiles(kc.tiling) and not w_once and kc.dyn is None and kc.nbound is None
+            and kc.kbound is None)
+
+
+def _grouped_m_tiles(tl: Tiling) -> bool:
+    """Grouped weights (``weight_mode``), several M and N tiles, ``mnk`` order, no A ring: where an M tile's
+    boundary can be crossed ahead (``next_m_ahead``, ``a_freed_per_mm``)."""
+    return (tl.MT > 1 and tl.NT >= 2 and tl.order == "mnk" and not tl.a_ring
+            and weight_mode(tl) == "group")
 
 
 def a_freed_per_mm(tl: Tiling) -> bool:
@@ -631,10 +637,9 @@ def a_freed_per_mm(tl: Tiling) -> bool:
     load of A tile ``kt`` waits for it: the next M tile's A tiles stream in behind the last N tile's
     matmuls. The first N tile's load of the second group then needs no token of its own (its group was
     freed by the last ``mxu.lw``, before the last ``mm``, which the last A load waited for), so the
-    weight seeds grow by ``KT - 1``: each M tile takes and gives ``KT + NT - 1`` tokens. Grouped weights
-    (``weight_mode``), one A buffer, several M and N tiles, ``mnk`` order, and the seeds within the counter."""
-    return (tl.nbuf == 1 and tl.MT > 1 and tl.NT >= 2 and not tl.a_ring and tl.order == "mnk"
-            and weight_mode(tl) == "group" and weight_seeds(tl) + tl.KT - 1 <= TOKEN_MAX // 2)
+    weight seeds grow by ``KT - 1``: each M tile takes and gives ``KT + NT - 1`` tokens. One A buffer,
+    ``_grouped_m_tiles``, and the seeds within the counter."""
+    return tl.nbuf == 1 and _grouped_m_tiles(tl) and weight_seeds(tl) + tl.KT - 1 <= TOKEN_MAX // 2
 
 
 def weight_mode(tl: Tiling) -> str:
