@@ -139,7 +139,7 @@ class Chip(wiring.Component):
                              tr.retire_index[lane].eq(ut.retire_index[j])]
         # host
         imem_w = self.imem.write_port()
-        imem_r = self.imem.read_port()
+        imem_r = self.imem.read_port(transparent_for=(imem_w,))
         m.d.comb += [imem_w.en.eq(h.imem_we), imem_w.addr.eq(h.imem_addr), imem_w.data.eq(h.imem_data),
                      imem_r.addr.eq(iss.fetch_addr), iss.word.eq(imem_r.data),
                      iss.prog_len.eq(h.prog_len), iss.start.eq(h.start),

@@ -6,9 +6,25 @@ for their tokens and signal in their issue cycle; ``fence``/``halt`` wait for th
 be idle; a queued instruction issues when its unit's queue has a free entry and snapshots its
 loop nest, its slot base addresses (immediate + index register) and its scalar operand.
 
-Instruction memory is read synchronously at ``pc_next``, so the word of ``pc`` is present in the
-cycle it may issue. Cycle 0 is the first cycle after ``start``; the run ends at the halt's issue
-cycle ``t_h`` (or an error's detection cycle) and ``cycles`` then reads ``t_h + 1``.
+The front end is a pipeline of three stages, which the contract does not see:
+
+* **F** (fetch): instruction memory is read synchronously at ``fetch_addr``; the word arrives in
+  the next cycle.
+* **D** (decode, register read): the word at the memory port is decoded far enough to choose the
+  register read ports, the registers are read, and the result the instruction in I writes in
+  this cycle is forwarded (so is a host write while idle); the word, its pc, its legality and
+  the three register values go into the pipeline register.
+* **I** (issue): everything else, from the pipeline register: the base-address adders, the
+  checks, tokens, the scalar ALU, ``sld``/``sst``, queue entries, branches.
+
+Why the contract holds unchanged: a taken branch issued at ``t`` fetches its target at ``t``,
+which is decoded at ``t + 1`` and issues at ``t + 2`` (the one bubble of ``BRANCH_PENALTY``);
+registers are forwarded into D, so no instruction sees a stale value (no hazard, no stall);
+while idle the fetch address is 0, so the first instruction sits in D when the host starts
+the chip and moves into I in the start cycle: it issues at cycle 0.
+
+Cycle 0 is the first cycle after ``start``; the run ends at the halt's issue cycle ``t_h`` (or an
+error's detection cycle) and ``cycles`` then reads ``t_h + 1``.
 
 ``IssueStage`` composes four parts (``rtl/issue_parts.py``, each with its own unit test): the
 scalar ALU (``ScalarAlu``), the loop registers (``LoopRegisters``), the token counters
@@ -100,8 +116,21 @@ class IssueStage(wiring.Component):
         cfg = self.cfg
         C = cfg.cols
         sw = clog2(cfg.scalar_regs)
+        pcw = len(self.pc)
+        # ---- the pipeline register between decode (D) and issue (I) ----------------------------
+        # D decodes the word at the imem port (the one at ``pc_f``) and reads its registers; I
+        # issues the instruction in the register. ``p_valid`` is low for the cycle after a taken
+        # branch (the target's word is then in D: ``BRANCH_PENALTY``).
+        p_valid = Signal()
+        p_word = Signal(WORD_BITS)
+        p_legal = Signal()
+        pc_f = Signal(pcw + 1)              # D's pc; one bit more than imem's address: PC_RANGE past the end
+        p_pc = Signal(pcw + 1)              # I's pc
+        p_reg = [Signal(signed(32), name=f"p_r{k}") for k in range(READ_PORTS)]
+        m.submodules.dec_d = dec_d = Decoder(cfg)
+        m.d.comb += dec_d.word.eq(self.word)
         m.submodules.dec = dec = Decoder(cfg)
-        m.d.comb += dec.word.eq(self.word)
+        m.d.comb += dec.word.eq(p_word)
         w = dec.view
         is_ = dec.is_
         # scalar registers: a memory (LUT RAM on an FPGA) with one read port per use; r0 is never
@@ -116,8 +145,8 @@ class IssueStage(wiring.Component):
             m.d.comb += rp.addr.eq(idx)
             return rp.data if pow2 else Mux(idx < cfg.scalar_regs, rp.data, 0)
 
-        pc = self.pc
-        bubble = Signal()
+        pc = p_pc
+        load = Signal()                    # the pipeline register takes D's instruction
         running, done, error = self.running, self.done, self.error
         m.d.comb += self.reg_rdata.eq(reg(self.reg_addr))
         # one write port: the host's while idle, the issuing instruction's rd while running
@@ -129,8 +158,8 @@ class IssueStage(wiring.Component):
         # ---- the register read ports: field chosen by opcode, then one read each ---------------
         lay = layout(cfg)
 
-        def fld(fmt, name):
-            return getattr(getattr(w, fmt), name)
+        def fld(fmt, name, d=dec):
+            return getattr(getattr(d.view, fmt), name)
 
         def slice_of(fmt, name):
             for s in lay.formats[fmt]:
@@ -138,14 +167,14 @@ class IssueStage(wiring.Component):
                     return s
             raise KeyError((fmt, name))
 
-        def fmt_is(fmt):
+        def fmt_is(fmt, d=dec):
             hit = Const(0)
             for ins in INSTRUCTIONS:
                 if ins.format == fmt:
-                    hit = hit | is_(ins.mnemonic)
+                    hit = hit | d.is_(ins.mnemonic)
             return hit
 
-        def grouped(cases):
+        def grouped(cases, d=dec):
             """[(cond, fmt, field)] -> [(cond, value)], one case per distinct bit slice of the word."""
             by_pos = {}
             for cond, fmt, name in cases:
@@ -154,26 +183,39 @@ class IssueStage(wiring.Component):
                 if key in by_pos:
                     by_pos[key] = (by_pos[key][0] | cond, by_pos[key][1])
                 else:
-                    by_pos[key] = (cond, fld(fmt, name))
+                    by_pos[key] = (cond, fld(fmt, name, d))
             return list(by_pos.values())
 
-        sval_reg = Const(0)          # the head instruction's scalar operand comes from a register
-        for fmt, (mode, regmode, _) in _SVAL.items():
-            sval_reg = sval_reg | (fmt_is(fmt) & (fld(fmt, mode) == regmode))
-        rport = []
+        def sval_from_reg(d):
+            """The instruction's scalar operand comes from a register (its mode says so)."""
+            hit = Const(0)
+            for fmt, (mode, regmode, _) in _SVAL.items():
+                hit = hit | (fmt_is(fmt, d) & (fld(fmt, mode, d) == regmode))
+            return hit
+
+        sval_reg = sval_from_reg(dec)       # the instruction in I
+        # D reads its registers; a result written in this cycle (by the instruction in I, or by
+        # the host while idle) is forwarded, so the registered value is the register file as it
+        # stands when the instruction reaches I. (The instruction in I writes only if it issues;
+        # if it does not, the pipeline register keeps its contents and the forwarded value is
+        # not taken.)
+        fwd_we, fwd_addr, fwd_data = Signal(), Signal(sw), Signal(32)
+        sval_reg_d = sval_from_reg(dec_d)
         for k in range(READ_PORTS):
-            cases = [(fmt_is(fmt), fmt, name) for fmt, name in _SCALAR_READS[k]]
-            cases += [(is_(ins.mnemonic), ins.format, "x" + ins.slots[k])
+            cases = [(fmt_is(fmt, dec_d), fmt, name) for fmt, name in _SCALAR_READS[k]]
+            cases += [(dec_d.is_(ins.mnemonic), ins.format, "x" + ins.slots[k])
                       for ins in INSTRUCTIONS if ins.queued and k < len(ins.slots)]
-            sel = one_of([(c, v[:sw]) for c, v in grouped(cases)], sw)
+            sel = one_of([(c, v[:sw]) for c, v in grouped(cases, dec_d)], sw)
             if k == READ_PORTS - 1:        # the scalar operand's register, when its mode says so
-                svc = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
-                sel = Mux(sval_reg, one_of([(c, v[:sw]) for c, v in grouped(svc)], sw), sel)
+                svc = [(fmt_is(fmt, dec_d), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
+                sel = Mux(sval_reg_d, one_of([(c, v[:sw]) for c, v in grouped(svc, dec_d)], sw), sel)
             idx = Signal(sw, name=f"rp{k}_idx")
             m.d.comb += idx.eq(sel)
             data_ = Signal(signed(32), name=f"rp{k}")
-            m.d.comb += data_.eq(reg(idx))
-            rport.append(data_)
+            m.d.comb += data_.eq(Mux(fwd_we & (fwd_addr == idx), fwd_data, reg(idx)))
+            with m.If(load):
+                m.d.sync += p_reg[k].eq(data_)
+        rport = p_reg
         A, B = rport[0], rport[1]
 
         # ---- token counters (P, C) -----------------------------------------------------------
@@ -220,11 +262,11 @@ class IssueStage(wiring.Component):
 
         # ---- errors, in the cycle they are detected --------------------------------------------
         err = Signal(ERR_BITS)
-        head_valid = running & ~bubble
+        head_valid = running & p_valid
         with m.If(head_valid):
             with m.If(pc >= self.prog_len):
                 m.d.comb += err.eq(ErrorCode.PC_RANGE)
-            with m.Elif(~dec.legal):
+            with m.Elif(~p_legal):
                 m.d.comb += err.eq(ErrorCode.ILLEGAL_INSTRUCTION)
             with m.Elif(is_smem & can & ~smem_ok):
                 m.d.comb += err.eq(ErrorCode.ADDRESS_RANGE)
@@ -256,6 +298,9 @@ class IssueStage(wiring.Component):
             writes_rd = writes_rd | is_(name)
         for fmt in ("seti", "alui", "smem"):          # rd sits at the same bits in every format
             assert slice_of(fmt, "rd").lo == slice_of("alu", "rd").lo
+        regno_ok = (rf_addr != 0) & (rf_addr < cfg.scalar_regs)
+        m.d.comb += [fwd_we.eq(Mux(running, p_valid & writes_rd, self.reg_we) & regno_ok),
+                     fwd_addr.eq(rf_addr), fwd_data.eq(rf_data)]
         m.d.comb += [rf_we.eq(Mux(running, issue & writes_rd, self.reg_we)),
                      rf_addr.eq(Mux(running, w.alu.rd, self.reg_addr)),
                      rf_data.eq(Mux(running, res, self.reg_wdata))]
@@ -288,7 +333,7 @@ class IssueStage(wiring.Component):
         svals = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
         entry = Signal(entry_layout(cfg))
         m.d.comb += entry.eq(pack(m, entry_layout(cfg), {
-            "word": self.word, "pc": pc, "q": self.cycles, "depth": hdr.rep_depth, "zero": loops.zero,
+            "word": p_word, "pc": pc[:pcw], "q": self.cycles, "depth": hdr.rep_depth, "zero": loops.zero,
             "dram_lo": lo, "dram_hi": hi, "cnt": [loops.cnt[j] for j in range(MAX_REPEAT_DEPTH)],
             "jump": [[loops.jump[j][k] for k in range(STRIDE_SLOTS)] for j in range(MAX_REPEAT_DEPTH)],
             "base": [sums[k][:32] for k in range(STRIDE_SLOTS)],
@@ -298,19 +343,31 @@ class IssueStage(wiring.Component):
             m.d.comb += [queues[u].entry.eq(entry),
                          queues[u].valid.eq(issue & dec.queued & (dec.unit == u))]
 
-        # ---- pc, run control -----------------------------------------------------------------
-        pc_next = Signal.like(pc)
-        m.d.comb += pc_next.eq(pc)
-        with m.If(~running):
-            m.d.comb += pc_next.eq(0)
-        with m.Elif(issue & ~is_("halt")):
-            m.d.comb += pc_next.eq(Mux(taken, target, pc + 1))
-        m.d.comb += self.fetch_addr.eq(pc_next)
-        m.d.sync += [pc.eq(pc_next), bubble.eq(issue & taken)]
+        # ---- fetch, the pipeline register, run control ---------------------------------------
+        # Idle (and in the cycle a run stops) the fetch address is 0, so D holds the first
+        # instruction when a run starts and the start cycle moves it into I: it issues at cycle 0.
+        # The imem read port is transparent to the host's writes, so a word written in the cycle
+        # before the start is the one fetched.
+        fetch = Signal.like(pc_f)
+        m.d.comb += [self.pc.eq(pc[:pcw]), self.fetch_addr.eq(fetch[:pcw]),
+                     load.eq(Mux(running, ~p_valid | issue, self.start))]
+        with m.If(Mux(running, stop, ~self.start)):
+            m.d.comb += fetch.eq(0)
+        with m.Elif(issue & taken):
+            m.d.comb += fetch.eq(target)
+        with m.Elif(load):
+            m.d.comb += fetch.eq(pc_f + 1)
+        with m.Else():
+            m.d.comb += fetch.eq(pc_f)
+        m.d.sync += pc_f.eq(fetch)
+        with m.If(load):
+            m.d.sync += [p_word.eq(self.word), p_legal.eq(dec_d.legal), p_pc.eq(pc_f), p_valid.eq(1)]
+        with m.If(issue & taken):
+            m.d.sync += p_valid.eq(0)
         with m.If(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
         with m.If(stop):
             m.d.sync += [running.eq(0), done.eq(1), error.eq(err_all)]
         with m.If(self.start & ~running):
-            m.d.sync += [running.eq(1), done.eq(0), error.eq(0), self.cycles.eq(0), pc.eq(0), bubble.eq(0)]
+            m.d.sync += [running.eq(1), done.eq(0), error.eq(0), self.cycles.eq(0)]
         return m

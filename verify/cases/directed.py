@@ -204,6 +204,52 @@ again:  addi r6, r6, -1
                        check=lambda o: _lane(o.spm, 3, 2, -8)))
 
 
+def _forwarding(cfg) -> Setup:
+    """Every instruction reads a register that the one just before it wrote, in each role the
+    issue stage reads one (ALU operands, an ``sld`` result, a ``loop`` count, a slot's index
+    register, a ``vbin`` register operand, a branch compare, an ``sst`` value and row): the RTL's
+    decode stage reads registers a cycle before they issue and must forward the result being
+    written. The registers end up in ACC rows 12 and 13, so every level compares them."""
+    return one(cfg, """
+        seti r1, 3
+        addi r2, r1, 4
+        add  r3, r1, r2
+        sst  r3, spm[r1+2], 1
+        sld  r4, spm[5], 1
+        addi r5, r4, -8
+        loop l0, r5, s0=1, s1=4
+        seti r6, 8
+        dma.ld spm[r6+0], dram[0], rows=1, len=4, rep=l0:1, signal=vpu
+        seti r7, 1
+        vadd spm[20], spm[r6+0], r7, wait=load
+        seti r8, 2
+        beq  r8, r5, same
+        seti r9, 99
+same:   sub  r9, r8, r5
+        bne  r9, r0, bad
+        sld  r10, spm[5], 1
+        bne  r10, r3, bad
+        sld  r11, spm[5], 1
+        sst  r11, spm[r11+0], 0
+        fence all
+        sst  r2, acc[12], 0
+        sst  r3, acc[12], 1
+        sst  r5, acc[12], 2
+        sst  r9, acc[12], 3
+        sst  r4, acc[13], 0
+        sst  r7, acc[13], 1
+        sst  r10, acc[13], 2
+        sst  r11, acc[13], 3
+        halt
+bad:    seti r12, 1
+        sst  r12, acc[12], 3
+        halt
+    """, dram=rand_dram(cfg, 2, 0x40), expect=Expect(
+        rows=[("acc", 12, [7, 10, 2, 0]), ("acc", 13, [10, 1, 10, 10])],
+        regs={2: 7, 3: 10, 4: 10, 5: 2, 8: 2, 9: 0, 11: 10, 12: 0},
+        check=lambda o: (_lane(o.spm, 5, 1, 10), _lane(o.spm, 10, 0, 10))))
+
+
 def _lane(mem, row, lane, want):
     assert mem[row][lane] == want, f"row {row} lane {lane}: {mem[row][lane]}, expected {want}"
 
@@ -323,6 +369,7 @@ CASES: tuple[Case, ...] = (
     Case("second-weight-load", _second_weight_load),
     Case("rows-written-by-several-ports", _ports),
     Case("scalar-unit-branch-timing", _scalar_timing, cycles=18),
+    Case("front-end-forwarding", _forwarding),
     Case("dma-strided-requantize", _dma_strided_requantize, max_cycles=3000),
     _ring(2),
     Case("link-mismatch", _link_mismatch, topology="loopback", max_cycles=500),
