@@ -20,8 +20,8 @@ The front end is a pipeline of three stages, which the contract does not see:
 Why the contract holds unchanged: a taken branch issued at ``t`` fetches its target at ``t``,
 which is decoded at ``t + 1`` and issues at ``t + 2`` (the one bubble of ``BRANCH_PENALTY``);
 registers are forwarded into D, so no instruction sees a stale value (no hazard, no stall);
-while idle the fetch address is 0, so the first instruction sits in D when the host starts
-the chip and moves into I in the start cycle: it issues at cycle 0.
+the stage keeps a copy of instruction 0 from the host's writes, which D decodes while the chip
+is idle, so the start cycle moves it into I and it issues at cycle 0.
 
 Cycle 0 is the first cycle after ``start``; the run ends at the halt's issue cycle ``t_h`` (or an
 error's detection cycle) and ``cycles`` then reads ``t_h + 1``.
@@ -82,6 +82,7 @@ class IssueStage(wiring.Component):
       word      In(WORD_BITS)           the word at ``pc``
       prog_len  In(pc+1)                program length (fetching at or past it: PC_RANGE)
       start     In(1)                   begin a run at pc 0 (pulse while not running)
+      word0_we In(1), word0_data In(WORD_BITS)  the host writes instruction 0 (the stage keeps a copy)
       running   Out(1), done Out(1)     run state (done stays set until the next start)
       error     Out(4)                  ``ErrorCode`` of the stopped run (0: OK)
       cycles    Out(32)                 cycles of the current/last run
@@ -100,6 +101,7 @@ class IssueStage(wiring.Component):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         C = cfg.cols
         sig = {"fetch_addr": Out(pcw), "word": In(WORD_BITS), "prog_len": In(pcw + 1), "start": In(1),
+               "word0_we": In(1), "word0_data": In(WORD_BITS),
                "running": Out(1), "done": Out(1), "error": Out(ERR_BITS), "cycles": Out(32),
                "pc": Out(pcw), "issued": Out(1), "issued_scalar": Out(1),
                "reg_we": In(1), "reg_addr": In(clog2(cfg.scalar_regs)), "reg_wdata": In(32), "reg_rdata": Out(32),
@@ -128,7 +130,15 @@ class IssueStage(wiring.Component):
         p_pc = Signal(pcw + 1)              # I's pc
         p_reg = [Signal(signed(32), name=f"p_r{k}") for k in range(READ_PORTS)]
         m.submodules.dec_d = dec_d = Decoder(cfg)
-        m.d.comb += dec_d.word.eq(self.word)
+        # instruction 0, kept from the host's writes: while idle D decodes it, so the start cycle
+        # moves it into I whatever the memory port holds (the word fetched when the last run stopped)
+        word0 = Signal(WORD_BITS, reset_less=True)
+        with m.If(self.word0_we):
+            m.d.sync += word0.eq(self.word0_data)
+        word_d = Signal(WORD_BITS)
+        pc_d = Signal(pcw + 1)
+        m.d.comb += [word_d.eq(Mux(self.running, self.word, word0)), pc_d.eq(Mux(self.running, pc_f, 0)),
+                     dec_d.word.eq(word_d)]
         m.submodules.dec = dec = Decoder(cfg)
         m.d.comb += dec.word.eq(p_word)
         w = dec.view
@@ -344,15 +354,14 @@ class IssueStage(wiring.Component):
                          queues[u].valid.eq(issue & dec.queued & (dec.unit == u))]
 
         # ---- fetch, the pipeline register, run control ---------------------------------------
-        # Idle (and in the cycle a run stops) the fetch address is 0, so D holds the first
-        # instruction when a run starts and the start cycle moves it into I: it issues at cycle 0.
-        # The imem read port is transparent to the host's writes, so a word written in the cycle
-        # before the start is the one fetched.
+        # The start cycle moves instruction 0 (``word0``) into I and fetches instruction 1; while
+        # running, F fetches the next word when I takes D's, a taken branch's target, or the same
+        # word again while I stalls. Nothing here depends on why a run stops.
         fetch = Signal.like(pc_f)
         m.d.comb += [self.pc.eq(pc[:pcw]), self.fetch_addr.eq(fetch[:pcw]),
                      load.eq(Mux(running, ~p_valid | issue, self.start))]
-        with m.If(Mux(running, stop, ~self.start)):
-            m.d.comb += fetch.eq(0)
+        with m.If(~running):
+            m.d.comb += fetch.eq(1)
         with m.Elif(issue & taken):
             m.d.comb += fetch.eq(target)
         with m.Elif(load):
@@ -361,7 +370,7 @@ class IssueStage(wiring.Component):
             m.d.comb += fetch.eq(pc_f)
         m.d.sync += pc_f.eq(fetch)
         with m.If(load):
-            m.d.sync += [p_word.eq(self.word), p_legal.eq(dec_d.legal), p_pc.eq(pc_f), p_valid.eq(1)]
+            m.d.sync += [p_word.eq(word_d), p_legal.eq(dec_d.legal), p_pc.eq(pc_d), p_valid.eq(1)]
         with m.If(issue & taken):
             m.d.sync += p_valid.eq(0)
         with m.If(running):
