@@ -595,9 +595,9 @@ def _split_long(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, size
                 parts = split_m_tiles(whole, n)
                 if parts is None:
                     break
-                own = [emit_program([p], cfg, {0: prefixes[i]} if j == 0 and i in prefixes else {},
-                                    {0: fences[i]} if j == 0 and i in fences else {}) for j, p in enumerate(parts)]
-                if all(len(p) <= cap for p in own):
+                own = _own_pages(parts, cfg, {0: prefixes[i]} if i in prefixes else {},
+                                 {0: fences[i]} if i in fences else {}, cap)
+                if own is not None:
                     break
                 parts = None
         j0 = len(out)
@@ -612,6 +612,19 @@ def _split_long(codes: list, cfg: ChipConfig, prefixes: dict, fences: dict, size
             out += parts
             sz += [len(p) for p in own]
     return out, pre, fen, sz
+
+
+def _own_pages(parts: list, cfg: ChipConfig, prefix: dict, fence: dict, cap: int) -> list | None:
+    """Each part emitted as a page of its own (the first with the kernel's prefix and fence), or None as
+    soon as one exceeds ``cap`` (a cut into too few parts is refused after emitting one part, not all:
+    with many M tiles the search over part counts stays near one emission of the kernel)."""
+    own = []
+    for j, p in enumerate(parts):
+        code = emit_program([p], cfg, prefix if j == 0 else {}, fence if j == 0 else {})
+        if len(code) > cap:
+            return None
+        own.append(code)
+    return own
 
 
 #: instructions a page adds to its codes' (its first tokens' seeds, the last drains, ``fence all``, ``halt``)
