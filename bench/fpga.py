@@ -7,10 +7,17 @@ model refuses is reported with its estimate (marked "estimate") and not built. T
 rows are measured. ``array RxC`` rows are the systolic array alone (rtl/systolic.py), the part the
 Fmax targets are about. Writes JSON (--json) and a Markdown table (--md).
 
+``--throughput`` adds what a user gets from a placed chip: MAC/s at Fmax = array MACs x utilization x
+Fmax on a 512^3 GEMM and on the digits CNN (bench/models.py's cases), the utilization (useful MACs /
+(array MACs x cycles)) measured in the simulator on the row's config with its FPGA memories. The
+cycles are the timing contract's, the same on the RTL (co-simulation), so the clock is the only
+figure a front end or memory change moves unless it changes the contract.
+
     python bench/fpga.py --quick --json out/fpga.json --md out/fpga.md     # fit model only, no tools
     python bench/fpga.py --json out/fpga.json --md out/fpga.md             # all, with nextpnr (hours)
     python bench/fpga.py --reuse --json out/fpga.json --md out/fpga.md     # reuse OUT/*/report.json
     python bench/fpga.py --reuse --reuse-json bench/fpga_results.json ...   # and rows of an earlier table
+    python bench/fpga.py --quick --throughput --reuse-json bench/fpga_results.json ...   # + MAC/s columns
 
 ``--reuse`` takes a run's ``report.json`` from an earlier invocation (or from ``tetrachip fpga
 synth -o OUT/NAME-DEVICE``) when its config, device and mac match, so a long table can be built
@@ -31,7 +38,7 @@ from isa import ChipConfig  # noqa: E402
 from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
 from rtl.fpga.fit import DSP_BASE, DSP_PER_LANE, FPGA_MEMORY, estimate, estimate_array, fpga_config  # noqa: E402
-from rtl.fpga.flow import FlowError, synth, synth_array  # noqa: E402
+from rtl.fpga.flow import FlowError, dsp_regs_apply, synth, synth_array  # noqa: E402
 from rtl.mem import IMPLS  # noqa: E402
 
 CONFIGS = ["tiny", "small", "base"]
@@ -60,6 +67,38 @@ def _reused(path: Path, name: str, devname: str, mac: str | None, mem: str | Non
     return rep
 
 
+#: the models of the MAC/s columns (names of bench/models.py's cases)
+THROUGHPUT = ("gemm 512x512x512", "digits cnn")
+
+
+def utilization(name: str) -> dict[str, float]:
+    """Ideal utilization of THROUGHPUT's models on preset ``name`` with the FPGA memories. DRAM grows to
+    hold the model (the board's block-RAM DRAM is the host's buffer; the chip's cycles do not depend
+    on its size)."""
+    import dataclasses
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import models
+
+    cfg = fpga_config(ChipConfig.preset(name), **FPGA_MEMORY)
+    cfg = dataclasses.replace(cfg, name=f"{name}-fpga", dram_bytes=max(cfg.dram_bytes, 1 << 24))
+    builds = dict(models.cases(quick=False))
+    out = {}
+    for model in THROUGHPUT:
+        row = models.run_case(model, builds[model], cfg)
+        if "error" in row or not row["bit_exact"]:
+            raise RuntimeError(f"{model} on {cfg.name}: {row.get('error', 'not bit exact')}")
+        out[model] = row["ideal_utilization"]
+    return out
+
+
+def add_throughput(row, util: dict[str, float]) -> None:
+    """MAC/s at Fmax of a placed whole chip (``row["throughput"]``, in millions)."""
+    cfg = ChipConfig.preset(row["config"])
+    row["throughput"] = {m: {"utilization": round(u, 4), "mmac_s": round(cfg.rows * cfg.cols * u * row["fmax_mhz"], 1)}
+                         for m, u in util.items()}
+
+
 def _measured(row, rep: dict, seconds=None):
     row.update(status="measured, placed" if rep["placed"] else "measured, Yosys only",
                luts=rep["luts"], ffs=rep["ffs"], dsps=rep["dsps"], brams=rep["brams"],
@@ -75,7 +114,10 @@ def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True
     if fpga_mem:
         cfg = fpga_config(cfg, **FPGA_MEMORY)
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
-    row = {"config": name, "device": devname, "mac": mac, "mem": mem,
+    # the flow's default build puts hard products in the multipliers' own registers; its report
+    # names that, and so does the row (an earlier row of another build does not match it)
+    named = mac + (" dsp-regs" if dsp_regs_apply(mac, dev.family, True) else "")
+    row = {"config": name, "device": devname, "mac": named, "mem": mem,
            "memories": {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}}
     est = estimate(cfg, dev, mac=mac, mem=mem)
     row["estimate"] = est.__dict__
@@ -128,8 +170,9 @@ def row_over(row, dev) -> bool:
 
 
 def markdown(rows) -> str:
-    out = ["| design | device | mac | mem | LUT | FF | DSP | BRAM | Fmax (MHz) | Yosys / nextpnr (s) | status |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| design | device | mac | mem | LUT | FF | DSP | BRAM | Fmax (MHz) | MMAC/s at Fmax: GEMM 512^3 / digits CNN "
+           "| Yosys / nextpnr (s) | status |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "luts" in r:
             a = r["available"]
@@ -143,8 +186,10 @@ def markdown(rows) -> str:
             f, secs = "--", "--"
         status = (r["status"] + (f": {r['reason']}" if r.get("reason") else "")
                   + (", earlier run" if r.get("reused") else ""))
+        tp = r.get("throughput")
+        macs = " / ".join(f"{tp[m]['mmac_s']:.0f} ({100 * tp[m]['utilization']:.1f}%)" for m in THROUGHPUT) if tp else "--"
         out.append(f"| {r['config']} | {r['device']} | {r['mac']} | {r.get('mem', '--')} | " + " | ".join(cells)
-                   + f" | {f} | {secs} | {status} |")
+                   + f" | {f} | {macs} | {secs} | {status} |")
     return "\n".join(out)
 
 
@@ -163,6 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("build/bench-fpga"))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
+    ap.add_argument("--throughput", action="store_true",
+                    help="MAC/s at Fmax of every placed whole chip (simulates THROUGHPUT's models on its config)")
     ap.add_argument("--reuse-json", type=Path, metavar="FILE",
                     help="take measured rows from an earlier run's JSON (e.g. bench/fpga_results.json) "
                          "when design, device, mac and memories match: the rest of the table is rebuilt")
@@ -190,6 +237,13 @@ def main(argv=None) -> int:
             old = from_earlier(run_array(r, c, d, mac, **dict(kw, tools=False, reuse=False)))
             rows.append(old or run_array(r, c, d, mac, **kw))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+    if a.throughput:
+        utils: dict = {}
+        for r in rows:
+            if r["config"] in CONFIGS and r.get("fmax_mhz"):
+                if r["config"] not in utils:
+                    utils[r["config"]] = utilization(r["config"])
+                add_throughput(r, utils[r["config"]])
     md = markdown(rows)
     print(md)
     if a.json:
