@@ -170,8 +170,8 @@ def row_over(row, dev) -> bool:
 
 
 def markdown(rows) -> str:
-    out = ["| design | device | mac | mem | LUT | FF | DSP | BRAM | Fmax (MHz) | MMAC/s at Fmax: GEMM 512^3 / digits CNN "
-           "| Yosys / nextpnr (s) | status |",
+    out = ["| design | device | mac | mem | LUT | FF | DSP | BRAM | Fmax (MHz) "
+           "| MMAC/s at Fmax: GEMM 512^3 / digits CNN | Yosys / nextpnr (s) | status |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "luts" in r:
@@ -187,7 +187,8 @@ def markdown(rows) -> str:
         status = (r["status"] + (f": {r['reason']}" if r.get("reason") else "")
                   + (", earlier run" if r.get("reused") else ""))
         tp = r.get("throughput")
-        macs = " / ".join(f"{tp[m]['mmac_s']:.0f} ({100 * tp[m]['utilization']:.1f}%)" for m in THROUGHPUT) if tp else "--"
+        macs = (" / ".join(f"{tp[m]['mmac_s']:.0f} ({100 * tp[m]['utilization']:.1f}%)" for m in THROUGHPUT)
+                if tp else "--")
         out.append(f"| {r['config']} | {r['device']} | {r['mac']} | {r.get('mem', '--')} | " + " | ".join(cells)
                    + f" | {f} | {macs} | {secs} | {status} |")
     return "\n".join(out)
