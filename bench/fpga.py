@@ -38,7 +38,7 @@ from isa import ChipConfig  # noqa: E402
 from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
 from rtl.fpga.fit import DSP_BASE, DSP_PER_LANE, FPGA_MEMORY, estimate, estimate_array, fpga_config  # noqa: E402
-from rtl.fpga.flow import FlowError, dsp_regs_apply, synth, synth_array  # noqa: E402
+from rtl.fpga.flow import FlowError, built_mac, synth, synth_array  # noqa: E402
 from rtl.mem import IMPLS  # noqa: E402
 
 CONFIGS = ["tiny", "small", "base"]
@@ -114,10 +114,9 @@ def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True
     if fpga_mem:
         cfg = fpga_config(cfg, **FPGA_MEMORY)
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
-    # the flow's default build puts hard products in the multipliers' own registers; its report
-    # names that, and so does the row (an earlier row of another build does not match it)
-    named = mac + (" dsp-regs" if dsp_regs_apply(mac, dev.family, True) else "")
-    row = {"config": name, "device": devname, "mac": named, "mem": mem,
+    # the row names the mac as the flow's default build reports it (an earlier row of another build
+    # does not match it)
+    row = {"config": name, "device": devname, "mac": built_mac(mac, dev.family), "mem": mem,
            "memories": {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}}
     est = estimate(cfg, dev, mac=mac, mem=mem)
     row["estimate"] = est.__dict__

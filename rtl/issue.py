@@ -161,9 +161,10 @@ class IssueStage(wiring.Component):
         m.d.comb += self.reg_rdata.eq(reg(self.reg_addr))
         # one write port: the host's while idle, the issuing instruction's rd while running
         rf_we, rf_addr, rf_data = Signal(), Signal(sw), Signal(32)
+        regno_ok = (rf_addr != 0) & (rf_addr < cfg.scalar_regs)      # a register the write port writes
         rf_wp = regs.write_port()
         m.d.comb += [rf_wp.addr.eq(rf_addr), rf_wp.data.eq(rf_data),
-                     rf_wp.en.eq(rf_we & (rf_addr != 0) & (rf_addr < cfg.scalar_regs))]
+                     rf_wp.en.eq(rf_we & regno_ok)]
 
         # ---- the register read ports: field chosen by opcode, then one read each ---------------
         lay = layout(cfg)
@@ -209,7 +210,7 @@ class IssueStage(wiring.Component):
         # stands when the instruction reaches I. (The instruction in I writes only if it issues;
         # if it does not, the pipeline register keeps its contents and the forwarded value is
         # not taken.)
-        fwd_we, fwd_addr, fwd_data = Signal(), Signal(sw), Signal(32)
+        fwd_we = Signal()                   # the write port writes in this cycle if the instruction in I issues
         sval_reg_d = sval_from_reg(dec_d)
         for k in range(READ_PORTS):
             cases = [(fmt_is(fmt, dec_d), fmt, name) for fmt, name in _SCALAR_READS[k]]
@@ -222,7 +223,7 @@ class IssueStage(wiring.Component):
             idx = Signal(sw, name=f"rp{k}_idx")
             m.d.comb += idx.eq(sel)
             data_ = Signal(signed(32), name=f"rp{k}")
-            m.d.comb += data_.eq(Mux(fwd_we & (fwd_addr == idx), fwd_data, reg(idx)))
+            m.d.comb += data_.eq(Mux(fwd_we & (rf_addr == idx), rf_data, reg(idx)))
             with m.If(load):
                 m.d.sync += p_reg[k].eq(data_)
         rport = p_reg
@@ -308,9 +309,7 @@ class IssueStage(wiring.Component):
             writes_rd = writes_rd | is_(name)
         for fmt in ("seti", "alui", "smem"):          # rd sits at the same bits in every format
             assert slice_of(fmt, "rd").lo == slice_of("alu", "rd").lo
-        regno_ok = (rf_addr != 0) & (rf_addr < cfg.scalar_regs)
-        m.d.comb += [fwd_we.eq(Mux(running, p_valid & writes_rd, self.reg_we) & regno_ok),
-                     fwd_addr.eq(rf_addr), fwd_data.eq(rf_data)]
+        m.d.comb += fwd_we.eq(Mux(running, p_valid & writes_rd, self.reg_we) & regno_ok)
         m.d.comb += [rf_we.eq(Mux(running, issue & writes_rd, self.reg_we)),
                      rf_addr.eq(Mux(running, w.alu.rd, self.reg_addr)),
                      rf_data.eq(Mux(running, res, self.reg_wdata))]

@@ -22,7 +22,7 @@ from isa.outputs import write_atomic
 
 from .devices import Device, device as get_device
 
-__all__ = ["Report", "FlowError", "tool", "rtlil_text", "yosys_script", "yosys_synth", "nextpnr", "synth",
+__all__ = ["Report", "FlowError", "tool", "built_mac", "rtlil_text", "yosys_script", "yosys_synth", "nextpnr", "synth",
            "synth_array", "cell_resources"]
 
 
@@ -103,6 +103,11 @@ def dsp_regs_apply(mac: str, family: str, dsp_regs: bool) -> bool:
     (``rtl.mac.uses_primitives``); its report's ``mac`` then ends in `` dsp-regs``."""
     from ..mac import uses_primitives
     return dsp_regs and family == "ecp5" and uses_primitives(mac)
+
+
+def built_mac(mac: str, family: str, dsp_regs: bool = True) -> str:
+    """The ``mac`` a build's report names: `` dsp-regs`` appended where ``dsp_regs_apply``."""
+    return mac + (" dsp-regs" if dsp_regs_apply(mac, family, dsp_regs) else "")
 
 
 def rtlil_text(top, name: str = "top", dsp_regs: bool = False) -> str:
@@ -325,8 +330,7 @@ def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: floa
           dsp_regs: bool = True) -> Report:
     t = time.monotonic()
     dsp_regs = dsp_regs_apply(rep.mac, dev.family, dsp_regs)
-    if dsp_regs:
-        rep.mac += " dsp-regs"
+    rep.mac = built_mac(rep.mac, dev.family, dsp_regs)
     (out / "top.il").write_text(rtlil_text(top, dsp_regs=dsp_regs))
     rep.seconds["rtlil"] = round(time.monotonic() - t, 1)
     cells, secs = yosys_synth(out / "top.il", dev, timeout)
