@@ -31,6 +31,9 @@ MAX_DRAM_BYTES = 1 << 31
 #: Largest on-chip memory, SPM + ACC + instruction memory in bytes: the simulator and the RTL's
 #: simulation hold them whole in host memory (the largest preset, tpu, uses about 30 MB: a ninth of it).
 MAX_ONCHIP_BYTES = 1 << 28
+#: Smallest link latency: a flit's row is read from memory in the cycle the flit is sent (a
+#: registered read) and crosses the link after it (docs/microarchitecture.md section 3, Links).
+MIN_LINK_LATENCY = 2
 #: Largest value of any integer field (latencies, credits, counts, sizes): 2**32.
 MAX_FIELD = 1 << 32
 
@@ -85,6 +88,9 @@ class ChipConfig:
                      f"{f.name} must be an integer, got {v!r}")
                 need(v >= 1, f"{f.name} must be >= 1, got {v}")
                 need(v <= MAX_FIELD, f"{f.name} ({v}) must be <= 2**32")
+        need(self.link_latency >= MIN_LINK_LATENCY,
+             f"link_latency ({self.link_latency}) must be >= {MIN_LINK_LATENCY}: a flit's row is read from memory "
+             "in the cycle it is sent and crosses the link after that")
         need(self.rows <= self.cols,
              f"rows ({self.rows}) must be <= cols ({self.cols}): inputs use lanes 0..rows-1 of an SPM row")
         need(self.cols <= 1024, f"cols ({self.cols}) must be <= 1024")

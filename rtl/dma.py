@@ -267,7 +267,13 @@ class DmaStore(_DmaBase):
 
     Ports: push, tok (UnitBase); dram Out(DramSignature) write channel only;
     spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols)):
-    combinational (same-cycle) read ports.
+    registered read ports (data the next cycle).
+
+    A beat of cycle ``s`` reads its row at ``s`` (what the row held before ``s``'s writes, as the
+    contract's read at ``s``) and puts its write request on the DRAM channel at ``s + 1``, from the
+    read port's register. The instance still retires at ``dma_retire`` counted from ``s``: the write
+    lands in DRAM at ``s + 1``, before any load a token can order after the store requests it
+    (``r + TOKEN_LATENCY`` at the earliest, ``r >= s + dram_latency``).
     """
 
     unit = Unit.STORE
@@ -285,18 +291,25 @@ class DmaStore(_DmaBase):
         w = self.walker(m, q, go)
         c = w["cur"]
         m.d.comb += [self.spm_rd.addr.eq(c["local"]), self.acc_rd.addr.eq(c["local"])]
+        # the beat, one cycle later, beside its row from the registered read ports
+        beat_l = data.StructLayout({"valid": 1, "space": 1, "addr": 32, "off": len(c["off"]),
+                                    "len": len(c["len"]), "nbytes": range(max(B, _EB_ACC) + 1)})
+        now, bt = Signal(beat_l), Signal(beat_l, name="st_beat")
+        m.d.comb += [now.valid.eq(w["beat"] & c["real"]), now.space.eq(c["space"]), now.addr.eq(c["beat_addr"]),
+                     now.off.eq(c["off"]), now.len.eq(c["len"]), now.nbytes.eq(w["nbytes"])]
+        m.d.sync += bt.eq(now)
         nb = _EB_ACC * cfg.cols          # bytes of the widest row
         image = Signal(8 * nb)
-        m.d.comb += image.eq(Mux(c["space"] == Space.ACC, self.acc_rd.data, self.spm_rd.data))
+        m.d.comb += image.eq(Mux(bt.space == Space.ACC, self.acc_rd.data, self.spm_rd.data))
         shifted = Signal(8 * B)         # byte k of the beat is byte off + k of the row image
         img = [image[8 * j:8 * j + 8] for j in range(nb)]
-        m.d.comb += shifted.eq(Cat(*_shift_down_bytes(m, img, c["off"], B)))
+        m.d.comb += shifted.eq(Cat(*_shift_down_bytes(m, img, bt.off, B)))
         row_end = Signal(range(_EB_ACC * (1 << 16)))
-        m.d.comb += row_end.eq(Mux(c["space"] == Space.ACC, c["len"] << _ACC_SHIFT, c["len"]))
+        m.d.comb += row_end.eq(Mux(bt.space == Space.ACC, bt.len << _ACC_SHIFT, bt.len))
         strb = Signal(B)
         for j in range(B):
-            m.d.comb += strb[j].eq((c["off"] + j < row_end) & (j < w["nbytes"]))
-        m.d.comb += [self.dram.wr_valid.eq(w["beat"] & c["real"]), self.dram.wr_addr.eq(c["beat_addr"]),
+            m.d.comb += strb[j].eq((bt.off + j < row_end) & (j < bt.nbytes))
+        m.d.comb += [self.dram.wr_valid.eq(bt.valid), self.dram.wr_addr.eq(bt.addr),
                      self.dram.wr_data.eq(shifted[:8 * B]), self.dram.wr_strb.eq(strb)]
         tag = Signal(event_width(cfg) + 1)
         m.d.comb += tag.eq(Cat(w["beat"] & w["last"], c["mask"]))

@@ -3,18 +3,21 @@
 A link channel is one ``LinkSignature`` from the transmitter's side: a flit (``valid``, ``data``,
 ``space``: the memory type of its row) one per cycle, and a ``credit`` pulse back for every flit
 the receiver pops. The link's wire latency is built into the chips, so two chips' ports connect
-directly: the receiver delays arriving flits and the transmitter delays arriving credits by
-``link_latency - 1`` register stages, then a flit written into the receive buffer (or a credit
-added to the counter) is usable the next cycle, ``link_latency`` cycles after it was sent
-(contract section 3, Links).
+directly. A flit that leaves at ``t_f`` (the contract's cycle: its credit is taken and its row is
+read from a registered memory port) is on the wire at ``t_f + WIRE_AFTER_SEND``; the receiver
+delays arriving flits by ``link_latency - WIRE_AFTER_SEND - 1`` register stages and the
+transmitter delays arriving credits by ``link_latency - 1``; a flit written into the receive
+buffer (or a credit added to the counter) is usable the next cycle, ``link_latency`` cycles after
+it left (contract section 3, Links; ``isa.config.MIN_LINK_LATENCY`` leaves room for the read).
 """
 
 from __future__ import annotations
 
-from amaranth import Mux, Signal
+from amaranth import Cat, Mux, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from isa.config import MIN_LINK_LATENCY
 from isa.errors import ErrorCode
 from isa.ints import clog2
 from isa.table import SPACE_BYTES, Space, Unit
@@ -23,7 +26,11 @@ from isa.timing import flits_per_row
 from .queue import event_width
 from .unit import ACC_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, UnitBase, in_range, select
 
-__all__ = ["LinkSignature", "LinkTx", "LinkRx"]
+__all__ = ["LinkSignature", "LinkTx", "LinkRx", "WIRE_AFTER_SEND"]
+
+#: cycles from a flit's send (``t_f``) to the wire: the registered read of its row
+WIRE_AFTER_SEND = 1
+assert MIN_LINK_LATENCY >= WIRE_AFTER_SEND + 1
 
 
 def LinkSignature(cfg) -> wiring.Signature:
@@ -63,7 +70,8 @@ def _advance(m, move, eor, go, cur, i, f, addr, start_addr):
 
 class LinkTx(UnitBase):
     """``link.send``. Ports: push, tok (UnitBase); tx Out(LinkSignature).array(links);
-    spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols)) (combinational)."""
+    spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols)) (registered:
+    a flit's row is read in its send cycle ``t_f`` and the flit is on the wire at ``t_f + 1``)."""
 
     unit = Unit.LTX
 
@@ -97,14 +105,18 @@ class LinkTx(UnitBase):
         send = working & ~empty & have
         eor = cur["f"] + 1 == nflits
         last = empty | (send & eor & (cur["i"] + 1 == cur["n"]))
+        # the flit's row is read at t_f from a registered port; the flit goes on the wire at t_f + 1
         m.d.comb += [self.spm_rd.addr.eq(cur["addr"]), self.acc_rd.addr.eq(cur["addr"])]
-        image = Mux(cur["space"] == Space.ACC, self.acc_rd.data, self.spm_rd.data.as_unsigned())
+        out_v, out_f = Signal(cfg.links, name="wire_valid"), Signal.like(f, name="wire_flit")
+        out_space = Signal(name="wire_space")
+        m.d.sync += [out_v.eq(Cat(*[send & (cur["port"] == p) for p in range(cfg.links)])), out_f.eq(cur["f"]),
+                     out_space.eq(cur["space"])]
+        image = Mux(out_space == Space.ACC, self.acc_rd.data, self.spm_rd.data.as_unsigned())
         nmax = flits_per_row(cfg, Space.ACC)
-        flit = select(cur["f"], [image[k * 8 * W:(k + 1) * 8 * W] for k in range(nmax)])[:8 * W]
+        flit = select(out_f, [image[k * 8 * W:(k + 1) * 8 * W] for k in range(nmax)])[:8 * W]
         for p in range(cfg.links):
             port_if = self.tx[p]
-            m.d.comb += [port_if.valid.eq(send & (cur["port"] == p)), port_if.data.eq(flit),
-                         port_if.space.eq(cur["space"])]
+            m.d.comb += [port_if.valid.eq(out_v[p]), port_if.data.eq(flit), port_if.space.eq(out_space)]
             back = _delay(m, port_if.credit, cfg.link_latency - 1, f"credit{p}_")
             used = send & (cur["port"] == p)
             m.d.sync += credits[p].eq(credits[p] + back - used)
@@ -153,9 +165,9 @@ class LinkRx(UnitBase):
         for p in range(cfg.links):
             rx = self.rx[p]
             arr = Signal(flit_l, name=f"arr{p}")
-            arr_v = _delay(m, rx.valid, cfg.link_latency - 1, f"rxv{p}_")
+            arr_v = _delay(m, rx.valid, cfg.link_latency - WIRE_AFTER_SEND - 1, f"rxv{p}_")
             m.d.comb += [arr.data.eq(rx.data), arr.space.eq(rx.space)]
-            arr_d = _delay(m, arr, cfg.link_latency - 1, f"rxd{p}_")
+            arr_d = _delay(m, arr, cfg.link_latency - WIRE_AFTER_SEND - 1, f"rxd{p}_")
             mem = memory.Memory(shape=flit_l, depth=D, init=[])
             m.submodules[f"rxbuf{p}"] = mem
             wp, rp = mem.write_port(), mem.read_port(domain="comb")

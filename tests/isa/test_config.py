@@ -102,3 +102,10 @@ def test_a_file_error_names_the_file(tmp_path):
     t.write_text('preset = "tiny"\nclock_mhz = inf\n')
     with pytest.raises(ConfigError, match=f"^{t}: config 'c': clock_mhz"):
         ChipConfig.load(t)
+
+
+def test_link_latency_leaves_a_cycle_for_the_row_read():
+    from isa.config import MIN_LINK_LATENCY
+    PRESETS["tiny"].replace(link_latency=MIN_LINK_LATENCY)
+    with pytest.raises(ConfigError, match=f"link_latency \\({MIN_LINK_LATENCY - 1}\\) must be >= {MIN_LINK_LATENCY}"):
+        PRESETS["tiny"].replace(link_latency=MIN_LINK_LATENCY - 1)
