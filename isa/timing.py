@@ -21,6 +21,9 @@ QUEUE_DEPTH = 4
 ISSUE_TO_START = 1
 #: Extra cycles lost after a taken branch or jump (the next instruction issues at t + 1 + this).
 BRANCH_PENALTY = 1
+#: Extra cycles after an ``sld`` (the next instruction issues at t + 1 + this): its row is read
+#: from a registered memory port at t and its lane reaches the register at t + 1.
+SLD_PENALTY = 1
 #: Cycles from a token's signal (at the producer's retire cycle r) to when a consumer may use it.
 TOKEN_LATENCY = 1
 #: A token counter may not exceed this; a signal that would is an error (TOKEN_OVERFLOW).

@@ -27,7 +27,7 @@ TRACE_LANES = len(Unit)
 RETIRE_LANES = len(Unit) + 1
 #: (write ports, registered read ports, combinational read ports) of SPM and ACC (``Chip.elaborate``
 #: checks that it builds these; the FPGA fit model counts with them)
-MEMORY_PORTS = {"spm": (4, 4, 3), "acc": (5, 3, 3)}
+MEMORY_PORTS = {"spm": (4, 7, 0), "acc": (5, 6, 0)}
 
 
 def HostSignature(cfg) -> wiring.Signature:
@@ -158,28 +158,20 @@ class Chip(wiring.Component):
         for p in range(cfg.links):
             wiring.connect(m, wiring.flipped(self.ltx[p]), units[Unit.LTX].tx[p])
             wiring.connect(m, wiring.flipped(self.lrx[p]), units[Unit.LRX].rx[p])
-        # memory ports (the scalar unit's sst writes one lane: its whole row is merged from its
-        # combinational read port, which reads the same row)
+        # memory ports: every read is registered (data the next cycle); the scalar unit's sst
+        # writes one lane
         mx, vp = units[Unit.MXU], units[Unit.VPU]
         lt, lr = units[Unit.LTX], units[Unit.LRX]
-        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b):
+        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, lt.spm_rd, iss.spm_rd):
             self._read(m, self.spm, rd, "sync")
-        for rd in (st.spm_rd, lt.spm_rd):
-            self._read(m, self.spm, rd, "comb")
-        iss_spm = self._read(m, self.spm, iss.spm_rd, "comb")
-        for wr in (ld.spm_wr, vp.spm_wr, lr.spm_wr):
+        for wr in (ld.spm_wr, vp.spm_wr, lr.spm_wr, iss.spm_wr):
             self._write(m, self.spm, wr)
-        self._write(m, self.spm, iss.spm_wr, merge=iss_spm)
         acc_mxu_w = self._write(m, self.acc, mx.acc_wr)
         self._read(m, self.acc, mx.acc_rd, "sync", transparent_for=(acc_mxu_w,))
-        for rd in (vp.acc_a, vp.acc_b):
+        for rd in (vp.acc_a, vp.acc_b, st.acc_rd, lt.acc_rd, iss.acc_rd):
             self._read(m, self.acc, rd, "sync")
-        for rd in (st.acc_rd, lt.acc_rd):
-            self._read(m, self.acc, rd, "comb")
-        iss_acc = self._read(m, self.acc, iss.acc_rd, "comb")
-        for wr in (ld.acc_wr, vp.acc_wr, lr.acc_wr):
+        for wr in (ld.acc_wr, vp.acc_wr, lr.acc_wr, iss.acc_wr):
             self._write(m, self.acc, wr)
-        self._write(m, self.acc, iss.acc_wr, merge=iss_acc)
         for name, mem in (("spm", self.spm), ("acc", self.acc)):
             built = (len(mem.writes), sum(r.domain == "sync" for r in mem.reads),
                      sum(r.domain == "comb" for r in mem.reads))
@@ -187,8 +179,8 @@ class Chip(wiring.Component):
         return m
 
     @staticmethod
-    def _write(m, mem, port, merge=None):
-        wp = mem.write_port(merge=merge)
+    def _write(m, mem, port):
+        wp = mem.write_port()
         aw = len(wp.addr)
         m.d.comb += [wp.addr.eq(port.addr[:aw]), wp.data.eq(port.data), wp.en.eq(port.en)]
         return wp

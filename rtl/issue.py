@@ -1,8 +1,9 @@
 """The issue stage: fetch, decode, register reads, base addresses, errors, run control.
 
 One instruction issues per cycle (contract section 1). Scalar instructions take effect at the end
-of their issue cycle; a taken branch leaves one bubble (``BRANCH_PENALTY``); ``sld``/``sst`` wait
-for their tokens and signal in their issue cycle; ``fence``/``halt`` wait for the named units to
+of their issue cycle; a taken branch leaves one bubble (``BRANCH_PENALTY``), so does an ``sld``
+(``SLD_PENALTY``: its row comes from a registered read port); ``sld``/``sst`` wait for their
+tokens and signal in their issue cycle; ``fence``/``halt`` wait for the named units to
 be idle; a queued instruction issues when its unit's queue has a free entry and snapshots its
 loop nest, its slot base addresses (immediate + index register) and its scalar operand.
 
@@ -15,11 +16,13 @@ The front end is a pipeline of three stages, which the contract does not see:
   this cycle is forwarded (so is a host write while idle); the word, its pc, its legality and
   the three register values go into the pipeline register.
 * **I** (issue): everything else, from the pipeline register: the base-address adders, the
-  checks, tokens, the scalar ALU, ``sld``/``sst``, queue entries, branches.
+  checks, tokens, the scalar ALU, ``sld``/``sst``, queue entries, branches. An ``sld`` leaves I
+  empty for one cycle, in which its lane is written and forwarded into D.
 
 Why the contract holds unchanged: a taken branch issued at ``t`` fetches its target at ``t``,
 which is decoded at ``t + 1`` and issues at ``t + 2`` (the one bubble of ``BRANCH_PENALTY``);
-registers are forwarded into D, so no instruction sees a stale value (no hazard, no stall);
+registers are forwarded into D, so no instruction sees a stale value (no hazard, no stall but
+the ``sld``'s);
 the stage keeps a copy of instruction 0 from the host's writes, which D decodes while the chip
 is idle, so the start cycle moves it into I and it issues at cycle 0.
 
@@ -49,7 +52,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 from isa.errors import ErrorCode
 from isa.table import (INSTRUCTIONS, MAX_REPEAT_DEPTH, SCALAR_ALU, STRIDE_SLOTS, WORD_BITS, CountMode, ScaleMode,
                        Space, SrcMode, clog2, layout)
-from isa.timing import BRANCH_PENALTY
+from isa.timing import BRANCH_PENALTY, SLD_PENALTY
 
 from .decode import Decoder
 from .dma import dram_window
@@ -59,7 +62,7 @@ from .unit import ACC_BITS, ERR_BITS, SPM_BITS, RowReadSignature, RowWriteSignat
 
 __all__ = ["IssueStage", "QUEUED", "READ_PORTS"]
 
-assert BRANCH_PENALTY == 1
+assert BRANCH_PENALTY == 1 and SLD_PENALTY == 1
 
 #: Register operands of the scalar formats, by read port: (format, field). A queued instruction
 #: reads the index register of its stride slot k on port k (``Instr.slots``); its scalar operand
@@ -91,7 +94,7 @@ class IssueStage(wiring.Component):
       reg_we In(1), reg_addr In(sreg), reg_wdata In(32), reg_rdata Out(32)  host access to scalar registers
       q_<unit>  Out(EntrySignature)     entry pushed to each unit queue
       t_<unit>  In(TokenSignature)      each unit's token/busy/error port
-      spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols))  ``sld`` (combinational)
+      spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols))  ``sld`` (registered)
       spm_wr Out(RowWriteSignature(laddr, 8*cols, cols)), acc_wr Out(RowWriteSignature(laddr, 32*cols, cols))  ``sst``
     """
 
@@ -272,19 +275,24 @@ class IssueStage(wiring.Component):
         can = chk.can
 
         # ---- errors, in the cycle they are detected --------------------------------------------
-        err = Signal(ERR_BITS)
+        # The head instruction's own errors keep it from issuing; a unit's start-time error stops
+        # the run at the same cycle but does not hold back the instruction issuing then (nothing
+        # it does in that cycle reaches DRAM, the one memory a stopped run is compared on), so the
+        # units' queue heads stay out of the issue decision.
+        own_err, err = Signal(ERR_BITS), Signal(ERR_BITS)
         head_valid = running & p_valid
         with m.If(head_valid):
             with m.If(pc >= self.prog_len):
-                m.d.comb += err.eq(ErrorCode.PC_RANGE)
+                m.d.comb += own_err.eq(ErrorCode.PC_RANGE)
             with m.Elif(~p_legal):
-                m.d.comb += err.eq(ErrorCode.ILLEGAL_INSTRUCTION)
+                m.d.comb += own_err.eq(ErrorCode.ILLEGAL_INSTRUCTION)
             with m.Elif(is_smem & can & ~smem_ok):
-                m.d.comb += err.eq(ErrorCode.ADDRESS_RANGE)
+                m.d.comb += own_err.eq(ErrorCode.ADDRESS_RANGE)
+        m.d.comb += err.eq(own_err)
         for u in reversed(QUEUED):
             with m.If(running & toks[u].err):
                 m.d.comb += err.eq(toks[u].err_code)
-        m.d.comb += [issue.eq(head_valid & can & (err == 0)), self.issued.eq(issue),
+        m.d.comb += [issue.eq(head_valid & can & (own_err == 0)), self.issued.eq(issue),
                      self.issued_scalar.eq(issue & ~dec.queued)]
         # a token overflow is found from this cycle's signals (which an issuing sld/sst adds to)
         err_all = Signal(ERR_BITS)
@@ -295,13 +303,18 @@ class IssueStage(wiring.Component):
         m.submodules.alu = alu = ScalarAlu()
         m.d.comb += [alu.a.eq(A), alu.b.eq(B), alu.op.eq(Cat(*[is_(name) for name in SCALAR_ALU])),
                      alu.compare.eq(is_("blt") | is_("bge"))]
-        # sld: a lane of the row, read combinationally
+        # sld: its row is read at its issue cycle t from a registered port; in t + 1, when nothing
+        # issues (``SLD_PENALTY``), its lane is written to rd and forwarded into D
         lane = smem.lane
+        is_sld = is_("sld")
+        ld_pend, ld_space = Signal(), Signal()
+        ld_lane, ld_rd = Signal.like(lane), Signal(sw)
+        m.d.sync += [ld_pend.eq(issue & is_sld), ld_space.eq(smem.space), ld_lane.eq(lane), ld_rd.eq(w.smem.rd)]
         spm_l = data.View(data.ArrayLayout(signed(SPM_BITS), C), self.spm_rd.data)
         acc_l = data.View(data.ArrayLayout(signed(ACC_BITS), C), self.acc_rd.data)
         loaded = Signal(signed(32))
-        m.d.comb += loaded.eq(Mux(smem.space == Space.ACC, acc_l[lane], spm_l[lane]))
-        results = {"seti": w.seti.imm, "addi": sums[0][:32], "sld": loaded}    # and the ALU's
+        m.d.comb += loaded.eq(Mux(ld_space == Space.ACC, acc_l[ld_lane], spm_l[ld_lane]))
+        results = {"seti": w.seti.imm, "addi": sums[0][:32]}    # and the ALU's
         res = Signal(32)
         m.d.comb += res.eq(alu.result | one_of([(is_(name), v.as_unsigned()) for name, v in results.items()], 32))
         writes_rd = Const(0)
@@ -309,10 +322,12 @@ class IssueStage(wiring.Component):
             writes_rd = writes_rd | is_(name)
         for fmt in ("seti", "alui", "smem"):          # rd sits at the same bits in every format
             assert slice_of(fmt, "rd").lo == slice_of("alu", "rd").lo
-        m.d.comb += fwd_we.eq(Mux(running, p_valid & writes_rd, self.reg_we) & regno_ok)
-        m.d.comb += [rf_we.eq(Mux(running, issue & writes_rd, self.reg_we)),
-                     rf_addr.eq(Mux(running, w.alu.rd, self.reg_addr)),
-                     rf_data.eq(Mux(running, res, self.reg_wdata))]
+        # the write port: an sld's load in the cycle after it (even if the run has stopped then),
+        # else the issuing instruction's result, else (idle) the host's write
+        m.d.comb += fwd_we.eq(Mux(ld_pend, 1, Mux(running, p_valid & writes_rd, self.reg_we)) & regno_ok)
+        m.d.comb += [rf_we.eq(Mux(ld_pend, 1, Mux(running, issue & writes_rd, self.reg_we))),
+                     rf_addr.eq(Mux(ld_pend, ld_rd, Mux(running, w.alu.rd, self.reg_addr))),
+                     rf_data.eq(Mux(ld_pend, loaded, Mux(running, res, self.reg_wdata)))]
         # sst: saturate to int8 for SPM
         v = B
         sat = Mux(v > 127, 127, Mux(v < -128, -128, v))
@@ -358,7 +373,7 @@ class IssueStage(wiring.Component):
         # word again while I stalls. Nothing here depends on why a run stops.
         fetch = Signal.like(pc_f)
         m.d.comb += [self.pc.eq(pc[:pcw]), self.fetch_addr.eq(fetch[:pcw]),
-                     load.eq(Mux(running, ~p_valid | issue, self.start))]
+                     load.eq(Mux(running, ~p_valid | (issue & ~is_sld), self.start))]
         with m.If(~running):
             m.d.comb += fetch.eq(1)
         with m.Elif(issue & taken):
@@ -370,7 +385,7 @@ class IssueStage(wiring.Component):
         m.d.sync += pc_f.eq(fetch)
         with m.If(load):
             m.d.sync += [p_word.eq(word_d), p_legal.eq(dec_d.legal), p_pc.eq(pc_d), p_valid.eq(1)]
-        with m.If(issue & taken):
+        with m.If(issue & (taken | is_sld)):
             m.d.sync += p_valid.eq(0)
         with m.If(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)

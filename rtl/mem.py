@@ -1,8 +1,8 @@
 """Row memories with many ports: SPM and ACC.
 
-The chip's SPM and ACC are read and written by every unit at once (SPM: 4 write ports, 4
-registered and 3 combinational read ports; ACC: 5 and 3 + 3). ``RowMemory`` gives such a memory
-two implementations with the same ports and the same cycle behaviour:
+The chip's SPM and ACC are read and written by every unit at once (SPM: 4 write ports and 7
+registered read ports; ACC: 5 and 6: ``rtl.chip.MEMORY_PORTS``). ``RowMemory`` gives such a
+memory two implementations with the same ports and the same cycle behaviour:
 
 ``impl="flat"`` (simulation and co-simulation)
     one ``amaranth.lib.memory.Memory`` with every port. On an FPGA, Yosys can only build it from
@@ -12,13 +12,12 @@ two implementations with the same ports and the same cycle behaviour:
 ``impl="lvt"`` (FPGA builds)
     a live-value-table memory (LaForest and Steffan, "Efficient Multi-Ported Memories for FPGAs",
     FPGA 2010): one bank per (write port, read port) pair, each a memory with one write and one
-    read port, which FPGAs have (LUT RAM for combinational reads, block RAM for registered ones
-    unless the memory is at most ``LUTRAM_DEPTH`` rows deep);
-    a small table of ``clog2(write ports)`` bits per row (the LVT) remembers which write port wrote
-    each row last, and every read port picks that port's bank. A write port whose lane enables may
-    cover only part of a row (the scalar unit's ``sst``) merges the rest of the row from a
-    combinational read port at the same address (``write_port(merge=...)``), so every bank write
-    is a whole row.
+    read port, which FPGAs have (block RAM, or LUT RAM with an output register when the memory is
+    at most ``LUTRAM_DEPTH`` rows deep); a small table of ``clog2(write ports)`` bits per row and
+    lane (the LVT) remembers which write port wrote each lane of each row last, and every read
+    port picks each lane from that port's bank. Lanes are the unit of the table because a write
+    port may enable only some lanes of a row (the scalar unit's ``sst`` writes one): a bank write
+    then writes those lanes alone (byte enables in block RAM, a cell's write enable in LUT RAM).
 
 ``impl="lvt-bram"``
     the same, with every registered-read bank in block RAM whatever its depth: a 16-row ACC
@@ -28,8 +27,8 @@ two implementations with the same ports and the same cycle behaviour:
 All implementations: a write lands at the end of its cycle; a combinational read sees every
 write of earlier cycles; a registered read returns next cycle what the row held before this
 cycle's writes, except for writes of the ports it is ``transparent_for`` (their new data). Two
-ports writing one row in the same cycle is a race in the timing contract (section 4) and has no
-defined result in either.
+ports writing one lane of a row in the same cycle is a race in the timing contract (section 4)
+and has no defined result in either.
 
 ``peek(ctx, row)`` / ``poke(ctx, row, value)`` read and write a row's value from an Amaranth
 testbench whatever the implementation; ``parts()`` names the memories a Verilog bench dumps to
@@ -38,7 +37,7 @@ reassemble the rows (``verify/cosim.py``).
 
 from __future__ import annotations
 
-from amaranth import Cat, Elaboratable, Module, Mux, Signal, unsigned
+from amaranth import Cat, Const, Elaboratable, Module, Signal, unsigned
 from amaranth.lib import memory
 
 from isa.ints import clog2
@@ -51,11 +50,10 @@ LUTRAM_DEPTH = 16
 
 
 class _WritePort:
-    def __init__(self, mem, index: int, merge):
+    def __init__(self, mem, index: int):
         self.addr = Signal(mem.addr_w, name=f"{mem.name}_w{index}_addr")
         self.data = Signal(mem.row_bits, name=f"{mem.name}_w{index}_data")
         self.en = Signal(mem.lanes, name=f"{mem.name}_w{index}_en")
-        self.merge = merge
 
 
 class _ReadPort:
@@ -69,10 +67,8 @@ class _ReadPort:
 class RowMemory(Elaboratable):
     """``depth`` rows of ``lanes`` lanes of ``lane_bits`` bits.
 
-    ``write_port(merge=None)`` -> port with ``addr``, ``data`` (a whole row), ``en`` (one bit per
-    lane). In the ``lvt`` implementation a port without ``merge`` must enable all lanes or none
-    (``en`` is taken as its bit 0); ``merge``: a combinational read port that reads the same
-    address whenever this port writes, whose data fills the lanes not enabled.
+    ``write_port()`` -> port with ``addr``, ``data`` (a whole row), ``en`` (one bit per lane: the
+    lanes written).
     ``read_port(domain="sync"|"comb", transparent_for=())`` -> port with ``addr``, ``data``.
     """
 
@@ -93,11 +89,9 @@ class RowMemory(Elaboratable):
         self.banks: dict[tuple[int, int], memory.Memory] = {}
 
     # -- ports -------------------------------------------------------------------------------
-    def write_port(self, merge: "_ReadPort | None" = None) -> _WritePort:
+    def write_port(self) -> _WritePort:
         assert not self._frozen, "ports are added before elaboration"
-        if merge is not None and merge.domain != "comb":
-            raise ValueError("a merge port must be a combinational read port")
-        p = _WritePort(self, len(self.writes), merge)
+        p = _WritePort(self, len(self.writes))
         self.writes.append(p)
         return p
 
@@ -133,28 +127,15 @@ class RowMemory(Elaboratable):
             m.d.comb += [rp.addr.eq(r.addr), r.data.eq(rp.data)]
 
     def _lvt(self, m):
-        W = len(self.writes)
+        W, L, B = len(self.writes), self.lanes, self.lane_bits
         sel_w = max(1, clog2(W))
-        # what each write port stores: a whole row (merged where only some lanes are enabled)
-        wdata, wen = [], []
-        for i, w in enumerate(self.writes):
-            if w.merge is None:
-                wdata.append(w.data)
-                wen.append(w.en[0])
-            else:
-                d = Signal(self.row_bits, name=f"w{i}_merged")
-                B = self.lane_bits
-                m.d.comb += d.eq(Cat(*[Mux(w.en[k], w.data[k * B:(k + 1) * B], w.merge.data[k * B:(k + 1) * B])
-                                       for k in range(self.lanes)]))
-                wdata.append(d)
-                wen.append(w.en.any())
-        # the live value table: which write port wrote each row last
-        lvt = self.lvt = memory.Memory(shape=unsigned(sel_w), depth=self.depth, init=[])
+        # the live value table: which write port wrote each lane of each row last
+        lvt = self.lvt = memory.Memory(shape=unsigned(sel_w * L), depth=self.depth, init=[])
         m.submodules.lvt = lvt
         lvt_w = []
         for i, w in enumerate(self.writes):
-            wp = lvt.write_port()
-            m.d.comb += [wp.addr.eq(w.addr), wp.data.eq(i), wp.en.eq(wen[i])]
+            wp = lvt.write_port(granularity=sel_w)
+            m.d.comb += [wp.addr.eq(w.addr), wp.data.eq(Cat(*[Const(i, sel_w)] * L)), wp.en.eq(w.en)]
             lvt_w.append(wp)
         for j, r in enumerate(self.reads):
             trans = tuple(lvt_w[self.writes.index(w)] for w in r.transparent_for)
@@ -166,26 +147,34 @@ class RowMemory(Elaboratable):
                 bank = memory.Memory(shape=unsigned(self.row_bits), depth=self.depth, init=[], attrs=attrs)
                 m.submodules[f"bank_w{i}_r{j}"] = bank
                 self.banks[i, j] = bank
-                bw = bank.write_port()
-                m.d.comb += [bw.addr.eq(w.addr), bw.data.eq(wdata[i]), bw.en.eq(wen[i])]
+                bw = bank.write_port(granularity=B)
+                m.d.comb += [bw.addr.eq(w.addr), bw.data.eq(w.data), bw.en.eq(w.en)]
                 br = bank.read_port(domain=r.domain, transparent_for=(bw,) if w in r.transparent_for else ())
                 m.d.comb += br.addr.eq(r.addr)
                 outs.append(br.data)
             if W == 1:
                 m.d.comb += r.data.eq(outs[0])
-            else:
-                with m.Switch(sel.data):
+                continue
+            for k in range(L):
+                lane = slice(k * B, (k + 1) * B)
+                with m.Switch(sel.data[k * sel_w:(k + 1) * sel_w]):
                     for i in range(W):
                         with m.Case(i):
-                            m.d.comb += r.data.eq(outs[i])
+                            m.d.comb += r.data[lane].eq(outs[i][lane])
 
     # -- test benches ------------------------------------------------------------------------
     def peek(self, ctx, row: int) -> int:
         """The row's value (an Amaranth testbench)."""
         if self.impl == "flat":
             return ctx.get(self.flat.data[row])
-        i = ctx.get(self.lvt.data[row]) if len(self.writes) > 1 else 0
-        return ctx.get(self.banks[i, 0].data[row])
+        W, B = len(self.writes), self.lane_bits
+        sel_w = max(1, clog2(W))
+        sel = ctx.get(self.lvt.data[row]) if W > 1 else 0
+        out = 0
+        for k in range(self.lanes):
+            i = (sel >> (k * sel_w)) & ((1 << sel_w) - 1)
+            out |= ctx.get(self.banks[i, 0].data[row]) & (((1 << B) - 1) << (k * B))
+        return out
 
     def poke(self, ctx, row: int, value: int) -> None:
         """Set the row's value (an Amaranth testbench, while no port writes it)."""
@@ -199,7 +188,8 @@ class RowMemory(Elaboratable):
 
     def parts(self) -> dict:
         """Memories a Verilog bench dumps to reassemble the rows: ``{"flat": "mem"}`` or
-        ``{"lvt": "lvt", "banks": ["bank_w<i>_r0", ...]}`` (submodule names, in write-port order)."""
+        ``{"lvt": "lvt", "banks": ["bank_w<i>_r0", ...]}`` (submodule names, in write-port order; the
+        table holds ``clog2(len(banks))`` bits per lane, lane 0 in the low bits)."""
         if self.impl == "flat":
             return {"flat": "mem"}
         return {"lvt": "lvt" if len(self.writes) > 1 else None,

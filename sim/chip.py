@@ -100,7 +100,11 @@ class IssueStage:
         if kind == _QUEUED:
             chip.issue_queued(pc, t)
         elif kind == _SMEM:
-            chip.scalar_mem(pc, t)
+            if chip.scalar_mem(pc, t):      # an sld: its lane reaches the register after a bubble
+                self.pc += 1
+                self.ready = t + 1 + timing.SLD_PENALTY
+                st.stall("sld", timing.SLD_PENALTY)
+                return
         elif kind == _HALT:
             self.halted = True
             chip.halt_cycle = t
@@ -429,7 +433,8 @@ class Chip:
         assert unit is not None
         unit.push(Entry(dec, pc, t, counts, strides, bases, bval, sval))
 
-    def scalar_mem(self, pc: int, t: int) -> None:
+    def scalar_mem(self, pc: int, t: int) -> bool:
+        """``sld``/``sst`` at its issue cycle ``t``; true for an ``sld`` (``SLD_PENALTY`` follows)."""
         ins, f = self.prog[pc], self.fields[pc]
         assert ins is not None          # its kind is _SMEM, not _BAD
         if f["wait"]:
@@ -449,6 +454,7 @@ class Chip:
             self.mem(space)[row, lane] = sem.scalar_store_value(self.regs[f["rd"]], space)
         if f["signal"]:
             self.tokens.signal(Unit.SCALAR, f["signal"], t, pc)
+        return load
 
     # -- links ----------------------------------------------------------------------------------
     def link_start(self, unit, inst, t, port, space, addr, n):

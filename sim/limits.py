@@ -32,7 +32,7 @@ A loop's trips are the fewest any of these allows:
   ``jmp``) in a program with any tainted register; a value read from ACC for an address does not
   unbound the loops.
 
-Every instruction costs, per execution, ``1 + BRANCH_PENALTY`` (scalar) or ``1 + T * (I + LAT)``
+Every instruction costs, per execution, ``1 + max(BRANCH_PENALTY, SLD_PENALTY)`` (scalar) or ``1 + T * (I + LAT)``
 (queued): ``T`` its nest's largest instance count (the product of its loop registers' largest trip
 counts: the largest immediate count any ``loop`` gives the register, or the largest value of a
 register that gives the count, ``B`` if unknown), ``I`` the most cycles one instance occupies its unit
@@ -406,7 +406,7 @@ class _Terms:
                 inside -= set(ends.get(pc, ()))
                 inside |= set(starts.get(pc, ()))
             if ins is None or not ins.spec.queued:
-                costs[()] = costs.get((), 0) + 1 + timing.BRANCH_PENALTY
+                costs[()] = costs.get((), 0) + 1 + max(timing.BRANCH_PENALTY, timing.SLD_PENALTY)
                 continue
             f = fields[pc]
             t, by_reg = 1, []               # instances: t * the register-given counts of by_reg

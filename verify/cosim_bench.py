@@ -144,18 +144,23 @@ def _readhex(path: str, rows: int, row_bytes: int) -> np.ndarray:
     return np.frombuffer(bytes.fromhex(text), np.uint8).reshape(rows, row_bytes)[:, ::-1]
 
 
-def _readmem(name: str, i: int, rows: int, row_bytes: int, banks: int | None) -> np.ndarray:
-    """One memory's rows: the flat array, or each row from the bank of the write port the live-value
-    table names (``verify.cosim.memory_parts``, ``rtl/mem.py``)."""
+def _readmem(name: str, i: int, rows: int, row_bytes: int, banks: int | None, lanes: int) -> np.ndarray:
+    """One memory's rows: the flat array, or each lane of each row from the bank of the write port
+    the live-value table names for it (``verify.cosim.memory_parts``, ``rtl/mem.py``)."""
     if banks is None:
         return _readhex(f"{name}{i}.hex", rows, row_bytes)
     data = np.stack([_readhex(f"{name}{i}_b{k}.hex", rows, row_bytes) for k in range(banks)])
     if banks == 1:
         return data[0]
-    sel = _readhex(f"{name}{i}_lvt.hex", rows, 1)[:, 0].astype(np.int64)
+    sel_w = max(1, (banks - 1).bit_length())
+    table = _readhex(f"{name}{i}_lvt.hex", rows, (sel_w * lanes + 7) // 8)
+    bits = np.unpackbits(table, axis=1, bitorder="little")[:, :sel_w * lanes].reshape(rows, lanes, sel_w)
+    sel = (bits.astype(np.int64) << np.arange(sel_w)).sum(axis=2)         # (rows, lanes): lane k's bank
     if (sel >= banks).any():
         raise RuntimeError(f"{name}{i}_lvt.hex names a write port >= {banks}")
-    return data[sel, np.arange(rows)]
+    lane_bytes = row_bytes // lanes
+    by_lane = data.reshape(banks, rows, lanes, lane_bytes)
+    return by_lane[sel, np.arange(rows)[:, None], np.arange(lanes)].reshape(rows, row_bytes)
 
 
 def read_mems(cfg: dict, i: int, parts: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -164,7 +169,7 @@ def read_mems(cfg: dict, i: int, parts: dict | None = None) -> tuple[np.ndarray,
 
     def rows(space):
         name = SPACE_NAME[space]
-        data = _readmem(name, i, cfg[f"{name}_rows"], cfg["cols"] * SPACE_BYTES[space], parts[name])
+        data = _readmem(name, i, cfg[f"{name}_rows"], cfg["cols"] * SPACE_BYTES[space], parts[name], cfg["cols"])
         return data.copy().view(SPACE_DTYPE[space])
     return rows(Space.SPM), rows(Space.ACC).astype(np.int32)
 

@@ -6,7 +6,7 @@ The model counts what dominates ``FpgaTop(cfg)``:
   ``LUT_PER_PE`` LUTs (the 32-bit partial-sum adder) and ``FF_PER_PE`` flip-flops;
 * memories: one with a single write port and only registered reads maps to block RAM, one copy per
   read port (the instruction memory); the chip's SPM and ACC have several write ports (DMA, VPU,
-  link, scalar unit, MXU) and combinational read ports (DMA store, link transmit, scalar unit).
+  link, scalar unit, MXU) and a combinational read port (the scalar unit's).
   Built as live-value-table memories (``mem="lvt"``, rtl/mem.py, the FPGA default) they take a
   bank per (write, read) port pair in block or LUT RAM plus a bank select per read port; built
   flat they are flip-flops with read multiplexers (``LUT_PER_FF_MEM_BIT_PORT`` per bit and port);
@@ -169,7 +169,7 @@ def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: i
         small_mem = all(getattr(cfg, k) <= v for k, v in FPGA_MEMORY.items())
         hint = ("the memories are already --fpga-mem's: the array and units alone are too big; "
                 "a smaller config or a larger device" if small_mem else
-                "SPM and ACC (several write and combinational read ports each) cost LUTs in "
+                "SPM and ACC (several write ports and a combinational read port each) cost LUTs in "
                 "proportion to their rows on an FPGA: try --fpga-mem for the small depths")
         raise FitError(f"config {cfg.name!r} ({mems}, mac={mac}, mem={mem}) does not fit {dev.name}: " + "; ".join(over)
                        + f" (estimate; {hint}; see docs/fpga.md)")

@@ -40,6 +40,18 @@ def test_branch_penalty():
     assert chip.stats.stalls["branch"] == timing.BRANCH_PENALTY
 
 
+def test_sld_penalty():
+    """The instruction after an sld issues SLD_PENALTY cycles late and sees the loaded lane; an sst
+    costs nothing extra."""
+    chip, recs = traced("seti r1, -7\nsst r1, acc[2], 1\nsld r2, acc[2], 1\naddi r3, r2, 1\n"
+                        "sst r3, spm[0], 0\nsld r4, spm[0], 0\nhalt\n")
+    assert recs[2][0].issue == recs[1][0].issue + 1                       # sst: no penalty
+    assert recs[3][0].issue == recs[2][0].issue + 1 + timing.SLD_PENALTY
+    assert recs[6][0].issue == recs[5][0].issue + 1 + timing.SLD_PENALTY  # (a halt right after one too)
+    assert chip.stats.stalls["sld"] == 2 * timing.SLD_PENALTY
+    assert chip.regs[2:5] == [-7, -6, -6]
+
+
 def test_dma_occupancy_latency_and_pipelining():
     # rows=3 contiguous rows of 4 int8 = 1 beat each (4-byte beats); ACC rows of 4 int32 = 4 beats
     chip, recs = traced("dma.ld spm[0], dram[0], rows=3, rstride=4\ndma.ld acc[0], dram[64], rows=2, rstride=16\n"
