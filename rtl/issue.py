@@ -294,10 +294,15 @@ class IssueStage(wiring.Component):
                 m.d.comb += err.eq(toks[u].err_code)
         m.d.comb += [issue.eq(head_valid & can & (own_err == 0)), self.issued.eq(issue),
                      self.issued_scalar.eq(issue & ~dec.queued)]
-        # a token overflow is found from this cycle's signals (which an issuing sld/sst adds to)
-        err_all = Signal(ERR_BITS)
-        m.d.comb += err_all.eq(Mux(running & tc.overflow, ErrorCode.TOKEN_OVERFLOW, err))
-        stop = running & ((err_all != 0) | (issue & is_("halt")))
+        # A token overflow is found from this cycle's signals (which an issuing sld/sst adds to),
+        # late in the cycle: it goes into the error code of a run that stops now for another
+        # reason, else into a register that stops the run in the next cycle as if it had stopped
+        # in this one (the cycle count holds). Nothing the chip does in that extra cycle is part
+        # of the result of a run stopped by TOKEN_OVERFLOW (its error and cycle count; contract
+        # section 5), and the counters' carry into the run's stop is off the critical path.
+        ovf_next = Signal()
+        m.d.sync += ovf_next.eq(running & tc.overflow)
+        stop = running & ((err != 0) | (issue & is_("halt")))
 
         # ---- scalar execution ------------------------------------------------------------------
         m.submodules.alu = alu = ScalarAlu()
@@ -387,10 +392,13 @@ class IssueStage(wiring.Component):
             m.d.sync += [p_word.eq(word_d), p_legal.eq(dec_d.legal), p_pc.eq(pc_d), p_valid.eq(1)]
         with m.If(issue & (taken | is_sld)):
             m.d.sync += p_valid.eq(0)
-        with m.If(running):
+        with m.If(running & ovf_next):
+            m.d.sync += [running.eq(0), done.eq(1), error.eq(ErrorCode.TOKEN_OVERFLOW)]
+        with m.Elif(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
-        with m.If(stop):
-            m.d.sync += [running.eq(0), done.eq(1), error.eq(err_all)]
+            with m.If(stop):
+                m.d.sync += [running.eq(0), done.eq(1),
+                             error.eq(Mux(tc.overflow, ErrorCode.TOKEN_OVERFLOW, err))]
         with m.If(self.start & ~running):
             m.d.sync += [running.eq(1), done.eq(0), error.eq(0), self.cycles.eq(0)]
         return m
