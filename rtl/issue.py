@@ -13,10 +13,10 @@ The front end is a pipeline of three stages, which the contract does not see:
   the next cycle.
 * **D** (decode, register read): the word at the memory port is decoded far enough to choose the
   register read ports, the registers are read, and the result the instruction in I writes in
-  this cycle is forwarded (so is a host write while idle); the word, its pc, its legality and
-  the three register values go into the pipeline register.
-* **I** (issue): everything else, from the pipeline register: the base-address adders, the
-  checks, tokens, the scalar ALU, ``sld``/``sst``, queue entries, branches. An ``sld`` leaves I
+  this cycle is forwarded (so is a host write while idle); each stride slot's base address
+  (immediate + index register) is added; the word, its pc, its legality, the three register
+  values and the three sums go into the pipeline register.
+* **I** (issue): everything else, from the pipeline register: the range checks, tokens, the scalar ALU, ``sld``/``sst``, queue entries, branches. An ``sld`` leaves I
   empty for one cycle, in which its lane is written and forwarded into D.
 
 Why the contract holds unchanged: a taken branch issued at ``t`` fetches its target at ``t``,
@@ -215,6 +215,15 @@ class IssueStage(wiring.Component):
         # not taken.)
         fwd_we = Signal()                   # the write port writes in this cycle if the instruction in I issues
         sval_reg_d = sval_from_reg(dec_d)
+        # base addresses: one adder per slot on its read port (slot 0's also serves sld/sst and
+        # addi), in D after the forwarding, so I takes them from the pipeline register
+        imm_cases = [[] for _ in range(READ_PORTS)]
+        for ins in INSTRUCTIONS:
+            if ins.queued:
+                for k, name in enumerate(ins.slots):
+                    imm_cases[k].append((dec_d.is_(ins.mnemonic), ins.format, name))
+        imm_cases[0] += [(fmt_is("smem", dec_d), "smem", "addr"), (dec_d.is_("addi"), "alui", "imm")]
+        sums = [Signal(signed(33), name=f"p_sum{k}") for k in range(READ_PORTS)]
         for k in range(READ_PORTS):
             cases = [(fmt_is(fmt, dec_d), fmt, name) for fmt, name in _SCALAR_READS[k]]
             cases += [(dec_d.is_(ins.mnemonic), ins.format, "x" + ins.slots[k])
@@ -227,8 +236,11 @@ class IssueStage(wiring.Component):
             m.d.comb += idx.eq(sel)
             data_ = Signal(signed(32), name=f"rp{k}")
             m.d.comb += data_.eq(Mux(fwd_we & (rf_addr == idx), rf_data, reg(idx)))
+            imm = Signal(signed(33), name=f"imm{k}")
+            m.d.comb += imm.eq(one_of(grouped(imm_cases[k], dec_d), 33, signed(33)))
+            r = data_ if k < READ_PORTS - 1 else Mux(sval_reg_d, 0, data_)
             with m.If(load):
-                m.d.sync += p_reg[k].eq(data_)
+                m.d.sync += [p_reg[k].eq(data_), sums[k].eq(imm + r)]
         rport = p_reg
         A, B = rport[0], rport[1]
 
@@ -242,22 +254,6 @@ class IssueStage(wiring.Component):
             connect(m, flipped(getattr(self, name)), getattr(tc, name))
         m.d.comb += [tc.running.eq(running), tc.scalar_wait.eq(smem.wait), tc.scalar_take.eq(issue & is_smem),
                      tc.scalar_signal.eq(Mux(issue & is_smem, smem.signal, 0))]
-
-        # ---- base addresses: one adder per slot (slot 0's also serves sld/sst and addi) -------------
-        imm_cases = [[] for _ in range(READ_PORTS)]
-        for ins in INSTRUCTIONS:
-            if ins.queued:
-                for k, name in enumerate(ins.slots):
-                    imm_cases[k].append((is_(ins.mnemonic), ins.format, name))
-        imm_cases[0] += [(fmt_is("smem"), "smem", "addr"), (is_("addi"), "alui", "imm")]
-        sums = []
-        for k in range(READ_PORTS):
-            imm = Signal(signed(33), name=f"imm{k}")
-            m.d.comb += imm.eq(one_of(grouped(imm_cases[k]), 33, signed(33)))
-            r = rport[k] if k < READ_PORTS - 1 else Mux(sval_reg, 0, rport[k])
-            s = Signal(signed(33), name=f"sum{k}")
-            m.d.comb += s.eq(imm + r)
-            sums.append(s)
 
         # ---- what the head instruction needs ---------------------------------------------------
         toks = {u: getattr(self, f"t_{u.name.lower()}") for u in QUEUED}
