@@ -16,8 +16,9 @@ The front end is a pipeline of three stages, which the contract does not see:
   this cycle is forwarded (so is a host write while idle); each stride slot's base address
   (immediate + index register) is added; the word, its pc, its legality, the three register
   values and the three sums go into the pipeline register.
-* **I** (issue): everything else, from the pipeline register: the range checks, tokens, the scalar ALU, ``sld``/``sst``, queue entries, branches. An ``sld`` leaves I
-  empty for one cycle, in which its lane is written and forwarded into D.
+* **I** (issue): everything else, from the pipeline register: the range checks, tokens, the
+  scalar ALU, ``sld``/``sst``, queue entries, branches. An ``sld`` leaves I empty for one cycle,
+  in which its lane is written and forwarded into D.
 
 Why the contract holds unchanged: a taken branch issued at ``t`` fetches its target at ``t``,
 which is decoded at ``t + 1`` and issues at ``t + 2`` (the one bubble of ``BRANCH_PENALTY``);
