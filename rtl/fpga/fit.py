@@ -48,8 +48,13 @@ def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, i
         ch["spm_rows"] = max(ch["spm_rows"], lut_rows(cfg))
     return cfg.replace(**ch) if ch else cfg
 
-#: (write ports, registered read ports, combinational read ports) of the chip's memories (rtl/chip.py)
-MEMORY_PORTS = {**CHIP_MEMORY_PORTS, "imem": (1, 1, 0)}
+#: read ports of SPM and of ACC that the FPGA top leaves without a reader: the link transmitter's
+#: (its links are idle, ``rtl/fpga/top.py``), which synthesis removes with its banks
+IDLE_LINK_READS = 1
+#: (write ports, registered read ports, combinational read ports) of the chip's memories in the
+#: FPGA top (rtl/chip.py, less the idle link transmitter's read)
+MEMORY_PORTS = {**{k: (w, rs - IDLE_LINK_READS, rc) for k, (w, rs, rc) in CHIP_MEMORY_PORTS.items()},
+                "imem": (1, 1, 0)}
 
 # The array's constants are measured (Yosys synth_ecp5, docs/fpga.md): 8x8 "dsp+reg" 2624 LUT /
 # 4426 FF / 64 DSP; 8x8 "lut+reg" 16434 LUT; 8x8 "dsp:28+reg" 10155 LUT.
@@ -68,11 +73,13 @@ LUT_PER_RAM16X4 = 2           #: a TRELLIS_DPR16X4 counts as 2 LUTs (the flow's 
 LUT_PER_SEL_INPUT = 1.33      #: bank select: per row bit, read port and write port beyond the first
 LUT_PER_RAM_DEPTH_MUX = 2.1   #: per row bit of a combinational bank and 16-row cell beyond the first
 # The rest of the chip (issue stage, queues, DMA, VPU, links, host top), calibrated on two whole-chip
-# runs, FpgaTop(tiny --fpga-mem) and FpgaTop(small --fpga-mem), mac="dsp+reg2", mem="lvt":
-# 24,946 / 38,321 LUT, 7,827 / 15,166 FF, 43 / 103 DSP, 39 / 51 BRAM; minus the array's and the
-# memories' terms above, the difference of the two gives the per-lane part (docs/fpga.md).
-LUT_BASE, LUT_PER_LANE = 12900, 330
-FF_BASE, FF_PER_LANE = 3030, 335
+# runs, FpgaTop(tiny --fpga-mem) and FpgaTop(small --fpga-mem), mac="dsp+reg2" (no DSP registers),
+# mem="lvt", every SPM/ACC read registered and the live-value table per lane:
+# 27,288 / 43,089 LUT, 10,339 / 19,838 FF, 43 / 103 DSP, 47 / 83 BRAM; minus the array's and the
+# memories' terms above, the difference of the two gives the per-lane part (docs/fpga.md). (With a
+# table per row and three combinational reads the per-lane part was 330 LUT and 335 FF.)
+LUT_BASE, LUT_PER_LANE = 12800, 2015
+FF_BASE, FF_PER_LANE = 3560, 379
 DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
 DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
 
@@ -106,24 +113,25 @@ def _bram_blocks(width: int, depth: int, dev: Device) -> int:
     return min(cdiv(width, w) * cdiv(depth, d) for d, w in modes)
 
 
-def _memory(width, depth, ports, dev, mem="flat"):
-    """(luts, ffs, brams) of one memory."""
+def _memory(width, depth, ports, dev, mem="flat", lanes=1):
+    """(luts, ffs, brams) of one memory of ``lanes`` lanes per row."""
     w, r_sync, r_comb = ports
     if w == 1 and r_comb == 0:
         return 0, 0, r_sync * _bram_blocks(width, depth, dev)
     bits = width * depth
     if mem == "flat":
         return int(bits * (r_sync + r_comb) * LUT_PER_FF_MEM_BIT_PORT), bits, 0
-    # lvt (rtl/mem.py): a bank per (write, read) port pair, a live-value table, a bank select per
-    # read port; combinational banks (and registered ones of at most LUTRAM_DEPTH rows) in LUT
-    # RAM cells of 16 rows x 4 bits, the other registered banks in block RAM
+    # lvt (rtl/mem.py): a bank per (write, read) port pair, a live-value table (a bank number per
+    # row and lane, in flip-flops), a bank select per read port; combinational banks (and
+    # registered ones of at most LUTRAM_DEPTH rows) in LUT RAM cells of 16 rows x 4 bits, the
+    # other registered banks in block RAM
     cells = cdiv(depth, LUTRAM_DEPTH)
     sync_lut = depth <= LUTRAM_DEPTH and mem != "lvt-bram"      # registered-read banks in LUT RAM
     lut_banks = w * (r_comb + (r_sync if sync_lut else 0))
     per_bit = (lut_banks * cells * LUT_PER_RAM16X4 / 4 + w * r_comb * (cells - 1) * LUT_PER_RAM_DEPTH_MUX
                + (r_sync + r_comb) * (w - 1) * LUT_PER_SEL_INPUT)
     sel = max(1, (w - 1).bit_length())
-    ffs = depth * sel + (w * r_sync * width if sync_lut else 0)
+    ffs = depth * sel * lanes + (w * r_sync * width if sync_lut else 0)
     brams = 0 if sync_lut else w * r_sync * _bram_blocks(width, depth, dev)
     return int(per_bit * width), ffs, brams
 
@@ -151,7 +159,8 @@ def estimate(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes
     mems = {"spm": (SPACE_BITS[Space.SPM] * cfg.cols, cfg.spm_rows),
             "acc": (SPACE_BITS[Space.ACC] * cfg.cols, cfg.acc_rows), "imem": (WORD_BITS, cfg.imem_words)}
     for name, (width, depth) in mems.items():
-        lu, ff, br = _memory(width, depth, MEMORY_PORTS[name], dev, mem if name != "imem" else "flat")
+        lu, ff, br = _memory(width, depth, MEMORY_PORTS[name], dev, mem if name != "imem" else "flat",
+                             lanes=cfg.cols if name != "imem" else 1)
         luts, ffs, brams = luts + lu, ffs + ff, brams + br
     dram = min(dram_bytes, cfg.dram_bytes)
     brams += cfg.dma_beat_bytes * _bram_blocks(8, dram // cfg.dma_beat_bytes, dev)
