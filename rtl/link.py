@@ -107,10 +107,10 @@ class LinkTx(UnitBase):
         last = empty | (send & eor & (cur["i"] + 1 == cur["n"]))
         # the flit's row is read at t_f from a registered port; the flit goes on the wire at t_f + 1
         m.d.comb += [self.spm_rd.addr.eq(cur["addr"]), self.acc_rd.addr.eq(cur["addr"])]
+        sends = [send & (cur["port"] == p) for p in range(cfg.links)]      # a flit leaves on port p
         out_v, out_f = Signal(cfg.links, name="wire_valid"), Signal.like(f, name="wire_flit")
         out_space = Signal(name="wire_space")
-        m.d.sync += [out_v.eq(Cat(*[send & (cur["port"] == p) for p in range(cfg.links)])), out_f.eq(cur["f"]),
-                     out_space.eq(cur["space"])]
+        m.d.sync += [out_v.eq(Cat(*sends)), out_f.eq(cur["f"]), out_space.eq(cur["space"])]
         image = Mux(out_space == Space.ACC, self.acc_rd.data, self.spm_rd.data.as_unsigned())
         nmax = flits_per_row(cfg, Space.ACC)
         flit = select(out_f, [image[k * 8 * W:(k + 1) * 8 * W] for k in range(nmax)])[:8 * W]
@@ -118,8 +118,7 @@ class LinkTx(UnitBase):
             port_if = self.tx[p]
             m.d.comb += [port_if.valid.eq(out_v[p]), port_if.data.eq(flit), port_if.space.eq(out_space)]
             back = _delay(m, port_if.credit, cfg.link_latency - 1, f"credit{p}_")
-            used = send & (cur["port"] == p)
-            m.d.sync += credits[p].eq(credits[p] + back - used)
+            m.d.sync += credits[p].eq(credits[p] + back - sends[p])
         with m.If(working):
             m.d.sync += active.eq(~last)
         _advance(m, send, eor, go, cur, i, f, addr, q.addr[0])

@@ -42,11 +42,16 @@ from amaranth.lib import memory
 
 from isa.ints import clog2
 
-__all__ = ["RowMemory", "IMPLS", "LUTRAM_DEPTH"]
+__all__ = ["RowMemory", "IMPLS", "LUTRAM_DEPTH", "table_bits"]
 
 IMPLS = ("flat", "lvt", "lvt-bram")
 #: rows of an FPGA LUT RAM cell (ECP5 DPR16X4): registered-read banks this shallow use LUT RAM
 LUTRAM_DEPTH = 16
+
+
+def table_bits(writes: int) -> int:
+    """Bits of one lane's entry in the live-value table of a memory with ``writes`` write ports."""
+    return max(1, clog2(writes))
 
 
 class _WritePort:
@@ -128,7 +133,7 @@ class RowMemory(Elaboratable):
 
     def _lvt(self, m):
         W, L, B = len(self.writes), self.lanes, self.lane_bits
-        sel_w = max(1, clog2(W))
+        sel_w = table_bits(W)
         # the live value table: which write port wrote each lane of each row last
         lvt = self.lvt = memory.Memory(shape=unsigned(sel_w * L), depth=self.depth, init=[])
         m.submodules.lvt = lvt
@@ -168,7 +173,7 @@ class RowMemory(Elaboratable):
         if self.impl == "flat":
             return ctx.get(self.flat.data[row])
         W, B = len(self.writes), self.lane_bits
-        sel_w = max(1, clog2(W))
+        sel_w = table_bits(W)
         sel = ctx.get(self.lvt.data[row]) if W > 1 else 0
         out = 0
         for k in range(self.lanes):

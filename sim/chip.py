@@ -97,14 +97,13 @@ class IssueStage:
                 rec = chip.trace.add(chip.index, int(Unit.SCALAR), pc, 0, chip.text(pc), t, t, t)
                 if kind == _SMEM:       # sld/sst take their tokens and signal in their one cycle
                     rec.waits, rec.signals = chip.fields[pc]["wait"], chip.fields[pc]["signal"]
+        penalty = 0
         if kind == _QUEUED:
             chip.issue_queued(pc, t)
         elif kind == _SMEM:
             if chip.scalar_mem(pc, t):      # an sld: its lane reaches the register after a bubble
-                self.pc += 1
-                self.ready = t + 1 + timing.SLD_PENALTY
-                st.stall("sld", timing.SLD_PENALTY)
-                return
+                penalty = timing.SLD_PENALTY
+                st.stall("sld", penalty)
         elif kind == _HALT:
             self.halted = True
             chip.halt_cycle = t
@@ -114,7 +113,7 @@ class IssueStage:
             self._pure(t)
             return
         self.pc += 1
-        self.ready = t + 1
+        self.ready = t + 1 + penalty
 
     def _pure(self, t: int) -> None:
         """Run scalar instructions back to back: they touch nothing but the issue stage's registers."""

@@ -30,6 +30,7 @@ from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
 
 from isa.semantics import u32
 from isa.table import SPACE_BYTES, SPACE_DTYPE, SPACE_NAME, Space
+from rtl.mem import table_bits
 
 N_UNITS = 7          # trace start lanes (isa.table.Unit)
 N_RETIRE = 8         # retire lanes: one per unit, lane 7 the MXU's mm/mma slot
@@ -152,7 +153,7 @@ def _readmem(name: str, i: int, rows: int, row_bytes: int, banks: int | None, la
     data = np.stack([_readhex(f"{name}{i}_b{k}.hex", rows, row_bytes) for k in range(banks)])
     if banks == 1:
         return data[0]
-    sel_w = max(1, (banks - 1).bit_length())
+    sel_w = table_bits(banks)
     table = _readhex(f"{name}{i}_lvt.hex", rows, (sel_w * lanes + 7) // 8)
     bits = np.unpackbits(table, axis=1, bitorder="little")[:, :sel_w * lanes].reshape(rows, lanes, sel_w)
     sel = (bits.astype(np.int64) << np.arange(sel_w)).sum(axis=2)         # (rows, lanes): lane k's bank

@@ -6,7 +6,7 @@ The model counts what dominates ``FpgaTop(cfg)``:
   ``LUT_PER_PE`` LUTs (the 32-bit partial-sum adder) and ``FF_PER_PE`` flip-flops;
 * memories: one with a single write port and only registered reads maps to block RAM, one copy per
   read port (the instruction memory); the chip's SPM and ACC have several write ports (DMA, VPU,
-  link, scalar unit, MXU) and a combinational read port (the scalar unit's).
+  link, scalar unit, MXU) and registered read ports only.
   Built as live-value-table memories (``mem="lvt"``, rtl/mem.py, the FPGA default) they take a
   bank per (write, read) port pair in block or LUT RAM plus a bank select per read port; built
   flat they are flip-flops with read multiplexers (``LUT_PER_FF_MEM_BIT_PORT`` per bit and port);
