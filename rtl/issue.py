@@ -161,7 +161,8 @@ class IssueStage(wiring.Component):
 
         pc = p_pc
         load = Signal()                    # the pipeline register takes D's instruction
-        running, done, error = self.running, self.done, self.error
+        running, done = self.running, self.done
+        error = Signal(ERR_BITS, name="error_r")     # the stopped run's error code (``self.error`` below)
         m.d.comb += self.reg_rdata.eq(reg(self.reg_addr))
         # one write port: the host's while idle, the issuing instruction's rd while running
         rf_we, rf_addr, rf_data = Signal(), Signal(sw), Signal(32)
@@ -291,14 +292,13 @@ class IssueStage(wiring.Component):
                 m.d.comb += err.eq(toks[u].err_code)
         m.d.comb += [issue.eq(head_valid & can & (own_err == 0)), self.issued.eq(issue),
                      self.issued_scalar.eq(issue & ~dec.queued)]
-        # A token overflow is found from this cycle's signals (which an issuing sld/sst adds to),
-        # late in the cycle: it goes into the error code of a run that stops now for another
-        # reason, else into a register that stops the run in the next cycle as if it had stopped
-        # in this one (the cycle count holds). Nothing the chip does in that extra cycle is part
-        # of the result of a run stopped by TOKEN_OVERFLOW (its error and cycle count; contract
-        # section 5), and the counters' carry into the run's stop is off the critical path.
-        ovf_next = Signal()
-        m.d.sync += ovf_next.eq(running & tc.overflow)
+        # A token overflow in this cycle's signals (which an issuing sld/sst adds to) shows in the
+        # next cycle, in the counters' top bits (``tc.overflow``): it then stops the run as if it
+        # had stopped in the cycle of the overflow (the cycle count holds), or, when the run
+        # stopped in that cycle for another reason, it replaces the error code. Nothing the chip
+        # does in that extra cycle is part of the result of a run stopped by TOKEN_OVERFLOW (its
+        # error and cycle count; contract section 5), and no counter's adder feeds the run's stop.
+        ovf_now = tc.overflow
         stop = running & ((err != 0) | (issue & is_("halt")))
 
         # ---- scalar execution ------------------------------------------------------------------
@@ -389,13 +389,16 @@ class IssueStage(wiring.Component):
             m.d.sync += [p_word.eq(word_d), p_legal.eq(dec_d.legal), p_pc.eq(pc_d), p_valid.eq(1)]
         with m.If(issue & (taken | is_sld)):
             m.d.sync += p_valid.eq(0)
-        with m.If(running & ovf_next):
+        with m.If(running & ovf_now):
             m.d.sync += [running.eq(0), done.eq(1), error.eq(ErrorCode.TOKEN_OVERFLOW)]
         with m.Elif(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
             with m.If(stop):
-                m.d.sync += [running.eq(0), done.eq(1),
-                             error.eq(Mux(tc.overflow, ErrorCode.TOKEN_OVERFLOW, err))]
+                m.d.sync += [running.eq(0), done.eq(1), error.eq(err)]
+        with m.Elif(ovf_now):       # the run stopped in the previous cycle, which overflowed a counter
+            m.d.sync += error.eq(ErrorCode.TOKEN_OVERFLOW)
+        # (the error port shows it in that first cycle after the stop already)
+        m.d.comb += self.error.eq(Mux(ovf_now & ~running, ErrorCode.TOKEN_OVERFLOW, error))
         with m.If(self.start & ~running):
             m.d.sync += [running.eq(1), done.eq(0), error.eq(0), self.cycles.eq(0)]
         return m

@@ -5,7 +5,7 @@
                    shifter (sll through bit reversal, srl, sra), one multiplier, the equality test
 ``LoopRegisters``  the loop registers: a memory (LUT RAM on an FPGA) with one write port (``loop``)
                    and one read port per nest level; a queued instruction's counts and jumps
-``TokenCounters``  the token counters (P, C): one adder each, its top bit the overflow
+``TokenCounters``  the token counters (P, C): one adder each, a bit above TOKEN_MAX's for the overflow
 ``IssueCheck``     may the head instruction issue now: its queue has a free entry, its tokens are
                    there (``sld``/``sst``), the units it drains are idle (``fence``/``halt``)
 
@@ -31,7 +31,7 @@ from .unit import TokenSignature
 __all__ = ["ScalarAlu", "LoopRegisters", "TokenCounters", "IssueCheck", "QUEUED", "TOK_BITS", "one_of"]
 
 QUEUED = list(QUEUED_UNITS)
-#: a token counter's bits; TOKEN_MAX is its largest value, so an overflow is the carry out
+#: bits of TOKEN_MAX, a token counter's largest value (a counter has one more: its overflow)
 TOK_BITS = TOKEN_MAX.bit_length()
 assert TOKEN_MAX == (1 << TOK_BITS) - 1
 
@@ -180,7 +180,11 @@ class TokenCounters(wiring.Component):
     ``TOKEN_MAX``. A counter adds its signals of this cycle (a queued producer's retire events, up
     to three; the scalar unit's ``sld``/``sst`` mask) and subtracts 1 when C's head instance starts
     waiting on P, in one adder: the counter never goes below 0 (a wait needs a token), so the
-    result is 0 .. TOKEN_MAX + 3 and its top bit is the overflow. Cleared while not running.
+    result is 0 .. TOKEN_MAX + 3. A counter has one bit more than ``TOKEN_MAX`` needs: the cycle
+    after one passes ``TOKEN_MAX``, its top bit is set and ``overflow`` (an OR of the counters' top
+    bits, read from their flip-flops, so no adder feeds it) says so; the run stops then, and in
+    that cycle the counter may grow by 3 more, which the extra bit holds. Cleared while not
+    running.
 
     Ports:
       running        In(1)               the chip runs (``en`` of every unit)
@@ -190,7 +194,8 @@ class TokenCounters(wiring.Component):
       scalar_take    In(1)               ... and issues now (the counters it waits on drop by 1)
       scalar_signal  In(UNITS)           the consumers an issuing ``sld``/``sst`` signals (0 otherwise)
       scalar_ok      Out(1)              every counter (P, scalar) that ``scalar_wait`` names is >= 1
-      overflow       Out(1)              a counter would pass ``TOKEN_MAX`` this cycle
+      overflow       Out(1)              a counter holds more than ``TOKEN_MAX`` (it passed it in the
+                                         previous cycle)
     """
 
     def __init__(self):
@@ -204,7 +209,7 @@ class TokenCounters(wiring.Component):
         m = Module()
         running = self.running
         toks = {u: getattr(self, f"t_{u.name.lower()}") for u in QUEUED}
-        tok = [[Signal(range(TOKEN_MAX + 1), name=f"tok_{Unit(p).name}_{Unit(c).name}") for c in range(UNITS)]
+        tok = [[Signal(TOK_BITS + 1, name=f"tok_{Unit(p).name}_{Unit(c).name}") for c in range(UNITS)]
                for p in range(UNITS)]
         for c in range(UNITS):
             for p in range(UNITS):
@@ -223,7 +228,7 @@ class TokenCounters(wiring.Component):
                 delta = Signal(signed(3), name=f"tokdelta_{p}_{c}")
                 nxt = Signal(TOK_BITS + 1, name=f"toknext_{p}_{c}")
                 m.d.comb += [delta.eq(inc - dec_), nxt.eq(tok[p][c] + delta)]
-                with m.If(nxt[TOK_BITS]):
+                with m.If(tok[p][c][TOK_BITS]):
                     m.d.comb += self.overflow.eq(1)
                 # cleared while not running (nothing reads them then): a start begins at 0
                 m.d.sync += tok[p][c].eq(Mux(running, nxt, 0))

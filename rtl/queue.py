@@ -172,9 +172,7 @@ class RepeatQueue(wiring.Component):
         pe = self.push.entry
         e = Signal(lay, name="head")
         nw = self.word_bits
-        kept = [(Value.cast(pe.word)[:nw], Value.cast(e.word)[:nw]), (pe.pc, e.pc), (pe.q, e.q), (pe.depth, e.depth),
-                (pe.zero, e.zero)]
-        kept += [(pe.cnt[j], e.cnt[j]) for j in range(MAX_REPEAT_DEPTH)]
+        kept = [(Value.cast(pe.word)[:nw], Value.cast(e.word)[:nw]), (pe.pc, e.pc), (pe.q, e.q)]
         kept += [(pe.base[k], e.base[k]) for k in range(S)]
         kept += [(pe.jump[j][k], e.jump[j][k]) for j in range(MAX_REPEAT_DEPTH) for k in range(S)]
         if self.has_sval:
@@ -190,12 +188,39 @@ class RepeatQueue(wiring.Component):
             m.d.comb += dst.eq(rp.data[pos:pos + w])
             pos += w
         head = Signal(range(QUEUE_DEPTH))
+        head_nxt = Signal(range(QUEUE_DEPTH), init=1 % QUEUE_DEPTH)     # the entry after the head
         tail = Signal(range(QUEUE_DEPTH))
         level = self.level
         m.d.comb += [rp.addr.eq(head), wp.addr.eq(tail), wp.data.eq(Cat(*[src for src, _ in kept])),
                      self.push.ready.eq(level < QUEUE_DEPTH)]
         push = self.push.valid & self.push.ready
         m.d.comb += wp.en.eq(push)
+        pop = Signal()
+
+        # what decides the head's start, its tokens and its pop (the nest's trip counts, ``zero``,
+        # the header's sync/wait/signal) is held in a register, not read from the queue's LUT RAM
+        # in the cycle it is used: a copy of those fields is stored beside the entry and the entry
+        # after the head is read from it ahead, into the register when the head pops (or the
+        # pushed entry, when it becomes the head)
+        phdr = pe.word.dma      # every queued format starts with the same header (rep_base .. signal)
+        ctrl = [(pe.zero, Signal(name="h_zero")), (pe.depth, Signal(3, name="h_depth"))]
+        ctrl += [(pe.cnt[j], Signal(32, name=f"h_cnt{j}")) for j in range(MAX_REPEAT_DEPTH)]
+        ctrl += [(phdr.sync, Signal(len(phdr.sync), name="h_sync")), (phdr.wait, Signal(UNITS, name="h_wait")),
+                 (phdr.signal, Signal(UNITS, name="h_signal"))]
+        push_ctrl = Cat(*[src for src, _ in ctrl])
+        m.submodules.cmem = cmem = memory.Memory(shape=unsigned(len(push_ctrl)), depth=QUEUE_DEPTH, init=[])
+        cwp, crp = cmem.write_port(), cmem.read_port(domain="comb")
+        hreg = Signal(len(push_ctrl))
+        m.d.comb += [cwp.addr.eq(tail), cwp.data.eq(push_ctrl), cwp.en.eq(push), crp.addr.eq(head_nxt)]
+        with m.If((level == 0) | (pop & (level == 1))):
+            m.d.sync += hreg.eq(push_ctrl)
+        with m.Elif(pop):
+            m.d.sync += hreg.eq(crp.data)
+        pos = 0
+        for _, dst in ctrl:
+            m.d.comb += dst.eq(hreg[pos:pos + len(dst)])
+            pos += len(dst)
+        h_zero, h_depth, *h_cnt, h_sync, h_wait, h_signal = (dst for _, dst in ctrl)
 
         # nest state of the head entry: every level's index, every slot's running offset
         D = MAX_REPEAT_DEPTH
@@ -204,33 +229,31 @@ class RepeatQueue(wiring.Component):
         first = Signal(init=1)      # no instance of the head entry has started yet
         # a level outside the nest (j >= depth) has one iteration: it is always at its end and its
         # index stays 0
-        used = [e.depth > j for j in range(D)]
+        used = [h_depth > j for j in range(D)]
         nonempty = level != 0
-        zero_trip = e.zero
+        zero_trip = h_zero
         at_end = [Signal(name=f"at_end{j}") for j in range(D)]     # (named: each is used often)
-        m.d.comb += [at_end[j].eq(~used[j] | (idx[j] + 1 == e.cnt[j])) for j in range(D)]
+        m.d.comb += [at_end[j].eq(~used[j] | (idx[j] + 1 == h_cnt[j])) for j in range(D)]
         if os.environ.get("TETRACHIP_RTL_BUG") == "repeat":
             # injected fault for co-simulation (docs/cosim.md), off by default: the outermost
             # level of a nest of depth >= 2 ends one iteration early when its trip count is >= 3
             early = Signal()
-            m.d.comb += early.eq(at_end[0] | ((e.depth >= 2) & (e.cnt[0] >= 3) & (idx[0] + 2 == e.cnt[0])))
+            m.d.comb += early.eq(at_end[0] | ((h_depth >= 2) & (h_cnt[0] >= 3) & (idx[0] + 2 == h_cnt[0])))
             at_end[0] = early
         last = Const(1)
         for j in range(D):
             last = last & at_end[j]
-        hdr = e.word.dma      # every queued format starts with the same header (rep_base .. signal)
-        each = hdr.sync == Sync.EACH
+        each = h_sync == Sync.EACH
         m.d.comb += [
             self.valid.eq(nonempty & ~zero_trip), self.zero.eq(nonempty & zero_trip),
             self.word.eq(e.word), self.sval.eq(e.sval), self.first.eq(first), self.last.eq(last),
             self.dram_lo.eq(e.dram_lo), self.dram_hi.eq(e.dram_hi),
-            self.wait_now.eq(Mux(zero_trip, Mux(each, 0, hdr.wait), Mux(each | first, hdr.wait, 0))),
-            self.signal_now.eq(Mux(zero_trip, Mux(each, 0, hdr.signal), Mux(each | last, hdr.signal, 0))),
+            self.wait_now.eq(Mux(zero_trip, Mux(each, 0, h_wait), Mux(each | first, h_wait, 0))),
+            self.signal_now.eq(Mux(zero_trip, Mux(each, 0, h_signal), Mux(each | last, h_signal, 0))),
         ]
         for k in range(S):
             m.d.comb += self.addr[k].eq(e.base[k] + off[k])
 
-        pop = Signal()
         m.d.comb += pop.eq(nonempty & self.start & (zero_trip | last))
         index = self.index
         m.d.comb += [self.pc.eq(e.pc), self.issued_at.eq(e.q), self.event.eq(Cat(self.signal_now, e.pc, index))]
@@ -267,7 +290,7 @@ class RepeatQueue(wiring.Component):
                 m.d.sync += idx[j].eq(idx[j] + 1)
             outer = outer | step[j]
         with m.If(pop):
-            m.d.sync += head.eq(Mux(head == QUEUE_DEPTH - 1, 0, head + 1))
+            m.d.sync += [head.eq(head_nxt), head_nxt.eq(Mux(head_nxt == QUEUE_DEPTH - 1, 0, head_nxt + 1))]
         with m.If(push):
             m.d.sync += tail.eq(Mux(tail == QUEUE_DEPTH - 1, 0, tail + 1))
         m.d.sync += level.eq(level + push - pop)

@@ -133,7 +133,8 @@ def test_token_counters_signal_wait_take_and_overflow():
     """Random signals (up to three events from each queued unit, the scalar unit's mask), waits and
     takes (a unit takes only when its tokens are there, as the units do), checked every cycle
     against a model of the (P, C) counters: each unit's ``ok``, the scalar ``ok``, ``overflow``
-    exactly when a counter would pass TOKEN_MAX (then the run stops: counters cleared)."""
+    exactly in the cycle after a counter passed TOKEN_MAX (then the run stops: counters
+    cleared)."""
     rng = np.random.default_rng(9)
     dut = TokenCounters()
     ports = {u: getattr(dut, f"t_{u.name.lower()}") for u in QUEUED_UNITS}
@@ -146,6 +147,18 @@ def test_token_counters_signal_wait_take_and_overflow():
         overflows = takes = 0
         ctx.set(dut.running, 1)
         for cycle in range(450):
+            over = any(v > TOKEN_MAX for row in tok for v in row)
+            assert ctx.get(dut.overflow) == over, (cycle, tok)
+            if over:                            # the chip stops: one cycle not running clears them
+                overflows += 1
+                ctx.set(dut.running, 0)
+                for u in QUEUED_UNITS:
+                    assert ctx.get(ports[u].en) == 0
+                await ctx.tick()
+                ctx.set(dut.running, 1)
+                tok = [[0] * UNITS for _ in range(UNITS)]
+                assert not ctx.get(dut.overflow)
+                continue
             hot = cycle % 200 < 120             # phases of many signals (towards overflow) and few
             waits = {c: mask(0.3) for c in range(UNITS)}
             oks = {c: all(tok[p][c] for p in range(UNITS) if waits[c] >> p & 1) for c in range(UNITS)}
@@ -162,23 +175,13 @@ def test_token_counters_signal_wait_take_and_overflow():
             ctx.set(dut.scalar_signal, sig[Unit.SCALAR][0])
             nxt = [[tok[p][c] + sum(s >> c & 1 for s in sig[p]) - (take[c] and waits[c] >> p & 1)
                     for c in range(UNITS)] for p in range(UNITS)]
-            over = any(v > TOKEN_MAX for row in nxt for v in row)
             for u in QUEUED_UNITS:
                 assert ctx.get(ports[u].ok) == oks[u], (cycle, u)
                 assert ctx.get(ports[u].en) == 1
             assert ctx.get(dut.scalar_ok) == oks[Unit.SCALAR], cycle
-            assert ctx.get(dut.overflow) == over, (cycle, nxt)
             takes += sum(take.values())
             await ctx.tick()
             tok = nxt
-            if over:                            # the chip stops: one cycle not running clears them
-                overflows += 1
-                ctx.set(dut.running, 0)
-                for u in QUEUED_UNITS:
-                    assert ctx.get(ports[u].en) == 0
-                await ctx.tick()
-                ctx.set(dut.running, 1)
-                tok = [[0] * UNITS for _ in range(UNITS)]
         return overflows, takes
 
     overflows, takes = run(dut, bench)
