@@ -15,9 +15,11 @@ memory two implementations with the same ports and the same cycle behaviour:
     read port, which FPGAs have (block RAM, or LUT RAM with an output register when the memory is
     at most ``LUTRAM_DEPTH`` rows deep); a small table of ``clog2(write ports)`` bits per row and
     lane (the LVT) remembers which write port wrote each lane of each row last, and every read
-    port picks each lane from that port's bank. Lanes are the unit of the table because a write
-    port may enable only some lanes of a row (the scalar unit's ``sst`` writes one): a bank write
-    then writes those lanes alone (byte enables in block RAM, a cell's write enable in LUT RAM).
+    port picks each lane from that port's bank (the table's writes land a cycle late, from a
+    register per write port, and the read ports look at those pending writes first). Lanes are
+    the unit of the table because a write port may enable only some lanes of a row (the scalar
+    unit's ``sst`` writes one): a bank write then writes those lanes alone (byte enables in block
+    RAM, a cell's write enable in LUT RAM).
 
 ``impl="lvt-bram"``
     the same, with every registered-read bank in block RAM whatever its depth: a 16-row ACC
@@ -37,7 +39,7 @@ reassemble the rows (``verify/cosim.py``).
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Elaboratable, Module, Signal, unsigned
+from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, unsigned
 from amaranth.lib import memory
 
 from isa.ints import clog2
@@ -134,18 +136,41 @@ class RowMemory(Elaboratable):
     def _lvt(self, m):
         W, L, B = len(self.writes), self.lanes, self.lane_bits
         sel_w = table_bits(W)
-        # the live value table: which write port wrote each lane of each row last
+        # the live value table: which write port wrote each lane of each row last. Its writes land
+        # a cycle late, from registers (``pending``: each port's row and lanes of the previous
+        # cycle), so the units' write enables drive a few flip-flops, not the table's row and lane
+        # enables across the chip; a read looks at the pending writes for what the table does not
+        # hold yet. (Not reset: a write in the cycle before a reset still lands.)
         lvt = self.lvt = memory.Memory(shape=unsigned(sel_w * L), depth=self.depth, init=[])
         m.submodules.lvt = lvt
-        lvt_w = []
-        for i, w in enumerate(self.writes):
+        self.pending = []
+        for i, w in enumerate(self.writes if W > 1 else ()):
+            pa = Signal(self.addr_w, name=f"pend{i}_addr", reset_less=True)
+            pe = Signal(L, name=f"pend{i}_en", reset_less=True)
+            m.d.sync += [pa.eq(w.addr), pe.eq(w.en)]
             wp = lvt.write_port(granularity=sel_w)
-            m.d.comb += [wp.addr.eq(w.addr), wp.data.eq(Cat(*[Const(i, sel_w)] * L)), wp.en.eq(w.en)]
-            lvt_w.append(wp)
+            m.d.comb += [wp.addr.eq(pa), wp.data.eq(Cat(*[Const(i, sel_w)] * L)), wp.en.eq(pe)]
+            self.pending.append((pa, pe))
         for j, r in enumerate(self.reads):
-            trans = tuple(lvt_w[self.writes.index(w)] for w in r.transparent_for)
-            sel = lvt.read_port(domain=r.domain, transparent_for=trans)
+            sel = lvt.read_port(domain=r.domain)
             m.d.comb += sel.addr.eq(r.addr)
+            # lane k's writer not yet in the table: a write of the previous cycle (pending), or
+            # one of this cycle by a port the read is transparent for (newer, so it wins)
+            lane_sel = []
+            for k in range(L if W > 1 else 0):
+                cands = [((pa == r.addr) & pe[k], i) for i, (pa, pe) in enumerate(self.pending)]
+                if r.domain == "sync":
+                    cands += [((w.addr == r.addr) & w.en[k], self.writes.index(w)) for w in r.transparent_for]
+                hit, who = Const(0), Const(0, sel_w)
+                for c, i in cands:
+                    hit, who = hit | c, Mux(c, i, who)
+                table = sel.data[k * sel_w:(k + 1) * sel_w]
+                if r.domain == "sync":
+                    hit_r = Signal(name=f"r{j}_hit{k}")
+                    who_r = Signal(sel_w, name=f"r{j}_who{k}")
+                    m.d.sync += [hit_r.eq(hit), who_r.eq(who)]
+                    hit, who = hit_r, who_r
+                lane_sel.append(Mux(hit, who, table))
             outs = []
             for i, w in enumerate(self.writes):
                 attrs = {"ram_style": self.sync_ram} if r.domain == "sync" else None
@@ -162,7 +187,7 @@ class RowMemory(Elaboratable):
                 continue
             for k in range(L):
                 lane = slice(k * B, (k + 1) * B)
-                with m.Switch(sel.data[k * sel_w:(k + 1) * sel_w]):
+                with m.Switch(lane_sel[k]):
                     for i in range(W):
                         with m.Case(i):
                             m.d.comb += r.data[lane].eq(outs[i][lane])
@@ -178,6 +203,9 @@ class RowMemory(Elaboratable):
         out = 0
         for k in range(self.lanes):
             i = (sel >> (k * sel_w)) & ((1 << sel_w) - 1)
+            for p, (pa, pe) in enumerate(self.pending):     # written in the previous cycle
+                if ctx.get(pa) == row and ctx.get(pe) >> k & 1:
+                    i = p
             out |= ctx.get(self.banks[i, 0].data[row]) & (((1 << B) - 1) << (k * B))
         return out
 

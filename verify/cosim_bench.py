@@ -195,7 +195,11 @@ class Bench:
         self.clean = False              # the previous job ended with every chip done, no error
 
     async def dump(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Every chip's SPM and ACC (the wrapper writes them with ``$writememh``)."""
+        """Every chip's SPM and ACC (the wrapper writes them with ``$writememh``). Two cycles
+        first: a live-value table's writes land a cycle after the row's (``rtl/mem.py``), and the
+        dump must not meet the last of them at one clock edge."""
+        for _ in range(2):
+            await FallingEdge(self.dut.clk)
         self.dut.bench_dump.value = 1
         await FallingEdge(self.dut.clk)
         self.dut.bench_dump.value = 0
