@@ -68,13 +68,14 @@ class VpuAlu(wiring.Component):
     Where the work goes (per lane; the reductions are shared):
 
     * stage 1: one add/subtract (``vadd``, ``vsub``, the ``vmin``/``vmax`` comparison); the
-      reduction trees; one multiplier of three 18x18 DSPs computing ``a * m`` (48 bits), which
-      serves ``vmul``, ``vreq`` and, with ``m`` a power of two, 1, 0 or ``-2**15``, ``vshl``,
-      ``vsra``, ``vmov``, ``vrelu`` and ``vabs`` (``_product``); the lookup table read (one
-      ``Memory`` copy per lane, read synchronously: block RAM or LUT RAM on an FPGA).
-    * stage 2: the result of every op but ``vreq`` selected from the registered adder result, three
-      bit windows of the product and the table entry; ``vreq``'s right shift, kept to the bits an
-      int8 result depends on (``_requant``).
+      reduction trees; one multiplier of three 18x18 DSPs computing ``a * m`` (48 bits; its
+      three partial products are added in stage 2), which serves ``vmul``, ``vreq`` and, with
+      ``m`` a power of two, 1, 0 or ``-2**15``, ``vshl``, ``vsra``, ``vmov``, ``vrelu`` and
+      ``vabs`` (``_product``); the lookup table read (one ``Memory`` copy per lane, read
+      synchronously: block RAM or LUT RAM on an FPGA).
+    * stage 2: the product's partial products added; the result of every op but ``vreq``
+      selected from the registered adder result, three bit windows of the product and the table
+      entry; ``vreq``'s right shift, kept to the bits an int8 result depends on (``_requant``).
     * stage 3: ``vreq``'s rounding, zero point and clamp; saturation of SPM results.
 
     The table reads as zeros until the first ``vlutld`` after reset (as the simulator's).
@@ -123,8 +124,7 @@ class VpuAlu(wiring.Component):
                                   Mux(op["vmin"] | op["vmax"], Mux(pick_a, an, bn), red)))
 
             # --- stage 1: the product, and which of its bits the result is ---
-            p2 = Signal(signed(48), name=f"p2_{n}")
-            m.d.sync += p2.eq(self._product(m, op, an, bn, n))
+            p2 = self._product(m, op, an, bn, n)       # (stage 2: from the partial products' registers)
             w0, w15, w31 = Signal(name=f"w0_{n}"), Signal(name=f"w15_{n}"), Signal(name=f"w31_{n}")
             m.d.sync += [w0.eq(op["vmul"] | op["vshl"] | op["vmov"] | op["vrelu"] | (op["vabs"] & ~an[31])),
                          w15.eq((op["vsra"] & ~bn[4]) | (op["vabs"] & an[31])), w31.eq(op["vsra"] & bn[4])]
@@ -190,7 +190,8 @@ class VpuAlu(wiring.Component):
         return red
 
     def _product(self, m, op, an, bn, n):
-        """``a * m`` (stage 1) as 48 bits: three 18x18 multipliers ``aL*mL``, ``aH*mL``, ``aL*mH``, with
+        """``a * m`` as 48 bits in stage 2: three 18x18 multipliers ``aL*mL``, ``aH*mL``, ``aL*mH`` in
+        stage 1 (into registers), added in stage 2, with
         ``m = {mh, ml}`` (``ml`` 18-bit signed, ``mh`` 16 bits, used by vmul and vshl only).
 
         ``m``: vmul ``b``; vreq ``b``'s low 16 bits, signed; vshl ``2**sh``; vsra ``2**(15 - sh%16)``;
@@ -218,10 +219,12 @@ class VpuAlu(wiring.Component):
         m.d.comb += [ml.eq(Cat(*bits, ext, ext)),
                      mh.eq(Cat(*[(op["vmul"] & bn[16 + j]) | (lo[j % 4] & hh[j // 4]) for j in range(16)]))]
         al, ah = an[:16], an[16:32].as_signed()
+        # the three partial products end stage 1 in registers; they are added in stage 2, so the
+        # stage that starts at the memories' read registers ends at the multipliers
         p1 = Signal(signed(34), name=f"p1_{n}")
         p2 = Signal(signed(34), name=f"p2_{n}")
         p3 = Signal(16, name=f"p3_{n}")
-        m.d.comb += [p1.eq(al * ml), p2.eq(ah * ml), p3.eq(al * mh)]
+        m.d.sync += [p1.eq(al * ml), p2.eq(ah * ml), p3.eq(al * mh)]
         s = Signal(signed(32), name=f"s{n}")
         m.d.comb += s.eq(Cat((p2[:16] + p3)[:16], p2[16:32]))
         hi32 = Signal(signed(32), name=f"ph{n}")
