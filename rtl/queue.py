@@ -289,9 +289,11 @@ class RepeatQueue(wiring.Component):
             with m.Elif(moves & step[j]):
                 m.d.sync += idx[j].eq(idx[j] + 1)
             outer = outer | step[j]
+        def after(ptr):
+            return Mux(ptr == QUEUE_DEPTH - 1, 0, ptr + 1)
         with m.If(pop):
-            m.d.sync += [head.eq(head_nxt), head_nxt.eq(Mux(head_nxt == QUEUE_DEPTH - 1, 0, head_nxt + 1))]
+            m.d.sync += [head.eq(head_nxt), head_nxt.eq(after(head_nxt))]
         with m.If(push):
-            m.d.sync += tail.eq(Mux(tail == QUEUE_DEPTH - 1, 0, tail + 1))
+            m.d.sync += tail.eq(after(tail))
         m.d.sync += level.eq(level + push - pop)
         return m
