@@ -11,9 +11,12 @@ Addresses without a multiplier or a sum over the levels: when level j advances, 
 inside it is at its last iteration and restarts, so the instance's address moves by
 ``jump_{j,k} = stride_{j,k} - sum over levels l > j of (count_l - 1) * stride_{l,k}`` whatever the
 other indices are (levels outside the nest count 1 and add nothing). The issue stage computes the
-jumps (``nest_jumps`` is the same in Python); the sequencer keeps one running offset per slot,
-``addr_k = base_k + off_k``, and adds the advancing level's jump to it (all modulo 2**32, as the
-addresses are).
+jumps (``nest_jumps`` is the same in Python); the sequencer keeps each slot's current address in
+a register, ``base_k`` when the entry becomes the head, and adds the advancing level's jump to it
+(all modulo 2**32, as the addresses are).
+
+The head entry is held in a register (``hreg``), loaded ahead from the queue's memory: nothing a
+unit reads of its head entry passes through the memory's read or an adder in the cycle it starts.
 """
 
 from __future__ import annotations
@@ -179,53 +182,48 @@ class RepeatQueue(wiring.Component):
             kept.append((pe.sval, e.sval))
         if self.has_dram:
             kept += [(pe.dram_lo, e.dram_lo), (pe.dram_hi, e.dram_hi)]
-        bits = sum(len(Value.cast(src)) for src, _ in kept)
-        m.submodules.mem = mem = memory.Memory(shape=unsigned(bits), depth=QUEUE_DEPTH, init=[])
-        wp, rp = mem.write_port(), mem.read_port(domain="comb")
-        pos = 0
-        for _, dst in kept:
-            w = len(Value.cast(dst))
-            m.d.comb += dst.eq(rp.data[pos:pos + w])
-            pos += w
-        head = Signal(range(QUEUE_DEPTH))
-        head_nxt = Signal(range(QUEUE_DEPTH), init=1 % QUEUE_DEPTH)     # the entry after the head
-        tail = Signal(range(QUEUE_DEPTH))
-        level = self.level
-        m.d.comb += [rp.addr.eq(head), wp.addr.eq(tail), wp.data.eq(Cat(*[src for src, _ in kept])),
-                     self.push.ready.eq(level < QUEUE_DEPTH)]
-        push = self.push.valid & self.push.ready
-        m.d.comb += wp.en.eq(push)
-        pop = Signal()
-
         # what decides the head's start, its tokens and its pop (the nest's trip counts, ``zero``,
-        # the header's sync/wait/signal) is held in a register, not read from the queue's LUT RAM
-        # in the cycle it is used: a copy of those fields is stored beside the entry and the entry
-        # after the head is read from it ahead, into the register when the head pops (or the
-        # pushed entry, when it becomes the head)
+        # the header's sync/wait/signal), with the rest of the entry
         phdr = pe.word.dma      # every queued format starts with the same header (rep_base .. signal)
         ctrl = [(pe.zero, Signal(name="h_zero")), (pe.depth, Signal(3, name="h_depth"))]
         ctrl += [(pe.cnt[j], Signal(32, name=f"h_cnt{j}")) for j in range(MAX_REPEAT_DEPTH)]
         ctrl += [(phdr.sync, Signal(len(phdr.sync), name="h_sync")), (phdr.wait, Signal(UNITS, name="h_wait")),
                  (phdr.signal, Signal(UNITS, name="h_signal"))]
-        push_ctrl = Cat(*[src for src, _ in ctrl])
-        m.submodules.cmem = cmem = memory.Memory(shape=unsigned(len(push_ctrl)), depth=QUEUE_DEPTH, init=[])
-        cwp, crp = cmem.write_port(), cmem.read_port(domain="comb")
-        hreg = Signal(len(push_ctrl))
-        m.d.comb += [cwp.addr.eq(tail), cwp.data.eq(push_ctrl), cwp.en.eq(push), crp.addr.eq(head_nxt)]
-        with m.If((level == 0) | (pop & (level == 1))):
-            m.d.sync += hreg.eq(push_ctrl)
-        with m.Elif(pop):
-            m.d.sync += hreg.eq(crp.data)
-        pos = 0
-        for _, dst in ctrl:
-            m.d.comb += dst.eq(hreg[pos:pos + len(dst)])
-            pos += len(dst)
+        # The head entry is held in a register, not read from the queue's LUT RAM in the cycle a
+        # unit uses it: the entry after the head is read ahead (at ``head_nxt``) into the register
+        # when the head pops, or the pushed entry goes there when it becomes the head.
+        fields = kept + ctrl
+        pushed = Cat(*[src for src, _ in fields])
+        m.submodules.mem = mem = memory.Memory(shape=unsigned(len(pushed)), depth=QUEUE_DEPTH, init=[])
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        hreg = Signal(len(pushed), name="hreg")
+        at = [0]                    # each field's first bit
+        for _, dst in fields:
+            w = len(Value.cast(dst))
+            m.d.comb += dst.eq(hreg[at[-1]:at[-1] + w])
+            at.append(at[-1] + w)
+        head = Signal(range(QUEUE_DEPTH))
+        head_nxt = Signal(range(QUEUE_DEPTH), init=1 % QUEUE_DEPTH)     # the entry after the head
+        tail = Signal(range(QUEUE_DEPTH))
+        level = self.level
+        m.d.comb += [rp.addr.eq(head_nxt), wp.addr.eq(tail), wp.data.eq(pushed),
+                     self.push.ready.eq(level < QUEUE_DEPTH)]
+        push = self.push.valid & self.push.ready
+        m.d.comb += wp.en.eq(push)
+        pop = Signal()
+        # (the slots' current addresses, ``cur`` below, load with the register)
+        load_pushed = (level == 0) | (pop & (level == 1))
+        load_next = pop
+        with m.If(load_pushed):
+            m.d.sync += hreg.eq(pushed)
+        with m.Elif(load_next):
+            m.d.sync += hreg.eq(rp.data)
         h_zero, h_depth, *h_cnt, h_sync, h_wait, h_signal = (dst for _, dst in ctrl)
 
-        # nest state of the head entry: every level's index, every slot's running offset
+        # nest state of the head entry: every level's index, every slot's current address
         D = MAX_REPEAT_DEPTH
         idx = [Signal(32, name=f"idx{j}") for j in range(D)]
-        off = [Signal(signed(32), name=f"off{k}") for k in range(S)]
+        cur = [Signal(signed(32), name=f"cur{k}") for k in range(S)]   # slot k's address: base + offset
         first = Signal(init=1)      # no instance of the head entry has started yet
         # a level outside the nest (j >= depth) has one iteration: it is always at its end and its
         # index stays 0
@@ -252,7 +250,7 @@ class RepeatQueue(wiring.Component):
             self.signal_now.eq(Mux(zero_trip, Mux(each, 0, h_signal), Mux(each | last, h_signal, 0))),
         ]
         for k in range(S):
-            m.d.comb += self.addr[k].eq(e.base[k] + off[k])
+            m.d.comb += self.addr[k].eq(cur[k])
 
         m.d.comb += pop.eq(nonempty & self.start & (zero_trip | last))
         index = self.index
@@ -277,11 +275,14 @@ class RepeatQueue(wiring.Component):
             m.d.sync += first.eq(1)
         with m.Elif(moves):
             m.d.sync += first.eq(0)
+        # a slot's address: the entry's base when it becomes the head, then each step's jump added
         for k in range(S):
-            with m.If(pop):
-                m.d.sync += off[k].eq(0)
+            with m.If(load_pushed):
+                m.d.sync += cur[k].eq(pe.base[k])
+            with m.Elif(load_next):
+                m.d.sync += cur[k].eq(rp.data[at[3 + k]:at[3 + k] + 32])     # (kept[3 + k]: base[k])
             with m.Elif(moves):
-                m.d.sync += off[k].eq(off[k] + e.jump[lvl][k])
+                m.d.sync += cur[k].eq(cur[k] + e.jump[lvl][k])
         outer = Const(0)            # a level outside this one advances: this one restarts
         for j in range(D):
             with m.If(pop | (moves & outer)):
