@@ -19,6 +19,8 @@ from amaranth.lib.wiring import In, Out
 from isa.table import (BY_MNEMONIC, INSTRUCTIONS, OPCODE_BITS, WORD_BITS, CountMode, ScaleMode,
                        SrcMode, layout)
 
+from .logic import all_of, any_of
+
 __all__ = ["word_layout", "format_layout", "field_slice", "Decoder", "opcode_of"]
 
 
@@ -98,16 +100,19 @@ class Decoder(wiring.Component):
         cfg = self.cfg
         lay = layout(cfg)
         m.d.comb += [self.view.eq(self.word), self.opcode.eq(self.word[:OPCODE_BITS])]
-        legal, queued, unit = Const(0), Const(0), Const(0, 3)
-        # reserved bits are zero: one chain of zero tests shared by every format (from the top
-        # of the word down to each format's last used bit), not a wide test per format
+        legal, queued, unit = [], [], []
+        # reserved bits are zero: zero tests of the word's pieces between the formats' last used
+        # bits, shared by every format (from the top of the word down to each format's last used
+        # bit), not a wide test per format; each format ANDs its pieces in a tree
         ends = sorted({lay.used_bits(f) for f in lay.formats if lay.used_bits(f) < WORD_BITS}, reverse=True)
-        clear, above = {}, Const(1)
+        clear, pieces = {}, []
         for i, lo in enumerate(ends):
             hi = ends[i - 1] if i else WORD_BITS
-            z = Signal(name=f"clear_from_{lo}")
-            m.d.comb += z.eq(above & (self.word[lo:hi] == 0))
-            clear[lo] = above = z
+            z = Signal(name=f"zero_{lo}_{hi}")
+            m.d.comb += z.eq(self.word[lo:hi] == 0)
+            pieces.append(z)
+            clear[lo] = Signal(name=f"clear_from_{lo}")
+            m.d.comb += clear[lo].eq(all_of(pieces))
         for ins in INSTRUCTIONS:       # comparisons, not a case statement: no incomplete cases in Verilog
             hit = Signal(name="hit_" + ins.mnemonic.replace(".", "_"))
             m.d.comb += [hit.eq(self.opcode == ins.opcode), self.is_(ins.mnemonic).eq(hit)]
@@ -118,13 +123,13 @@ class Decoder(wiring.Component):
                 if mx is not None and mx < (1 << s.width) - 1:
                     ok.append(getattr(v, s.field.name) <= mx)
             ok += self._mode_checks(ins, v)
-            fine = Const(1)
-            for c in ok:
-                fine = fine & c
-            legal = legal | (hit & fine)
-            queued = queued | (hit & int(ins.queued))
-            unit = unit | Mux(hit, int(ins.unit), 0)
-        m.d.comb += [self.legal.eq(legal), self.queued.eq(queued), self.unit.eq(unit)]
+            legal.append(hit & all_of(ok))
+            if ins.queued:
+                queued.append(hit)
+            unit.append(Mux(hit, int(ins.unit), 0))
+        # (balanced ORs: a chain over the instructions was as many LUT levels as a third of them)
+        m.d.comb += [self.legal.eq(any_of(legal)), self.queued.eq(any_of(queued)),
+                     self.unit.eq(any_of([Const(0, 3)] + unit))]
         return m
 
     def _mode_checks(self, ins, v):

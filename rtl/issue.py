@@ -60,6 +60,7 @@ from .dma import dram_window
 from .issue_parts import QUEUED, IssueCheck, LoopRegisters, ScalarAlu, TokenCounters, one_of
 from .queue import EntrySignature, entry_layout, pack
 from .unit import ACC_BITS, ERR_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, TokenSignature
+from .logic import any_of
 
 __all__ = ["IssueStage", "QUEUED", "READ_PORTS"]
 
@@ -184,11 +185,7 @@ class IssueStage(wiring.Component):
             raise KeyError((fmt, name))
 
         def fmt_is(fmt, d=dec):
-            hit = Const(0)
-            for ins in INSTRUCTIONS:
-                if ins.format == fmt:
-                    hit = hit | d.is_(ins.mnemonic)
-            return hit
+            return any_of([d.is_(ins.mnemonic) for ins in INSTRUCTIONS if ins.format == fmt])
 
         def grouped(cases, d=dec):
             """[(cond, fmt, field)] -> [(cond, value)], one case per distinct bit slice of the word."""
@@ -204,10 +201,8 @@ class IssueStage(wiring.Component):
 
         def sval_from_reg(d):
             """The instruction's scalar operand comes from a register (its mode says so)."""
-            hit = Const(0)
-            for fmt, (mode, regmode, _) in _SVAL.items():
-                hit = hit | (fmt_is(fmt, d) & (fld(fmt, mode, d) == regmode))
-            return hit
+            return any_of([fmt_is(fmt, d) & (fld(fmt, mode, d) == regmode)
+                           for fmt, (mode, regmode, _) in _SVAL.items()])
 
         sval_reg = sval_from_reg(dec)       # the instruction in I
         # D reads its registers; a result written in this cycle (by the instruction in I, or by
@@ -286,10 +281,14 @@ class IssueStage(wiring.Component):
                 m.d.comb += own_err.eq(ErrorCode.ILLEGAL_INSTRUCTION)
             with m.Elif(is_smem & can & ~smem_ok):
                 m.d.comb += own_err.eq(ErrorCode.ADDRESS_RANGE)
-        m.d.comb += err.eq(own_err)
-        for u in reversed(QUEUED):
-            with m.If(running & toks[u].err):
-                m.d.comb += err.eq(toks[u].err_code)
+        # the first unit in QUEUED order with an error gives the code, else the instruction's own
+        # (an OR of one-hot selected codes: a chain of ``If``s became a chain of LUTs)
+        codes, before = [], Const(0)
+        for u in QUEUED:
+            h = running & toks[u].err
+            codes.append(Mux(h & ~before, toks[u].err_code, 0))
+            before = before | h
+        m.d.comb += err.eq(any_of(codes + [Mux(before, 0, own_err)]))
         m.d.comb += [issue.eq(head_valid & can & (own_err == 0)), self.issued.eq(issue),
                      self.issued_scalar.eq(issue & ~dec.queued)]
         # A token overflow in this cycle's signals (which an issuing sld/sst adds to) shows in the
@@ -319,9 +318,7 @@ class IssueStage(wiring.Component):
         results = {"seti": w.seti.imm, "addi": sums[0][:32]}    # and the ALU's
         res = Signal(32)
         m.d.comb += res.eq(alu.result | one_of([(is_(name), v.as_unsigned()) for name, v in results.items()], 32))
-        writes_rd = Const(0)
-        for name in (*SCALAR_ALU, *results):
-            writes_rd = writes_rd | is_(name)
+        writes_rd = any_of([is_(name) for name in (*SCALAR_ALU, *results)])
         for fmt in ("seti", "alui", "smem"):          # rd sits at the same bits in every format
             assert slice_of(fmt, "rd").lo == slice_of("alu", "rd").lo
         # the write port: an sld's load in the cycle after it (even if the run has stopped then),

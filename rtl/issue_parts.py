@@ -27,6 +27,7 @@ from isa.timing import TOKEN_MAX
 from .decode import format_layout
 from .queue import UNITS
 from .unit import TokenSignature
+from .logic import any_of
 
 __all__ = ["ScalarAlu", "LoopRegisters", "TokenCounters", "IssueCheck", "QUEUED", "TOK_BITS", "one_of"]
 
@@ -39,10 +40,8 @@ assert TOKEN_MAX == (1 << TOK_BITS) - 1
 def one_of(cases, width, shape=None):
     """OR of ``Mux(cond, value, 0)`` over ``cases`` [(cond, value)] whose conditions exclude each
     other (at most one instruction decodes): a flat AND-OR, cheaper than a priority chain."""
-    out = Const(0, shape if shape is not None else width)
-    for cond, val in cases:
-        out = out | Mux(cond, val, 0)
-    return out
+    zero = Const(0, shape if shape is not None else width)
+    return any_of([zero] + [Mux(cond, val, 0) for cond, val in cases])
 
 
 class ScalarAlu(wiring.Component):
@@ -150,7 +149,7 @@ class LoopRegisters(wiring.Component):
             m.d.sync += lvalid.eq(0)
 
         nest = []
-        zero = Const(0)
+        zero = []
         for j in range(MAX_REPEAT_DEPTH):
             rp = lmem.read_port(domain="comb")
             used = self.depth > j
@@ -158,10 +157,10 @@ class LoopRegisters(wiring.Component):
             m.d.comb += rp.addr.eq(Mux(used, li, cfg.loop_regs))
             # a register not written in this run counts 0: the nest is empty (and its other
             # counts, strides and jumps are not looked at)
-            zero = zero | (used & (~lvalid.bit_select(li, 1) | (rp.data.cnt == 0)))
+            zero.append(used & (~lvalid.bit_select(li, 1) | (rp.data.cnt == 0)))
             nest.append(rp.data)
             m.d.comb += self.cnt[j].eq(rp.data.cnt)
-        m.d.comb += self.zero.eq(zero)
+        m.d.comb += self.zero.eq(any_of(zero))
         # jump_j = stride_j - (the rewinds of the levels inside j)
         for k in range(STRIDE_SLOTS):
             inside = Const(0, signed(32))
@@ -211,6 +210,7 @@ class TokenCounters(wiring.Component):
         toks = {u: getattr(self, f"t_{u.name.lower()}") for u in QUEUED}
         tok = [[Signal(TOK_BITS + 1, name=f"tok_{Unit(p).name}_{Unit(c).name}") for c in range(UNITS)]
                for p in range(UNITS)]
+        nz = [[Signal(name=f"toknz_{Unit(p).name}_{Unit(c).name}") for c in range(UNITS)] for p in range(UNITS)]
         for c in range(UNITS):
             for p in range(UNITS):
                 inc = Const(0, 3)
@@ -228,16 +228,15 @@ class TokenCounters(wiring.Component):
                 delta = Signal(signed(3), name=f"tokdelta_{p}_{c}")
                 nxt = Signal(TOK_BITS + 1, name=f"toknext_{p}_{c}")
                 m.d.comb += [delta.eq(inc - dec_), nxt.eq(tok[p][c] + delta)]
-                with m.If(tok[p][c][TOK_BITS]):
-                    m.d.comb += self.overflow.eq(1)
                 # cleared while not running (nothing reads them then): a start begins at 0
-                m.d.sync += tok[p][c].eq(Mux(running, nxt, 0))
+                m.d.sync += [tok[p][c].eq(Mux(running, nxt, 0)), nz[p][c].eq(running & (nxt != 0))]
+        # (one OR of every top bit: an ``If`` per counter became a chain of LUTs as long as the
+        # counters are many)
+        m.d.comb += self.overflow.eq(Cat(*[tok[p][c][TOK_BITS] for p in range(UNITS) for c in range(UNITS)]).any())
 
         def tokens_ok(c, wait):
-            ok = Const(1)
-            for p in range(UNITS):
-                ok = ok & (~wait[p] | (tok[p][c] != 0))
-            return ok
+            # (from the counters' ``!= 0`` flags, registered with them: no compare before a start)
+            return Cat(*[~wait[p] | nz[p][c] for p in range(UNITS)]).all()
 
         for u in QUEUED:
             m.d.comb += [toks[u].ok.eq(tokens_ok(u, toks[u].wait)), toks[u].en.eq(running)]
