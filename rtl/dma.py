@@ -153,8 +153,13 @@ class _DmaBase(UnitBase):
             m.d.comb += sig.eq(Mux(go, sv, rv))
             c[name] = sig
         eb = Mux(c["space"] == Space.ACC, _EB_ACC, _EB_SPM)
-        last_in_row = c["b"] + 1 == c["rbeats"]
-        last = ~c["real"] | (last_in_row & (c["r"] + 1 == c["rows"]))
+        # (the starting instance's and the latched walk's, chosen by ``go`` last: the start
+        # decision then reaches the walk's registers through one multiplexer, not the compares)
+        s_last_in_row, l_last_in_row = s_rbeats == 1, b + 1 == rbeats
+        s_last = ~s_real | (s_last_in_row & (v.rows == 1))
+        l_last = ~real | (l_last_in_row & (r + 1 == rows))
+        last_in_row, last = Signal(), Signal()
+        m.d.comb += [last_in_row.eq(Mux(go, s_last_in_row, l_last_in_row)), last.eq(Mux(go, s_last, l_last))]
         # checks at start: an instance that fails them stops the chip and never starts, so it sends
         # no beat, not even its first (contract section 5; the simulator moves nothing either)
         limit_rows = Mux(s_space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
