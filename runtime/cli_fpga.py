@@ -198,3 +198,19 @@ def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_chec
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), mem=mem_impl, out=out, pnr=not no_pnr, freq_mhz=freq,
                 dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check, dsp_regs=dsp_regs)
     _done(rep, json_path)
+
+
+@fpga_cmd.command("depth")
+@click.argument("netlist", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-n", "n", default=20, show_default=True, type=click.IntRange(min=1), help="registers to list")
+@click.option("--paths", default=3, show_default=True, type=click.IntRange(min=0),
+              help="deepest paths to print cell by cell")
+def depth_cmd(netlist, n, paths) -> None:
+    """Logic depth of a synthesised ECP5 netlist (top.json of `fpga synth`): routed hops per path, in seconds."""
+    from rtl.fpga.depth import DepthError, analyse, load, report
+
+    try:
+        nl = load(netlist)
+    except DepthError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(report(analyse(nl), n, paths), nl=False)
