@@ -231,7 +231,10 @@ class RepeatQueue(wiring.Component):
         nonempty = level != 0
         zero_trip = h_zero
         at_end = [Signal(name=f"at_end{j}") for j in range(D)]     # (named: each is used often)
-        m.d.comb += [at_end[j].eq(~used[j] | (idx[j] + 1 == h_cnt[j])) for j in range(D)]
+        # ``idx[j] + 1 == h_cnt[j]``, kept in a register beside ``idx[j]`` (set wherever idx[j]
+        # changes, below): no adder or 32-bit compare between a start and the next decision
+        end_r = [Signal(name=f"end_r{j}") for j in range(D)]
+        m.d.comb += [at_end[j].eq(~used[j] | end_r[j]) for j in range(D)]
         if os.environ.get("TETRACHIP_RTL_BUG") == "repeat":
             # injected fault for co-simulation (docs/cosim.md), off by default: the outermost
             # level of a nest of depth >= 2 ends one iteration early when its trip count is >= 3
@@ -289,6 +292,15 @@ class RepeatQueue(wiring.Component):
                 m.d.sync += idx[j].eq(0)
             with m.Elif(moves & step[j]):
                 m.d.sync += idx[j].eq(idx[j] + 1)
+            c = len(kept) + 2 + j                   # (fields[c]: ctrl's cnt[j])
+            with m.If(load_pushed):
+                m.d.sync += end_r[j].eq(pe.cnt[j] == 1)
+            with m.Elif(load_next):
+                m.d.sync += end_r[j].eq(rp.data[at[c]:at[c + 1]] == 1)
+            with m.Elif(moves & outer):
+                m.d.sync += end_r[j].eq(h_cnt[j] == 1)
+            with m.Elif(moves & step[j]):
+                m.d.sync += end_r[j].eq(idx[j] + 2 == h_cnt[j])
             outer = outer | step[j]
         def after(ptr):
             return Mux(ptr == QUEUE_DEPTH - 1, 0, ptr + 1)
