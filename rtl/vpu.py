@@ -68,13 +68,13 @@ class VpuAlu(wiring.Component):
     Where the work goes (per lane; the reductions are shared):
 
     * stage 1: one add/subtract (``vadd``, ``vsub``, the ``vmin``/``vmax`` comparison); the
-      reduction trees; one multiplier of three 18x18 DSPs computing ``a * m`` (48 bits; its
+      first half of the reduction trees' levels; one multiplier of three 18x18 DSPs computing ``a * m`` (48 bits; its
       three partial products are added in stage 2), which serves ``vmul``, ``vreq`` and, with
       ``m`` a power of two, 1, 0 or ``-2**15``, ``vshl``, ``vsra``, ``vmov``, ``vrelu`` and
       ``vabs`` (``_product``); the lookup table read (one ``Memory`` copy per lane, read
       synchronously: block RAM or LUT RAM on an FPGA).
-    * stage 2: the product's partial products added; the result of every op but ``vreq``
-      selected from the registered adder result, three bit windows of the product and the table
+    * stage 2: the product's partial products added; the reduction trees' other levels; the
+      result of every op but ``vreq`` selected from the registered adder result, the reduction, three bit windows of the product and the table
       entry; ``vreq``'s right shift, kept to the bits an int8 result depends on (``_requant``).
     * stage 3: ``vreq``'s rounding, zero point and clamp; saturation of SPM results.
 
@@ -99,29 +99,28 @@ class VpuAlu(wiring.Component):
         qc = self._qcfg(m)
 
         # controls of stages 2 and 3
-        s2 = {k: Signal(name=f"s2_{k}") for k in ("r1", "lut", "req", "spm")}
-        m.d.sync += [s2["r1"].eq(op["vadd"] | op["vsub"] | op["vmin"] | op["vmax"] | op["vrsum"] | op["vrmax"]
-                                 | op["vrmin"]),
+        s2 = {k: Signal(name=f"s2_{k}") for k in ("r1", "red", "lut", "req", "spm")}
+        m.d.sync += [s2["r1"].eq(op["vadd"] | op["vsub"] | op["vmin"] | op["vmax"]),
+                     s2["red"].eq(op["vrsum"] | op["vrmax"] | op["vrmin"]),
                      s2["lut"].eq(op["vlut"]), s2["req"].eq(op["vreq"]), s2["spm"].eq(self.dspace == Space.SPM)]
         req3, spm3 = Signal(), Signal()
         m.d.sync += [req3.eq(s2["req"]), spm3.eq(s2["spm"])]
 
-        red = self._reductions(m, op)
+        red = self._reductions(m, op)       # (stage 2)
         loaded = Signal()              # a vlutld wrote the table since reset
         with m.If(self.lut_we):
             m.d.sync += loaded.eq(1)
 
         for n in range(C):
             an, bn = a[n], b[n]
-            # --- stage 1: add/subtract (vadd, vsub, the vmin/vmax comparison), lane reductions ---
+            # --- stage 1: add/subtract (vadd, vsub, the vmin/vmax comparison) ---
             sub = ~op["vadd"]
             bx = Signal(signed(32), name=f"bx{n}")
             d = Signal(signed(33), name=f"d{n}")
             m.d.comb += [bx.eq(bn ^ sub.replicate(32)), d.eq(an + bx + sub)]
             pick_a = Mux(op["vmax"], ~d[32], d[32])
             r1 = Signal(signed(32), name=f"r1_{n}")
-            m.d.sync += r1.eq(Mux(op["vadd"] | op["vsub"], d[:32],
-                                  Mux(op["vmin"] | op["vmax"], Mux(pick_a, an, bn), red)))
+            m.d.sync += r1.eq(Mux(op["vadd"] | op["vsub"], d[:32], Mux(pick_a, an, bn)))
 
             # --- stage 1: the product, and which of its bits the result is ---
             p2 = self._product(m, op, an, bn, n)       # (stage 2: from the partial products' registers)
@@ -133,7 +132,8 @@ class VpuAlu(wiring.Component):
 
             # --- stage 2: the result of every op but vreq; vreq's shift ---
             r = Signal(signed(32), name=f"r{n}")
-            m.d.comb += r.eq((r1 & s2["r1"].replicate(32)) | (p2[:32] & w0.replicate(32))
+            m.d.comb += r.eq((r1 & s2["r1"].replicate(32)) | (red & s2["red"].replicate(32))
+                             | (p2[:32] & w0.replicate(32))
                              | (p2[15:47] & w15.replicate(32)) | (p2[31:47].as_signed() & w31.replicate(32))
                              | (lut8 & s2["lut"].replicate(32)))
             r3 = Signal(signed(32), name=f"r3_{n}")
@@ -161,10 +161,12 @@ class VpuAlu(wiring.Component):
         return qc
 
     def _reductions(self, m, op):
-        """``vrsum``/``vrmax``/``vrmin`` of the lanes of ``a`` (stage 1): trees of named stages."""
-        def tree(vals, fn, name):
-            level = 0
-            while len(vals) > 1:
+        """``vrsum``/``vrmax``/``vrmin`` of the lanes of ``a``: trees of named stages, the first half
+        of the tree's levels in stage 1 (into registers), the rest in stage 2 beside the product's
+        adders (the stage from the memories' read registers then ends after half the tree)."""
+        def tree(vals, fn, name, levels, first=0):
+            level = first
+            while len(vals) > 1 and level < first + levels:
                 nxt = []
                 for i in range(0, len(vals) - 1, 2):
                     v = Signal(signed(32), name=f"{name}{level}_{i // 2}")
@@ -173,20 +175,33 @@ class VpuAlu(wiring.Component):
                 if len(vals) % 2:
                     nxt.append(vals[-1])
                 vals, level = nxt, level + 1
-            return vals[0]
+            return vals
 
         lanes = [self.a[n] for n in range(self.cols)]
-        rsum, rext, red = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
-        want_min = op["vrmin"]
+        depth = (self.cols - 1).bit_length()            # the tree's levels
+        in1 = depth // 2                                # of them in stage 1
+        want_min, is_sum = Signal(name="red_min"), Signal(name="red_sum")
+        m.d.sync += [want_min.eq(op["vrmin"]), is_sum.eq(op["vrsum"])]
         # each partial sum's bit 0 is also used on its own (bit 0 of a sum is the XOR of the bits 0):
         # a partial sum used only by the next adder would let Yosys' alumacc merge the whole tree into
         # one multi-operand sum built from LUT full adders, about twice the LUTs of the adder tree
         def add(x, y):
             return Cat(x[0] ^ y[0], (x + y)[1:32]).as_signed()
 
-        m.d.comb += [rsum.eq(tree(lanes, add, "rsum")),
-                     rext.eq(tree(lanes, lambda x, y: Mux((y - x)[32] ^ want_min, x, y), "rext")),
-                     red.eq(Mux(op["vrsum"], rsum, rext))]
+        def ext(want):
+            return lambda x, y: Mux((y - x)[32] ^ want, x, y)
+
+        def regs(vals, name):
+            out = [Signal(signed(32), name=f"{name}_r{i}") for i in range(len(vals))]
+            m.d.sync += [o.eq(v) for o, v in zip(out, vals)]
+            return out
+
+        sums = regs(tree(lanes, add, "rsum", in1), "rsum")
+        exts = regs(tree(lanes, ext(op["vrmin"]), "rext", in1), "rext")
+        rsum, rext, red = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
+        m.d.comb += [rsum.eq(tree(sums, add, "rsum", depth, in1)[0]),
+                     rext.eq(tree(exts, ext(want_min), "rext", depth, in1)[0]),
+                     red.eq(Mux(is_sum, rsum, rext))]
         return red
 
     def _product(self, m, op, an, bn, n):
