@@ -362,9 +362,12 @@ class IssueStage(wiring.Component):
             "base": [sums[k][:32] for k in range(STRIDE_SLOTS)],
             "sval": Mux(sval_reg, rport[READ_PORTS - 1], one_of([(c, v) for c, v in grouped(svals)], 32))},
             name="entry_part"))
+        # a queued instruction is not sld/sst: of its own errors only the pc and legality checks
+        # apply, so its push does not wait for the sld/sst row's range check (the same ``issue``)
+        q_issue = head_valid & can & (pc < self.prog_len) & p_legal & dec.queued
         for u in QUEUED:
             m.d.comb += [queues[u].entry.eq(entry),
-                         queues[u].valid.eq(issue & dec.queued & (dec.unit == u))]
+                         queues[u].valid.eq(q_issue & (dec.unit == u))]
 
         # ---- fetch, the pipeline register, run control ---------------------------------------
         # The start cycle moves instruction 0 (``word0``) into I and fetches instruction 1; while

@@ -209,7 +209,11 @@ class RepeatQueue(wiring.Component):
         m.d.comb += [rp.addr.eq(head_nxt), wp.addr.eq(tail), wp.data.eq(pushed),
                      self.push.ready.eq(level < QUEUE_DEPTH)]
         push = self.push.valid & self.push.ready
-        m.d.comb += wp.en.eq(push)
+        # The memory is written at ``tail`` in every cycle, pushed or not: the slot at ``tail`` is
+        # free (or, in a full queue, the head's, whose entry is in ``hreg``), and a push moves
+        # ``tail`` past what it wrote. So the write enable is a constant: the issue decision does
+        # not fan out to every LUT RAM cell of a queue.
+        m.d.comb += wp.en.eq(1)
         pop = Signal()
         # (the slots' current addresses, ``cur`` below, load with the register)
         load_pushed = (level == 0) | (pop & (level == 1))
