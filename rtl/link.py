@@ -54,6 +54,21 @@ def _delay(m, sig, stages, name):
     return v
 
 
+
+def _ends(m, cfg, go, v, n, i, f, space):
+    """(no rows, the flit ends its row, the row is the last) of the current flit: for the starting
+    instance (from its entry: row 0, flit 0) and for the latched walk apart, chosen by ``go`` last,
+    so the start decision reaches the walk's registers through one multiplexer, not the compares."""
+    def nflits(sp):
+        return Mux(sp == Space.ACC, flits_per_row(cfg, Space.ACC), flits_per_row(cfg, Space.SPM))
+    out = []
+    for name, s_val, l_val in (("empty", v.n == 0, n == 0), ("eor", nflits(v.space) == 1, f + 1 == nflits(space)),
+                               ("row_last", v.n == 1, i + 1 == n)):
+        sig = Signal(name=f"cur_{name}")
+        m.d.comb += sig.eq(Mux(go, s_val, l_val))
+        out.append(sig)
+    return out
+
 def _advance(m, move, eor, go, cur, i, f, addr, start_addr):
     """A flit moves (``move``): the next flit of the row, or (``eor``) the first of the next row;
     an instance starting without moving a flit begins at flit 0 of row 0. Written as one reset or
@@ -95,16 +110,14 @@ class LinkTx(UnitBase):
                    space=Mux(go, v.space, space), port=Mux(go, v.port, port), mask=Mux(go, q.event, mask))
         with m.If(go):
             m.d.sync += [n.eq(v.n), space.eq(v.space), port.eq(v.port), mask.eq(q.event)]
-        nflits = Mux(cur["space"] == Space.ACC, flits_per_row(cfg, Space.ACC), flits_per_row(cfg, Space.SPM))
         have = Signal()
         for p in range(cfg.links):
             with m.If(cur["port"] == p):
                 m.d.comb += have.eq(credits[p] != 0)
         working = go | active
-        empty = cur["n"] == 0
+        empty, eor, row_last = _ends(m, cfg, go, v, n, i, f, space)
         send = working & ~empty & have
-        eor = cur["f"] + 1 == nflits
-        last = empty | (send & eor & (cur["i"] + 1 == cur["n"]))
+        last = empty | (send & eor & row_last)
         # the flit's row is read at t_f from a registered port; the flit goes on the wire at t_f + 1
         m.d.comb += [self.spm_rd.addr.eq(cur["addr"]), self.acc_rd.addr.eq(cur["addr"])]
         sends = [send & (cur["port"] == p) for p in range(cfg.links)]      # a flit leaves on port p
@@ -155,8 +168,7 @@ class LinkRx(UnitBase):
         with m.If(go):
             m.d.sync += [n.eq(v.n), space.eq(v.space), port.eq(v.port), mask.eq(q.event)]
         working = go | active
-        empty = cur["n"] == 0
-        nflits = Mux(cur["space"] == Space.ACC, flits_per_row(cfg, Space.ACC), flits_per_row(cfg, Space.SPM))
+        empty, eor, row_last = _ends(m, cfg, go, v, n, i, f, space)
         # receive buffers, one per port
         flit_l = data.StructLayout({"data": 8 * W, "space": 1})
         head_ok, head = Signal(), Signal(flit_l)
@@ -184,8 +196,7 @@ class LinkRx(UnitBase):
             m.d.comb += rx.credit.eq(pop)
             pops.append(pop)
         take = working & ~empty & head_ok
-        eor = cur["f"] + 1 == nflits
-        last = empty | (take & eor & (cur["i"] + 1 == cur["n"]))
+        last = empty | (take & eor & row_last)
         C = cfg.cols
         buf = Signal(ACC_BITS * C)
         merged = Signal(ACC_BITS * C)
