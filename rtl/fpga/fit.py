@@ -73,13 +73,14 @@ LUT_PER_RAM16X4 = 2           #: a TRELLIS_DPR16X4 counts as 2 LUTs (the flow's 
 LUT_PER_SEL_INPUT = 1.33      #: bank select: per row bit, read port and write port beyond the first
 LUT_PER_RAM_DEPTH_MUX = 2.1   #: per row bit of a combinational bank and 16-row cell beyond the first
 # The rest of the chip (issue stage, queues, DMA, VPU, links, host top), calibrated on two whole-chip
-# runs, FpgaTop(tiny --fpga-mem) and FpgaTop(small --fpga-mem), mac="dsp+reg2" (no DSP registers),
-# mem="lvt", every SPM/ACC read registered and the live-value table per lane:
-# 27,288 / 43,089 LUT, 10,339 / 19,838 FF, 43 / 103 DSP, 47 / 83 BRAM; minus the array's and the
-# memories' terms above, the difference of the two gives the per-lane part (docs/fpga.md). (With a
-# table per row and three combinational reads the per-lane part was 330 LUT and 335 FF.)
-LUT_BASE, LUT_PER_LANE = 12800, 2015
-FF_BASE, FF_PER_LANE = 3560, 379
+# runs, FpgaTop(tiny --fpga-mem) and FpgaTop(small --fpga-mem), mac="dsp" (as the long test builds
+# it), mem="lvt", every SPM/ACC read registered, the live-value table per lane, the queues' head
+# entries in registers: 32,624 / 49,854 LUT, 13,399 / 22,685 FF, 43 / 103 DSP, 47 / 83 BRAM; minus
+# the array's and the memories' terms above, the difference of the two gives the per-lane part
+# (docs/fpga.md). (Before the head registers and the delayed table writes: 2015 LUT and 379 FF per
+# lane; with a table per row and three combinational reads, 330 LUT and 335 FF.)
+LUT_BASE, LUT_PER_LANE = 16707, 2373
+FF_BASE, FF_PER_LANE = 5809, 710
 DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
 DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
 
