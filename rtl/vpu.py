@@ -74,8 +74,9 @@ class VpuAlu(wiring.Component):
       ``vabs`` (``_product``); the lookup table read (one ``Memory`` copy per lane, read
       synchronously: block RAM or LUT RAM on an FPGA).
     * stage 2: the product's partial products added; the reduction trees' other levels; the
-      result of every op but ``vreq`` selected from the registered adder result, the reduction, three bit windows of the product and the table
-      entry; ``vreq``'s right shift, kept to the bits an int8 result depends on (``_requant``).
+      result of every op but ``vreq`` selected from the registered adder result, the reduction,
+      three bit windows of the product and the table entry; ``vreq``'s right shift, kept to the
+      bits an int8 result depends on (``_requant``).
     * stage 3: ``vreq``'s rounding, zero point and clamp; saturation of SPM results.
 
     The table reads as zeros until the first ``vlutld`` after reset (as the simulator's).
