@@ -273,9 +273,11 @@ class IssueStage(wiring.Component):
         # it does in that cycle reaches DRAM, the one memory a stopped run is compared on), so the
         # units' queue heads stay out of the issue decision.
         own_err, err = Signal(ERR_BITS), Signal(ERR_BITS)
+        pc_ok = Signal()
+        m.d.comb += pc_ok.eq(pc < self.prog_len)
         head_valid = running & p_valid
         with m.If(head_valid):
-            with m.If(pc >= self.prog_len):
+            with m.If(~pc_ok):
                 m.d.comb += own_err.eq(ErrorCode.PC_RANGE)
             with m.Elif(~p_legal):
                 m.d.comb += own_err.eq(ErrorCode.ILLEGAL_INSTRUCTION)
@@ -364,7 +366,7 @@ class IssueStage(wiring.Component):
             name="entry_part"))
         # a queued instruction is not sld/sst: of its own errors only the pc and legality checks
         # apply, so its push does not wait for the sld/sst row's range check (the same ``issue``)
-        q_issue = head_valid & can & (pc < self.prog_len) & p_legal & dec.queued
+        q_issue = head_valid & can & pc_ok & p_legal & dec.queued
         for u in QUEUED:
             m.d.comb += [queues[u].entry.eq(entry),
                          queues[u].valid.eq(q_issue & (dec.unit == u))]

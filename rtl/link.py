@@ -54,7 +54,6 @@ def _delay(m, sig, stages, name):
     return v
 
 
-
 def _ends(m, cfg, go, v, n, i, f, space):
     """(no rows, the flit ends its row, the row is the last) of the current flit: for the starting
     instance (from its entry: row 0, flit 0) and for the latched walk apart, chosen by ``go`` last,
@@ -68,6 +67,7 @@ def _ends(m, cfg, go, v, n, i, f, space):
         m.d.comb += sig.eq(Mux(go, s_val, l_val))
         out.append(sig)
     return out
+
 
 def _advance(m, move, eor, go, cur, i, f, addr, start_addr):
     """A flit moves (``move``): the next flit of the row, or (``eor``) the first of the next row;

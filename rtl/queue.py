@@ -176,6 +176,7 @@ class RepeatQueue(wiring.Component):
         e = Signal(lay, name="head")
         nw = self.word_bits
         kept = [(Value.cast(pe.word)[:nw], Value.cast(e.word)[:nw]), (pe.pc, e.pc), (pe.q, e.q)]
+        i_base = len(kept)          # (fields[i_base + k]: base[k]; fields[i_cnt + j] below: cnt[j])
         kept += [(pe.base[k], e.base[k]) for k in range(S)]
         kept += [(pe.jump[j][k], e.jump[j][k]) for j in range(MAX_REPEAT_DEPTH) for k in range(S)]
         if self.has_sval:
@@ -193,16 +194,22 @@ class RepeatQueue(wiring.Component):
         # unit uses it: the entry after the head is read ahead (at ``head_nxt``) into the register
         # when the head pops, or the pushed entry goes there when it becomes the head.
         fields = kept + ctrl
+        i_cnt = len(kept) + 2
         pushed = Cat(*[src for src, _ in fields])
         m.submodules.mem = mem = memory.Memory(shape=unsigned(len(pushed)), depth=QUEUE_DEPTH, init=[])
         wp, rp = mem.write_port(), mem.read_port(domain="comb")
         hreg = Signal(len(pushed), name="hreg")
         at = [0]                    # each field's first bit
         for _, dst in fields:
-            w = len(Value.cast(dst))
-            m.d.comb += dst.eq(hreg[at[-1]:at[-1] + w])
-            at.append(at[-1] + w)
-        head = Signal(range(QUEUE_DEPTH))
+            at.append(at[-1] + len(Value.cast(dst)))
+
+        def field(src, i):
+            """Field ``i`` of a packed entry ``src`` (``pushed``, the memory's read, ``hreg``)."""
+            return src[at[i]:at[i + 1]]
+
+        for i, (_, dst) in enumerate(fields):
+            m.d.comb += dst.eq(field(hreg, i))
+        # (the head entry's slot is not read again once it is in ``hreg``: only the next one's is)
         head_nxt = Signal(range(QUEUE_DEPTH), init=1 % QUEUE_DEPTH)     # the entry after the head
         tail = Signal(range(QUEUE_DEPTH))
         level = self.level
@@ -287,7 +294,7 @@ class RepeatQueue(wiring.Component):
             with m.If(load_pushed):
                 m.d.sync += cur[k].eq(pe.base[k])
             with m.Elif(load_next):
-                m.d.sync += cur[k].eq(rp.data[at[3 + k]:at[3 + k] + 32])     # (kept[3 + k]: base[k])
+                m.d.sync += cur[k].eq(field(rp.data, i_base + k))
             with m.Elif(moves):
                 m.d.sync += cur[k].eq(cur[k] + e.jump[lvl][k])
         outer = Const(0)            # a level outside this one advances: this one restarts
@@ -296,11 +303,10 @@ class RepeatQueue(wiring.Component):
                 m.d.sync += idx[j].eq(0)
             with m.Elif(moves & step[j]):
                 m.d.sync += idx[j].eq(idx[j] + 1)
-            c = len(kept) + 2 + j                   # (fields[c]: ctrl's cnt[j])
             with m.If(load_pushed):
                 m.d.sync += end_r[j].eq(pe.cnt[j] == 1)
             with m.Elif(load_next):
-                m.d.sync += end_r[j].eq(rp.data[at[c]:at[c + 1]] == 1)
+                m.d.sync += end_r[j].eq(field(rp.data, i_cnt + j) == 1)
             with m.Elif(moves & outer):
                 m.d.sync += end_r[j].eq(h_cnt[j] == 1)
             with m.Elif(moves & step[j]):
@@ -309,7 +315,7 @@ class RepeatQueue(wiring.Component):
         def after(ptr):
             return Mux(ptr == QUEUE_DEPTH - 1, 0, ptr + 1)
         with m.If(pop):
-            m.d.sync += [head.eq(head_nxt), head_nxt.eq(after(head_nxt))]
+            m.d.sync += head_nxt.eq(after(head_nxt))
         with m.If(push):
             m.d.sync += tail.eq(after(tail))
         m.d.sync += level.eq(level + push - pop)
