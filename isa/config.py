@@ -54,6 +54,8 @@ class ChipConfig:
     cols: int = 16                #: MXU columns (N extent); also the lane count of SPM/ACC rows
     spm_rows: int = 32768         #: scratchpad depth in rows of ``cols`` int8 lanes
     acc_rows: int = 4096          #: accumulator depth in rows of ``cols`` int32 lanes
+    spm_bank_rows: int = 1        #: SPM rows per bank: two units writing one bank at once race
+    acc_bank_rows: int = 1        #: ACC rows per bank (likewise; microarchitecture.md section 4)
     dram_bytes: int = 1 << 26     #: DRAM size in bytes
     imem_words: int = 16384       #: instruction memory depth in instruction words
     dma_beat_bytes: int = 16      #: bytes per DMA beat; DRAM moves one beat per cycle per direction
@@ -103,6 +105,9 @@ class ChipConfig:
              f"dma_beat_bytes ({self.dma_beat_bytes}) must be a power of two")
         need(self.link_width_bytes & (self.link_width_bytes - 1) == 0,
              f"link_width_bytes ({self.link_width_bytes}) must be a power of two")
+        for mem in ("spm", "acc"):
+            bank = getattr(self, f"{mem}_bank_rows")
+            need(bank & (bank - 1) == 0, f"{mem}_bank_rows ({bank}) must be a power of two")
         need(self.spm_rows * self.cols >= 256,
              "SPM must hold at least 256 bytes (the VPU lookup table is loaded from it)")
         # The instruction layout must fit the word for this config's derived widths.

@@ -101,26 +101,45 @@ class Tokens:
 
 
 class Races:
-    """Instances in flight with their footprints; a new one overlapping another unit's is a RACE."""
+    """Instances in flight with their footprints; a new one overlapping another unit's is a RACE.
+
+    A read and a write meet by the row (DRAM: by the byte); two writes also meet by the bank
+    (``cfg.spm_bank_rows``, ``cfg.acc_bank_rows`` rows): a bank has one write port, so two units
+    writing one bank at once race even on different rows."""
 
     def __init__(self, chip: ChipState) -> None:
         self.chip = chip
-        self.live: list = []            # [unit, pc, s, r, reads, writes]
+        self.live: list = []            # [unit, pc, s, r, reads, writes, writes widened to banks]
+        self.bank = {"spm": chip.cfg.spm_bank_rows, "acc": chip.cfg.acc_bank_rows}
+        self.widen = max(self.bank.values()) > 1
+
+    def _banks(self, spans: Sequence[Span]) -> list[Span]:
+        out = []
+        for m, lo, hi in spans:
+            b = self.bank.get(m, 1)
+            out.append((m, lo - lo % b, hi + (-hi) % b) if b > 1 else (m, lo, hi))
+        return out
 
     def start(self, unit: Unit, pc: int, s: int, reads: Sequence[Span], writes: Sequence[Span],
               r: int = INF) -> list[Any]:
-        rec = [unit, pc, s, r, reads, writes]
+        wbanks = self._banks(writes) if self.widen and writes else writes
+        rec = [unit, pc, s, r, reads, writes, wbanks]
         if not reads and not writes:
             return rec
         live = [x for x in self.live if x[3] >= s]
         for x in live:
             if x[0] == unit:
                 continue
-            hit = _overlap(writes, x[4]) or _overlap(writes, x[5]) or _overlap(reads, x[5])
+            what = None
+            hit = _overlap(writes, x[4]) or _overlap(reads, x[5]) or _overlap(writes, x[5])
+            if not hit and wbanks is not writes:
+                hit = _overlap(wbanks, x[6])
+                if hit:
+                    what = f"bank rows (both write; banks of {self.bank[hit[0]]} rows)"
             if hit:
                 mem, lo, hi = hit
                 unit_of = lambda u: Unit(u).name.lower()  # noqa: E731
-                what = "rows" if mem != "dram" else "bytes"
+                what = what or ("rows" if mem != "dram" else "bytes")
                 other_r = "?" if x[3] >= INF else x[3]
                 raise self.chip.error(
                     ErrorCode.RACE,

@@ -73,6 +73,38 @@ def test_race_names_both_instructions():
     assert "pc 0" in e.message and "pc 1" in e.message
 
 
+@pytest.mark.parametrize("dst,race", [("spm[8]", "spm rows (both write; banks of 16 rows) 0..15"), ("spm[16]", None),
+                                       ("acc[1]", "acc rows (both write; banks of 4 rows) 0..3"), ("acc[4]", None)])
+def test_two_units_writing_one_bank_race(dst, race):
+    """With banks (``spm_bank_rows`` 16, ``acc_bank_rows`` 4) two units writing different rows of one
+    bank at once race; reading a bank another unit writes does not, nor do writes to other banks.
+    Without banks (the presets) none of these races."""
+    src = f"dma.ld spm[0], dram[0], rows=4\ndma.ld acc[0], dram[64], rows=1\nvadd {dst}, spm[2], 1, n=2\nhalt\n"
+    for cfg in (TINY, TINY.replace(spm_bank_rows=16, acc_bank_rows=4)):
+        chip = Chip(cfg)
+        chip.load(assemble(src.replace("spm[2]", "spm[12]"), cfg))
+        banked = cfg.spm_bank_rows > 1
+        if race and banked:
+            with pytest.raises(SimError) as ei:
+                chip.run()
+            e = ei.value
+            assert e.code == ErrorCode.RACE and {e.pc, e.other[0]} == {2, 0 if race[0] == "s" else 1}
+            assert e.address == race.replace(" rows", " bank rows", 1), e.address
+        else:
+            assert chip.run().cycles > 0
+    # a read of the bank the load writes, at the same time, is no race (row granularity)
+    cfg = TINY.replace(spm_bank_rows=16, acc_bank_rows=4)
+    chip = Chip(cfg)
+    chip.load(assemble("dma.ld spm[0], dram[0], rows=4\nvadd acc[8], spm[12], 1, n=2\nhalt\n", cfg))
+    assert chip.run().cycles > 0
+
+
+def test_bank_rows_are_powers_of_two():
+    from isa.errors import ConfigError
+    with pytest.raises(ConfigError, match="spm_bank_rows \\(12\\) must be a power of two"):
+        TINY.replace(spm_bank_rows=12)
+
+
 def test_no_race_when_ordered_by_tokens():
     stats = run("dma.ld spm[0], dram[0], rows=4, rstride=4, signal=vpu\nvadd acc[0], spm[2], 1, n=2, wait=load\nhalt\n")
     assert stats.cycles > 0
