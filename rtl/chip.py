@@ -89,9 +89,11 @@ class Chip(wiring.Component):
     Memories (for test benches): ``spm``, ``acc`` (``rtl.mem.RowMemory``: ``peek``/``poke`` a row),
     ``imem`` (``amaranth.lib.memory.Memory``).
     ``mac``: how the array's products are built, "dsp" | "lut" | "dsp:N" (``rtl/mac.py``); ``mem``:
-    how SPM and ACC are built, "flat" (one memory with every port) or "lvt" (banks of one write and
-    one read port and a live-value table, which FPGAs can map to RAM: ``rtl/mem.py``). Both are
-    build options: cycles and results are the same for every value.
+    how SPM and ACC are built, "flat" (one memory with every port), "lvt" (banks of one write and
+    one read port and a live-value table, which FPGAs can map to RAM) or "banked" (the config's
+    banks of rows, a copy per read port, one writer per bank at a time): ``rtl/mem.py``. They are
+    build options: cycles and results are the same for every value (for "banked", in programs that
+    do not race at the config's banks, ``cfg.spm_bank_rows``/``cfg.acc_bank_rows``).
     """
 
     def __init__(self, cfg, mac: str = "dsp", mem: str = "flat"):
@@ -101,8 +103,8 @@ class Chip(wiring.Component):
                           "lrx": In(LinkSignature(cfg)).array(cfg.links),
                           "trace": Out(TraceSignature(cfg))})
         C = cfg.cols
-        self.spm = RowMemory("spm", SPM_BITS, C, cfg.spm_rows, impl=mem)
-        self.acc = RowMemory("acc", ACC_BITS, C, cfg.acc_rows, impl=mem)
+        self.spm = RowMemory("spm", SPM_BITS, C, cfg.spm_rows, impl=mem, bank_rows=cfg.spm_bank_rows)
+        self.acc = RowMemory("acc", ACC_BITS, C, cfg.acc_rows, impl=mem, bank_rows=cfg.acc_bank_rows)
         self.imem = memory.Memory(shape=unsigned(WORD_BITS), depth=cfg.imem_words, init=[])
 
     def elaborate(self, platform):

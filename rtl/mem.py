@@ -2,7 +2,7 @@
 
 The chip's SPM and ACC are read and written by every unit at once (SPM: 4 write ports and 7
 registered read ports; ACC: 5 and 6: ``rtl.chip.MEMORY_PORTS``). ``RowMemory`` gives such a
-memory two implementations with the same ports and the same cycle behaviour:
+memory several implementations with the same ports and the same cycle behaviour:
 
 ``impl="flat"`` (simulation and co-simulation)
     one ``amaranth.lib.memory.Memory`` with every port. On an FPGA, Yosys can only build it from
@@ -20,6 +20,22 @@ memory two implementations with the same ports and the same cycle behaviour:
     the unit of the table because a write port may enable only some lanes of a row (the scalar
     unit's ``sst`` writes one): a bank write then writes those lanes alone (byte enables in block
     RAM, a cell's write enable in LUT RAM).
+
+``impl="banked"`` (FPGA builds)
+    ``ceil(depth / bank_rows)`` banks of ``bank_rows`` consecutive rows, each kept as one copy per
+    read port: a memory with one write and one read port (block RAM, or LUT RAM with an output
+    register when a bank is at most ``LUTRAM_DEPTH`` rows deep). A bank's write port takes the
+    write port whose row falls in it (an AND-OR of the ports' rows, data and lane enables: no
+    table, no priority); a read port takes its copy of the bank its row fell in (the bank number
+    registered with the read). Same cycle behaviour as ``flat`` provided that in every cycle at
+    most one write port writes a bank, and a read that is ``transparent_for`` a port does not
+    meet another port's write of its row: what the timing contract guarantees a program without
+    races on a config with these banks (``cfg.spm_bank_rows``, ``cfg.acc_bank_rows``; section 4 of
+    docs/microarchitecture.md). Two ports writing one bank in one cycle give the OR of both: a
+    race with no defined result.
+
+``impl="banked-bram"``
+    the same, with every registered-read copy in block RAM whatever its depth (see "lvt-bram").
 
 ``impl="lvt-bram"``
     the same, with every registered-read bank in block RAM whatever its depth: a 16-row ACC
@@ -44,9 +60,11 @@ from amaranth.lib import memory
 
 from isa.ints import clog2
 
+from .logic import any_of
+
 __all__ = ["RowMemory", "IMPLS", "LUTRAM_DEPTH", "table_bits"]
 
-IMPLS = ("flat", "lvt", "lvt-bram")
+IMPLS = ("flat", "lvt", "lvt-bram", "banked", "banked-bram")
 #: rows of an FPGA LUT RAM cell (ECP5 DPR16X4): registered-read banks this shallow use LUT RAM
 LUTRAM_DEPTH = 16
 
@@ -79,15 +97,24 @@ class RowMemory(Elaboratable):
     ``read_port(domain="sync"|"comb", transparent_for=())`` -> port with ``addr``, ``data``.
     """
 
-    def __init__(self, name: str, lane_bits: int, lanes: int, depth: int, impl: str = "flat"):
+    def __init__(self, name: str, lane_bits: int, lanes: int, depth: int, impl: str = "flat", bank_rows: int = 1):
+        if impl not in IMPLS or bank_rows < 1 or bank_rows & (bank_rows - 1):
+            self._MustUse__silence = True       # not built: no "created but never used" warning
         if impl not in IMPLS:
             raise ValueError(f"memory implementation {impl!r}: one of {', '.join(IMPLS)}")
+        if bank_rows < 1 or bank_rows & (bank_rows - 1):
+            raise ValueError(f"{name}: bank_rows {bank_rows} must be a power of two")
         self.name, self.lane_bits, self.lanes, self.depth, self.impl = name, lane_bits, lanes, depth, impl
+        #: rows per bank (the last bank may be partly beyond the depth; one bank when they are >= it)
+        self.bank_rows = min(bank_rows, depth)
+        self.nbanks = -(-depth // self.bank_rows)
         self.row_bits = lane_bits * lanes
         self.addr_w = clog2(depth)
         # lvt: registered-read banks in block RAM, unless one 16-row LUT RAM cell is deep enough
         # (a block would then be mostly empty); combinational reads are LUT RAM in any case
         self.sync_ram = "distributed" if depth <= LUTRAM_DEPTH and impl != "lvt-bram" else "block"
+        if impl.startswith("banked"):
+            self.sync_ram = "distributed" if self.bank_rows <= LUTRAM_DEPTH and impl == "banked" else "block"
         self.writes: list[_WritePort] = []
         self.reads: list[_ReadPort] = []
         self._frozen = False
@@ -117,6 +144,8 @@ class RowMemory(Elaboratable):
         m = Module()
         if self.impl == "flat":
             self._flat(m)
+        elif self.impl.startswith("banked"):
+            self._banked(m)
         else:
             self._lvt(m)
         return m
@@ -132,6 +161,48 @@ class RowMemory(Elaboratable):
         for r in self.reads:
             rp = mem.read_port(domain=r.domain, transparent_for=tuple(wps[id(w)] for w in r.transparent_for))
             m.d.comb += [rp.addr.eq(r.addr), r.data.eq(rp.data)]
+
+    def _banked(self, m):
+        lo = clog2(self.bank_rows)          # row bits within a bank; the bank is the bits above
+        nb = self.nbanks
+
+        def bank_of(addr):
+            return addr[lo:] if nb > 1 else Const(0, 1)
+
+        outs = {}
+        for b in range(nb):
+            # the bank's write port: the port whose row is in the bank (at most one, without races)
+            hits = [Mux(bank_of(w.addr) == b, w.en, 0) for w in self.writes]
+            waddr = any_of([Mux(h.any(), w.addr[:lo], 0) for h, w in zip(hits, self.writes)]) if lo else Const(0, 1)
+            wdata = any_of([Mux(h.any(), w.data, 0) for h, w in zip(hits, self.writes)])
+            wen = any_of(hits)
+            bank_addr = Signal(max(lo, 1), name=f"b{b}_waddr")
+            bank_data = Signal(self.row_bits, name=f"b{b}_wdata")
+            bank_en = Signal(self.lanes, name=f"b{b}_wen")
+            m.d.comb += [bank_addr.eq(waddr), bank_data.eq(wdata), bank_en.eq(wen)]
+            for j, r in enumerate(self.reads):
+                attrs = {"ram_style": self.sync_ram} if r.domain == "sync" else None
+                copy = memory.Memory(shape=unsigned(self.row_bits), depth=self.bank_rows, init=[], attrs=attrs)
+                m.submodules[f"bank{b}_r{j}"] = copy
+                self.banks[b, j] = copy
+                cw = copy.write_port(granularity=self.lane_bits)
+                m.d.comb += [cw.addr.eq(bank_addr), cw.data.eq(bank_data), cw.en.eq(bank_en)]
+                cr = copy.read_port(domain=r.domain, transparent_for=(cw,) if r.transparent_for else ())
+                m.d.comb += cr.addr.eq(r.addr[:lo] if lo else 0)
+                outs[b, j] = cr.data
+        for j, r in enumerate(self.reads):
+            if nb == 1:
+                m.d.comb += r.data.eq(outs[0, j])
+                continue
+            sel = bank_of(r.addr)
+            if r.domain == "sync":
+                sel_r = Signal(len(sel), name=f"r{j}_bank", reset_less=True)
+                m.d.sync += sel_r.eq(sel)
+                sel = sel_r
+            with m.Switch(sel):
+                for b in range(nb):
+                    with m.Case(b):
+                        m.d.comb += r.data.eq(outs[b, j])
 
     def _lvt(self, m):
         W, L, B = len(self.writes), self.lanes, self.lane_bits
@@ -197,6 +268,8 @@ class RowMemory(Elaboratable):
         """The row's value (an Amaranth testbench)."""
         if self.impl == "flat":
             return ctx.get(self.flat.data[row])
+        if self.impl.startswith("banked"):
+            return ctx.get(self.banks[row // self.bank_rows, 0].data[row % self.bank_rows])
         W, B = len(self.writes), self.lane_bits
         sel_w = table_bits(W)
         sel = ctx.get(self.lvt.data[row]) if W > 1 else 0
@@ -214,6 +287,10 @@ class RowMemory(Elaboratable):
         if self.impl == "flat":
             ctx.set(self.flat.data[row], value)
             return
+        if self.impl.startswith("banked"):
+            for j in range(len(self.reads)):
+                ctx.set(self.banks[row // self.bank_rows, j].data[row % self.bank_rows], value)
+            return
         if len(self.writes) > 1:
             ctx.set(self.lvt.data[row], 0)
         for j in range(len(self.reads)):
@@ -222,8 +299,11 @@ class RowMemory(Elaboratable):
     def parts(self) -> dict:
         """Memories a Verilog bench dumps to reassemble the rows: ``{"flat": "mem"}`` or
         ``{"lvt": "lvt", "banks": ["bank_w<i>_r0", ...]}`` (submodule names, in write-port order; the
-        table holds ``clog2(len(banks))`` bits per lane, lane 0 in the low bits)."""
+        table holds ``clog2(len(banks))`` bits per lane, lane 0 in the low bits) or
+        ``{"banked": ["bank<b>_r0", ...]}`` (the rows in order, ``bank_rows`` per bank)."""
         if self.impl == "flat":
             return {"flat": "mem"}
+        if self.impl.startswith("banked"):
+            return {"banked": [f"bank{b}_r0" for b in range(self.nbanks)]}
         return {"lvt": "lvt" if len(self.writes) > 1 else None,
                 "banks": [f"bank_w{i}_r0" for i in range(len(self.writes))]}

@@ -70,7 +70,8 @@ class Report:
 
 
 def _mems(cfg) -> dict:
-    return {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}
+    out = {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}
+    return out | {k: getattr(cfg, k) for k in ("spm_bank_rows", "acc_bank_rows") if getattr(cfg, k) > 1}
 
 
 def tool(name: str) -> list[str]:
@@ -167,12 +168,13 @@ opt
 memory -nomap
 opt_clean
 """  # noqa: E501  (a Yosys command is one line: the mul2dsp techmap line is longer than 120 columns)
-#: The banks of a live-value-table memory (``rtl/mem.py``) are read while another unit may write
-#: the same row only in a race, whose result the timing contract leaves undefined (section 4):
+#: The banks of a live-value-table memory and the bank copies of a banked one (``rtl/mem.py``:
+#: ``bank_w<i>_r<j>``, ``bank<b>_r<j>``) are read while another unit may write the same row only
+#: in a race, whose result the timing contract leaves undefined (section 4):
 #: marking those reads "collision gives X" lets block RAM read them without the soft
 #: read-before-write logic (a register and a comparator per bank) Yosys adds otherwise. Reads
 #: declared transparent (the MXU's accumulate read) keep their semantics.
-RACE_FREE_BANKS = ("setparam -set COLLISION_X_MASK 1'1 t:$memrd_v2 r:MEMID=*bank_w* %i "
+RACE_FREE_BANKS = ("setparam -set COLLISION_X_MASK 1'1 t:$memrd_v2 r:MEMID=*bank*_r* %i "
                    "r:TRANSPARENCY_MASK=1'0 %i r:CLK_ENABLE=1 %i")
 ECP5_MAP_OPTS = "-run map_ram:map_luts"
 #: ``synth_ecp5``'s ``map_luts`` step with a shorter ABC script (no ``&scorr; &sweep; &dc2; &dch``):
