@@ -29,8 +29,9 @@ from rtl.mem import IMPLS
               help="write the figures and coverage as JSON")
 @click.option("--show", default=3, show_default=True, help="mismatch reports to print in full")
 @click.option("--mem", default=None, type=click.Choice(IMPLS),
-              help="SPM/ACC as built: flat (default, or $TETRACHIP_COSIM_MEM) or the FPGA builds' "
-                   "live-value-table memories (docs/fpga.md)")
+              help="SPM/ACC as built: flat (default, or $TETRACHIP_COSIM_MEM), the FPGA builds' "
+                   "live-value-table memories, or banked (a config without banks gets the FPGA flow's: "
+                   "16 SPM rows, 4 ACC rows; docs/fpga.md)")
 @click.option("--shrink/--no-shrink", default=True, show_default=True,
               help="shrink the first mismatching program to a minimal one (delta debugging on its lines and numbers)")
 @click.option("--waves", "waves_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -62,6 +63,9 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
     from verify.cosim import CosimUnavailable
     from verify.fuzz import run_fuzz
     cfg = ChipConfig.load(config)
+    if (mem or os.environ.get("TETRACHIP_COSIM_MEM", "")).startswith("banked"):
+        from rtl.fpga.fit import banked_config
+        cfg = banked_config(cfg)
     if waves_dir is not None:
         from verify.cosim import waves_unavailable
         if not waves_dir.is_dir():
@@ -87,9 +91,10 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
     for b in bars:
         b.close()
     cov = rep["coverage"]
-    click.echo(f"config {rep['config']} (mem {rep['mem']}), {rep['simulator']}: {rep['programs']} programs "
-               f"({rep['illegal']} illegal), seeds {seed}..{seed + count - 1}, {rep['rtl_cycles']} RTL cycles, "
-               f"{rep['wall_s']} s")
+    banks = f", banks of {cfg.spm_bank_rows}/{cfg.acc_bank_rows} SPM/ACC rows" if cfg.spm_bank_rows > 1 else ""
+    click.echo(f"config {rep['config']} (mem {rep['mem']}{banks}), {rep['simulator']}: {rep['programs']} programs "
+               f"({rep['illegal']} illegal, {rep['raced']} raced: not compared), seeds {seed}..{seed + count - 1}, "
+               f"{rep['rtl_cycles']} RTL cycles, {rep['wall_s']} s")
     click.echo(f"mismatches: {rep['mismatches']}")
     click.echo(f"coverage: {len(cov['opcodes'])} opcodes / tokens / faults, {cov['points']} points "
                f"(opcode x repeat depth x operand mode)")

@@ -390,8 +390,10 @@ def top_ports(verilog: str, top: str) -> list[tuple[str, int, str]]:
 
 def memory_parts(verilog: str, top: str, ring: bool) -> dict:
     """How SPM and ACC are stored in the Verilog (``rtl/mem.py``): ``{"spm": None, "acc": None}``
-    for flat memories (one array ``mem``), else the number of write ports, whose banks
-    ``bank_w<k>_r0`` and live-value table ``lvt`` hold the rows."""
+    for flat memories (one array ``mem``); for live-value-table memories the number of write
+    ports, whose banks ``bank_w<k>_r0`` and live-value table ``lvt`` hold the rows; for banked
+    memories ``("banked", n, rows)``: the rows in order in ``bank<b>_r0``, ``b < n``, each of
+    ``rows`` rows."""
     out = {}
     for name in ("spm", "acc"):
         mod = f"{top}.chip0.{name}" if ring else f"{top}.{name}"
@@ -400,7 +402,8 @@ def memory_parts(verilog: str, top: str, ring: bool) -> dict:
             raise ValueError(f"module {mod} not found in the generated Verilog")
         body = verilog[m.end():verilog.index("endmodule", m.end())]
         banks = {int(k) for k in re.findall(r"^\s*reg \[\d+:0\] bank_w(\d+)_r0 \[", body, re.M)}
-        out[name] = len(banks) or None
+        rows = {int(k): int(n) + 1 for k, n in re.findall(r"^\s*reg \[\d+:0\] bank(\d+)_r0 \[(\d+):0\]", body, re.M)}
+        out[name] = ("banked", len(rows), rows[0]) if rows else len(banks) or None
     return out
 
 
@@ -410,6 +413,9 @@ def _dumps(parts: dict, scope: str, i: int) -> list[str]:
     for name, banks in parts.items():
         if banks is None:
             out.append(f'$writememh("{name}{i}.hex", {scope}.{name}.mem);')
+            continue
+        if isinstance(banks, tuple):
+            out += [f'$writememh("{name}{i}_b{k}.hex", {scope}.{name}.bank{k}_r0);' for k in range(banks[1])]
             continue
         if banks > 1:
             out.append(f'$writememh("{name}{i}_lvt.hex", {scope}.{name}.lvt);')

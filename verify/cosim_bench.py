@@ -145,11 +145,15 @@ def _readhex(path: str, rows: int, row_bytes: int) -> np.ndarray:
     return np.frombuffer(bytes.fromhex(text), np.uint8).reshape(rows, row_bytes)[:, ::-1]
 
 
-def _readmem(name: str, i: int, rows: int, row_bytes: int, banks: int | None, lanes: int) -> np.ndarray:
-    """One memory's rows: the flat array, or each lane of each row from the bank of the write port
-    the live-value table names for it (``verify.cosim.memory_parts``, ``rtl/mem.py``)."""
+def _readmem(name: str, i: int, rows: int, row_bytes: int, banks, lanes: int) -> np.ndarray:
+    """One memory's rows: the flat array, the banks of a banked memory one after the other, or each
+    lane of each row from the bank of the write port the live-value table names for it
+    (``verify.cosim.memory_parts``, ``rtl/mem.py``)."""
     if banks is None:
         return _readhex(f"{name}{i}.hex", rows, row_bytes)
+    if isinstance(banks, (tuple, list)):            # ("banked", n, rows per bank)
+        _, n, per = banks
+        return np.concatenate([_readhex(f"{name}{i}_b{k}.hex", per, row_bytes) for k in range(n)])[:rows]
     data = np.stack([_readhex(f"{name}{i}_b{k}.hex", rows, row_bytes) for k in range(banks)])
     if banks == 1:
         return data[0]

@@ -87,18 +87,28 @@ BURSTS = 0.3
 
 
 class _Alloc:
-    """Bump allocator of rows / bytes; ``reset`` at a phase boundary."""
+    """Bump allocator of rows / bytes; ``reset`` at a phase boundary. Rows an instruction writes
+    (``write=True``) start a bank of ``bank`` rows that no other instruction writes (two units
+    writing one bank at once race, docs/microarchitecture.md section 4); rows it only reads may
+    share the bank of the rows written just before."""
 
-    def __init__(self, lo: int, hi: int):
-        self.lo, self.hi, self.at = lo, hi, lo
+    def __init__(self, lo: int, hi: int, bank: int = 1):
+        self.lo, self.hi, self.bank = lo, hi, bank
+        self.reset()
 
     def reset(self):
-        self.at = self.lo
+        self.at = self.wnext = self.lo
 
-    def take(self, n: int) -> int | None:
-        if self.at + n > self.hi:
+    def take(self, n: int, write: bool = False) -> int | None:
+        a = self.at
+        if write:
+            a = max(a, self.wnext)
+            a += (-a) % self.bank
+        if a + n > self.hi:
             return None
-        a, self.at = self.at, self.at + n
+        self.at = a + n
+        if write:
+            self.wnext = self.at + (-self.at) % self.bank
         return a
 
 
@@ -110,9 +120,10 @@ class Gen:
         self.partner = ProgramBuilder(cfg)    # chip 1: the complement of chip 0's link traffic
         self.points: set = set()
         self.labels = 0
-        # scalar rows at the top of SPM/ACC: no queued instruction touches them
-        self.spm = _Alloc(0, cfg.spm_rows - 16)
-        self.acc = _Alloc(0, cfg.acc_rows - 8)
+        # scalar rows at the top of SPM/ACC, in banks of their own: no queued instruction touches them
+        sb, ab = cfg.spm_bank_rows, cfg.acc_bank_rows
+        self.spm = _Alloc(0, max(0, (cfg.spm_rows - 16) // sb * sb), sb)
+        self.acc = _Alloc(0, max(0, (cfg.acc_rows - 8) // ab * ab), ab)
         self.dram_out = _Alloc(DRAM_IN, cfg.dram_bytes)
 
     # -- helpers ------------------------------------------------------------------------
@@ -129,8 +140,9 @@ class Gen:
     def cover(self, mn: str, depth: int, mode: str) -> None:
         self.points.add((mn, depth, mode))
 
-    def alloc(self, space: str, n: int) -> int | None:
-        return (self.spm if space == "spm" else self.acc).take(max(n, 1))
+    def alloc(self, space: str, n: int, write: bool = False) -> int | None:
+        """Fresh rows; ``write``: rows the instruction writes (a bank no other instruction writes)."""
+        return (self.spm if space == "spm" else self.acc).take(max(n, 1), write)
 
     def addr(self, space: str, base: int) -> tuple[Mem, str]:
         """``space[base]`` or, sometimes, ``space[r3 + k]`` with r3 a host register (mode 'x')."""
@@ -202,7 +214,7 @@ class Gen:
             rs = r.choice([C * esz, r.randint(0, 3 * C)])
             es = r.choice([esz, esz, r.randint(1, 2 * esz)])
             loops, rep, d, total, cm, span = nest(rows, 2)
-            dst = self.alloc(space, span)
+            dst = self.alloc(space, span, write=True)
             if dst is None:
                 return None
             for lp in loops:                                    # slot 1 strides DRAM bytes
@@ -246,7 +258,7 @@ class Gen:
         if kind in ("mxu.mm", "mxu.mma"):
             n = r.randint(0 if not rf else 1, min(4, cap))
             loops, rep, d, total, cm, span = nest(n, 2)
-            dst = self.alloc("acc", span)
+            dst = self.alloc("acc", span, write=True)
             s = src("spm", span)
             if dst is None or s is None:
                 return None
@@ -258,7 +270,7 @@ class Gen:
             dsp = r.choice(["spm", "acc"])
             asp = rf[0] if rf else r.choice(["spm", "acc"])
             loops, rep, d, total, cm, span = nest(n, 3 if kind in VPU_BINARY else 2)
-            dst = self.alloc(dsp, span)
+            dst = self.alloc(dsp, span, write=True)
             asrc = src(asp, span)
             if dst is None or asrc is None:
                 return None
@@ -282,7 +294,7 @@ class Gen:
         if kind == "vreq":
             n = r.randint(1, min(4, cap))
             loops, rep, d, total, cm, span = nest(n, 3)
-            dst = self.alloc("spm", span)
+            dst = self.alloc("spm", span, write=True)
             s = src("acc", span)
             if dst is None or s is None:
                 return None
@@ -384,7 +396,7 @@ class Gen:
         if unit == "link":
             space, rows, send = r.choice(["spm", "acc"]), r.randint(2, 4), r.random() < 0.5
             for i in range(n):
-                mine = self.alloc(space, rows)
+                mine = self.alloc(space, rows, write=True)
                 if mine is None:
                     break
                 ours, theirs = ("link.send", 0), ("link.recv", 1)
@@ -408,7 +420,7 @@ class Gen:
         r = self.r
         space = r.choice(["spm", "acc"])
         n = r.randint(1, 4)
-        mine = self.alloc(space, n)
+        mine = self.alloc(space, n, write=True)
         if mine is None:
             return
         # (the partner's rows: below the scalar rows at the top, as the allocator's)
@@ -585,7 +597,8 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
     cs = Cosim(cfg, 2, simulator, mem=mem).build()
     build_s = time.perf_counter() - t0
     points, fpoints, mismatches, failing = set(), set(), [], []
-    illegal = cycles = 0
+    illegal = cycles = raced = 0
+    from isa.errors import ErrorCode
     for lo in range(seed, seed + count, batch):
         cases = [generate(cfg, s) for s in range(lo, min(seed + count, lo + batch))]
         jobs = [case_job(cfg, c) for c in cases]
@@ -595,6 +608,7 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
             illegal += c.illegal
             cycles += r["bench_cycles"]
             sr = sim_of(cfg, j, r, ring=True)
+            raced += ErrorCode.RACE in sr[2]       # no defined result: not compared
             fpoints |= functional_points(cfg, c.programs, c.regs, sr[0])
             rep = compare(cfg, j, r, ring=True, sim=sr)
             if rep:
@@ -604,7 +618,7 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
             progress(len(cases))
     cov = coverage_table(points)
     out = {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "seed": seed, "programs": count,
-           "illegal": illegal, "mismatches": len(mismatches), "reports": mismatches,
+           "illegal": illegal, "raced": raced, "mismatches": len(mismatches), "reports": mismatches,
            "failing_seeds": [c.seed for c, _ in failing], "rtl_cycles": cycles,
            "build_s": round(build_s, 2), "coverage": cov, "functional": functional_table(fpoints),
            "ok": not mismatches and not (require_all_opcodes and cov["missing"])}

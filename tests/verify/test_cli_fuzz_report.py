@@ -18,6 +18,7 @@ from verify.fuzz import FUNCTIONAL, coverage_table, functional_table
 def _report(mismatch: bool, waves: str | None = None) -> dict:
     hit = set(FUNCTIONAL[::2])
     rep = {"config": "tiny", "simulator": "verilator", "mem": "flat", "seed": 40, "programs": 3, "illegal": 0,
+           "raced": 0,
            "mismatches": int(mismatch), "reports": ["MISMATCH fuzz seed 41 seed=41 config=tiny\nchip 0: x"] * mismatch,
            "failing_seeds": [41] * mismatch, "rtl_cycles": 100, "build_s": 0.0, "wall_s": 1.0,
            "coverage": coverage_table({("halt", 0, "")}), "functional": functional_table(hit), "ok": not mismatch}
@@ -67,6 +68,25 @@ def test_clean_run_exits_0_and_no_shrink_is_passed_on(fake):
     r = CliRunner().invoke(main, ["fuzz", "--count", "3", "--no-shrink"])
     assert r.exit_code == 0, r.output
     assert "shrunk" not in r.output and calls[0]["shrink_first"] is False
+    assert "(0 illegal, 0 raced: not compared)" in r.output
+
+
+def test_banked_memories_get_the_fpga_banks_and_say_so(fake, monkeypatch):
+    """``--mem banked`` on a config without banks runs the FPGA flow's (``banked_config``), and the
+    report names them; the simulator's races (programs not compared) are counted."""
+    rep = _report(False) | {"mem": "banked", "raced": 2}
+    seen = []
+
+    def run_fuzz(cfg, seed, count, simulator=None, **kw):
+        seen.append((cfg.spm_bank_rows, cfg.acc_bank_rows, kw["mem"]))
+        kw["progress"](count)
+        return rep
+    fake(rep)
+    monkeypatch.setattr(verify.fuzz, "run_fuzz", run_fuzz)
+    r = CliRunner().invoke(main, ["fuzz", "--count", "3", "--mem", "banked"])
+    assert r.exit_code == 0, r.output
+    assert seen == [(16, 4, "banked")]
+    assert "(mem banked, banks of 16/4 SPM/ACC rows)" in r.output and "2 raced: not compared" in r.output
 
 
 @pytest.mark.parametrize("args, msg", [
