@@ -853,7 +853,8 @@ def _plan_onchip(cfg: ChipConfig, spm_bufs: list, acc_bufs: list, after: list[in
                 for j in range(nk)]
         sb = [b if b.name == "zero" else replace(b, end=life[b.start // 2]) for b in spm_bufs]
         ab = [replace(b, end=life[b.start // 2]) for b in acc_bufs]
-        splan, aplan = plan(sb, memory="spm"), plan(ab, memory="acc")
+        splan = plan(sb, memory="spm", align=cfg.spm_bank_rows)
+        aplan = plan(ab, memory="acc", align=cfg.acc_bank_rows)
         if splan.footprint <= cfg.spm_rows and aplan.footprint <= cfg.acc_rows:
             return fences, splan, aplan
         todo = [k for k in range(1, nk) if fences.get(k) != "prologue"]
