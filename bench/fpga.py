@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from isa import ChipConfig  # noqa: E402
 from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
-from rtl.fpga.fit import DSP_BASE, DSP_PER_LANE, FPGA_MEMORY, estimate, estimate_array, fpga_config  # noqa: E402
+from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, FPGA_MEMORY, banked_config, estimate, estimate_array,  # noqa: E402
+                          fpga_config)
 from rtl.fpga.flow import FlowError, built_mac, synth, synth_array  # noqa: E402
 from rtl.mem import IMPLS  # noqa: E402
 
@@ -71,16 +72,18 @@ def _reused(path: Path, name: str, devname: str, mac: str | None, mem: str | Non
 THROUGHPUT = ("gemm 512x512x512", "digits cnn")
 
 
-def utilization(name: str) -> dict[str, float]:
-    """Ideal utilization of THROUGHPUT's models on preset ``name`` with the FPGA memories. DRAM grows to
-    hold the model (the board's block-RAM DRAM is the host's buffer; the chip's cycles do not depend
-    on its size)."""
+def utilization(name: str, mem: str = "lvt") -> dict[str, float]:
+    """Ideal utilization of THROUGHPUT's models on preset ``name`` with the FPGA memories (and, for a
+    banked build, its banks: ``banked_config``). DRAM grows to hold the model (the board's block-RAM
+    DRAM is the host's buffer; the chip's cycles do not depend on its size)."""
     import dataclasses
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import models
 
     cfg = fpga_config(ChipConfig.preset(name), **FPGA_MEMORY)
+    if mem.startswith("banked"):
+        cfg = banked_config(cfg)
     cfg = dataclasses.replace(cfg, name=f"{name}-fpga", dram_bytes=max(cfg.dram_bytes, 1 << 24))
     builds = dict(models.cases(quick=False))
     out = {}
@@ -113,6 +116,8 @@ def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
     if fpga_mem:
         cfg = fpga_config(cfg, **FPGA_MEMORY)
+    if mem.startswith("banked"):
+        cfg = banked_config(cfg)
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
     # the row names the mac as the flow's default build reports it (an earlier row of another build
     # does not match it)
@@ -241,9 +246,10 @@ def main(argv=None) -> int:
         utils: dict = {}
         for r in rows:
             if r["config"] in CONFIGS and r.get("fmax_mhz"):
-                if r["config"] not in utils:
-                    utils[r["config"]] = utilization(r["config"])
-                add_throughput(r, utils[r["config"]])
+                key = (r["config"], r.get("mem", "lvt"))
+                if key not in utils:
+                    utils[key] = utilization(*key)
+                add_throughput(r, utils[key])
     md = markdown(rows)
     print(md)
     if a.json:

@@ -79,11 +79,12 @@ def _mac(mac: str, cfg, dev) -> str:
     return kind + ("+reg2" if mac == "auto" else "")
 
 
-def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words):
-    from rtl.fpga.fit import FPGA_MEMORY, fpga_config
+def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str = "lvt"):
+    from rtl.fpga.fit import FPGA_MEMORY, banked_config, fpga_config
     d = dict(FPGA_MEMORY) if fpga_mem else {}
     d.update({k: v for k, v in (("spm_rows", spm_rows), ("acc_rows", acc_rows), ("imem_words", imem_words)) if v})
-    return fpga_config(cfg, **d)
+    cfg = fpga_config(cfg, **d)
+    return banked_config(cfg) if mem_impl.startswith("banked") else cfg
 
 
 def _dsp_regs_option(f):
@@ -97,8 +98,11 @@ def _mem_options(f):
     f = click.option("--mem", "mem_impl", type=click.Choice(IMPLS), default="lvt", show_default=True,
                      help="SPM/ACC: lvt = a bank of block or LUT RAM per write/read port pair and a live-value "
                           "table; lvt-bram = the same with every registered-read bank in block RAM (frees "
-                          "logic slices on a full device); flat = one memory with every port (flip-flops on "
-                          "an FPGA; see docs/fpga.md)")(f)
+                          "logic slices on a full device); banked = banks of 16 SPM / 4 ACC rows (the "
+                          "config's own if it has them), a copy per read port, one writer per bank at a time "
+                          "(programs must not have two units write one bank at once); banked-bram = the same "
+                          "in block RAM; flat = one memory with every port (flip-flops on an FPGA; see "
+                          "docs/fpga.md)")(f)
     f = click.option("--imem-words", type=click.IntRange(min=1), default=None, help="smaller instruction memory")(f)
     f = click.option("--acc-rows", type=click.IntRange(min=1), default=None, help="smaller ACC (rows)")(f)
     f = click.option("--spm-rows", type=click.IntRange(min=1), default=None, help="smaller SPM (rows)")(f)
@@ -147,7 +151,7 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
 
     base = ChipConfig.load(config)
     _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
-    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl)
     dev = device(BOARDS[board].device)
     sources = [config] if Path(config).is_file() else []
     _check_fpga_options(cfg, dram_kib, json_path, out, sources)
@@ -192,7 +196,7 @@ def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_chec
 
     base = ChipConfig.load(config)
     _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
-    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl)
     dev = device(device_name)
     _check_fpga_options(cfg, dram_kib, json_path, out, [config] if Path(config).is_file() else [])
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), mem=mem_impl, out=out, pnr=not no_pnr, freq_mhz=freq,

@@ -56,7 +56,7 @@ class _MemTop:
     """A RowMemory with 3 write ports, 2 registered reads (the second transparent for write port 0)
     and a combinational read, every port on the top's pins."""
 
-    def __init__(self, impl, depth=64):
+    def __init__(self, impl, depth=64, bank_rows=1):
         from amaranth.lib import wiring
         from amaranth.lib.wiring import In, Out
 
@@ -72,7 +72,7 @@ class _MemTop:
             def elaborate(inner, platform):
                 from amaranth import Module
                 m = Module()
-                m.submodules.mem = mem = RowMemory("spm", 8, 4, depth, impl=impl)
+                m.submodules.mem = mem = RowMemory("spm", 8, 4, depth, impl=impl, bank_rows=bank_rows)
                 ws = [mem.write_port() for _ in range(3)]
                 rs = [mem.read_port("sync"), mem.read_port("sync", transparent_for=(ws[0],)), mem.read_port("comb")]
                 for i, w in enumerate(ws):
@@ -112,6 +112,32 @@ def test_lvt_memory_maps_to_ram(tmp_path):
     assert flat["brams"] == 0 and flat["ffs"] >= 64 * 32 and flat["luts"] > 3 * lvt["luts"], (flat, lvt)
     plain, _ = res["lvt-plain"]
     assert plain["ffs"] >= lvt["ffs"] + 5 * 32, (plain, lvt)    # read-before-write emulated on 5 more banks
+
+
+@needs_yosys
+def test_banked_memory_maps_to_ram(tmp_path):
+    """rtl/mem.py's banked memory on the ECP5 (64 rows in 2 banks of 32): a block RAM per bank and
+    registered read, LUT RAM per bank for the combinational read, no table; with RACE_FREE_BANKS
+    only the transparent read keeps a read-before-write register per bit, without it every
+    registered copy does."""
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.flow import cell_resources, rtlil_text, yosys_synth
+
+    dev = DEVICES["ecp5-85k"]
+    res = {}
+    for tag, race_free in (("banked", True), ("banked-plain", False)):
+        d = tmp_path / tag
+        d.mkdir()
+        (d / "top.il").write_text(rtlil_text(_MemTop("banked", bank_rows=32).top))
+        cells, _ = yosys_synth(d / "top.il", dev, timeout=1200, race_free_banks=race_free)
+        res[tag] = (cell_resources(cells, dev.family), cells)
+    banked, cells = res["banked"]
+    assert banked["brams"] == 2 * 2, cells                       # (bank, registered read) pairs
+    assert cells.get("TRELLIS_DPR16X4", 0) == 2 * 2 * 8, cells   # comb read: 2 banks x 2 deep x 8 wide
+    # the registered reads' bank numbers and the transparent read's bypass (its data and a hit per lane)
+    assert banked["ffs"] <= 2 + 2 * (32 + 4) + 8, cells
+    plain, _ = res["banked-plain"]
+    assert plain["ffs"] >= banked["ffs"] + 2 * 32, (plain, banked)
 
 
 @pytest.mark.long
@@ -160,6 +186,28 @@ def test_fpga_cli_too_big_with_fpga_mem_does_not_suggest_it(tmp_path):
     assert "does not fit ecp5-25k" in r.output and "LUT" in r.output
     assert "try --fpga-mem" not in r.output and "already --fpga-mem" in r.output
     assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
+
+
+def test_banked_builds_get_the_fpga_banks_and_cost_less_than_lvt(tmp_path):
+    """``--mem banked`` builds a config without banks with ``FPGA_BANKS`` (a config's own stay),
+    names them in the refusal, and the fit model prices it below the LVT build (no table)."""
+    from isa import ChipConfig
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.fit import FPGA_BANKS, FPGA_MEMORY, banked_config, estimate, fpga_config
+    from runtime.cli import main
+    tiny = ChipConfig.preset("tiny")
+    cfg = banked_config(tiny)
+    assert (cfg.spm_bank_rows, cfg.acc_bank_rows) == tuple(FPGA_BANKS.values()) and cfg.spm_rows == tiny.spm_rows
+    own = tiny.replace(spm_bank_rows=64, acc_bank_rows=8)
+    assert banked_config(own) == own
+    small = fpga_config(ChipConfig.preset("small"), **FPGA_MEMORY)
+    for dev in ("ecp5-85k", "ecp5-25k"):
+        b = estimate(banked_config(small), DEVICES[dev], mac="dsp+reg2", mem="banked")
+        lvt = estimate(small, DEVICES[dev], mac="dsp+reg2", mem="lvt")
+        assert b.luts < lvt.luts and b.brams < lvt.brams, (b, lvt)
+    r = CliRunner().invoke(main, ["fpga", "synth", "--config", "small", "--device", "ecp5-25k", "--fpga-mem",
+                                  "--mem", "banked", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 1 and "mem=banked" in r.output and "does not fit ecp5-25k" in r.output, r.output
 
 
 def test_pll_params_in_range():
