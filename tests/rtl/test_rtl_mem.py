@@ -40,6 +40,23 @@ def _top(impl: str, depth: int, bank_rows: int = 1):
     return m, mems
 
 
+def _agree(ctx, cycle, flat, other, depth):
+    """Every read port's data (from the second cycle) and every row of ``other`` equal ``flat``'s."""
+    (fmem, fr), (mem, rs) = flat, other
+    for j, (a, b) in enumerate(zip(fr, rs)):
+        if cycle:
+            assert ctx.get(b.data) == ctx.get(a.data), (cycle, j)
+    for row in range(depth):
+        assert mem.peek(ctx, row) == fmem.peek(ctx, row), (cycle, row)
+
+
+def _simulate(m, bench):
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 @pytest.mark.parametrize("impl", ["lvt", "lvt-bram"])
 def test_lvt_memory_matches_flat(impl):
     depth = 16 if impl == "lvt" else 8           # (a LUT RAM bank, a block RAM bank)
@@ -70,17 +87,10 @@ def test_lvt_memory_matches_flat(impl):
                 ctx.set(r.addr, int(rng.integers(hot)) if rng.random() < 0.8 else int(rng.integers(depth)))
             if ctx.get(ws[0].en) and ctx.get(ws[0].addr) == ctx.get(rs[1].addr):
                 seen["transparent_hits"] += 1
-            for j, (a, b) in enumerate(zip(fr, rs)):
-                if cycle:
-                    assert ctx.get(b.data) == ctx.get(a.data), (cycle, j)
-            for row in range(depth):
-                assert mem.peek(ctx, row) == flat.peek(ctx, row), (cycle, row)
+            _agree(ctx, cycle, (flat, fr), (mem, rs), depth)
             await ctx.tick()
 
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(m, bench)
     assert seen["same_row_next_cycle"] > 500 and seen["transparent_hits"] > 100, seen
 
 
@@ -120,17 +130,10 @@ def test_banked_memory_matches_flat(depth, bank_rows):
                     row = next(x for x in range(depth) if written.get(x, 0) == 0)
                 ctx.set(r.addr, row)
             seen["transparent_hits"] += written.get(ctx.get(rs[1].addr)) == 0
-            for j, (a, b) in enumerate(zip(fr, rs)):
-                if cycle:
-                    assert ctx.get(b.data) == ctx.get(a.data), (cycle, j)
-            for row in range(depth):
-                assert mem.peek(ctx, row) == flat.peek(ctx, row), (cycle, row)
+            _agree(ctx, cycle, (flat, fr), (mem, rs), depth)
             await ctx.tick()
 
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(m, bench)
     assert seen["transparent_hits"] > 50 and seen["same_row_next_cycle"] > 100, seen
     if depth > bank_rows:
         assert seen["banks_written_at_once"] > 500, seen
@@ -153,10 +156,7 @@ def test_banked_memory_needs_one_writer_per_bank():
         assert (flat.peek(ctx, 1), flat.peek(ctx, 2)) == (0x11111111, 0x22222222)
         assert (mem.peek(ctx, 1), mem.peek(ctx, 2)) != (0x11111111, 0x22222222)
 
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(m, bench)
 
 
 def test_bank_rows_must_be_a_power_of_two():
