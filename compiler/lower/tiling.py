@@ -251,10 +251,10 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     if res is None:
         res = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, ring)
     if res is not None and cfg.acc_bank_rows > 1:
-        aligned = _bank_aligned(cfg, res, run)
+        aligned = _bank_aligned(cfg, res, run, single_ok)
         if aligned is None and not res.a_ring:
             ringed = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, ring)
-            aligned = ringed and _bank_aligned(cfg, ringed, run)
+            aligned = ringed and _bank_aligned(cfg, ringed, run, single_ok)
         res = aligned
     if res is None:
         ostage = 2 if out_int8 else 0
@@ -267,24 +267,27 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     return res
 
 
-def _bank_aligned(cfg, t: Tiling, run: int = 1) -> Tiling | None:
+def _bank_aligned(cfg, t: Tiling, run: int = 1, single_ok: bool = True) -> Tiling | None:
     """``t`` with M tiles of a whole number of ACC banks (``cfg.acc_bank_rows``): the MXU writes one
     ACC region while the VPU or a DMA load writes the other (docs/microarchitecture.md section 4,
     two units writing one bank race), so the second region and the scale rows start a bank. The
-    tile grows to the next bank when that fits, else shrinks to the bank below (whole blocks of ``run``
-    rows stay whole); None when not one bank's worth fits."""
-    b = cfg.acc_bank_rows if run <= 1 else math.lcm(cfg.acc_bank_rows, run)
+    tile grows to the next bank when that fits, else shrinks to the bank below, keeping whole
+    blocks of ``run`` rows where ``t`` had them, and one A buffer where two no longer fit (when
+    ``single_ok``); None when not one bank's worth fits."""
+    b = cfg.acc_bank_rows
     scale_rows = t.acc_rows - 2 * t.Mt
     ostage = (t.spm_rows - (t.a_rows + t.NB * cfg.rows)) // t.Mt if t.Mt else 0
-    for mt in (align_up(t.Mt, b), t.Mt // b * b):
-        if mt < 1:
-            continue
-        MT = cdiv(t.M, mt)
-        nbuf = 1 if MT == 1 else t.nbuf
-        spm = (t.NB * mt if t.a_ring else nbuf * t.KT * mt) + t.NB * cfg.rows + ostage * mt
-        if spm <= cfg.spm_rows and 2 * mt + scale_rows <= cfg.acc_rows:
-            return Tiling(t.M, t.N, t.KT, t.NT, mt, MT, t.NB, nbuf, spm, 2 * mt + scale_rows,
-                          order=t.order, a_ring=t.a_ring)
+    steps = [math.lcm(b, run)] if run > 1 and t.Mt % run == 0 else []
+    for step in steps + [b]:
+        for mt in (align_up(t.Mt, step), t.Mt // step * step):
+            if mt < 1:
+                continue
+            MT = cdiv(t.M, mt)
+            for nbuf in dict.fromkeys((1 if MT == 1 else t.nbuf, 1 if single_ok or MT == 1 else t.nbuf)):
+                spm = (t.NB * mt if t.a_ring else nbuf * t.KT * mt) + t.NB * cfg.rows + ostage * mt
+                if spm <= cfg.spm_rows and 2 * mt + scale_rows <= cfg.acc_rows:
+                    return Tiling(t.M, t.N, t.KT, t.NT, mt, MT, t.NB, nbuf, spm, 2 * mt + scale_rows,
+                                  order=t.order, a_ring=t.a_ring)
     return None
 
 

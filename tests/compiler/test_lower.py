@@ -220,8 +220,20 @@ def test_gemm_on_a_config_with_banks_runs_without_races(M, K, N):
     assert np.array_equal(res.outputs[0], cm.reference(x)[0])
     orig = tiling._bank_aligned
     try:
-        tiling._bank_aligned = lambda cfg, t, run=1: t
+        tiling._bank_aligned = lambda cfg, t, *rest: t
         with pytest.raises(TetrachipError, match="RACE"):
             _run(fn, [x], cfg)
     finally:
         tiling._bank_aligned = orig
+
+
+def test_a_tiling_with_banks_falls_back_to_one_a_buffer():
+    """An M tile grown to a whole ACC bank whose two A buffers no longer fit SPM (the FPGA build's
+    64 rows) takes one A buffer; without ``single_ok`` (an int32 output with a bias) it does not."""
+    from compiler.lower.tiling import Tiling, _bank_aligned
+    cfg = ChipConfig.preset("tiny").replace(spm_rows=64, acc_rows=32, spm_bank_rows=16, acc_bank_rows=8)
+    # K = 3 tiles, 3 weight slots (12 rows), 2 staging rows per M row: two 6-row A buffers = 64 rows
+    t = Tiling(M=100, N=4, KT=3, NT=1, Mt=6, MT=17, NB=3, nbuf=2, spm_rows=2 * 3 * 6 + 12 + 2 * 6, acc_rows=13)
+    got = _bank_aligned(cfg, t, 1, True)
+    assert (got.Mt, got.MT, got.nbuf, got.spm_rows, got.acc_rows) == (8, 13, 1, 3 * 8 + 12 + 2 * 8, 2 * 8 + 1), got
+    assert _bank_aligned(cfg, t, 1, False) is None
