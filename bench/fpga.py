@@ -82,8 +82,7 @@ def utilization(name: str, mem: str = "lvt") -> dict[str, float]:
     import models
 
     cfg = fpga_config(ChipConfig.preset(name), **FPGA_MEMORY)
-    if mem.startswith("banked"):
-        cfg = banked_config(cfg)
+    cfg = banked_config(cfg, mem)
     cfg = dataclasses.replace(cfg, name=f"{name}-fpga", dram_bytes=max(cfg.dram_bytes, 1 << 24))
     builds = dict(models.cases(quick=False))
     out = {}
@@ -116,8 +115,7 @@ def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
     if fpga_mem:
         cfg = fpga_config(cfg, **FPGA_MEMORY)
-    if mem.startswith("banked"):
-        cfg = banked_config(cfg)
+    cfg = banked_config(cfg, mem)
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
     # the row names the mac as the flow's default build reports it (an earlier row of another build
     # does not match it)

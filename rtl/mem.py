@@ -62,9 +62,11 @@ from isa.ints import clog2
 
 from .logic import any_of
 
-__all__ = ["RowMemory", "IMPLS", "LUTRAM_DEPTH", "table_bits"]
+__all__ = ["RowMemory", "IMPLS", "BANKED", "LUTRAM_DEPTH", "table_bits"]
 
 IMPLS = ("flat", "lvt", "lvt-bram", "banked", "banked-bram")
+#: the implementations built from the config's banks of rows (``bank_rows``)
+BANKED = ("banked", "banked-bram")
 #: rows of an FPGA LUT RAM cell (ECP5 DPR16X4): registered-read banks this shallow use LUT RAM
 LUTRAM_DEPTH = 16
 
@@ -110,11 +112,12 @@ class RowMemory(Elaboratable):
         self.nbanks = -(-depth // self.bank_rows)
         self.row_bits = lane_bits * lanes
         self.addr_w = clog2(depth)
-        # lvt: registered-read banks in block RAM, unless one 16-row LUT RAM cell is deep enough
-        # (a block would then be mostly empty); combinational reads are LUT RAM in any case
-        self.sync_ram = "distributed" if depth <= LUTRAM_DEPTH and impl != "lvt-bram" else "block"
-        if impl.startswith("banked"):
-            self.sync_ram = "distributed" if self.bank_rows <= LUTRAM_DEPTH and impl == "banked" else "block"
+        self.banked = impl in BANKED
+        # registered-read banks (a bank of rows' copies) in block RAM, unless one 16-row LUT RAM cell
+        # is deep enough (a block would then be mostly empty) and the impl is not "-bram";
+        # combinational reads are LUT RAM in any case
+        bank_depth = self.bank_rows if self.banked else depth
+        self.sync_ram = "distributed" if bank_depth <= LUTRAM_DEPTH and not impl.endswith("-bram") else "block"
         self.writes: list[_WritePort] = []
         self.reads: list[_ReadPort] = []
         self._frozen = False
@@ -144,7 +147,7 @@ class RowMemory(Elaboratable):
         m = Module()
         if self.impl == "flat":
             self._flat(m)
-        elif self.impl.startswith("banked"):
+        elif self.banked:
             self._banked(m)
         else:
             self._lvt(m)
@@ -268,7 +271,7 @@ class RowMemory(Elaboratable):
         """The row's value (an Amaranth testbench)."""
         if self.impl == "flat":
             return ctx.get(self.flat.data[row])
-        if self.impl.startswith("banked"):
+        if self.banked:
             return ctx.get(self.banks[row // self.bank_rows, 0].data[row % self.bank_rows])
         W, B = len(self.writes), self.lane_bits
         sel_w = table_bits(W)
@@ -287,7 +290,7 @@ class RowMemory(Elaboratable):
         if self.impl == "flat":
             ctx.set(self.flat.data[row], value)
             return
-        if self.impl.startswith("banked"):
+        if self.banked:
             for j in range(len(self.reads)):
                 ctx.set(self.banks[row // self.bank_rows, j].data[row % self.bank_rows], value)
             return
@@ -303,7 +306,7 @@ class RowMemory(Elaboratable):
         ``{"banked": ["bank<b>_r0", ...]}`` (the rows in order, ``bank_rows`` per bank)."""
         if self.impl == "flat":
             return {"flat": "mem"}
-        if self.impl.startswith("banked"):
+        if self.banked:
             return {"banked": [f"bank{b}_r0" for b in range(self.nbanks)]}
         return {"lvt": "lvt" if len(self.writes) > 1 else None,
                 "banks": [f"bank_w{i}_r0" for i in range(len(self.writes))]}

@@ -84,7 +84,7 @@ def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str = "l
     d = dict(FPGA_MEMORY) if fpga_mem else {}
     d.update({k: v for k, v in (("spm_rows", spm_rows), ("acc_rows", acc_rows), ("imem_words", imem_words)) if v})
     cfg = fpga_config(cfg, **d)
-    return banked_config(cfg) if mem_impl.startswith("banked") else cfg
+    return banked_config(cfg, mem_impl)
 
 
 def _dsp_regs_option(f):

@@ -63,9 +63,8 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
     from verify.cosim import CosimUnavailable
     from verify.fuzz import run_fuzz
     cfg = ChipConfig.load(config)
-    if (mem or os.environ.get("TETRACHIP_COSIM_MEM", "")).startswith("banked"):
-        from rtl.fpga.fit import banked_config
-        cfg = banked_config(cfg)
+    from rtl.fpga.fit import banked_config
+    cfg = banked_config(cfg, mem or os.environ.get("TETRACHIP_COSIM_MEM", "flat"))
     if waves_dir is not None:
         from verify.cosim import waves_unavailable
         if not waves_dir.is_dir():

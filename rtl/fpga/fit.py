@@ -28,7 +28,7 @@ from isa.table import SPACE_BITS, WORD_BITS, Space
 from isa.timing import lut_rows
 
 from ..chip import MEMORY_PORTS as CHIP_MEMORY_PORTS
-from ..mem import IMPLS, LUTRAM_DEPTH
+from ..mem import BANKED, IMPLS, LUTRAM_DEPTH
 from .devices import Device
 
 __all__ = ["Estimate", "estimate", "estimate_array", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY",
@@ -41,8 +41,11 @@ FPGA_MEMORY = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
 FPGA_BANKS = {"spm_bank_rows": 16, "acc_bank_rows": 4}
 
 
-def banked_config(cfg):
-    """``cfg`` with ``FPGA_BANKS`` where it has no banks of its own (``*_bank_rows`` = 1)."""
+def banked_config(cfg, mem: str = "banked"):
+    """``cfg`` with ``FPGA_BANKS`` where it has no banks of its own (``*_bank_rows`` = 1), for a
+    build of memory implementation ``mem`` built from banks (``rtl.mem.BANKED``); else ``cfg``."""
+    if mem not in BANKED:
+        return cfg
     ch = {k: v for k, v in FPGA_BANKS.items() if getattr(cfg, k) == 1}
     return cfg.replace(**ch) if ch else cfg
 
@@ -137,7 +140,7 @@ def _memory(width, depth, ports, dev, mem="flat", lanes=1, bank_rows=1):
     bits = width * depth
     if mem == "flat":
         return int(bits * (r_sync + r_comb) * LUT_PER_FF_MEM_BIT_PORT), bits, 0
-    if mem.startswith("banked"):
+    if mem in BANKED:
         # rtl/mem.py: a copy of each bank per read port (LUT RAM cells of 16 rows x 4 bits with an
         # output register when a bank is at most LUTRAM_DEPTH rows, else block RAM), an AND-OR of
         # the write ports per bank, a bank select per read port
@@ -179,7 +182,7 @@ def estimate(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes
     if mem not in IMPLS:
         raise ValueError(f"memory implementation {mem!r}: one of {', '.join(IMPLS)}")
     arr = estimate_array(cfg.rows, cfg.cols, dev, mac)
-    if mem.startswith("banked"):
+    if mem in BANKED:
         luts = BANKED_LUT_BASE + BANKED_LUT_PER_LANE * cfg.cols + arr.luts
         ffs = BANKED_FF_BASE + BANKED_FF_PER_LANE * cfg.cols + arr.ffs
     else:
