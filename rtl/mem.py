@@ -27,7 +27,13 @@ memory several implementations with the same ports and the same cycle behaviour:
     register when a bank is at most ``LUTRAM_DEPTH`` rows deep). A bank's write port takes the
     write port whose row falls in it (an AND-OR of the ports' rows, data and lane enables: no
     table, no priority); a read port takes its copy of the bank its row fell in (the bank number
-    registered with the read). Same cycle behaviour as ``flat`` provided that in every cycle at
+    registered with the read). LUT RAM banks (``late``) take their writes a cycle late, from a
+    register per bank (the AND-OR above ends in flip-flops, not in the LUT RAM cells' write ports
+    across the chip), and read late to match: a registered read registers its row and reads the
+    LUT RAM asynchronously in the next cycle, when every write of earlier cycles has landed and
+    those of its own cycle have not; a port it is ``transparent_for`` gives that cycle's written
+    lanes from a register, and a combinational read takes the lanes of its row's pending write.
+    Same cycle behaviour as ``flat`` provided that in every cycle at
     most one write port writes a bank, and a read that is ``transparent_for`` a port does not
     meet another port's write of its row: what the timing contract guarantees a program without
     races on a config with these banks (``cfg.spm_bank_rows``, ``cfg.acc_bank_rows``; section 4 of
@@ -118,6 +124,9 @@ class RowMemory(Elaboratable):
         # combinational reads are LUT RAM in any case
         bank_depth = self.bank_rows if self.banked else depth
         self.sync_ram = "distributed" if bank_depth <= LUTRAM_DEPTH and not impl.endswith("-bram") else "block"
+        #: banked in LUT RAM: writes land a cycle late, from registers, and reads read late to match
+        #: (the module docstring); block RAM banks read and write in the cycle
+        self.late = self.banked and self.sync_ram == "distributed"
         self.writes: list[_WritePort] = []
         self.reads: list[_ReadPort] = []
         self._frozen = False
@@ -172,40 +181,99 @@ class RowMemory(Elaboratable):
         def bank_of(addr):
             return addr[lo:] if nb > 1 else Const(0, 1)
 
+        def row_of(addr):
+            return addr[:lo] if lo else Const(0, 1)
+
         outs = {}
+        self.pending = []
         for b in range(nb):
             # the bank's write port: the port whose row is in the bank (at most one, without races)
             hits = [Mux(bank_of(w.addr) == b, w.en, 0) for w in self.writes]
             waddr = any_of([Mux(h.any(), w.addr[:lo], 0) for h, w in zip(hits, self.writes)]) if lo else Const(0, 1)
             wdata = any_of([Mux(h.any(), w.data, 0) for h, w in zip(hits, self.writes)])
             wen = any_of(hits)
-            bank_addr = Signal(max(lo, 1), name=f"b{b}_waddr")
-            bank_data = Signal(self.row_bits, name=f"b{b}_wdata")
-            bank_en = Signal(self.lanes, name=f"b{b}_wen")
-            m.d.comb += [bank_addr.eq(waddr), bank_data.eq(wdata), bank_en.eq(wen)]
+            # (late: the pending write, not reset: a write in the cycle before a reset still lands)
+            kw = {"reset_less": True} if self.late else {}
+            bank_addr = Signal(max(lo, 1), name=f"b{b}_waddr", **kw)
+            bank_data = Signal(self.row_bits, name=f"b{b}_wdata", **kw)
+            bank_en = Signal(self.lanes, name=f"b{b}_wen", **kw)
+            dom = m.d.sync if self.late else m.d.comb
+            dom += [bank_addr.eq(waddr), bank_data.eq(wdata), bank_en.eq(wen)]
+            self.pending.append((bank_addr, bank_data, bank_en))
             for j, r in enumerate(self.reads):
-                attrs = {"ram_style": self.sync_ram} if r.domain == "sync" else None
+                attrs = {"ram_style": self.sync_ram} if r.domain == "sync" or self.late else None
                 copy = memory.Memory(shape=unsigned(self.row_bits), depth=self.bank_rows, init=[], attrs=attrs)
                 m.submodules[f"bank{b}_r{j}"] = copy
                 self.banks[b, j] = copy
                 cw = copy.write_port(granularity=self.lane_bits)
                 m.d.comb += [cw.addr.eq(bank_addr), cw.data.eq(bank_data), cw.en.eq(bank_en)]
+                if self.late:
+                    cr = copy.read_port(domain="comb")
+                    outs[b, j] = cr
+                    continue
                 cr = copy.read_port(domain=r.domain, transparent_for=(cw,) if r.transparent_for else ())
-                m.d.comb += cr.addr.eq(r.addr[:lo] if lo else 0)
-                outs[b, j] = cr.data
+                m.d.comb += cr.addr.eq(row_of(r.addr))
+                outs[b, j] = cr
+        L, B = self.lanes, self.lane_bits
         for j, r in enumerate(self.reads):
-            if nb == 1:
-                m.d.comb += r.data.eq(outs[0, j])
-                continue
-            sel = bank_of(r.addr)
-            if r.domain == "sync":
+            sel, row = bank_of(r.addr), row_of(r.addr)
+            rows = [row] * nb               # the row each bank's copy reads
+            if self.late and r.domain == "sync":
+                # the row is registered and read from LUT RAM in the next cycle, when the writes of
+                # every earlier cycle have landed (those of the read's own cycle land at the end of
+                # the next: not seen, as in a registered read); a port the read is transparent for
+                # gives its lanes of this cycle's write from registers. Each bank's copy has its own
+                # row register, loaded when the read falls in that bank (only that copy's data is
+                # used): no register drives the LUT RAM cells of every bank across the chip.
+                sel_r = Signal(len(sel), name=f"r{j}_bank", reset_less=True)
+                m.d.sync += sel_r.eq(sel)
+                for b in range(nb):
+                    rows[b] = Signal(len(row), name=f"r{j}_b{b}_row", reset_less=True)
+                    with m.If(sel == b):
+                        m.d.sync += rows[b].eq(row)
+                sel = sel_r
+            elif r.domain == "sync":
                 sel_r = Signal(len(sel), name=f"r{j}_bank", reset_less=True)
                 m.d.sync += sel_r.eq(sel)
                 sel = sel_r
-            with m.Switch(sel):
-                for b in range(nb):
-                    with m.Case(b):
-                        m.d.comb += r.data.eq(outs[b, j])
+            word = Signal(self.row_bits, name=f"r{j}_word")
+            for b in range(nb):
+                if self.late:
+                    m.d.comb += outs[b, j].addr.eq(rows[b])
+            if nb == 1:
+                m.d.comb += word.eq(outs[0, j].data)
+            else:
+                with m.Switch(sel):
+                    for b in range(nb):
+                        with m.Case(b):
+                            m.d.comb += word.eq(outs[b, j].data)
+            if not self.late:
+                m.d.comb += r.data.eq(word)
+                continue
+            # lanes that come from a register instead of the bank: a combinational read's of the
+            # pending write to its row; a registered read's of a transparent port's write
+            lanes = [[] for _ in range(L)]        # per lane: (taken from here, that data)
+            if r.domain == "comb":
+                for b, (pa, pd, pe) in enumerate(self.pending):
+                    hit = (bank_of(r.addr) == b) & (pa == row)
+                    for k in range(L):
+                        lanes[k].append((hit & pe[k], pd[k * B:(k + 1) * B]))
+            for w in r.transparent_for:
+                th = Signal(L, name=f"r{j}_thru", reset_less=True)
+                td = Signal(self.row_bits, name=f"r{j}_thru_data", reset_less=True)
+                m.d.sync += [th.eq(Mux(w.addr == r.addr, w.en, 0)), td.eq(w.data)]
+                for k in range(L):
+                    lanes[k].append((th[k], td[k * B:(k + 1) * B]))
+            if r.domain == "comb" or r.transparent_for:
+                out = []
+                for k in range(L):
+                    v = word[k * B:(k + 1) * B]
+                    for c, d in lanes[k]:
+                        v = Mux(c, d, v)
+                    out.append(v)
+                m.d.comb += r.data.eq(Cat(*out))
+            else:
+                m.d.comb += r.data.eq(word)
 
     def _lvt(self, m):
         W, L, B = len(self.writes), self.lanes, self.lane_bits
@@ -272,7 +340,15 @@ class RowMemory(Elaboratable):
         if self.impl == "flat":
             return ctx.get(self.flat.data[row])
         if self.banked:
-            return ctx.get(self.banks[row // self.bank_rows, 0].data[row % self.bank_rows])
+            b, i = divmod(row, self.bank_rows)
+            out = ctx.get(self.banks[b, 0].data[i])
+            pa, pd, pe = self.pending[b]
+            if self.late and ctx.get(pa) == i:      # written in the previous cycle: lands now
+                for k in range(self.lanes):
+                    if ctx.get(pe) >> k & 1:
+                        mask = ((1 << self.lane_bits) - 1) << (k * self.lane_bits)
+                        out = out & ~mask | ctx.get(pd) & mask
+            return out
         W, B = len(self.writes), self.lane_bits
         sel_w = table_bits(W)
         sel = ctx.get(self.lvt.data[row]) if W > 1 else 0

@@ -100,6 +100,8 @@ def test_banked_memory_matches_flat(depth, bank_rows):
     (flat, _, fr), (mem, ws, rs) = mems["flat"], mems["banked"]
     assert mem.nbanks == -(-depth // bank_rows)
     nb = mem.nbanks
+    # (LUT RAM banks write and read a cycle late; block RAM ones do not)
+    assert mem.late == (min(bank_rows, depth) <= 16)
     rng = np.random.default_rng(7)
     seen = {"banks_written_at_once": 0, "transparent_hits": 0, "same_row_next_cycle": 0}
 
