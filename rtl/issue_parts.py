@@ -228,8 +228,15 @@ class TokenCounters(wiring.Component):
                 delta = Signal(signed(3), name=f"tokdelta_{p}_{c}")
                 nxt = Signal(TOK_BITS + 1, name=f"toknext_{p}_{c}")
                 m.d.comb += [delta.eq(inc - dec_), nxt.eq(tok[p][c] + delta)]
+                # ``nxt != 0`` without the adder: the take (``dec_``, from the consumer's start
+                # decision, late in the cycle) empties the counter only when it holds 1 and gets no
+                # signal (a take needs a token, so the counter is never below 0)
+                some = Signal(name=f"toksig_{p}_{c}")
+                last = Signal(name=f"toklast_{p}_{c}")
+                m.d.comb += [some.eq(inc != 0), last.eq(tok[p][c] == 1)]
                 # cleared while not running (nothing reads them then): a start begins at 0
-                m.d.sync += [tok[p][c].eq(Mux(running, nxt, 0)), nz[p][c].eq(running & (nxt != 0))]
+                m.d.sync += [tok[p][c].eq(Mux(running, nxt, 0)),
+                             nz[p][c].eq(running & (some | (nz[p][c] & ~(dec_ & last))))]
         # (one OR of every top bit: an ``If`` per counter became a chain of LUTs as long as the
         # counters are many)
         m.d.comb += self.overflow.eq(Cat(*[tok[p][c][TOK_BITS] for p in range(UNITS) for c in range(UNITS)]).any())
