@@ -17,13 +17,15 @@ a register, ``base_k`` when the entry becomes the head, and adds the advancing l
 
 The head entry is held in a register (``hreg``), loaded ahead from the queue's memory: nothing a
 unit reads of its head entry passes through the memory's read or an adder in the cycle it starts.
+The register holds only that; the jumps and trip counts the sequencer steps with are read from a
+second memory (``smem``) at the head's slot, as they feed registers a start enables, not the start.
 """
 
 from __future__ import annotations
 
 import os
 
-from amaranth import Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -177,8 +179,8 @@ class RepeatQueue(wiring.Component):
         nw = self.word_bits
         kept = [(Value.cast(pe.word)[:nw], Value.cast(e.word)[:nw]), (pe.pc, e.pc), (pe.q, e.q)]
         i_base = len(kept)          # (fields[i_base + k]: base[k]; fields[i_cnt + j] below: cnt[j])
-        kept += [(pe.base[k], e.base[k]) for k in range(S)]
-        kept += [(pe.jump[j][k], e.jump[j][k]) for j in range(MAX_REPEAT_DEPTH) for k in range(S)]
+        # (``None``: stored, read ahead when the entry becomes the head, not held in ``hreg``)
+        kept += [(pe.base[k], None) for k in range(S)]
         if self.has_sval:
             kept.append((pe.sval, e.sval))
         if self.has_dram:
@@ -187,28 +189,40 @@ class RepeatQueue(wiring.Component):
         # the header's sync/wait/signal), with the rest of the entry
         phdr = pe.word.dma      # every queued format starts with the same header (rep_base .. signal)
         ctrl = [(pe.zero, Signal(name="h_zero")), (pe.depth, Signal(3, name="h_depth"))]
-        ctrl += [(pe.cnt[j], Signal(32, name=f"h_cnt{j}")) for j in range(MAX_REPEAT_DEPTH)]
+        ctrl += [(pe.cnt[j], None) for j in range(MAX_REPEAT_DEPTH)]
         ctrl += [(phdr.sync, Signal(len(phdr.sync), name="h_sync")), (phdr.wait, Signal(UNITS, name="h_wait")),
                  (phdr.signal, Signal(UNITS, name="h_signal"))]
         # The head entry is held in a register, not read from the queue's LUT RAM in the cycle a
         # unit uses it: the entry after the head is read ahead (at ``head_nxt``) into the register
-        # when the head pops, or the pushed entry goes there when it becomes the head.
+        # when the head pops, or the pushed entry goes there when it becomes the head. The register
+        # holds only what the unit and its start decision read (a pop loads every bit of it: the
+        # fewer, the shorter that net): the slots' bases and the trip counts are read ahead into
+        # the running addresses and end flags below, and the jumps and trip counts the sequencer
+        # steps with are read from a second memory at the head's slot (``smem``).
         fields = kept + ctrl
         i_cnt = len(kept) + 2
         pushed = Cat(*[src for src, _ in fields])
         m.submodules.mem = mem = memory.Memory(shape=unsigned(len(pushed)), depth=QUEUE_DEPTH, init=[])
         wp, rp = mem.write_port(), mem.read_port(domain="comb")
-        hreg = Signal(len(pushed), name="hreg")
         at = [0]                    # each field's first bit
-        for _, dst in fields:
-            at.append(at[-1] + len(Value.cast(dst)))
+        for src, _ in fields:
+            at.append(at[-1] + len(Value.cast(src)))
 
         def field(src, i):
-            """Field ``i`` of a packed entry ``src`` (``pushed``, the memory's read, ``hreg``)."""
+            """Field ``i`` of a packed entry ``src`` (``pushed``, the memory's read)."""
             return src[at[i]:at[i + 1]]
 
-        for i, (_, dst) in enumerate(fields):
-            m.d.comb += dst.eq(field(hreg, i))
+        def held(src):
+            """The fields ``hreg`` holds, of a packed entry."""
+            return Cat(*[field(src, i) for i, (_, dst) in enumerate(fields) if dst is not None])
+
+        hreg = Signal(len(held(pushed)), name="hreg")
+        pos = 0
+        for _, dst in fields:
+            if dst is not None:
+                w = len(Value.cast(dst))
+                m.d.comb += dst.eq(hreg[pos:pos + w])
+                pos += w
         # (the head entry's slot is not read again once it is in ``hreg``: only the next one's is)
         head_nxt = Signal(range(QUEUE_DEPTH), init=1 % QUEUE_DEPTH)     # the entry after the head
         tail = Signal(range(QUEUE_DEPTH))
@@ -226,13 +240,23 @@ class RepeatQueue(wiring.Component):
         load_pushed = (level == 0) | (pop & (level == 1))
         load_next = pop
         with m.If(load_pushed):
-            m.d.sync += hreg.eq(pushed)
+            m.d.sync += hreg.eq(held(pushed))
         with m.Elif(load_next):
-            m.d.sync += hreg.eq(rp.data)
-        h_zero, h_depth, *h_cnt, h_sync, h_wait, h_signal = (dst for _, dst in ctrl)
+            m.d.sync += hreg.eq(held(rp.data))
+        h_zero, h_depth, *_, h_sync, h_wait, h_signal = (dst for _, dst in ctrl)
+        # the head's jumps and trip counts, from its slot in ``smem``: they feed the running
+        # addresses' adders and the end flags, which a start enables, not the start itself. Written
+        # at ``tail`` in every cycle the queue is not full (a full queue's ``tail`` is the head's slot).
+        D = MAX_REPEAT_DEPTH
+        slow = Cat(*[pe.jump[j][k] for j in range(D) for k in range(S)], *[pe.cnt[j] for j in range(D)])
+        m.submodules.smem = smem = memory.Memory(shape=unsigned(len(slow)), depth=QUEUE_DEPTH, init=[])
+        swp, srp = smem.write_port(), smem.read_port(domain="comb")
+        head = Signal(range(QUEUE_DEPTH))       # the head entry's slot
+        m.d.comb += [swp.addr.eq(tail), swp.data.eq(slow), swp.en.eq(self.push.ready), srp.addr.eq(head)]
+        jump = [[srp.data[32 * (j * S + k):32 * (j * S + k + 1)].as_signed() for k in range(S)] for j in range(D)]
+        h_cnt = [srp.data[32 * (D * S + j):32 * (D * S + j + 1)] for j in range(D)]
 
         # nest state of the head entry: every level's index, every slot's current address
-        D = MAX_REPEAT_DEPTH
         idx = [Signal(32, name=f"idx{j}") for j in range(D)]
         cur = [Signal(signed(32), name=f"cur{k}") for k in range(S)]   # slot k's address: base + offset
         first = Signal(init=1)      # no instance of the head entry has started yet
@@ -296,7 +320,7 @@ class RepeatQueue(wiring.Component):
             with m.Elif(load_next):
                 m.d.sync += cur[k].eq(field(rp.data, i_base + k))
             with m.Elif(moves):
-                m.d.sync += cur[k].eq(cur[k] + e.jump[lvl][k])
+                m.d.sync += cur[k].eq(cur[k] + Array(jump[j][k] for j in range(D))[lvl])
         outer = Const(0)            # a level outside this one advances: this one restarts
         for j in range(D):
             with m.If(pop | (moves & outer)):
@@ -315,7 +339,7 @@ class RepeatQueue(wiring.Component):
         def after(ptr):
             return Mux(ptr == QUEUE_DEPTH - 1, 0, ptr + 1)
         with m.If(pop):
-            m.d.sync += head_nxt.eq(after(head_nxt))
+            m.d.sync += [head_nxt.eq(after(head_nxt)), head.eq(after(head))]
         with m.If(push):
             m.d.sync += tail.eq(after(tail))
         m.d.sync += level.eq(level + push - pop)
