@@ -354,7 +354,12 @@ class IssueStage(wiring.Component):
         target = Mux(is_("jmp"), w.jump.target, br.target)
 
         # ---- queue entries -----------------------------------------------------------------------
-        lo, hi = dram_window(m, cfg, w.dma)        # (used by the DMA units only)
+        # (used by the DMA units only; found from the word in the D stage, registered with it: its
+        # multiplier and adders are not between the I stage's register and a queue's head register)
+        lo_d, hi_d = dram_window(m, cfg, dec_d.view.dma)
+        lo, hi = Signal.like(lo_d, name="p_win_lo"), Signal.like(hi_d, name="p_win_hi")
+        with m.If(load):
+            m.d.sync += [lo.eq(lo_d), hi.eq(hi_d)]
         svals = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
         entry = Signal(entry_layout(cfg))
         m.d.comb += entry.eq(pack(m, entry_layout(cfg), {
