@@ -54,7 +54,7 @@ def DramSignature(cfg) -> wiring.Signature:
 
 
 
-def dram_window(m, cfg, v):
+def dram_window(m, cfg, v, stage=None, v_next=None):
     """``(lo, hi)``, signed ``WINDOW_BITS``: a DMA instance of the instruction ``v`` (the ``dma``
     format's view) that moves something and whose DRAM operand is ``dram`` keeps every byte of
     its bounding range inside DRAM exactly when ``dram + lo >= 0`` and ``dram + hi < 0``.
@@ -66,6 +66,10 @@ def dram_window(m, cfg, v):
     window once per instruction (one multiplier for both DMA units) and the unit adds each
     instance's 32-bit address to it. A bound whose sum with any 32-bit address fails anyway is
     saturated to ``WINDOW_BITS`` (the answer is the same).
+
+    ``stage``: the products ``r1``, ``e1`` go through ``stage(r1, e1) -> (r1, e1)`` (pipeline
+    registers: the multipliers in one stage, the adds in the next, which reads the instruction's
+    other fields from ``v_next``, its view in that stage).
     """
     limit = cfg.dram_bytes
     rm1, lm1 = Signal(len(v.rows), name="win_rows1"), Signal(len(v.len), name="win_len1")
@@ -73,6 +77,9 @@ def dram_window(m, cfg, v):
     r1 = Signal(signed(len(rm1) + len(v.rstride) + 1), name="win_r1")
     e1 = Signal(signed(len(lm1) + len(v.estride) + 1), name="win_e1")
     m.d.comb += [r1.eq(rm1 * v.rstride), e1.eq(lm1 * v.estride)]
+    if stage is not None:
+        r1, e1 = stage(r1, e1)
+        v = v_next
     rneg, eneg = r1[-1], e1[-1]
     lo_full = Signal(signed(len(r1) + 1), name="win_lo_full")
     hi_full = Signal(signed(len(r1) + 2), name="win_hi_full")

@@ -354,12 +354,16 @@ class IssueStage(wiring.Component):
         target = Mux(is_("jmp"), w.jump.target, br.target)
 
         # ---- queue entries -----------------------------------------------------------------------
-        # (used by the DMA units only; found from the word in the D stage, registered with it: its
-        # multiplier and adders are not between the I stage's register and a queue's head register)
-        lo_d, hi_d = dram_window(m, cfg, dec_d.view.dma)
-        lo, hi = Signal.like(lo_d, name="p_win_lo"), Signal.like(hi_d, name="p_win_hi")
-        with m.If(load):
-            m.d.sync += [lo.eq(lo_d), hi.eq(hi_d)]
+        # (used by the DMA units only) its two products found from the word in the D stage and
+        # registered with it, the adds in the I stage: neither the multipliers after the
+        # instruction memory's read nor the adders too lie on one path to a queue's head register
+        def d_to_i(*vals):
+            out = [Signal.like(v, name=f"p_{v.name}") for v in vals]
+            with m.If(load):
+                m.d.sync += [o.eq(v) for o, v in zip(out, vals)]
+            return out
+
+        lo, hi = dram_window(m, cfg, dec_d.view.dma, stage=d_to_i, v_next=w.dma)
         svals = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
         entry = Signal(entry_layout(cfg))
         m.d.comb += entry.eq(pack(m, entry_layout(cfg), {
