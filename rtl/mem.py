@@ -208,38 +208,32 @@ class RowMemory(Elaboratable):
                 cw = copy.write_port(granularity=self.lane_bits)
                 m.d.comb += [cw.addr.eq(bank_addr), cw.data.eq(bank_data), cw.en.eq(bank_en)]
                 if self.late:
-                    cr = copy.read_port(domain="comb")
-                    outs[b, j] = cr
-                    continue
-                cr = copy.read_port(domain=r.domain, transparent_for=(cw,) if r.transparent_for else ())
-                m.d.comb += cr.addr.eq(row_of(r.addr))
-                outs[b, j] = cr
+                    outs[b, j] = copy.read_port(domain="comb")
+                else:
+                    outs[b, j] = copy.read_port(domain=r.domain, transparent_for=(cw,) if r.transparent_for else ())
         L, B = self.lanes, self.lane_bits
         for j, r in enumerate(self.reads):
             sel, row = bank_of(r.addr), row_of(r.addr)
             rows = [row] * nb               # the row each bank's copy reads
-            if self.late and r.domain == "sync":
-                # the row is registered and read from LUT RAM in the next cycle, when the writes of
-                # every earlier cycle have landed (those of the read's own cycle land at the end of
-                # the next: not seen, as in a registered read); a port the read is transparent for
-                # gives its lanes of this cycle's write from registers. Each bank's copy has its own
-                # row register, loaded when the read falls in that bank (only that copy's data is
-                # used): no register drives the LUT RAM cells of every bank across the chip.
+            if r.domain == "sync":
                 sel_r = Signal(len(sel), name=f"r{j}_bank", reset_less=True)
                 m.d.sync += sel_r.eq(sel)
-                for b in range(nb):
-                    rows[b] = Signal(len(row), name=f"r{j}_b{b}_row", reset_less=True)
-                    with m.If(sel == b):
-                        m.d.sync += rows[b].eq(row)
-                sel = sel_r
-            elif r.domain == "sync":
-                sel_r = Signal(len(sel), name=f"r{j}_bank", reset_less=True)
-                m.d.sync += sel_r.eq(sel)
+                if self.late:
+                    # the row is registered and read from LUT RAM in the next cycle, when the
+                    # writes of every earlier cycle have landed (those of the read's own cycle land
+                    # at the end of the next: not seen, as in a registered read); a port the read
+                    # is transparent for gives its lanes of this cycle's write from registers. Each
+                    # bank's copy has its own row register, loaded when the read falls in that bank
+                    # (only that copy's data is used): no register drives the LUT RAM cells of
+                    # every bank across the chip.
+                    for b in range(nb):
+                        rows[b] = Signal(len(row), name=f"r{j}_b{b}_row", reset_less=True)
+                        with m.If(sel == b):
+                            m.d.sync += rows[b].eq(row)
                 sel = sel_r
             word = Signal(self.row_bits, name=f"r{j}_word")
             for b in range(nb):
-                if self.late:
-                    m.d.comb += outs[b, j].addr.eq(rows[b])
+                m.d.comb += outs[b, j].addr.eq(rows[b])
             if nb == 1:
                 m.d.comb += word.eq(outs[0, j].data)
             else:
@@ -247,33 +241,27 @@ class RowMemory(Elaboratable):
                     for b in range(nb):
                         with m.Case(b):
                             m.d.comb += word.eq(outs[b, j].data)
-            if not self.late:
-                m.d.comb += r.data.eq(word)
-                continue
-            # lanes that come from a register instead of the bank: a combinational read's of the
-            # pending write to its row; a registered read's of a transparent port's write
+            # late: lanes that come from a register instead of the bank, a combinational read's of
+            # the pending write to its row, a registered read's of a transparent port's write
             lanes = [[] for _ in range(L)]        # per lane: (taken from here, that data)
-            if r.domain == "comb":
+            if self.late and r.domain == "comb":
                 for b, (pa, pd, pe) in enumerate(self.pending):
                     hit = (bank_of(r.addr) == b) & (pa == row)
                     for k in range(L):
                         lanes[k].append((hit & pe[k], pd[k * B:(k + 1) * B]))
-            for w in r.transparent_for:
+            for w in r.transparent_for if self.late else ():
                 th = Signal(L, name=f"r{j}_thru", reset_less=True)
                 td = Signal(self.row_bits, name=f"r{j}_thru_data", reset_less=True)
                 m.d.sync += [th.eq(Mux(w.addr == r.addr, w.en, 0)), td.eq(w.data)]
                 for k in range(L):
                     lanes[k].append((th[k], td[k * B:(k + 1) * B]))
-            if r.domain == "comb" or r.transparent_for:
-                out = []
-                for k in range(L):
-                    v = word[k * B:(k + 1) * B]
-                    for c, d in lanes[k]:
-                        v = Mux(c, d, v)
-                    out.append(v)
-                m.d.comb += r.data.eq(Cat(*out))
-            else:
-                m.d.comb += r.data.eq(word)
+            out = []
+            for k in range(L):
+                v = word[k * B:(k + 1) * B]
+                for c, d in lanes[k]:
+                    v = Mux(c, d, v)
+                out.append(v)
+            m.d.comb += r.data.eq(Cat(*out))
 
     def _lvt(self, m):
         W, L, B = len(self.writes), self.lanes, self.lane_bits

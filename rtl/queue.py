@@ -248,13 +248,16 @@ class RepeatQueue(wiring.Component):
         # addresses' adders and the end flags, which a start enables, not the start itself. Written
         # at ``tail`` in every cycle the queue is not full (a full queue's ``tail`` is the head's slot).
         D = MAX_REPEAT_DEPTH
-        slow = Cat(*[pe.jump[j][k] for j in range(D) for k in range(S)], *[pe.cnt[j] for j in range(D)])
-        m.submodules.smem = smem = memory.Memory(shape=unsigned(len(slow)), depth=QUEUE_DEPTH, init=[])
+        jump_shape = lay["jump"].shape.elem_shape.elem_shape
+        slow = data.StructLayout({"jump": data.ArrayLayout(data.ArrayLayout(jump_shape, S), D),
+                                  "cnt": lay["cnt"].shape})
+        m.submodules.smem = smem = memory.Memory(shape=slow, depth=QUEUE_DEPTH, init=[])
         swp, srp = smem.write_port(), smem.read_port(domain="comb")
         head = Signal(range(QUEUE_DEPTH))       # the head entry's slot
-        m.d.comb += [swp.addr.eq(tail), swp.data.eq(slow), swp.en.eq(self.push.ready), srp.addr.eq(head)]
-        jump = [[srp.data[32 * (j * S + k):32 * (j * S + k + 1)].as_signed() for k in range(S)] for j in range(D)]
-        h_cnt = [srp.data[32 * (D * S + j):32 * (D * S + j + 1)] for j in range(D)]
+        m.d.comb += [swp.addr.eq(tail), swp.en.eq(self.push.ready), srp.addr.eq(head),
+                     swp.data.eq(pack(m, slow, {"jump": [[pe.jump[j][k] for k in range(S)] for j in range(D)],
+                                                "cnt": [pe.cnt[j] for j in range(D)]}, name="slow_part"))]
+        jump, h_cnt = srp.data.jump, srp.data.cnt
 
         # nest state of the head entry: every level's index, every slot's current address
         idx = [Signal(32, name=f"idx{j}") for j in range(D)]
