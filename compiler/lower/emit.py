@@ -12,10 +12,12 @@ load -> mxu         a weight tile (or an N tile's group of them, ``weight_mode``
                     / an A tile (first N tile) / a bias tile (when nothing
                     loaded after it orders it) arrived
 mxu -> load         ``mxu.lw`` read its weight slot (the last of a group), or,    NB (<= 63),
-                    with an A ring (``Tiling.a_ring``), an ``mm`` its A slot,     groups: 2,
-                    or, with one A buffer gated per A tile (``a_freed_per_mm``),  A ring: 2 NB,
-                    an M tile's last N tile's ``mm`` its A tile: the slot or      per A tile:
-                    tile may be refilled                                          + KT - 1
+                    with an A ring (``Tiling.a_ring``), an ``mm`` its K tile's    groups: 2,
+                    A slot and weight slot (one token for both: the tile's        A ring: NB,
+                    weight load waits for it, its A load does not), or, with one  per A tile:
+                    A buffer gated per A tile (``a_freed_per_mm``), an M tile's   + KT - 1
+                    last N tile's ``mm`` its A tile: the slot or tile may be
+                    refilled
 E -> mxu|load       an ACC region was drained (E = vpu for int8 output, store     2
                     for int32); its next user (the bias load, else the first
                     ``mm``) may write it
@@ -390,8 +392,8 @@ def prefetch_tiles(tl: Tiling, cover: int = 0) -> int:
     """Weight tiles a kernel's prologue loads (``_prefetch``): a group's ``KT`` (its one DMA instance),
     else the first tile and as many more as the previous kernel's epilogue covers (``cover``: tiles
     of ``rows`` rows its last tile's rows stand for; more would hold back the first A tile), within
-    the slots (a ring's ``NB``); with an A ring only the first (A and weight loads share the
-    free-slot counter: only the kernel's first load may skip its wait)."""
+    the slots (a ring's ``NB``); with an A ring only the first (its A load, which never waits, takes
+    the slot pair the prefetch did not wait for)."""
     mode = weight_mode(tl)
     if mode == "group":
         return tl.KT
@@ -405,8 +407,8 @@ def weight_seeds(tl: Tiling) -> int:
     """Free weight slots the kernel starts with (mxu -> load tokens): one per group of ``KT`` slots
     (``weight_mode`` group), else one per slot, at most ``WEIGHT_TOKENS`` (fewer tokens than slots
     only keeps the loads less far ahead, never unsafe)."""
-    if tl.a_ring:                       # weight and A slots alternate on the counter: as many of each
-        return 2 * min(tl.NB, WEIGHT_TOKENS // 2)
+    if tl.a_ring:                       # a token per K tile's pair of slots, freed by its mm
+        return min(tl.NB, WEIGHT_TOKENS)
     return 2 if weight_mode(tl) == "group" else min(tl.NB, WEIGHT_TOKENS)
 
 
@@ -714,7 +716,10 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
     R, C = cfg.rows, cfg.cols
     KT, Mt = tl.KT, tl.Mt
     mode = weight_mode(tl)
-    aring = tl.a_ring                          # A slot kt % NB, freed by its mm (a token like a weight slot's)
+    # A slot kt % NB beside weight slot kt % NB, both freed by the tile's mm: one mxu -> load token, which
+    # the weight load waits for (a prefetched one was seeded) and the A load does not. Only the mm signals
+    # it: an lw retires before earlier mm's, so its token could free an A slot an mm still reads.
+    aring = tl.a_ring
     l1 = [None]                                # the nest l1 holds (A row groups), None: unknown
 
     def tile(kt: int, last: bool | None = None) -> None:
@@ -729,7 +734,7 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         if load_a:
             for gi, gr in enumerate(a_groups):
                 sig = ("mxu",) if gi == len(a_groups) - 1 else ()
-                wait = ("mxu",) if (aring or g["fine"]) and gi == 0 else ()
+                wait = ("mxu",) if g["fine"] and gi == 0 else ()
                 rep = None
                 if gr.count > 1:
                     if l1[0] != (gr.count, gr.lstride, gr.dstride):
@@ -741,7 +746,7 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
                        **_mods(wait, sig, True, rep))
         # weight tokens: per tile, or for the group at its first and last tile (none when resident)
         wwait = ["load"] if w_tok and (mode != "group" or kt == 0) and not 0 < kt < npre else []
-        wsig = ["load"] if w_tok and (mode != "group" or last) and not a_free else []
+        wsig = ["load"] if w_tok and (mode != "group" or last) and not a_free and not aring else []
         e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wwait, wsig))
         waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
             ([g["free_p"]] if kt == 0 and not g["bias"] else [])

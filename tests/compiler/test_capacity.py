@@ -67,6 +67,20 @@ def test_a_tiles_stream_when_one_row_exceeds_spm(M, bias):
     assert t.a_ring and weight_mode(t) == "ring" and t.MT > 1 and t.NT > 1 and t.KT > cfg.spm_rows
 
 
+@pytest.mark.parametrize("M", [450, 257])
+def test_a_ring_slots_are_freed_by_the_mm_only(M):
+    """An A ring with short K (16 tiles) and a short last M tile (2 or 1 rows), as the bank-aligned
+    tiling of a config with 4 banks chooses it: a K tile's A and weight slots are freed together by
+    its ``mm``. (Freed by the ``lw`` too, an ``lw`` retiring before an earlier ``mm`` let the next
+    A load overwrite rows that ``mm`` still read: RACE.)"""
+    cfg = tc.ChipConfig.preset("tiny").replace(name="tiny4banks", spm_bank_rows=256, acc_bank_rows=64)
+    f, x = _gemm(M, 64, 64, bias=True, relu=True, seed=M)
+    w2 = np.random.default_rng(6).standard_normal((64, 10)).astype(np.float32)
+    cm, _ = _check(lambda a: f(a) @ tc.Tensor(w2), x, cfg, rel=0.05)
+    t = cm.kernels[0].tiling
+    assert t.a_ring and t.MT > 1 and t.M % t.Mt < 4
+
+
 @pytest.mark.parametrize("bias,relu,chain", [(True, True, False), (True, False, False), (False, False, True)])
 def test_grouped_weights_load_one_n_tile_ahead(bias, relu, chain):
     """Tall M tiles and many N tiles: each N tile's weights are one DMA, loaded during the previous
