@@ -18,6 +18,11 @@ figure a front end or memory change moves unless it changes the contract.
     python bench/fpga.py --reuse --json out/fpga.json --md out/fpga.md     # reuse OUT/*/report.json
     python bench/fpga.py --reuse --reuse-json bench/fpga_results.json ...   # and rows of an earlier table
     python bench/fpga.py --quick --throughput --reuse-json bench/fpga_results.json ...   # + MAC/s columns
+    python bench/fpga.py --reuse --mem banked --full-mem --acc-rows 64 --banks 8,4 --reuse-json ...  # another build
+
+One run makes one build per config and device (``--mem``, ``--full-mem``, ``--spm-rows``,
+``--acc-rows``, ``--banks``); the
+``--reuse-json`` table's measured rows of other builds are kept, so the table collects several.
 
 ``--reuse`` takes a run's ``report.json`` from an earlier invocation (or from ``tetrachip fpga
 synth -o OUT/NAME-DEVICE``) when its config, device and mac match, so a long table can be built
@@ -37,10 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from isa import ChipConfig  # noqa: E402
 from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
-from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, FPGA_MEMORY, banked_config, estimate, estimate_array,  # noqa: E402
-                          fpga_config)
+from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, FPGA_BANKS, FPGA_MEMORY, banked_config, estimate,  # noqa: E402
+                          estimate_array, fpga_config)
 from rtl.fpga.flow import FlowError, built_mac, synth, synth_array  # noqa: E402
-from rtl.mem import IMPLS  # noqa: E402
+from rtl.mem import BANKED, IMPLS  # noqa: E402
 
 CONFIGS = ["tiny", "small", "base"]
 TARGETS = ["ecp5-25k", "ecp5-85k", "ice40-up5k"]
@@ -56,14 +61,18 @@ def auto_mac(cfg, dev, reg: bool = True) -> str:
     return ("dsp" if free >= cfg.rows * cfg.cols else f"dsp:{free}") + ("+reg2" if reg else "")
 
 
-def _reused(path: Path, name: str, devname: str, mac: str | None, mem: str | None = None):
-    """An earlier run's report for (name, device) (and mac, memory implementation, unless None)."""
+def _reused(path: Path, name: str, devname: str, mac: str | None, mem: str | None = None,
+            memories: dict | None = None):
+    """An earlier run's report for (name, device) (and mac, memory implementation, memories, unless
+    None)."""
     if not path.exists():
         return None
     rep = json.loads(path.read_text())
     if (rep.get("config"), rep.get("device")) != (name, devname) or (mac is not None and rep.get("mac") != mac):
         return None
     if mem is not None and rep.get("mem", "flat") != mem:
+        return None
+    if memories is not None and rep.get("memories", memories) != memories:
         return None
     return rep
 
@@ -72,17 +81,20 @@ def _reused(path: Path, name: str, devname: str, mac: str | None, mem: str | Non
 THROUGHPUT = ("gemm 512x512x512", "digits cnn")
 
 
-def utilization(name: str, mem: str = "lvt") -> dict[str, float]:
-    """Ideal utilization of THROUGHPUT's models on preset ``name`` with the FPGA memories (and, for a
-    banked build, its banks: ``banked_config``). DRAM grows to hold the model (the board's block-RAM
-    DRAM is the host's buffer; the chip's cycles do not depend on its size)."""
+def utilization(name: str, mem: str = "lvt", memories: dict | None = None) -> dict[str, float]:
+    """Ideal utilization of THROUGHPUT's models on preset ``name`` with ``memories`` (a row's: depths
+    and, for a banked build, bank rows; default the FPGA memories with ``banked_config``'s banks).
+    DRAM grows to hold the model (the board's block-RAM DRAM is the host's buffer; the chip's cycles
+    do not depend on its size)."""
     import dataclasses
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import models
 
-    cfg = fpga_config(ChipConfig.preset(name), **FPGA_MEMORY)
-    cfg = banked_config(cfg, mem)
+    if memories is None:
+        cfg = banked_config(fpga_config(ChipConfig.preset(name), **FPGA_MEMORY), mem)
+    else:
+        cfg = banked_config(ChipConfig.preset(name).replace(**memories), mem)
     cfg = dataclasses.replace(cfg, name=f"{name}-fpga", dram_bytes=max(cfg.dram_bytes, 1 << 24))
     builds = dict(models.cases(quick=False))
     out = {}
@@ -111,20 +123,28 @@ def _measured(row, rep: dict, seconds=None):
     return row
 
 
-def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True, reuse=False, mem="lvt"):
+def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True, reuse=False, mem="lvt",
+            banks=None, depths=None):
+    """One whole chip: ``fpga_mem`` the FPGA memories (else the preset's), ``depths`` smaller ones
+    ({"spm_rows": .., "acc_rows": ..}), ``banks`` (N or (SPM, ACC)) for ``banked_config``."""
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
-    if fpga_mem:
-        cfg = fpga_config(cfg, **FPGA_MEMORY)
-    cfg = banked_config(cfg, mem)
+    cfg = fpga_config(cfg, **{**(FPGA_MEMORY if fpga_mem else {}), **(depths or {})})
+    cfg = banked_config(cfg, mem, banks)
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
     # the row names the mac as the flow's default build reports it (an earlier row of another build
     # does not match it)
-    row = {"config": name, "device": devname, "mac": built_mac(mac, dev.family), "mem": mem,
-           "memories": {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}}
+    memories = {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}
+    if mem in BANKED:                   # as the flow's report.json names them
+        memories.update(spm_bank_rows=cfg.spm_bank_rows, acc_bank_rows=cfg.acc_bank_rows)
+    row = {"config": name, "device": devname, "mac": built_mac(mac, dev.family), "mem": mem, "memories": memories}
     est = estimate(cfg, dev, mac=mac, mem=mem)
     row["estimate"] = est.__dict__
-    d = out / f"{name}-{devname}"
-    rep = _reused(d / "report.json", name, devname, None, mem) if reuse else None
+    # one folder per build: the LVT build of the FPGA memories keeps the plain name
+    tag = "".join([f"-{mem}" if mem != "lvt" else "", "" if fpga_mem else "-full",
+                   "".join(f"-{k.split('_')[0]}{v}" for k, v in sorted((depths or {}).items())),
+                   "-b" + "-".join(map(str, banks if isinstance(banks, tuple) else (banks,))) if banks else ""])
+    d = out / f"{name}-{devname}{tag}"
+    rep = _reused(d / "report.json", name, devname, None, mem, memories) if reuse else None
     if rep is not None:                 # the earlier run's mac and memories are what the row shows
         row.update(mac=rep["mac"], memories=rep.get("memories", row["memories"]))
         return _measured(row, rep)
@@ -171,6 +191,23 @@ def row_over(row, dev) -> bool:
     return any(e[k] > getattr(dev, k) for k in ("luts", "ffs", "dsps", "brams"))
 
 
+def _mem_cell(r) -> str:
+    """The memory implementation, with the depths and banks where they are not --fpga-mem's and
+    ``FPGA_BANKS``."""
+    mem, m = r.get("mem", "--"), r.get("memories")
+    if not m:
+        return mem
+    banked = mem in BANKED
+    if all(m.get(k) == v for k, v in FPGA_MEMORY.items() if k != "imem_words") and (
+            not banked or all(m.get(k) == v for k, v in FPGA_BANKS.items())):
+        return mem
+    spm, acc = m["spm_rows"], m["acc_rows"]
+    if not banked:
+        return f"{mem}: SPM {spm}, ACC {acc} rows"
+    return (f"{mem}: SPM {spm} rows in {spm // m['spm_bank_rows']} banks, "
+            f"ACC {acc} in {acc // m['acc_bank_rows']}")
+
+
 def markdown(rows) -> str:
     out = ["| design | device | mac | mem | LUT | FF | DSP | BRAM | Fmax (MHz) "
            "| MMAC/s at Fmax: GEMM 512^3 / digits CNN | Yosys / nextpnr (s) | status |",
@@ -191,9 +228,32 @@ def markdown(rows) -> str:
         tp = r.get("throughput")
         macs = (" / ".join(f"{tp[m]['mmac_s']:.0f} ({100 * tp[m]['utilization']:.1f}%)" for m in THROUGHPUT)
                 if tp else "--")
-        out.append(f"| {r['config']} | {r['device']} | {r['mac']} | {r.get('mem', '--')} | " + " | ".join(cells)
+        out.append(f"| {r['config']} | {r['device']} | {r['mac']} | {_mem_cell(r)} | " + " | ".join(cells)
                    + f" | {f} | {macs} | {secs} | {status} |")
     return "\n".join(out)
+
+
+def _utilizations(row) -> dict[str, float]:
+    return {m: v["utilization"] for m, v in row["throughput"].items()}
+
+
+def _with_other_builds(rows, earlier):
+    """``rows`` and the earlier table's rows of what this run did not make: whole-chip rows
+    measured with another build (memory implementation, depths or banks: one ``bench/fpga.py`` run
+    makes one) and, when this run made none, the array rows; as that table has them (its "earlier
+    run" marks included), whole chips in the table's order (config, device, memory implementation,
+    depths), then the arrays."""
+    key = lambda r: tuple(json.dumps(r.get(k), sort_keys=True) for k in ("config", "device", "mac", "mem", "memories"))
+    made = {key(r) for r in rows}
+    arrays_made = any(r["config"] not in CONFIGS for r in rows)
+    extra = [dict(r) for r in earlier if key(r) not in made and (
+        r.get("status", "").startswith("measured") if r.get("config") in CONFIGS else not arrays_made)]
+    if not extra:
+        return rows
+    chips = [r for r in rows + extra if r["config"] in CONFIGS]
+    chips.sort(key=lambda r: (CONFIGS.index(r["config"]), TARGETS.index(r["device"]) if r["device"] in TARGETS else 99,
+                              IMPLS.index(r.get("mem", "lvt")), (r.get("memories") or {}).get("spm_rows", 0)))
+    return chips + [r for r in rows + extra if r["config"] not in CONFIGS]
 
 
 def main(argv=None) -> int:
@@ -202,6 +262,11 @@ def main(argv=None) -> int:
     ap.add_argument("--reuse", action="store_true", help="reuse OUT/*/report.json of matching earlier runs")
     ap.add_argument("--full-mem", action="store_true", help="the presets' memories (default: --fpga-mem depths)")
     ap.add_argument("--mem", choices=IMPLS, default="lvt", help="SPM/ACC implementation (rtl/mem.py)")
+    ap.add_argument("--banks", type=lambda v: tuple(int(x) for x in v.split(",")), default=None, metavar="N|S,A",
+                    help="--mem banked/banked-bram: SPM and ACC each in N banks, or S SPM and A ACC banks "
+                         "(rtl.fpga.fit.banked_config)")
+    ap.add_argument("--spm-rows", type=int, default=None, help="smaller SPM (rows)")
+    ap.add_argument("--acc-rows", type=int, default=None, help="smaller ACC (rows)")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--devices", default=",".join(TARGETS))
     ap.add_argument("--no-arrays", action="store_true", help="skip the array-alone rows")
@@ -213,6 +278,9 @@ def main(argv=None) -> int:
     ap.add_argument("--md", type=Path)
     ap.add_argument("--throughput", action="store_true",
                     help="MAC/s at Fmax of every placed whole chip (simulates THROUGHPUT's models on its config)")
+    ap.add_argument("--reuse-utilization", action="store_true",
+                    help="--throughput: take a row's utilizations from the --reuse-json row of the same config, "
+                         "memory implementation and memories that has them, instead of simulating the models again")
     ap.add_argument("--reuse-json", type=Path, metavar="FILE",
                     help="take measured rows from an earlier run's JSON (e.g. bench/fpga_results.json) "
                          "when design, device, mac and memories match: the rest of the table is rebuilt")
@@ -228,25 +296,34 @@ def main(argv=None) -> int:
         return None
     configs, devices, pnr = [c for c in a.configs.split(",") if c], a.devices.split(","), not a.no_pnr
     kw = dict(pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout, tools=not a.quick, reuse=a.reuse)
+    banks = a.banks if a.banks is None or len(a.banks) == 2 else a.banks * 2
+    depths = {k: v for k, v in (("spm_rows", a.spm_rows), ("acc_rows", a.acc_rows)) if v}
     rows = []
     for name in configs:
         for d in devices:
-            quick = run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, **dict(kw, tools=False, reuse=False))
-            old = from_earlier(quick) if "luts" not in quick else None
-            rows.append(old or run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, **kw))
+            # this run's report (--reuse) first, then the earlier table's row, then the tools
+            quick = run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, banks=banks, depths=depths,
+                            **dict(kw, tools=False))
+            old = quick if "luts" in quick else from_earlier(quick)
+            rows.append(old or run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, banks=banks, depths=depths, **kw))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     if not a.no_arrays:
         for r, c, d, mac in ARRAYS:
             old = from_earlier(run_array(r, c, d, mac, **dict(kw, tools=False, reuse=False)))
             rows.append(old or run_array(r, c, d, mac, **kw))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+    rows = _with_other_builds(rows, earlier)
     if a.throughput:
         utils: dict = {}
         for r in rows:
             if r["config"] in CONFIGS and r.get("fmax_mhz"):
-                key = (r["config"], r.get("mem", "lvt"))
-                if key not in utils:
-                    utils[key] = utilization(*key)
+                key = (r["config"], r.get("mem", "lvt"), json.dumps(r.get("memories"), sort_keys=True))
+                if key not in utils and a.reuse_utilization:
+                    utils[key] = next((_utilizations(o) for o in earlier if o.get("throughput") and
+                                       (o["config"], o.get("mem", "lvt"), json.dumps(o.get("memories"), sort_keys=True))
+                                       == key), None)
+                if utils.get(key) is None:
+                    utils[key] = utilization(r["config"], r.get("mem", "lvt"), r.get("memories"))
                 add_throughput(r, utils[key])
     md = markdown(rows)
     print(md)

@@ -79,12 +79,18 @@ def _mac(mac: str, cfg, dev) -> str:
     return kind + ("+reg2" if mac == "auto" else "")
 
 
-def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str = "lvt"):
+def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str = "lvt", banks: int | None = None):
     from rtl.fpga.fit import FPGA_MEMORY, banked_config, fpga_config
+    from rtl.mem import BANKED
     d = dict(FPGA_MEMORY) if fpga_mem else {}
     d.update({k: v for k, v in (("spm_rows", spm_rows), ("acc_rows", acc_rows), ("imem_words", imem_words)) if v})
     cfg = fpga_config(cfg, **d)
-    return banked_config(cfg, mem_impl)
+    if banks is not None and mem_impl not in BANKED:
+        raise usage_error(f"--banks is for --mem {' or '.join(BANKED)}, not {mem_impl}", "--banks")
+    try:
+        return banked_config(cfg, mem_impl, banks)
+    except ValueError as e:
+        raise usage_error(str(e), "--banks") from None
 
 
 def _dsp_regs_option(f):
@@ -93,16 +99,39 @@ def _dsp_regs_option(f):
                              "--no-dsp-regs: in fabric flip-flops (see docs/fpga.md)")(f)
 
 
+class _Banks(click.ParamType):
+    """``N`` or ``S,A``: bank counts of SPM and ACC."""
+    name = "N|S,A"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            counts = tuple(int(v) for v in str(value).split(","))
+        except ValueError:
+            counts = ()
+        if len(counts) not in (1, 2) or min(counts) < 1:
+            self.fail(f"{value!r}: a bank count N or two, S,A (SPM, ACC)", param, ctx)
+        return counts * 2 if len(counts) == 1 else counts
+
+
+BANKS = _Banks()
+
+
 def _mem_options(f):
     from rtl.mem import IMPLS  # noqa: PLC0415
     f = click.option("--mem", "mem_impl", type=click.Choice(IMPLS), default="lvt", show_default=True,
                      help="SPM/ACC: lvt = a bank of block or LUT RAM per write/read port pair and a live-value "
                           "table; lvt-bram = the same with every registered-read bank in block RAM (frees "
                           "logic slices on a full device); banked = banks of 16 SPM / 4 ACC rows (the "
-                          "config's own if it has them), a copy per read port, one writer per bank at a time "
+                          "config's own if it has them; else --banks), a copy per read port, one writer per bank at "
+                          "a time "
                           "(programs must not have two units write one bank at once); banked-bram = the same "
                           "in block RAM; flat = one memory with every port (flip-flops on an FPGA; see "
                           "docs/fpga.md)")(f)
+    f = click.option("--banks", type=BANKS, default=None,
+                     help="--mem banked/banked-bram: SPM and ACC each in N banks, or S,A: S SPM banks and A ACC "
+                          "banks (powers of two; banks deeper than 16 rows are block RAM; docs/fpga.md)")(f)
     f = click.option("--imem-words", type=click.IntRange(min=1), default=None, help="smaller instruction memory")(f)
     f = click.option("--acc-rows", type=click.IntRange(min=1), default=None, help="smaller ACC (rows)")(f)
     f = click.option("--spm-rows", type=click.IntRange(min=1), default=None, help="smaller SPM (rows)")(f)
@@ -144,14 +173,14 @@ def fpga_cmd() -> None:
 @_mem_options
 @_dsp_regs_option
 def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, seed, fpga_mem, spm_rows,
-              acc_rows, imem_words, mem_impl, dsp_regs) -> None:
+              acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
     """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
     from rtl.fpga.board import build, pll_params
     from rtl.fpga.devices import BOARDS, device
 
     base = ChipConfig.load(config)
     _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
-    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl, banks)
     dev = device(BOARDS[board].device)
     sources = [config] if Path(config).is_file() else []
     _check_fpga_options(cfg, dram_kib, json_path, out, sources)
@@ -189,14 +218,14 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
 @_mem_options
 @_dsp_regs_option
 def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, fpga_mem,
-              spm_rows, acc_rows, imem_words, mem_impl, dsp_regs) -> None:
+              spm_rows, acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
     """Resources and Fmax of a config on a device, without a board (nextpnr out of context)."""
     from rtl.fpga.devices import device
     from rtl.fpga.flow import synth
 
     base = ChipConfig.load(config)
     _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
-    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl, banks)
     dev = device(device_name)
     _check_fpga_options(cfg, dram_kib, json_path, out, [config] if Path(config).is_file() else [])
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), mem=mem_impl, out=out, pnr=not no_pnr, freq_mhz=freq,

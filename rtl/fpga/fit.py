@@ -41,13 +41,28 @@ FPGA_MEMORY = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
 FPGA_BANKS = {"spm_bank_rows": 16, "acc_bank_rows": 4}
 
 
-def banked_config(cfg, mem: str = "banked"):
+def banked_config(cfg, mem: str = "banked", banks: int | tuple[int, int] | None = None):
     """``cfg`` with ``FPGA_BANKS`` where it has no banks of its own (``*_bank_rows`` = 1), for a
-    build of memory implementation ``mem`` built from banks (``rtl.mem.BANKED``); else ``cfg``."""
+    build of memory implementation ``mem`` built from banks (``rtl.mem.BANKED``); else ``cfg``.
+
+    ``banks``: SPM and ACC in that many banks instead (one count for both, or (SPM, ACC); powers
+    of two; the config's own banks are replaced): for memories deeper than ``--fpga-mem``'s, whose
+    16-row LUT RAM banks would not fit (banks deeper than 16 rows are block RAM)."""
     if mem not in BANKED:
         return cfg
-    ch = {k: v for k, v in FPGA_BANKS.items() if getattr(cfg, k) == 1}
-    return cfg.replace(**ch) if ch else cfg
+    if banks is None:
+        ch = {k: v for k, v in FPGA_BANKS.items() if getattr(cfg, k) == 1}
+        return cfg.replace(**ch) if ch else cfg
+    counts = (banks, banks) if isinstance(banks, int) else tuple(banks)
+    ch = {}
+    for space, n in zip(("spm", "acc"), counts):
+        rows = getattr(cfg, f"{space}_rows")
+        if n < 1 or n & (n - 1):
+            raise ValueError(f"banks: a power of two, not {n}")
+        if rows % n:
+            raise ValueError(f"{n} banks: {space}_rows = {rows} is not a multiple of it")
+        ch[f"{space}_bank_rows"] = rows // n
+    return cfg.replace(**ch)
 
 
 def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, imem_words: int | None = None):
@@ -95,10 +110,11 @@ LUT_PER_RAM_DEPTH_MUX = 2.1   #: per row bit of a combinational bank and 16-row 
 LUT_BASE, LUT_PER_LANE = 16707, 2373
 FF_BASE, FF_PER_LANE = 5809, 710
 # The same with mem="banked" (banked_config: 16-row SPM and 4-row ACC banks), mac="dsp+reg2" with the
-# DSP registers: 28,860 / 42,380 LUT, 11,980 / 19,846 FF (Yosys). The base is the LVT build's within
-# 0.3%; the per-lane part without the live-value table's per-lane logic is a third of it.
-BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 16654, 796
-BANKED_FF_BASE, BANKED_FF_PER_LANE = 6834, 739
+# DSP registers, after the late LUT RAM bank writes, the lean queue head registers and the split DRAM
+# window: 27,222 / 41,645 LUT, 8,017 / 13,868 FF (Yosys; the first banked builds: 28,860 / 42,380 LUT,
+# 11,980 / 19,846 FF, 16654 + 796 and 6834 + 739 per lane).
+BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 14113, 1022
+BANKED_FF_BASE, BANKED_FF_PER_LANE = 4886, 235
 DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
 DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
 
@@ -208,12 +224,16 @@ def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: i
     est = estimate(cfg, dev, mac=mac, mem=mem, dram_bytes=dram_bytes)
     over = est.over(dev)
     if over:
-        mems = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words")
+        mems = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words"
+                + (f", banks of {cfg.spm_bank_rows} / {cfg.acc_bank_rows} rows" if mem in BANKED else ""))
         small_mem = all(getattr(cfg, k) <= v for k, v in FPGA_MEMORY.items())
         hint = ("the memories are already --fpga-mem's: the array and units alone are too big; "
                 "a smaller config or a larger device" if small_mem else
                 "SPM and ACC (several write ports and a combinational read port each) cost LUTs in "
-                "proportion to their rows on an FPGA: try --fpga-mem for the small depths")
+                "proportion to their rows on an FPGA: try --fpga-mem for the small depths"
+                if mem not in BANKED else
+                "each bank is a copy per read port, block RAM when deeper than 16 rows: try fewer or "
+                "deeper banks (--banks) or --fpga-mem")
         raise FitError(f"config {cfg.name!r} ({mems}, mac={mac}, mem={mem}) does not fit {dev.name}: " + "; ".join(over)
                        + f" (estimate; {hint}; see docs/fpga.md)")
     return est

@@ -23,3 +23,37 @@ def test_docs_table_is_the_benchmark_json():
         "docs/fpga.md's table is stale: rebuild it with bench/fpga.py --md and paste it between the markers"
     measured = [r for r in rows if r["status"].startswith("measured")]
     assert measured and all(r["luts"] > 0 for r in measured)
+
+
+def test_a_run_keeps_the_earlier_tables_other_builds():
+    """A run that makes one build (memory implementation, depths, banks) keeps the earlier table's
+    measured rows of the others, in the table's order, and replaces its own."""
+    bench = _bench()
+    mem = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
+    earlier = [{"config": "small", "device": "ecp5-85k", "mem": "lvt", "memories": mem, "status": "measured, placed"},
+               {"config": "tiny", "device": "ecp5-85k", "mem": "banked", "memories": dict(mem, spm_bank_rows=16),
+                "status": "measured, placed"},
+               {"config": "tiny", "device": "ecp5-85k", "mem": "lvt", "memories": mem, "status": "measured, old"},
+               {"config": "tiny", "device": "ecp5-25k", "mem": "lvt", "memories": mem,
+                "status": "does not fit (estimate)"},
+               {"config": "array 8x8", "device": "ecp5-25k", "status": "measured, placed"}]
+    made = [{"config": "tiny", "device": "ecp5-85k", "mem": "lvt", "memories": mem, "status": "measured, new"},
+            {"config": "array 8x8", "device": "ecp5-25k", "status": "measured, new"}]
+    earlier[0]["reused"] = "old.json"
+    rows = bench._with_other_builds(made, earlier)
+    assert [(r["config"], r.get("mem"), r["status"]) for r in rows] == [
+        ("tiny", "lvt", "measured, new"), ("tiny", "banked", "measured, placed"),
+        ("small", "lvt", "measured, placed"), ("array 8x8", None, "measured, new")]
+    assert rows[2]["reused"] == "old.json" and "reused" not in rows[0] and "reused" not in rows[1]
+    assert bench._with_other_builds(made, []) == made
+    # a run without array rows (--no-arrays) keeps the earlier ones
+    assert bench._with_other_builds(made[:1], earlier)[-1] == earlier[-1]
+
+
+def test_the_mem_cell_names_depths_and_banks_other_than_the_fpga_defaults():
+    bench = _bench()
+    fpga = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
+    assert bench._mem_cell({"mem": "lvt", "memories": fpga}) == "lvt"
+    assert bench._mem_cell({"mem": "banked", "memories": dict(fpga, spm_bank_rows=16, acc_bank_rows=4)}) == "banked"
+    deep = {"spm_rows": 1024, "acc_rows": 64, "imem_words": 1024, "spm_bank_rows": 128, "acc_bank_rows": 16}
+    assert bench._mem_cell({"mem": "banked", "memories": deep}) == "banked: SPM 1024 rows in 8 banks, ACC 64 in 4"

@@ -210,6 +210,38 @@ def test_banked_builds_get_the_fpga_banks_and_cost_less_than_lvt(tmp_path):
     assert r.exit_code == 1 and "mem=banked" in r.output and "does not fit ecp5-25k" in r.output, r.output
 
 
+def test_banks_option_splits_each_memory_into_n_banks(tmp_path):
+    """``--banks N`` / ``--banks S,A`` (``banked_config(cfg, mem, banks)``) gives SPM and ACC N banks
+    each (S and A), of block RAM when deeper than a LUT RAM cell, which the fit model prices and a
+    refusal names; a count that is not a power of two, one that does not divide the rows, a
+    malformed list, or --banks with a build without banks is a usage error."""
+    from isa import ChipConfig
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.fit import banked_config, estimate
+    from runtime.cli import main
+    tiny = ChipConfig.preset("tiny")
+    cfg = banked_config(tiny, "banked", 4)
+    assert (cfg.spm_bank_rows * 4, cfg.acc_bank_rows * 4) == (tiny.spm_rows, tiny.acc_rows)
+    assert banked_config(tiny, "lvt", 4) == tiny
+    two = banked_config(tiny, "banked", (8, 2))
+    assert (two.spm_bank_rows * 8, two.acc_bank_rows * 2) == (tiny.spm_rows, tiny.acc_rows)
+    est = estimate(cfg, DEVICES["ecp5-85k"], mac="dsp+reg2", mem="banked")
+    small_banks = estimate(banked_config(tiny), DEVICES["ecp5-85k"], mac="dsp+reg2", mem="banked")
+    assert est.brams > small_banks.brams and est.luts < small_banks.luts, (est, small_banks)
+    for bad in (3, 2048):
+        with pytest.raises(ValueError):
+            banked_config(tiny, "banked", bad)
+    for args in (["--mem", "banked", "--banks", "3"], ["--mem", "lvt", "--banks", "4"],
+                 ["--mem", "banked", "--fpga-mem", "--banks", "32"], ["--mem", "banked", "--banks", "8,x"],
+                 ["--mem", "banked", "--banks", "4,4,4"]):
+        r = CliRunner().invoke(main, ["fpga", "synth", "--config", "tiny", "-o", str(tmp_path / "o"), *args])
+        assert r.exit_code == 2 and "--banks" in r.output and "Traceback" not in r.output, (args, r.output)
+    assert not (tmp_path / "o").exists()
+    r = CliRunner().invoke(main, ["fpga", "synth", "--config", "tiny", "--device", "ecp5-25k", "--mem", "banked",
+                                  "--banks", "8,4", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 1 and "banks of 128 / 64 rows" in r.output and "does not fit" in r.output, r.output
+
+
 def test_pll_params_in_range():
     from rtl.fpga.board import pll_params
     p = pll_params(25.0, 100.0)
