@@ -43,7 +43,7 @@ from isa import ChipConfig  # noqa: E402
 from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
 from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, FPGA_BANKS, FPGA_MEMORY, banked_config, estimate,  # noqa: E402
-                          estimate_array, fpga_config)
+                          estimate_array, fpga_config, parse_banks)
 from rtl.fpga.flow import FlowError, built_mac, synth, synth_array  # noqa: E402
 from rtl.mem import BANKED, IMPLS  # noqa: E402
 
@@ -126,7 +126,7 @@ def _measured(row, rep: dict, seconds=None):
 def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True, reuse=False, mem="lvt",
             banks=None, depths=None):
     """One whole chip: ``fpga_mem`` the FPGA memories (else the preset's), ``depths`` smaller ones
-    ({"spm_rows": .., "acc_rows": ..}), ``banks`` (N or (SPM, ACC)) for ``banked_config``."""
+    ({"spm_rows": .., "acc_rows": ..}), ``banks`` ((SPM, ACC) bank counts) for ``banked_config``."""
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
     cfg = fpga_config(cfg, **{**(FPGA_MEMORY if fpga_mem else {}), **(depths or {})})
     cfg = banked_config(cfg, mem, banks)
@@ -142,7 +142,7 @@ def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True
     # one folder per build: the LVT build of the FPGA memories keeps the plain name
     tag = "".join([f"-{mem}" if mem != "lvt" else "", "" if fpga_mem else "-full",
                    "".join(f"-{k.split('_')[0]}{v}" for k, v in sorted((depths or {}).items())),
-                   "-b" + "-".join(map(str, banks if isinstance(banks, tuple) else (banks,))) if banks else ""])
+                   "-b" + "-".join(map(str, banks)) if banks else ""])
     d = out / f"{name}-{devname}{tag}"
     rep = _reused(d / "report.json", name, devname, None, mem, memories) if reuse else None
     if rep is not None:                 # the earlier run's mac and memories are what the row shows
@@ -237,6 +237,11 @@ def _utilizations(row) -> dict[str, float]:
     return {m: v["utilization"] for m, v in row["throughput"].items()}
 
 
+def _memory_key(row) -> tuple:
+    """What a row's utilization depends on: its config, memory implementation and memories."""
+    return row["config"], row.get("mem", "lvt"), json.dumps(row.get("memories"), sort_keys=True)
+
+
 def _with_other_builds(rows, earlier):
     """``rows`` and the earlier table's rows of what this run did not make: whole-chip rows
     measured with another build (memory implementation, depths or banks: one ``bench/fpga.py`` run
@@ -262,7 +267,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reuse", action="store_true", help="reuse OUT/*/report.json of matching earlier runs")
     ap.add_argument("--full-mem", action="store_true", help="the presets' memories (default: --fpga-mem depths)")
     ap.add_argument("--mem", choices=IMPLS, default="lvt", help="SPM/ACC implementation (rtl/mem.py)")
-    ap.add_argument("--banks", type=lambda v: tuple(int(x) for x in v.split(",")), default=None, metavar="N|S,A",
+    ap.add_argument("--banks", type=parse_banks, default=None, metavar="N|S,A",
                     help="--mem banked/banked-bram: SPM and ACC each in N banks, or S SPM and A ACC banks "
                          "(rtl.fpga.fit.banked_config)")
     ap.add_argument("--spm-rows", type=int, default=None, help="smaller SPM (rows)")
@@ -296,16 +301,15 @@ def main(argv=None) -> int:
         return None
     configs, devices, pnr = [c for c in a.configs.split(",") if c], a.devices.split(","), not a.no_pnr
     kw = dict(pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout, tools=not a.quick, reuse=a.reuse)
-    banks = a.banks if a.banks is None or len(a.banks) == 2 else a.banks * 2
     depths = {k: v for k, v in (("spm_rows", a.spm_rows), ("acc_rows", a.acc_rows)) if v}
     rows = []
     for name in configs:
         for d in devices:
             # this run's report (--reuse) first, then the earlier table's row, then the tools
-            quick = run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, banks=banks, depths=depths,
+            quick = run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, banks=a.banks, depths=depths,
                             **dict(kw, tools=False))
             old = quick if "luts" in quick else from_earlier(quick)
-            rows.append(old or run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, banks=banks, depths=depths, **kw))
+            rows.append(old or run_one(name, d, fpga_mem=not a.full_mem, mem=a.mem, banks=a.banks, depths=depths, **kw))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     if not a.no_arrays:
         for r, c, d, mac in ARRAYS:
@@ -317,11 +321,10 @@ def main(argv=None) -> int:
         utils: dict = {}
         for r in rows:
             if r["config"] in CONFIGS and r.get("fmax_mhz"):
-                key = (r["config"], r.get("mem", "lvt"), json.dumps(r.get("memories"), sort_keys=True))
+                key = _memory_key(r)
                 if key not in utils and a.reuse_utilization:
-                    utils[key] = next((_utilizations(o) for o in earlier if o.get("throughput") and
-                                       (o["config"], o.get("mem", "lvt"), json.dumps(o.get("memories"), sort_keys=True))
-                                       == key), None)
+                    utils[key] = next((_utilizations(o) for o in earlier
+                                       if o.get("throughput") and _memory_key(o) == key), None)
                 if utils.get(key) is None:
                     utils[key] = utilization(r["config"], r.get("mem", "lvt"), r.get("memories"))
                 add_throughput(r, utils[key])

@@ -79,7 +79,8 @@ def _mac(mac: str, cfg, dev) -> str:
     return kind + ("+reg2" if mac == "auto" else "")
 
 
-def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str = "lvt", banks: int | None = None):
+def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str = "lvt",
+         banks: tuple[int, int] | None = None):
     from rtl.fpga.fit import FPGA_MEMORY, banked_config, fpga_config
     from rtl.mem import BANKED
     d = dict(FPGA_MEMORY) if fpga_mem else {}
@@ -100,19 +101,17 @@ def _dsp_regs_option(f):
 
 
 class _Banks(click.ParamType):
-    """``N`` or ``S,A``: bank counts of SPM and ACC."""
+    """``N`` or ``S,A``: bank counts of SPM and ACC (``rtl.fpga.fit.parse_banks``)."""
     name = "N|S,A"
 
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
             return value
+        from rtl.fpga.fit import parse_banks
         try:
-            counts = tuple(int(v) for v in str(value).split(","))
-        except ValueError:
-            counts = ()
-        if len(counts) not in (1, 2) or min(counts) < 1:
-            self.fail(f"{value!r}: a bank count N or two, S,A (SPM, ACC)", param, ctx)
-        return counts * 2 if len(counts) == 1 else counts
+            return parse_banks(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
 
 BANKS = _Banks()

@@ -32,13 +32,24 @@ from ..mem import BANKED, IMPLS, LUTRAM_DEPTH
 from .devices import Device
 
 __all__ = ["Estimate", "estimate", "estimate_array", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY",
-           "FPGA_BANKS", "banked_config"]
+           "FPGA_BANKS", "banked_config", "parse_banks"]
 
 #: memory depths that fit every ECP5 the flow knows (``--fpga-mem``): SPM and ACC in flip-flops
 FPGA_MEMORY = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
 #: rows per bank of a ``mem="banked"`` build whose config has none (``spm_bank_rows`` = 1): a LUT RAM
 #: cell's 16 rows for SPM, a 4-row bank (an output tile of the 4x4 array) for ACC
 FPGA_BANKS = {"spm_bank_rows": 16, "acc_bank_rows": 4}
+
+
+def parse_banks(text: str) -> tuple[int, int]:
+    """``--banks``' value: ``N`` (SPM and ACC each in N banks) or ``S,A``; ValueError if neither."""
+    try:
+        counts = tuple(int(v) for v in str(text).split(","))
+    except ValueError:
+        counts = ()
+    if len(counts) not in (1, 2) or min(counts) < 1:
+        raise ValueError(f"{text!r}: a bank count N or two, S,A (SPM, ACC)")
+    return (counts * 2)[:2]
 
 
 def banked_config(cfg, mem: str = "banked", banks: int | tuple[int, int] | None = None):
@@ -227,13 +238,15 @@ def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: i
         mems = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words"
                 + (f", banks of {cfg.spm_bank_rows} / {cfg.acc_bank_rows} rows" if mem in BANKED else ""))
         small_mem = all(getattr(cfg, k) <= v for k, v in FPGA_MEMORY.items())
-        hint = ("the memories are already --fpga-mem's: the array and units alone are too big; "
-                "a smaller config or a larger device" if small_mem else
-                "SPM and ACC (several write ports and a combinational read port each) cost LUTs in "
-                "proportion to their rows on an FPGA: try --fpga-mem for the small depths"
-                if mem not in BANKED else
-                "each bank is a copy per read port, block RAM when deeper than 16 rows: try fewer or "
-                "deeper banks (--banks) or --fpga-mem")
+        if small_mem:
+            hint = ("the memories are already --fpga-mem's: the array and units alone are too big; "
+                    "a smaller config or a larger device")
+        elif mem in BANKED:
+            hint = ("each bank is a copy per read port, block RAM when deeper than 16 rows: try fewer or "
+                    "deeper banks (--banks) or --fpga-mem")
+        else:
+            hint = ("SPM and ACC (several write ports and a combinational read port each) cost LUTs in "
+                    "proportion to their rows on an FPGA: try --fpga-mem for the small depths")
         raise FitError(f"config {cfg.name!r} ({mems}, mac={mac}, mem={mem}) does not fit {dev.name}: " + "; ".join(over)
                        + f" (estimate; {hint}; see docs/fpga.md)")
     return est
