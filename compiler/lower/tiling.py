@@ -16,8 +16,9 @@
 * **Weight slots** (``choose``): two N tiles' groups, one N tile's, or a ring that the weight
   tiles stream through (``ring_slots``), whichever leaves the fewest instructions to run; when
   not even one row of A tiles fits beside the ring, A tiles stream through a ring too
-  (``Tiling.a_ring``, reloaded per N tile), so any K compiles (the error names ``spm_rows``
-  only when the two rings of 4+ slots do not fit).
+  (``Tiling.a_ring``, reloaded per N tile), of ``ring_slots`` slots or, where those do not fit,
+  fewer (``ring_candidates``), so any K compiles (the error names ``spm_rows`` only when one
+  slot of each does not fit).
 * **K runs** (``k_runs``): K tiles whose columns repeat with a constant shift run as one loop body.
 """
 from __future__ import annotations
@@ -248,22 +249,24 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
         cost = None if t is None else t.MT * (2 if NB >= 2 * KT else 3)
         if cost is not None and (best is None or cost < best):
             res, best = t, cost
+    banked = cfg.acc_bank_rows > 1
+    if res is not None and banked:
+        res = _bank_aligned(cfg, res, run, single_ok)
     if res is None:
-        res = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, ring)
-    if res is not None and cfg.acc_bank_rows > 1:
-        aligned = _bank_aligned(cfg, res, run, single_ok)
-        if aligned is None and not res.a_ring:
-            ringed = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, ring)
-            aligned = ringed and _bank_aligned(cfg, ringed, run, single_ok)
-        res = aligned
+        for nb in ring_candidates(KT):          # fewer slots than ring_slots' only where its ring does not fit
+            ringed = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, nb)
+            res = ringed and _bank_aligned(cfg, ringed, run, single_ok) if banked else ringed
+            if res is not None:
+                break
     if res is None:
         ostage = 2 if out_int8 else 0
+        mt = cfg.acc_bank_rows          # the shortest M tile: a row, or a whole ACC bank
         raise ChipCompileError(f"{what}: K = {KT} tiles of {cfg.rows} rows do not fit SPM even streamed: "
-                               f"{ring} weight and {ring} A slot(s) and the output staging need "
-                               f"{ring * cfg.rows + ring + ostage} rows, config {cfg.name!r} has "
+                               f"one weight and one A slot and the output staging need "
+                               f"{cfg.rows + mt + ostage * mt} rows, config {cfg.name!r} has "
                                f"{cfg.spm_rows} (spm_rows)"
                                + (f"; with M tiles of whole ACC banks ({cfg.acc_bank_rows} rows, acc_bank_rows)"
-                                  if cfg.acc_bank_rows > 1 else ""))
+                                  if banked else ""))
     return res
 
 
@@ -315,6 +318,14 @@ def ring_slots(KT: int) -> int:
     """Weight slots of a streaming ring: the smallest divisor of ``KT`` from 4 to 16 (else 3, 2, 1),
     so that K tile ``kt`` always uses slot ``kt % NB`` (``compiler.lower.emit``)."""
     return next((d for d in [*range(4, 17), 3, 2] if KT % d == 0), 1)
+
+
+def ring_candidates(KT: int) -> list[int]:
+    """Slot counts an A ring tries in turn: ``ring_slots(KT)``, then the smaller divisors of ``KT``, largest
+    first (fewer slots hide less of each load's latency, but fit where an M tile of whole ACC banks with
+    ``ring_slots`` slots does not: K = 39 tiles, 13 slots of 16 rows)."""
+    ring = ring_slots(KT)
+    return [ring] + [d for d in range(ring - 1, 0, -1) if KT % d == 0]
 
 
 def _choose(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: int, single_ok: bool,

@@ -81,6 +81,21 @@ def test_a_ring_slots_are_freed_by_the_mm_only(M):
     assert t.a_ring and t.MT > 1 and t.M % t.Mt < 4
 
 
+def test_a_ring_takes_fewer_slots_where_its_first_choice_does_not_fit():
+    """K = 39 tiles on the banked FPGA build's memories (``rtl.fpga.fit.fpga_memory``: SPM 256 rows, ACC 64
+    in banks of 16): ``ring_slots`` gives 13 slots, whose 16-row A slots (a whole ACC bank per M tile) and
+    weight slots need 260 rows; a ring of 3 (the next divisor of 39) fits. (Before: a refusal naming
+    spm_rows, as for ResNet-18's 7x7 stem convolution, K = 147.)"""
+    from compiler.lower.tiling import ring_candidates, ring_slots
+    cfg = tc.ChipConfig.preset("tiny").replace(name="tinybanked", spm_rows=256, acc_rows=64, spm_bank_rows=16,
+                                               acc_bank_rows=16, dram_bytes=1 << 20)
+    assert ring_slots(39) == 13 and ring_candidates(39) == [13, 3, 1]
+    f, x = _gemm(40, 39 * 4, 8, bias=True, relu=True, seed=39)
+    cm, _ = _check(f, x, cfg, rel=0.05)
+    t = cm.kernels[0].tiling
+    assert t.a_ring and t.KT == 39 and t.NB == 3 and t.Mt % cfg.acc_bank_rows == 0
+
+
 @pytest.mark.parametrize("bias,relu,chain", [(True, True, False), (True, False, False), (False, False, True)])
 def test_grouped_weights_load_one_n_tile_ahead(bias, relu, chain):
     """Tall M tiles and many N tiles: each N tile's weights are one DMA, loaded during the previous
