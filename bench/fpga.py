@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from isa import ChipConfig  # noqa: E402
 from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
-from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, FPGA_BANKS, FPGA_MEMORY, banked_config, estimate,  # noqa: E402
-                          estimate_array, fpga_config, parse_banks)
+from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, banked_config, default_bank_rows, estimate,  # noqa: E402
+                          estimate_array, fpga_config, fpga_memory, parse_banks)
 from rtl.fpga.flow import FlowError, built_mac, synth, synth_array  # noqa: E402
 from rtl.mem import BANKED, IMPLS  # noqa: E402
 
@@ -92,7 +92,7 @@ def utilization(name: str, mem: str = "lvt", memories: dict | None = None) -> di
     import models
 
     if memories is None:
-        cfg = banked_config(fpga_config(ChipConfig.preset(name), **FPGA_MEMORY), mem)
+        cfg = banked_config(fpga_config(ChipConfig.preset(name), **fpga_memory(mem)), mem)
     else:
         cfg = banked_config(ChipConfig.preset(name).replace(**memories), mem)
     cfg = dataclasses.replace(cfg, name=f"{name}-fpga", dram_bytes=max(cfg.dram_bytes, 1 << 24))
@@ -128,7 +128,7 @@ def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True
     """One whole chip: ``fpga_mem`` the FPGA memories (else the preset's), ``depths`` smaller ones
     ({"spm_rows": .., "acc_rows": ..}), ``banks`` ((SPM, ACC) bank counts) for ``banked_config``."""
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
-    cfg = fpga_config(cfg, **{**(FPGA_MEMORY if fpga_mem else {}), **(depths or {})})
+    cfg = fpga_config(cfg, **{**(fpga_memory(mem) if fpga_mem else {}), **(depths or {})})
     cfg = banked_config(cfg, mem, banks)
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
     # the row names the mac as the flow's default build reports it (an earlier row of another build
@@ -192,14 +192,15 @@ def row_over(row, dev) -> bool:
 
 
 def _mem_cell(r) -> str:
-    """The memory implementation, with the depths and banks where they are not --fpga-mem's and
-    ``FPGA_BANKS``."""
+    """The memory implementation, with the depths and banks where they are not --fpga-mem's
+    (``fpga_memory``, ``default_bank_rows``)."""
     mem, m = r.get("mem", "--"), r.get("memories")
     if not m:
         return mem
     banked = mem in BANKED
-    if all(m.get(k) == v for k, v in FPGA_MEMORY.items() if k != "imem_words") and (
-            not banked or all(m.get(k) == v for k, v in FPGA_BANKS.items())):
+    if all(m.get(k) == v for k, v in fpga_memory(mem).items() if k != "imem_words") and (
+            not banked or all(m.get(f"{sp}_bank_rows") == default_bank_rows(sp, m[f"{sp}_rows"])
+                              for sp in ("spm", "acc"))):
         return mem
     spm, acc = m["spm_rows"], m["acc_rows"]
     if not banked:

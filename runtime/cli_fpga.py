@@ -81,9 +81,9 @@ def _mac(mac: str, cfg, dev) -> str:
 
 def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str = "lvt",
          banks: tuple[int, int] | None = None):
-    from rtl.fpga.fit import FPGA_MEMORY, banked_config, fpga_config
+    from rtl.fpga.fit import banked_config, fpga_config, fpga_memory
     from rtl.mem import BANKED
-    d = dict(FPGA_MEMORY) if fpga_mem else {}
+    d = fpga_memory(mem_impl) if fpga_mem else {}
     d.update({k: v for k, v in (("spm_rows", spm_rows), ("acc_rows", acc_rows), ("imem_words", imem_words)) if v})
     cfg = fpga_config(cfg, **d)
     if banks is not None and mem_impl not in BANKED:
@@ -122,7 +122,8 @@ def _mem_options(f):
     f = click.option("--mem", "mem_impl", type=click.Choice(IMPLS), default="lvt", show_default=True,
                      help="SPM/ACC: lvt = a bank of block or LUT RAM per write/read port pair and a live-value "
                           "table; lvt-bram = the same with every registered-read bank in block RAM (frees "
-                          "logic slices on a full device); banked = banks of 16 SPM / 4 ACC rows (the "
+                          "logic slices on a full device); banked = SPM in 4 banks, ACC in banks of 16 rows, "
+                          "at least 4 (the "
                           "config's own if it has them; else --banks), a copy per read port, one writer per bank at "
                           "a time "
                           "(programs must not have two units write one bank at once); banked-bram = the same "
@@ -135,7 +136,8 @@ def _mem_options(f):
     f = click.option("--acc-rows", type=click.IntRange(min=1), default=None, help="smaller ACC (rows)")(f)
     f = click.option("--spm-rows", type=click.IntRange(min=1), default=None, help="smaller SPM (rows)")(f)
     f = click.option("--fpga-mem", is_flag=True,
-                     help="SPM 64 rows, ACC 16 rows, imem 1024 words (fits every ECP5; see docs/fpga.md)")(f)
+                     help="SPM 64 rows, ACC 16 rows, imem 1024 words; with --mem banked/banked-bram SPM 256 rows "
+                          "in 4 block RAM banks and ACC 64 in 4 LUT RAM banks (fits every ECP5; see docs/fpga.md)")(f)
     return f
 
 

@@ -31,7 +31,7 @@ from rtl.mem import IMPLS
 @click.option("--mem", default=None, type=click.Choice(IMPLS),
               help="SPM/ACC as built: flat (default, or $TETRACHIP_COSIM_MEM), the FPGA builds' "
                    "live-value-table memories, or banked (a config without banks gets the FPGA flow's: "
-                   "16 SPM rows, 4 ACC rows; docs/fpga.md)")
+                   "SPM in 4 banks, ACC in banks of 16 rows, at least 4; docs/fpga.md)")
 @click.option("--shrink/--no-shrink", default=True, show_default=True,
               help="shrink the first mismatching program to a minimal one (delta debugging on its lines and numbers)")
 @click.option("--waves", "waves_dir", type=click.Path(file_okay=False, path_type=Path), default=None,

@@ -32,13 +32,26 @@ from ..mem import BANKED, IMPLS, LUTRAM_DEPTH
 from .devices import Device
 
 __all__ = ["Estimate", "estimate", "estimate_array", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY",
-           "FPGA_BANKS", "banked_config", "parse_banks"]
+           "FPGA_MEMORY_BANKED", "fpga_memory", "MIN_BANKS", "default_bank_rows", "banked_config",
+           "parse_banks"]
 
-#: memory depths that fit every ECP5 the flow knows (``--fpga-mem``): SPM and ACC in flip-flops
+#: memory depths that fit every ECP5 the flow knows (``--fpga-mem``) with live-value-table or flat
+#: memories: SPM and ACC in LUT RAM and flip-flops
 FPGA_MEMORY = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
-#: rows per bank of a ``mem="banked"`` build whose config has none (``spm_bank_rows`` = 1): a LUT RAM
-#: cell's 16 rows for SPM, a 4-row bank (an output tile of the 4x4 array) for ACC
-FPGA_BANKS = {"spm_bank_rows": 16, "acc_bank_rows": 4}
+#: ``--fpga-mem``'s depths for banked memories (``rtl.mem.BANKED``, ``default_bank_rows``): SPM in four
+#: block RAM banks of 64 rows, ACC in four 16-row LUT RAM banks (one cell per read port, so ACC's 64 rows
+#: cost what 16 rows in 4-row banks did); the depths let a GEMM's M tiles grow from 4-16 rows to 32
+#: (docs/fpga.md, "Banked memories")
+FPGA_MEMORY_BANKED = {"spm_rows": 256, "acc_rows": 64, "imem_words": 1024}
+#: banks a memory of a ``mem="banked"`` build has where its config has none (``default_bank_rows``): the
+#: compiler keeps an ACC region being written by the MXU and one being drained in different banks, and
+#: SPM's buffers written by different units apart
+MIN_BANKS = 4
+
+
+def fpga_memory(mem: str = "lvt") -> dict:
+    """``--fpga-mem``'s depths for memory implementation ``mem``."""
+    return dict(FPGA_MEMORY_BANKED if mem in BANKED else FPGA_MEMORY)
 
 
 def parse_banks(text: str) -> tuple[int, int]:
@@ -52,8 +65,17 @@ def parse_banks(text: str) -> tuple[int, int]:
     return (counts * 2)[:2]
 
 
+def default_bank_rows(space: str, rows: int) -> int:
+    """Rows per bank ``banked_config`` gives a memory ``space`` ("spm", "acc") of ``rows`` rows without banks:
+    SPM in ``MIN_BANKS`` banks (block RAM when deeper than a LUT RAM cell), ACC in banks of a LUT RAM
+    cell's rows (``LUTRAM_DEPTH``) or, where that leaves fewer than ``MIN_BANKS``, in ``MIN_BANKS`` (rows
+    per bank a power of two, rounded down)."""
+    most = rows if space == "spm" else LUTRAM_DEPTH
+    return min(most, 1 << (max(1, rows // MIN_BANKS).bit_length() - 1))
+
+
 def banked_config(cfg, mem: str = "banked", banks: int | tuple[int, int] | None = None):
-    """``cfg`` with ``FPGA_BANKS`` where it has no banks of its own (``*_bank_rows`` = 1), for a
+    """``cfg`` with ``default_bank_rows`` where it has no banks of its own (``*_bank_rows`` = 1), for a
     build of memory implementation ``mem`` built from banks (``rtl.mem.BANKED``); else ``cfg``.
 
     ``banks``: SPM and ACC in that many banks instead (one count for both, or (SPM, ACC); powers
@@ -62,7 +84,8 @@ def banked_config(cfg, mem: str = "banked", banks: int | tuple[int, int] | None 
     if mem not in BANKED:
         return cfg
     if banks is None:
-        ch = {k: v for k, v in FPGA_BANKS.items() if getattr(cfg, k) == 1}
+        ch = {f"{sp}_bank_rows": default_bank_rows(sp, getattr(cfg, f"{sp}_rows"))
+              for sp in ("spm", "acc") if getattr(cfg, f"{sp}_bank_rows") == 1}
         return cfg.replace(**ch) if ch else cfg
     counts = (banks, banks) if isinstance(banks, int) else tuple(banks)
     ch = {}
@@ -120,7 +143,7 @@ LUT_PER_RAM_DEPTH_MUX = 2.1   #: per row bit of a combinational bank and 16-row 
 # lane; with a table per row and three combinational reads, 330 LUT and 335 FF.)
 LUT_BASE, LUT_PER_LANE = 16707, 2373
 FF_BASE, FF_PER_LANE = 5809, 710
-# The same with mem="banked" (banked_config: 16-row SPM and 4-row ACC banks), mac="dsp+reg2" with the
+# The same with mem="banked" (64 SPM rows in 16-row banks, 16 ACC rows in 4-row), mac="dsp+reg2" with the
 # DSP registers, after the late LUT RAM bank writes, the lean queue head registers and the split DRAM
 # window: 27,222 / 41,645 LUT, 8,017 / 13,868 FF (Yosys; the first banked builds: 28,860 / 42,380 LUT,
 # 11,980 / 19,846 FF, 16654 + 796 and 6834 + 739 per lane).
@@ -237,8 +260,10 @@ def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: i
     if over:
         mems = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words"
                 + (f", banks of {cfg.spm_bank_rows} / {cfg.acc_bank_rows} rows" if mem in BANKED else ""))
-        small_mem = all(getattr(cfg, k) <= v for k, v in FPGA_MEMORY.items())
-        if small_mem:
+        small_mem = all(getattr(cfg, k) <= v for k, v in fpga_memory(mem).items())
+        rows = {sp: (getattr(cfg, f"{sp}_rows"), getattr(cfg, f"{sp}_bank_rows")) for sp in ("spm", "acc")}
+        own_banks = mem in BANKED and any(b != default_bank_rows(sp, r) for sp, (r, b) in rows.items())
+        if small_mem and not own_banks:
             hint = ("the memories are already --fpga-mem's: the array and units alone are too big; "
                     "a smaller config or a larger device")
         elif mem in BANKED:

@@ -54,6 +54,12 @@ def test_the_mem_cell_names_depths_and_banks_other_than_the_fpga_defaults():
     bench = _bench()
     fpga = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
     assert bench._mem_cell({"mem": "lvt", "memories": fpga}) == "lvt"
-    assert bench._mem_cell({"mem": "banked", "memories": dict(fpga, spm_bank_rows=16, acc_bank_rows=4)}) == "banked"
+    # a banked build's --fpga-mem depths are deeper (rtl.fpga.fit.fpga_memory): the LVT ones are named
+    assert bench._mem_cell({"mem": "banked", "memories": dict(fpga, spm_bank_rows=16, acc_bank_rows=4)}) == \
+        "banked: SPM 64 rows in 4 banks, ACC 16 in 4"
+    banked = {"spm_rows": 256, "acc_rows": 64, "imem_words": 1024, "spm_bank_rows": 64, "acc_bank_rows": 16}
+    assert bench._mem_cell({"mem": "banked", "memories": banked}) == "banked"
+    assert bench._mem_cell({"mem": "banked", "memories": dict(banked, spm_bank_rows=16)}) == \
+        "banked: SPM 256 rows in 16 banks, ACC 64 in 4"
     deep = {"spm_rows": 1024, "acc_rows": 64, "imem_words": 1024, "spm_bank_rows": 128, "acc_bank_rows": 16}
     assert bench._mem_cell({"mem": "banked", "memories": deep}) == "banked: SPM 1024 rows in 8 banks, ACC 64 in 4"

@@ -189,15 +189,22 @@ def test_fpga_cli_too_big_with_fpga_mem_does_not_suggest_it(tmp_path):
 
 
 def test_banked_builds_get_the_fpga_banks_and_cost_less_than_lvt(tmp_path):
-    """``--mem banked`` builds a config without banks with ``FPGA_BANKS`` (a config's own stay),
-    names them in the refusal, and the fit model prices it below the LVT build (no table)."""
+    """``--mem banked`` builds a config without banks with ``default_bank_rows`` (a config's own stay):
+    SPM in 4 banks, ACC in banks of 16 rows (a LUT RAM cell) or 4 banks where 16 rows would give fewer;
+    ``--fpga-mem`` gives a banked build deeper memories than an LVT one; the refusal names the banks,
+    and the fit model prices a banked build below the LVT build of the same depths (no table)."""
     from isa import ChipConfig
     from rtl.fpga.devices import DEVICES
-    from rtl.fpga.fit import FPGA_BANKS, FPGA_MEMORY, banked_config, estimate, fpga_config
+    from rtl.fpga.fit import FPGA_MEMORY, banked_config, estimate, fpga_config, fpga_memory
     from runtime.cli import main
     tiny = ChipConfig.preset("tiny")
     cfg = banked_config(tiny)
-    assert (cfg.spm_bank_rows, cfg.acc_bank_rows) == tuple(FPGA_BANKS.values()) and cfg.spm_rows == tiny.spm_rows
+    assert (cfg.spm_bank_rows, cfg.acc_bank_rows) == (tiny.spm_rows // 4, 16) and cfg.spm_rows == tiny.spm_rows
+    for depths, banks in ((FPGA_MEMORY, (16, 4)), (fpga_memory("banked"), (64, 16))):
+        c = banked_config(fpga_config(tiny, **depths))
+        assert (c.spm_bank_rows, c.acc_bank_rows) == banks, (depths, c)
+    deep, flat = fpga_memory("banked"), fpga_memory("lvt")
+    assert deep["spm_rows"] > flat["spm_rows"] and deep["acc_rows"] > flat["acc_rows"]
     own = tiny.replace(spm_bank_rows=64, acc_bank_rows=8)
     assert banked_config(own) == own
     small = fpga_config(ChipConfig.preset("small"), **FPGA_MEMORY)
@@ -232,7 +239,7 @@ def test_banks_option_splits_each_memory_into_n_banks(tmp_path):
         with pytest.raises(ValueError):
             banked_config(tiny, "banked", bad)
     for args in (["--mem", "banked", "--banks", "3"], ["--mem", "lvt", "--banks", "4"],
-                 ["--mem", "banked", "--fpga-mem", "--banks", "32"], ["--mem", "banked", "--banks", "8,x"],
+                 ["--mem", "banked", "--fpga-mem", "--banks", "128"], ["--mem", "banked", "--banks", "8,x"],
                  ["--mem", "banked", "--banks", "4,4,4"]):
         r = CliRunner().invoke(main, ["fpga", "synth", "--config", "tiny", "-o", str(tmp_path / "o"), *args])
         assert r.exit_code == 2 and "--banks" in r.output and "Traceback" not in r.output, (args, r.output)
@@ -240,6 +247,10 @@ def test_banks_option_splits_each_memory_into_n_banks(tmp_path):
     r = CliRunner().invoke(main, ["fpga", "synth", "--config", "tiny", "--device", "ecp5-25k", "--mem", "banked",
                                   "--banks", "8,4", "-o", str(tmp_path / "o")])
     assert r.exit_code == 1 and "banks of 128 / 64 rows" in r.output and "does not fit" in r.output, r.output
+    # many small banks at --fpga-mem's depths: the refusal points at the banks, not at the depths
+    r = CliRunner().invoke(main, ["fpga", "synth", "--config", "tiny", "--mem", "banked", "--fpga-mem", "--banks", "32",
+                                  "-o", str(tmp_path / "o")])
+    assert r.exit_code == 1 and "banks of 8 / 2 rows" in r.output and "(--banks)" in r.output, r.output
 
 
 def test_pll_params_in_range():

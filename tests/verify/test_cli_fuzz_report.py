@@ -85,8 +85,8 @@ def test_banked_memories_get_the_fpga_banks_and_say_so(fake, monkeypatch):
     monkeypatch.setattr(verify.fuzz, "run_fuzz", run_fuzz)
     r = CliRunner().invoke(main, ["fuzz", "--count", "3", "--mem", "banked"])
     assert r.exit_code == 0, r.output
-    assert seen == [(16, 4, "banked")]
-    assert "(mem banked, banks of 16/4 SPM/ACC rows)" in r.output and "2 raced: not compared" in r.output
+    assert seen == [(256, 16, "banked")]       # tiny: SPM 1024 rows in 4 banks, ACC 256 in banks of 16
+    assert "(mem banked, banks of 256/16 SPM/ACC rows)" in r.output and "2 raced: not compared" in r.output
 
 
 @pytest.mark.parametrize("args, msg", [
