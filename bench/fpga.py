@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from isa import ChipConfig  # noqa: E402
 from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
-from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, banked_config, default_bank_rows, estimate,  # noqa: E402
+from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, banked_config, default_banks, estimate,  # noqa: E402
                           estimate_array, fpga_config, fpga_memory, parse_banks)
 from rtl.fpga.flow import FlowError, built_mac, synth, synth_array  # noqa: E402
 from rtl.mem import BANKED, IMPLS  # noqa: E402
@@ -193,14 +193,13 @@ def row_over(row, dev) -> bool:
 
 def _mem_cell(r) -> str:
     """The memory implementation, with the depths and banks where they are not --fpga-mem's
-    (``fpga_memory``, ``default_bank_rows``)."""
+    (``fpga_memory``, ``default_banks``)."""
     mem, m = r.get("mem", "--"), r.get("memories")
     if not m:
         return mem
     banked = mem in BANKED
     if all(m.get(k) == v for k, v in fpga_memory(mem).items() if k != "imem_words") and (
-            not banked or all(m.get(f"{sp}_bank_rows") == default_bank_rows(sp, m[f"{sp}_rows"])
-                              for sp in ("spm", "acc"))):
+            not banked or all(m.get(k) == v for k, v in default_banks(m["spm_rows"], m["acc_rows"]).items())):
         return mem
     spm, acc = m["spm_rows"], m["acc_rows"]
     if not banked:

@@ -32,18 +32,18 @@ from ..mem import BANKED, IMPLS, LUTRAM_DEPTH
 from .devices import Device
 
 __all__ = ["Estimate", "estimate", "estimate_array", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY",
-           "FPGA_MEMORY_BANKED", "fpga_memory", "MIN_BANKS", "default_bank_rows", "banked_config",
+           "FPGA_MEMORY_BANKED", "fpga_memory", "MIN_BANKS", "default_banks", "banked_config",
            "parse_banks"]
 
 #: memory depths that fit every ECP5 the flow knows (``--fpga-mem``) with live-value-table or flat
 #: memories: SPM and ACC in LUT RAM and flip-flops
 FPGA_MEMORY = {"spm_rows": 64, "acc_rows": 16, "imem_words": 1024}
-#: ``--fpga-mem``'s depths for banked memories (``rtl.mem.BANKED``, ``default_bank_rows``): SPM in four
+#: ``--fpga-mem``'s depths for banked memories (``rtl.mem.BANKED``, ``default_banks``): SPM in four
 #: block RAM banks of 64 rows, ACC in four 16-row LUT RAM banks (one cell per read port, so ACC's 64 rows
 #: cost what 16 rows in 4-row banks did); the depths let a GEMM's M tiles grow from 4-16 rows to 32
 #: (docs/fpga.md, "Banked memories")
 FPGA_MEMORY_BANKED = {"spm_rows": 256, "acc_rows": 64, "imem_words": 1024}
-#: banks a memory of a ``mem="banked"`` build has where its config has none (``default_bank_rows``): the
+#: banks a memory of a ``mem="banked"`` build has where its config has none (``default_banks``): the
 #: compiler keeps an ACC region being written by the MXU and one being drained in different banks, and
 #: SPM's buffers written by different units apart
 MIN_BANKS = 4
@@ -65,17 +65,18 @@ def parse_banks(text: str) -> tuple[int, int]:
     return (counts * 2)[:2]
 
 
-def default_bank_rows(space: str, rows: int) -> int:
-    """Rows per bank ``banked_config`` gives a memory ``space`` ("spm", "acc") of ``rows`` rows without banks:
-    SPM in ``MIN_BANKS`` banks (block RAM when deeper than a LUT RAM cell), ACC in banks of a LUT RAM
-    cell's rows (``LUTRAM_DEPTH``) or, where that leaves fewer than ``MIN_BANKS``, in ``MIN_BANKS`` (rows
-    per bank a power of two, rounded down)."""
-    most = rows if space == "spm" else LUTRAM_DEPTH
-    return min(most, 1 << (max(1, rows // MIN_BANKS).bit_length() - 1))
+def default_banks(spm_rows: int, acc_rows: int) -> dict[str, int]:
+    """The banks ``banked_config`` gives memories of ``spm_rows`` and ``acc_rows`` rows without banks, as
+    ``{"spm_bank_rows": .., "acc_bank_rows": ..}``: SPM in ``MIN_BANKS`` banks (block RAM when deeper than a
+    LUT RAM cell), ACC in banks of a LUT RAM cell's rows (``LUTRAM_DEPTH``) or, where that leaves fewer
+    than ``MIN_BANKS``, in ``MIN_BANKS`` (rows per bank a power of two, rounded down)."""
+    def rows_per_bank(rows: int, most: int) -> int:
+        return min(most, 1 << (max(1, rows // MIN_BANKS).bit_length() - 1))
+    return {"spm_bank_rows": rows_per_bank(spm_rows, spm_rows), "acc_bank_rows": rows_per_bank(acc_rows, LUTRAM_DEPTH)}
 
 
 def banked_config(cfg, mem: str = "banked", banks: int | tuple[int, int] | None = None):
-    """``cfg`` with ``default_bank_rows`` where it has no banks of its own (``*_bank_rows`` = 1), for a
+    """``cfg`` with ``default_banks`` where it has no banks of its own (``*_bank_rows`` = 1), for a
     build of memory implementation ``mem`` built from banks (``rtl.mem.BANKED``); else ``cfg``.
 
     ``banks``: SPM and ACC in that many banks instead (one count for both, or (SPM, ACC); powers
@@ -84,8 +85,7 @@ def banked_config(cfg, mem: str = "banked", banks: int | tuple[int, int] | None 
     if mem not in BANKED:
         return cfg
     if banks is None:
-        ch = {f"{sp}_bank_rows": default_bank_rows(sp, getattr(cfg, f"{sp}_rows"))
-              for sp in ("spm", "acc") if getattr(cfg, f"{sp}_bank_rows") == 1}
+        ch = {k: v for k, v in default_banks(cfg.spm_rows, cfg.acc_rows).items() if getattr(cfg, k) == 1}
         return cfg.replace(**ch) if ch else cfg
     counts = (banks, banks) if isinstance(banks, int) else tuple(banks)
     ch = {}
@@ -261,8 +261,8 @@ def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: i
         mems = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words"
                 + (f", banks of {cfg.spm_bank_rows} / {cfg.acc_bank_rows} rows" if mem in BANKED else ""))
         small_mem = all(getattr(cfg, k) <= v for k, v in fpga_memory(mem).items())
-        rows = {sp: (getattr(cfg, f"{sp}_rows"), getattr(cfg, f"{sp}_bank_rows")) for sp in ("spm", "acc")}
-        own_banks = mem in BANKED and any(b != default_bank_rows(sp, r) for sp, (r, b) in rows.items())
+        own_banks = mem in BANKED and any(getattr(cfg, k) != v
+                                          for k, v in default_banks(cfg.spm_rows, cfg.acc_rows).items())
         if small_mem and not own_banks:
             hint = ("the memories are already --fpga-mem's: the array and units alone are too big; "
                     "a smaller config or a larger device")

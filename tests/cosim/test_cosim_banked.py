@@ -40,7 +40,7 @@ def test_fuzz_banked_memories_at_fpga_depths(depths, banks, seed):
     assert rep["mismatches"] == 0, "\n\n".join(rep["reports"][:2])
 
 
-@pytest.mark.long       # make test-long: the preset's depths (64 SPM and 16 ACC banks) and the case library
+@pytest.mark.long       # make test-long: the preset's depths (4 SPM and 16 ACC banks) and the case library
 def test_cosim_ring_tiny_banked_memories():
     why = available(SIM)
     if why:

@@ -189,7 +189,7 @@ def test_fpga_cli_too_big_with_fpga_mem_does_not_suggest_it(tmp_path):
 
 
 def test_banked_builds_get_the_fpga_banks_and_cost_less_than_lvt(tmp_path):
-    """``--mem banked`` builds a config without banks with ``default_bank_rows`` (a config's own stay):
+    """``--mem banked`` builds a config without banks with ``default_banks`` (a config's own stay):
     SPM in 4 banks, ACC in banks of 16 rows (a LUT RAM cell) or 4 banks where 16 rows would give fewer;
     ``--fpga-mem`` gives a banked build deeper memories than an LVT one; the refusal names the banks,
     and the fit model prices a banked build below the LVT build of the same depths (no table)."""
