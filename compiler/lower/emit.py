@@ -14,7 +14,8 @@ load -> mxu         a weight tile (or an N tile's group of them, ``weight_mode``
 mxu -> load         ``mxu.lw`` read its weight slot (the last of a group), or,    NB (<= 63),
                     with an A ring (``Tiling.a_ring``), an ``mm`` its K tile's    groups: 2,
                     A slot and weight slot (one token for both: the tile's        A ring: NB,
-                    weight load waits for it, its A load does not), or, with one  per A tile:
+                    weight load waits for it, its A load does not; with ``ng``    (x ng),
+                    N tiles per A tile a token per weight slot), or, with one     per A tile:
                     A buffer gated per A tile (``a_freed_per_mm``), an M tile's   + KT - 1
                     last N tile's ``mm`` its A tile: the slot or tile may be
                     refilled
@@ -236,6 +237,8 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     assert gate or tl.nbuf >= 2 or tl.MT == 1 or tl.a_ring, "a single A buffer needs the gate"
     assert not tl.a_ring or weight_mode(tl) == "ring", "A tiles stream beside a weight ring"
     assert not w_once or (tl.NT == 1 and tl.NB == tl.KT), "resident weights: one N tile, no slot ring"
+    assert tl.ng == 1 or (tl.a_ring and tl.NT % tl.ng == 0 and not vbias and not a_skip and kc.dyn is None
+                          and kc.nbound is None and kc.kbound is None), "N tiles share A tiles in a plain A ring"
     tiles = tl.m_tiles()
     full = [t for t in tiles if t[1] == Mt]
     looped, da, do = _m_loop(kc)
@@ -261,7 +264,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
         e.emit("seti", r, 0)
     if t0:      # a later part: the registers the N tiles of M tiles 0 .. t0 - 1 advanced (``_n_tile``'s end)
         ntiles = t0 * NT
-        e.emit("seti", GK.ACC, ntiles % 2 * Mt)
+        e.emit("seti", GK.ACC, t0 * (NT // tl.ng) % 2 * tl.ng * Mt)        # a region per group of N tiles
         e.emit("seti", GK.OBUF, ntiles % 2 * Mt)
         if tl.NB > KT:
             e.emit("seti", GK.WSLOT, ntiles * KT % tl.NB * cfg.rows)
@@ -376,7 +379,7 @@ def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int, vbi
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
     if kc.out_int8:
-        e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT,
+        e.emit("dma.ld", acc[kc.acc_base + 2 * tl.ng * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT,
                len=C, rstride=_ACC_BYTES * C)
     if vbias:         # the N tiles' bias rows (read after the first mm, which waits for a later load)
         e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + tl.NT], dram[kc.bias_addr], rows=tl.NT, len=C,
@@ -393,12 +396,12 @@ def prefetch_tiles(tl: Tiling, cover: int = 0) -> int:
     else the first tile and as many more as the previous kernel's epilogue covers (``cover``: tiles
     of ``rows`` rows its last tile's rows stand for; more would hold back the first A tile), within
     the slots (a ring's ``NB``); with an A ring only the first (its A load, which never waits, takes
-    the slot pair the prefetch did not wait for)."""
+    the slot pair the prefetch did not wait for), none when it serves several N tiles (``Tiling.ng``)."""
     mode = weight_mode(tl)
     if mode == "group":
         return tl.KT
     if tl.a_ring:
-        return 1
+        return 1 if tl.ng == 1 else 0
     # never more than the seed tokens the kernel holds (each prefetched tile stands for one)
     return max(1, min(cover, tl.KT if mode == "tile" else tl.NB, weight_seeds(tl)))
 
@@ -407,8 +410,8 @@ def weight_seeds(tl: Tiling) -> int:
     """Free weight slots the kernel starts with (mxu -> load tokens): one per group of ``KT`` slots
     (``weight_mode`` group), else one per slot, at most ``WEIGHT_TOKENS`` (fewer tokens than slots
     only keeps the loads less far ahead, never unsafe)."""
-    if tl.a_ring:                       # a token per K tile's pair of slots, freed by its mm
-        return min(tl.NB, WEIGHT_TOKENS)
+    if tl.a_ring:                       # a token per weight slot, freed by its mm (A slots: ``_k_chain``)
+        return min(tl.w_slots, WEIGHT_TOKENS)
     return 2 if weight_mode(tl) == "group" else min(tl.NB, WEIGHT_TOKENS)
 
 
@@ -438,6 +441,7 @@ def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows
     e.emit("add", GK.OCOL, GK.OOFF, Reg(0))
     a_groups, o_groups = groups(a_rows), groups(out_rows)
     last_nc = tl.N - (NT - 1) * C
+    NT //= tl.ng                               # the N-tile code below runs once per group (``Tiling.ng``)
     # prefetched by ``_prefetch`` (``npre`` tiles) or, in a later M tile, the whole group by the M tile before
     npre = 0 if not pre else (g["npre"] or tl.KT) if g["chain"] else g["npre"]
     _n_tile(e, g, mrows, kc.spm_a, a_groups, o_groups, first=True, last=NT == 1,
@@ -493,8 +497,10 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
-    KT, Mt = tl.KT, tl.Mt
-    acc_t = acc[kc.acc_base + GK.ACC]          # the N tile's ACC region
+    KT, Mt, ng = tl.KT, tl.Mt, tl.ng
+    # the ACC region of each N tile of the group (``Tiling.ng``; one N tile without)
+    accs = [acc[kc.acc_base + j * Mt + GK.ACC] for j in range(ng)]
+    acc_t = accs[0]
     # with no weight or A load after the bias load in this N tile (grouped weights load one N tile
     # ahead), the first mma waits for the bias load itself
     mode = weight_mode(tl)
@@ -503,8 +509,9 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     # the bias of the next N tile is loaded by this one, behind its weight loads (``bias_ahead``)
     ahead = bias_ahead(g, tl)
     if g["bias"] and not npre and (first or not ahead):
-        e.emit("dma.ld", acc_t, dram[kc.bias_addr + GK.BIAS], rows=mrows, len=C, rstride=0,
-               wait=g["free_p"], signal="mxu" if bias_tok else None)
+        for j in range(ng):            # the group's regions are drained together (the last one's drain frees them)
+            e.emit("dma.ld", accs[j], dram[kc.bias_addr + j * _ACC_BYTES * C + GK.BIAS], rows=mrows, len=C,
+                   rstride=0, wait=g["free_p"] if j == 0 else None, signal="mxu" if bias_tok else None)
     if mode != "group" and not first and not tl.a_ring:
         _weight_stream(e, kc, cfg)
         if ahead and not last:
@@ -530,7 +537,9 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
             if skip is not None:
                 e.place(skip)
     loads = first or tl.a_ring                 # an A ring loads A and weights in every N tile
-    _k_chain(e, g, mrows, a_buf, a_groups, acc_t, load_a=loads and g["load_a"],
+    if ng > 1:                                 # a K tile's weight tiles of the group: slots R rows apart
+        e.emit("loop", L0, ng, s0=R, s1=KT * R * C)
+    _k_chain(e, g, mrows, a_buf, a_groups, accs, load_a=loads and g["load_a"],
              w_dma=loads and load_w and mode != "group", w_tok=load_w, bias_tok=bias_tok,
              unroll=K_UNROLL if not (first or last) else 1, npre=npre if mode != "group" else 0,
              a_free=g["fine"] and last)
@@ -539,26 +548,39 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
         _weight_stream(e, kc, cfg, ahead=True, wait=not g["fine"])
     if ahead and first and not last:
         _next_bias(e, g, mrows, mode == "group")
-    # epilogue
-    gate_sig = ["load"] if (g["gate"] and last) else []
-    if kc.out_int8:
-        if g["vbias"]:
-            _vpu_bias(e, kc, acc_t, mrows)
-        e.emit("vreq", spm[kc.spm_o + GK.OBUF], acc_t, acc[kc.acc_base + 2 * Mt + kc.scale_row + GK.SCALE], n=mrows,
-               **_mods(["store"] if g["vbias"] else ["mxu", "store"], ["store", g["free_c"]]))
-        _stores(e, o_groups, spm, kc.spm_o, GK.OBUF, ncols, _SPM_BYTES, ["vpu"], ["vpu"] + gate_sig)
-    else:
-        if kc.relu:
-            e.emit("vrelu", acc_t, acc_t, n=mrows, wait="mxu", signal="store")
-        _stores(e, o_groups, acc, kc.acc_base, GK.ACC, ncols, _ACC_BYTES, ["vpu" if kc.relu else "mxu"],
-                [g["free_c"]] + gate_sig)
-    # next N tile
-    e.emit("addi", GK.WCOL, GK.WCOL, KT * R * C)
-    e.emit("addi", GK.OCOL, GK.OCOL, C * (_SPM_BYTES if kc.out_int8 else _ACC_BYTES))
-    e.emit("addi", GK.BIAS, GK.BIAS, _ACC_BYTES * C)
+    # epilogue, per N tile of the group; the last one's drain frees the group's regions
+    ocol = C * (_SPM_BYTES if kc.out_int8 else _ACC_BYTES)
+    for j in range(ng):
+        end = j == ng - 1
+        gate_sig = ["load"] if (g["gate"] and last and end) else []
+        free = [g["free_c"]] if end else []
+        cols = ncols if end else C
+        if kc.out_int8:
+            if g["vbias"]:
+                _vpu_bias(e, kc, acc_t, mrows)
+            e.emit("vreq", spm[kc.spm_o + GK.OBUF], accs[j],
+                   acc[kc.acc_base + 2 * ng * Mt + kc.scale_row + GK.SCALE], n=mrows,
+                   **_mods(["store"] if g["vbias"] else ["mxu", "store"], ["store"] + free))
+            _stores(e, o_groups, spm, kc.spm_o, GK.OBUF, cols, _SPM_BYTES, ["vpu"], ["vpu"] + gate_sig)
+        else:
+            if kc.relu:
+                e.emit("vrelu", accs[j], accs[j], n=mrows, wait="mxu", signal="store")
+            _stores(e, o_groups, acc, kc.acc_base + j * Mt, GK.ACC, cols, _ACC_BYTES, ["vpu" if kc.relu else "mxu"],
+                    free + gate_sig)
+        if not end:                            # the group's next N tile: its output columns, scales, staging
+            e.emit("addi", GK.OCOL, GK.OCOL, ocol)
+            e.emit("addi", GK.SCALE, GK.SCALE, 1)
+            e.emit("seti", GK.TMP, Mt)
+            e.emit("sub", GK.OBUF, GK.TMP, GK.OBUF)
+    # next N tile (group)
+    e.emit("addi", GK.WCOL, GK.WCOL, ng * KT * R * C)
+    e.emit("addi", GK.OCOL, GK.OCOL, ocol)
+    e.emit("addi", GK.BIAS, GK.BIAS, ng * _ACC_BYTES * C)
     e.emit("addi", GK.SCALE, GK.SCALE, 1)
-    e.emit("seti", GK.TMP, Mt)
+    e.emit("seti", GK.TMP, ng * Mt)
     e.emit("sub", GK.ACC, GK.TMP, GK.ACC)
+    if ng > 1:
+        e.emit("seti", GK.TMP, Mt)
     e.emit("sub", GK.OBUF, GK.TMP, GK.OBUF)
     if tl.NB > KT:
         e.emit("addi", GK.WSLOT, GK.WSLOT, KT * R)
@@ -697,7 +719,7 @@ def _weight_stream(e: ProgramBuilder, kc: KernelCode, cfg, ahead: bool = False, 
 K_UNROLL = 8
 
 
-def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], acc_t, *,
+def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], accs: list, *,
              load_a: bool, w_dma: bool, w_tok: bool, bias_tok: bool, unroll: int = 1, npre: int = 0,
              a_free: bool = False) -> None:
     """The K tiles of one N tile: per tile its weight load (``w_dma``; ``w_tok``: the weights were
@@ -710,27 +732,35 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
     instance (no load; the first ``mxu.lw`` waits for it, the next ones for nothing). With the A buffer
     gated per A tile (``a_freed_per_mm``), an A tile's load waits for the previous M tile's ``mm`` of it,
     and, in the last N tile (``a_free``), each ``mm`` signals its A tile free instead of the last ``mxu.lw``
-    its weight group."""
+    its weight group. ``accs``: the ACC region of each N tile of the group (``Tiling.ng``): an A ring's K
+    tile then loads a weight tile per N tile (one instruction over ``L0``, set by ``_n_tile``) and its A
+    tile, and runs ``mxu.lw`` and ``mm`` per N tile, all from the one A slot."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     R, C = cfg.rows, cfg.cols
-    KT, Mt = tl.KT, tl.Mt
+    KT, Mt, ng = tl.KT, tl.Mt, tl.ng
     mode = weight_mode(tl)
     # A slot kt % NB beside weight slot kt % NB, both freed by the tile's mm: one mxu -> load token, which
     # the weight load waits for (a prefetched one was seeded) and the A load does not. Only the mm signals
     # it: an lw retires before earlier mm's, so its token could free an A slot an mm still reads.
+    # With a group of ng N tiles: ng weight slots per A slot, each freed by its N tile's mm, whose token
+    # that slot's next load waits for; the A load comes after them in the (in-order) load queue, so after
+    # the last one's wait: the A slot's last mm is done. Only the A load signals the MXU (the loads retire
+    # in order: every tile of the K tile has arrived), and the first lw waits for it.
     aring = tl.a_ring
+    assert ng == 1 or (aring and load_a and not npre), "a group of N tiles: an A ring loading its A tiles"
     l1 = [None]                                # the nest l1 holds (A row groups), None: unknown
 
     def tile(kt: int, last: bool | None = None) -> None:
         """K tile ``kt`` (``last``: whether it is the chain's last, when not ``kt == KT - 1``)."""
         last = kt == KT - 1 if last is None else last
         kti = kc.ktiles[kt]
-        wrow = spm[kc.spm_w + (kt % tl.NB if mode == "ring" else kt) * R + GK.WSLOT]
+        wslot = kc.spm_w + (kt % tl.NB if mode == "ring" else kt) * ng * R
+        wrow = spm[wslot + GK.WSLOT]
         arow = a_buf + (kt % tl.NB if aring else kt) * Mt
         if w_dma and kt >= npre:
             e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
-                   wait="mxu", signal="mxu")
+                   wait="mxu", signal="mxu" if ng == 1 else None, rep=L0 if ng > 1 else None)
         if load_a:
             for gi, gr in enumerate(a_groups):
                 sig = ("mxu",) if gi == len(a_groups) - 1 else ()
@@ -747,12 +777,13 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         # weight tokens: per tile, or for the group at its first and last tile (none when resident)
         wwait = ["load"] if w_tok and (mode != "group" or kt == 0) and not 0 < kt < npre else []
         wsig = ["load"] if w_tok and (mode != "group" or last) and not a_free and not aring else []
-        e.emit("mxu.lw", wrow, k=kti.klen, **_mods(wwait, wsig))
-        waits = (["load"] if load_a or (bias_tok and kt == 0) else []) + \
-            ([g["free_p"]] if kt == 0 and not g["bias"] else [])
-        sig = ([g["ep"]] if last else []) + (["load"] if aring or a_free else [])
-        op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
-        e.emit(op, acc_t, spm[arow + GK.ABUF], n=mrows, **_mods(waits, sig))
+        for j in range(ng):
+            e.emit("mxu.lw", spm[wslot + j * R + GK.WSLOT], k=kti.klen, **_mods(wwait if j == 0 else [], wsig))
+            waits = (["load"] if (load_a and ng == 1) or (bias_tok and kt == 0) else []) + \
+                ([g["free_p"]] if kt == 0 and not g["bias"] and j == 0 else [])
+            sig = ([g["ep"]] if last else []) + (["load"] if aring or a_free else [])
+            op = "mxu.mm" if kt == 0 and not g["bias"] else "mxu.mma"
+            e.emit(op, accs[j], spm[arow + GK.ABUF], n=mrows, **_mods(waits, sig))
 
     if kc.kbound is not None:
         # tile 0; tile 1's code, its registers advanced per trip, while a tile after it is needed; tile 1's code

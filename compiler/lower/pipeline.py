@@ -433,7 +433,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         for kc, info in got:
             j, tl = len(codes), kc.tiling
             spm_bufs += [Buffer(f"k{j}.A", tl.a_rows, 2 * j + 1, 2 * j + 1),
-                         Buffer(f"k{j}.W", tl.NB * R, 2 * j, 2 * j)]
+                         Buffer(f"k{j}.W", tl.w_slots * R, 2 * j, 2 * j)]
             if kc.out_int8:
                 spm_bufs.append(Buffer(f"k{j}.O", 2 * tl.Mt, 2 * j + 1, 2 * j + 1))
             acc_bufs.append(Buffer(f"k{j}.acc", tl.acc_rows, 2 * j, 2 * j))     # two regions, then the scale rows
@@ -694,7 +694,7 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
                 vbias = False
         if tl is None:
             tl = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, single_ok=qk.out_int8 or bias is None,
-                        bias=bias is not None)
+                        bias=bias is not None, group_ok=spec is None and searcher is None)
         w_addr = put(tile_weights(qk.w_q[ks, n0:n1], order, kts, R, C))
         b_addr = put(pad_lanes(bias, C)) if bias is not None else None
         sc_addr = put(pad_lanes(qk.scale[n0:n1], C)) if qk.out_int8 else None

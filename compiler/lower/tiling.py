@@ -18,7 +18,9 @@
   not even one row of A tiles fits beside the ring, A tiles stream through a ring too
   (``Tiling.a_ring``, reloaded per N tile), of ``ring_slots`` slots or, where those do not fit,
   fewer (``ring_candidates``), so any K compiles (the error names ``spm_rows`` only when one
-  slot of each does not fit).
+  slot of each does not fit). An A ring whose loads outrun its matmuls (an ``Mt``-row A tile and a
+  weight tile loaded per ``Mt``-row ``mm``: ACC too short for taller M tiles) shares each A tile
+  among ``ng`` N tiles that accumulate side by side (``Tiling.ng``, ``a_ring_groups``).
 * **K runs** (``k_runs``): K tiles whose columns repeat with a constant shift run as one loop body.
 """
 from __future__ import annotations
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from isa.ints import align_up, cdiv
+from isa.table import Space
+from isa.timing import mxu_swap_delay, row_beats
 
 from compiler.lower.schedule import ChipCompileError
 
@@ -208,11 +212,20 @@ class Tiling:
     #: A tiles stream too, through a ring of ``NB`` slots of ``Mt`` rows beside the weight ring
     #: (reloaded for every N tile): when not even one row of A tiles fits SPM (a long reduction)
     a_ring: bool = False
+    #: with an A ring, the N tiles (a group) that each A tile serves: their ACC regions (``Mt`` rows each) lie
+    #: side by side, two groups' worth (the next group's drained while this one computes), and each ring
+    #: slot holds a weight tile per N tile of the group (``compiler.lower.emit``); 1 otherwise
+    ng: int = 1
 
     @property
     def a_rows(self) -> int:
         """SPM rows of the A buffers."""
         return self.NB * self.Mt if self.a_ring else self.nbuf * self.KT * self.Mt
+
+    @property
+    def w_slots(self) -> int:
+        """Weight tiles the SPM weight slots hold (``rows`` rows each)."""
+        return self.NB * self.ng
 
     def m_tiles(self):
         """(first row, rows, A buffer) of every M tile."""
@@ -220,7 +233,7 @@ class Tiling:
 
 
 def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, single_ok: bool = True,
-           bias: bool = True) -> Tiling:
+           bias: bool = True, group_ok: bool = False) -> Tiling:
     """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip.
 
     Weight slots (``compiler.lower.emit.weight_mode``): two N tiles' worth (one DMA per N tile, the
@@ -231,7 +244,8 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     no ``bias`` (nothing in the load queue waits for an ACC region), tiles rather than groups: the
     tiles of each N tile stream right behind the previous ones, while the first mxu.lw of an N tile
     would wait for its whole group (the first group before the first matmul, the second behind the
-    first N tile's A loads)."""
+    first N tile's A loads). ``group_ok``: an A ring may serve several N tiles per A tile
+    (``a_ring_groups``; the emitter's plain kernels only: no symbolic batch, key bound or tiling search)."""
     C = cfg.cols
     NT = cdiv(N, C)
     scale_rows = NT if out_int8 else 0
@@ -252,12 +266,19 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     banked = cfg.acc_bank_rows > 1
     if res is not None and banked:
         res = _bank_aligned(cfg, res, run, single_ok)
-    if res is None:
+    # an A ring where nothing else fits or, for a plain kernel whose M tiles come out shorter than an mm
+    # that hides the next weight load, where it is estimated faster (its A tiles shared among N tiles)
+    if res is None or (group_ok and res.Mt < 2 * (2 * cfg.rows + C) < M):
+        ring = None
         for nb in ring_candidates(KT):          # fewer slots than ring_slots' only where its ring does not fit
             ringed = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, nb)
-            res = ringed and _bank_aligned(cfg, ringed, run, single_ok) if banked else ringed
-            if res is not None:
+            ring = ringed and _bank_aligned(cfg, ringed, run, single_ok) if banked else ringed
+            if ring is not None:
                 break
+        if ring is not None and group_ok:
+            ring = a_ring_groups(cfg, ring, out_int8, run)
+        if res is None or (ring is not None and est_cycles(cfg, ring) < est_cycles(cfg, res)):
+            res = ring
     if res is None:
         ostage = 2 if out_int8 else 0
         mt = cfg.acc_bank_rows          # the shortest M tile: a row, or a whole ACC bank
@@ -312,6 +333,54 @@ GROUP_WORK = 200
 #: K tiles x N tiles of one M tile from which a single A buffer (taller M tiles) is preferred to two:
 #: the stall at an M tile's start (its first A tile's load) is then under 1% of the tile's matmuls
 SINGLE_A_WORK = 256
+
+
+def a_ring_groups(cfg, t: Tiling, out_int8: bool, run: int) -> Tiling:
+    """The A ring ``t``, or the same ring with each A tile shared by ``ng`` N tiles (``Tiling.ng``, ``ng``
+    dividing ``NT``) where that runs in fewer cycles. Per K tile, M tile and group the array streams
+    ``ng x Mt`` rows while the load unit moves an ``Mt``-row A tile and ``ng`` weight tiles; a plain ring
+    (``ng = 1``) moves more rows than the array streams whenever weight tiles are longer than zero rows,
+    so shorter M tiles for several N tiles win once ACC caps ``Mt`` (two regions of ``ng`` tiles). On a
+    banked ACC each N tile's rows are whole banks (the VPU or the store unit drains one N tile while the
+    array writes the next). The estimate: the larger of the array's rows and the load unit's beats
+    (``isa.timing.row_beats``)."""
+    R = cfg.rows
+    ostage = 2 if out_int8 else 0
+    scale_rows = t.acc_rows - 2 * t.Mt
+    b = cfg.acc_bank_rows if cfg.acc_bank_rows > 1 else 0
+    best, cost = t, est_cycles(cfg, t)
+    for ng in range(2, t.NT + 1):
+        if t.NT % ng:
+            continue
+        cap = min((cfg.spm_rows - t.NB * ng * R) // (t.NB + ostage), (cfg.acc_rows - scale_rows) // (2 * ng), t.M)
+        if b:
+            step = math.lcm(b, run) if run > 1 else b
+            Mt = cap // step * step
+        else:
+            Mt = _blocks(t.M, run, cap) if 1 < run <= cap else (cdiv(t.M, cdiv(t.M, cap)) if cap >= 1 else 0)
+        if Mt < 1:
+            continue
+        MT = cdiv(t.M, Mt)
+        tl = Tiling(t.M, t.N, t.KT, t.NT, Mt, MT, t.NB, 1, t.NB * Mt + t.NB * ng * R + ostage * Mt,
+                    2 * ng * Mt + scale_rows, a_ring=True, ng=ng)
+        if est_cycles(cfg, tl) < cost:
+            best, cost = tl, est_cycles(cfg, tl)
+    return best
+
+
+def est_cycles(cfg, t: Tiling) -> int:
+    """A kernel's cycles as ``choose`` compares its tilings: the larger of the array's (an ``mm`` per M, N and
+    K tile, its rows or, when shorter, ``isa.timing.mxu_swap_delay`` and a weight tile's ``rows``: the next
+    ``mxu.lw`` starts that long after the ``mm`` that swapped in the last one, docs/microarchitecture.md)
+    and the load unit's beats (``isa.timing.row_beats``): A tiles once per M tile (per group of N tiles with
+    an A ring), a weight tile per M, N and K tile (``mnk`` order)."""
+    R = cfg.rows
+    a_beats, w_beats = row_beats(cfg, R, Space.SPM, 1), row_beats(cfg, cfg.cols, Space.SPM, 1)
+    swap = mxu_swap_delay(cfg) + R
+    edge = t.M - (t.MT - 1) * t.Mt
+    array = t.NT * t.KT * ((t.MT - 1) * max(t.Mt, swap) + max(edge, swap))
+    a_loads = t.M * t.KT * a_beats * ((t.NT // t.ng) if t.a_ring else 1)
+    return max(array, a_loads + t.MT * t.NT * t.KT * R * w_beats)
 
 
 def ring_slots(KT: int) -> int:

@@ -96,6 +96,54 @@ def test_a_ring_takes_fewer_slots_where_its_first_choice_does_not_fit():
     assert t.a_ring and t.KT == 39 and t.NB == 3 and t.Mt % cfg.acc_bank_rows == 0
 
 
+@pytest.mark.parametrize("int8,bias,relu", [(False, True, True), (False, False, False), (True, True, True),
+                                              (True, False, False)])
+def test_an_a_ring_shares_each_a_tile_among_n_tiles(int8, bias, relu, monkeypatch):
+    """150 K tiles beside ACC too short for tall M tiles: an A ring loads an M tile's A tile and a weight tile
+    per ``mm``, more rows than the array streams, unless each A tile serves several N tiles (``Tiling.ng``).
+    Int32 output on the banked FPGA memories (SPM 256 rows in banks of 64, ACC 64 in banks of 16: each N
+    tile's region a whole bank), int8 output into a second matmul on 64 ACC rows of one bank (6 scale rows), with and
+    without a bias and a ReLU; 6 N tiles, the last one 3 columns wide, so groups 0, 1 and 2 of 2 (first,
+    middle, last) and an edge M tile. Bit-exact, and in fewer cycles than the same ring with one N tile per
+    A tile."""
+    from compiler.lower import tiling
+    if int8:
+        cfg = tc.ChipConfig.preset("tiny").replace(name="tinyacc64", spm_rows=256, acc_rows=64, dram_bytes=1 << 20)
+    else:
+        cfg = tc.ChipConfig.preset("tiny").replace(name="tinybanked", spm_rows=256, acc_rows=64, spm_bank_rows=64,
+                                                   acc_bank_rows=16, dram_bytes=1 << 20)
+    f, x = _gemm(45, 600, 23, bias=bias, relu=relu, seed=23)
+    w2 = np.random.default_rng(7).standard_normal((23, 5)).astype(np.float32)
+    model = (lambda a: f(a) @ tc.Tensor(w2)) if int8 else f
+    cm, res = _check(model, x, cfg, rel=0.05)
+    t = cm.kernels[0].tiling
+    assert t.a_ring and t.ng == 2 and t.NT == 6 and t.KT == 150 and t.M % t.Mt
+    assert not int8 or cm.kernels[1].tiling.ng == 1
+    monkeypatch.setattr(tiling, "a_ring_groups", lambda cfg, t, out_int8, run: t)
+    cm1, res1 = _check(model, x, cfg, rel=0.05)
+    assert cm1.kernels[0].tiling.ng == 1
+    assert res.stats.cycles < res1.stats.cycles, (res.stats.cycles, res1.stats.cycles)
+
+
+def test_short_m_tiles_give_way_to_an_a_ring(monkeypatch):
+    """K = 512 (128 K tiles) on the ``tiny`` preset: two A buffers of a whole row of A tiles leave M tiles of
+    a few rows, each ``mm`` shorter than the next weight load's wait (``mxu_swap_delay`` + rows). ``choose``
+    estimates an A ring shared by several N tiles faster (``tiling.est_cycles``) and takes it: bit-exact,
+    and in fewer cycles than the resident tiling it chose before (``group_ok=False``)."""
+    from compiler.lower import tiling
+    f, x = _gemm(96, 512, 16, seed=96)
+    cm, res = _check(f, x, "tiny")
+    t = cm.kernels[0].tiling
+    assert t.a_ring and t.ng > 1 and t.Mt >= 2 * (2 * 4 + 4)
+    choose = tiling.choose
+    monkeypatch.setattr(pipeline, "choose", lambda *a, **k: choose(*a, **dict(k, group_ok=False)))
+    cm0, res0 = _check(f, x, "tiny")
+    t0 = cm0.kernels[0].tiling
+    assert not t0.a_ring and t0.Mt < 2 * (2 * 4 + 4)
+    assert tiling.est_cycles(cm.config, t) < tiling.est_cycles(cm.config, t0)
+    assert res.stats.cycles < res0.stats.cycles, (res.stats.cycles, res0.stats.cycles)
+
+
 @pytest.mark.parametrize("bias,relu,chain", [(True, True, False), (True, False, False), (False, False, True)])
 def test_grouped_weights_load_one_n_tile_ahead(bias, relu, chain):
     """Tall M tiles and many N tiles: each N tile's weights are one DMA, loaded during the previous
