@@ -268,7 +268,7 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
         res = _bank_aligned(cfg, res, run, single_ok)
     # an A ring where nothing else fits or, for a plain kernel whose M tiles come out shorter than an mm
     # that hides the next weight load, where it is estimated faster (its A tiles shared among N tiles)
-    if res is None or (group_ok and res.Mt < 2 * (2 * cfg.rows + C) < M):
+    if res is None or (group_ok and res.Mt < short_mm(cfg) < M):
         ring = None
         for nb in ring_candidates(KT):          # fewer slots than ring_slots' only where its ring does not fit
             ringed = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, nb)
@@ -315,16 +315,23 @@ def _bank_aligned(cfg, t: Tiling, run: int = 1, single_ok: bool = True) -> Tilin
     return None
 
 
-def _choose_a_ring(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: int, NB: int) -> Tiling | None:
-    """A tiles and weight tiles both stream through rings of ``NB`` slots (``Tiling.a_ring``)."""
+def _choose_a_ring(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: int, NB: int, ng: int = 1,
+                   step: int = 0) -> Tiling | None:
+    """A tiles and weight tiles both stream through rings of ``NB`` slots (``Tiling.a_ring``), each A tile
+    serving ``ng`` N tiles (``Tiling.ng``); ``step``: M tiles a multiple of it (whole ACC banks)."""
     ostage = 2 if out_int8 else 0
     scale_rows = NT if out_int8 else 0
-    Mt = min((cfg.spm_rows - NB * cfg.rows) // (NB + ostage), (cfg.acc_rows - scale_rows) // 2, M)
+    cap = min((cfg.spm_rows - NB * ng * cfg.rows) // (NB + ostage), (cfg.acc_rows - scale_rows) // (2 * ng), M)
+    if cap < 1:
+        return None
+    if step:
+        Mt = cap // step * step
+    else:
+        Mt = _blocks(M, run, cap) if 1 < run <= cap else cdiv(M, cdiv(M, cap))
     if Mt < 1:
         return None
-    Mt = _blocks(M, run, Mt) if 1 < run <= Mt else cdiv(M, cdiv(M, Mt))
-    return Tiling(M, N, KT, NT, Mt, cdiv(M, Mt), NB, 1, NB * Mt + NB * cfg.rows + ostage * Mt,
-                  2 * Mt + scale_rows, a_ring=True)
+    return Tiling(M, N, KT, NT, Mt, cdiv(M, Mt), NB, 1, NB * Mt + NB * ng * cfg.rows + ostage * Mt,
+                  2 * ng * Mt + scale_rows, a_ring=True, ng=ng)
 
 
 #: group weights (one DMA per N tile) need an M tile's matmul cycles per K tile (N tiles x rows) to be
@@ -344,28 +351,19 @@ def a_ring_groups(cfg, t: Tiling, out_int8: bool, run: int) -> Tiling:
     banked ACC each N tile's rows are whole banks (the VPU or the store unit drains one N tile while the
     array writes the next). The estimate: the larger of the array's rows and the load unit's beats
     (``isa.timing.row_beats``)."""
-    R = cfg.rows
-    ostage = 2 if out_int8 else 0
-    scale_rows = t.acc_rows - 2 * t.Mt
     b = cfg.acc_bank_rows if cfg.acc_bank_rows > 1 else 0
+    step = (math.lcm(b, run) if run > 1 else b) if b else 0
     best, cost = t, est_cycles(cfg, t)
     for ng in range(2, t.NT + 1):
-        if t.NT % ng:
-            continue
-        cap = min((cfg.spm_rows - t.NB * ng * R) // (t.NB + ostage), (cfg.acc_rows - scale_rows) // (2 * ng), t.M)
-        if b:
-            step = math.lcm(b, run) if run > 1 else b
-            Mt = cap // step * step
-        else:
-            Mt = _blocks(t.M, run, cap) if 1 < run <= cap else (cdiv(t.M, cdiv(t.M, cap)) if cap >= 1 else 0)
-        if Mt < 1:
-            continue
-        MT = cdiv(t.M, Mt)
-        tl = Tiling(t.M, t.N, t.KT, t.NT, Mt, MT, t.NB, 1, t.NB * Mt + t.NB * ng * R + ostage * Mt,
-                    2 * ng * Mt + scale_rows, a_ring=True, ng=ng)
-        if est_cycles(cfg, tl) < cost:
+        tl = None if t.NT % ng else _choose_a_ring(cfg, t.M, t.KT, t.NT, t.N, out_int8, run, t.NB, ng, step)
+        if tl is not None and est_cycles(cfg, tl) < cost:
             best, cost = tl, est_cycles(cfg, tl)
     return best
+
+
+def short_mm(cfg) -> int:
+    """Rows below which an ``mm`` cannot hide the next weight load."""
+    return 2 * (2 * cfg.rows + cfg.cols)
 
 
 def est_cycles(cfg, t: Tiling) -> int:
@@ -418,7 +416,7 @@ def _choose(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: int, sin
         mt1 = min((cfg.spm_rows - w_rows) // (KT + ostage), (cfg.acc_rows - scale_rows) // 2, M)
         if Mt < 1:
             nbuf, Mt = 1, mt1                    # one A buffer: loads no longer overlap the matmuls
-        short = 2 * (2 * R + cfg.cols)        # an mm shorter than this cannot hide the next weight load
+        short = short_mm(cfg)
         if run > 1 and single_ok and run <= mt1 and (Mt < run or (Mt // run * run < short
                                                                   and mt1 // run >= 2 * (Mt // run))):
             # one A buffer (loads no longer overlap the previous M tile's matmuls) so that an M

@@ -134,12 +134,12 @@ def test_short_m_tiles_give_way_to_an_a_ring(monkeypatch):
     f, x = _gemm(96, 512, 16, seed=96)
     cm, res = _check(f, x, "tiny")
     t = cm.kernels[0].tiling
-    assert t.a_ring and t.ng > 1 and t.Mt >= 2 * (2 * 4 + 4)
+    assert t.a_ring and t.ng > 1 and t.Mt >= tiling.short_mm(cm.config)
     choose = tiling.choose
     monkeypatch.setattr(pipeline, "choose", lambda *a, **k: choose(*a, **dict(k, group_ok=False)))
     cm0, res0 = _check(f, x, "tiny")
     t0 = cm0.kernels[0].tiling
-    assert not t0.a_ring and t0.Mt < 2 * (2 * 4 + 4)
+    assert not t0.a_ring and t0.Mt < tiling.short_mm(cm.config)
     assert tiling.est_cycles(cm.config, t) < tiling.est_cycles(cm.config, t0)
     assert res.stats.cycles < res0.stats.cycles, (res.stats.cycles, res0.stats.cycles)
 
