@@ -14,7 +14,8 @@ r15        ``DYN_REG``: the value of a program's symbolic dimension, written by 
 r14        ``TRIP_REG``: control flow's trip counter / branch flag (``compiler.lower.control_*``);
            ``NQ_REG`` in the transformer block (active query blocks, ``ceil(T / cols)``)
 r1..r13    a compiled GEMM kernel's registers (``GemmKernel``, ``compiler.lower.emit``); an
-           elementwise kernel uses ``r1..r3`` and one register per input from ``r4`` (``Elementwise``)
+           elementwise kernel uses ``r1..r3``, one register per input from ``r4`` and the registers
+           after them up to ``r13`` as loop counters (``Elementwise``)
 r1..r15    the reference GEMM program of ``sim.programs`` (``RefGemm``), which is a whole program
 r1, r2     control flow's glue between bodies (``ControlGlue``: a predicate's reduction and threshold,
            a loop's trip bound, a scanned row's offset); bodies are fenced, so these are free there
@@ -127,14 +128,20 @@ class GemmKernel:
 class Elementwise:
     """A compiled elementwise kernel (``compiler.lower.emit``): r1..r3, then one register per input."""
 
-    MT = Reg(1)         #: tile loop counter
-    TMP = Reg(2)        #: temporary (the loop bound)
+    MT = Reg(1)         #: the counter of the tile loop (the nest's outermost level)
+    TMP = Reg(2)        #: the counter of the tile loop nest's second level
     OUT = Reg(3)        #: DRAM byte offset of the output tile
     FIRST_INPUT = 4     #: input i's DRAM byte offset is in r(FIRST_INPUT + i)
 
     @classmethod
     def inputs(cls, k: int) -> list[Reg]:
         return [Reg(cls.FIRST_INPUT + i) for i in range(k)]
+
+    @classmethod
+    def nest(cls, k: int, scalar_regs: int) -> list[Reg]:
+        """The registers after ``k`` inputs' registers, up to r13 (``TRIP_REG`` and ``DYN_REG`` are left alone):
+        the counters of a loop nest over tiles (tiles of an image row, rows of an image...)."""
+        return [Reg(n) for n in range(cls.FIRST_INPUT + k, min(scalar_regs, TRIP_REG.n))]
 
 
 class RefGemm:

@@ -39,7 +39,7 @@ from compiler.lower.compiled import nonfinite
 from compiler.lower.attention import fused_unfit
 from compiler.lower.bmm import BmmKernel
 from compiler.lower.compiled import Compiled
-from compiler.lower.pipeline import ZERO_ROWS, lower_schedule
+from compiler.lower.pipeline import lower_schedule, zero_rows
 from compiler.lower.quantize import quantize, run_int
 from compiler.lower.schedule import ChipCompileError, NormKernel, lift
 from compiler.lower.trace import example_array, index_inputs, trace
@@ -146,7 +146,7 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
             hit.timings = {"cached": time.perf_counter() - t0}
             hit.compile_s = hit.timings["total"] = time.perf_counter() - t0
             return hit
-    fits = functools.partial(fused_unfit, cfg, cfg.spm_rows - ZERO_ROWS) if spec is None else \
+    fits = functools.partial(fused_unfit, cfg, cfg.spm_rows - zero_rows(cfg)) if spec is None else \
         (lambda *_: "a symbolic dimension")      # the fused attention sets DYN_REG itself: composed instead
     sched = lift(graph, attention_fits=fits)
     times["lift"] = time.perf_counter() - t0

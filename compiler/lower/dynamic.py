@@ -162,7 +162,7 @@ def fit_ew(cfg, tl, in_rows: list, out_rows, nmax: int, what: str):
     d = _per_tile(tl.Mt, blk, nmax, what)
     Mt, MT = d * blk, nmax // d
     nin = len(in_rows)
-    t2 = replace(tl, Mt=Mt, MT=MT, spm_rows=(nin + 1) * Mt, acc_rows=2 * Mt)
+    t2 = replace(tl, Mt=Mt, MT=MT, spm_rows=nin * Mt, acc_rows=2 * Mt)     # the input tiles (EwCode)
     return t2, DynTile(DYN_REG, d, ew_steps=tuple(s * d for s in steps))
 
 

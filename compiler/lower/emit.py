@@ -59,6 +59,7 @@ store -> vpu staging free.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -76,8 +77,10 @@ _GK_REGS = (GK.WSLOT, GK.WCOL, GK.ACC, GK.OBUF, GK.OCOL, GK.BIAS, GK.SCALE, GK.N
 #: most weight-slot tokens a kernel seeds: loads run at most this many weight tiles ahead of the MXU,
 #: and with an A tile per weight tile their load -> mxu tokens stay below ``TOKEN_MAX`` (a long K)
 WEIGHT_TOKENS = TOKEN_MAX // 4
-#: rows of zeros a border store reads at once (the SPM zero block the planner reserves)
-ZERO_FILL_ROWS = 64
+#: SPM rows a program with zero borders reserves (never written) as the source of their stores, which
+#: read at most this many rows of zeros at once; on a chip with fewer than 16 times as many SPM rows, a
+#: sixteenth of them (``zero_rows``)
+ZERO_ROWS = 64
 #: bytes of an SPM element (int8 results) and of an ACC element (int32 results, biases, scales)
 _SPM_BYTES, _ACC_BYTES = SPACE_BYTES[Space.SPM], SPACE_BYTES[Space.ACC]
 
@@ -854,6 +857,11 @@ def _stores(e: ProgramBuilder, gs: list[Group], mem, base: int, reg: Reg | None,
                **_mods(w, s, True, rep))
 
 
+def zero_rows(cfg) -> int:
+    """The SPM rows of zeros a program with zero borders reserves (``ZERO_ROWS``)."""
+    return max(1, min(ZERO_ROWS, cfg.spm_rows // 16))
+
+
 def emit_zero_fill(e: ProgramBuilder, zero_row: int, border: tuple, zrows: int) -> None:
     """Store zeros (SPM rows that are never written) over a padded tensor's border in DRAM.
 
@@ -901,7 +909,7 @@ def emit_program(kernels: list, cfg, prefixes: dict | None = None, fences: dict 
             if fence:
                 e.emit("fence", "store")
             for zero_row, chunks in (prefixes or {}).get(i, []):
-                emit_zero_fill(e, zero_row, chunks, ZERO_FILL_ROWS)
+                emit_zero_fill(e, zero_row, chunks, zero_rows(cfg))
         if where != "body":
             sync(where == "prologue")
         before = (lambda: sync(True)) if where == "body" else None
@@ -938,7 +946,7 @@ class EwCode:
     coefs: list
     shift: int
     lo: int
-    spm_base: int
+    spm_base: int             # the input tiles (``Mt`` rows each), then the table's rows
     acc_base: int
     dyn: object = None        # compiler.lower.dynamic.DynTile, as for KernelCode
     op: str = "vadd"          # how the scaled inputs combine: vadd, vmax or vmin
@@ -949,6 +957,9 @@ class EwCode:
     lut_loaded: bool = False  # the table is already in the VPU (an earlier part of this kernel loaded it)
     #: tensor parallel (``compiler.lower.pipeline._lower_ew``'s share): every chip's output rows, else None
     shared: list | None = field(default=None, repr=False)
+    #: the staging tile (``Mt`` rows the VPU writes and the store unit reads): a buffer of its own, which the
+    #: planner keeps out of the banks the load unit writes (``tiling.ew_fits``)
+    spm_stage: int = 0
 
     def parts(self) -> list:
         """This code and the ones that follow it (``rest``)."""
@@ -965,14 +976,15 @@ def emit_ew(e: ProgramBuilder, kc: EwCode, cfg, tokens: Tokens | None = None, be
     k = len(kc.in_rows)
     tokens = Tokens() if tokens is None else tokens
     r_mt, r_tmp, r_out, r_in = Elementwise.MT, Elementwise.TMP, Elementwise.OUT, Elementwise.inputs(k)
-    with e.scope(f"kernel {kc.name}", r_mt, r_tmp, r_out, *r_in):
-        _ew_body(e, kc, r_mt, r_tmp, r_out, r_in, tokens, before)
+    r_more = Elementwise.nest(k, e.config.scalar_regs)
+    with e.scope(f"kernel {kc.name}", r_mt, r_tmp, r_out, *r_in, *r_more):
+        _ew_body(e, kc, r_mt, r_tmp, r_out, r_in, tokens, before, r_more)
     if kc.rest is not None:                   # the remainder rows (compiler.lower.pipeline._lower_ew)
         emit_ew(e, kc.rest, cfg, tokens)
 
 
 def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r_in: list[Reg], tokens: Tokens,
-             before) -> None:
+             before, r_more: list[Reg] = ()) -> None:
     tl, k = kc.tiling, len(kc.in_rows)
     Mt = tl.Mt
     what = f"lookup table ({kc.lut_rows} SPM rows)" if kc.lut_addr is not None else f"{kc.op} of {k} tensors"
@@ -988,43 +1000,75 @@ def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r
     if before is not None:
         before()
     if kc.lut_addr is not None and not kc.lut_loaded:      # the table: the first load -> vpu token
-        tab = kc.spm_base + (k + 1) * Mt
+        tab = kc.spm_base + k * Mt
         C = e.config.cols
         e.emit("dma.ld", spm[tab], dram[kc.lut_addr], rows=kc.lut_rows, len=C, rstride=C, signal="vpu")
         e.emit("vlutld", spm[tab], wait="load")
     tiles = [(t * Mt, min(Mt, tl.M - t * Mt)) for t in range(tl.MT)]
     full = [t for t in tiles if t[1] == Mt]
-    steps = [_translation(rows, Mt, len(full)) for rows in kc.in_rows + [kc.out_rows]]
-    if kc.dyn is not None:
-        steps = list(kc.dyn.ew_steps)
+    # the full tiles as a nest of loops when each is the first one shifted (by a step per level: tiles of an
+    # image row, rows, images...), each level counting down in a register of its own (r_mt the outermost)
+    counters = [r_mt, r_tmp, *r_more]
+    levels = _ew_levels(kc.in_rows + [kc.out_rows], Mt, len(full), len(counters))
+    if kc.dyn is not None:                     # one level, up to the count the host writes
+        levels = [(0, list(kc.dyn.ew_steps))]
     rest = tiles
-    if kc.dyn is not None or (len(full) >= 2 and all(s is not None for s in steps)):
-        e.emit("seti", r_mt, 0)
-        top = e.place(e.fresh_label("ewtile"))
+    if levels:
+        counters = counters[:len(levels)][::-1]          # innermost first, as ``levels``
+        tops = {}
+        for (count, _), c in list(zip(levels, counters))[::-1]:
+            e.emit("seti", c, 0 if kc.dyn is not None else count)
+            tops[c] = e.place(e.fresh_label("ewtile"))
         _ew_tile(e, kc, Mt, [rows[:Mt] for rows in kc.in_rows], kc.out_rows[:Mt], r_in, r_out)
-        for r, st in zip(r_in + [r_out], steps):
-            e.emit("addi", r, r, st)
-        if kc.dyn is not None:
-            e.emit("addi", r_mt, r_mt, kc.dyn.per_tile)
-            e.emit("blt", r_mt, Reg(kc.dyn.reg), top)
-        else:
-            e.emit("addi", r_mt, r_mt, 1)
-            e.emit("seti", r_tmp, len(full))
-            e.emit("blt", r_mt, r_tmp, top)
+        for lv, ((_, steps), c) in enumerate(zip(levels, counters)):
+            back = [0] * len(steps) if lv == 0 else [levels[lv - 1][0] * st for st in levels[lv - 1][1]]
+            for r, st, bk in zip(r_in + [r_out], steps, back):
+                e.emit("addi", r, r, st - bk)
+            if kc.dyn is not None:
+                e.emit("addi", c, c, kc.dyn.per_tile)
+                e.emit("blt", c, Reg(kc.dyn.reg), tops[c])
+            else:
+                e.emit("addi", c, c, -1)
+                e.emit("blt", Reg(0), c, tops[c])
         for r in [r_out] + r_in:
             e.emit("seti", r, 0)
-        rest = tiles[len(full):]
+        rest = tiles[math.prod(n for n, _ in levels):] if kc.dyn is None else tiles[len(full):]
     for m0, mrows in rest:
         _ew_tile(e, kc, mrows, [rows[m0:m0 + mrows] for rows in kc.in_rows], kc.out_rows[m0:m0 + mrows],
                  r_in, r_out)
     tokens.leave(seeds)
 
 
+def _ew_levels(seqs: list, Mt: int, nfull: int, most: int) -> list:
+    """The first ``nfull`` tiles of ``Mt`` rows as a loop nest, innermost level first: ``[(count, [step per
+    sequence])]``, tile ``i0 + count0 * (i1 + count1 * ...)`` being the first tile shifted by ``sum(i_l *
+    step_l)`` in every sequence of row addresses (it covers ``prod(count)`` tiles, the rest run one by one);
+    [] when the tiles differ in shape, no level repeats, or it takes more than ``most`` levels."""
+    if nfull < 2:
+        return []
+    blk = np.stack([np.asarray(a[:nfull * Mt], np.int64).reshape(nfull, Mt) for a in seqs], axis=-1)
+    starts = blk[:, 0, :]                               # (tile, sequence)
+    if not np.array_equal(blk - starts[:, None, :], np.broadcast_to(blk[:1] - starts[:1, None, :], blk.shape)):
+        return []
+    levels = []
+    while len(starts) >= 2 and len(levels) < most:
+        d = starts[1] - starts[0]
+        steps = np.diff(starts, axis=0)
+        q = next((i + 1 for i in range(len(steps)) if not np.array_equal(steps[i], d)), len(starts))
+        nb = len(starts) // q
+        want = starts[::q][:nb, None, :] + np.arange(q)[None, :, None] * d[None, None, :]
+        if not np.array_equal(starts[:nb * q].reshape(nb, q, -1), want):
+            break
+        levels.append((q, [int(x) for x in d]))
+        starts = starts[::q][:nb]
+    return levels              # (where the blocks stop repeating, or registers run out, the nest covers the first)
+
+
 def _ew_tile(e: ProgramBuilder, kc: EwCode, mrows: int, in_rows: list, out_rows: np.ndarray, r_in: list[Reg],
              r_out: Reg) -> None:
     Mt, k = kc.tiling.Mt, len(in_rows)
     buf = [kc.spm_base + i * Mt for i in range(k)]
-    obuf = kc.spm_base + k * Mt
+    obuf = kc.spm_stage
     acc_r, acc_t = kc.acc_base, kc.acc_base + Mt
     loads = [(i, g) for i in range(k) for g in groups(in_rows[i])]
     for j, (i, g) in enumerate(loads):

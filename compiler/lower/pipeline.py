@@ -28,7 +28,8 @@ from isa.timing import lut_rows, mxu_swap_delay, row_beats
 
 from compiler.lower.compiled import Compiled, check_finite, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
-from compiler.lower.emit import EW_MAX_INPUTS, EwCode, KernelCode, emit_program, split_m_tiles, vpu_bias
+from compiler.lower.emit import (EW_MAX_INPUTS, EwCode, KernelCode, emit_program, split_m_tiles,
+                                 vpu_bias, zero_rows)
 from compiler.lower.attention import AttnCode, lower_attention
 from compiler.lower.norms import NormCode, lower_norm
 from compiler.lower.planner import Buffer, plan
@@ -40,7 +41,7 @@ from compiler.lower.gather_lower import lower_gather
 from compiler.lower.keybound import Bound
 from compiler.lower.schedule import (AttnKernel, ChipCompileError, EwKernel, NormKernel, Schedule,
                                      base_to_mn, kernel_inputs, run_float)
-from compiler.lower.tiling import Tiling, choose, k_tiles, pad_lanes, tile_weights
+from compiler.lower.tiling import Tiling, choose, ew_fits, joint_period, k_tiles, pad_lanes, scale_chunk, tile_weights
 from compiler.lower.tiling import common_period as _common_period
 
 
@@ -278,7 +279,7 @@ class CompiledModel(Compiled):
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
                    dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False,
                    paged: bool = False, key_bound=None, borders_always: bool = False,
-                   shard: tuple[int, int] | None = None) -> CompiledModel:
+                   shard: tuple[int, int] | None = None, spm_reserve: int = 0) -> CompiledModel:
     """A quantized schedule as a Program: the DRAM plan, per kernel its tiling and SPM/ACC buffers,
     then the emitted code. ``dram_base``: where this program's DRAM region starts (control flow
     places bodies side by side). ``blocks``: grouped kernels may run as column blocks (True: all, a set:
@@ -297,7 +298,9 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     output columns computes only its share of them (``column_shares``), a batched product its share of the
     slices (heads), a norm and an elementwise kernel their share of the rows (``Lowered.split`` says who writes
     what); the others run whole. ``shard`` ``(c, n, plan)``: also the Megatron-style pairs of ``plan``
-    (``TensorPlan``)."""
+    (``TensorPlan``). ``spm_reserve``: SPM rows the GEMM kernels' tilings leave free (the zero rows of the
+    borders, ``zero_rows``, which stay reserved for the whole program: when the on-chip plan does not fit
+    beside them, the model is lowered once more with them left free)."""
     full_shard = shard
     tp = shard[2] if shard is not None and len(shard) > 2 else TensorPlan()
     shard = tuple(shard[:2]) if shard is not None else None
@@ -365,7 +368,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                 raise ChipCompileError(f"kernel {k.name} (table lookup): a symbolic dimension is not supported")
             j = len(codes)
             first_code.append(j)
-            gc, sb, ab = lower_gather(cfg, s, j, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS)
+            gc, sb, ab = lower_gather(cfg, s, j, k, qk, tensor_addr, put, cfg.spm_rows - zero_rows(cfg))
             codes.append(gc)
             spm_bufs += sb
             acc_bufs += ab
@@ -377,7 +380,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                                        "for norm and attention kernels yet")
             lower = lower_norm if isinstance(k, NormKernel) else lower_attention
             kw = {"key_reg": key_bound.reg} if i in bounded else {}
-            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - ZERO_ROWS, **kw)
+            nc, n_spm, n_acc = lower(cfg, s, k, qk, tensor_addr, put, cfg.spm_rows - zero_rows(cfg), **kw)
             if shard is not None and isinstance(k, NormKernel) and q.elem_bytes(k.out) == 1:
                 per = _share_norm(nc, shard[1], cfg.cols)
                 if per is not None:
@@ -410,7 +413,8 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                                            f"elementwise kernel {k.name}")
                 ec.tiling = replace(ec.tiling, spm_rows=ec.tiling.spm_rows + ec.lut_rows)   # the table's rows
                 info.tiling = ec.tiling
-            spm_bufs.append(Buffer(f"k{j}.A", max(p.tiling.spm_rows for p in ec.parts()), 2 * j + 1, 2 * j + 1))
+            spm_bufs += [Buffer(f"k{j}.A", max(p.tiling.spm_rows for p in ec.parts()), 2 * j + 1, 2 * j + 1, "load"),
+                         Buffer(f"k{j}.O", max(p.tiling.Mt for p in ec.parts()), 2 * j + 1, 2 * j + 1, "vpu")]
             acc_bufs.append(Buffer(f"k{j}.acc", max(p.tiling.acc_rows for p in ec.parts()), 2 * j + 1, 2 * j + 1))
             codes.append(ec)
             infos.append(info)
@@ -429,13 +433,16 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
                                                                s.kernels[i])[:, 0] * eb
             shared[i] = [[(rows + a * eb, (b - a) * eb)] for a, b in ranges]
         if i not in tp.rows:
-            got = _lower_gemm(cfg, q, i, tensor_addr, put, spec, searcher, split, share)
+            got = _lower_gemm(cfg.replace(spm_rows=cfg.spm_rows - spm_reserve) if spm_reserve else cfg, q, i,
+                              tensor_addr, put, spec, searcher, split, share)
         for kc, info in got:
             j, tl = len(codes), kc.tiling
-            spm_bufs += [Buffer(f"k{j}.A", tl.a_rows, 2 * j + 1, 2 * j + 1),
-                         Buffer(f"k{j}.W", tl.w_slots * R, 2 * j, 2 * j)]
+            # the load unit writes the A and weight tiles, the VPU the output staging (they may share banks
+            # with buffers of the same writer: compiler.lower.planner)
+            spm_bufs += [Buffer(f"k{j}.A", tl.a_rows, 2 * j + 1, 2 * j + 1, "load"),
+                         Buffer(f"k{j}.W", tl.w_slots * R, 2 * j, 2 * j, "load")]
             if kc.out_int8:
-                spm_bufs.append(Buffer(f"k{j}.O", 2 * tl.Mt, 2 * j + 1, 2 * j + 1))
+                spm_bufs.append(Buffer(f"k{j}.O", 2 * tl.Mt, 2 * j + 1, 2 * j + 1, "vpu"))
             acc_bufs.append(Buffer(f"k{j}.acc", tl.acc_rows, 2 * j, 2 * j))     # two regions, then the scale rows
             codes.append(kc)
             infos.append(info)
@@ -459,15 +466,23 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         need = [last_code[s.tensors[t].producer] for t in kernel_inputs(k) if s.tensors[t].kind == "kernel"]
         for j in range(first_code[i], last_code[i] + 1):
             after[j] = max([after[j]] + need)
-    zeros = [Buffer("zero", ZERO_ROWS, 0, 2 * nc)] if any(borders.values()) else []   # never written: reads as zeros
-    fences, splan, aplan = _plan_onchip(cfg, spm_bufs + zeros, acc_bufs, after)
+    # never written (writer None): reads as zeros
+    zeros = [Buffer("zero", zero_rows(cfg), 0, 2 * nc, None)] if any(borders.values()) else []
+    try:
+        fences, splan, aplan = _plan_onchip(cfg, spm_bufs + zeros, acc_bufs, after)
+    except ChipCompileError:
+        if not zeros or spm_reserve:
+            raise
+        return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks, resident_inputs,
+                              paged, key_bound, borders_always, full_shard, spm_reserve=zero_rows(cfg))
     for i, kc in enumerate(codes):
         if hasattr(kc, "place"):                 # compiler.lower.bmm_lower: several GEMMs share the kernel's buffers
             kc.place(splan.offsets, aplan.offsets, i)
             continue
         if isinstance(kc, EwCode):
             for p in kc.parts():
-                p.spm_base, p.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
+                p.spm_base, p.spm_stage, p.acc_base = (splan.offsets[f"k{i}.A"], splan.offsets[f"k{i}.O"],
+                                                       aplan.offsets[f"k{i}.acc"])
             continue
         if isinstance(kc, (NormCode, AttnCode)):
             kc.spm_base, kc.acc_base = splan.offsets[f"k{i}.A"], aplan.offsets[f"k{i}.acc"]
@@ -498,13 +513,15 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
         try:
             return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base,
                                   blocks=frozenset(keep) if keep else False, resident_inputs=resident_inputs,
-                                  key_bound=key_bound, borders_always=borders_always, shard=full_shard)
+                                  key_bound=key_bound, borders_always=borders_always, shard=full_shard,
+                                  spm_reserve=spm_reserve)
         except ChipCompileError:
             if keep:
                 try:
                     return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks=False,
                                           resident_inputs=resident_inputs, key_bound=key_bound,
-                                          borders_always=borders_always, shard=full_shard)
+                                          borders_always=borders_always, shard=full_shard,
+                                          spm_reserve=spm_reserve)
                 except ChipCompileError:
                     pass
     if len(builders) == 1 and len(built) > cfg.imem_words:
@@ -674,6 +691,9 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
     if share is not None:
         parts = [(max(n0, share[0]), min(n1, share[1]), ks, kt) for n0, n1, ks, kt in parts
                  if max(n0, share[0]) < min(n1, share[1])]
+    if qk.out_int8:                   # codes of at most as many N tiles as ACC holds scale rows for
+        parts = [(a, min(a + cap, n1), ks, kt) for n0, n1, ks, kt in parts
+                 for cap in [scale_chunk(cfg, cdiv(n1 - n0, C)) * C] for a in range(n0, n1, cap)]
     res = []
     for b, (n0, n1, ks, (order, kts, rows)) in enumerate(parts):
         name = k.name if len(parts) == 1 else f"{k.name}.c{b}"
@@ -819,8 +839,6 @@ def column_blocks(wmask: np.ndarray | None, K: int, N: int, cols: int) -> list[t
     return [(a, b, np.flatnonzero(np.any(wmask[:, a:b], axis=1))) for a, b in blocks]
 
 
-#: SPM rows reserved (never written) as the source of zero-border stores
-ZERO_ROWS = 64
 
 
 def _reused(b: Buffer, bufs: list, offsets: dict) -> int:
@@ -962,15 +980,21 @@ def _ew_part(cfg, k: EwKernel, qk, what: str, bases: list, seqs: list, starts: n
     in_rows = [b + a[starts] for b, a in zip(bases[1:], seqs[1:])]
     nin = len(in_rows)
     # (the SPM zero block of padded tensors' borders may be live during the kernel: left free)
-    Mt = min(rows, (cfg.spm_rows - lut - ZERO_ROWS) // (nin + 1), cfg.acc_rows // 2)
+    Mt = min(rows, (cfg.spm_rows - lut - zero_rows(cfg)) // (nin + 1), cfg.acc_rows // 2)
+    while Mt > 0 and not ew_fits(cfg, nin, Mt, lut, zero_rows(cfg)):     # the staging tile in a bank of its own
+        Mt -= 1
     if Mt < 1:
         raise ChipCompileError(f"{what}: {nin} inputs do not fit SPM on config {cfg.name!r}")
     if Mt < rows:
-        p = _common_period(in_rows[0], out_rows)
-        if p > 1 and all(_common_period(r, out_rows) == p for r in in_rows) and Mt >= p:
+        # M tiles of whole periods of the rows' addresses, or a period of whole M tiles (at least half the
+        # rows that fit): tiles of one shape, which a loop nest runs (emit._ew_levels)
+        p = joint_period(*in_rows, out_rows)
+        if p > 1 and Mt >= p:
             Mt = Mt // p * p
+        elif p > 1:
+            Mt = next((d for d in range(Mt, cdiv(Mt, 2) - 1, -1) if p % d == 0), Mt)
     MT = cdiv(rows, Mt)
-    tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, (nin + 1) * Mt + lut, 2 * Mt)
+    tl = Tiling(rows, L, nin, 1, Mt, MT, 0, 1, nin * Mt + lut, 2 * Mt)     # spm_rows: the inputs and the table
     return EwCode(k.name, tl, L, in_rows, out_rows, list(qk.coefs), qk.shift, qk.lo, 0, 0,
                   op={"sum": "vadd", "max": "vmax", "min": "vmin", "lut": "vadd"}[k.op], lut_rows=lut, hi=qk.hi)
 

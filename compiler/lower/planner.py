@@ -5,6 +5,11 @@ buffers may share addresses only if their lifetimes are disjoint. ``plan`` place
 a time at the lowest offset where they fit among the already placed buffers they overlap in time
 (first fit), for each of several orderings, and keeps the ordering with the smallest footprint.
 
+In a memory of banks (``align``: rows per bank, docs/microarchitecture.md section 4: two units writing
+one bank race) a buffer owns whole banks unless it names its writer (``Buffer.writer``): buffers that
+one unit writes, or that no unit writes, may share a bank with each other (never with one another
+unit writes while both live).
+
 The lower bound of any placement is the largest live set: ``max_t sum(size of buffers live at
 t)``. ``Plan.per_ordering`` reports the footprint every ordering reached, so the gap to the bound
 is visible. The planner packs DRAM (tensors between kernels) and, per kernel, SPM and ACC.
@@ -16,12 +21,29 @@ from dataclasses import dataclass, field
 from isa.ints import align_up
 
 
+#: ``Buffer.writer`` of a buffer whose writers are not stated: it owns whole banks
+ANY = "?"
+
+
 @dataclass(frozen=True)
 class Buffer:
     name: str
     size: int
     start: int
     end: int
+    #: the one unit that writes the buffer while it lives (``"load"``, ``"vpu"``...), None when no unit
+    #: does (it is read only), ``ANY`` when not stated (several units, or not known)
+    writer: str | None = ANY
+
+    def span(self, align: int) -> int:
+        """Rows the buffer takes in a memory of ``align``-row banks: whole banks unless its writer is stated."""
+        return align_up(self.size, align) if self.writer == ANY else self.size
+
+
+def _clash(a: Buffer, b: Buffer) -> bool:
+    """May ``a`` and ``b``, live at once, not share a bank? When both are written, by different units
+    (or either by units not stated)."""
+    return a.writer is not None and b.writer is not None and (a.writer == ANY or a.writer != b.writer)
 
 
 @dataclass
@@ -57,11 +79,13 @@ def live_bound(bufs: list[Buffer], align: int = 1) -> int:
     steps = sorted({b.start for b in bufs} | {b.end for b in bufs})
     best = 0
     for t in steps:
-        best = max(best, sum(align_up(b.size, align) for b in bufs if b.start <= t <= b.end))
+        best = max(best, sum(b.span(align) for b in bufs if b.start <= t <= b.end))
     return best
 
 
 def _place(order: list[Buffer], align: int) -> tuple[dict[str, int], int]:
+    if align > 1 and any(b.writer != ANY for b in order):
+        return _place_banks(order, align)
     placed: list[tuple[Buffer, int]] = []
     offsets: dict[str, int] = {}
     top = 0
@@ -74,6 +98,27 @@ def _place(order: list[Buffer], align: int) -> tuple[dict[str, int], int]:
             if off + size <= lo:
                 break
             off = max(off, align_up(hi, align))
+        offsets[b.name] = off
+        placed.append((b, off))
+        top = max(top, off + size)
+    return offsets, top
+
+
+def _place_banks(order: list[Buffer], align: int) -> tuple[dict[str, int], int]:
+    """First fit in a memory of ``align``-row banks: a buffer may not overlap the rows of one it lives
+    with, nor its banks where they ``_clash``; a buffer of writers not stated starts a bank."""
+    placed: list[tuple[Buffer, int]] = []
+    offsets: dict[str, int] = {}
+    top = 0
+    for b in order:
+        size = b.span(align)
+        live = [(p, o, p.span(align)) for p, o in placed if p.start <= b.end and b.start <= p.end]
+        ends = {0} | {o + n for _, o, n in live} | {align_up(o + n, align) for _, o, n in live}
+        for off in sorted(e for e in ends if b.writer != ANY or e % align == 0):
+            if all(not (off < o + n and o < off + size) and not (
+                    size and n and _clash(b, p) and off // align <= (o + n - 1) // align
+                    and o // align <= (off + size - 1) // align) for p, o, n in live):
+                break
         offsets[b.name] = off
         placed.append((b, off))
         top = max(top, off + size)
@@ -106,10 +151,17 @@ def plan(bufs: list[Buffer], capacity: int | None = None, *, memory: str = "dram
 
 
 def check(p: Plan, bufs: list[Buffer], align: int = 1) -> None:
-    """Assert no two buffers that are live together overlap (used by the tests)."""
+    """Assert no two buffers that are live together overlap, nor share a bank of ``align`` rows where
+    they ``_clash``, and that a buffer of writers not stated starts a bank (used by the tests)."""
+    for a in bufs:
+        if a.writer == ANY and p.offsets[a.name] % align:
+            raise AssertionError(f"{a.name} does not start a bank")
     for i, a in enumerate(bufs):
         for b in bufs[i + 1:]:
-            if a.start <= b.end and b.start <= a.end:
+            if a.start <= b.end and b.start <= a.end and a.size and b.size:
                 oa, ob = p.offsets[a.name], p.offsets[b.name]
-                if oa < ob + b.size and ob < oa + a.size and a.size and b.size:
+                if oa < ob + b.size and ob < oa + a.size:
                     raise AssertionError(f"{a.name} and {b.name} overlap")
+                if _clash(a, b) and oa // align <= (ob + b.span(align) - 1) // align \
+                        and ob // align <= (oa + a.span(align) - 1) // align:
+                    raise AssertionError(f"{a.name} and {b.name} share a bank")

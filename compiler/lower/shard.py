@@ -53,7 +53,7 @@ from compiler.lower.collectives import all_gather_rows, recv, reduce_scatter_row
 from compiler.lower.compiled import named_feeds
 from compiler.lower.dispatch import check_inputs, compile_model
 from compiler.lower.emit import emit_program
-from compiler.lower.pipeline import ZERO_ROWS, CompiledModel, Reduce, TensorPlan
+from compiler.lower.pipeline import CompiledModel, Reduce, TensorPlan, zero_rows
 from compiler.lower.schedule import ChipCompileError, EwKernel, Kernel, kernel_inputs
 
 PARALLEL = ("data", "tensor", "pipeline", "auto")
@@ -446,7 +446,7 @@ def megatron_plans(plain: CompiledModel, n: int, cfg: ChipConfig) -> list[Tensor
 
     for b, kb in enumerate(s.kernels):
         if not plain_gemm(kb) or not q.qkernels[b].out_int8 or kb.K < n or b in taken \
-                or kb.M + cdiv(kb.M, n) + 1 > cfg.acc_rows or 2 * kb.M + ZERO_ROWS > cfg.spm_rows:
+                or kb.M + cdiv(kb.M, n) + 1 > cfg.acc_rows or 2 * kb.M + zero_rows(cfg) > cfg.spm_rows:
             continue
         P = s.tensors[kb.src].phys_offsets(kb.gather).astype(np.int64)      # (M, K) element offsets
         chain, t, j, x = [], kb.src, b, None
@@ -1010,7 +1010,7 @@ def _free_spm(cfg: ChipConfig, zero: int | None) -> tuple[int, int]:
     """The longest run of SPM rows ``[lo, hi)`` clear of the zero rows (between two fenced codes)."""
     if zero is None:
         return 0, cfg.spm_rows
-    return max([(0, zero), (zero + ZERO_ROWS, cfg.spm_rows)], key=lambda r: r[1] - r[0])
+    return max([(0, zero), (zero + zero_rows(cfg), cfg.spm_rows)], key=lambda r: r[1] - r[0])
 
 
 def _glue_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int, int]:

@@ -191,6 +191,19 @@ def common_period(a_rows: np.ndarray, out_rows: np.ndarray) -> int:
     return p
 
 
+def joint_period(*seqs: np.ndarray) -> int:
+    """The shortest block of rows after which every one of ``seqs`` repeats shifted by a constant of its
+    own: one of their ``period``s or the least common multiple of them all, else 1 (several inputs and
+    an output whose nests differ: a 2x2 pooling's inputs repeat every 16 rows, its padded output every 64)."""
+    ps = [period(a) for a in seqs]
+    n = min(len(a) for a in seqs)
+
+    def repeats(p: int) -> bool:
+        return all(np.all((d := np.asarray(a[p:], np.int64) - np.asarray(a[:-p], np.int64)) == d[0]) for a in seqs)
+
+    return next((p for p in sorted(set(ps) | {math.lcm(*ps)}) if 1 < p < n and repeats(p)), 1)
+
+
 @dataclass(frozen=True)
 class Tiling:
     M: int
@@ -359,6 +372,27 @@ def a_ring_groups(cfg, t: Tiling, out_int8: bool, run: int) -> Tiling:
         if tl is not None and est_cycles(cfg, tl) < cost:
             best, cost = tl, est_cycles(cfg, tl)
     return best
+
+
+def ew_fits(cfg, nin: int, Mt: int, lut: int, reserve: int) -> bool:
+    """Do an elementwise kernel's buffers fit SPM beside ``reserve`` rows never written (the zero rows)? Its
+    ``nin`` input tiles of ``Mt`` rows and the table's ``lut`` rows, which the load unit writes, and its
+    staging tile, which the VPU writes in a bank of its own while the next tile's inputs load
+    (docs/microarchitecture.md section 4); the reserved rows may fill the rest of the inputs' last bank."""
+    ins = nin * Mt + lut
+    gap = align_up(ins, cfg.spm_bank_rows) - ins
+    return ins + gap + Mt + max(0, reserve - gap) <= cfg.spm_rows
+
+
+def scale_chunk(cfg, NT: int) -> int:
+    """N tiles per code of an int8-output GEMM of ``NT`` N tiles: all of them where their scale rows (one
+    ACC row per N tile, resident for the whole kernel) fit beside two M-tile regions of a row each, or on
+    a banked ACC of a bank each; else half the ACC's rows (whole banks), so that the regions keep the
+    other half (``compiler.lower.pipeline._lower_gemm`` cuts the kernel into codes of that many)."""
+    b = max(1, cfg.acc_bank_rows)
+    if NT <= cfg.acc_rows - 2 * b or cfg.acc_rows - 2 * b < 1:       # (not even one fits: ``choose`` says so)
+        return NT
+    return max(1, min(cfg.acc_rows // 2 // b * b, cfg.acc_rows - 2 * b))
 
 
 def short_mm(cfg) -> int:

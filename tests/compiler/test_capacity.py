@@ -6,8 +6,10 @@ import pytest
 
 import tetrachip as tc
 from compiler.lower import pipeline
+from isa.config import ChipConfig
 from compiler.lower.emit import weight_mode
 from test_lower import run_on_garbage_dram
+from test_lower_ops import BANKED
 
 
 def _gemm(M, K, N, bias=False, relu=False, seed=0):
@@ -173,6 +175,20 @@ def test_one_m_tile_without_bias_streams_tiles(bias, monkeypatch):
     other, ores = _check(f, x, "base")
     assert weight_mode(other.kernels[0].tiling) != weight_mode(t)
     assert bias or res.stats.cycles <= ores.stats.cycles
+
+
+@pytest.mark.parametrize("M,K,N,config", [(2, 8, 3000, ChipConfig.preset("tiny").replace(dram_bytes=1 << 17)),
+                                          (4, 64, 256, BANKED)])
+def test_wide_int8_outputs_run_as_codes_of_fewer_n_tiles(M, K, N, config):
+    """An ACC row of per-channel scales per N tile, held for the whole kernel: 750 N tiles beside tiny's 256 ACC
+    rows, 64 beside 64 ACC rows in banks of 16 (two regions of a bank each and the scale rows from a bank) do not
+    fit, so the kernel runs as several codes of fewer N tiles, each with its own scale rows."""
+    f, x = _gemm(M, K, N, bias=True, relu=True, seed=N)
+    w2 = np.random.default_rng(5).standard_normal((N, 3)).astype(np.float32)
+    cm, _ = _check(lambda a: f(a) @ tc.Tensor(w2), x, config, rel=0.05)
+    codes = [k for k in cm.kernels if k.name.startswith("matmul0")]
+    assert len(codes) > 1 and sum(k.N for k in codes) == N
+    assert all(2 * k.tiling.Mt + k.tiling.NT <= k.tiling.acc_rows <= cm.config.acc_rows for k in codes)
 
 
 def test_code_size_does_not_grow_with_k():

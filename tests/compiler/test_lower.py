@@ -116,8 +116,9 @@ def test_shapes_beyond_the_chip_name_the_dimension():
     x = np.ones((2, 8), np.float32)
     rng = np.random.default_rng(0)
     w1, w2 = rng.standard_normal((8, 3000)).astype(np.float32), rng.standard_normal((3000, 2)).astype(np.float32)
+    acc2 = ChipConfig.preset("tiny").replace(name="acc2", acc_rows=2)      # no room for a scale row
     with pytest.raises(ChipCompileError, match="N = 3000"):
-        tc.compile(lambda a: (a @ tc.Tensor(w1)).relu() @ tc.Tensor(w2), [x], config="tiny")
+        tc.compile(lambda a: (a @ tc.Tensor(w1)).relu() @ tc.Tensor(w2), [x], config=acc2)
     few = ChipConfig.preset("small").replace(name="fewwords", imem_words=40)
     with pytest.raises(ChipCompileError, match="imem_words"):
         tc.compile(lambda a: a @ tc.Tensor(w1[:, :50]), [x], config=few)

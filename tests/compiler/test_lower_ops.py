@@ -12,6 +12,7 @@ import pytest
 
 import tetrachip as tc
 from compiler.lower.schedule import Kernel
+from isa.config import ChipConfig
 
 F = tc.functional
 #: the chip's error bound, as a fraction of the largest magnitude of the float output
@@ -295,6 +296,51 @@ def test_max_pool(k, s, p, cfg, n, c):
     x = _rng(29).standard_normal((n, 3, 7, 7)).astype(np.float32)
     cm, _ = _check(lambda a: F.max_pool2d(conv(a).relu(), k, s, p), x, cfg)
     assert _kinds(cm) == ["gemm", "max"]
+
+
+#: tiny's array with memories of banks (docs/microarchitecture.md section 4): two units that write one bank race
+BANKED = ChipConfig.preset("tiny").replace(name="tiny-banked", spm_rows=256, acc_rows=64, spm_bank_rows=64,
+                                           acc_bank_rows=16)
+
+
+def _kernel_ops(cm, name: str) -> list[str]:
+    """The opcodes of kernel ``name`` in the listing (its ``; kernel`` comment to the next one)."""
+    ops, on = [], False
+    for line in cm.asm.splitlines():
+        text = line.split(";")[0].strip()
+        if line.startswith("; kernel"):
+            on = line.startswith(f"; kernel {name}:")
+        elif on and text and not text.endswith(":"):
+            ops.append(text.split()[0])
+    return ops
+
+
+@pytest.mark.parametrize("k,s,p", [(3, 2, 1), (2, 2, 0)])
+def test_max_pool_on_banked_memories_loops_over_blocks_of_tiles(k, s, p):
+    """Banks of 64 SPM rows, beside the zero rows of the next convolution's padded input: the window's input
+    tiles and its staging tile in banks of their own; M tiles shorter than the period of the rows' addresses
+    (an image's output rows) run as two nested loops, not as one copy of the code per tile."""
+    c1, c2 = _conv(3, 16, 30), _conv(16, 4, 31)
+    x = _rng(32).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    cm, _ = _check(lambda a: c2(F.max_pool2d(c1(a).relu(), k, s, p)), x, BANKED)
+    (mx,) = [i for i in cm.kernels if i.name.startswith("max")]
+    assert mx.tiling.MT >= 16 and _kernel_ops(cm, mx.name).count("vreq") == 1     # one tile's code
+
+
+def test_gemm_tilings_leave_the_zero_rows_free_where_the_plan_needs_them():
+    """A CNN whose convolutions write padded tensors (SPM rows of zeros for their borders, reserved for the whole
+    program) and whose last GEMM (300 rows) would tile all of tiny's 1024 SPM rows: the model is lowered again
+    with the GEMM tilings leaving the zero rows free."""
+    c1, b1, c2, b2 = _conv(1, 16, 40, bias=False), _bn(16, 41), _conv(16, 32, 42, bias=False), _bn(32, 43)
+    tc.manual_seed(44)
+    fc = tc.nn.Linear(128, 10)
+
+    def model(a):
+        y = F.max_pool2d(b1(c1(a)).relu(), 2)
+        return fc(F.avg_pool2d(b2(c2(y)).relu(), 2).flatten(1))
+    cfg = ChipConfig.preset("tiny").replace(name="tiny-1M", dram_bytes=1 << 20)
+    cm, _ = _check(model, _rng(45).standard_normal((300, 1, 8, 8)).astype(np.float32), cfg)
+    assert cm.plans["spm"].offsets.get("zero") is not None and cm.plans["spm"].footprint <= cfg.spm_rows
 
 
 @pytest.mark.parametrize("cfg", ["tiny", "small"])

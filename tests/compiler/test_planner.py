@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from compiler.lower.planner import ORDERINGS, Buffer, check, live_bound, plan
+from compiler.lower.planner import ANY, ORDERINGS, Buffer, Plan, check, live_bound, plan
 
 
 def test_chain_reaches_the_bound():
@@ -38,3 +38,40 @@ def test_disjoint_lifetimes_share_memory():
 def test_capacity_error():
     with pytest.raises(ValueError, match="memory holds 10"):
         plan([Buffer("a", 8, 0, 1), Buffer("b", 8, 1, 2)], 10, memory="spm")
+
+
+def test_buffers_of_one_writer_share_banks():
+    """Banks of 64 rows (two units writing one bank race, docs/microarchitecture.md section 4): the load unit's
+    buffers share banks, the VPU's lies in banks the load unit does not write, rows no unit writes go anywhere
+    free; without writers every buffer takes whole banks."""
+    bufs = [Buffer("A", 100, 0, 1, "load"), Buffer("W", 12, 0, 1, "load"), Buffer("O", 32, 0, 1, "vpu"),
+            Buffer("zero", 64, 0, 1, None)]
+    p = plan(bufs, align=64)
+    check(p, bufs, 64)
+
+    def banks(b):
+        return set(range(p.offsets[b.name] // 64, (p.offsets[b.name] + b.size - 1) // 64 + 1))
+    assert not banks(bufs[2]) & (banks(bufs[0]) | banks(bufs[1]))
+    whole = [Buffer(b.name, b.size, b.start, b.end) for b in bufs]
+    assert p.footprint <= 224 < plan(whole, align=64).footprint
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_writers_never_share_a_bank_they_both_write(seed):
+    rng = np.random.default_rng(seed)
+    writers = ["load", "vpu", "mxu", None, ANY]
+    bufs = []
+    for i in range(40):
+        s = int(rng.integers(0, 20))
+        bufs.append(Buffer(f"b{i}", int(rng.integers(1, 100)), s, s + int(rng.integers(0, 6)),
+                           writers[int(rng.integers(0, len(writers)))]))
+    p = plan(bufs, align=16)
+    check(p, bufs, 16)
+    assert p.footprint == min(p.per_ordering.values())
+
+
+def test_check_finds_two_writers_in_one_bank():
+    bufs = [Buffer("a", 8, 0, 0, "load"), Buffer("b", 8, 0, 0, "vpu")]
+    with pytest.raises(AssertionError, match="share a bank"):
+        check(Plan("spm", {"a": 0, "b": 8}, 16, 16, "-"), bufs, 16)
+    check(Plan("spm", {"a": 0, "b": 16}, 24, 16, "-"), bufs, 16)
