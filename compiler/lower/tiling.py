@@ -280,8 +280,9 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     if res is not None and banked:
         res = _bank_aligned(cfg, res, run, single_ok)
     # an A ring where nothing else fits or, for a plain kernel whose M tiles come out shorter than an mm
-    # that hides the next weight load, where it is estimated faster (its A tiles shared among N tiles)
-    if res is None or (group_ok and res.Mt < short_mm(cfg) < M):
+    # that hides the next weight load (and than M: a long reduction leaves room for a few rows of A tiles
+    # only), where it is estimated faster (its A tiles shared among N tiles)
+    if res is None or (group_ok and res.Mt < min(short_mm(cfg), M)):
         ring = None
         for nb in ring_candidates(KT):          # fewer slots than ring_slots' only where its ring does not fit
             ringed = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, nb)

@@ -47,9 +47,12 @@ def test_long_reductions_run(M, K, N, config):
     assert cm.kernels[0].ktiles * cm.config.rows >= K
 
 
-def test_weights_beyond_spm_stream_through_a_ring():
+def test_weights_beyond_spm_stream_through_a_ring(monkeypatch):
     """600 K tiles of 4 rows: tiny's SPM holds one row of A tiles and a ring of weight slots, not
-    the weight tiles of an N tile; several M and N tiles, a bias and a ReLU, an int8 output."""
+    the weight tiles of an N tile; several M and N tiles, a bias and a ReLU, an int8 output (the
+    tiling ``choose`` gives without comparing it with an A ring, ``group_ok=False``)."""
+    choose = pipeline.choose
+    monkeypatch.setattr(pipeline, "choose", lambda *a, **k: choose(*a, **dict(k, group_ok=False)))
     f, x = _gemm(9, 2400, 6, bias=True, relu=True, seed=3)
     w2 = np.random.default_rng(4).standard_normal((6, 5)).astype(np.float32)
     cm, _ = _check(lambda a: f(a) @ tc.Tensor(w2), x, "tiny", rel=0.05)
@@ -127,21 +130,24 @@ def test_an_a_ring_shares_each_a_tile_among_n_tiles(int8, bias, relu, monkeypatc
     assert res.stats.cycles < res1.stats.cycles, (res.stats.cycles, res1.stats.cycles)
 
 
-def test_short_m_tiles_give_way_to_an_a_ring(monkeypatch):
+@pytest.mark.parametrize("M,K,N", [(96, 512, 16), (16, 1152, 32), (9, 2400, 6)])
+def test_short_m_tiles_give_way_to_an_a_ring(M, K, N, monkeypatch):
     """K = 512 (128 K tiles) on the ``tiny`` preset: two A buffers of a whole row of A tiles leave M tiles of
-    a few rows, each ``mm`` shorter than the next weight load's wait (``mxu_swap_delay`` + rows). ``choose``
-    estimates an A ring shared by several N tiles faster (``tiling.est_cycles``) and takes it: bit-exact,
-    and in fewer cycles than the resident tiling it chose before (``group_ok=False``)."""
+    a few rows, each ``mm`` shorter than the next weight load's wait (``mxu_swap_delay`` + rows); with
+    K = 1152 or 2400 and M = 16 or 9 (a late ResNet layer), M tiles of 3 or 1 rows, each reloading every
+    weight tile. ``choose`` estimates an A ring (shared by several N tiles where that helps) faster
+    (``tiling.est_cycles``) and takes it: bit-exact, and in fewer cycles than the resident tiling it chose
+    before (``group_ok=False``)."""
     from compiler.lower import tiling
-    f, x = _gemm(96, 512, 16, seed=96)
+    f, x = _gemm(M, K, N, seed=M)
     cm, res = _check(f, x, "tiny")
     t = cm.kernels[0].tiling
-    assert t.a_ring and t.ng > 1 and t.Mt >= tiling.short_mm(cm.config)
+    assert t.a_ring and t.Mt >= min(tiling.short_mm(cm.config), M)
     choose = tiling.choose
     monkeypatch.setattr(pipeline, "choose", lambda *a, **k: choose(*a, **dict(k, group_ok=False)))
     cm0, res0 = _check(f, x, "tiny")
     t0 = cm0.kernels[0].tiling
-    assert not t0.a_ring and t0.Mt < tiling.short_mm(cm.config)
+    assert not t0.a_ring and t0.Mt < min(tiling.short_mm(cm.config), M)
     assert tiling.est_cycles(cm.config, t) < tiling.est_cycles(cm.config, t0)
     assert res.stats.cycles < res0.stats.cycles, (res.stats.cycles, res0.stats.cycles)
 
