@@ -244,7 +244,8 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
                           and kc.nbound is None and kc.kbound is None), "N tiles share A tiles in a plain A ring"
     tiles = tl.m_tiles()
     full = [t for t in tiles if t[1] == Mt]
-    looped, da, do = _m_loop(kc)
+    nest = _m_loop(kc, w_once)
+    looped = bool(nest)
     t0 = 0                                     # a part (``split_m_tiles``): its M tiles only, unrolled
     if kc.mtiles is not None:
         assert not looped and tl.order == "mnk", "a kernel cut into parts unrolls its M tiles"
@@ -299,9 +300,15 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
                 pre=pre, nxt=chain and i < len(tiles) - 1)
 
     if looped:
-        # identical full M tiles, DMA addresses shifted: one body in a scalar loop
-        e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop"
-                  + (f" over r{kc.dyn.reg} batch elements" if kc.dyn is not None else ""))
+        # identical full M tiles, DMA addresses shifted: one body in a scalar loop, or in two (the tiles of a
+        # block, ``MT`` counting them; blocks while the output offset has not reached its end)
+        (n1, (da, do)), outer = nest[0], (nest[1] if len(nest) > 1 else None)
+        covered = len(full) if outer is None else n1 * outer[0]
+        e.comment(f"M tiles 0..{covered - 1} of {Mt} rows: a scalar loop"
+                  + (f" over r{kc.dyn.reg} batch elements" if kc.dyn is not None else "")
+                  + (f" over {outer[0]} blocks of {n1}" if outer is not None else ""))
+        if outer is not None:
+            blocks = e.place(e.fresh_label("mblock"))
         e.emit("seti", GK.MT, 0)
 
         def step():
@@ -317,20 +324,29 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
             step()
             e.emit("seti", GK.MT, 1)
         top = e.place(e.fresh_label("mtile"))
-        # with ``chain`` the last trip loads nothing ahead when no M tile follows the loop
-        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once, pre=chain,
-                nxt=chain, nxt_until=len(full) - 1 if chain and len(full) == len(tiles) else None)
+        # with ``chain`` the last trip loads nothing ahead when no M tile follows the loop (the trip whose
+        # output offset is the last tile's)
+        last = None
+        if chain and covered == len(tiles):
+            last = (GK.MT, len(full) - 1) if outer is None else (GK.OOFF, (outer[0] - 1) * outer[1][1] + (n1 - 1) * do)
+        _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once, pre=chain, nxt=chain, nxt_until=last)
         step()
         if kc.dyn is not None:             # trip count ceil(n / per_tile), n written by the host
             e.emit("addi", GK.MT, GK.MT, kc.dyn.per_tile)
             e.emit("blt", GK.MT, Reg(kc.dyn.reg), top)
         else:
             e.emit("addi", GK.MT, GK.MT, 1)
-            e.emit("seti", GK.TMP, len(full))
+            e.emit("seti", GK.TMP, n1)
             e.emit("blt", GK.MT, GK.TMP, top)
+        if outer is not None:
+            nb, (da2, do2) = outer
+            e.emit("addi", GK.AOFF, GK.AOFF, da2 - n1 * da)
+            e.emit("addi", GK.OOFF, GK.OOFF, do2 - n1 * do)
+            e.emit("seti", GK.TMP, nb * do2)
+            e.emit("bne", GK.OOFF, GK.TMP, blocks)
         e.emit("seti", GK.AOFF, 0)
         e.emit("seti", GK.OOFF, 0)
-        for i in range(len(full), len(tiles)):
+        for i in range(covered, len(tiles)):
             unrolled(i)
     else:
         for i in range(len(tiles)):
@@ -344,15 +360,21 @@ def vpu_bias(kc: KernelCode) -> bool:
             and kc.nbound is None and kc.kbound is None)
 
 
-def _m_loop(kc: KernelCode) -> tuple[bool, int | None, int | None]:
-    """Whether the kernel's full M tiles run as one scalar loop (translations of each other, or a symbolic
-    batch), and the DRAM address steps of its input and output rows per M tile."""
+def _m_loop(kc: KernelCode, w_once: bool = False) -> list:
+    """The loops the kernel's full M tiles run in, innermost first: ``[(trips, (A step, output step))]`` (the
+    DRAM address steps of its input and output rows), one level where the tiles are translations of each
+    other (or a symbolic batch: trips None), two where blocks of them are (the M tiles of an image, then
+    images: ``_tile_levels``; not with resident weights, ``w_once``); [] when they run unrolled."""
     tl = kc.tiling
-    nfull = sum(1 for t in tl.m_tiles() if t[1] == tl.Mt)
-    da, do = _translation(kc.a_rows, tl.Mt, nfull), _translation(kc.out_rows, tl.Mt, nfull)
     if kc.dyn is not None:
-        da, do = kc.dyn.a_step, kc.dyn.o_step
-    return kc.dyn is not None or (nfull >= 2 and da is not None and do is not None), da, do
+        return [(None, (kc.dyn.a_step, kc.dyn.o_step))]
+    nfull = sum(1 for t in tl.m_tiles() if t[1] == tl.Mt)
+    levels = _tile_levels([kc.a_rows, kc.out_rows], tl.Mt, nfull, 1 if w_once else 2)
+    if len(levels) == 2 and levels[1][1][1] == 0:          # (the outer loop runs until the output offset's end)
+        levels = levels[:1]
+    if len(levels) == 1 and levels[0][0] < nfull:          # one level: all the full tiles or none
+        levels = []
+    return [(n, tuple(st)) for n, st in levels]
 
 
 def split_m_tiles(kc: KernelCode, n: int) -> list[KernelCode] | None:
@@ -367,7 +389,7 @@ def split_m_tiles(kc: KernelCode, n: int) -> list[KernelCode] | None:
     (``nmk``), a register-bounded loop (symbolic batch, key bound), or its bias added on the VPU (``vbias``)."""
     tl = kc.tiling
     if (kc.mtiles is not None or n < 2 or tl.MT < n or tl.order != "mnk" or kc.dyn is not None
-            or kc.nbound is not None or kc.kbound is not None or _m_loop(kc)[0] or vpu_bias(kc)):
+            or kc.nbound is not None or kc.kbound is not None or _m_loop(kc) or vpu_bias(kc)):
         return None
     cuts = [j * tl.MT // n for j in range(n + 1)]
     return [replace(kc, mtiles=(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
@@ -418,22 +440,14 @@ def weight_seeds(tl: Tiling) -> int:
     return 2 if weight_mode(tl) == "group" else min(tl.NB, WEIGHT_TOKENS)
 
 
-def _translation(rows: np.ndarray, Mt: int, nfull: int) -> int | None:
-    """The address step between consecutive full M tiles, if every tile is tile 0 shifted by it."""
-    if nfull < 2:
-        return None
-    blk = np.asarray(rows[:nfull * Mt], np.int64).reshape(nfull, Mt)
-    step = int(blk[1, 0] - blk[0, 0])
-    want = blk[0][None, :] + step * np.arange(nfull, dtype=np.int64)[:, None]
-    return step if np.array_equal(blk, want) else None
-
-
 def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray,
-            load_w: bool = True, pre: bool = False, nxt: bool = False, nxt_until: int | None = None) -> None:
+            load_w: bool = True, pre: bool = False, nxt: bool = False,
+            nxt_until: tuple[Reg, int] | None = None) -> None:
     """``pre``: the M tile's first N tile's bias and first weight tiles were loaded before it: the kernel's
     first M tile's by ``_prefetch`` (``g["npre"]`` of them, none if 0), a later one's by the M tile before
     (``next_m_ahead``, the whole group); ``nxt``: its last N tile loads the next M tile's; ``nxt_until``: in the
-    M-tile loop, the trip (``MT``) from which it does not (the last, when no M tile follows the loop)."""
+    M-tile loop, ``(register, value)`` of the trip where it does not (the last, when no M tile follows the loop:
+    its index in ``MT``, or its output offset in ``OOFF`` in a loop over blocks)."""
     kc, cfg = g["kc"], g["cfg"]
     tl = kc.tiling
     NT, C = tl.NT, cfg.cols
@@ -493,7 +507,7 @@ def bounded_k_ok(ktiles: list[KTile], tl: Tiling, rows: int) -> bool:
 
 def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[Group], o_groups: list[Group], *,
             first: bool, last: bool, ncols: int, load_w: bool = True, npre: int = 0, nxt: bool = False,
-            nxt_until: int | None = None) -> None:
+            nxt_until: tuple[Reg, int] | None = None) -> None:
     """``npre``: the bias and the first ``npre`` weight tiles were prefetched (``_prefetch``, ``next_m_ahead``);
     ``nxt``: the last N tile loads the next M tile's first weight group and bias (``next_m_ahead``), not in the
     M-tile loop's trips from ``nxt_until`` on (a branch around the loads)."""
@@ -532,8 +546,8 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
             skip = None
             if nxt_until is not None:
                 skip = e.fresh_label("nextm")
-                e.emit("seti", GK.TMP, nxt_until)
-                e.emit("bge", GK.MT, GK.TMP, skip)
+                e.emit("seti", GK.TMP, nxt_until[1])
+                e.emit("beq", nxt_until[0], GK.TMP, skip)
             _weight_stream(e, kc, cfg, ahead=True, first_cols=True)
             if g["bias"]:
                 _next_bias(e, g, tl.Mt, False, first_cols=True)
@@ -1009,7 +1023,7 @@ def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r
     # the full tiles as a nest of loops when each is the first one shifted (by a step per level: tiles of an
     # image row, rows, images...), each level counting down in a register of its own (r_mt the outermost)
     counters = [r_mt, r_tmp, *r_more]
-    levels = _ew_levels(kc.in_rows + [kc.out_rows], Mt, len(full), len(counters))
+    levels = _tile_levels(kc.in_rows + [kc.out_rows], Mt, len(full), len(counters))
     if kc.dyn is not None:                     # one level, up to the count the host writes
         levels = [(0, list(kc.dyn.ew_steps))]
     rest = tiles
@@ -1039,7 +1053,7 @@ def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r
     tokens.leave(seeds)
 
 
-def _ew_levels(seqs: list, Mt: int, nfull: int, most: int) -> list:
+def _tile_levels(seqs: list, Mt: int, nfull: int, most: int) -> list:
     """The first ``nfull`` tiles of ``Mt`` rows as a loop nest, innermost level first: ``[(count, [step per
     sequence])]``, tile ``i0 + count0 * (i1 + count1 * ...)`` being the first tile shifted by ``sum(i_l *
     step_l)`` in every sequence of row addresses (it covers ``prod(count)`` tiles, the rest run one by one);

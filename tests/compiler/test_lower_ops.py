@@ -327,6 +327,19 @@ def test_max_pool_on_banked_memories_loops_over_blocks_of_tiles(k, s, p):
     assert mx.tiling.MT >= 16 and _kernel_ops(cm, mx.name).count("vreq") == 1     # one tile's code
 
 
+def test_convolution_m_tiles_loop_over_images():
+    """A padded convolution over a batch: its M tiles (image rows) are translations of each other within an
+    image but not across images (the padding), so they run as two loops, tiles of an image and images, with
+    one copy of the M tile's code (none unrolled), not one per tile."""
+    c1, c2 = _conv(4, 8, 50), _conv(8, 4, 51)
+    x = _rng(52).standard_normal((6, 4, 8, 8)).astype(np.float32)
+    cm, _ = _check(lambda a: c2(c1(a).relu()), x, BANKED)
+    k = cm.kernels[0]
+    assert k.tiling.MT >= 6 and k.tiling.M % k.tiling.Mt == 0
+    listing = cm.asm.split("; kernel ")[1]
+    assert "blocks of" in listing and "; M tile: rows" not in listing
+
+
 def test_gemm_tilings_leave_the_zero_rows_free_where_the_plan_needs_them():
     """A CNN whose convolutions write padded tensors (SPM rows of zeros for their borders, reserved for the whole
     program) and whose last GEMM (300 rows) would tile all of tiny's 1024 SPM rows: the model is lowered again
