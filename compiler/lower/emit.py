@@ -370,10 +370,10 @@ def _m_loop(kc: KernelCode, w_once: bool = False) -> list:
         return [(None, (kc.dyn.a_step, kc.dyn.o_step))]
     nfull = sum(1 for t in tl.m_tiles() if t[1] == tl.Mt)
     levels = _tile_levels([kc.a_rows, kc.out_rows], tl.Mt, nfull, 1 if w_once else 2)
-    if len(levels) == 2 and levels[1][1][1] == 0:          # (the outer loop runs until the output offset's end)
-        levels = levels[:1]
-    if len(levels) == 1 and levels[0][0] < nfull:          # one level: all the full tiles or none
-        levels = []
+    # all the full tiles or none (unrolled, a kernel longer than a page can be cut between its M tiles); the
+    # outer loop runs until the output offset reaches its end
+    if math.prod(n for n, _ in levels) != nfull or (len(levels) == 2 and levels[1][1][1] == 0):
+        return []
     return [(n, tuple(st)) for n, st in levels]
 
 

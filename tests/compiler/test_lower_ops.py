@@ -340,6 +340,18 @@ def test_convolution_m_tiles_loop_over_images():
     assert "blocks of" in listing and "; M tile: rows" not in listing
 
 
+def test_convolution_m_tiles_of_half_an_image_row_are_cut_into_pages():
+    """16 ACC rows leave M tiles of half an image row: tiles, rows and images would take three loops, more
+    than a GEMM kernel's registers hold, so its M tiles stay unrolled, and a code longer than a page is cut
+    between them (not looped over the first blocks only, with the rest unrolled in one uncuttable code)."""
+    c1, c2 = _conv(4, 16, 53), _conv(16, 4, 55, k=1, padding=0)
+    cfg = ChipConfig.preset("tiny").replace(name="tiny-acc16", spm_rows=256, acc_rows=16, imem_words=512)
+    x = _rng(54).standard_normal((3, 4, 12, 12)).astype(np.float32)
+    cm, _ = _check(lambda a: c2(c1(a).relu()), x, cfg)
+    k = cm.kernels[0]
+    assert 12 % k.tiling.Mt == 0 and k.tiling.Mt < 12 and len(cm.pages) > 1
+
+
 def test_gemm_tilings_leave_the_zero_rows_free_where_the_plan_needs_them():
     """A CNN whose convolutions write padded tensors (SPM rows of zeros for their borders, reserved for the whole
     program) and whose last GEMM (300 rows) would tile all of tiny's 1024 SPM rows: the model is lowered again
