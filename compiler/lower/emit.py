@@ -302,9 +302,8 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     if looped:
         # identical full M tiles, DMA addresses shifted: one body in a scalar loop, or in two (the tiles of a
         # block, ``MT`` counting them; blocks while the output offset has not reached its end)
-        (n1, (da, do)), outer = nest[0], (nest[1] if len(nest) > 1 else None)
-        covered = len(full) if outer is None else n1 * outer[0]
-        e.comment(f"M tiles 0..{covered - 1} of {Mt} rows: a scalar loop"
+        (n1, (da, do)), outer = nest[0], (nest[1] if len(nest) > 1 else None)      # (all the full tiles)
+        e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop"
                   + (f" over r{kc.dyn.reg} batch elements" if kc.dyn is not None else "")
                   + (f" over {outer[0]} blocks of {n1}" if outer is not None else ""))
         if outer is not None:
@@ -327,7 +326,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
         # with ``chain`` the last trip loads nothing ahead when no M tile follows the loop (the trip whose
         # output offset is the last tile's)
         last = None
-        if chain and covered == len(tiles):
+        if chain and len(full) == len(tiles):
             last = (GK.MT, len(full) - 1) if outer is None else (GK.OOFF, (outer[0] - 1) * outer[1][1] + (n1 - 1) * do)
         _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=not w_once, pre=chain, nxt=chain, nxt_until=last)
         step()
@@ -346,7 +345,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
             e.emit("bne", GK.OOFF, GK.TMP, blocks)
         e.emit("seti", GK.AOFF, 0)
         e.emit("seti", GK.OOFF, 0)
-        for i in range(covered, len(tiles)):
+        for i in range(len(full), len(tiles)):
             unrolled(i)
     else:
         for i in range(len(tiles)):
@@ -1067,8 +1066,8 @@ def _tile_levels(seqs: list, Mt: int, nfull: int, most: int) -> list:
     levels = []
     while len(starts) >= 2 and len(levels) < most:
         d = starts[1] - starts[0]
-        steps = np.diff(starts, axis=0)
-        q = next((i + 1 for i in range(len(steps)) if not np.array_equal(steps[i], d)), len(starts))
+        change = np.flatnonzero(np.any(np.diff(starts, axis=0) != d, axis=1))    # the first step that differs
+        q = int(change[0]) + 1 if len(change) else len(starts)
         nb = len(starts) // q
         want = starts[::q][:nb, None, :] + np.arange(q)[None, :, None] * d[None, None, :]
         if not np.array_equal(starts[:nb * q].reshape(nb, q, -1), want):

@@ -839,8 +839,6 @@ def column_blocks(wmask: np.ndarray | None, K: int, N: int, cols: int) -> list[t
     return [(a, b, np.flatnonzero(np.any(wmask[:, a:b], axis=1))) for a, b in blocks]
 
 
-
-
 def _reused(b: Buffer, bufs: list, offsets: dict) -> int:
     """The last step that uses a buffer dying before ``b`` starts and sharing some of ``b``'s bytes; -1 if none."""
     lo, hi = offsets[b.name], offsets[b.name] + b.size
@@ -987,7 +985,7 @@ def _ew_part(cfg, k: EwKernel, qk, what: str, bases: list, seqs: list, starts: n
         raise ChipCompileError(f"{what}: {nin} inputs do not fit SPM on config {cfg.name!r}")
     if Mt < rows:
         # M tiles of whole periods of the rows' addresses, or a period of whole M tiles (at least half the
-        # rows that fit): tiles of one shape, which a loop nest runs (emit._ew_levels)
+        # rows that fit): tiles of one shape, which a loop nest runs (emit._tile_levels)
         p = joint_period(*in_rows, out_rows)
         if p > 1 and Mt >= p:
             Mt = Mt // p * p
