@@ -23,7 +23,7 @@ from isa.regs import L0, L1, Reg
 from isa.regs import GemmKernel as GK
 
 from compiler.lower.bmm import BmmKernel, from_base
-from compiler.lower.emit import KernelCode, Tokens, bounded_k_ok, bounded_ok, emit_kernel
+from compiler.lower.emit import KernelCode, Tokens, bounded_k_ok, bounded_ok, emit_kernel, zero_rows
 from compiler.lower.planner import Buffer
 from compiler.lower.schedule import ChipCompileError, Schedule
 from compiler.lower.tiling import Group, choose, common_period, groups, k_tiles, pad_lanes
@@ -149,13 +149,15 @@ def _loads(sel: list) -> list:
     return loads
 
 
-def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int) -> Relayout:
-    """The loads that put ``pb`` (K x N DRAM addresses of the slice of b) in tile order at ``scratch``."""
+def _relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R: int, C: int, scratch: int,
+              stage: int = STAGE_ROWS) -> Relayout:
+    """The loads that put ``pb`` (K x N DRAM addresses of the slice of b) in tile order at ``scratch``, in chunks
+    of ``stage`` staging rows."""
     rows = _relayout_rows(what, pb, order, kts, R, C)
     chunks = []
     total = cdiv(pb.shape[1], C) * len(kts) * R
-    for r0 in range(0, total, STAGE_ROWS):
-        r1 = min(total, r0 + STAGE_ROWS)
+    for r0 in range(0, total, stage):
+        r1 = min(total, r0 + stage)
         chunks.append((r0, r1 - r0, _loads([r for r in rows if r0 <= r[0] < r1])))
     return Relayout(scratch, C, chunks)
 
@@ -181,6 +183,11 @@ def _bounded_relayout(what: str, pb: np.ndarray, order: np.ndarray, kts: list, R
     return Relayout(scratch, C, [(0, unit_rows, _loads(first))], (reg, unit_rows, step, per, fewest))
 
 
+def _spm_rows(tl, R: int) -> int:
+    """SPM rows of a slice's GEMM: its A buffers, weight slots and output staging."""
+    return tl.nbuf * tl.KT * tl.Mt + tl.NB * R + 2 * tl.Mt
+
+
 def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put, key_reg: int | None = None,
               over: str = "n") -> tuple:
     """(BmmCode, per-slice KernelInfo arguments, SPM buffers, ACC buffers) of the program's code ``i``; ``put(array)``
@@ -197,17 +204,25 @@ def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put
     code = BmmCode(k.name, cfg)
     infos, tl_max = [], None
     sc_addr = put(pad_lanes(qk.scale, C))
+    stage = 0
     for sl in range(k.S):
         P = ta.phys_offsets(k.ga[sl])
         order, kts, rows = k_tiles(P, R, what)
         a_rows = tensor_addr[k.a] + rows
         out_rows = tensor_addr[k.out] + offs[sl][:, 0]
+        if not stage:       # the staging rows: a slice's weights, or chunks of an eighth of a small SPM
+            stage = min(STAGE_ROWS, len(kts) * R * cdiv(k.N, C))
+            if key_reg is None:
+                stage = min(stage, max(R, cfg.spm_rows // 8 // R * R))
         tl = choose(cfg, k.M, len(kts), k.N, True, common_period(a_rows, out_rows), what)
+        if cfg.spm_bank_rows > 1 or _spm_rows(tl, R) + stage + zero_rows(cfg) > cfg.spm_rows:
+            tl = choose(cfg.replace(spm_rows=cfg.spm_rows - stage - zero_rows(cfg)), k.M, len(kts), k.N, True,
+                        common_period(a_rows, out_rows), what)
         NT = cdiv(k.N, C)
         scratch = put(np.zeros(NT * len(kts) * R * C, np.int8))
         pb = tensor_addr[k.b] + tb.phys_offsets(k.gb[sl])
         if key_reg is None:
-            rl = _relayout(what, pb, order, kts, R, C, scratch)
+            rl = _relayout(what, pb, order, kts, R, C, scratch, stage)
         else:
             tl = replace(tl, order="mnk", nbuf=min(tl.nbuf, 2))          # what the emitter runs
             per = C if over == "n" else R
@@ -230,10 +245,13 @@ def lower_bmm(cfg, s: Schedule, i: int, k: BmmKernel, qk, tensor_addr: dict, put
             tl_max = [0, 0, 0, 0]
         tl_max = [max(tl_max[0], tl.nbuf * tl.KT * tl.Mt), max(tl_max[1], tl.NB * R), max(tl_max[2], 2 * tl.Mt),
                   max(tl_max[3], tl.acc_rows)]
-    stage = min(STAGE_ROWS, max(len(code.slices[0][1].ktiles), 1) * R * cdiv(k.N, C))
+    if key_reg is not None:                         # a bounded relayout moves a unit of keys' rows at once
+        stage = max(stage, rl.bound[1])
     steps = (2 * i, 2 * i + 1)                     # the code is fenced before and after (emit_program)
-    spm_bufs = [Buffer(f"k{i}.A", tl_max[0], *steps), Buffer(f"k{i}.W", tl_max[1], *steps),
-                Buffer(f"k{i}.O", tl_max[2], *steps), Buffer(f"k{i}.stage", stage, *steps)]
+    # the load unit writes the A and weight tiles and the staging rows (the relayout is fenced), the VPU the
+    # output staging: on banked SPM the first three may share banks (compiler.lower.planner)
+    spm_bufs = [Buffer(f"k{i}.A", tl_max[0], *steps, "load"), Buffer(f"k{i}.W", tl_max[1], *steps, "load"),
+                Buffer(f"k{i}.O", tl_max[2], *steps, "vpu"), Buffer(f"k{i}.stage", max(stage, 1), *steps, "load")]
     acc_bufs = [Buffer(f"k{i}.acc", tl_max[3], *steps)]
     return code, infos, spm_bufs, acc_bufs
 

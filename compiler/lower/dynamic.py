@@ -30,6 +30,7 @@ from isa import regs
 from isa.ints import cdiv
 
 from compiler.lower.schedule import ChipCompileError
+from compiler.lower.tiling import tile_levels
 from compiler.lower.trace import trace
 
 #: the number of the scalar register holding the symbol's value at launch (``isa.regs.DYN_REG``)
@@ -43,6 +44,9 @@ class DynTile:
     a_step: int = 0      # DRAM byte step of the A rows between M tiles (GEMM)
     o_step: int = 0      # ... of the output rows
     ew_steps: tuple = ()  # elementwise: per input, then the output
+    #: elementwise, a batch element longer than a tile: its ``sub[0]`` tiles (an inner loop), each the first
+    #: shifted by ``sub[1]`` (per input, then the output)
+    sub: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -152,16 +156,25 @@ def fit_gemm(cfg, tl, M: int, a_rows, out_rows, nmax: int, what: str, out_int8: 
 
 
 def fit_ew(cfg, tl, in_rows: list, out_rows, nmax: int, what: str):
-    steps = [_affine(r, nmax) for r in list(in_rows) + [out_rows]]
+    seqs = list(in_rows) + [out_rows]
+    steps = [_affine(r, nmax) for r in seqs]
     if any(s is None for s in steps):
         raise ChipCompileError(f"{what}: its rows are not batch-major in the symbolic dimension (maximum {nmax})")
     if len(in_rows) + 3 >= DYN_REG:
         raise ChipCompileError(f"{what}: {len(in_rows)} inputs leave no scalar register for the symbolic "
                                f"dimension")
     blk = tl.M // nmax
+    nin = len(in_rows)
+    if blk > tl.Mt:                 # an element in several tiles, each the first shifted (an inner loop)
+        for Mt in (m for m in range(tl.Mt, 0, -1) if blk % m == 0):
+            lv = tile_levels([np.asarray(r)[:blk] for r in seqs], Mt, blk // Mt, 1)
+            if lv and lv[0][0] == blk // Mt:
+                t2 = replace(tl, Mt=Mt, MT=nmax * (blk // Mt), spm_rows=nin * Mt, acc_rows=2 * Mt)
+                return t2, DynTile(DYN_REG, 1, ew_steps=tuple(steps), sub=(blk // Mt, tuple(lv[0][1])))
+        raise ChipCompileError(f"{what}: one batch element is {blk} rows, more than an M tile ({tl.Mt} rows), "
+                               "and its rows are not tiles of one shape")
     d = _per_tile(tl.Mt, blk, nmax, what)
     Mt, MT = d * blk, nmax // d
-    nin = len(in_rows)
     t2 = replace(tl, Mt=Mt, MT=MT, spm_rows=nin * Mt, acc_rows=2 * Mt)     # the input tiles (EwCode)
     return t2, DynTile(DYN_REG, d, ew_steps=tuple(s * d for s in steps))
 

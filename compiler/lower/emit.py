@@ -70,7 +70,7 @@ from isa.regs import GemmKernel as GK
 from isa.table import SPACE_BYTES, Space
 from isa.timing import TOKEN_MAX
 
-from compiler.lower.tiling import Group, KTile, Tiling, groups, k_runs
+from compiler.lower.tiling import Group, KTile, Tiling, groups, k_runs, tile_levels
 
 _GK_REGS = (GK.WSLOT, GK.WCOL, GK.ACC, GK.OBUF, GK.OCOL, GK.BIAS, GK.SCALE, GK.NT, GK.TMP, GK.AOFF, GK.OOFF,
             GK.ABUF, GK.MT)
@@ -363,12 +363,12 @@ def _m_loop(kc: KernelCode, w_once: bool = False) -> list:
     """The loops the kernel's full M tiles run in, innermost first: ``[(trips, (A step, output step))]`` (the
     DRAM address steps of its input and output rows), one level where the tiles are translations of each
     other (or a symbolic batch: trips None), two where blocks of them are (the M tiles of an image, then
-    images: ``_tile_levels``; not with resident weights, ``w_once``); [] when they run unrolled."""
+    images: ``tiling.tile_levels``; not with resident weights, ``w_once``); [] when they run unrolled."""
     tl = kc.tiling
     if kc.dyn is not None:
         return [(None, (kc.dyn.a_step, kc.dyn.o_step))]
     nfull = sum(1 for t in tl.m_tiles() if t[1] == tl.Mt)
-    levels = _tile_levels([kc.a_rows, kc.out_rows], tl.Mt, nfull, 1 if w_once else 2)
+    levels = tile_levels([kc.a_rows, kc.out_rows], tl.Mt, nfull, 1 if w_once else 2)
     # all the full tiles or none (unrolled, a kernel longer than a page can be cut between its M tiles); the
     # outer loop runs until the output offset reaches its end
     if math.prod(n for n, _ in levels) != nfull or (len(levels) == 2 and levels[1][1][1] == 0):
@@ -1022,22 +1022,24 @@ def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r
     # the full tiles as a nest of loops when each is the first one shifted (by a step per level: tiles of an
     # image row, rows, images...), each level counting down in a register of its own (r_mt the outermost)
     counters = [r_mt, r_tmp, *r_more]
-    levels = _tile_levels(kc.in_rows + [kc.out_rows], Mt, len(full), len(counters))
-    if kc.dyn is not None:                     # one level, up to the count the host writes
-        levels = [(0, list(kc.dyn.ew_steps))]
+    levels = tile_levels(kc.in_rows + [kc.out_rows], Mt, len(full), len(counters))
+    if kc.dyn is not None:                     # up to the count the host writes (count None); a batch element
+        levels = [(None, list(kc.dyn.ew_steps))]        # of several tiles: a loop over them inside
+        if kc.dyn.sub is not None:
+            levels.insert(0, (kc.dyn.sub[0], list(kc.dyn.sub[1])))
     rest = tiles
     if levels:
         counters = counters[:len(levels)][::-1]          # innermost first, as ``levels``
         tops = {}
         for (count, _), c in list(zip(levels, counters))[::-1]:
-            e.emit("seti", c, 0 if kc.dyn is not None else count)
+            e.emit("seti", c, 0 if count is None else count)
             tops[c] = e.place(e.fresh_label("ewtile"))
         _ew_tile(e, kc, Mt, [rows[:Mt] for rows in kc.in_rows], kc.out_rows[:Mt], r_in, r_out)
         for lv, ((_, steps), c) in enumerate(zip(levels, counters)):
             back = [0] * len(steps) if lv == 0 else [levels[lv - 1][0] * st for st in levels[lv - 1][1]]
             for r, st, bk in zip(r_in + [r_out], steps, back):
                 e.emit("addi", r, r, st - bk)
-            if kc.dyn is not None:
+            if levels[lv][0] is None:
                 e.emit("addi", c, c, kc.dyn.per_tile)
                 e.emit("blt", c, Reg(kc.dyn.reg), tops[c])
             else:
@@ -1050,31 +1052,6 @@ def _ew_body(e: ProgramBuilder, kc: EwCode, r_mt: Reg, r_tmp: Reg, r_out: Reg, r
         _ew_tile(e, kc, mrows, [rows[m0:m0 + mrows] for rows in kc.in_rows], kc.out_rows[m0:m0 + mrows],
                  r_in, r_out)
     tokens.leave(seeds)
-
-
-def _tile_levels(seqs: list, Mt: int, nfull: int, most: int) -> list:
-    """The first ``nfull`` tiles of ``Mt`` rows as a loop nest, innermost level first: ``[(count, [step per
-    sequence])]``, tile ``i0 + count0 * (i1 + count1 * ...)`` being the first tile shifted by ``sum(i_l *
-    step_l)`` in every sequence of row addresses (it covers ``prod(count)`` tiles, the rest run one by one);
-    [] when the tiles differ in shape, no level repeats, or it takes more than ``most`` levels."""
-    if nfull < 2:
-        return []
-    blk = np.stack([np.asarray(a[:nfull * Mt], np.int64).reshape(nfull, Mt) for a in seqs], axis=-1)
-    starts = blk[:, 0, :]                               # (tile, sequence)
-    if not np.array_equal(blk - starts[:, None, :], np.broadcast_to(blk[:1] - starts[:1, None, :], blk.shape)):
-        return []
-    levels = []
-    while len(starts) >= 2 and len(levels) < most:
-        d = starts[1] - starts[0]
-        change = np.flatnonzero(np.any(np.diff(starts, axis=0) != d, axis=1))    # the first step that differs
-        q = int(change[0]) + 1 if len(change) else len(starts)
-        nb = len(starts) // q
-        want = starts[::q][:nb, None, :] + np.arange(q)[None, :, None] * d[None, None, :]
-        if not np.array_equal(starts[:nb * q].reshape(nb, q, -1), want):
-            break
-        levels.append((q, [int(x) for x in d]))
-        starts = starts[::q][:nb]
-    return levels              # (where the blocks stop repeating, or registers run out, the nest covers the first)
 
 
 def _ew_tile(e: ProgramBuilder, kc: EwCode, mrows: int, in_rows: list, out_rows: np.ndarray, r_in: list[Reg],

@@ -34,14 +34,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from isa.builder import ProgramBuilder, acc, dram, spm
-from isa.config import ChipConfig
+from isa.config import MAX_DRAM_BYTES, ChipConfig
 from isa.ints import cdiv
 from isa.operands import OperandError
 from isa.regs import L1, LoopReg, Reg
 from isa.regs import GemmKernel as GK
+from isa.regs import TRIP_REG
 
 from compiler.lower import intmath as im
 from compiler.lower.schedule import ChipCompileError, NormKernel, Schedule, gather_base
+from compiler.lower.tiling import tile_levels
 from compiler.lower.transformer_emit import EB, VpuEmitter, _Alloc
 
 
@@ -110,6 +112,11 @@ class NormCode:
     #: a key-bounded softmax (``compiler.lower.keybound``): the scalar register holding n; only the first
     #: ceil(n / cols) chunks of each row are computed (the others are stored as the SPM holds them)
     bound: Reg | None = None
+    #: chunks of a row in ACC at a time (``_NormEmitter.norm_blocks``, ``softmax_blocks``); None: whole rows
+    cb: int | None = None
+    #: with ``cb``: SPM holds a block of chunks of the input and output too (loaded and stored per block and
+    #: pass), not the group's whole rows
+    spm_blocks: bool = False
 
     def emit(self, b: ProgramBuilder) -> int:
         """Emit the kernel into ``b``; returns the ACC rows it used."""
@@ -117,7 +124,12 @@ class NormCode:
 
 
 class _NormEmitter(VpuEmitter):
-    """The instructions of one ``NormCode`` (see the module docstring for the layout)."""
+    """The instructions of one ``NormCode`` (see the module docstring for the layout).
+
+    The kernel's groups of ``TM`` rows run as a loop nest where they are translations of each other (every
+    group but a short last one; a masked softmax's groups also each within one period of its mask tiles): the
+    DRAM offsets of the group's input, output and mask rows in ``_RIN``, ``_ROUT``, ``_RMK``, a counter per
+    level (``_COUNTERS``); else, and for the groups the nest does not cover, one after another."""
 
     def __init__(self, cfg: ChipConfig, b: ProgramBuilder, code: NormCode, acc_limit: int | None = None):
         super().__init__(cfg, b, code.TM, 1)
@@ -126,12 +138,16 @@ class _NormEmitter(VpuEmitter):
         self.d = code.qn.d
         self.nb = cdiv(self.d, self.Q)
         self.nbf, self.lc = divmod(self.d, self.Q)
+        self.cb = code.cb
+        self.regs: tuple = (None, None, None)       # the group's DRAM offsets (in, out, mask) in a loop
+        self.peak = 0
 
     def run(self) -> int:
         c, Q, TM = self.code, self.Q, self.TM
         tiles = cdiv(c.rows, Q)
         G = TM // Q
-        top = 0
+        self.acc = _Alloc(self.acc_limit, "ACC", self.cfg, base=c.acc_base, owner=f"kernel {c.name}",
+                          hint="fewer features")
         self.e("fence", "all")
         if c.bound is not None:                     # NB = ceil(n / Q) chunks, NB1 = NB - 1
             self.b.comment(f"kernel {c.name}: ceil(r{c.bound.n} / {Q}) chunks of keys")
@@ -139,35 +155,106 @@ class _NormEmitter(VpuEmitter):
             self.e("seti", _NB1, Q.bit_length() - 1)
             self.e("sra", _NB, _NB, _NB1)
             self.e("addi", _NB1, _NB, -1)
-        for g0 in range(0, tiles, G):
-            self.acc = _Alloc(self.acc_limit, "ACC", self.cfg, base=c.acc_base, owner=f"kernel {c.name}",
-                              hint="fewer features")
-            self.nq = min(G, tiles - g0)
-            r0 = g0 * Q
-            nrows = min(TM, c.rows - r0)
-            X8 = c.spm_base
-            OUT8 = X8 + self.nb * TM
-            self._dma("dma.ld", X8, c.in_addr + r0 * c.in_rs, c.in_rs, nrows, load=True)
+        self.consts()
+        self.mark = self.acc.top                    # each group's rows are handed out again from here
+        groups = [(g0, min(G, tiles - g0), min(TM, c.rows - g0 * Q)) for g0 in range(0, tiles, G)]
+        levels, rest = self.group_levels(groups), groups
+        if levels:
+            rest = groups[math.prod(n for n, _ in levels):]
+            self.group_nest(groups[0], levels)
+        for g in rest:
+            self.group(*g)
+        self._loops = {}
+        return max(self.peak, self.acc.top)
+
+    # --- the groups ------------------------------------------------------------------------------
+    def _mask_step(self) -> int:
+        """DRAM bytes of one tile of mask rows."""
+        return self.nb * self.Q * self.Q * EB
+
+    def group_levels(self, groups: list) -> list:
+        """The loop nest over the full groups (``tiling.tile_levels``, at most ``len(_COUNTERS)`` levels)."""
+        c, Q, TM = self.code, self.Q, self.TM
+        full = [g for g in groups if g[2] == TM]
+        if len(full) < 2 or full != groups[:len(full)]:
+            return []
+        mt = c.mask_tiles
+        if mt and any(g0 % mt + nq > mt for g0, nq, _ in full):      # its mask tiles in one run
+            return []
+        seqs = [[g0 * Q * c.in_rs for g0, _, _ in full], [g0 * Q * c.out_rs for g0, _, _ in full],
+                [(g0 % mt) * self._mask_step() if mt else 0 for g0, _, _ in full]]
+        return tile_levels(seqs, 1, len(full), len(_COUNTERS))
+
+    def group_nest(self, first: tuple, levels: list) -> None:
+        regs = (_RIN, _ROUT, _RMK)
+        for r in regs:
+            self.e("seti", r, 0)
+        counters = _COUNTERS[:len(levels)][::-1]              # innermost first, as ``levels``
+        tops = {}
+        for (count, _), cr in list(zip(levels, counters))[::-1]:
+            self.e("seti", cr, count)
+            tops[cr] = self.b.place(self.b.fresh_label("normgroup"))
+        self._loops = {}                                    # the loop registers as a later trip finds them
+        self.regs = regs
+        self.group(*first)
+        self.regs = (None, None, None)
+        for lv, ((_, steps), cr) in enumerate(zip(levels, counters)):
+            back = [0] * len(steps) if lv == 0 else [levels[lv - 1][0] * st for st in levels[lv - 1][1]]
+            for r, st, bk in zip(regs, steps, back):
+                if st != bk:
+                    self.e("addi", r, r, st - bk)
+            self.e("addi", cr, cr, -1)
+            self.e("blt", Reg(0), cr, tops[cr])
+        self._loops = {}
+
+    def _dram(self, imm: int, k: int):
+        """DRAM address ``imm``, plus the loop's offset register ``k`` (0 input, 1 output, 2 mask) in a loop."""
+        r = self.regs[k]
+        return imm if r is None else imm + r
+
+    def group(self, g0: int, nq: int, nrows: int) -> None:
+        c, Q, TM = self.code, self.Q, self.TM
+        self.nq = nq
+        r0 = g0 * Q
+        self.acc.top = self.mark
+        X8 = c.spm_base
+        OUT8 = X8 + (self.cb if c.spm_blocks else self.nb) * TM
+        self.at = (r0, nrows)
+        if not c.spm_blocks:
+            self._dma("dma.ld", X8, self._dram(c.in_addr + r0 * c.in_rs, 0), c.in_rs, nrows, load=True)
+        if self.cb is None:
             if c.mask_tiles:
                 self.load_mask(g0)
             self.e("fence", "all")
             if self.qn.kind == "softmax":
-                self.softmax(X8, OUT8, first=g0 == 0)
+                self.softmax(X8, OUT8)
             else:
-                self.norm(X8, OUT8, first=g0 == 0)
+                self.norm(X8, OUT8)
+        else:
+            self.e("fence", "load")
+            if self.qn.kind == "softmax":
+                self.softmax_blocks(X8, OUT8, g0)
+            else:
+                self.norm_blocks(X8, OUT8)
+        self.e("fence", "all")
+        if not c.spm_blocks:
+            self._dma("dma.st", OUT8, self._dram(c.out_addr + r0 * c.out_rs, 1), c.out_rs, nrows, load=False)
             self.e("fence", "all")
-            self._dma("dma.st", OUT8, c.out_addr + r0 * c.out_rs, c.out_rs, nrows, load=False)
-            self.e("fence", "all")
-            top = max(top, self.acc.top)
-        self._loops = {}
-        return top
+        self.peak = max(self.peak, self.acc.top)
 
     # --- data movement ---------------------------------------------------------------------------
-    def _dma(self, op: str, buf: int, addr: int, rs: int, nrows: int, load: bool) -> None:
+    def _dma(self, op: str, buf: int, addr, rs: int, nrows: int, load: bool, c0: int = 0, k: int | None = None
+             ) -> None:
         """Load (or store) ``nrows`` rows of ``d`` int8 features between DRAM (row stride ``rs``) and
         the tile-major SPM buffer ``buf``: full tiles with loop l1, full chunks with loop l2, then
-        the short chunk and the short tile."""
+        the short chunk and the short tile. ``c0``, ``k``: chunks ``c0 .. c0 + k - 1`` only, into a block
+        buffer (``cb`` chunks a tile)."""
         Q, nb = self.Q, self.nb
+        whole = k is None
+        k = nb if whole else k
+        ts = nb * Q if whole else self.cb * Q           # the buffer's rows per tile
+        nfull = max(0, min(c0 + k, self.nbf) - c0)      # full chunks in the range, then maybe the short one
+        short = self.lc and c0 + k == nb
         full, part = divmod(nrows, Q)
 
         def one(rows, s_off, d_off, length, rep, strides):
@@ -185,16 +272,25 @@ class _NormEmitter(VpuEmitter):
         for rows, t0, tiles in ((Q, 0, full), (part, full, 1 if part else 0)):
             if not tiles:
                 continue
-            s_off, d_off = t0 * nb * Q, t0 * Q * rs
-            outer = [(1, (tiles, sw(nb * Q, Q * rs)))] if tiles > 1 else []
-            if self.nbf:
-                inner = [(2, (self.nbf, sw(Q, Q)))] if self.nbf > 1 else []
+            s_off, d_off = t0 * ts, t0 * Q * rs + c0 * Q
+            outer = [(1, (tiles, sw(ts, Q * rs)))] if tiles > 1 else []
+            if nfull:
+                inner = [(2, (nfull, sw(Q, Q)))] if nfull > 1 else []
                 loops = outer + inner
                 rep = None if not loops else (LoopReg(loops[0][0]), len(loops))
                 one(rows, s_off, d_off, Q, rep, loops)
-            if self.lc:
+            if short:
                 rep = L1 if outer else None
-                one(rows, s_off + self.nbf * Q, d_off + self.nbf * Q, self.lc, rep, outer)
+                one(rows, s_off + nfull * Q, d_off + nfull * Q, self.lc, rep, outer)
+
+    def _mask_runs(self, g0: int):
+        """(first group tile, mask tile, tiles) of each run of consecutive mask tiles of the group's tiles."""
+        mt, j = self.code.mask_tiles, 0
+        while j < self.nq:
+            t = (g0 + j) % mt
+            run = min(self.nq - j, mt - t)
+            yield j, t, run
+            j += run
 
     def load_mask(self, g0: int) -> None:
         """The mask rows of the group's tiles ``g0 ..`` into ACC (``self.MK``, tile-major like the input):
@@ -202,31 +298,47 @@ class _NormEmitter(VpuEmitter):
         c, Q, nb = self.code, self.Q, self.nb
         tile_rows = nb * Q
         self.MK = self.acc(nb * self.TM)
-        j = 0
-        while j < self.nq:
-            mt = (g0 + j) % c.mask_tiles
-            run = min(self.nq - j, c.mask_tiles - mt)
-            self.e("dma.ld", acc[self.MK + j * tile_rows], dram[c.consts["add"] + mt * tile_rows * Q * EB],
+        for j, t, run in self._mask_runs(g0):
+            self.e("dma.ld", acc[self.MK + j * tile_rows], dram[self._dram(c.consts["add"] + t * self._mask_step(), 2)],
                    rows=run * tile_rows, len=Q, rstride=Q * EB)
-            j += run
 
-    # --- the kernels -------------------------------------------------------------------------------
-    def norm(self, X8, OUT8, first: bool) -> None:
+    def load_mask_block(self, MK: int, g0: int, c0: int, k: int) -> None:
+        """Chunks ``c0 .. c0 + k - 1`` of the group's mask rows into ``MK`` (``k`` chunks of ``Q`` rows per
+        tile, a tile ``cb * Q`` rows after the last): a DMA repeated over each run of mask tiles."""
+        c, Q, B = self.code, self.Q, self.cb * self.Q
+        for j, t, run in self._mask_runs(g0):
+            src = self._dram(c.consts["add"] + t * self._mask_step() + c0 * Q * Q * EB, 2)
+            rep = None
+            if run > 1:
+                self.loop(3, run, (B, self._mask_step()))
+                rep = LoopReg(3)
+            self.e("dma.ld", acc[MK + j * B], dram[src], rows=k * Q, len=Q, rstride=Q * EB, rep=rep)
+
+    # --- constants -------------------------------------------------------------------------------
+    def consts(self) -> None:
+        """The rows every group reads, loaded once: whole rows, a norm's gamma and beta per chunk (each row
+        ``Q`` times: ``GB``, ``BB``); the spare-lane row of a short last chunk (``MASK``/``MB``)."""
+        a, cst, Q, nb = self.acc, self.code.consts, self.Q, self.nb
+        self.GB = self.BB = self.MASK = self.MB = None
+        if self.qn.kind != "softmax" and self.cb is None:
+            self.GB, self.BB = a(nb * Q), a(nb * Q)
+            self.const_rows(self.GB, cst["g"], nb)
+            self.const_rows(self.BB, cst["b"], nb)
+        if self.lc and "mask" in cst:
+            self.MASK = self.MB = a(Q)
+            self.const_rows(self.MASK, cst["mask"], 1)
+        if a.top:
+            self.e("fence", "load")
+
+    # --- the kernels, whole rows in ACC ----------------------------------------------------------
+    def norm(self, X8, OUT8) -> None:
         """``intmath.norm_rows``, op for op."""
         p: im.NormParams = self.qn.params
         TM, Q, nb = self.TM, self.Q, self.nb
         N = S = nb * Q
-        a, cst = self.acc, self.code.consts
-        GB, BB = a(N), a(N)
-        MASK = a(Q) if self.lc else None
+        a = self.acc
         XC, SS = a(nb * TM), a(nb * TM)
         SUM, V, Y, H = a(TM), a(TM), a(TM), a(TM)
-        if first:
-            self.const_rows(GB, cst["g"], nb)
-            self.const_rows(BB, cst["b"], nb)
-            if MASK is not None:
-                self.const_rows(MASK, cst["mask"], 1)
-            self.e("fence", "load")
         v = self.vpu(Q, Q)
         self.rep("vshl", acc[XC], spm[X8], p.xb, n=N, st=(S, S))
         if p.center:
@@ -235,9 +347,9 @@ class _NormEmitter(VpuEmitter):
             v("vmul", acc[SUM], acc[SUM], p.md)
             v("vsra", acc[SUM], acc[SUM], im.MEAN_SH)
             self.per_row("vsub", XC, SUM, nb)
-            if MASK is not None:                      # the spare lanes of the short chunk: 0 again
+            if self.MASK is not None:                 # the spare lanes of the short chunk: 0 again
                 last = XC + (nb - 1) * Q
-                self.rep("vmul", acc[last], acc[last], acc[MASK], n=Q, st=(S, S, 0))
+                self.rep("vmul", acc[last], acc[last], acc[self.MASK], n=Q, st=(S, S, 0))
         self.rep("vmul", acc[SS], acc[XC], acc[XC], n=N, st=(S, S, S))
         self.rep("vrsum", acc[SS], acc[SS], n=N, st=(S, S))
         self.row_sum(V, SS, nb)
@@ -247,34 +359,30 @@ class _NormEmitter(VpuEmitter):
             v("vadd", acc[H], acc[H], im.RSQRT_QY - im.NORM_R)
         self.per_row("vmul", XC, Y, nb)
         self.per_row("vsra", XC, H, nb)
-        self.rep("vmul", acc[XC], acc[XC], acc[GB], n=N, st=(S, S, 0))
-        self.rep("vadd", acc[XC], acc[XC], acc[BB], n=N, st=(S, S, 0))
+        self.rep("vmul", acc[XC], acc[XC], acc[self.GB], n=N, st=(S, S, 0))
+        self.rep("vadd", acc[XC], acc[XC], acc[self.BB], n=N, st=(S, S, 0))
         self.requant(im.NORM_R + p.gs, -128)
         self.rep("vreq", spm[OUT8], acc[XC], 1, n=N, st=(S, S))
 
-    def softmax(self, X8, OUT8, first: bool) -> None:
+    def softmax(self, X8, OUT8) -> None:
         """``intmath.softmax_rows``, op for op."""
         if self.code.bound is not None:
             return self.bounded_softmax(X8, OUT8)
         p: im.SoftmaxParams = self.qn.params
         TM, Q, nb = self.TM, self.Q, self.nb
         N = S = nb * Q
-        a, cst = self.acc, self.code.consts
+        a = self.acc
         masked = bool(self.code.mask_tiles)
-        MB = a(Q) if self.lc and not masked else None
         XA, Z, G = a(nb * TM), a(nb * TM), a(nb * TM)
         M, L, Y, E = a(TM), a(TM), a(TM), a(TM)
         temps = [a(TM) for _ in range(4)]
-        if first and MB is not None:
-            self.const_rows(MB, cst["mask"], 1)
-            self.e("fence", "load")
         v = self.vpu(Q, Q)
         self.rep("vmov", acc[XA], spm[X8], n=N, st=(S, S))
         if masked:                                    # the mask rows (NEG in the spare lanes too)
             self.rep("vadd", acc[XA], acc[XA], acc[self.MK], n=N, st=(S, S, S))
-        if MB is not None:                            # the spare lanes: -2^30, their exp is 0
+        elif self.MB is not None:                     # the spare lanes: -2^30, their exp is 0
             last = XA + (nb - 1) * Q
-            self.rep("vadd", acc[last], acc[last], acc[MB], n=Q, st=(S, S, 0))
+            self.rep("vadd", acc[last], acc[last], acc[self.MB], n=Q, st=(S, S, 0))
         self.rep("vrmax", acc[Z], acc[XA], n=N, st=(S, S))
         self.row_sum(M, Z, nb, "vmax")
         self.per_row("vsub", XA, M, nb)
@@ -289,6 +397,167 @@ class _NormEmitter(VpuEmitter):
         self.requant(p.shift, 0)
         self.rep("vreq", spm[OUT8], acc[G], p.mult, n=N, st=(S, S))
 
+    # --- the kernels, a block of chunks at a time (``NormCode.cb``) ------------------------------------
+    # A row's features pass through ACC ``cb`` chunks at a time, three times: its sum (softmax: max) and its
+    # sum of squares (softmax: sum of exponentials) lane by lane over the chunks, then a reduction of the lanes
+    # (``vrsum``/``vrmax``, the same integers in another order); then the output, recomputed from the SPM
+    # input block by block.
+    def _lanes(self, op: str, DST: int, src, SRC: int, k: int, first: bool, st: int) -> None:
+        """``DST`` (a per-row array) ``op``= chunks ``0 .. k-1`` of the block at ``SRC`` in ``src`` (``acc`` or
+        ``spm``; ``st`` rows a tile), lane by lane (``first``: ``DST`` = chunk 0 first)."""
+        Q = self.Q
+        if first:
+            self.rep("vmov", acc[DST], src[SRC], n=Q, st=(Q, st))
+        if k > int(first):
+            self.rep(op, acc[DST], acc[DST], src[SRC + Q * first], n=Q, st=(Q, Q, st),
+                     inner=(k - int(first), (0, 0, Q)))
+
+    def _per_row(self, op: str, BLK: int, ROW: int, k: int) -> None:
+        """``op BLK, BLK, ROW`` on the block's ``k`` chunks, the per-row array ``ROW`` as operand b."""
+        Q, B = self.Q, self.cb * self.Q
+        self.rep(op, acc[BLK], acc[BLK], acc[ROW], n=Q, st=(B, B, Q), inner=(k, (Q, Q, 0)))
+
+    def _blocks(self) -> list:
+        return [(c0, min(self.cb, self.nb - c0)) for c0 in range(0, self.nb, self.cb)]
+
+    def _input(self, X8: int, c0: int, k: int) -> tuple[int, int]:
+        """(SPM row, rows a tile) of the block's input chunks: in the group's rows, or (``spm_blocks``) loaded
+        into the block buffer ``X8`` (the caller fences)."""
+        c, (r0, nrows) = self.code, self.at
+        if not c.spm_blocks:
+            return X8 + c0 * self.Q, self.nb * self.Q
+        self._dma("dma.ld", X8, self._dram(c.in_addr + r0 * c.in_rs, 0), c.in_rs, nrows, True, c0, k)
+        return X8, self.cb * self.Q
+
+    def _output(self, OUT8: int, G: int, mult, c0: int, k: int) -> None:
+        """``vreq`` of the block ``G`` into the output rows (``spm_blocks``: its buffer, then stored)."""
+        c, (r0, nrows) = self.code, self.at
+        Q, B = self.Q, self.cb * self.Q
+        if not c.spm_blocks:
+            self.rep("vreq", spm[OUT8 + c0 * Q], acc[G], mult, n=k * Q, st=(self.nb * Q, B))
+            return
+        self.rep("vreq", spm[OUT8], acc[G], mult, n=k * Q, st=(B, B))
+        self.e("fence", "vpu")
+        self._dma("dma.st", OUT8, self._dram(c.out_addr + r0 * c.out_rs, 1), c.out_rs, nrows, False, c0, k)
+        self.e("fence", "store")                      # the next block's rows go where these were
+
+    def norm_blocks(self, X8, OUT8) -> None:
+        """``intmath.norm_rows`` a block of chunks at a time."""
+        p: im.NormParams = self.qn.params
+        TM, Q, nb, cb = self.TM, self.Q, self.nb, self.cb
+        B = cb * Q
+        a, cst, streamed = self.acc, self.code.consts, self.code.spm_blocks
+        SUM, A, V, Y, H = (a(TM) for _ in range(5))
+        region = a.top
+        XC, GB, BB = a(cb * TM), a(B), a(B)
+        self.peak = max(self.peak, a.top)
+        v = self.vpu(Q, Q)
+
+        def block(c0, k, more=()):                    # the block's input (and ``more`` loads), fenced
+            if streamed or more:
+                self.e("fence", "vpu")
+            for load in more:
+                load()
+            got = self._input(X8, c0, k)
+            if streamed or more:
+                self.e("fence", "load")
+            return got
+
+        if p.center:                                  # the row sums: the chunks lane by lane, then the lanes
+            if not streamed:
+                self._lanes("vadd", A, spm, X8, nb, True, nb * Q)
+            for c0, k in self._blocks() if streamed else []:
+                xs, st = block(c0, k)
+                self._lanes("vadd", A, spm, xs, k, c0 == 0, st)
+            self.rep("vrsum", acc[SUM], acc[A], n=Q, st=(Q, Q))
+            v("vmul", acc[SUM], acc[SUM], p.md)
+            v("vsra", acc[SUM], acc[SUM], im.MEAN_SH)
+
+        def centred(c0, k, more=()):
+            xs, st = block(c0, k, more)
+            self.rep("vshl", acc[XC], spm[xs], p.xb, n=k * Q, st=(B, st))
+            if p.center:
+                self._per_row("vsub", XC, SUM, k)
+
+        for c0, k in self._blocks():                  # the sums of squares
+            centred(c0, k)
+            if p.center and self.MASK is not None and c0 + k == nb:     # the short chunk's spare lanes: 0
+                last = XC + (k - 1) * Q
+                self.rep("vmul", acc[last], acc[last], acc[self.MASK], n=Q, st=(B, B, 0))
+            self.rep("vmul", acc[XC], acc[XC], acc[XC], n=k * Q, st=(B, B, B))
+            self._lanes("vadd", A, acc, XC, k, c0 == 0, B)
+        self.rep("vrsum", acc[V], acc[A], n=Q, st=(Q, Q))
+        v("vadd", acc[V], acc[V], p.eps_q)
+        a.top = region                                # rsqrt's temporaries share the blocks' rows
+        self.rsqrt(Y, H, V, Q, Q)
+        self.peak = max(self.peak, a.top)
+        if im.RSQRT_QY != im.NORM_R:
+            v("vadd", acc[H], acc[H], im.RSQRT_QY - im.NORM_R)
+        self.requant(im.NORM_R + p.gs, -128)
+        for c0, k in self._blocks():                  # the output, with the block's gamma and beta
+            centred(c0, k, (lambda c0=c0, k=k: self.const_rows(GB, cst["g"] + c0 * self.C * EB, k),
+                            lambda c0=c0, k=k: self.const_rows(BB, cst["b"] + c0 * self.C * EB, k)))
+            self._per_row("vmul", XC, Y, k)
+            self._per_row("vsra", XC, H, k)
+            self.rep("vmul", acc[XC], acc[XC], acc[GB], n=k * Q, st=(B, B, 0))
+            self.rep("vadd", acc[XC], acc[XC], acc[BB], n=k * Q, st=(B, B, 0))
+            self._output(OUT8, XC, 1, c0, k)
+
+    def softmax_blocks(self, X8, OUT8, g0: int) -> None:
+        """``intmath.softmax_rows`` a block of chunks at a time (the exponentials twice: for the sum and for
+        the output)."""
+        p: im.SoftmaxParams = self.qn.params
+        TM, Q, nb, cb = self.TM, self.Q, self.nb, self.cb
+        B = cb * Q
+        a, streamed = self.acc, self.code.spm_blocks
+        masked = bool(self.code.mask_tiles)
+        M, L, Y, E, A = (a(TM) for _ in range(5))
+        region = a.top
+        XA, Z, G = a(cb * TM), a(cb * TM), a(cb * TM)
+        MK = a(cb * TM) if masked else None
+        self.peak = max(self.peak, a.top)
+        v = self.vpu(Q, Q)
+
+        def inputs(c0, k):                            # XA = x (+ mask; the spare lanes -2^30)
+            if masked or streamed:
+                self.e("fence", "vpu")
+            if masked:
+                self.load_mask_block(MK, g0, c0, k)
+            xs, st = self._input(X8, c0, k)
+            if masked or streamed:
+                self.e("fence", "load")
+            self.rep("vmov", acc[XA], spm[xs], n=k * Q, st=(B, st))
+            if masked:
+                self.rep("vadd", acc[XA], acc[XA], acc[MK], n=k * Q, st=(B, B, B))
+            elif self.MB is not None and c0 + k == nb:
+                last = XA + (k - 1) * Q
+                self.rep("vadd", acc[last], acc[last], acc[self.MB], n=Q, st=(B, B, 0))
+
+        def exps(c0, k):
+            inputs(c0, k)
+            self._per_row("vsub", XA, M, k)
+            self.iexp(XA, Z, G, k * Q, B, p.ep)
+
+        for c0, k in self._blocks():                  # the row maxima
+            inputs(c0, k)
+            self._lanes("vmax", A, acc, XA, k, c0 == 0, B)
+        self.rep("vrmax", acc[M], acc[A], n=Q, st=(Q, Q))
+        for c0, k in self._blocks():                  # the sums of the exponentials
+            exps(c0, k)
+            self._lanes("vadd", A, acc, G, k, c0 == 0, B)
+        self.rep("vrsum", acc[L], acc[A], n=Q, st=(Q, Q))
+        if p.ls:
+            v("vsra", acc[L], acc[L], p.ls)
+        a.top = region                                # recip's temporaries share the blocks' rows
+        temps = [a(TM) for _ in range(4)]
+        self.recip(Y, E, L, Q, Q, p.lo_e, 17, temps)
+        self.peak = max(self.peak, a.top)
+        self.requant(p.shift, 0)
+        for c0, k in self._blocks():                  # the output
+            exps(c0, k)
+            self._per_row("vmul", G, Y, k)
+            self._per_row("vsra", G, E, k)
+            self._output(OUT8, G, p.mult, c0, k)
 
     def bounded_softmax(self, X8, OUT8) -> None:
         """``intmath.softmax_rows`` on the first ``NB`` chunks of each row (``NormCode.bound``): every op over
@@ -332,6 +601,12 @@ class _NormEmitter(VpuEmitter):
 
 #: a key-bounded softmax's registers (the kernel is fenced on both sides: a GEMM kernel's are free)
 _NB, _NB1 = GK.NT, GK.TMP
+#: the loop over groups: the DRAM byte offsets of the group's input, output and mask rows, the counters of up to
+#: three levels (r1..r13, as a GEMM kernel's; r14, r15 left alone)
+_RIN, _ROUT, _RMK = GK.AOFF, GK.OOFF, GK.ABUF
+_COUNTERS = (GK.MT, GK.WSLOT, GK.WCOL)
+assert TRIP_REG.n > max(r.n for r in (_RIN, _ROUT, _RMK, *_COUNTERS)) and not {_NB, _NB1} & {_RIN, _ROUT, _RMK,
+                                                                                            *_COUNTERS}
 
 
 def _const_rows(qn: QNorm, C: int) -> dict:
@@ -401,23 +676,43 @@ def lower_norm(cfg: ChipConfig, s: Schedule, k: NormKernel, qn: QNorm, tensor_ad
                     consts, Q, cfg, mask_tiles=len(rows["add"]) // (nb * Q) if "add" in rows else 0,
                     bound=None if key_reg is None else Reg(key_reg))
 
-    def acc_need(tm: int) -> int | None:            # a dry run: the ACC rows a group of tm rows uses
-        code.TM = tm
+    dry = cfg.replace(dram_bytes=MAX_DRAM_BYTES)   # (the DRAM plan, checked later, names its own overflow)
+
+    def acc_need(tm: int, cb: int | None = None) -> int | None:   # a dry run: the ACC rows a group of tm rows uses
+        code.TM, code.cb = tm, cb
         try:
-            return _NormEmitter(cfg, ProgramBuilder(cfg), code, acc_limit=1 << 40).run()
+            return _NormEmitter(cfg, ProgramBuilder(dry), code, acc_limit=1 << 40).run()
         except OperandError:                        # a row beyond the ACC
             return None
 
+    def fits(n: int | None) -> bool:
+        return n is not None and n <= cfg.acc_rows
+
     tiles = cdiv(code.rows, Q)
-    a1 = acc_need(Q)
-    a2 = acc_need(2 * Q) if tiles > 1 and a1 is not None else None
+    cb, a1 = None, acc_need(Q)
+    # whole rows in SPM (input and output: 2 nb rows a row of the tile), else a block of chunks of them
+    code.spm_blocks = 2 * nb * Q > spm_free
+    most = min(nb - 1, spm_free // (2 * Q)) if code.spm_blocks else nb - 1
+    if (not fits(a1) or code.spm_blocks) and key_reg is None and most >= 1:
+        lo, hi = 1, most                            # a block of chunks at a time: the most that fit
+        if fits(acc_need(Q, 1)):
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if fits(acc_need(Q, mid)) else (lo, mid - 1)
+            cb, a1 = lo, acc_need(Q, lo)
+    spm_row = 2 * (cb if code.spm_blocks and cb else nb) * Q    # SPM rows a tile of the group takes
+    if not fits(a1) or spm_row > spm_free:
+        raise ChipCompileError(f"{what}: one tile of {Q} rows needs more than config {cfg.name!r}'s {cfg.acc_rows} "
+                               f"ACC rows or {spm_free} free SPM rows (acc_rows, spm_rows), even a chunk of "
+                               f"{Q} features at a time")
+    a2 = acc_need(2 * Q, cb) if tiles > 1 else None
     G = 1 if a2 is None else min(tiles, (cfg.acc_rows - (2 * a1 - a2)) // max(1, a2 - a1))
-    G = min(G, spm_free // (2 * nb * Q))
-    if a1 is None or a1 > cfg.acc_rows or G < 1:
-        raise ChipCompileError(f"{what}: one tile of {Q} rows needs {a1 or 'more than the'} ACC rows (config "
-                               f"{cfg.name!r} has {cfg.acc_rows}) and {2 * nb * Q} SPM rows ({spm_free} free)")
+    G = max(1, min(G, spm_free // spm_row))
+    while G > 1 and not fits(acc_need(G * Q, cb)):  # (the rows grow with G as a line; checked)
+        G -= 1
+    code.cb = cb
     code.TM = G * Q
-    return code, 2 * nb * code.TM, max(1, acc_need(code.TM) or 0)
+    return code, spm_row * G, max(1, acc_need(code.TM, cb) or 0)
 
 
 __all__ = ["QNorm", "quantize_norm", "norm_int", "NormCode", "lower_norm"]

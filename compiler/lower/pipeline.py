@@ -985,7 +985,7 @@ def _ew_part(cfg, k: EwKernel, qk, what: str, bases: list, seqs: list, starts: n
         raise ChipCompileError(f"{what}: {nin} inputs do not fit SPM on config {cfg.name!r}")
     if Mt < rows:
         # M tiles of whole periods of the rows' addresses, or a period of whole M tiles (at least half the
-        # rows that fit): tiles of one shape, which a loop nest runs (emit._tile_levels)
+        # rows that fit): tiles of one shape, which a loop nest runs (tiling.tile_levels)
         p = joint_period(*in_rows, out_rows)
         if p > 1 and Mt >= p:
             Mt = Mt // p * p

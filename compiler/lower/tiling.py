@@ -506,3 +506,28 @@ def pad_lanes(v: np.ndarray, C: int) -> np.ndarray:
     out = np.zeros(NT * C, np.int32)
     out[:len(v)] = v
     return out
+
+
+def tile_levels(seqs: list, Mt: int, nfull: int, most: int) -> list:
+    """The first ``nfull`` tiles of ``Mt`` rows as a loop nest, innermost level first: ``[(count, [step per
+    sequence])]``, tile ``i0 + count0 * (i1 + count1 * ...)`` being the first tile shifted by ``sum(i_l *
+    step_l)`` in every sequence of row addresses (it covers ``prod(count)`` tiles, the rest run one by one);
+    [] when the tiles differ in shape, no level repeats, or it takes more than ``most`` levels."""
+    if nfull < 2:
+        return []
+    blk = np.stack([np.asarray(a[:nfull * Mt], np.int64).reshape(nfull, Mt) for a in seqs], axis=-1)
+    starts = blk[:, 0, :]                               # (tile, sequence)
+    if not np.array_equal(blk - starts[:, None, :], np.broadcast_to(blk[:1] - starts[:1, None, :], blk.shape)):
+        return []
+    levels = []
+    while len(starts) >= 2 and len(levels) < most:
+        d = starts[1] - starts[0]
+        change = np.flatnonzero(np.any(np.diff(starts, axis=0) != d, axis=1))    # the first step that differs
+        q = int(change[0]) + 1 if len(change) else len(starts)
+        nb = len(starts) // q
+        want = starts[::q][:nb, None, :] + np.arange(q)[None, :, None] * d[None, None, :]
+        if not np.array_equal(starts[:nb * q].reshape(nb, q, -1), want):
+            break
+        levels.append((q, [int(x) for x in d]))
+        starts = starts[::q][:nb]
+    return levels              # (where the blocks stop repeating, or registers run out, the nest covers the first)

@@ -7,6 +7,7 @@ import pytest
 import tetrachip as tc
 from compiler.lower.dynamic import DYN_REG
 from compiler.lower.schedule import ChipCompileError
+from test_lower_ops import BANKED
 
 NS = [1, 7, 32, 64]
 
@@ -113,3 +114,20 @@ def test_dynamic_with_search(tmp_path):
     assert cm.search_report and cm.kernels[0].tiling.Mt % 36 == 0
     cycles = _check(cm, lambda n: rng.standard_normal((n, 4, 8, 8)).astype(np.float32), tc.Device("sim"))
     assert cycles[1] < cycles[64]
+
+
+def test_elementwise_batch_element_longer_than_a_tile():
+    """A batch element of an elementwise kernel longer than its tile (256 features: 64 rows of 4 lanes on a
+    4x4 chip whose SPM of 256 rows leaves shorter tiles) runs as an inner loop over its tiles inside the loop
+    over the elements the register counts: one binary, bit exact for every N."""
+    rng = np.random.default_rng(4)
+    w1 = rng.standard_normal((8, 256)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((256, 8)).astype(np.float32) * 0.1
+    cfg = BANKED
+
+    def f(x):
+        return tc.functional.gelu(x @ tc.Tensor(w1)) @ tc.Tensor(w2)
+    cm = tc.compile(f, [rng.standard_normal((64, 8)).astype(np.float32)], dynamic={"N": 64}, config=cfg)
+    ew = [k for k in cm.kernels if k.kind == "lookup table"][0]
+    assert ew.tiling.Mt < 256 // cfg.cols                        # an element is several tiles
+    _check(cm, lambda n: rng.standard_normal((n, 8)).astype(np.float32), tc.Device("sim", config=cfg))

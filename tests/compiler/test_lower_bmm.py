@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
+from test_lower_ops import BANKED
 
 rng = np.random.default_rng(0)
 W = (rng.standard_normal((12, 20)) * 0.3).astype(np.float32)
@@ -49,3 +50,15 @@ def test_attention_sized_product_moves_weights_in_chunks():
     cm, res = _check(lambda q, k: q @ k.transpose(-2, -1), [q, k], "small")
     assert len(cm.kernels) == 2 and all(ki.M == 32 and ki.K == 64 and ki.N == 256 for ki in cm.kernels)
     assert res.stats.mxu_macs >= 2 * 32 * 64 * 256
+
+
+def test_products_fit_a_small_banked_spm():
+    """q @ k.T and p @ v of 4 heads, 32 tokens, 16 features on a 4x4 chip with SPM 256 rows in banks of 64: the
+    weight slices relaid in chunks of an eighth of SPM, and the A tiles, weight slots and staging rows (the
+    load unit's) sharing banks apart from the VPU's output staging."""
+    cfg = BANKED
+    q, k = _arr(1, 4, 32, 16) * 0.5, _arr(1, 4, 32, 16, seed=3) * 0.5
+    cm, _ = _check(lambda q, k: q @ k.transpose(-2, -1), [q, k], cfg)
+    assert cm.plans["spm"].footprint <= cfg.spm_rows
+    p, v = _arr(1, 4, 32, 32, seed=5), _arr(1, 4, 32, 16, seed=6)
+    _check(lambda p, v: p @ v, [p, v], cfg)

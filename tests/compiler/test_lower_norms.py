@@ -11,6 +11,7 @@ import tetrachip as tc
 from compiler.frontend import functional as F
 from compiler.frontend import nn
 from compiler.lower.schedule import ChipCompileError
+from test_lower_ops import BANKED
 
 #: the chip's largest error, as a fraction of the largest float output
 BOUND = 0.03
@@ -120,3 +121,56 @@ def test_norm_over_rows_that_are_not_contiguous(kind, cfg):
     x = np.random.default_rng(13).standard_normal((2, 3, 6, 6)).astype(np.float32)
     cm, _, _ = _run(fn, x, cfg, bound=0.05)
     assert [k.kind for k in cm.kernels] == ["gemm", "elementwise", "norm"]
+
+
+BLOCKS = [("layernorm", 64, 9), ("rmsnorm", 70, 9), ("layernorm", 62, 13), ("softmax", 64, 9),
+          ("softmax", 30, 13), ("layernorm", 100, 5)]
+
+
+@pytest.mark.parametrize("kind,d,rows", BLOCKS, ids=[f"{k}-{d}x{r}" for k, d, r in BLOCKS])
+def test_rows_longer_than_acc_pass_through_it_in_blocks(kind, d, rows):
+    """Rows whose int32 working arrays alone (a norm's centred values and squares, a softmax's inputs, exponents
+    and exponentials: an ACC row of ``cols`` lanes per chunk of features and row of a tile) need more ACC than
+    the chip has go through ACC a block of chunks at a time: bit exact, within the usual bound of float, and
+    inside the ACC."""
+    cfg = BANKED
+    arrays = 3 if kind == "softmax" else 2
+    assert arrays * -(-d // cfg.cols) * cfg.cols > cfg.acc_rows     # one tile's whole rows cannot be held
+    rng = np.random.default_rng(d * rows)
+    x = (rng.standard_normal((rows, d)) * 1.5 + 0.2).astype(np.float32)
+    cm, _, _ = _run(_model(kind, d, rng), x, cfg)
+    assert cm.plans["acc"].footprint <= cfg.acc_rows
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "softmax"])
+def test_rows_longer_than_spm_pass_through_it_in_blocks(kind):
+    """Rows whose int8 input and output (a row of ``cols`` lanes each per chunk of features) need more SPM than is
+    free: blocks of chunks loaded into SPM and stored from it per pass, bit exact."""
+    cfg = BANKED.replace(spm_rows=128, spm_bank_rows=32)
+    d, rows = 72, 8
+    assert 2 * d > cfg.spm_rows                                     # one tile's rows, in and out
+    rng = np.random.default_rng(d * rows)
+    x = (rng.standard_normal((rows, d)) * 1.5 + 0.2).astype(np.float32)
+    cm, _, _ = _run(_model(kind, d, rng), x, cfg)
+    assert cm.plans["spm"].footprint <= cfg.spm_rows
+
+
+def test_masked_softmax_in_blocks():
+    """A causal softmax over 48 keys on 64 ACC rows: the mask rows loaded a block of chunks at a time."""
+    cfg = BANKED
+    T = 48
+    mask = np.triu(np.full((T, T), -np.inf, np.float32), 1)
+    x = np.random.default_rng(5).standard_normal((2, T, T)).astype(np.float32)
+    _run(lambda t: F.softmax(t + tc.Tensor(mask), -1), x, cfg)
+
+
+def test_groups_of_rows_run_as_a_loop():
+    """The row groups of a norm run as one loop: the program does not grow with the rows (bit exact for each)."""
+    rng = np.random.default_rng(8)
+    model = _model("layernorm", 24, rng)
+    sizes = []
+    for rows in (64, 512):
+        x = (rng.standard_normal((rows, 24)) * 2).astype(np.float32)
+        cm, _, _ = _run(model, x, "tiny")
+        sizes.append(len(cm.program))
+    assert sizes[0] == sizes[1]
