@@ -36,6 +36,7 @@ import numpy as np
 from isa.builder import ProgramBuilder, acc, dram, spm
 from isa.config import MAX_DRAM_BYTES, ChipConfig
 from isa.ints import cdiv
+from isa.errors import EncodeError
 from isa.operands import OperandError
 from isa.regs import L1, LoopReg, Reg
 from isa.regs import GemmKernel as GK
@@ -140,6 +141,7 @@ class _NormEmitter(VpuEmitter):
         self.nbf, self.lc = divmod(self.d, self.Q)
         self.cb = code.cb
         self.regs: tuple = (None, None, None)       # the group's DRAM offsets (in, out, mask) in a loop
+        self.block_regs: dict | None = None         # in a loop over blocks: the register of each address kind
         self.peak = 0
 
     def run(self) -> int:
@@ -307,7 +309,7 @@ class _NormEmitter(VpuEmitter):
         tile, a tile ``cb * Q`` rows after the last): a DMA repeated over each run of mask tiles."""
         c, Q, B = self.code, self.Q, self.cb * self.Q
         for j, t, run in self._mask_runs(g0):
-            src = self._dram(c.consts["add"] + t * self._mask_step() + c0 * Q * Q * EB, 2)
+            src = self._addr(c.consts["add"] + t * self._mask_step() + c0 * Q * Q * EB, "mask")
             rep = None
             if run > 1:
                 self.loop(3, run, (B, self._mask_step()))
@@ -420,13 +422,64 @@ class _NormEmitter(VpuEmitter):
     def _blocks(self) -> list:
         return [(c0, min(self.cb, self.nb - c0)) for c0 in range(0, self.nb, self.cb)]
 
+    def _addr(self, imm, kind: str):
+        """Address ``imm`` (of the block emitted: SPM rows ``s``, DRAM bytes of the group's input ``in``, output
+        ``out``, gamma and beta ``g``, mask rows ``mask``) plus the offsets of the loops it runs in: the group
+        loop's (``_dram``) and, in a loop over blocks, the block's (``_BLOCK_REGS``)."""
+        if self.block_regs is not None:
+            r = self.block_regs[kind]
+            return imm + r
+        k = {"in": 0, "out": 1, "mask": 2}.get(kind)
+        return imm if k is None else self._dram(imm, k)
+
+    def _pass(self, body) -> None:
+        """``body(c0, k)`` for each block of chunks: the blocks after the first, up to a short or masked last
+        one, as a loop (counter ``_BCNT``) whose registers add each block's offsets to the addresses its body
+        was emitted with (``_addr``); else one after another."""
+        blocks, cb, Q = self._blocks(), self.cb, self.Q
+        mid = [b for b in blocks[1:] if b[1] == cb and not (self.lc and sum(b) == self.nb)]
+        if len(mid) < 2:
+            for blk in blocks:
+                body(*blk)
+            return
+        body(*blocks[0])
+        steps = {"s": cb * Q, "g": cb * self.C * EB, "mask": cb * Q * Q * EB}
+        regs = {"s": _BS, "g": _BG, "mask": _BMK}
+        group = self.regs
+        for kind, r in (("in", _BIN), ("out", _BOUT)):   # DRAM bytes step as SPM rows: a chunk is cols bytes
+            regs[kind] = _BS if group[0] is None else r
+        for kind in ("s", "g"):
+            self.e("seti", regs[kind], 0)
+        for kind, g in (("in", group[0]), ("out", group[1]), ("mask", group[2])):
+            if g is not None:
+                self.e("addi", regs[kind], g, 0)
+            elif kind == "mask":
+                self.e("seti", regs[kind], 0)
+        self.e("seti", _BCNT, len(mid))
+        top = self.b.place(self.b.fresh_label("normblock"))
+        self._loops = {}
+        self.block_regs = regs
+        body(*mid[0])
+        self.block_regs = None
+        done = set()
+        for kind in ("s", "g", "in", "out", "mask"):
+            r = regs[kind]
+            if r not in done:
+                self.e("addi", r, r, steps["s" if kind in ("in", "out") else kind])
+                done.add(r)
+        self.e("addi", _BCNT, _BCNT, -1)
+        self.e("blt", Reg(0), _BCNT, top)
+        self._loops = {}
+        for blk in blocks[1 + len(mid):]:
+            body(*blk)
+
     def _input(self, X8: int, c0: int, k: int) -> tuple[int, int]:
         """(SPM row, rows a tile) of the block's input chunks: in the group's rows, or (``spm_blocks``) loaded
         into the block buffer ``X8`` (the caller fences)."""
         c, (r0, nrows) = self.code, self.at
         if not c.spm_blocks:
-            return X8 + c0 * self.Q, self.nb * self.Q
-        self._dma("dma.ld", X8, self._dram(c.in_addr + r0 * c.in_rs, 0), c.in_rs, nrows, True, c0, k)
+            return self._addr(X8 + c0 * self.Q, "s"), self.nb * self.Q
+        self._dma("dma.ld", X8, self._addr(c.in_addr + r0 * c.in_rs, "in"), c.in_rs, nrows, True, c0, k)
         return X8, self.cb * self.Q
 
     def _output(self, OUT8: int, G: int, mult, c0: int, k: int) -> None:
@@ -434,11 +487,11 @@ class _NormEmitter(VpuEmitter):
         c, (r0, nrows) = self.code, self.at
         Q, B = self.Q, self.cb * self.Q
         if not c.spm_blocks:
-            self.rep("vreq", spm[OUT8 + c0 * Q], acc[G], mult, n=k * Q, st=(self.nb * Q, B))
+            self.rep("vreq", spm[self._addr(OUT8 + c0 * Q, "s")], acc[G], mult, n=k * Q, st=(self.nb * Q, B))
             return
         self.rep("vreq", spm[OUT8], acc[G], mult, n=k * Q, st=(B, B))
         self.e("fence", "vpu")
-        self._dma("dma.st", OUT8, self._dram(c.out_addr + r0 * c.out_rs, 1), c.out_rs, nrows, False, c0, k)
+        self._dma("dma.st", OUT8, self._addr(c.out_addr + r0 * c.out_rs, "out"), c.out_rs, nrows, False, c0, k)
         self.e("fence", "store")                      # the next block's rows go where these were
 
     def norm_blocks(self, X8, OUT8) -> None:
@@ -466,9 +519,11 @@ class _NormEmitter(VpuEmitter):
         if p.center:                                  # the row sums: the chunks lane by lane, then the lanes
             if not streamed:
                 self._lanes("vadd", A, spm, X8, nb, True, nb * Q)
-            for c0, k in self._blocks() if streamed else []:
-                xs, st = block(c0, k)
-                self._lanes("vadd", A, spm, xs, k, c0 == 0, st)
+            else:
+                def sums(c0, k):
+                    xs, st = block(c0, k)
+                    self._lanes("vadd", A, spm, xs, k, c0 == 0, st)
+                self._pass(sums)
             self.rep("vrsum", acc[SUM], acc[A], n=Q, st=(Q, Q))
             v("vmul", acc[SUM], acc[SUM], p.md)
             v("vsra", acc[SUM], acc[SUM], im.MEAN_SH)
@@ -479,13 +534,14 @@ class _NormEmitter(VpuEmitter):
             if p.center:
                 self._per_row("vsub", XC, SUM, k)
 
-        for c0, k in self._blocks():                  # the sums of squares
+        def squares(c0, k):
             centred(c0, k)
             if p.center and self.MASK is not None and c0 + k == nb:     # the short chunk's spare lanes: 0
                 last = XC + (k - 1) * Q
                 self.rep("vmul", acc[last], acc[last], acc[self.MASK], n=Q, st=(B, B, 0))
             self.rep("vmul", acc[XC], acc[XC], acc[XC], n=k * Q, st=(B, B, B))
             self._lanes("vadd", A, acc, XC, k, c0 == 0, B)
+        self._pass(squares)
         self.rep("vrsum", acc[V], acc[A], n=Q, st=(Q, Q))
         v("vadd", acc[V], acc[V], p.eps_q)
         a.top = region                                # rsqrt's temporaries share the blocks' rows
@@ -494,14 +550,15 @@ class _NormEmitter(VpuEmitter):
         if im.RSQRT_QY != im.NORM_R:
             v("vadd", acc[H], acc[H], im.RSQRT_QY - im.NORM_R)
         self.requant(im.NORM_R + p.gs, -128)
-        for c0, k in self._blocks():                  # the output, with the block's gamma and beta
-            centred(c0, k, (lambda c0=c0, k=k: self.const_rows(GB, cst["g"] + c0 * self.C * EB, k),
-                            lambda c0=c0, k=k: self.const_rows(BB, cst["b"] + c0 * self.C * EB, k)))
+        def output(c0, k):                            # with the block's gamma and beta
+            centred(c0, k, (lambda: self.const_rows(GB, self._addr(cst["g"] + c0 * self.C * EB, "g"), k),
+                            lambda: self.const_rows(BB, self._addr(cst["b"] + c0 * self.C * EB, "g"), k)))
             self._per_row("vmul", XC, Y, k)
             self._per_row("vsra", XC, H, k)
             self.rep("vmul", acc[XC], acc[XC], acc[GB], n=k * Q, st=(B, B, 0))
             self.rep("vadd", acc[XC], acc[XC], acc[BB], n=k * Q, st=(B, B, 0))
             self._output(OUT8, XC, 1, c0, k)
+        self._pass(output)
 
     def softmax_blocks(self, X8, OUT8, g0: int) -> None:
         """``intmath.softmax_rows`` a block of chunks at a time (the exponentials twice: for the sum and for
@@ -538,13 +595,23 @@ class _NormEmitter(VpuEmitter):
             self._per_row("vsub", XA, M, k)
             self.iexp(XA, Z, G, k * Q, B, p.ep)
 
-        for c0, k in self._blocks():                  # the row maxima
+        def maxima(c0, k):
             inputs(c0, k)
             self._lanes("vmax", A, acc, XA, k, c0 == 0, B)
-        self.rep("vrmax", acc[M], acc[A], n=Q, st=(Q, Q))
-        for c0, k in self._blocks():                  # the sums of the exponentials
+
+        def sums(c0, k):
             exps(c0, k)
             self._lanes("vadd", A, acc, G, k, c0 == 0, B)
+
+        def output(c0, k):
+            exps(c0, k)
+            self._per_row("vmul", G, Y, k)
+            self._per_row("vsra", G, E, k)
+            self._output(OUT8, G, p.mult, c0, k)
+
+        self._pass(maxima)
+        self.rep("vrmax", acc[M], acc[A], n=Q, st=(Q, Q))
+        self._pass(sums)
         self.rep("vrsum", acc[L], acc[A], n=Q, st=(Q, Q))
         if p.ls:
             v("vsra", acc[L], acc[L], p.ls)
@@ -553,11 +620,7 @@ class _NormEmitter(VpuEmitter):
         self.recip(Y, E, L, Q, Q, p.lo_e, 17, temps)
         self.peak = max(self.peak, a.top)
         self.requant(p.shift, 0)
-        for c0, k in self._blocks():                  # the output
-            exps(c0, k)
-            self._per_row("vmul", G, Y, k)
-            self._per_row("vsra", G, E, k)
-            self._output(OUT8, G, p.mult, c0, k)
+        self._pass(output)
 
     def bounded_softmax(self, X8, OUT8) -> None:
         """``intmath.softmax_rows`` on the first ``NB`` chunks of each row (``NormCode.bound``): every op over
@@ -605,8 +668,11 @@ _NB, _NB1 = GK.NT, GK.TMP
 #: three levels (r1..r13, as a GEMM kernel's; r14, r15 left alone)
 _RIN, _ROUT, _RMK = GK.AOFF, GK.OOFF, GK.ABUF
 _COUNTERS = (GK.MT, GK.WSLOT, GK.WCOL)
-assert TRIP_REG.n > max(r.n for r in (_RIN, _ROUT, _RMK, *_COUNTERS)) and not {_NB, _NB1} & {_RIN, _ROUT, _RMK,
-                                                                                            *_COUNTERS}
+#: the loop over blocks of chunks (``_NormEmitter._pass``; not with a key bound): the offsets of the block's SPM
+#: rows, gamma and beta, input, output and mask rows in DRAM (these three with the group's), and its counter
+_BS, _BG, _BIN, _BOUT, _BMK, _BCNT = GK.ACC, GK.OBUF, GK.OCOL, GK.BIAS, GK.SCALE, GK.NT
+_ALL = [_RIN, _ROUT, _RMK, *_COUNTERS, _BS, _BG, _BIN, _BOUT, _BMK, _BCNT]
+assert TRIP_REG.n > max(r.n for r in _ALL) and len(set(_ALL)) == len(_ALL) and not {_NB, _NB1} & set(_ALL[:6])
 
 
 def _const_rows(qn: QNorm, C: int) -> dict:
@@ -682,7 +748,7 @@ def lower_norm(cfg: ChipConfig, s: Schedule, k: NormKernel, qn: QNorm, tensor_ad
         code.TM, code.cb = tm, cb
         try:
             return _NormEmitter(cfg, ProgramBuilder(dry), code, acc_limit=1 << 40).run()
-        except OperandError:                        # a row beyond the ACC
+        except (OperandError, EncodeError):         # a row beyond the ACC, or more rows than an instruction's n
             return None
 
     def fits(n: int | None) -> bool:

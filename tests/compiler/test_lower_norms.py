@@ -174,3 +174,14 @@ def test_groups_of_rows_run_as_a_loop():
         cm, _, _ = _run(model, x, "tiny")
         sizes.append(len(cm.program))
     assert sizes[0] == sizes[1]
+
+
+@pytest.mark.parametrize("kind,d", [("layernorm", 768), ("softmax", 512), ("layernorm", 150)])
+def test_blocks_of_chunks_run_as_a_loop(kind, d):
+    """Rows of hundreds of chunks through the banked memories' ACC and SPM (GPT-2's 768 features: 192 chunks
+    of 4): the blocks between the first and the last run as a loop, so the code fits one page of imem."""
+    cfg = BANKED
+    rng = np.random.default_rng(d)
+    x = (rng.standard_normal((8, d)) * 1.5).astype(np.float32)
+    cm, _, _ = _run(_model(kind, d, rng), x, cfg)
+    assert len(cm.pages or [cm.program]) == 1 and len(cm.program) <= cfg.imem_words
