@@ -61,63 +61,87 @@ def interpreted() -> bool:
 
 def _t(x):
     torch, _, dev = load()
-    return torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=dev)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return torch.as_tensor(x if x.flags.writeable else x.copy(), device=dev)
 
 
 def _np(t) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
-def matmul(a: np.ndarray, b: np.ndarray, block=(32, 32, 16)) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, block=(32, 32, 16), precision: str = "ieee") -> np.ndarray:
     """(..., M, K) @ (..., K, N) in fp32 with the tiled Triton kernel; batch dims broadcast."""
-    torch, K, _ = load()
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a3 = _t(np.broadcast_to(a, batch + a.shape[-2:]).reshape(-1, *a.shape[-2:]))
     b3 = _t(np.broadcast_to(b, batch + b.shape[-2:]).reshape(-1, *b.shape[-2:]))
+    return _np(matmul_torch(a3, b3, block, precision)).reshape(batch + (a.shape[-2], b.shape[-1]))
+
+
+def matmul_torch(a3, b3, block=(32, 32, 16), precision: str = "ieee"):
+    """The matmul kernel on torch tensors already on the kernel's device: (B, M, K) @ (B, K, N)."""
+    torch, K, _ = load()
     nb, m, k = a3.shape
     n = b3.shape[-1]
     c = torch.empty((nb, m, n), dtype=torch.float32, device=a3.device)
     bm, bn, bk = block
     grid = (cdiv(m, bm), cdiv(n, bn), nb)
-    K.matmul_kernel[grid](a3, b3, c, m, n, k, *a3.stride(), *b3.stride(), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
-    return _np(c).reshape(batch + (m, n))
+    K.matmul_kernel[grid](a3, b3, c, m, n, k, *a3.stride(), *b3.stride(), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                          DOT=precision)
+    return c
 
 
 def _blocks(d: int, block_m: int, block_n: int):
     return block_m, block_n, max(16, 1 << (d - 1).bit_length())
 
 
-def flash_attention(q, k, v, causal: bool = False, block_m: int = 32, block_n: int = 32):
+def flash_attention(q, k, v, causal: bool = False, block_m: int = 32, block_n: int = 32, precision: str = "ieee"):
     """softmax(q k^T / sqrt(d)) v over (..., N, d) arrays. Returns (O, L): L is the saved log-sum-exp
     per query row that the backward pass recomputes P from."""
-    torch, K, _ = load()
-    lead, nq, d = q.shape[:-2], q.shape[-2], q.shape[-1]
-    nk = k.shape[-2]
+    d = q.shape[-1]
     qt, kt, vt = (_t(x.reshape(-1, x.shape[-2], d)) for x in (q, k, v))
-    bh = qt.shape[0]
+    o, lse = flash_attention_torch(qt, kt, vt, causal, block_m, block_n, precision)
+    return _np(o).reshape(q.shape), _np(lse).reshape(q.shape[:-1])
+
+
+def flash_attention_torch(qt, kt, vt, causal: bool = False, block_m: int = 32, block_n: int = 32,
+                          precision: str = "ieee"):
+    """The forward kernel on contiguous float32 torch tensors (BH, N, d) on the kernel's device:
+    (O, L) as tensors. ``precision``: each dot's input precision, ``"ieee"`` or ``"tf32"``."""
+    torch, K, _ = load()
+    bh, nq, d = qt.shape
     o = torch.empty_like(qt)
     lse = torch.empty((bh, nq), dtype=torch.float32, device=qt.device)
     bm, bn, bd = _blocks(d, block_m, block_n)
-    K.attn_fwd_kernel[(cdiv(nq, bm), bh)](qt, kt, vt, o, lse, 1.0 / math.sqrt(d), nq, nk, d,
-                                                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, CAUSAL=causal)
-    return _np(o).reshape(q.shape), _np(lse).reshape(lead + (nq,))
+    K.attn_fwd_kernel[(cdiv(nq, bm), bh)](qt, kt, vt, o, lse, 1.0 / math.sqrt(d), nq, kt.shape[1], d,
+                                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, CAUSAL=causal, DOT=precision)
+    return o, lse
 
 
-def flash_attention_backward(q, k, v, o, lse, do, causal: bool = False, block_m: int = 32, block_n: int = 32):
+def flash_attention_backward(q, k, v, o, lse, do, causal: bool = False, block_m: int = 32, block_n: int = 32,
+                             precision: str = "ieee"):
     """(dq, dk, dv) of ``sum(O * do)``, recomputing score blocks from q, k and the saved L."""
-    torch, K, _ = load()
-    d, nq, nk = q.shape[-1], q.shape[-2], k.shape[-2]
+    d, nq = q.shape[-1], q.shape[-2]
     qt, kt, vt, ot, dot = (_t(x.reshape(-1, x.shape[-2], d)) for x in (q, k, v, o, do))
-    lt = _t(np.reshape(lse, (-1, nq)))
+    grads = flash_attention_backward_torch(qt, kt, vt, ot, _t(np.reshape(lse, (-1, nq))), dot, causal,
+                                           block_m, block_n, precision)
+    return tuple(_np(g).reshape(x.shape) for g, x in zip(grads, (q, k, v)))
+
+
+def flash_attention_backward_torch(qt, kt, vt, ot, lt, dot, causal: bool = False, block_m: int = 32,
+                                   block_n: int = 32, precision: str = "ieee"):
+    """The backward kernels on torch tensors (as :func:`flash_attention_torch`): (dQ, dK, dV)."""
+    torch, K, _ = load()
+    bh, nq, d = qt.shape
+    nk = kt.shape[1]
     delta = (ot * dot).sum(-1).contiguous()
     dq, dk, dv = torch.empty_like(qt), torch.empty_like(kt), torch.empty_like(vt)
     bm, bn, bd = _blocks(d, block_m, block_n)
-    bh, scale = qt.shape[0], 1.0 / math.sqrt(d)
+    scale = 1.0 / math.sqrt(d)
     K.attn_bwd_dkdv_kernel[(cdiv(nk, bn), bh)](qt, kt, vt, dot, lt, delta, dk, dv, scale, nq, nk, d,
-                                                       BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, CAUSAL=causal)
+                                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, CAUSAL=causal, DOT=precision)
     K.attn_bwd_dq_kernel[(cdiv(nq, bm), bh)](qt, kt, vt, dot, lt, delta, dq, scale, nq, nk, d,
-                                                     BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, CAUSAL=causal)
-    return _np(dq).reshape(q.shape), _np(dk).reshape(k.shape), _np(dv).reshape(v.shape)
+                                             BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, CAUSAL=causal, DOT=precision)
+    return dq, dk, dv
 
 
 # ---------------------------------------------------------------------------- the Device

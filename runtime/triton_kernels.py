@@ -6,8 +6,11 @@ so the score matrix never exists in memory; it saves ``O`` and the log-sum-exp
 ``L = m + log l``. Backward recomputes each score block from Q, K and the
 saved ``L`` (``P = exp(S - L)``) instead of storing P: one kernel per key block
 accumulates dK and dV, one per query block accumulates dQ, with
-``D = rowsum(dO * O)`` precomputed. Dots use IEEE fp32 (no TF32), so the
-results can be compared with numpy at fp32 tolerances.
+``D = rowsum(dO * O)`` precomputed. Causal kernels skip the blocks the mask
+covers whole (keys after a query block's last row; queries before a key
+block's first column), about half the work. ``DOT`` is each dot's input precision:
+``"ieee"`` (full fp32, the default of the Python API, so results compare with
+numpy at fp32 tolerances) or ``"tf32"`` (tensor cores; about 1e-3 relative).
 
 Imported only by runtime/triton_backend.py, after it has decided whether to set
 TRITON_INTERPRET=1 (no CUDA device: the kernels then run on the CPU).
@@ -18,7 +21,7 @@ import triton.language as tl
 
 @triton.jit
 def matmul_kernel(A, B, C, M, N, K, sab, sam, sak, sbb, sbk, sbn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr):
     pid_m, pid_n, bat = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -29,13 +32,14 @@ def matmul_kernel(A, B, C, M, N, K, sab, sam, sak, sbb, sbk, sbn,
                     mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
         b = tl.load(B + bat * sbb + (k0 + rk)[:, None] * sbk + rn[None, :] * sbn,
                     mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b, input_precision="ieee")
+        acc += tl.dot(a, b, input_precision=DOT)
     tl.store(C + bat * M * N + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 @triton.jit
 def attn_fwd_kernel(Q, K, V, O, L, sm_scale, NQ, NK, D,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+                    DOT: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -44,13 +48,16 @@ def attn_fwd_kernel(Q, K, V, O, L, sm_scale, NQ, NK, D,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for n0 in range(0, NK, BLOCK_N):
+    hi = NK
+    if CAUSAL:   # key blocks past the last query of this block are all masked
+        hi = tl.minimum(NK, (pid_m + 1) * BLOCK_M)
+    for n0 in range(0, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv = bh * NK * D + offs_n[:, None] * D + offs_d[None, :]
         kvmask = (offs_n[:, None] < NK) & dmask
         k = tl.load(K + kv, mask=kvmask, other=0.0)
         v = tl.load(V + kv, mask=kvmask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * sm_scale
+        s = tl.dot(q, tl.trans(k), input_precision=DOT) * sm_scale
         valid = (offs_m[:, None] < NQ) & (offs_n[None, :] < NK)
         if CAUSAL:
             valid = valid & (offs_m[:, None] >= offs_n[None, :])
@@ -60,7 +67,7 @@ def attn_fwd_kernel(Q, K, V, O, L, sm_scale, NQ, NK, D,
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT)
         m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     acc = acc / l_safe[:, None]
@@ -70,7 +77,8 @@ def attn_fwd_kernel(Q, K, V, O, L, sm_scale, NQ, NK, D,
 
 @triton.jit
 def attn_bwd_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, sm_scale, NQ, NK, D,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr):
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+                         DOT: tl.constexpr):
     pid_n, bh = tl.program_id(0), tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -81,7 +89,10 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, sm_scale, NQ, NK, D,
     v = tl.load(V + kv, mask=kvmask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    for m0 in range(0, NQ, BLOCK_M):
+    lo = 0
+    if CAUSAL:   # query blocks before this block's first key are all masked
+        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
+    for m0 in range(lo, NQ, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         qo = bh * NQ * D + offs_m[:, None] * D + offs_d[None, :]
         qmask = (offs_m[:, None] < NQ) & dmask
@@ -89,22 +100,23 @@ def attn_bwd_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, sm_scale, NQ, NK, D,
         do = tl.load(DO + qo, mask=qmask, other=0.0)
         lse = tl.load(L + bh * NQ + offs_m, mask=offs_m < NQ, other=0.0)
         delta = tl.load(DELTA + bh * NQ + offs_m, mask=offs_m < NQ, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * sm_scale
+        s = tl.dot(q, tl.trans(k), input_precision=DOT) * sm_scale
         valid = (offs_m[:, None] < NQ) & (offs_n[None, :] < NK)
         if CAUSAL:
             valid = valid & (offs_m[:, None] >= offs_n[None, :])
         p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)          # S recomputed, P from the saved L
-        dv += tl.dot(tl.trans(p), do, input_precision="ieee")
-        dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+        dv += tl.dot(tl.trans(p), do, input_precision=DOT)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT)
         ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds), q, input_precision="ieee") * sm_scale
+        dk += tl.dot(tl.trans(ds), q, input_precision=DOT) * sm_scale
     tl.store(DK + kv, dk, mask=kvmask)
     tl.store(DV + kv, dv, mask=kvmask)
 
 
 @triton.jit
 def attn_bwd_dq_kernel(Q, K, V, DO, L, DELTA, DQ, sm_scale, NQ, NK, D,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+                       DOT: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -116,18 +128,21 @@ def attn_bwd_dq_kernel(Q, K, V, DO, L, DELTA, DQ, sm_scale, NQ, NK, D,
     lse = tl.load(L + bh * NQ + offs_m, mask=offs_m < NQ, other=0.0)
     delta = tl.load(DELTA + bh * NQ + offs_m, mask=offs_m < NQ, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for n0 in range(0, NK, BLOCK_N):
+    hi = NK
+    if CAUSAL:   # key blocks past the last query of this block are all masked
+        hi = tl.minimum(NK, (pid_m + 1) * BLOCK_M)
+    for n0 in range(0, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         kv = bh * NK * D + offs_n[:, None] * D + offs_d[None, :]
         kvmask = (offs_n[:, None] < NK) & dmask
         k = tl.load(K + kv, mask=kvmask, other=0.0)
         v = tl.load(V + kv, mask=kvmask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * sm_scale
+        s = tl.dot(q, tl.trans(k), input_precision=DOT) * sm_scale
         valid = (offs_m[:, None] < NQ) & (offs_n[None, :] < NK)
         if CAUSAL:
             valid = valid & (offs_m[:, None] >= offs_n[None, :])
         p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT)
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds, k, input_precision="ieee") * sm_scale
+        dq += tl.dot(ds, k, input_precision=DOT) * sm_scale
     tl.store(DQ + qo, dq, mask=qmask)

@@ -37,14 +37,18 @@ def attention_grads(q, k, v, do, causal):
     return ds @ k / math.sqrt(d), np.swapaxes(ds, -1, -2) @ q / math.sqrt(d), dv
 
 
-@pytest.mark.parametrize("shape,causal", [((2, 3, 37, 24), False), ((1, 2, 50, 16), True), ((1, 1, 16, 8), False)])
-def test_flash_attention_forward_and_backward(shape, causal):
+@pytest.mark.parametrize("shape,causal,blocks", [((2, 3, 37, 24), False, (16, 16)), ((1, 2, 50, 16), True, (16, 16)),
+                                                 ((1, 1, 16, 8), False, (16, 16)),
+                                                 # causal block skipping with unequal blocks, both ways round
+                                                 ((1, 2, 70, 16), True, (32, 16)), ((1, 1, 45, 16), True, (16, 32))])
+def test_flash_attention_forward_and_backward(shape, causal, blocks):
     rng = np.random.default_rng(sum(shape))
     q, k, v, do = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
-    o, lse = TB.flash_attention(q, k, v, causal=causal, block_m=16, block_n=16)
+    bm, bn = blocks
+    o, lse = TB.flash_attention(q, k, v, causal=causal, block_m=bm, block_n=bn)
     want, _ = attention_ref(*(x.astype(np.float64) for x in (q, k, v)), causal)
     np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-4)
-    grads = TB.flash_attention_backward(q, k, v, o, lse, do, causal=causal, block_m=16, block_n=16)
+    grads = TB.flash_attention_backward(q, k, v, o, lse, do, causal=causal, block_m=bm, block_n=bn)
     wants = attention_grads(*(x.astype(np.float64) for x in (q, k, v, do)), causal)
     for name, g, w in zip("qkv", grads, wants):
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3, err_msg=f"d{name}")
@@ -59,3 +63,23 @@ def test_triton_matmul_and_device():
     (got,) = dev.run(((x @ w).relu() @ tc.Tensor(b.T)).sum(-1))
     np.testing.assert_allclose(got, (np.maximum(a @ b, 0) @ b.T).sum(-1), rtol=1e-4, atol=1e-3)
     assert dev.backend.launches == 2
+
+
+def test_flash_attention_bench_quick_json(tmp_path):
+    """bench/flash_attention.py --quick writes its rows; every implementation agrees with float64 attention."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "fa.json"
+    r = subprocess.run([sys.executable, str(root / "bench" / "flash_attention.py"), "--quick", "--reps", "1",
+                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert [row["causal"] for row in data["rows"]] == [False, True]
+    for row in data["rows"]:
+        assert set(row["fwd_ms"]) == {"triton ieee", "triton tf32", "torch sdpa", "torch naive"}, data["notes"]
+        for name, errs in row["max_abs_err"].items():
+            tol = 1e-2 if name == "triton tf32" else 1e-4
+            assert max(errs.values()) < tol, (row["shape"], name, errs)
