@@ -1,8 +1,8 @@
 """``Device("triton")`` and the Triton kernels' Python API: ``matmul``, ``flash_attention``,
 ``flash_attention_backward`` (numpy arrays in and out).
 
-Triton needs torch (tensors and the launcher); neither is a project dependency
-(``pip install -e '.[gpu]'`` plus a torch build for the machine). With no CUDA
+Triton needs torch (tensors and the launcher); both are optional: the ``torch`` extra
+brings both (``pip install -e '.[torch]'``; on a GPU machine a torch build for its CUDA). With no CUDA
 device the kernels run under Triton's interpreter on the CPU
 (``TRITON_INTERPRET=1``, set here before the kernels are defined): slow, but the
 same kernel code, which is how the tests check them on machines without a GPU.

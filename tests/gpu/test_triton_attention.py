@@ -1,5 +1,5 @@
 """Triton kernels against numpy: FlashAttention forward and gradients, the matmul, Device("triton").
-Needs triton and torch (not project dependencies): skipped otherwise. Without a CUDA GPU the
+Needs triton and torch (the `torch` extra): skipped otherwise. Without a CUDA GPU the
 kernels run under TRITON_INTERPRET=1 on the CPU."""
 import math
 import os
