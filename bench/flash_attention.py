@@ -44,7 +44,7 @@ def _flops(shape, causal: bool) -> float:
     return 4.0 * b * h * n * n * d / (2 if causal else 1)
 
 
-def _timer(torch, cuda: bool, reps: int):
+def _timer(cuda: bool, reps: int):
     if cuda:
         from triton.testing import do_bench  # noqa: PLC0415
         return lambda fn: do_bench(fn, warmup=10, rep=max(25, 10 * reps), return_mode="median")
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
         print("flash_attention: no CUDA GPU (the Triton kernels would run interpreted); use --quick",
               file=sys.stderr)
         return 2
-    timer = _timer(torch, cuda, args.reps)
+    timer = _timer(cuda, args.reps)
     blocks = BLOCKS_GPU if cuda else BLOCKS_CPU
     notes: dict[str, str] = {}
     device = torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter)"
