@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -45,19 +44,12 @@ def _flops(shape, causal: bool) -> float:
 
 
 def _timer(cuda: bool, reps: int):
+    """fn -> milliseconds: ``do_bench``'s median on a GPU, else bench/gpu_compare.py's median of warm runs."""
     if cuda:
         from triton.testing import do_bench  # noqa: PLC0415
         return lambda fn: do_bench(fn, warmup=10, rep=max(25, 10 * reps), return_mode="median")
-
-    def cpu(fn):
-        fn()
-        ts = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        return 1e3 * statistics.median(ts)
-    return cpu
+    from bench.gpu_compare import median_seconds  # noqa: PLC0415
+    return lambda fn: 1e3 * median_seconds(fn, reps)
 
 
 def _naive(torch, q, k, v, causal):

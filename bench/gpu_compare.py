@@ -40,7 +40,8 @@ def _devices():
     return devs, notes
 
 
-def _time(fn, reps: int) -> float:
+def median_seconds(fn, reps: int) -> float:
+    """Median wall time of ``reps`` calls of ``fn`` after one untimed call (which compiles kernels)."""
     fn()  # warm-up: compiles kernels
     ts = []
     for _ in range(reps):
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
         row = {"workload": name, "ms": {}, "max_abs_err": {}}
         for dname, dev in devs.items():
             try:
-                row["ms"][dname] = 1e3 * _time(lambda dev=dev, build=build: dev.run(build()), reps)
+                row["ms"][dname] = 1e3 * median_seconds(lambda dev=dev, build=build: dev.run(build()), reps)
                 row["max_abs_err"][dname] = float(np.abs(dev.run(build())[0] - ref).max())
             except Exception as e:  # noqa: BLE001  (a backend failing one workload is reported, not fatal)
                 notes.setdefault(f"{dname}: {name}", f"{type(e).__name__}: {e}")
