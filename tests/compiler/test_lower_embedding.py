@@ -20,14 +20,6 @@ LINEAR_BOUND = 0.04
 DECODER_BOUND = 0.05
 
 
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Each test's parameters from one seed: the models' default initialisation draws from the frontend's
-    generator, whose state otherwise depends on the tests a worker ran before (the error bounds are
-    measured on these draws)."""
-    tc.manual_seed(0)
-
-
 class EmbedLinear(tc.nn.Module):
     def __init__(self, V, d, n):
         self.emb = tc.nn.Embedding(V, d)
