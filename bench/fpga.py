@@ -45,7 +45,7 @@ from rtl.fpga.devices import DEVICES  # noqa: E402
 from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, banked_config, default_banks, estimate,  # noqa: E402
                           estimate_array, fpga_config, fpga_memory, parse_banks)
 from rtl.fpga.flow import FlowError, built_mac, synth, synth_array  # noqa: E402
-from rtl.mem import BANKED, IMPLS  # noqa: E402
+from rtl.mem import BANKED, FPGA_IMPL, IMPLS  # noqa: E402
 
 CONFIGS = ["tiny", "small", "base"]
 TARGETS = ["ecp5-25k", "ecp5-85k", "ice40-up5k"]
@@ -81,7 +81,7 @@ def _reused(path: Path, name: str, devname: str, mac: str | None, mem: str | Non
 THROUGHPUT = ("gemm 512x512x512", "digits cnn")
 
 
-def utilization(name: str, mem: str = "lvt", memories: dict | None = None) -> dict[str, float]:
+def utilization(name: str, mem: str, memories: dict | None = None) -> dict[str, float]:
     """Ideal utilization of THROUGHPUT's models on preset ``name`` with ``memories`` (a row's: depths
     and, for a banked build, bank rows; default the FPGA memories with ``banked_config``'s banks).
     DRAM grows to hold the model (the board's block-RAM DRAM is the host's buffer; the chip's cycles
@@ -123,7 +123,7 @@ def _measured(row, rep: dict, seconds=None):
     return row
 
 
-def run_one(name, devname, *, pnr, freq, out, timeout, fpga_mem=True, tools=True, reuse=False, mem="lvt",
+def run_one(name, devname, *, pnr, freq, out, timeout, mem, fpga_mem=True, tools=True, reuse=False,
             banks=None, depths=None):
     """One whole chip: ``fpga_mem`` the FPGA memories (else the preset's), ``depths`` smaller ones
     ({"spm_rows": .., "acc_rows": ..}), ``banks`` ((SPM, ACC) bank counts) for ``banked_config``."""
@@ -266,7 +266,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the fit model's estimates only (no tools)")
     ap.add_argument("--reuse", action="store_true", help="reuse OUT/*/report.json of matching earlier runs")
     ap.add_argument("--full-mem", action="store_true", help="the presets' memories (default: --fpga-mem depths)")
-    ap.add_argument("--mem", choices=IMPLS, default="lvt", help="SPM/ACC implementation (rtl/mem.py)")
+    ap.add_argument("--mem", choices=IMPLS, default=FPGA_IMPL,
+                    help=f"SPM/ACC implementation (rtl/mem.py; default {FPGA_IMPL})")
     ap.add_argument("--banks", type=parse_banks, default=None, metavar="N|S,A",
                     help="--mem banked/banked-bram: SPM and ACC each in N banks, or S SPM and A ACC banks "
                          "(rtl.fpga.fit.banked_config)")

@@ -68,11 +68,15 @@ from isa.ints import clog2
 
 from .logic import any_of
 
-__all__ = ["RowMemory", "IMPLS", "BANKED", "LUTRAM_DEPTH", "table_bits"]
+__all__ = ["RowMemory", "IMPLS", "BANKED", "FPGA_IMPL", "LUTRAM_DEPTH", "table_bits"]
 
 IMPLS = ("flat", "lvt", "lvt-bram", "banked", "banked-bram")
 #: the implementations built from the config's banks of rows (``bank_rows``)
 BANKED = ("banked", "banked-bram")
+#: what ``tetrachip fpga build/synth`` and bench/fpga.py build SPM and ACC as without ``--mem``: banks
+#: of one write port each, no live-value table (a config without banks of its own gets
+#: ``rtl.fpga.fit.default_banks``; programs must keep different units' writes in different banks)
+FPGA_IMPL = "banked"
 #: rows of an FPGA LUT RAM cell (ECP5 DPR16X4): registered-read banks this shallow use LUT RAM
 LUTRAM_DEPTH = 16
 

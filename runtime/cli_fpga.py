@@ -79,7 +79,7 @@ def _mac(mac: str, cfg, dev) -> str:
     return kind + ("+reg2" if mac == "auto" else "")
 
 
-def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str = "lvt",
+def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str,
          banks: tuple[int, int] | None = None):
     from rtl.fpga.fit import banked_config, fpga_config, fpga_memory
     from rtl.mem import BANKED
@@ -118,16 +118,15 @@ BANKS = _Banks()
 
 
 def _mem_options(f):
-    from rtl.mem import IMPLS  # noqa: PLC0415
-    f = click.option("--mem", "mem_impl", type=click.Choice(IMPLS), default="lvt", show_default=True,
-                     help="SPM/ACC: lvt = a bank of block or LUT RAM per write/read port pair and a live-value "
-                          "table; lvt-bram = the same with every registered-read bank in block RAM (frees "
-                          "logic slices on a full device); banked = SPM in 4 banks, ACC in banks of 16 rows, "
-                          "at least 4 (the "
-                          "config's own if it has them; else --banks), a copy per read port, one writer per bank at "
-                          "a time "
-                          "(programs must not have two units write one bank at once); banked-bram = the same "
-                          "in block RAM; flat = one memory with every port (flip-flops on an FPGA; see "
+    from rtl.mem import FPGA_IMPL, IMPLS  # noqa: PLC0415
+    f = click.option("--mem", "mem_impl", type=click.Choice(IMPLS), default=FPGA_IMPL, show_default=True,
+                     help="SPM/ACC: banked = SPM in 4 banks, ACC in banks of 16 rows, at least 4 (the config's "
+                          "own if it has them; else --banks), a copy per read port, one writer per bank at a time "
+                          "(programs must not have two units write one bank at once; the simulator stops them "
+                          "with RACE on the same config); banked-bram = the same in block RAM; lvt = a bank of "
+                          "block or LUT RAM per write/read port pair and a live-value table (any program); "
+                          "lvt-bram = the same with every registered-read bank in block RAM (frees logic slices "
+                          "on a full device); flat = one memory with every port (flip-flops on an FPGA; see "
                           "docs/fpga.md)")(f)
     f = click.option("--banks", type=BANKS, default=None,
                      help="--mem banked/banked-bram: SPM and ACC each in N banks, or S,A: S SPM banks and A ACC "
@@ -136,8 +135,9 @@ def _mem_options(f):
     f = click.option("--acc-rows", type=click.IntRange(min=1), default=None, help="smaller ACC (rows)")(f)
     f = click.option("--spm-rows", type=click.IntRange(min=1), default=None, help="smaller SPM (rows)")(f)
     f = click.option("--fpga-mem", is_flag=True,
-                     help="SPM 64 rows, ACC 16 rows, imem 1024 words; with --mem banked/banked-bram SPM 256 rows "
-                          "in 4 block RAM banks and ACC 64 in 4 LUT RAM banks (fits every ECP5; see docs/fpga.md)")(f)
+                     help="smaller memories (fit every ECP5; see docs/fpga.md): with --mem banked/banked-bram SPM 256 "
+                          "rows in 4 block RAM banks and ACC 64 in 4 LUT RAM banks; with lvt/lvt-bram/flat SPM 64 "
+                          "rows and ACC 16; imem 1024 words")(f)
     return f
 
 

@@ -146,10 +146,13 @@ def test_tiny_synthesises_for_ecp5(tmp_path):
     """The whole FPGA top of ``tiny`` (chip, DRAM in block RAM, UART host link) through Yosys
     (``TETRACHIP_FPGA_PNR=1``: and nextpnr): a change that breaks synthesis or blows up the area
     fails here. The resources must agree with the fit model (rtl/fpga/fit.py) that guards
-    ``fpga build``: LUT and FF within 25%, hard multipliers and block RAMs exactly."""
+    ``fpga build``: LUT and FF within 25%, hard multipliers and block RAMs exactly. Without ``--mem``
+    the flow builds the banked memories (``rtl.mem.FPGA_IMPL``, no live-value table) at their
+    ``--fpga-mem`` depths, in the banks the report names."""
     from isa import ChipConfig
     from rtl.fpga.devices import DEVICES
-    from rtl.fpga.fit import FPGA_MEMORY, estimate, fpga_config
+    from rtl.fpga.fit import banked_config, estimate, fpga_config, fpga_memory
+    from rtl.mem import BANKED, FPGA_IMPL
     from runtime.cli import main
     pnr = os.environ.get("TETRACHIP_FPGA_PNR") == "1"
     args = ["fpga", "synth", "--config", "tiny", "--device", "ecp5-85k", "--fpga-mem", "--mac", "dsp",
@@ -157,8 +160,11 @@ def test_tiny_synthesises_for_ecp5(tmp_path):
     r = CliRunner().invoke(main, args + ([] if pnr else ["--no-pnr"]))
     assert r.exit_code == 0, r.output
     rep = json.loads((tmp_path / "r.json").read_text())
-    est = estimate(fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY), DEVICES["ecp5-85k"], mac="dsp", mem="lvt")
-    assert rep["mem"] == "lvt"
+    assert FPGA_IMPL in BANKED and rep["mem"] == FPGA_IMPL
+    cfg = banked_config(fpga_config(ChipConfig.preset("tiny"), **fpga_memory(FPGA_IMPL)), FPGA_IMPL)
+    banks = {k: getattr(cfg, k) for k in ("spm_bank_rows", "acc_bank_rows")}
+    assert {k: rep["memories"][k] for k in banks} == banks, rep["memories"]
+    est = estimate(cfg, DEVICES["ecp5-85k"], mac="dsp", mem=FPGA_IMPL)
     assert 0.75 * est.luts <= rep["luts"] <= 1.25 * est.luts, (rep, est)
     assert 0.75 * est.ffs <= rep["ffs"] <= 1.25 * est.ffs, (rep, est)
     assert rep["dsps"] == est.dsps, (rep, est)     # the 4x4 products, the VPU lanes', the issue stage's
@@ -175,7 +181,7 @@ def test_fpga_cli_refuses_too_big_before_building(tmp_path):
     assert r.exit_code == 1
     assert "does not fit ecp5-25k" in r.output and "needed >" in r.output
     assert not (tmp_path / "b" / "top.il").exists()      # refused before any tool ran
-    assert "try --fpga-mem" in r.output                   # full-depth memories: the hint applies
+    assert "--fpga-mem" in r.output.split("try ", 1)[1]   # full-depth memories: the hint applies
 
 
 def test_fpga_cli_too_big_with_fpga_mem_does_not_suggest_it(tmp_path):
