@@ -49,11 +49,28 @@ class _Host:
 
 
 def test_host_link_runs_gemm_tiled():
-    prog = assemble_file(ROOT / "examples/gemm_tiled.s")
+    _gemm_tiled(HostCore(TINY, dram_bytes=1 << 12))
+
+
+def test_default_board_build_runs_gemm_tiled():
+    """The chip ``tetrachip fpga build --config tiny --fpga-mem`` builds: SPM and ACC as banks
+    (``rtl.mem.FPGA_IMPL``, no live-value table) at the banked ``--fpga-mem`` depths, and the
+    products as ECP5 MULT18X18D blocks with their registers (``--mac auto`` gives every product of
+    tiny on the 85k a hard multiplier, ``dsp+reg2``; the blocks as their simulation model)."""
+    from rtl.fpga.fit import banked_config, fpga_config, fpga_memory
+    from rtl.mac import fpga_primitives
+    from rtl.mem import FPGA_IMPL
+    cfg = banked_config(fpga_config(TINY, **fpga_memory(FPGA_IMPL)), FPGA_IMPL)
+    assert cfg.spm_bank_rows > 1 and cfg.acc_bank_rows > 1
+    with fpga_primitives("ecp5", model=True):
+        _gemm_tiled(HostCore(cfg, mac="dsp+reg2", mem=FPGA_IMPL, dram_bytes=1 << 12))
+
+
+def _gemm_tiled(dut):
+    prog = assemble_file(ROOT / "examples/gemm_tiled.s", dut.cfg)
     rng = np.random.default_rng(5)
     A = rng.integers(-128, 128, (8, 8)).astype(np.int8)
     B = rng.integers(-128, 128, (8, 8)).astype(np.int8)
-    dut = HostCore(TINY, dram_bytes=1 << 12)
 
     async def bench(ctx):
         ctx.set(dut.tx_ready, 1)
