@@ -584,7 +584,8 @@ for name, f, plain, inp in workloads:
     ref = plain(inp)
     row["ms"][PLAIN] = 1e3 * gpu_compare.median_seconds(lambda plain=plain, inp=inp: plain(inp), REPS)
     for dname, dev in devs.items():
-        row["ms"][dname] = 1e3 * gpu_compare.median_seconds(lambda dev=dev, f=f, inp=inp: dev.run(f(tc.Tensor(inp))), REPS)
+        row["ms"][dname] = 1e3 * gpu_compare.median_seconds(
+            lambda dev=dev, f=f, inp=inp: dev.run(f(tc.Tensor(inp))), REPS)
         assert np.allclose(dev.run(f(tc.Tensor(inp)))[0], ref, atol=1e-3), (dname, name)
     for label, cfg, mhz in CHIPS:
         if cfg.name not in row["cycles"]:
