@@ -155,7 +155,7 @@ def fpga_cmd() -> None:
 
 
 @fpga_cmd.command("build")
-@click.option("--config", "config", type=CONFIG, default="small", show_default=True, help=CONFIG_HELP)
+@click.option("--config", "config", type=CONFIG, default="tiny", show_default=True, help=CONFIG_HELP)
 @click.option("--board", required=True,
               type=click.Choice(sorted(__import__("rtl.fpga.devices", fromlist=["BOARDS"]).BOARDS)))
 @click.option("--freq", "freq", type=PositiveFloat(), default=None,
