@@ -23,6 +23,12 @@ Conventions shared by every collective here:
 * No fence inside: units are ordered by tokens only (LRX -> VPU -> LTX for a reduction,
   LRX -> LTX to forward a received chunk, VPU -> LRX to free a scratch slot), so the transfer of
   one chunk overlaps the add of another.
+* Banks (``cfg.acc_bank_rows`` > 1; docs/microarchitecture.md section 4: two units writing one bank
+  at once race): a reduction's receives (LRX) write the scratch while its adds (VPU) write the
+  blocks, so the scratch must lie in banks of its own (``reduce_scatter``, ``all_reduce`` refuse it
+  otherwise with ValueError; ``scratch_row`` gives the first row that does); ``all_reduce`` fences
+  the VPU between its two halves there (the all-gather's receives write the blocks' banks), which
+  its closed form (``isa.timing.all_reduce_cycles``, configs without banks) does not count.
 
 The cycles of each collective (a program made of it followed by ``halt``) are
 ``isa.timing.*_cycles``; the derivation is in docs/microarchitecture.md, "Collectives".
@@ -130,6 +136,22 @@ def _reduce(e: ProgramBuilder, rank: int, n: int, block_at: list[int], parts: li
                wait="lrx", signal="|".join(s for s in sig if s) or None)
 
 
+def scratch_row(cfg, end: int) -> int:
+    """The first ACC row at or after ``end`` (the blocks' end) that a reduction's scratch may start at:
+    ``end`` itself, or the next bank's first row on a config with ACC banks."""
+    b = cfg.acc_bank_rows
+    return end + (-end) % b if b > 1 else end
+
+
+def _check_scratch(e: ProgramBuilder, lo: int, hi: int, scratch: int, rows: int) -> None:
+    """ValueError when the scratch ``scratch .. + rows`` shares an ACC bank with the blocks ``lo .. hi``."""
+    b = e.config.acc_bank_rows
+    if b > 1 and rows and hi > lo and scratch // b <= (hi - 1) // b and lo // b <= (scratch + rows - 1) // b:
+        raise ValueError(f"scratch ACC rows {scratch}..{scratch + rows - 1} share a bank of {b} rows with the blocks "
+                         f"(rows {lo}..{hi - 1}): the receives and the adds would write one bank at once; "
+                         f"put the scratch at {scratch_row(e.config, hi)} or beyond")
+
+
 def _fence(e: ProgramBuilder, fence: bool) -> None:
     if fence:
         e.emit("fence", "all")
@@ -161,6 +183,7 @@ def reduce_scatter(e: ProgramBuilder, rank: int, n: int, base: int, chunk_rows: 
     if n == 1:
         return
     sizes = [chunk_rows] * n
+    _check_scratch(e, base, base + n * chunk_rows, scratch, chunk_rows)
     c, parts = _chunks(e, Space.ACC, sizes, chunks)
     _reduce(e, rank, n, offsets_from(base, sizes), parts, c, scratch, ports, False)
     _fence(e, fence)
@@ -177,9 +200,12 @@ def all_reduce(e: ProgramBuilder, rank: int, n: int, base: int, rows: int, scrat
     if n == 1 or rows == 0:
         return
     sizes = split(rows, n)
+    _check_scratch(e, base, base + rows, scratch, max(sizes))
     c, parts = _chunks(e, Space.ACC, sizes, chunks)
     at = offsets_from(base, sizes)
     _reduce(e, rank, n, at, parts, c, scratch, ports, True)
+    if e.config.acc_bank_rows > 1:              # the gather's receives write the banks the last adds write
+        e.emit("fence", "vpu")
     _gather(e, rank, n, Space.ACC, at, parts, c, ports, "vpu")
     _fence(e, fence)
 
@@ -194,6 +220,7 @@ def reduce_scatter_rows(e: ProgramBuilder, rank: int, n: int, base: int, rows: i
     if n == 1 or rows == 0:
         return
     sizes = split(rows, n)
+    _check_scratch(e, base, base + rows, scratch, max(sizes))
     c, parts = _chunks(e, Space.ACC, sizes, chunks)
     _reduce(e, rank, n, offsets_from(base, sizes), parts, c, scratch, ports, False)
     _fence(e, fence)
@@ -238,5 +265,5 @@ def _check(rank: int, n: int) -> None:
         raise ValueError(f"rank {rank} is not a chip of a ring of {n}")
 
 
-__all__ = ["send", "recv", "all_gather", "reduce_scatter", "all_reduce", "all_gather_torus", "split",
+__all__ = ["send", "recv", "scratch_row", "all_gather", "reduce_scatter", "all_reduce", "all_gather_torus", "split",
            "reduce_scatter_rows", "all_gather_rows", "RING_PORTS"]

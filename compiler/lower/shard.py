@@ -49,7 +49,7 @@ from isa.table import Space
 from isa.program import DRAM_ALIGN, Program
 
 from compiler.lower import transformer
-from compiler.lower.collectives import all_gather_rows, recv, reduce_scatter_rows, send, split
+from compiler.lower.collectives import all_gather_rows, recv, reduce_scatter_rows, scratch_row, send, split
 from compiler.lower.compiled import named_feeds
 from compiler.lower.dispatch import check_inputs, compile_model
 from compiler.lower.emit import emit_program
@@ -582,6 +582,8 @@ class AllReduce:
         self.NT = cdiv(red.N, C)
         by_acc = (cfg.acc_rows - cdiv(M, n) - 1) // (M + 1)        # a tile's sums and its scale row, the scratch
         self.G = min(self.NT, by_acc, (region[1] - region[0]) // M)
+        while self.G > 0 and self._scratch(self.G) + cdiv(self.G * M, n) > cfg.acc_rows:    # banks: the scratch
+            self.G -= 1                                                                      # in banks of its own
         if self.G < 1:
             raise ChipCompileError(f"{self.name}: {M} rows of partial sums do not fit ACC ({cfg.acc_rows} rows) or "
                                    f"the free SPM ({region[1] - region[0]} rows)")
@@ -594,8 +596,13 @@ class AllReduce:
         """The reduce-scatter of N tiles ``t0..t1-1``: their ``(t1 - t0) * M`` ACC rows from row 0 (a scale row each
         after them, then the scratch), ``CHUNKS`` chunks a block; ``isa.timing.reduce_scatter_cycles``."""
         g = t1 - t0
-        reduce_scatter_rows(e, self.rank, self.n, 0, g * self.red.M, g * self.red.M + g, chunks=self.CHUNKS,
+        reduce_scatter_rows(e, self.rank, self.n, 0, g * self.red.M, self._scratch(g), chunks=self.CHUNKS,
                             ports=self.ports)
+
+    def _scratch(self, g: int) -> int:
+        """The reduce-scatter's scratch for ``g`` N tiles: after their sums and scale rows, in a bank of its own on
+        a config with ACC banks (``collectives.scratch_row``)."""
+        return scratch_row(self.cfg, g * self.red.M + g)
 
     def emit_gather(self, e, t0: int, t1: int) -> None:
         """The all-gather of the requantized rows of N tiles ``t0..t1-1`` (SPM rows from ``spm``);
@@ -965,13 +972,11 @@ def _interleaved_program(c, V, n, M, S, stages, live, inputs, outs, producer, in
 
 
 def _exchange_rows(cfg: ChipConfig, zero: int | None) -> tuple:
-    """Four chunk buffers in SPM (two to send from, two to receive into) and the rows of one, clear of the zero
-    rows: the same on every chip (the ends of a link cut their transfers alike)."""
-    lo, hi = _free_spm(cfg, zero)
-    h = min((hi - lo) // 4, CHUNK_ROWS)
-    if h < 1:
-        raise ChipCompileError(f"config {cfg.name!r}: no SPM rows free for link exchanges")
-    return lo, lo + h, lo + 2 * h, lo + 3 * h, h
+    """Four chunk buffers in SPM (two to send from, written by the load unit, two to receive into, written by the
+    link receiver; ``_buffer_rows``) and the rows of one, clear of the zero rows: the same on every chip (the ends
+    of a link cut their transfers alike)."""
+    a, b, h = _buffer_rows(cfg, zero, 2, "link exchanges")
+    return a, a + h, b, b + h, h
 
 
 def _balance(cost: list[int], n: int) -> list[int]:
@@ -1013,13 +1018,31 @@ def _free_spm(cfg: ChipConfig, zero: int | None) -> tuple[int, int]:
     return max([(0, zero), (zero + zero_rows(cfg), cfg.spm_rows)], key=lambda r: r[1] - r[0])
 
 
-def _glue_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int, int]:
-    """Two chunk buffers in SPM (first rows of each) and the rows of one, clear of the zero rows."""
+def _buffer_rows(cfg: ChipConfig, zero: int | None, per: int, what: str) -> tuple[int, int, int]:
+    """The first rows of two groups of ``per`` chunk buffers in SPM and the rows ``h`` of one (a group's buffers
+    back to back), clear of the zero rows. Two different units may write the groups at once (an all-gather's
+    load and receive, an exchange's loads and receives), so on a config with SPM banks (``cfg.spm_bank_rows``;
+    docs/microarchitecture.md section 4) each group starts a bank and takes whole banks."""
     lo, hi = _free_spm(cfg, zero)
-    h = min((hi - lo) // 2, CHUNK_ROWS)
+    bank = cfg.spm_bank_rows
+    if bank > 1:
+        lo = align_up(lo, bank)
+        span = (hi - lo) // 2 // bank * bank
+        h = min(span // per, CHUNK_ROWS)
+        if h < 1:
+            raise ChipCompileError(f"config {cfg.name!r}: {what} need two SPM banks (of {bank} rows) clear of the "
+                                   f"zero rows")
+        return lo, lo + span, h
+    h = min((hi - lo) // (2 * per), CHUNK_ROWS)
     if h < 1:
-        raise ChipCompileError(f"config {cfg.name!r}: no SPM rows free for link transfers")
-    return lo, lo + h, h
+        raise ChipCompileError(f"config {cfg.name!r}: no SPM rows free for {what}")
+    return lo, lo + per * h, h
+
+
+def _glue_rows(cfg: ChipConfig, zero: int | None) -> tuple[int, int, int]:
+    """Two chunk buffers in SPM (first rows of each) and the rows of one, clear of the zero rows (``_buffer_rows``:
+    in banks of their own on a config with banks)."""
+    return _buffer_rows(cfg, zero, 1, "link transfers")
 
 
 class Glue:

@@ -306,6 +306,35 @@ def test_event_loop_work_is_linear_in_chips(monkeypatch):
     assert busy[64] - busy[8] <= (64 - 8) * 100
 
 
+
+#: tiny with ACC in four banks of 64 rows (SPM in four of 256): two units writing one bank at once race
+#: (docs/microarchitecture.md section 4); ``SCRATCH`` is the first row of the third ACC bank
+TINY_BANKED = ChipConfig.preset("tiny").replace(name="tiny-banked", spm_bank_rows=256, acc_bank_rows=64)
+
+
+@pytest.mark.parametrize("n,rows,chunks", [(2, 16, 2), (4, 32, 2), (3, 13, 2), (4, 8, 1)])
+def test_all_reduce_on_banks_is_exact_and_fences_between_its_halves(n, rows, chunks):
+    """The all-gather half's receives write the blocks' bank while the last adds still write it: on banks the
+    VPU is fenced between the halves (the run would stop with RACE otherwise), so the run takes at least the
+    cycles of the same all-reduce without banks."""
+    banked = run_all_reduce(TINY_BANKED, n, rows, chunks)
+    assert banked >= run_all_reduce("tiny", n, rows, chunks)
+
+
+def test_reduce_scatter_on_banks_with_its_scratch_in_a_bank_of_its_own():
+    assert run_reduce_scatter(TINY_BANKED, 4, 4, 2) == run_reduce_scatter("tiny", 4, 4, 2)
+
+
+def test_scratch_sharing_a_bank_with_the_blocks_is_refused():
+    assert co.scratch_row(TINY_BANKED, 16) == 64 and co.scratch_row(TINY_BANKED, 64) == 64
+    assert co.scratch_row(ChipConfig.preset("tiny"), 16) == 16
+    for fn in (lambda e: co.reduce_scatter(e, 0, 2, 0, 8, 32),
+               lambda e: co.reduce_scatter_rows(e, 0, 2, 0, 16, 40),
+               lambda e: co.all_reduce(e, 1, 4, 64, 32, 100)):
+        with pytest.raises(ValueError, match="share a bank of 64 rows"):
+            fn(ProgramBuilder(TINY_BANKED))
+        fn(ProgramBuilder(ChipConfig.preset("tiny")))          # no banks: any scratch outside the blocks
+
 @pytest.mark.slow
 def test_64_chips_all_gather_and_wall_time_linear_in_chips():
     """64 chips run an all-gather (data and closed-form cycles), and the simulator's wall time grows no
