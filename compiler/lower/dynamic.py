@@ -126,11 +126,15 @@ def _affine(rows: np.ndarray, nmax: int) -> int | None:
     return step if np.array_equal(blk, want) else None
 
 
-def _per_tile(Mt: int, blk: int, nmax: int, what: str) -> int:
+def _per_tile(Mt: int, blk: int, nmax: int, what: str, bank: int = 1) -> int:
+    """Batch elements an M tile of at most ``Mt`` rows holds (a divisor of ``nmax``): the most whose rows are a
+    whole number of ``bank`` rows (an ACC bank: the MXU writes one region while the VPU or a bias load may
+    write the other, docs/microarchitecture.md section 4), else the most."""
     cap = Mt // blk
     if cap < 1:
         raise ChipCompileError(f"{what}: one batch element is {blk} rows, more than an M tile ({Mt} rows)")
-    return max(d for d in range(1, min(cap, nmax) + 1) if nmax % d == 0)
+    fits = [d for d in range(1, min(cap, nmax) + 1) if nmax % d == 0]
+    return max([d for d in fits if d * blk % bank == 0] or fits)
 
 
 def fit_gemm(cfg, tl, M: int, a_rows, out_rows, nmax: int, what: str, out_int8: bool, bias: bool):
@@ -140,7 +144,7 @@ def fit_gemm(cfg, tl, M: int, a_rows, out_rows, nmax: int, what: str, out_int8: 
         raise ChipCompileError(f"{what}: its rows are not batch-major in the symbolic dimension "
                                f"(M = {M}, maximum {nmax}), so one loop body cannot serve every batch size")
     blk = M // nmax
-    d = _per_tile(tl.Mt, blk, nmax, what)
+    d = _per_tile(tl.Mt, blk, nmax, what, max(1, cfg.acc_bank_rows))
     Mt, MT = d * blk, nmax // d
     ostage = 2 if out_int8 else 0
     w_rows = tl.spm_rows - tl.nbuf * tl.KT * tl.Mt - ostage * tl.Mt

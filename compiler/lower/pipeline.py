@@ -276,6 +276,16 @@ class CompiledModel(Compiled):
 
 # ---------------------------------------------------------------------------------------------- lowering
 
+def _more_reserve(cfg: ChipConfig, have: int, zeros: bool) -> int | None:
+    """The next ``spm_reserve`` to lower with when the on-chip plan did not fit beside ``have`` reserved rows
+    (None: no larger one helps): the zero rows, if the program has them; then, on a config with SPM banks, a
+    whole bank (with the zero rows in it), since a GEMM's output staging, which the VPU writes, takes a bank
+    apart from the A tiles and weights the load unit writes (``compiler.lower.planner``)."""
+    z = zero_rows(cfg) if zeros else 0
+    steps = [z] + ([align_up(max(z, 1), cfg.spm_bank_rows)] if cfg.spm_bank_rows > 1 else [])
+    return min((r for r in steps if r > have), default=None)
+
+
 def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=None, searcher=None,
                    dram_base: int = 0, blocks: bool | frozenset = True, resident_inputs: bool = False,
                    paged: bool = False, key_bound=None, borders_always: bool = False,
@@ -300,7 +310,7 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     what); the others run whole. ``shard`` ``(c, n, plan)``: also the Megatron-style pairs of ``plan``
     (``TensorPlan``). ``spm_reserve``: SPM rows the GEMM kernels' tilings leave free (the zero rows of the
     borders, ``zero_rows``, which stay reserved for the whole program: when the on-chip plan does not fit
-    beside them, the model is lowered once more with them left free)."""
+    beside them, the model is lowered once more with them left free; ``_more_reserve``)."""
     full_shard = shard
     tp = shard[2] if shard is not None and len(shard) > 2 else TensorPlan()
     shard = tuple(shard[:2]) if shard is not None else None
@@ -471,10 +481,11 @@ def lower_schedule(q: QSchedule, cfg: ChipConfig, names, single, n_out, spec=Non
     try:
         fences, splan, aplan = _plan_onchip(cfg, spm_bufs + zeros, acc_bufs, after)
     except ChipCompileError:
-        if not zeros or spm_reserve:
+        more = _more_reserve(cfg, spm_reserve, bool(zeros))
+        if more is None:
             raise
         return lower_schedule(q, cfg, names, single, n_out, spec, searcher, dram_base, blocks, resident_inputs,
-                              paged, key_bound, borders_always, full_shard, spm_reserve=zero_rows(cfg))
+                              paged, key_bound, borders_always, full_shard, spm_reserve=more)
     for i, kc in enumerate(codes):
         if hasattr(kc, "place"):                 # compiler.lower.bmm_lower: several GEMMs share the kernel's buffers
             kc.place(splan.offsets, aplan.offsets, i)

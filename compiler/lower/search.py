@@ -43,7 +43,7 @@ from isa.ints import cdiv
 from compiler.lower.tiling import Tiling
 
 BEAM = 3
-VERSION = 2
+VERSION = 3
 #: loop orders the search tries (``Tiling.order``); ``("mnk",)`` searches tilings only
 ORDERS = ("mnk", "nmk")
 #: simulator invocations and cache behaviour since import (tests read it)
@@ -63,9 +63,12 @@ def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf:
     ``MT`` (every M tile its own A buffer: later columns reuse the A tiles)."""
     R = cfg.rows
     M, KT = base.M, base.KT
-    # weight slots (compiler.lower.emit.weight_mode): whole N tiles' worth, or a ring that KT fills evenly
-    if not 1 <= Mt <= M or NB < 1 or (NB % KT if NB >= KT else KT % NB) or order not in ("mnk", "nmk"):
+    # weight slots (compiler.lower.emit.weight_mode): whole N tiles' worth, or a ring that KT fills evenly;
+    # M tiles up to M (the default's may be longer: a whole ACC bank)
+    if not 1 <= Mt <= max(M, base.Mt) or NB < 1 or (NB % KT if NB >= KT else KT % NB) or order not in ("mnk", "nmk"):
         return None
+    if cfg.acc_bank_rows > 1 and Mt % cfg.acc_bank_rows:
+        return None                               # banks: M tiles of whole ACC banks (tiling._bank_aligned)
     MT = cdiv(M, Mt)
     if order == "nmk" and NB != KT:
         return None
@@ -79,11 +82,19 @@ def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf:
         return None                               # a single A buffer needs the store->load gate
     ostage = 2 if out_int8 else 0
     scale_rows = base.acc_rows - 2 * base.Mt
-    spm = nbuf * KT * Mt + NB * R + ostage * Mt
+    spm = _staging_at(cfg, nbuf * KT * Mt + NB * R) + ostage * Mt
     acc = 2 * Mt + scale_rows
     if spm > cfg.spm_rows or acc > cfg.acc_rows:
         return None
     return replace(base, Mt=Mt, MT=MT, nbuf=nbuf, NB=NB, spm_rows=spm, acc_rows=acc, order=order)
+
+
+def _staging_at(cfg, loaded: int) -> int:
+    """The output staging's first SPM row after ``loaded`` rows of A tiles and weights: the next bank's on a
+    config with SPM banks (the VPU writes it while the load unit writes those; docs/microarchitecture.md
+    section 4)."""
+    b = cfg.spm_bank_rows
+    return loaded + (-loaded) % b if b > 1 else loaded
 
 
 def signature(kc, cfg, run: int, orders=None) -> str:
@@ -102,14 +113,12 @@ def score(kc, tl: Tiling, cfg) -> int | None:
     from sim import Chip
     from compiler.lower.emit import emit_program
     R = cfg.rows
-    ostage = 2 if kc.out_int8 else 0
-    k2 = replace(kc, tiling=tl, spm_a=0, spm_w=tl.nbuf * tl.KT * tl.Mt,
-                 spm_o=tl.nbuf * tl.KT * tl.Mt + tl.NB * R, acc_base=0)
+    a_rows = tl.nbuf * tl.KT * tl.Mt
+    k2 = replace(kc, tiling=tl, spm_a=0, spm_w=a_rows, spm_o=_staging_at(cfg, a_rows + tl.NB * R), acc_base=0)
     b = emit_program([k2], cfg)
     limit = cfg.imem_words if tl.order == "mnk" else cfg.imem_words // 8   # nmk unrolls one kernel per column
     if len(b) > limit:
         return None
-    del ostage
     chip = Chip(cfg)
     chip.load(b.build("<search candidate>"))
     STATS["sim_runs"] += 1

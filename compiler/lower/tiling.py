@@ -284,7 +284,9 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     # only), where it is estimated faster (its A tiles shared among N tiles)
     if res is None or (group_ok and res.Mt < min(short_mm(cfg), M)):
         ring = None
-        for nb in ring_candidates(KT):          # fewer slots than ring_slots' only where its ring does not fit
+        # fewer slots than ring_slots' only where its ring does not fit; fewer than KT (the emitter streams A
+        # tiles beside a weight ring only: ``compiler.lower.emit.weight_mode``)
+        for nb in (d for d in ring_candidates(KT) if d < KT):
             ringed = _choose_a_ring(cfg, M, KT, NT, N, out_int8, run, nb)
             ring = ringed and _bank_aligned(cfg, ringed, run, single_ok) if banked else ringed
             if ring is not None:
@@ -321,7 +323,10 @@ def _bank_aligned(cfg, t: Tiling, run: int = 1, single_ok: bool = True) -> Tilin
             if mt < 1:
                 continue
             MT = cdiv(t.M, mt)
-            for nbuf in dict.fromkeys((1 if MT == 1 else t.nbuf, 1 if single_ok or MT == 1 else t.nbuf)):
+            # one A buffer for one M tile; for several, ``t``'s count, but two where one is not allowed (``t``
+            # may have had one M tile; an A ring has its slots instead), then one where it is
+            many = t.nbuf if single_ok or t.nbuf >= 2 or t.a_ring else 2
+            for nbuf in dict.fromkeys((1,) if MT == 1 else (many, 1 if single_ok else many)):
                 spm = (t.NB * mt if t.a_ring else nbuf * t.KT * mt) + t.NB * cfg.rows + ostage * mt
                 if spm <= cfg.spm_rows and 2 * mt + scale_rows <= cfg.acc_rows:
                     return Tiling(t.M, t.N, t.KT, t.NT, mt, MT, t.NB, nbuf, spm, 2 * mt + scale_rows,

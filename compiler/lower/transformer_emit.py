@@ -36,12 +36,23 @@ EB = SPACE_BYTES[Space.ACC]
 
 
 class _Alloc:
-    """Rows handed out from ``base`` upwards; more than ``limit`` in all raises ChipCompileError."""
+    """Rows handed out from ``base`` upwards; more than ``limit`` in all raises ChipCompileError.
+
+    ``what`` names the memory ("SPM ..." or "ACC ..."): ``bank()`` starts the next rows at one of its
+    banks (``cfg.spm_bank_rows``, ``cfg.acc_bank_rows``; docs/microarchitecture.md section 4), so that
+    rows another unit writes at the same time are in banks of their own (no-op with one-row banks)."""
 
     def __init__(self, limit: int, what: str, cfg, base: int = 0, owner: str = "TransformerBlock",
                  hint: str = "lower the maximum T"):
         self.limit, self.what, self.cfg, self.top, self.base = limit, what, cfg, 0, base
         self.owner, self.hint = owner, hint
+        self.bank_rows = cfg.spm_bank_rows if what.startswith("SPM") else cfg.acc_bank_rows
+
+    def bank(self) -> None:
+        """The next rows start a bank (absolute address ``base + top``)."""
+        b = self.bank_rows
+        if b > 1:
+            self.top += -(self.base + self.top) % b
 
     def __call__(self, n: int) -> int:
         a, self.top = self.top, self.top + n
@@ -249,7 +260,9 @@ class _Emitter(VpuEmitter):
         nb = d // Q
         N, S = nb * Q, nb * Q                     # rows per query block of a d-wide tensor
         a = self.phase(name)
-        GB, BB, XC, SS = a(N), a(N), a(nb * TM), a(nb * TM)
+        GB, BB = a(N), a(N)                       # written by the load unit while the VPU starts
+        a.bank()
+        XC, SS = a(nb * TM), a(nb * TM)
         SUM, V, Y, H = a(TM), a(TM), a(TM), a(TM)
         self.const_rows(GB, g_dram, nb)
         self.const_rows(BB, b_dram, nb)
