@@ -43,7 +43,7 @@ from isa import ChipConfig  # noqa: E402
 from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
 from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, banked_config, default_banks, estimate,  # noqa: E402
-                          estimate_array, fpga_config, fpga_memory, parse_banks)
+                          estimate_array, fpga_build_config, fpga_memory, parse_banks)
 from rtl.fpga.flow import FlowError, built_mac, synth, synth_array  # noqa: E402
 from rtl.mem import BANKED, FPGA_IMPL, IMPLS  # noqa: E402
 
@@ -92,7 +92,7 @@ def utilization(name: str, mem: str, memories: dict | None = None) -> dict[str, 
     import models
 
     if memories is None:
-        cfg = banked_config(fpga_config(ChipConfig.preset(name), **fpga_memory(mem)), mem)
+        cfg = fpga_build_config(ChipConfig.preset(name), mem)
     else:
         cfg = banked_config(ChipConfig.preset(name).replace(**memories), mem)
     cfg = dataclasses.replace(cfg, name=f"{name}-fpga", dram_bytes=max(cfg.dram_bytes, 1 << 24))
@@ -128,8 +128,7 @@ def run_one(name, devname, *, pnr, freq, out, timeout, mem, fpga_mem=True, tools
     """One whole chip: ``fpga_mem`` the FPGA memories (else the preset's), ``depths`` smaller ones
     ({"spm_rows": .., "acc_rows": ..}), ``banks`` ((SPM, ACC) bank counts) for ``banked_config``."""
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
-    cfg = fpga_config(cfg, **{**(fpga_memory(mem) if fpga_mem else {}), **(depths or {})})
-    cfg = banked_config(cfg, mem, banks)
+    cfg = fpga_build_config(cfg, mem, fpga_mem=fpga_mem, depths=depths, banks=banks)
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
     # the row names the mac as the flow's default build reports it (an earlier row of another build
     # does not match it)

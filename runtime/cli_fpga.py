@@ -81,15 +81,13 @@ def _mac(mac: str, cfg, dev) -> str:
 
 def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str,
          banks: tuple[int, int] | None = None):
-    from rtl.fpga.fit import banked_config, fpga_config, fpga_memory
+    from rtl.fpga.fit import fpga_build_config
     from rtl.mem import BANKED
-    d = fpga_memory(mem_impl) if fpga_mem else {}
-    d.update({k: v for k, v in (("spm_rows", spm_rows), ("acc_rows", acc_rows), ("imem_words", imem_words)) if v})
-    cfg = fpga_config(cfg, **d)
     if banks is not None and mem_impl not in BANKED:
         raise usage_error(f"--banks is for --mem {' or '.join(BANKED)}, not {mem_impl}", "--banks")
     try:
-        return banked_config(cfg, mem_impl, banks)
+        return fpga_build_config(cfg, mem_impl, fpga_mem=fpga_mem, banks=banks,
+                                 depths={"spm_rows": spm_rows, "acc_rows": acc_rows, "imem_words": imem_words})
     except ValueError as e:
         raise usage_error(str(e), "--banks") from None
 

@@ -110,6 +110,17 @@ def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, i
         ch["spm_rows"] = max(ch["spm_rows"], lut_rows(cfg))
     return cfg.replace(**ch) if ch else cfg
 
+def fpga_build_config(cfg, mem: str, *, fpga_mem: bool = True, depths: dict | None = None,
+                      banks: int | tuple[int, int] | None = None):
+    """The config an FPGA build of ``cfg`` with memory implementation ``mem`` runs (``tetrachip fpga synth/build``,
+    ``bench/fpga.py``): ``fpga_mem``: memories at ``fpga_memory(mem)``'s depths; ``depths``
+    (``{"spm_rows": .., "acc_rows": .., "imem_words": ..}``, None values ignored) smaller ones still
+    (``fpga_config``); then ``banked_config``'s banks for a banked ``mem`` (ValueError for bad ``banks``)."""
+    d = fpga_memory(mem) if fpga_mem else {}
+    d.update({k: v for k, v in (depths or {}).items() if v})
+    return banked_config(fpga_config(cfg, **d), mem, banks)
+
+
 #: read ports of SPM and of ACC that the FPGA top leaves without a reader: the link transmitter's
 #: (its links are idle, ``rtl/fpga/top.py``), which synthesis removes with its banks
 IDLE_LINK_READS = 1

@@ -151,7 +151,7 @@ def test_tiny_synthesises_for_ecp5(tmp_path):
     ``--fpga-mem`` depths, in the banks the report names."""
     from isa import ChipConfig
     from rtl.fpga.devices import DEVICES
-    from rtl.fpga.fit import banked_config, estimate, fpga_config, fpga_memory
+    from rtl.fpga.fit import estimate, fpga_build_config
     from rtl.mem import BANKED, FPGA_IMPL
     from runtime.cli import main
     pnr = os.environ.get("TETRACHIP_FPGA_PNR") == "1"
@@ -161,7 +161,7 @@ def test_tiny_synthesises_for_ecp5(tmp_path):
     assert r.exit_code == 0, r.output
     rep = json.loads((tmp_path / "r.json").read_text())
     assert FPGA_IMPL in BANKED and rep["mem"] == FPGA_IMPL
-    cfg = banked_config(fpga_config(ChipConfig.preset("tiny"), **fpga_memory(FPGA_IMPL)), FPGA_IMPL)
+    cfg = fpga_build_config(ChipConfig.preset("tiny"), FPGA_IMPL)
     banks = {k: getattr(cfg, k) for k in ("spm_bank_rows", "acc_bank_rows")}
     assert {k: rep["memories"][k] for k in banks} == banks, rep["memories"]
     est = estimate(cfg, DEVICES["ecp5-85k"], mac="dsp", mem=FPGA_IMPL)

@@ -57,10 +57,10 @@ def test_default_board_build_runs_gemm_tiled():
     (``rtl.mem.FPGA_IMPL``, no live-value table) at the banked ``--fpga-mem`` depths, and the
     products as ECP5 MULT18X18D blocks with their registers (``--mac auto`` gives every product of
     tiny on the 85k a hard multiplier, ``dsp+reg2``; the blocks as their simulation model)."""
-    from rtl.fpga.fit import banked_config, fpga_config, fpga_memory
+    from rtl.fpga.fit import fpga_build_config
     from rtl.mac import fpga_primitives
     from rtl.mem import FPGA_IMPL
-    cfg = banked_config(fpga_config(TINY, **fpga_memory(FPGA_IMPL)), FPGA_IMPL)
+    cfg = fpga_build_config(TINY, FPGA_IMPL)
     assert cfg.spm_bank_rows > 1 and cfg.acc_bank_rows > 1
     with fpga_primitives("ecp5", model=True):
         _gemm_tiled(HostCore(cfg, mac="dsp+reg2", mem=FPGA_IMPL, dram_bytes=1 << 12))
