@@ -13,6 +13,7 @@ import pytest
 import tetrachip as tc
 from compiler.lower import shard
 from isa import ChipConfig
+from test_lower_embedding import TextCNN
 
 nn = tc.nn
 
@@ -95,18 +96,6 @@ def test_interleaved_pipeline_exchanges():
     sm = tc.compile(deep, [x], cfg, chips=2, parallel="pipeline", micro_batches=8, interleave=2)
     assert sm.interleave == 2
     _exact(tc.Device("sim", config=cfg, chips=2).run(sm, x), ref)
-
-
-class TextCNN(nn.Module):
-    def __init__(self, V, d):
-        self.emb = nn.Embedding(V, d)
-        self.conv = nn.Conv2d(d, 8, (1, 3), padding=(0, 1))
-        self.fc = nn.Linear(8, 2)
-
-    def forward(self, idx):
-        B, T = idx.shape
-        x = self.emb(idx).permute(0, 2, 1).reshape(B, -1, 1, T)
-        return self.fc(self.conv(x).relu().mean((2, 3)))
 
 
 def test_gemm_tiling_leaves_a_bank_for_the_zero_rows_and_staging():
