@@ -725,7 +725,7 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
                 vbias = False
         if tl is None:
             tl = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, single_ok=qk.out_int8 or bias is None,
-                        bias=bias is not None, group_ok=spec is None and searcher is None)
+                        bias=bias is not None, group_ok=spec is None)
         w_addr = put(tile_weights(qk.w_q[ks, n0:n1], order, kts, R, C))
         b_addr = put(pad_lanes(bias, C)) if bias is not None else None
         sc_addr = put(pad_lanes(qk.scale[n0:n1], C)) if qk.out_int8 else None

@@ -17,7 +17,9 @@ emitted as a one-kernel program with the kernel's real DRAM address pattern, and
 Beam search: the beam starts from ``tiling.choose``'s default, a coarse ladder of M tiles and
 the default's M tile in ``nmk``; each round scores every unscored neighbour of the beam (``Mt``
 doubled/halved/one block more or less, ``nbuf`` toggled or one per M tile, ``NB`` one K group
-more or less, the same tiles in the other order) and keeps the best ``BEAM``; it stops when the
+more or less, the same tiles in the other order) and keeps the best ``BEAM``; a kernel whose default streams
+its A tiles through a ring (``Tiling.a_ring``: nothing else fits, or the shared ring of ``tiling.a_ring_groups``)
+keeps it (these knobs do not describe a ring); it stops when the
 beam no longer changes or the kernel's time budget is spent. The default is always a candidate,
 so the winner is never slower than it (per kernel, as measured). ``ORDERS`` lists the orders
 tried (``("mnk",)``: tilings only).
@@ -63,6 +65,8 @@ def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf:
     ``MT`` (every M tile its own A buffer: later columns reuse the A tiles)."""
     R = cfg.rows
     M, KT = base.M, base.KT
+    if base.a_ring:                               # an A ring's knobs are not these: its default only
+        return base if (Mt, nbuf, NB, order) == (base.Mt, base.nbuf, base.NB, base.order) else None
     # weight slots (compiler.lower.emit.weight_mode): whole N tiles' worth, or a ring that KT fills evenly;
     # M tiles up to M (the default's may be longer: a whole ACC bank)
     if not 1 <= Mt <= max(M, base.Mt) or NB < 1 or (NB % KT if NB >= KT else KT % NB) or order not in ("mnk", "nmk"):
@@ -113,8 +117,8 @@ def score(kc, tl: Tiling, cfg) -> int | None:
     from sim import Chip
     from compiler.lower.emit import emit_program
     R = cfg.rows
-    a_rows = tl.nbuf * tl.KT * tl.Mt
-    k2 = replace(kc, tiling=tl, spm_a=0, spm_w=a_rows, spm_o=_staging_at(cfg, a_rows + tl.NB * R), acc_base=0)
+    k2 = replace(kc, tiling=tl, spm_a=0, spm_w=tl.a_rows, spm_o=_staging_at(cfg, tl.a_rows + tl.w_slots * R),
+                 acc_base=0)
     b = emit_program([k2], cfg)
     limit = cfg.imem_words if tl.order == "mnk" else cfg.imem_words // 8   # nmk unrolls one kernel per column
     if len(b) > limit:

@@ -258,7 +258,7 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     tiles of each N tile stream right behind the previous ones, while the first mxu.lw of an N tile
     would wait for its whole group (the first group before the first matmul, the second behind the
     first N tile's A loads). ``group_ok``: an A ring may serve several N tiles per A tile
-    (``a_ring_groups``; the emitter's plain kernels only: no symbolic batch, key bound or tiling search)."""
+    (``a_ring_groups``; the emitter's plain kernels only: no symbolic batch or key bound)."""
     C = cfg.cols
     NT = cdiv(N, C)
     scale_rows = NT if out_int8 else 0
