@@ -37,21 +37,23 @@ from isa.outputs import check_outputs, write_atomic  # noqa: E402
 from models import cases  # noqa: E402
 
 
-def _exact(cm, res, x) -> bool:
-    return bool(all(np.array_equal(a, b) for a, b in zip(res.outputs, cm.reference(x))))
+def _exact(cm, res, xs) -> bool:
+    return bool(all(np.array_equal(a, b) for a, b in zip(res.outputs, cm.reference(*xs))))
 
 
 def run(name, build, config, budget, cache: Path) -> dict:
     cfg = ChipConfig.load(config)
-    model, x, calib, _ = build()
+    model, x, calib, _, *opts = build()               # as bench/models.py's run_case: options, several inputs
+    opts = opts[0] if opts else {}
+    xs = x if isinstance(x, tuple) else (x,)
     row = {"model": name, "config": cfg.name}
     dev = tc.Device("sim", config=cfg)
     try:
-        cm0 = tc.compile(model, [x], config=cfg, calibration=calib)
+        cm0 = tc.compile(model, list(xs), config=cfg, calibration=calib, **opts)
     except tc.ChipCompileError as e:
         row["error"] = str(e)
         return row
-    r0 = dev.run(cm0, x)
+    r0 = dev.run(cm0, *xs)
     out = {"default": (cm0, r0)}
     saved = search.ORDERS
     try:
@@ -59,12 +61,12 @@ def run(name, build, config, budget, cache: Path) -> dict:
             search.ORDERS = orders
             d = cache / key
             t0 = time.perf_counter()
-            kw = dict(config=cfg, calibration=calib, search=True, search_budget_s=budget, cache_dir=d)
-            cm = tc.compile(model, [x], **kw)
+            kw = dict(config=cfg, calibration=calib, search=True, search_budget_s=budget, cache_dir=d, **opts)
+            cm = tc.compile(model, list(xs), **kw)
             t1 = time.perf_counter()
-            cm2 = tc.compile(model, [x], **kw)
+            cm2 = tc.compile(model, list(xs), **kw)
             t2 = time.perf_counter()
-            res = dev.run(cm, x)
+            res = dev.run(cm, *xs)
             out[key] = (cm, res)
             row[f"{key}_first_compile_s"] = round(t1 - t0, 3)
             row[f"{key}_cached_compile_s"] = round(t2 - t1, 4)
@@ -75,7 +77,7 @@ def run(name, build, config, budget, cache: Path) -> dict:
         search.ORDERS = saved
     for key, (cm, res) in out.items():
         row[f"{key}_cycles"] = int(res.stats.cycles)
-        row[f"{key}_bit_exact"] = _exact(cm, res, x)
+        row[f"{key}_bit_exact"] = _exact(cm, res, xs)
         row[f"{key}_dram_read"] = int(res.stats.bytes["dram_read"])
     row["orders"] = [k.tiling.order for k in out["order"][0].kernels if k.kind == "gemm"]
     return row
