@@ -14,6 +14,7 @@ import tetrachip as tc
 from compiler.lower import shard
 from isa import ChipConfig
 from test_lower_embedding import TextCNN
+from test_shard_interleave import deep  # noqa: F401  (the fixture: eight linear layers)
 
 nn = tc.nn
 
@@ -83,14 +84,8 @@ def test_link_buffers_need_two_banks():
         shard._glue_rows(cfg, 64)                                # rows 128..1023 free: one whole bank only
 
 
-def test_interleaved_pipeline_exchanges():
+def test_interleaved_pipeline_exchanges(deep):  # noqa: F811  (the imported fixture)
     cfg = four_banks("small")
-    dims = (32, 64, 48, 64, 32)
-    tc.manual_seed(0)
-    layers = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
-        layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i + 2 < len(dims) else [])
-    deep = nn.Sequential(*layers)
     x = _x((8, 32), 2)
     ref = tc.compile(deep, [x], cfg).reference(x)
     sm = tc.compile(deep, [x], cfg, chips=2, parallel="pipeline", micro_batches=8, interleave=2)
