@@ -168,6 +168,10 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
         cm.program.manifest["key_bound"] = kb.to_manifest()
     if searcher is not None:
         cm.search_report = searcher.report
+        if spec is None and kb is None and shard is None:
+            cm = _no_slower_than_default(cm, calib[0], lambda: lower_schedule(
+                q, cfg, names, single, len(outputs), resident_inputs=resident_inputs, paged=True,
+                borders_always=borders_always))
     if spec is not None:
         cm.dynamic = spec
         cm.program.manifest["dynamic"] = spec.to_manifest()
@@ -176,6 +180,27 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     if searcher is not None:
         srch.store_model(mkey, cm, cache_dir)
     return cm
+
+
+def whole_cycles(cm, feeds: dict) -> int:
+    """Cycles of a run of the compiled model ``cm`` on ``sim.Chip`` with ``feeds`` (its pages in turn)."""
+    from sim import Chip
+    chip = Chip(cm.config)
+    for addr, data in cm.dram_writes(feeds):
+        chip.write_dram(addr, data)
+    return int(chip.run_pages(list(cm.pages)).cycles)
+
+
+def _no_slower_than_default(cm, feeds: dict, default):
+    """The searched model ``cm``, or the default lowering (``default()``) where that runs the whole model in fewer
+    cycles: the search scores each kernel alone, and a kernel's choice that wins alone may lose beside its
+    neighbours (docs/compiler.md, "Schedule search"). Both are run once on the simulator with ``feeds``."""
+    dm = default()
+    c_s, c_d = whole_cycles(cm, feeds), whole_cycles(dm, feeds)
+    kept = dm if c_d < c_s else cm
+    kept.search_report = cm.search_report
+    kept.search_whole = {"searched": c_s, "default": c_d, "kept": "default" if kept is dm else "searched"}
+    return kept
 
 
 def input_names(example_inputs) -> list[str]:

@@ -124,6 +124,8 @@ class CompiledModel(Compiled):
     timings: dict = field(default_factory=dict)
     dynamic: object = None           # compiler.lower.dynamic.DynSpec when a dimension is symbolic
     search_report: list | None = None  # compiler.lower.search: per kernel, the winner and the default
+    #: compiler.lower.search, the whole model: {"searched": cycles, "default": cycles, "kept": "searched" | "default"}
+    search_whole: dict | None = None
     asm: str = ""                    # the program's listing (isa.builder.ProgramBuilder.text), to read
     resident_inputs: bool = False    # no tensor takes an input's DRAM place during a run (``lower_schedule``)
     #: the program as pages run in turn (docs/microarchitecture.md, "Programs longer than imem"); ``program``

@@ -21,7 +21,9 @@ more or less, the same tiles in the other order) and keeps the best ``BEAM``; a 
 its A tiles through a ring (``Tiling.a_ring``: nothing else fits, or the shared ring of ``tiling.a_ring_groups``)
 keeps it (these knobs do not describe a ring); it stops when the
 beam no longer changes or the kernel's time budget is spent. The default is always a candidate,
-so the winner is never slower than it (per kernel, as measured). ``ORDERS`` lists the orders
+so the winner is never slower than it (per kernel, as measured); a kernel's winner may still lose beside
+its neighbours, so ``compiler.lower.dispatch`` runs the searched and the default whole model once each and
+keeps the faster (``CompiledModel.search_whole``). ``ORDERS`` lists the orders
 tried (``("mnk",)``: tilings only).
 
 Cache: one JSON file per kernel in ``cache_dir`` (default ``$TETRACHIP_CACHE_DIR`` or
