@@ -182,21 +182,12 @@ def compile_model(model_or_fn, example_inputs, config="base", *, calibration=Non
     return cm
 
 
-def whole_cycles(cm, feeds: dict) -> int:
-    """Cycles of a run of the compiled model ``cm`` on ``sim.Chip`` with ``feeds`` (its pages in turn)."""
-    from sim import Chip
-    chip = Chip(cm.config)
-    for addr, data in cm.dram_writes(feeds):
-        chip.write_dram(addr, data)
-    return int(chip.run_pages(list(cm.pages)).cycles)
-
-
 def _no_slower_than_default(cm, feeds: dict, default):
     """The searched model ``cm``, or the default lowering (``default()``) where that runs the whole model in fewer
     cycles: the search scores each kernel alone, and a kernel's choice that wins alone may lose beside its
     neighbours (docs/compiler.md, "Schedule search"). Both are run once on the simulator with ``feeds``."""
     dm = default()
-    c_s, c_d = whole_cycles(cm, feeds), whole_cycles(dm, feeds)
+    c_s, c_d = srch.whole_cycles(cm, feeds), srch.whole_cycles(dm, feeds)
     kept = dm if c_d < c_s else cm
     kept.search_report = cm.search_report
     kept.search_whole = {"searched": c_s, "default": c_d, "kept": "default" if kept is dm else "searched"}

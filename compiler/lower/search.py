@@ -131,6 +131,15 @@ def score(kc, tl: Tiling, cfg) -> int | None:
     return int(chip.run().cycles)
 
 
+def whole_cycles(cm, feeds: dict) -> int:
+    """Cycles of a run of the compiled model ``cm`` on ``sim.Chip`` with ``feeds`` (its pages in turn)."""
+    from sim import Chip
+    chip = Chip(cm.config)
+    for addr, data in cm.dram_writes(feeds):
+        chip.write_dram(addr, data)
+    return int(chip.run_pages(list(cm.pages)).cycles)
+
+
 class Searcher:
     """``pick(kc, run)`` -> the best tiling for a kernel (cached); ``report`` per kernel."""
 
