@@ -40,6 +40,7 @@ from collections.abc import Iterator
 
 from isa import timing
 from isa.builder import ProgramBuilder, acc, spm
+from isa.ints import align_up
 from isa.operands import Mem
 from isa.table import Space
 
@@ -139,8 +140,7 @@ def _reduce(e: ProgramBuilder, rank: int, n: int, block_at: list[int], parts: li
 def scratch_row(cfg, end: int) -> int:
     """The first ACC row at or after ``end`` (the blocks' end) that a reduction's scratch may start at:
     ``end`` itself, or the next bank's first row on a config with ACC banks."""
-    b = cfg.acc_bank_rows
-    return end + (-end) % b if b > 1 else end
+    return align_up(end, cfg.acc_bank_rows)
 
 
 def _check_scratch(e: ProgramBuilder, lo: int, hi: int, scratch: int, rows: int) -> None:

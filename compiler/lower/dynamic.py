@@ -144,7 +144,7 @@ def fit_gemm(cfg, tl, M: int, a_rows, out_rows, nmax: int, what: str, out_int8: 
         raise ChipCompileError(f"{what}: its rows are not batch-major in the symbolic dimension "
                                f"(M = {M}, maximum {nmax}), so one loop body cannot serve every batch size")
     blk = M // nmax
-    d = _per_tile(tl.Mt, blk, nmax, what, max(1, cfg.acc_bank_rows))
+    d = _per_tile(tl.Mt, blk, nmax, what, cfg.acc_bank_rows)
     Mt, MT = d * blk, nmax // d
     ostage = 2 if out_int8 else 0
     w_rows = tl.spm_rows - tl.nbuf * tl.KT * tl.Mt - ostage * tl.Mt

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isa.ints import cdiv
+from isa.ints import align_up, cdiv
 
 from compiler.lower.tiling import Tiling
 
@@ -73,7 +73,7 @@ def make(cfg, base: Tiling, out_int8: bool, bias: bool, run: int, Mt: int, nbuf:
     # M tiles up to M (the default's may be longer: a whole ACC bank)
     if not 1 <= Mt <= max(M, base.Mt) or NB < 1 or (NB % KT if NB >= KT else KT % NB) or order not in ("mnk", "nmk"):
         return None
-    if cfg.acc_bank_rows > 1 and Mt % cfg.acc_bank_rows:
+    if Mt % cfg.acc_bank_rows:
         return None                               # banks: M tiles of whole ACC banks (tiling._bank_aligned)
     MT = cdiv(M, Mt)
     if order == "nmk" and NB != KT:
@@ -99,8 +99,7 @@ def _staging_at(cfg, loaded: int) -> int:
     """The output staging's first SPM row after ``loaded`` rows of A tiles and weights: the next bank's on a
     config with SPM banks (the VPU writes it while the load unit writes those; docs/microarchitecture.md
     section 4)."""
-    b = cfg.spm_bank_rows
-    return loaded + (-loaded) % b if b > 1 else loaded
+    return align_up(loaded, cfg.spm_bank_rows)
 
 
 def signature(kc, cfg, run: int, orders=None) -> str:

@@ -50,9 +50,7 @@ class _Alloc:
 
     def bank(self) -> None:
         """The next rows start a bank (absolute address ``base + top``)."""
-        b = self.bank_rows
-        if b > 1:
-            self.top += -(self.base + self.top) % b
+        self.top = align_up(self.base + self.top, self.bank_rows) - self.base
 
     def __call__(self, n: int) -> int:
         a, self.top = self.top, self.top + n

@@ -110,6 +110,7 @@ def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, i
         ch["spm_rows"] = max(ch["spm_rows"], lut_rows(cfg))
     return cfg.replace(**ch) if ch else cfg
 
+
 def fpga_build_config(cfg, mem: str, *, fpga_mem: bool = True, depths: dict | None = None,
                       banks: int | tuple[int, int] | None = None):
     """The config an FPGA build of ``cfg`` with memory implementation ``mem`` runs (``tetrachip fpga synth/build``,
