@@ -368,7 +368,8 @@ class IssueStage(wiring.Component):
         entry = Signal(entry_layout(cfg))
         m.d.comb += entry.eq(pack(m, entry_layout(cfg), {
             "word": p_word, "pc": pc[:pcw], "q": self.cycles, "depth": hdr.rep_depth, "zero": loops.zero,
-            "dram_lo": lo, "dram_hi": hi, "cnt": [loops.cnt[j] for j in range(MAX_REPEAT_DEPTH)],
+            "dram_lo": lo, "dram_hi": hi, "cnt_m2": [loops.cnt_m2[j] for j in range(MAX_REPEAT_DEPTH)],
+            "cnt_one": loops.cnt_one,
             "jump": [[loops.jump[j][k] for k in range(STRIDE_SLOTS)] for j in range(MAX_REPEAT_DEPTH)],
             "base": [sums[k][:32] for k in range(STRIDE_SLOTS)],
             "sval": Mux(sval_reg, rport[READ_PORTS - 1], one_of([(c, v) for c, v in grouped(svals)], 32))},

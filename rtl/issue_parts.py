@@ -110,7 +110,9 @@ class LoopRegisters(wiring.Component):
       we       In(1), lr In(lr)           write register ``lr`` (the ``loop`` issues)
       count    In(32), stride In(ArrayLayout(s, STRIDE_SLOTS))   its count and strides
       base     In(rep_base), depth In(rep_depth)   the head instruction's nest (sync: none)
-      cnt      Out(ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH))  level j's count
+      cnt_m2   Out(ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH))  level j's count - 2 (mod 2**32): the
+                                          index at which its next step reaches its last iteration
+      cnt_one  Out(MAX_REPEAT_DEPTH)      bit j: level j counts 1
       jump     Out(ArrayLayout(ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH))  level j's jumps
       zero     Out(1)                     the nest runs no iteration: a level counts 0 or its
                                           register was not written in this run
@@ -125,20 +127,24 @@ class LoopRegisters(wiring.Component):
             "running": In(1), "we": In(1), "lr": In(lp["lr"].shape), "count": In(32),
             "stride": In(data.ArrayLayout(strides.pop(), STRIDE_SLOTS)),
             "base": In(hdr["rep_base"].shape), "depth": In(hdr["rep_depth"].shape),
-            "cnt": Out(data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH)),
+            "cnt_m2": Out(data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH)), "cnt_one": Out(MAX_REPEAT_DEPTH),
             "jump": Out(data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH)),
             "zero": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        lrec = data.StructLayout({"cnt": unsigned(32), "stride": data.ArrayLayout(signed(32), STRIDE_SLOTS),
+        # a count is kept as what the sequencers compare with (``rtl/queue.py``): count - 2 and the
+        # flags count == 1 and count != 0, found once when the ``loop`` issues, not by every queue
+        lrec = data.StructLayout({"cnt_m2": unsigned(32), "one": 1, "nz": 1,
+                                  "stride": data.ArrayLayout(signed(32), STRIDE_SLOTS),
                                   "rew": data.ArrayLayout(signed(32), STRIDE_SLOTS)})
         m.submodules.mem = lmem = memory.Memory(shape=lrec, depth=cfg.loop_regs + 1, init=[],
                                                 attrs={"ram_style": "distributed"})
         lwp = lmem.write_port()
         lvalid = Signal(cfg.loop_regs)
-        m.d.comb += [lwp.addr.eq(self.lr), lwp.en.eq(self.we), lwp.data.cnt.eq(self.count)]
+        m.d.comb += [lwp.addr.eq(self.lr), lwp.en.eq(self.we), lwp.data.cnt_m2.eq(self.count - 2),
+                     lwp.data.one.eq(self.count == 1), lwp.data.nz.eq(self.count != 0)]
         for k in range(STRIDE_SLOTS):
             sk = self.stride[k]
             m.d.comb += [lwp.data.stride[k].eq(sk), lwp.data.rew[k].eq((self.count - 1)[:32] * sk)]
@@ -157,9 +163,9 @@ class LoopRegisters(wiring.Component):
             m.d.comb += rp.addr.eq(Mux(used, li, cfg.loop_regs))
             # a register not written in this run counts 0: the nest is empty (and its other
             # counts, strides and jumps are not looked at)
-            zero.append(used & (~lvalid.bit_select(li, 1) | (rp.data.cnt == 0)))
+            zero.append(used & (~lvalid.bit_select(li, 1) | ~rp.data.nz))
             nest.append(rp.data)
-            m.d.comb += self.cnt[j].eq(rp.data.cnt)
+            m.d.comb += [self.cnt_m2[j].eq(rp.data.cnt_m2), self.cnt_one[j].eq(rp.data.one)]
         m.d.comb += self.zero.eq(any_of(zero))
         # jump_j = stride_j - (the rewinds of the levels inside j)
         for k in range(STRIDE_SLOTS):

@@ -2,7 +2,8 @@
 
 The issue stage pushes an *entry*: the instruction word plus what it snapshots at issue (the
 resolved base address of every stride slot, a scalar operand, and the trip counts of its loop
-nest, level 0 outermost, with the nest's *jumps*, see below). The queue holds ``QUEUE_DEPTH``
+nest, level 0 outermost, as count - 2 and a flag count == 1 (what a level's end flag is set
+from), with the nest's *jumps*, see below). The queue holds ``QUEUE_DEPTH``
 entries; an entry leaves the queue in the cycle its last instance starts (so it occupies the
 queue from its issue cycle to that start cycle, as the contract counts). The sequencer walks the
 head entry's nest, innermost index fastest, one instance per ``start``.
@@ -74,7 +75,8 @@ WINDOW_BITS = 33
 
 
 def entry_layout(cfg) -> data.StructLayout:
-    """``cnt[j]``/``jump[j]`` mean something for the levels of the nest only (j < depth); ``zero``:
+    """``cnt_m2[j]`` (level j's trip count - 2, mod 2**32), bit j of ``cnt_one`` (it counts 1) and
+    ``jump[j]`` mean something for the levels of the nest only (j < depth); ``zero``:
     some level of the nest counts 0 (the entry has no instance); ``dram_lo``/``dram_hi``: a DMA
     instruction's DRAM window (``rtl.dma.dram_window``)."""
     return data.StructLayout({
@@ -86,7 +88,8 @@ def entry_layout(cfg) -> data.StructLayout:
         "depth": unsigned(3),
         "zero": unsigned(1),
         "dram_lo": signed(WINDOW_BITS), "dram_hi": signed(WINDOW_BITS),
-        "cnt": data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH),
+        "cnt_m2": data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH),
+        "cnt_one": unsigned(MAX_REPEAT_DEPTH),
         "jump": data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH),
     })
 
@@ -178,7 +181,7 @@ class RepeatQueue(wiring.Component):
         e = Signal(lay, name="head")
         nw = self.word_bits
         kept = [(Value.cast(pe.word)[:nw], Value.cast(e.word)[:nw]), (pe.pc, e.pc), (pe.q, e.q)]
-        i_base = len(kept)          # (fields[i_base + k]: base[k]; fields[i_cnt + j] below: cnt[j])
+        i_base = len(kept)          # (fields[i_base + k]: base[k]; fields[i_one] below: cnt_one)
         # (``None``: stored, read ahead when the entry becomes the head, not held in ``hreg``)
         kept += [(pe.base[k], None) for k in range(S)]
         if self.has_sval:
@@ -189,7 +192,8 @@ class RepeatQueue(wiring.Component):
         # the header's sync/wait/signal), with the rest of the entry
         phdr = pe.word.dma      # every queued format starts with the same header (rep_base .. signal)
         ctrl = [(pe.zero, Signal(name="h_zero")), (pe.depth, Signal(3, name="h_depth"))]
-        ctrl += [(pe.cnt[j], None) for j in range(MAX_REPEAT_DEPTH)]
+        i_one = len(kept) + len(ctrl)       # (fields[i_one]: cnt_one)
+        ctrl += [(pe.cnt_one, None)]
         ctrl += [(phdr.sync, Signal(len(phdr.sync), name="h_sync")), (phdr.wait, Signal(UNITS, name="h_wait")),
                  (phdr.signal, Signal(UNITS, name="h_signal"))]
         # The head entry is held in a register, not read from the queue's LUT RAM in the cycle a
@@ -200,7 +204,6 @@ class RepeatQueue(wiring.Component):
         # the running addresses and end flags below, and the jumps and trip counts the sequencer
         # steps with are read from a second memory at the head's slot (``smem``).
         fields = kept + ctrl
-        i_cnt = len(kept) + 2
         pushed = Cat(*[src for src, _ in fields])
         m.submodules.mem = mem = memory.Memory(shape=unsigned(len(pushed)), depth=QUEUE_DEPTH, init=[])
         wp, rp = mem.write_port(), mem.read_port(domain="comb")
@@ -250,14 +253,15 @@ class RepeatQueue(wiring.Component):
         D = MAX_REPEAT_DEPTH
         jump_shape = lay["jump"].shape.elem_shape.elem_shape
         slow = data.StructLayout({"jump": data.ArrayLayout(data.ArrayLayout(jump_shape, S), D),
-                                  "cnt": lay["cnt"].shape})
+                                  "cnt_m2": lay["cnt_m2"].shape, "cnt_one": lay["cnt_one"].shape})
         m.submodules.smem = smem = memory.Memory(shape=slow, depth=QUEUE_DEPTH, init=[])
         swp, srp = smem.write_port(), smem.read_port(domain="comb")
         head = Signal(range(QUEUE_DEPTH))       # the head entry's slot
         m.d.comb += [swp.addr.eq(tail), swp.en.eq(self.push.ready), srp.addr.eq(head),
                      swp.data.eq(pack(m, slow, {"jump": [[pe.jump[j][k] for k in range(S)] for j in range(D)],
-                                                "cnt": [pe.cnt[j] for j in range(D)]}, name="slow_part"))]
-        jump, h_cnt = srp.data.jump, srp.data.cnt
+                                                "cnt_m2": [pe.cnt_m2[j] for j in range(D)],
+                                                "cnt_one": pe.cnt_one}, name="slow_part"))]
+        jump, h_m2, h_one = srp.data.jump, srp.data.cnt_m2, srp.data.cnt_one
 
         # nest state of the head entry: every level's index, every slot's current address
         idx = [Signal(32, name=f"idx{j}") for j in range(D)]
@@ -269,15 +273,18 @@ class RepeatQueue(wiring.Component):
         nonempty = level != 0
         zero_trip = h_zero
         at_end = [Signal(name=f"at_end{j}") for j in range(D)]     # (named: each is used often)
-        # ``idx[j] + 1 == h_cnt[j]``, kept in a register beside ``idx[j]`` (set wherever idx[j]
-        # changes, below): no adder or 32-bit compare between a start and the next decision
+        # ``idx[j] + 1 == count_j``, kept in a register beside ``idx[j]`` (set wherever idx[j]
+        # changes, below): no adder or 32-bit compare between a start and the next decision; a step
+        # reaches the last iteration from ``idx[j] == count_j - 2`` (the entry's ``cnt_m2``: no
+        # adder on the index either), a restart from ``count_j == 1`` (``cnt_one``)
         end_r = [Signal(name=f"end_r{j}") for j in range(D)]
         m.d.comb += [at_end[j].eq(~used[j] | end_r[j]) for j in range(D)]
         if os.environ.get("TETRACHIP_RTL_BUG") == "repeat":
             # injected fault for co-simulation (docs/cosim.md), off by default: the outermost
             # level of a nest of depth >= 2 ends one iteration early when its trip count is >= 3
             early = Signal()
-            m.d.comb += early.eq(at_end[0] | ((h_depth >= 2) & (h_cnt[0] >= 3) & (idx[0] + 2 == h_cnt[0])))
+            # (idx + 2 == count with count >= 3: idx == count - 2 with idx >= 1)
+            m.d.comb += early.eq(at_end[0] | ((h_depth >= 2) & (idx[0] != 0) & (idx[0] == h_m2[0])))
             at_end[0] = early
         last = Const(1)
         for j in range(D):
@@ -331,13 +338,13 @@ class RepeatQueue(wiring.Component):
             with m.Elif(moves & step[j]):
                 m.d.sync += idx[j].eq(idx[j] + 1)
             with m.If(load_pushed):
-                m.d.sync += end_r[j].eq(pe.cnt[j] == 1)
+                m.d.sync += end_r[j].eq(pe.cnt_one[j])
             with m.Elif(load_next):
-                m.d.sync += end_r[j].eq(field(rp.data, i_cnt + j) == 1)
+                m.d.sync += end_r[j].eq(field(rp.data, i_one)[j])
             with m.Elif(moves & outer):
-                m.d.sync += end_r[j].eq(h_cnt[j] == 1)
+                m.d.sync += end_r[j].eq(h_one[j])
             with m.Elif(moves & step[j]):
-                m.d.sync += end_r[j].eq(idx[j] + 2 == h_cnt[j])
+                m.d.sync += end_r[j].eq(idx[j] == h_m2[j])
             outer = outer | step[j]
         def after(ptr):
             return Mux(ptr == QUEUE_DEPTH - 1, 0, ptr + 1)

@@ -137,7 +137,9 @@ def test_repeat_queue_matches_expand_nest(pruned, pace):
                 ctx.set(e.zero, int(0 in counts))
                 jumps = nest_jumps(counts, strides)
                 for j in range(4):
-                    ctx.set(e.cnt[j], counts[j] if j < depth else 0)
+                    ctx.set(e.cnt_m2[j], (counts[j] - 2) % (1 << 32) if j < depth else 0)
+                ctx.set(e.cnt_one, sum(1 << j for j in range(depth) if counts[j] == 1))
+                for j in range(4):
                     for k in range(3):
                         ctx.set(e.jump[j][k], jumps[j][k] if j < depth else 0)
                 for k in range(3):
