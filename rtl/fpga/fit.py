@@ -157,9 +157,11 @@ LUT_BASE, LUT_PER_LANE = 16707, 2373
 FF_BASE, FF_PER_LANE = 5809, 710
 # The same with mem="banked" (64 SPM rows in 16-row banks, 16 ACC rows in 4-row), mac="dsp+reg2" with the
 # DSP registers, after the late LUT RAM bank writes, the lean queue head registers and the split DRAM
-# window: 27,222 / 41,645 LUT, 8,017 / 13,868 FF (Yosys; the first banked builds: 28,860 / 42,380 LUT,
-# 11,980 / 19,846 FF, 16654 + 796 and 6834 + 739 per lane).
-BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 14113, 1022
+# window, the loop counts kept as count - 2 and flags (no count or index adder in the queues):
+# 25,564 / 40,099 LUT, 8,017 / 13,868 FF (Yosys; before the counts: 27,222 / 41,645 LUT, 14113 + 1022
+# per lane; the first banked builds: 28,860 / 42,380 LUT, 11,980 / 19,846 FF, 16654 + 796 and
+# 6834 + 739 per lane).
+BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 12343, 1050
 BANKED_FF_BASE, BANKED_FF_PER_LANE = 4886, 235
 DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
 DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
