@@ -166,14 +166,15 @@ class Chip(wiring.Component):
         lt, lr = units[Unit.LTX], units[Unit.LRX]
         for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, lt.spm_rd, iss.spm_rd):
             self._read(m, self.spm, rd, "sync")
+        # (sst's enables come from the issue decision, late in the cycle: a fallback port, rtl/mem.py)
         for wr in (ld.spm_wr, vp.spm_wr, lr.spm_wr, iss.spm_wr):
-            self._write(m, self.spm, wr)
+            self._write(m, self.spm, wr, fallback=wr is iss.spm_wr)
         acc_mxu_w = self._write(m, self.acc, mx.acc_wr)
         self._read(m, self.acc, mx.acc_rd, "sync", transparent_for=(acc_mxu_w,))
         for rd in (vp.acc_a, vp.acc_b, st.acc_rd, lt.acc_rd, iss.acc_rd):
             self._read(m, self.acc, rd, "sync")
         for wr in (ld.acc_wr, vp.acc_wr, lr.acc_wr, iss.acc_wr):
-            self._write(m, self.acc, wr)
+            self._write(m, self.acc, wr, fallback=wr is iss.acc_wr)
         for name, mem in (("spm", self.spm), ("acc", self.acc)):
             built = (len(mem.writes), sum(r.domain == "sync" for r in mem.reads),
                      sum(r.domain == "comb" for r in mem.reads))
@@ -181,8 +182,8 @@ class Chip(wiring.Component):
         return m
 
     @staticmethod
-    def _write(m, mem, port):
-        wp = mem.write_port()
+    def _write(m, mem, port, fallback=False):
+        wp = mem.write_port(fallback=fallback)
         aw = len(wp.addr)
         m.d.comb += [wp.addr.eq(port.addr[:aw]), wp.data.eq(port.data), wp.en.eq(port.en)]
         return wp

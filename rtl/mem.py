@@ -26,7 +26,9 @@ memory several implementations with the same ports and the same cycle behaviour:
     read port: a memory with one write and one read port (block RAM, or LUT RAM with an output
     register when a bank is at most ``LUTRAM_DEPTH`` rows deep). A bank's write port takes the
     write port whose row falls in it (an AND-OR of the ports' rows, data and lane enables: no
-    table, no priority); a read port takes its copy of the bank its row fell in (the bank number
+    table, no priority), except a ``fallback`` port (``sst``'s), whose row and data a bank takes
+    whenever no other port writes it, so its enables, the last signals of the issue decision,
+    drive only the banks' write enables; a read port takes its copy of the bank its row fell in (the bank number
     registered with the read). LUT RAM banks (``late``) take their writes a cycle late, from a
     register per bank (the AND-OR above ends in flip-flops, not in the LUT RAM cells' write ports
     across the chip), and read late to match: a registered read registers its row and reads the
@@ -37,8 +39,9 @@ memory several implementations with the same ports and the same cycle behaviour:
     most one write port writes a bank, and a read that is ``transparent_for`` a port does not
     meet another port's write of its row: what the timing contract guarantees a program without
     races on a config with these banks (``cfg.spm_bank_rows``, ``cfg.acc_bank_rows``; section 4 of
-    docs/microarchitecture.md). Two ports writing one bank in one cycle give the OR of both: a
-    race with no defined result.
+    docs/microarchitecture.md). Two ports writing one bank in one cycle give the OR of both (with
+    the fallback port, the other's row and data under both ports' lane enables): a race with no
+    defined result.
 
 ``impl="banked-bram"``
     the same, with every registered-read copy in block RAM whatever its depth (see "lvt-bram").
@@ -87,7 +90,8 @@ def table_bits(writes: int) -> int:
 
 
 class _WritePort:
-    def __init__(self, mem, index: int):
+    def __init__(self, mem, index: int, fallback: bool = False):
+        self.fallback = fallback
         self.addr = Signal(mem.addr_w, name=f"{mem.name}_w{index}_addr")
         self.data = Signal(mem.row_bits, name=f"{mem.name}_w{index}_data")
         self.en = Signal(mem.lanes, name=f"{mem.name}_w{index}_en")
@@ -139,9 +143,14 @@ class RowMemory(Elaboratable):
         self.banks: dict[tuple[int, int], memory.Memory] = {}
 
     # -- ports -------------------------------------------------------------------------------
-    def write_port(self) -> _WritePort:
+    def write_port(self, fallback: bool = False) -> _WritePort:
+        """``fallback`` (at most one port; used by the banked implementations): a bank takes this
+        port's row and data whenever no other port writes it, and only its lane enables otherwise,
+        so the port's enables, which may settle late in the cycle, reach a bank's write enables
+        alone and not the selection of its row and data (the same writes without races)."""
         assert not self._frozen, "ports are added before elaboration"
-        p = _WritePort(self, len(self.writes))
+        assert not (fallback and any(w.fallback for w in self.writes)), "one fallback write port"
+        p = _WritePort(self, len(self.writes), fallback)
         self.writes.append(p)
         return p
 
@@ -193,8 +202,14 @@ class RowMemory(Elaboratable):
         for b in range(nb):
             # the bank's write port: the port whose row is in the bank (at most one, without races)
             hits = [Mux(bank_of(w.addr) == b, w.en, 0) for w in self.writes]
-            waddr = any_of([Mux(h.any(), w.addr[:lo], 0) for h, w in zip(hits, self.writes)]) if lo else Const(0, 1)
-            wdata = any_of([Mux(h.any(), w.data, 0) for h, w in zip(hits, self.writes)])
+            chosen = [(h, w) for h, w in zip(hits, self.writes) if not w.fallback]
+            waddr = any_of([Mux(h.any(), w.addr[:lo], 0) for h, w in chosen]) if lo else Const(0, 1)
+            wdata = any_of([Mux(h.any(), w.data, 0) for h, w in chosen])
+            for w in self.writes:
+                if w.fallback:      # its row and data unless another port writes the bank
+                    taken = any_of([h.any() for h, _ in chosen])
+                    waddr = Mux(taken, waddr, w.addr[:lo]) if lo else waddr
+                    wdata = Mux(taken, wdata, w.data)
             wen = any_of(hits)
             # (late: the pending write, not reset: a write in the cycle before a reset still lands)
             kw = {"reset_less": True} if self.late else {}

@@ -22,12 +22,13 @@ from rtl.mem import RowMemory
 LANES, BITS, WRITES = 4, 8, 3
 
 
-def _top(impl: str, depth: int, bank_rows: int = 1):
+def _top(impl: str, depth: int, bank_rows: int = 1, fallback: bool = False):
+    """``fallback``: the last write port is the memories' fallback port (``RowMemory.write_port``)."""
     m = Module()
     mems = {}
     for tag in ("flat", impl):
         mem = RowMemory(f"m_{tag.replace('-', '_')}", BITS, LANES, depth, impl=tag, bank_rows=bank_rows)
-        ws = [mem.write_port() for _ in range(WRITES)]
+        ws = [mem.write_port(fallback=fallback and i == WRITES - 1) for i in range(WRITES)]
         rs = [mem.read_port("sync"), mem.read_port("sync", transparent_for=(ws[0],)), mem.read_port("comb")]
         m.submodules[f"mem_{tag.replace('-', '_')}"] = mem
         mems[tag] = (mem, ws, rs)
@@ -94,16 +95,20 @@ def test_lvt_memory_matches_flat(impl):
     assert seen["same_row_next_cycle"] > 500 and seen["transparent_hits"] > 100, seen
 
 
-@pytest.mark.parametrize("depth,bank_rows", [(16, 4), (64, 32), (8, 8), (12, 8), (6, 16)])
-def test_banked_memory_matches_flat(depth, bank_rows):
-    m, mems = _top("banked", depth, bank_rows)
+# (with a fallback port: its row and data, unused or not, sit in a bank another port writes in about
+# half the cycles, and in a bank no port writes in the others)
+@pytest.mark.parametrize("depth,bank_rows,fallback", [(16, 4, False), (64, 32, False), (8, 8, False), (12, 8, False),
+                                                      (6, 16, False), (16, 4, True), (64, 32, True)])
+def test_banked_memory_matches_flat(depth, bank_rows, fallback):
+    m, mems = _top("banked", depth, bank_rows, fallback)
     (flat, _, fr), (mem, ws, rs) = mems["flat"], mems["banked"]
     assert mem.nbanks == -(-depth // bank_rows)
     nb = mem.nbanks
     # (LUT RAM banks write and read a cycle late; block RAM ones do not)
     assert mem.late == (min(bank_rows, depth) <= 16)
     rng = np.random.default_rng(7)
-    seen = {"banks_written_at_once": 0, "transparent_hits": 0, "same_row_next_cycle": 0}
+    seen = {"banks_written_at_once": 0, "transparent_hits": 0, "same_row_next_cycle": 0,
+            "fallback_idle_in_written_bank": 0, "fallback_idle_elsewhere": 0, "fallback_beside_another": 0}
 
     def row_in(bank):
         row = bank * bank_rows + (int(rng.integers(2)) if rng.random() < 0.7 else int(rng.integers(bank_rows)))
@@ -124,6 +129,13 @@ def test_banked_memory_matches_flat(depth, bank_rows):
                 if en:
                     written[row] = i
             seen["banks_written_at_once"] += len(written) > 1
+            fb = ws[-1]
+            if fallback and ctx.get(fb.en) == 0:
+                # the unused fallback port's row in a bank another port writes, or in one none writes
+                in_written = any(r // bank_rows == ctx.get(fb.addr) // bank_rows for r in written)
+                seen["fallback_idle_in_written_bank" if in_written else "fallback_idle_elsewhere"] += 1
+            if fallback and ctx.get(fb.en) and len(written) > 1:
+                seen["fallback_beside_another"] += 1
             seen["same_row_next_cycle"] += bool(last & written.keys())
             last = set(written)
             for j, r in enumerate(rs):
@@ -139,21 +151,25 @@ def test_banked_memory_matches_flat(depth, bank_rows):
     assert seen["transparent_hits"] > 50 and seen["same_row_next_cycle"] > 100, seen
     if depth > bank_rows:
         assert seen["banks_written_at_once"] > 500, seen
+    if fallback:
+        assert min(seen[k] for k in ("fallback_idle_in_written_bank", "fallback_idle_elsewhere",
+                                     "fallback_beside_another")) > 100, seen
 
 
-def test_banked_memory_needs_one_writer_per_bank():
+@pytest.mark.parametrize("fallback", [False, True])
+def test_banked_memory_needs_one_writer_per_bank(fallback):
     """Two ports writing one bank in one cycle (a race in the contract) do not both land: the test
     above depends on keeping them apart."""
-    m, mems = _top("banked", 16, 8)
+    m, mems = _top("banked", 16, 8, fallback)
     (flat, _, _), (mem, ws, _) = mems["flat"], mems["banked"]
 
     async def bench(ctx):
         ctx.set(ws[0].addr, 1)
         ctx.set(ws[0].data, 0x11111111)
         ctx.set(ws[0].en, 0xF)
-        ctx.set(ws[1].addr, 2)
-        ctx.set(ws[1].data, 0x22222222)
-        ctx.set(ws[1].en, 0xF)
+        ctx.set(ws[-1].addr, 2)
+        ctx.set(ws[-1].data, 0x22222222)
+        ctx.set(ws[-1].en, 0xF)
         await ctx.tick()
         assert (flat.peek(ctx, 1), flat.peek(ctx, 2)) == (0x11111111, 0x22222222)
         assert (mem.peek(ctx, 1), mem.peek(ctx, 2)) != (0x11111111, 0x22222222)
