@@ -95,8 +95,8 @@ def test_lvt_memory_matches_flat(impl):
     assert seen["same_row_next_cycle"] > 500 and seen["transparent_hits"] > 100, seen
 
 
-# (with a fallback port: its row and data, unused or not, sit in a bank another port writes in about
-# half the cycles, and in a bank no port writes in the others)
+# (with a fallback port, the last: counted below, it sits idle in a bank another port writes, idle in
+# one no other port writes, and writes beside other ports, each in more than 100 cycles)
 @pytest.mark.parametrize("depth,bank_rows,fallback", [(16, 4, False), (64, 32, False), (8, 8, False), (12, 8, False),
                                                       (6, 16, False), (16, 4, True), (64, 32, True)])
 def test_banked_memory_matches_flat(depth, bank_rows, fallback):
