@@ -199,17 +199,17 @@ class RowMemory(Elaboratable):
 
         outs = {}
         self.pending = []
+        fallback = next((w for w in self.writes if w.fallback), None)
         for b in range(nb):
             # the bank's write port: the port whose row is in the bank (at most one, without races)
             hits = [Mux(bank_of(w.addr) == b, w.en, 0) for w in self.writes]
-            chosen = [(h, w) for h, w in zip(hits, self.writes) if not w.fallback]
+            chosen = [(h, w) for h, w in zip(hits, self.writes) if w is not fallback]
             waddr = any_of([Mux(h.any(), w.addr[:lo], 0) for h, w in chosen]) if lo else Const(0, 1)
             wdata = any_of([Mux(h.any(), w.data, 0) for h, w in chosen])
-            for w in self.writes:
-                if w.fallback:      # its row and data unless another port writes the bank
-                    taken = any_of([h.any() for h, _ in chosen])
-                    waddr = Mux(taken, waddr, w.addr[:lo]) if lo else waddr
-                    wdata = Mux(taken, wdata, w.data)
+            if fallback is not None:        # its row and data unless another port writes the bank
+                taken = any_of([h.any() for h, _ in chosen])
+                waddr = Mux(taken, waddr, fallback.addr[:lo]) if lo else waddr
+                wdata = Mux(taken, wdata, fallback.data)
             wen = any_of(hits)
             # (late: the pending write, not reset: a write in the cycle before a reset still lands)
             kw = {"reset_less": True} if self.late else {}
