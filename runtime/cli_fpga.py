@@ -214,10 +214,13 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
 @click.option("--no-fit-check", is_flag=True, help="run even when the estimate exceeds the device")
 @click.option("--timeout", type=PositiveFloat(), default=None, help="seconds per tool")
 @click.option("--json", "json_path", type=OUTPUT_FILE, default=None, help="write the report here too")
+@click.option("--seed", "seeds", multiple=True, type=click.IntRange(1, 2**31 - 1),
+              help="nextpnr's placement seed (default 1); given more than once, the same netlist is placed and "
+                   "routed with each and the report has Fmax by seed")
 @_mem_options
 @_dsp_regs_option
-def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, fpga_mem,
-              spm_rows, acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
+def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, seeds,
+              fpga_mem, spm_rows, acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
     """Resources and Fmax of a config on a device, without a board (nextpnr out of context)."""
     from rtl.fpga.devices import device
     from rtl.fpga.flow import synth
@@ -227,8 +230,14 @@ def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_chec
     cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl, banks)
     dev = device(device_name)
     _check_fpga_options(cfg, dram_kib, json_path, out, [config] if Path(config).is_file() else [])
+    dup = sorted({s for s in seeds if seeds.count(s) > 1})
+    if dup:
+        raise usage_error(f"seed {dup[0]} given more than once", "--seed")
+    if seeds and no_pnr:
+        raise usage_error("a placement seed needs nextpnr; drop --no-pnr", "--seed")
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), mem=mem_impl, out=out, pnr=not no_pnr, freq_mhz=freq,
-                dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check, dsp_regs=dsp_regs)
+                dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check, dsp_regs=dsp_regs,
+                seeds=seeds or (1,))
     _done(rep, json_path)
 
 

@@ -2,7 +2,9 @@
 
 ``synth(cfg, device)`` writes into ``out``: ``top.il`` (RTLIL), ``top.json`` (netlist),
 ``yosys.log`` (Yosys' log; ``yosys.out`` its console output), ``stat.json``; with ``pnr=True``
-also ``nextpnr.log`` and ``pnr.json`` (nextpnr's report: utilization and max frequency). It
+also ``nextpnr.log`` and ``pnr.json`` (nextpnr's report: utilization and max frequency), or with
+several placement seeds ``nextpnr-seed<N>.log`` and ``pnr-seed<N>.json`` for each (one Yosys
+netlist, placed and routed once per seed: the seed-to-seed spread of Fmax is a few MHz). It
 returns a ``Report``. ``board.build`` uses the same top in an amaranth-boards platform and adds
 the bitstream.
 """
@@ -51,7 +53,10 @@ class Report:
     critical_path: list = field(default_factory=list)
     bitstream: str | None = None
     memories: dict = field(default_factory=dict)     #: SPM/ACC rows and imem words built
-    seed: int | None = None                #: nextpnr's placement seed
+    seed: int | None = None                #: nextpnr's placement seed (of the figures above)
+    #: with several seeds, one entry per seed: ``seed``, ``routed``, and ``fmax_mhz``, ``luts``,
+    #: ``ffs``, ``critical_path``, ``seconds`` (routed) or ``error`` (not)
+    runs: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,7 +69,14 @@ class Report:
         mem = ", ".join(f"{k} {v}" for k, v in self.memories.items())
         lines = [f"{self.config} on {self.device} (mac={self.mac}, mem={self.mem}; {mem}; resources from {self.stage})"]
         lines += [f"  {k:<5}{u:>8} / {v:<8} {100 * u / v:5.1f}%" for k, u, v in rows if v]
-        lines.append(f"  Fmax {f}" + (f" (target {self.target_mhz:g} MHz)" if self.target_mhz else ""))
+        lines.append(f"  Fmax {f}" + (f" (target {self.target_mhz:g} MHz)" if self.target_mhz else "")
+                     + (f", seed {self.seed}" if self.runs else ""))
+        if self.runs:
+            got = [r["fmax_mhz"] for r in self.runs if r["routed"]]
+            each = ", ".join((f"{r['fmax_mhz']:.2f} MHz" if r["routed"] else "not routed") + f" (seed {r['seed']})"
+                             for r in self.runs)
+            lines.append(f"  Fmax by seed: {each}" + (f"; min {min(got):.2f}, mean {sum(got) / len(got):.2f} MHz"
+                                                      if got else ""))
         if self.bitstream:
             lines.append(f"  bitstream {self.bitstream}")
         return "\n".join(lines)
@@ -256,16 +268,19 @@ PNR_ROUTER = ["--router", "router2"]
 PNR_ALGORITHMS = ["--placer", "static"] + PNR_ROUTER
 
 
-def nextpnr(out: Path, dev: Device, freq_mhz: float, timeout: float | None = None, seed: int = 1) -> tuple[dict, float]:
-    """Place and route ``out/top.json`` out of context; returns (nextpnr's report, seconds)."""
+def nextpnr(out: Path, dev: Device, freq_mhz: float, timeout: float | None = None, seed: int = 1,
+            suffix: str = "") -> tuple[dict, float]:
+    """Place and route ``out/top.json`` out of context; returns (nextpnr's report, seconds).
+    Its report and log are ``pnr<suffix>.json`` and ``nextpnr<suffix>.log``."""
+    report = f"pnr{suffix}.json"
     args = list(dev.pnr_args) + ["--json", "top.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed),
-                                 "--report", "pnr.json", "--timing-allow-fail"]
+                                 "--report", report, "--timing-allow-fail"]
     if dev.family == "ecp5":
         args += PNR_ALGORITHMS + ["--out-of-context"]
     else:
         args += PNR_ROUTER + ["--pcf-allow-unconstrained"]
-    secs = _run(tool(f"nextpnr-{dev.family}") + args, out / "nextpnr.log", timeout, f"nextpnr-{dev.family}")
-    return json.loads((out / "pnr.json").read_text()), secs
+    secs = _run(tool(f"nextpnr-{dev.family}") + args, out / f"nextpnr{suffix}.log", timeout, f"nextpnr-{dev.family}")
+    return json.loads((out / report).read_text()), secs
 
 
 def _block(cell: str) -> str:
@@ -324,9 +339,10 @@ def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
 
 def synth(cfg, device: str, *, mac: str = "dsp", mem: str = "lvt", out: Path | str = "build/fpga", pnr: bool = True,
           freq_mhz: float = 100.0, dram_bytes: int = 1 << 14, timeout: float | None = None,
-          check_fit: bool = True, dsp_regs: bool = True) -> Report:
+          check_fit: bool = True, dsp_regs: bool = True, seeds: tuple[int, ...] = (1,)) -> Report:
     """Resource and Fmax estimate of ``FpgaTop(cfg)`` on ``device`` (no board: nextpnr out of context).
-    ``dsp_regs``: two-stage hard products in the multiplier blocks' own registers (``rtl.mac.fpga_primitives``)."""
+    ``dsp_regs``: two-stage hard products in the multiplier blocks' own registers (``rtl.mac.fpga_primitives``);
+    ``seeds``: nextpnr's placement seeds (``_flow``)."""
     from .fit import check
     from .top import FpgaTop
     dev = get_device(device)
@@ -337,12 +353,12 @@ def synth(cfg, device: str, *, mac: str = "dsp", mem: str = "lvt", out: Path | s
     rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=freq_mhz if pnr else None, memories=_mems(cfg),
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     top = FpgaTop(cfg, mac=mac, mem=mem, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)
-    return _flow(top, rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout, dsp_regs=dsp_regs)
+    return _flow(top, rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout, dsp_regs=dsp_regs, seeds=seeds)
 
 
 def synth_array(rows: int, cols: int, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga-array",
                 pnr: bool = True, freq_mhz: float = 100.0, timeout: float | None = None,
-                dsp_regs: bool = True) -> Report:
+                dsp_regs: bool = True, seeds: tuple[int, ...] = (1,)) -> Report:
     """The systolic array alone (``rtl/systolic.py``) on ``device``: the array's resources and Fmax
     without the rest of the chip (nextpnr out of context). ``Report.config`` is ``array RxC``."""
     from ..systolic import SystolicArray
@@ -352,11 +368,17 @@ def synth_array(rows: int, cols: int, device: str, *, mac: str = "dsp", out: Pat
     rep = Report(f"array {rows}x{cols}", dev.name, mac, target_mhz=freq_mhz if pnr else None,
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     return _flow(SystolicArray(rows, cols, mac=mac), rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout,
-                 dsp_regs=dsp_regs)
+                 dsp_regs=dsp_regs, seeds=seeds)
 
 
 def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: float, timeout: float | None,
-          dsp_regs: bool = True) -> Report:
+          dsp_regs: bool = True, seeds: tuple[int, ...] = (1,)) -> Report:
+    """RTLIL, Yosys, then nextpnr once per seed in ``seeds`` on the same netlist. One seed: a
+    failure raises. Several: each seed's outcome goes into ``rep.runs`` (one that does not route
+    is recorded with its error and the next is tried), the report's figures are those of the
+    first seed that routed, and only when none did does the last failure raise."""
+    if pnr and (not seeds or len(set(seeds)) != len(seeds)):
+        raise ValueError(f"seeds must be distinct and at least one: {seeds}")
     t = time.monotonic()
     dsp_regs = dsp_regs_apply(rep.mac, dev.family, dsp_regs)
     rep.mac = built_mac(rep.mac, dev.family, dsp_regs)
@@ -368,9 +390,32 @@ def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: floa
     for k, v in cell_resources(cells, dev.family).items():
         setattr(rep, k, v)
     if pnr:
-        rep.seed = 1
-        report, secs = nextpnr(out, dev, freq_mhz, timeout, seed=rep.seed)
-        rep.seconds["nextpnr"] = round(secs, 1)
-        apply_pnr(rep, report, dev.family)
+        # (the other naming's files of an earlier run in this folder would read as this run's)
+        stale = ["pnr.json", "nextpnr.log"] if len(seeds) > 1 else [*out.glob("pnr-seed*.json"),
+                                                                  *out.glob("nextpnr-seed*.log")]
+        for f in stale:
+            (out / f).unlink(missing_ok=True)
+        failed = None
+        for seed in seeds:
+            try:
+                report, secs = nextpnr(out, dev, freq_mhz, timeout, seed=seed,
+                                       suffix="" if len(seeds) == 1 else f"-seed{seed}")
+            except FlowError as e:
+                if len(seeds) == 1:
+                    raise
+                failed = e
+                rep.runs.append({"seed": seed, "routed": False, "error": str(e)})
+                continue
+            run = Report(rep.config, rep.device, rep.mac)
+            apply_pnr(run, report, dev.family)
+            if len(seeds) > 1:
+                rep.runs.append({"seed": seed, "routed": True, "fmax_mhz": run.fmax_mhz, "luts": run.luts,
+                                 "ffs": run.ffs, "critical_path": run.critical_path, "seconds": round(secs, 1)})
+            if rep.seed is None:
+                rep.seed = seed
+                rep.seconds["nextpnr"] = round(secs, 1)
+                apply_pnr(rep, report, dev.family)
+        if rep.seed is None:
+            raise FlowError(f"no seed routed ({', '.join(map(str, seeds))}); the last: {failed}")
     write_atomic(out / "report.json", json.dumps(rep.to_dict(), indent=1))
     return rep

