@@ -391,10 +391,10 @@ def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: floa
         setattr(rep, k, v)
     if pnr:
         # (the other naming's files of an earlier run in this folder would read as this run's)
-        stale = ["pnr.json", "nextpnr.log"] if len(seeds) > 1 else [*out.glob("pnr-seed*.json"),
-                                                                  *out.glob("nextpnr-seed*.log")]
+        stale = ([out / "pnr.json", out / "nextpnr.log"] if len(seeds) > 1
+                 else [*out.glob("pnr-seed*.json"), *out.glob("nextpnr-seed*.log")])
         for f in stale:
-            (out / f).unlink(missing_ok=True)
+            f.unlink(missing_ok=True)
         failed = None
         for seed in seeds:
             try:
