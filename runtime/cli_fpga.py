@@ -217,9 +217,11 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
 @click.option("--seed", "seeds", multiple=True, type=click.IntRange(1, 2**31 - 1),
               help="nextpnr's placement seed (default 1); given more than once, the same netlist is placed and "
                    "routed with each and the report has Fmax by seed")
+@click.option("--jobs", "jobs", type=click.IntRange(min=1), default=None,
+              help="seeds placed and routed at once (default: one per CPU core)")
 @_mem_options
 @_dsp_regs_option
-def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, seeds,
+def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, seeds, jobs,
               fpga_mem, spm_rows, acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
     """Resources and Fmax of a config on a device, without a board (nextpnr out of context)."""
     from rtl.fpga.devices import device
@@ -237,7 +239,7 @@ def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_chec
         raise usage_error("a placement seed needs nextpnr; drop --no-pnr", "--seed")
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), mem=mem_impl, out=out, pnr=not no_pnr, freq_mhz=freq,
                 dram_bytes=dram_kib * 1024, timeout=timeout, check_fit=not no_fit_check, dsp_regs=dsp_regs,
-                seeds=seeds or (1,))
+                seeds=seeds or (1,), jobs=jobs)
     _done(rep, json_path)
 
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -339,10 +341,11 @@ def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
 
 def synth(cfg, device: str, *, mac: str = "dsp", mem: str = "lvt", out: Path | str = "build/fpga", pnr: bool = True,
           freq_mhz: float = 100.0, dram_bytes: int = 1 << 14, timeout: float | None = None,
-          check_fit: bool = True, dsp_regs: bool = True, seeds: tuple[int, ...] = (1,)) -> Report:
+          check_fit: bool = True, dsp_regs: bool = True, seeds: tuple[int, ...] = (1,),
+          jobs: int | None = None) -> Report:
     """Resource and Fmax estimate of ``FpgaTop(cfg)`` on ``device`` (no board: nextpnr out of context).
     ``dsp_regs``: two-stage hard products in the multiplier blocks' own registers (``rtl.mac.fpga_primitives``);
-    ``seeds``: nextpnr's placement seeds (``_flow``)."""
+    ``seeds``, ``jobs``: nextpnr's placement seeds and how many run at once (``_flow``)."""
     from .fit import check
     from .top import FpgaTop
     dev = get_device(device)
@@ -353,12 +356,13 @@ def synth(cfg, device: str, *, mac: str = "dsp", mem: str = "lvt", out: Path | s
     rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=freq_mhz if pnr else None, memories=_mems(cfg),
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     top = FpgaTop(cfg, mac=mac, mem=mem, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)
-    return _flow(top, rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout, dsp_regs=dsp_regs, seeds=seeds)
+    return _flow(top, rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout, dsp_regs=dsp_regs, seeds=seeds,
+                 jobs=jobs)
 
 
 def synth_array(rows: int, cols: int, device: str, *, mac: str = "dsp", out: Path | str = "build/fpga-array",
                 pnr: bool = True, freq_mhz: float = 100.0, timeout: float | None = None,
-                dsp_regs: bool = True, seeds: tuple[int, ...] = (1,)) -> Report:
+                dsp_regs: bool = True, seeds: tuple[int, ...] = (1,), jobs: int | None = None) -> Report:
     """The systolic array alone (``rtl/systolic.py``) on ``device``: the array's resources and Fmax
     without the rest of the chip (nextpnr out of context). ``Report.config`` is ``array RxC``."""
     from ..systolic import SystolicArray
@@ -368,15 +372,16 @@ def synth_array(rows: int, cols: int, device: str, *, mac: str = "dsp", out: Pat
     rep = Report(f"array {rows}x{cols}", dev.name, mac, target_mhz=freq_mhz if pnr else None,
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     return _flow(SystolicArray(rows, cols, mac=mac), rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout,
-                 dsp_regs=dsp_regs, seeds=seeds)
+                 dsp_regs=dsp_regs, seeds=seeds, jobs=jobs)
 
 
 def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: float, timeout: float | None,
-          dsp_regs: bool = True, seeds: tuple[int, ...] = (1,)) -> Report:
-    """RTLIL, Yosys, then nextpnr once per seed in ``seeds`` on the same netlist. One seed: a
-    failure raises. Several: each seed's outcome goes into ``rep.runs`` (one that does not route
-    is recorded with its error and the next is tried), the report's figures are those of the
-    first seed that routed, and only when none did does the last failure raise."""
+          dsp_regs: bool = True, seeds: tuple[int, ...] = (1,), jobs: int | None = None) -> Report:
+    """RTLIL, Yosys, then nextpnr once per seed in ``seeds`` on the same netlist, ``jobs`` seeds
+    at once (default: one per CPU). One seed: a failure raises. Several: each seed's outcome goes
+    into ``rep.runs`` in the order of ``seeds`` (one that does not route is recorded with its
+    error), the report's figures are those of the first seed that routed, and only when none did
+    does the last failure raise."""
     if pnr and (not seeds or len(set(seeds)) != len(seeds)):
         raise ValueError(f"seeds must be distinct and at least one: {seeds}")
     t = time.monotonic()
@@ -395,17 +400,24 @@ def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: floa
                  else [*out.glob("pnr-seed*.json"), *out.glob("nextpnr-seed*.log")])
         for f in stale:
             f.unlink(missing_ok=True)
-        failed = None
-        for seed in seeds:
+        def place(seed):
             try:
-                report, secs = nextpnr(out, dev, freq_mhz, timeout, seed=seed,
-                                       suffix="" if len(seeds) == 1 else f"-seed{seed}")
+                return nextpnr(out, dev, freq_mhz, timeout, seed=seed, suffix="" if len(seeds) == 1 else f"-seed{seed}")
             except FlowError as e:
                 if len(seeds) == 1:
                     raise
-                failed = e
-                rep.runs.append({"seed": seed, "routed": False, "error": str(e)})
+                return e
+
+        # (each seed is its own nextpnr process: ``jobs`` of them at once)
+        with ThreadPoolExecutor(max_workers=max(1, min(jobs or os.cpu_count() or 1, len(seeds)))) as pool:
+            results = list(pool.map(place, seeds))
+        failed = None
+        for seed, got in zip(seeds, results):
+            if isinstance(got, FlowError):
+                failed = got
+                rep.runs.append({"seed": seed, "routed": False, "error": str(got)})
                 continue
+            report, secs = got
             run = Report(rep.config, rep.device, rep.mac)
             apply_pnr(run, report, dev.family)
             if len(seeds) > 1:

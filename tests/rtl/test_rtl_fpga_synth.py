@@ -489,3 +489,27 @@ def test_fpga_synth_seed_usage_errors_before_any_work(tmp_path, args, msg):
     r = CliRunner().invoke(main, ["fpga", "synth", "-o", str(tmp_path / "b"), *args])
     assert r.exit_code == 2 and msg in r.output
     assert not (tmp_path / "b").exists()
+
+
+@needs_yosys
+def test_seeds_run_jobs_at_once_and_report_in_seed_order(tmp_path, monkeypatch):
+    """``jobs`` nextpnr runs at once; ``runs`` keeps the order of the seeds given, whichever ends first."""
+    import threading
+    import time
+
+    from rtl.fpga import flow
+    lock, now, peak = threading.Lock(), [0], [0]
+
+    def fake_nextpnr(out, dev, freq_mhz, timeout=None, seed=1, suffix=""):
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.3 if seed == 5 else 0.1)       # the first seed ends last
+        with lock:
+            now[0] -= 1
+        return {"fmax": {"clk": {"achieved": float(seed)}}}, 0.1
+
+    monkeypatch.setattr(flow, "nextpnr", fake_nextpnr)
+    rep = flow.synth_array(2, 2, "ecp5-12k", out=tmp_path, seeds=(5, 6, 7, 8), jobs=2, timeout=600)
+    assert peak[0] == 2
+    assert [r["fmax_mhz"] for r in rep.runs] == [5.0, 6.0, 7.0, 8.0] and rep.seed == 5
