@@ -19,6 +19,7 @@ figure a front end or memory change moves unless it changes the contract.
     python bench/fpga.py --reuse --reuse-json bench/fpga_results.json ...   # and rows of an earlier table
     python bench/fpga.py --quick --throughput --reuse-json bench/fpga_results.json ...   # + MAC/s columns
     python bench/fpga.py --reuse --mem banked --full-mem --acc-rows 64 --banks 8,4 --reuse-json ...  # another build
+    python bench/fpga.py --configs tiny --devices ecp5-85k --no-arrays --seeds 1,2,3 --reuse-json ...  # Fmax by seed
 
 One run makes one build per config and device (``--mem``, ``--full-mem``, ``--spm-rows``,
 ``--acc-rows``, ``--banks``); the
@@ -118,13 +119,15 @@ def _measured(row, rep: dict, seconds=None):
                luts=rep["luts"], ffs=rep["ffs"], dsps=rep["dsps"], brams=rep["brams"],
                fmax_mhz=rep["fmax_mhz"], tool_seconds=rep.get("seconds", {}),
                critical_path=rep.get("critical_path", []), available=rep["available"])
+    if rep.get("runs"):                 # several placement seeds: each one's Fmax (None: not routed)
+        row["fmax_by_seed"] = {str(r["seed"]): r.get("fmax_mhz") for r in rep["runs"]}
     if seconds is not None:
         row["seconds"] = seconds
     return row
 
 
 def run_one(name, devname, *, pnr, freq, out, timeout, mem, fpga_mem=True, tools=True, reuse=False,
-            banks=None, depths=None):
+            banks=None, depths=None, seeds=(1,)):
     """One whole chip: ``fpga_mem`` the FPGA memories (else the preset's), ``depths`` smaller ones
     ({"spm_rows": .., "acc_rows": ..}), ``banks`` ((SPM, ACC) bank counts) for ``banked_config``."""
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
@@ -156,14 +159,15 @@ def run_one(name, devname, *, pnr, freq, out, timeout, mem, fpga_mem=True, tools
         return row
     t = time.monotonic()
     try:
-        rep = synth(cfg, devname, mac=mac, mem=mem, out=d, pnr=pnr, freq_mhz=freq, timeout=timeout, check_fit=False)
+        rep = synth(cfg, devname, mac=mac, mem=mem, out=d, pnr=pnr, freq_mhz=freq, timeout=timeout, check_fit=False,
+                    seeds=seeds)
     except FlowError as e:
         row.update(status="tool failed", reason=str(e))
         return row
     return _measured(row, rep.to_dict(), round(time.monotonic() - t, 1))
 
 
-def run_array(rows, cols, devname, mac, *, pnr, freq, out, timeout, tools=True, reuse=False):
+def run_array(rows, cols, devname, mac, *, pnr, freq, out, timeout, tools=True, reuse=False, seeds=(1,)):
     dev = DEVICES[devname]
     name = f"array {rows}x{cols}"
     row = {"config": name, "device": devname, "mac": mac,
@@ -178,7 +182,7 @@ def run_array(rows, cols, devname, mac, *, pnr, freq, out, timeout, tools=True, 
     t = time.monotonic()
     try:
         rep = synth_array(rows, cols, devname, mac=mac.split()[0], out=d, pnr=pnr, freq_mhz=freq, timeout=timeout,
-                          dsp_regs=mac.endswith(" dsp-regs"))
+                          dsp_regs=mac.endswith(" dsp-regs"), seeds=seeds)
     except FlowError as e:
         row.update(status="tool failed", reason=str(e))
         return row
@@ -216,6 +220,7 @@ def markdown(rows) -> str:
             a = r["available"]
             cells = [f"{r[k]} / {a[k]}" for k in ("luts", "ffs", "dsps", "brams")]
             f = f"{r['fmax_mhz']:.1f}" if r.get("fmax_mhz") else "--"
+            f += _seeds_cell(r.get("fmax_by_seed"))
             s = r.get("tool_seconds", {})
             secs = f"{s.get('yosys', '--')} / {s.get('nextpnr', '--')}"
         else:
@@ -230,6 +235,17 @@ def markdown(rows) -> str:
         out.append(f"| {r['config']} | {r['device']} | {r['mac']} | {_mem_cell(r)} | " + " | ".join(cells)
                    + f" | {f} | {macs} | {secs} | {status} |")
     return "\n".join(out)
+
+
+def _seeds_cell(by_seed) -> str:
+    """`` (seeds 1, 2, 3: 38.8-40.1)``: the range of a row's Fmax over its placement seeds, and
+    the seeds that did not route; empty for one seed."""
+    if not by_seed or len(by_seed) < 2:
+        return ""
+    got = [v for v in by_seed.values() if v]
+    span = f"{min(got):.1f}-{max(got):.1f}" if got else "none routed"
+    miss = [k for k, v in by_seed.items() if not v]
+    return f" (seeds {', '.join(by_seed)}: {span}" + (f"; {', '.join(miss)} not routed" if miss and got else "") + ")"
 
 
 def _utilizations(row) -> dict[str, float]:
@@ -277,6 +293,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-arrays", action="store_true", help="skip the array-alone rows")
     ap.add_argument("--no-pnr", action="store_true")
     ap.add_argument("--freq", type=float, default=100.0)
+    ap.add_argument("--seeds", default="1", metavar="N[,N...]",
+                    help="nextpnr placement seeds: each build placed and routed with each; the row's figures are "
+                         "the first seed's, its Fmax cell adds the range")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per tool run")
     ap.add_argument("--out", type=Path, default=Path("build/bench-fpga"))
     ap.add_argument("--json", type=Path)
@@ -300,7 +319,13 @@ def main(argv=None) -> int:
                 return dict(r, reused=str(a.reuse_json))
         return None
     configs, devices, pnr = [c for c in a.configs.split(",") if c], a.devices.split(","), not a.no_pnr
-    kw = dict(pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout, tools=not a.quick, reuse=a.reuse)
+    try:
+        seeds = tuple(int(x) for x in a.seeds.split(","))
+    except ValueError:
+        ap.error(f"--seeds: comma-separated integers, got {a.seeds!r}")
+    if len(set(seeds)) != len(seeds) or min(seeds) < 1:
+        ap.error(f"--seeds: distinct seeds >= 1, got {a.seeds!r}")
+    kw = dict(pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout, tools=not a.quick, reuse=a.reuse, seeds=seeds)
     depths = {k: v for k, v in (("spm_rows", a.spm_rows), ("acc_rows", a.acc_rows)) if v}
     rows = []
     for name in configs:

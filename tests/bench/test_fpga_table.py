@@ -63,3 +63,19 @@ def test_the_mem_cell_names_depths_and_banks_other_than_the_fpga_defaults():
         "banked: SPM 256 rows in 16 banks, ACC 64 in 4"
     deep = {"spm_rows": 1024, "acc_rows": 64, "imem_words": 1024, "spm_bank_rows": 128, "acc_bank_rows": 16}
     assert bench._mem_cell({"mem": "banked", "memories": deep}) == "banked: SPM 1024 rows in 8 banks, ACC 64 in 4"
+
+
+def test_the_fmax_cell_gives_the_range_over_placement_seeds():
+    """A row placed with several seeds (``--seeds``) shows its first seed's Fmax and the range over
+    all, naming seeds that did not route; a row of one seed shows its Fmax alone."""
+    bench = _bench()
+    rows = json.loads((ROOT / "bench" / "fpga_results.json").read_text())
+    row = next(r for r in rows if r.get("fmax_mhz") and r["config"] == "tiny")
+    one = bench.markdown([dict(row, fmax_mhz=38.78)]).splitlines()[-1]
+    assert "| 38.8 |" in one
+    three = bench.markdown([dict(row, fmax_mhz=38.78, fmax_by_seed={"1": 38.78, "2": 40.06, "3": None})])
+    assert "| 38.8 (seeds 1, 2, 3: 38.8-40.1; 3 not routed) |" in three
+    rep = {"placed": True, "luts": 1, "ffs": 1, "dsps": 0, "brams": 0, "fmax_mhz": 38.78, "available": {},
+           "runs": [{"seed": 1, "routed": True, "fmax_mhz": 38.78}, {"seed": 2, "routed": False, "error": "x"}]}
+    assert bench._measured({}, rep)["fmax_by_seed"] == {"1": 38.78, "2": None}
+    assert "fmax_by_seed" not in bench._measured({}, dict(rep, runs=[]))
