@@ -1,6 +1,6 @@
 """Balanced reductions. ``x = x | term`` in a loop builds a chain of gates as long as the loop, and
-Yosys' LUT mapping (``rtl/fpga/flow.py``: ABC's ``&if`` without restructuring) keeps the chain: a
-LUT level for every three terms on the FPGA. ``tree`` combines the terms pairwise instead (a LUT
+Yosys' LUT mapping (``rtl/fpga/flow.py``) was measured keeping such chains (docs/fpga.md): a LUT
+level for every three terms on the FPGA. ``tree`` combines the terms pairwise instead (a LUT
 level for every four to sixteen), with the same value, shape and sign as the chain."""
 
 from __future__ import annotations

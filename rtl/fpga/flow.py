@@ -209,19 +209,21 @@ opt_clean
 RACE_FREE_BANKS = ("setparam -set COLLISION_X_MASK 1'1 t:$memrd_v2 r:MEMID=*bank*_r* %i "
                    "r:TRANSPARENCY_MASK=1'0 %i r:CLK_ENABLE=1 %i")
 ECP5_MAP_OPTS = "-run map_ram:map_luts"
-#: ``synth_ecp5``'s ``map_luts`` step with a shorter ABC script (no ``&scorr; &sweep; &dc2; &dch``):
-#: the default script did not finish on the whole tiny chip in 20 minutes here (233k AIG nodes),
-#: this one took about 6 CPU-minutes; then ``synth_ecp5 -run map_cells:`` finishes as usual.
+#: ``synth_ecp5``'s ``map_luts`` step with a shorter ABC script (no ``&scorr; &sweep; &dc2``): the
+#: default script did not finish on the whole tiny chip in 20 minutes here (233k AIG nodes); this
+#: one, ``&dch -f`` (structural choices) before the mapping, takes about a minute on tiny and gives
+#: fewer LUTs and fewer logic levels than ``&if`` alone (docs/fpga.md, "Yosys"); then
+#: ``synth_ecp5 -run map_cells:`` finishes as usual.
 #: ``opt_clean -purge`` first drops the wires no cell needs by name: Amaranth names each field of
 #: a structured signal (``x`` and ``x[0]``), and ABC9's netlist reader renames a one-bit ``x`` it
 #: meets again to ``x[0]``; where that name is taken Yosys stops on a failed assertion
 #: (``count_id(wire->name) == 0``, Yosys 0.69), as it did on tiny with the VPU's operands in
-#: registers (docs/fpga.md). On the current tiny it changes 2 of 17,206 LUT4s.
+#: registers (docs/fpga.md).
 ECP5_MAP_LUTS = """
 check -latchonly -assert
 techmap -map +/lattice/latches_map.v
 opt_clean -purge
-abc9 -W 300 -script +&st;&if,-W,300,-v;&mfs
+abc9 -W 300 -script +&st;&dch,-f;&if,-W,300,-v;&mfs
 clean
 synth_ecp5 -top top -run map_cells:
 """
