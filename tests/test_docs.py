@@ -10,8 +10,8 @@ ENV_DOC = ROOT / "docs" / "env.md"
 PREFIX = "TETRACHIP_"
 # names owned by other tools (cocotb, Triton, make, Python, Amaranth's FPGA flow, pytest-xdist):
 # the project reads or sets them but cannot rename them
-THIRD_PARTY = {"SIM", "CXX", "TRITON_INTERPRET", "PATH", "PYTHONPATH", "MAKEFLAGS", "HOME", "PYTEST_XDIST_WORKER",
-               "YOSYS", "NEXTPNR_ECP5", "ECPPACK", "AMARANTH_USE_YOSYS", "OPENFPGALOADER"}
+THIRD_PARTY = {"SIM", "SIM_CMD_SUFFIX", "CXX", "TRITON_INTERPRET", "PATH", "PYTHONPATH", "MAKEFLAGS", "HOME",
+               "PYTEST_XDIST_WORKER", "YOSYS", "NEXTPNR_ECP5", "ECPPACK", "AMARANTH_USE_YOSYS", "OPENFPGALOADER"}
 # how code names an environment variable it reads (or sets for a tool it drives)
 READS = [re.compile(p) for p in (
     r"environ\.(?:get|pop|setdefault)\(\s*['\"](\w+)['\"]",

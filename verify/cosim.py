@@ -105,6 +105,22 @@ def _build_args(simulator: str) -> list[str]:
     return ["-g2005"]
 
 
+#: the Icarus model's wave dump module (``Cosim(waves=...)``)
+ICARUS_DUMP = "tetrachip_waves"
+
+
+def _icarus_dump_module(top: str, default: Path) -> str:
+    """A Verilog-2005 module that dumps ``top`` into ``+dumpfile_path=PATH`` (else ``default``)."""
+    return (f"module {ICARUS_DUMP};\n"
+            "  reg [8*4096-1:0] path;\n"
+            "  initial begin\n"
+            '    if ($value$plusargs("dumpfile_path=%s", path)) $dumpfile(path);\n'
+            f'    else $dumpfile("{default}");\n'
+            f"    $dumpvars(0, {top});\n"
+            "  end\n"
+            "endmodule\n")
+
+
 def _makeflags() -> str:
     # the wheel's verilated.mk leaves the precompiled-header include flag empty: name it; the C++
     # optimisation level trades the model's build time against its speed (docs/cosim.md)
@@ -144,7 +160,8 @@ def _rtl_digest(cfg: ChipConfig, chips: int, simulator: str, mem: str = "flat", 
             h.update(p.name.encode() + p.read_bytes())
     h.update(repr((cfg.to_dict(), chips, simulator, os.environ.get("TETRACHIP_RTL_BUG", ""), _build_args(simulator),
                    _makeflags(), mem, waves)).encode())
-    h.update(inspect.getsource(wrapper).encode() + inspect.getsource(_runner).encode())
+    h.update(inspect.getsource(wrapper).encode() + inspect.getsource(_runner).encode()
+             + inspect.getsource(_icarus_dump_module).encode())
     return h.hexdigest()[:16]
 
 
@@ -270,19 +287,26 @@ class Cosim:
         t = time.perf_counter()
         runner = _runner(self.simulator)
         kw = {"build_args": _build_args(self.simulator)}
+        sources = [src, self.dir / f"{self.hdl_top}.v"]
         if self.simulator == "icarus":
             kw["timescale"] = ("1ns", "1ps")
-        if self.waves:
+        if self.waves and self.simulator == "verilator":
             kw["waves"] = True
-            if self.simulator == "verilator" and self.waves == "fst":
+            if self.waves == "fst":
                 kw["build_args"] = kw["build_args"] + ["--trace-fst"]
+        elif self.waves:
+            # (the runner's own dump module declares a SystemVerilog ``string``, which -g2005 rejects)
+            dump = self.dir / f"{ICARUS_DUMP}.v"
+            dump.write_text(_icarus_dump_module(self.hdl_top, self.dir / "model" / f"{self.hdl_top}.{self.waves}"))
+            sources.append(dump)
+            kw["build_args"] = kw["build_args"] + ["-s", ICARUS_DUMP]
         old = os.environ.get("MAKEFLAGS")
         if self.simulator == "verilator":
             os.environ["MAKEFLAGS"] = _makeflags()
         try:
             log = self.dir / "build.log"
             try:
-                runner.build(sources=[src, self.dir / f"{self.hdl_top}.v"], hdl_toplevel=self.hdl_top,
+                runner.build(sources=sources, hdl_toplevel=self.hdl_top,
                              build_dir=self.dir / "model", log_file=log, **kw)
             except Exception as e:
                 tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
@@ -324,12 +348,25 @@ class Cosim:
                 wf = str(Path(waves_file).resolve())
                 if self.simulator == "verilator":
                     kw.update(waves=True, test_args=["--trace-file", wf])
-                else:                   # the runner's dump module takes its path from a plusarg
-                    kw["plusargs"] = [f"+dumpfile_path={wf}"] + (["-fst"] if self.waves == "fst" else [])
-            xml = runner.test(test_module="verify.cosim_bench", hdl_toplevel=self.hdl_top, hdl_toplevel_lang="verilog",
-                              build_dir=self.dir / "model",
-                              test_dir=tmp, extra_env=env, results_xml=str(tmp / "results.xml"),
-                              log_file=str(tmp / "sim.log"), **kw)
+                else:                   # the dump module takes its path from a plusarg
+                    kw["plusargs"] = [f"+dumpfile_path={wf}"]
+            # Icarus: the runner ends vvp's arguments with -none (no waves) unless it dumps FST itself;
+            # SIM_CMD_SUFFIX (cocotb's) comes after it, and vvp takes the last format flag
+            suffix = f"-{self.waves}" if waves_file is not None and self.simulator == "icarus" else None
+            old = os.environ.get("SIM_CMD_SUFFIX")
+            if suffix:
+                os.environ["SIM_CMD_SUFFIX"] = " ".join(filter(None, [old, suffix]))
+            try:
+                xml = runner.test(test_module="verify.cosim_bench", hdl_toplevel=self.hdl_top,
+                                  hdl_toplevel_lang="verilog", build_dir=self.dir / "model",
+                                  test_dir=tmp, extra_env=env, results_xml=str(tmp / "results.xml"),
+                                  log_file=str(tmp / "sim.log"), **kw)
+            finally:
+                if suffix:
+                    if old is None:
+                        os.environ.pop("SIM_CMD_SUFFIX", None)
+                    else:
+                        os.environ["SIM_CMD_SUFFIX"] = old
             res = tmp / "results.pkl"
             if not res.exists():
                 log = (tmp / "sim.log").read_text(errors="replace")[-4000:] if (tmp / "sim.log").exists() else ""

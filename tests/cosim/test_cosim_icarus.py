@@ -8,6 +8,7 @@ few hundred cycles per second); the whole suite runs under Icarus with ``SIM=ica
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -32,3 +33,26 @@ def test_cosim_ring_tiny_under_icarus():
     # the vector_loop.s jobs once hung under Icarus (X in the VPU tag): they finished here
     vl = [r for j, r in zip(jobs, results) if j.name.startswith("vector_loop.s")]
     assert vl and all(r["chips"][0]["done"] and r["chips"][0]["error"] == 0 for r in vl)
+
+
+@pytest.mark.parametrize("fmt", ["vcd", "fst"])
+def test_icarus_model_dumps_waves(tmp_path, fmt):
+    """``Cosim(..., "icarus", waves=fmt).run(jobs, waves_file=...)`` writes that file in that format
+    (the model's own Verilog-2005 dump module; vvp's format flag after the runner's ``-none``)."""
+    why = available("icarus")
+    if why:
+        pytest.skip(f"Icarus: {why}")
+    _, jobs = directed_and_random_jobs(TINY, 10_000, 1)
+    jobs = jobs[:2]
+    out = tmp_path / f"run.{fmt}"
+    cosim = Cosim(TINY, 2, "icarus", waves=fmt)
+    results = cosim.run(jobs, waves_file=out)
+    assert_ring_results_match(TINY, jobs, results, f" under Icarus with {fmt} waves")
+    data = out.read_bytes()
+    if fmt == "vcd":
+        text = data.decode(errors="replace")
+        assert re.search(r"\$var wire\s+1 \S+ clk ", text) and "$enddefinitions" in text
+        cycles = sum(c["cycles"] for r in results for c in r["chips"][:1])
+        assert len(re.findall(r"^#\d+$", text, re.M)) > cycles          # time steps of every cycle
+    else:                       # FST is binary (a header block, then compressed value blocks)
+        assert len(data) > 1000 and b"$enddefinitions" not in data and b"$var" not in data
