@@ -11,6 +11,7 @@ See docs/cosim.md.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import inspect
@@ -103,6 +104,24 @@ def _build_args(simulator: str) -> list[str]:
     # no time-0 event, so a process whose inputs never change kept X (the VPU tag's retire bit in
     # vector_loop.s with one row: the instance never retired, the chip never finished). See docs/cosim.md.
     return ["-g2005"]
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str | None):
+    """``os.environ[name] = value`` for the block (the runner reads it in this process), then as it
+    was; ``value`` None leaves it alone."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 #: the Icarus model's wave dump module (``Cosim(waves=...)``)
@@ -300,23 +319,15 @@ class Cosim:
             dump.write_text(_icarus_dump_module(self.hdl_top, self.dir / "model" / f"{self.hdl_top}.{self.waves}"))
             sources.append(dump)
             kw["build_args"] = kw["build_args"] + ["-s", ICARUS_DUMP]
-        old = os.environ.get("MAKEFLAGS")
-        if self.simulator == "verilator":
-            os.environ["MAKEFLAGS"] = _makeflags()
+        log = self.dir / "build.log"
         try:
-            log = self.dir / "build.log"
-            try:
+            with _environ("MAKEFLAGS", _makeflags() if self.simulator == "verilator" else None):
                 runner.build(sources=sources, hdl_toplevel=self.hdl_top,
                              build_dir=self.dir / "model", log_file=log, **kw)
-            except Exception as e:
-                tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-                raise RuntimeError(f"building the {self.simulator} model of {self.top} failed ({e}); "
-                                   f"log {log}:\n{tail}") from None
-        finally:
-            if old is None:
-                os.environ.pop("MAKEFLAGS", None)
-            else:
-                os.environ["MAKEFLAGS"] = old
+        except Exception as e:
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise RuntimeError(f"building the {self.simulator} model of {self.top} failed ({e}); "
+                               f"log {log}:\n{tail}") from None
         self.build_s = time.perf_counter() - t
         stamp.write_text(digest)
 
@@ -352,21 +363,14 @@ class Cosim:
                     kw["plusargs"] = [f"+dumpfile_path={wf}"]
             # Icarus: the runner ends vvp's arguments with -none (no waves) unless it dumps FST itself;
             # SIM_CMD_SUFFIX (cocotb's) comes after it, and vvp takes the last format flag
-            suffix = f"-{self.waves}" if waves_file is not None and self.simulator == "icarus" else None
-            old = os.environ.get("SIM_CMD_SUFFIX")
-            if suffix:
-                os.environ["SIM_CMD_SUFFIX"] = " ".join(filter(None, [old, suffix]))
-            try:
+            suffix = None
+            if waves_file is not None and self.simulator == "icarus":
+                suffix = " ".join(filter(None, [os.environ.get("SIM_CMD_SUFFIX"), f"-{self.waves}"]))
+            with _environ("SIM_CMD_SUFFIX", suffix):
                 xml = runner.test(test_module="verify.cosim_bench", hdl_toplevel=self.hdl_top,
                                   hdl_toplevel_lang="verilog", build_dir=self.dir / "model",
                                   test_dir=tmp, extra_env=env, results_xml=str(tmp / "results.xml"),
                                   log_file=str(tmp / "sim.log"), **kw)
-            finally:
-                if suffix:
-                    if old is None:
-                        os.environ.pop("SIM_CMD_SUFFIX", None)
-                    else:
-                        os.environ["SIM_CMD_SUFFIX"] = old
             res = tmp / "results.pkl"
             if not res.exists():
                 log = (tmp / "sim.log").read_text(errors="replace")[-4000:] if (tmp / "sim.log").exists() else ""
