@@ -262,9 +262,16 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     C = cfg.cols
     NT = cdiv(N, C)
     scale_rows = NT if out_int8 else 0
-    if 2 + scale_rows > cfg.acc_rows:
-        raise ChipCompileError(f"{what}: N = {N} ({NT} tiles) needs more ACC rows than config "
-                               f"{cfg.name!r} has ({cfg.acc_rows}, acc_rows)")
+    # the least ACC any tiling takes: two M-tile regions of a row each, or on a banked ACC of a
+    # whole bank each (``_bank_aligned``), and the scale rows
+    region = max(1, cfg.acc_bank_rows)
+    if 2 * region + scale_rows > cfg.acc_rows:
+        regions = (f"two M-tile regions of a whole ACC bank each ({region} rows, acc_bank_rows)" if region > 1
+                   else "two M-tile regions of a row each")
+        scales = f" and its {scale_rows} scale rows (one per N tile)" if scale_rows else ""
+        raise ChipCompileError(f"{what}: N = {N} ({NT} tiles) needs more ACC rows than config {cfg.name!r} has: "
+                               f"{regions}{scales} take {2 * region + scale_rows}, it has {cfg.acc_rows} "
+                               f"(acc_rows)")
     ring = ring_slots(KT)
     res, best = None, None
     for NB in (2 * KT, max(KT, align_up(4, KT)), ring):      # group, tile, ring (compiler.lower.emit)

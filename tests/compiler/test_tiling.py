@@ -54,3 +54,21 @@ def test_choose_splits_m_when_spm_is_short():
     t = choose(cfg, 5000, 3, 4, True, 1, "k")
     assert t.MT > 1 and t.nbuf == 2 and t.spm_rows <= cfg.spm_rows and t.acc_rows <= cfg.acc_rows
     assert t.Mt * (t.MT - 1) < 5000 <= t.Mt * t.MT
+
+
+@pytest.mark.parametrize("bank_rows, int8", [(32, True), (1, True), (32, False)])
+def test_choose_names_acc_when_acc_is_what_does_not_fit(bank_rows, int8):
+    # 64 ACC rows in banks of 32: two M-tile regions of a bank each take all of it, so an int8 output's
+    # scale rows (one per N tile) fit nowhere, while SPM (256 rows) has room for the tiles
+    cfg = ChipConfig.preset("small").replace(spm_rows=256, acc_rows=64, spm_bank_rows=64, acc_bank_rows=bank_rows)
+    N = 8 * 63 if bank_rows == 1 else 64          # unbanked: 63 scale rows and two one-row regions
+    if not int8 and bank_rows > 1:
+        t = choose(cfg, 450, 8, N, int8, 1, "k")
+        assert t.acc_rows <= cfg.acc_rows and t.Mt % bank_rows == 0
+        return
+    with pytest.raises(ChipCompileError, match="needs more ACC rows") as e:
+        choose(cfg, 450, 8, N, int8, 1, "k")
+    msg = str(e.value)
+    assert "SPM" not in msg and "(acc_rows)" in msg
+    assert ("acc_bank_rows" in msg) == (bank_rows > 1)
+    assert f"take {2 * bank_rows + N // cfg.cols}, it has 64" in msg
