@@ -81,7 +81,15 @@ class Report:
                                                       if got else ""))
         if self.bitstream:
             lines.append(f"  bitstream {self.bitstream}")
+            if not self.timing_met():
+                lines.append(f"  TIMING NOT MET: the chip closes at {self.fmax_mhz:.2f} MHz, below the {self.target_mhz:g} MHz the board "
+                             f"clocks it at, so this bitstream may compute wrongly; try another --seed or a "
+                             f"lower --freq")
         return "\n".join(lines)
+
+    def timing_met(self) -> bool:
+        """The routed design reaches its target clock (True when either is unknown: Yosys only)."""
+        return not (self.fmax_mhz and self.target_mhz) or self.fmax_mhz >= self.target_mhz
 
 
 def _mems(cfg) -> dict:

@@ -514,3 +514,17 @@ def test_seeds_run_jobs_at_once_and_report_in_seed_order(tmp_path, monkeypatch):
     rep = flow.synth_array(2, 2, "ecp5-12k", out=tmp_path, seeds=(5, 6, 7, 8), jobs=2, timeout=600)
     assert peak[0] == 2
     assert [r["fmax_mhz"] for r in rep.runs] == [5.0, 6.0, 7.0, 8.0] and rep.seed == 5
+
+
+@pytest.mark.parametrize("fmax, bitstream, warned", [(34.56, "top.bit", True), (35.0, "top.bit", False),
+                                                      (37.64, "top.bit", False), (34.56, None, False)])
+def test_board_build_summary_says_when_timing_is_not_met(fmax, bitstream, warned):
+    """A bitstream whose routed Fmax is below the clock the board runs it at is flagged in the summary
+    (the flow writes it anyway, ``--timing-allow-fail``); an estimate out of context (no bitstream, its
+    target nextpnr's goal only) is not."""
+    from rtl.fpga.flow import Report
+    rep = Report("tiny", "ecp5-85k", "dsp", fmax_mhz=fmax, target_mhz=35.0, placed=True, bitstream=bitstream)
+    assert ("TIMING NOT MET" in rep.table()) == warned
+    assert rep.timing_met() == (fmax >= 35.0)
+    if warned:
+        assert f"closes at {fmax:.2f} MHz, below the 35 MHz" in rep.table()
