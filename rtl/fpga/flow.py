@@ -82,9 +82,9 @@ class Report:
         if self.bitstream:
             lines.append(f"  bitstream {self.bitstream}")
             if not self.timing_met():
-                lines.append(f"  TIMING NOT MET: the chip closes at {self.fmax_mhz:.2f} MHz, below the {self.target_mhz:g} MHz the board "
-                             f"clocks it at, so this bitstream may compute wrongly; try another --seed or a "
-                             f"lower --freq")
+                lines.append(f"  TIMING NOT MET: the chip closes at {self.fmax_mhz:.2f} MHz, below the "
+                             f"{self.target_mhz:g} MHz the board clocks it at, so this bitstream may compute "
+                             f"wrongly; try another --seed or a lower --freq")
         return "\n".join(lines)
 
     def timing_met(self) -> bool:
