@@ -139,6 +139,13 @@ def _mem_options(f):
     return f
 
 
+def _check_seeds(seeds: tuple[int, ...]) -> None:
+    """``--seed``'s values are distinct (a usage error before any tool runs)."""
+    dup = sorted({s for s in seeds if seeds.count(s) > 1})
+    if dup:
+        raise usage_error(f"seed {dup[0]} given more than once", "--seed")
+
+
 def _done(rep, json_path: Path | None) -> None:
     click.echo(rep.table())
     if rep.critical_path:
@@ -167,11 +174,13 @@ def fpga_cmd() -> None:
 @click.option("--no-fit-check", is_flag=True, help="build even when the estimate exceeds the device")
 @click.option("--json", "json_path", type=OUTPUT_FILE, default=None,
               help="write the report here too")
-@click.option("--seed", default=1, show_default=True, type=click.IntRange(1, 2**31 - 1),
-              help="nextpnr's placement seed (a full device may route with one seed and not another; docs/fpga.md)")
+@click.option("--seed", "seeds", multiple=True, type=click.IntRange(1, 2**31 - 1),
+              help="nextpnr's placement seed (default 1; a full device may route with one seed and not another, "
+                   "docs/fpga.md); given more than once, the seeds are tried in turn on the one netlist until "
+                   "one meets the clock, and the bitstream is that seed's (else the fastest's)")
 @_mem_options
 @_dsp_regs_option
-def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, seed, fpga_mem, spm_rows,
+def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, seeds, fpga_mem, spm_rows,
               acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
     """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
     from rtl.fpga.board import build, pll_params
@@ -192,11 +201,12 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
         if abs(got - freq) > PLL_TOLERANCE * freq:
             raise usage_error(f"{freq:g} MHz: the PLL of {board} ({clk:g} MHz in) gets no closer than {got:g} MHz",
                               "--freq")
+    _check_seeds(seeds)
     if 2 * baud > (freq or clk) * 1e6:
         raise usage_error(f"{baud} baud needs a clock of at least twice that; the clock is {freq or clk:g} MHz",
                           "--baud")
     rep = build(cfg, board, mac=_mac(mac, cfg, dev), mem=mem_impl, freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
-                baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs, seed=seed)
+                baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs, seed=seeds or (1,))
     _done(rep, json_path)
 
 
@@ -232,9 +242,7 @@ def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_chec
     cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl, banks)
     dev = device(device_name)
     _check_fpga_options(cfg, dram_kib, json_path, out, [config] if Path(config).is_file() else [])
-    dup = sorted({s for s in seeds if seeds.count(s) > 1})
-    if dup:
-        raise usage_error(f"seed {dup[0]} given more than once", "--seed")
+    _check_seeds(seeds)
     if seeds and no_pnr:
         raise usage_error("a placement seed needs nextpnr; drop --no-pnr", "--seed")
     rep = synth(cfg, dev.name, mac=_mac(mac, cfg, dev), mem=mem_impl, out=out, pnr=not no_pnr, freq_mhz=freq,

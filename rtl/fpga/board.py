@@ -7,6 +7,9 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shlex
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -105,11 +108,70 @@ def nextpnr_opts(seed: int = 1) -> str:
     return f"--report pnr.json --timing-allow-fail --seed {seed} " + " ".join(PNR_ALGORITHMS)
 
 
+#: what the board build's nextpnr and ecppack write (the build script's names), which a run with
+#: another seed writes as ``<stem>-seed<N><suffix>``
+SEED_OUTPUTS = ("pnr.json", "top.tim", "top.config", "top.bit", "top.svf")
+
+
+def seed_name(name: str, seed: int) -> str:
+    """``name`` (one of ``SEED_OUTPUTS``) of the run with placement seed ``seed``."""
+    stem, dot, ext = name.partition(".")
+    return f"{stem}-seed{seed}{dot}{ext}"
+
+
+def reroute_commands(script: str, seed: int) -> list[list[str]]:
+    """The nextpnr and ecppack command lines of the board build script ``script`` (``build_top.sh``,
+    which Amaranth writes), for placement seed ``seed`` and each output named by ``seed_name``:
+    the same netlist (``top.json``) placed, routed and packed again. Their programs stay as the
+    script names them (``$NEXTPNR_ECP5``, ``$ECPPACK``). FlowError when the script does not have
+    them as expected."""
+    cmds = {}
+    for line in script.splitlines():
+        words = shlex.split(line)
+        if words and words[0] in ("$NEXTPNR_ECP5", "$ECPPACK"):
+            cmds[words[0]] = words
+    missing = [k for k in ("$NEXTPNR_ECP5", "$ECPPACK") if k not in cmds]
+    pnr = cmds.get("$NEXTPNR_ECP5", [])
+    if missing or "--seed" not in pnr[:-1]:
+        raise FlowError(f"the board build script has no {missing[0] if missing else 'nextpnr --seed'} line "
+                        f"to run with another seed (Amaranth's build script changed?)")
+    pnr[pnr.index("--seed") + 1] = str(seed)
+    out = [[seed_name(w, seed) if w in SEED_OUTPUTS else w for w in cmds[k]] for k in ("$NEXTPNR_ECP5", "$ECPPACK")]
+    named = {w for cmd in out for w in cmd}
+    lost = [n for n in SEED_OUTPUTS if seed_name(n, seed) not in named]
+    if lost:
+        raise FlowError(f"the board build script does not name {lost[0]} (Amaranth's build script changed?)")
+    return out
+
+
+def _reroute(out: Path, seed: int, env: dict) -> dict:
+    """nextpnr and ecppack again in ``out`` with placement seed ``seed`` (``reroute_commands``);
+    nextpnr's report. FlowError quoting nextpnr's log when a step fails."""
+    programs = {"$NEXTPNR_ECP5": env["NEXTPNR_ECP5"], "$ECPPACK": env["ECPPACK"]}
+    for cmd in reroute_commands((out / "build_top.sh").read_text(), seed):
+        proc = subprocess.run([programs[cmd[0]], *cmd[1:]], cwd=out, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            log = out / seed_name("top.tim", seed)
+            _, errs = log_excerpt(log, errors=2)
+            errs = errs or proc.stderr.strip().splitlines()[-2:]
+            raise FlowError(f"{cmd[0].strip('$').lower()} with seed {seed} failed (exit {proc.returncode}, log: {log})"
+                            + "".join(f"\n  {ln}" for ln in errs))
+    return json.loads((out / seed_name("pnr.json", seed)).read_text())
+
+
 def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: float | None = None,
           out: Path | str = "build/fpga", dram_bytes: int = 1 << 14, baud: int = 115200, check_fit: bool = True,
-          seed: int = 1, dsp_regs: bool = True) -> Report:
+          seed: int | tuple[int, ...] = 1, dsp_regs: bool = True) -> Report:
     """Bitstream of ``cfg`` for ``board`` in ``out`` (``top.bit``) and its ``report.json``;
-    ``dsp_regs`` as in ``flow.synth``."""
+    ``dsp_regs`` as in ``flow.synth``.
+
+    ``seed``: nextpnr's placement seed, or several, tried in turn on the one Yosys netlist until one
+    meets the clock: each seed's files are named ``seed_name``'s way and its outcome is in
+    ``Report.runs``; ``top.bit``, ``pnr.json`` and ``top.tim`` are the chosen seed's copies (the
+    first that met the clock, else the fastest that routed; none routed: FlowError)."""
+    seeds = (seed,) if isinstance(seed, int) else tuple(seed)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and at least one: {seeds}")
     b = get_board(board)
     dev = get_device(b.device)
     dsp_regs = dsp_regs_apply(mac, dev.family, dsp_regs)
@@ -120,6 +182,10 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     platform = getattr(importlib.import_module(mod), cls)()
     top = BoardTop(cfg, board, mac=mac, mem=mem, freq_mhz=freq_mhz, dram_bytes=dram_bytes, baud=baud)
     out = Path(out)
+    # (an earlier build's files in this folder would read as this build's)
+    for f in [out / "top.json", out / "stat.json", *(out / n for n in SEED_OUTPUTS),
+              *(out / seed_name(n, s) for n in SEED_OUTPUTS for s in _seeds_in(out))]:
+        f.unlink(missing_ok=True)
     env = dict(os.environ, **TOOL_ENV)
     env.update(YOSYS=paths["yosys"], NEXTPNR_ECP5=paths["nextpnr-ecp5"], ECPPACK=paths["ecppack"])
     env["PATH"] = os.pathsep.join([str(Path(paths["yosys"]).parent), env.get("PATH", "")])
@@ -138,19 +204,22 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
             platform.build(top, name="top", build_dir=str(out), do_program=False,
                            script_after_read=RACE_FREE_BANKS + "\n" + ECP5_COARSE_NOSHARE, synth_opts=ECP5_MAP_OPTS,
                            script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",
-                           nextpnr_opts=nextpnr_opts(seed))
+                           nextpnr_opts=nextpnr_opts(seeds[0]))
+        first = None
     except Exception as e:      # amaranth raises on a failed tool; name the logs and quote the error
         _, errs = log_excerpt(out / "top.rpt", out / "top.tim", errors=2)
-        raise FlowError(f"board build failed ({e}); logs in {out}/top.rpt (yosys), {out}/top.tim (nextpnr)"
-                        + "".join(f"\n  {ln}" for ln in errs)) from None
+        first = FlowError(f"board build failed ({e}); logs in {out}/top.rpt (yosys), {out}/top.tim (nextpnr)"
+                          + "".join(f"\n  {ln}" for ln in errs))
+        # (with more seeds to try, a first seed that did not route is one outcome of several)
+        if len(seeds) == 1 or not (out / "stat.json").exists():
+            raise first from None
     finally:
         os.environ.clear()
         os.environ.update(old)
     label = mac + (" dsp-regs" if dsp_regs else "")
     rep = Report(cfg.name, dev.name, label, mem=mem, target_mhz=top.pll["fout"] if top.pll else top.freq,
-                 memories=_mems(cfg), seed=seed,
+                 memories=_mems(cfg), seed=seeds[0],
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
-    rep.seconds["build"] = round(time.monotonic() - t, 1)
     stat = json.loads((out / "stat.json").read_text())
     mods = stat.get("modules", {})
     cells = next(iter(mods.values()), {}).get("num_cells_by_type", {}) if len(mods) == 1 else \
@@ -158,7 +227,60 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     rep.cells = {k: int(v) for k, v in cells.items()}
     for k, v in cell_resources(rep.cells, dev.family).items():
         setattr(rep, k, v)
-    apply_pnr(rep, json.loads((out / "pnr.json").read_text()), dev.family)
+    if len(seeds) == 1:
+        apply_pnr(rep, json.loads((out / "pnr.json").read_text()), dev.family)
+    else:
+        _try_seeds(rep, out, seeds, first, env, dev.family)
+    rep.seconds["build"] = round(time.monotonic() - t, 1)
     rep.bitstream = str(out / "top.bit")
     write_atomic(out / "report.json", json.dumps(rep.to_dict(), indent=1))
     return rep
+
+
+def _seeds_in(out: Path) -> list[int]:
+    """The seeds whose files (``seed_name``) an earlier build left in ``out``."""
+    found = set()
+    for f in out.glob("*-seed*.*") if out.is_dir() else ():
+        tail = f.name.split("-seed", 1)[1].split(".", 1)[0]
+        if tail.isdigit():
+            found.add(int(tail))
+    return sorted(found)
+
+
+def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError | None, env: dict,
+               family: str) -> None:
+    """The seeds after the first, in turn, until one meets ``rep.target_mhz`` (``build``); each
+    outcome into ``rep.runs``, the chosen seed's figures into ``rep`` and its files copied to the
+    plain names. The first seed's files (the build script's plain names) are renamed its way."""
+    for name in SEED_OUTPUTS:
+        if (out / name).exists():
+            (out / name).replace(out / seed_name(name, seeds[0]))
+    chosen, failed = None, first
+    for i, seed in enumerate(seeds):
+        t = time.monotonic()
+        if i == 0 and first is not None:
+            rep.runs.append({"seed": seed, "routed": False, "error": str(first)})
+            continue
+        try:
+            pnr = json.loads((out / seed_name("pnr.json", seed)).read_text()) if i == 0 else _reroute(out, seed, env)
+        except FlowError as e:
+            failed = e
+            rep.runs.append({"seed": seed, "routed": False, "error": str(e)})
+            continue
+        run = Report(rep.config, rep.device, rep.mac, target_mhz=rep.target_mhz)
+        apply_pnr(run, pnr, family)
+        rep.runs.append({"seed": seed, "routed": True, "fmax_mhz": run.fmax_mhz, "luts": run.luts, "ffs": run.ffs,
+                         "critical_path": run.critical_path,
+                         **({"seconds": round(time.monotonic() - t, 1)} if i else {})})
+        if chosen is None or (run.fmax_mhz or 0) > (chosen[1].fmax_mhz or 0):
+            chosen = (seed, run, pnr)
+        if run.timing_met():
+            chosen = (seed, run, pnr)
+            break
+    if chosen is None:
+        raise FlowError(f"no seed routed ({', '.join(map(str, seeds))}); the last: {failed}")
+    seed, _, pnr = chosen
+    for name in SEED_OUTPUTS:
+        shutil.copyfile(out / seed_name(name, seed), out / name)
+    apply_pnr(rep, pnr, family)
+    rep.seed = seed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -429,6 +430,128 @@ def test_board_build_failure_quotes_the_tool_error(tmp_path, monkeypatch):
     msg = str(e.value)
     assert msg.startswith("board build failed") and str(tmp_path / "top.rpt") in msg
     assert "ERROR: Assert `x' failed in a.cc:1." in msg and "nothing" not in msg
+
+
+def _board_script(seed: int = 1) -> str:
+    """The build script amaranth-boards writes for the tiny board top (no tools run)."""
+    import importlib
+    from isa.config import ChipConfig
+    from rtl.fpga.board import BoardTop, nextpnr_opts
+    from rtl.fpga.devices import board
+    from rtl.fpga.fit import FPGA_MEMORY, fpga_config
+    mod, cls = board("ulx3s-85f").platform.split(":")
+    platform = getattr(importlib.import_module(mod), cls)()
+    top = BoardTop(fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY), "ulx3s-85f", dram_bytes=1 << 10)
+    script = platform.prepare(top, name="top", nextpnr_opts=nextpnr_opts(seed)).files["build_top.sh"]
+    return script if isinstance(script, str) else script.decode()
+
+
+def test_reroute_commands_are_the_build_scripts_with_another_seed():
+    """Another seed's nextpnr and ecppack: the build script's own lines (device, package, placer,
+    router kept), the seed replaced and every output named ``<stem>-seed<N>``; a script without them
+    is refused, not guessed."""
+    from rtl.fpga.board import SEED_OUTPUTS, reroute_commands, seed_name
+    script = _board_script(1)
+    pnr, pack = reroute_commands(script, 9)
+    orig = next(ln for ln in script.splitlines() if ln.startswith('"$NEXTPNR_ECP5"')).split()
+    assert pnr[0] == "$NEXTPNR_ECP5" and pack[0] == "$ECPPACK"
+    assert pnr[pnr.index("--seed") + 1] == "9" and "--json" in pnr and pnr[pnr.index("--json") + 1] == "top.json"
+    for opt in ("--85k", "static", "router2", "--timing-allow-fail"):
+        assert opt in pnr and opt in orig
+    assert len(pnr) == len(orig)
+    words = set(pnr) | set(pack)
+    assert {seed_name(n, 9) for n in SEED_OUTPUTS} <= words and not set(SEED_OUTPUTS) & words
+    assert seed_name("top.config", 9) in pack and seed_name("top.bit", 9) in pack
+    with pytest.raises(FlowError, match="no nextpnr --seed line"):
+        reroute_commands(script.replace("--seed 1 ", ""), 9)
+    with pytest.raises(FlowError, match=r"no \$ECPPACK line"):
+        reroute_commands("\n".join(ln for ln in script.splitlines() if "ECPPACK\"" not in ln), 9)
+
+
+@needs_yosys
+@pytest.mark.parametrize("fmax, first_fails, chosen, tried", [
+    ({1: 34.56, 2: 37.0, 3: 40.0}, False, 2, [1, 2]),          # the first that meets 35 MHz; 3 is not run
+    ({1: 30.0, 2: 33.0, 3: 31.0}, False, 2, [1, 2, 3]),        # none meets: the fastest
+    ({1: 30.0, 2: None, 3: 36.0}, False, 3, [1, 2, 3]),        # seed 2 does not route
+    ({1: None, 2: 36.0, 3: 40.0}, True, 2, [1, 2]),            # nor seed 1, in the build itself
+])
+def test_board_build_tries_seeds_until_one_meets_the_clock(tmp_path, monkeypatch, fmax, first_fails, chosen, tried):
+    """``build(seed=(1, 2, 3))``: Yosys once, then the seeds in turn (nextpnr and ecppack again on
+    the same netlist) until one meets the clock; each seed's outcome in ``runs``, its files under its
+    own names, and the plain ``top.bit``/``pnr.json`` the chosen seed's."""
+    import importlib
+    import subprocess
+
+    from isa.config import ChipConfig
+    from rtl.fpga import board as fboard
+    from rtl.fpga.devices import board
+    from rtl.fpga.fit import FPGA_MEMORY, fpga_config
+    mod, cls = board("ulx3s-85f").platform.split(":")
+    platform_cls = getattr(importlib.import_module(mod), cls)
+    script = _board_script(1)
+
+    def run_pnr(cmd, cwd):
+        """nextpnr (``cmd`` has --seed) or ecppack, as far as the files they write."""
+        def arg(flag):
+            return Path(cwd) / cmd[cmd.index(flag) + 1]
+        if "--seed" in cmd:
+            seed = int(cmd[cmd.index("--seed") + 1])
+            if fmax[seed] is None:
+                arg("--log").write_text("Info: routing\nERROR: failed to route\n")
+                return 1
+            arg("--log").write_text("Info: ok\n")
+            arg("--report").write_text(json.dumps({"fmax": {"clk": {"achieved": fmax[seed]}},
+                                                   "utilization": {"TRELLIS_COMB": {"used": 100 + seed}}}))
+            arg("--textcfg").write_text(f"config of seed {seed}")
+            return 0
+        arg("--bit").write_text("bits of " + arg("--input").read_text())
+        arg("--svf").write_text("svf")
+        return 0
+
+    def fake_build(self, top, name, build_dir, **kw):
+        out = Path(build_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "build_top.sh").write_text(script)
+        (out / "top.json").write_text("{}")
+        (out / "stat.json").write_text(json.dumps({"modules": {"\\top": {"num_cells_by_type": {"LUT4": 5}}}}))
+        words = next(ln for ln in script.splitlines() if ln.startswith('"$NEXTPNR_ECP5"')).replace('"', "").split()
+        if run_pnr(words, out):
+            raise subprocess.CalledProcessError(1, ["sh", "build_top.sh"])
+        run_pnr(next(ln for ln in script.splitlines() if ln.startswith('"$ECPPACK"')).replace('"', "").split(), out)
+
+    def fake_run(cmd, cwd, **kw):
+        rc = run_pnr(["$NEXTPNR_ECP5" if "--seed" in cmd else "$ECPPACK", *cmd[1:]], cwd)
+        return subprocess.CompletedProcess(cmd, rc, "", "")
+
+    monkeypatch.setattr(platform_cls, "build", fake_build)
+    monkeypatch.setattr(fboard.subprocess, "run", fake_run)
+    for stale in ("top-seed7.bit", "top.bit"):          # an earlier build's: not taken for a seed's
+        (tmp_path / stale).write_text("an earlier build's")
+    cfg = fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY)
+    rep = fboard.build(cfg, "ulx3s-85f", out=tmp_path, dram_bytes=1 << 10, freq_mhz=35.0, seed=(1, 2, 3))
+    assert [r["seed"] for r in rep.runs] == tried
+    assert [r["routed"] for r in rep.runs] == [fmax[s] is not None for s in tried]
+    assert rep.seed == chosen and rep.fmax_mhz == fmax[chosen] and rep.luts == 100 + chosen
+    assert (tmp_path / "top.bit").read_text() == f"bits of config of seed {chosen}"
+    assert json.loads((tmp_path / "pnr.json").read_text())["fmax"]["clk"]["achieved"] == fmax[chosen]
+    for s in tried:
+        assert (tmp_path / f"top-seed{s}.tim").exists()
+        assert (tmp_path / f"top-seed{s}.bit").exists() == (fmax[s] is not None)
+    assert not (tmp_path / "top-seed7.bit").exists()
+    assert ("TIMING NOT MET" in rep.table()) == (fmax[chosen] < 35.0)
+    failed = [r for r in rep.runs if not r["routed"]]
+    assert all("failed" in r["error"] for r in failed)
+    if first_fails:
+        assert rep.runs[0]["error"].startswith("board build failed")
+    assert json.loads((tmp_path / "report.json").read_text())["seed"] == chosen
+
+
+def test_board_build_cli_refuses_a_seed_given_twice(tmp_path):
+    from runtime.cli import main
+    res = CliRunner().invoke(main, ["fpga", "build", "--board", "ulx3s-85f", "--seed", "2", "--seed", "2",
+                                    "-o", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "seed 2 given more than once" in res.output
+    assert not (tmp_path / "b").exists()
 
 
 def _have_nextpnr() -> bool:
