@@ -178,10 +178,12 @@ def fpga_cmd() -> None:
               help="nextpnr's placement seed (default 1; a full device may route with one seed and not another, "
                    "docs/fpga.md); given more than once, the seeds are tried in turn on the one netlist until "
                    "one meets the clock, and the bitstream is that seed's (else the fastest's)")
+@click.option("--timeout", type=PositiveFloat(), default=None,
+              help="seconds for each seed's tools (the first seed's with Yosys); past it they are stopped")
 @_mem_options
 @_dsp_regs_option
-def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, seeds, fpga_mem, spm_rows,
-              acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
+def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, seeds, timeout, fpga_mem,
+              spm_rows, acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
     """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
     from rtl.fpga.board import build, pll_params
     from rtl.fpga.devices import BOARDS, device
@@ -206,7 +208,7 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
         raise usage_error(f"{baud} baud needs a clock of at least twice that; the clock is {freq or clk:g} MHz",
                           "--baud")
     rep = build(cfg, board, mac=_mac(mac, cfg, dev), mem=mem_impl, freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
-                baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs, seed=seeds or (1,))
+                baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs, seed=seeds or (1,), timeout=timeout)
     _done(rep, json_path)
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -144,26 +145,52 @@ def reroute_commands(script: str, seed: int) -> list[list[str]]:
     return out
 
 
-def _reroute(out: Path, seed: int, env: dict) -> dict:
-    """nextpnr and ecppack again in ``out`` with placement seed ``seed`` (``reroute_commands``);
-    nextpnr's report. FlowError quoting nextpnr's log when a step fails."""
+def _call(cmd: list[str], cwd: Path, env: dict, timeout: float | None, what: str) -> subprocess.CompletedProcess:
+    """``cmd`` in ``cwd``, its own process group, killed whole (the tools it starts too) after
+    ``timeout`` seconds: FlowError then."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise FlowError(f"{what} did not finish in {timeout:g} s") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def run_script(out: Path, env: dict, timeout: float | None = None) -> None:
+    """The board build's script (``build_top.sh``: Yosys, nextpnr, ecppack) in ``out``, as Amaranth
+    runs it; FlowError when it fails or runs past ``timeout`` seconds."""
+    proc = _call(["sh", "build_top.sh"], out, env, timeout, "the build script (yosys, nextpnr, ecppack)")
+    if proc.returncode:
+        raise FlowError(f"build_top.sh exited with {proc.returncode}")
+
+
+def _reroute(out: Path, seed: int, env: dict, timeout: float | None = None) -> dict:
+    """nextpnr and ecppack again in ``out`` with placement seed ``seed`` (``reroute_commands``),
+    each within ``timeout`` seconds; nextpnr's report. FlowError quoting nextpnr's log when a step
+    fails."""
     programs = {"$NEXTPNR_ECP5": env["NEXTPNR_ECP5"], "$ECPPACK": env["ECPPACK"]}
     for cmd in reroute_commands((out / "build_top.sh").read_text(), seed):
-        proc = subprocess.run([programs[cmd[0]], *cmd[1:]], cwd=out, env=env, capture_output=True, text=True)
+        what = f"{cmd[0].strip('$').lower()} with seed {seed}"
+        proc = _call([programs[cmd[0]], *cmd[1:]], out, env, timeout, what)
         if proc.returncode:
             log = out / seed_name("top.tim", seed)
             _, errs = log_excerpt(log, errors=2)
             errs = errs or proc.stderr.strip().splitlines()[-2:]
-            raise FlowError(f"{cmd[0].strip('$').lower()} with seed {seed} failed (exit {proc.returncode}, log: {log})"
+            raise FlowError(f"{what} failed (exit {proc.returncode}, log: {log})"
                             + "".join(f"\n  {ln}" for ln in errs))
     return json.loads((out / seed_name("pnr.json", seed)).read_text())
 
 
 def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: float | None = None,
           out: Path | str = "build/fpga", dram_bytes: int = 1 << 14, baud: int = 115200, check_fit: bool = True,
-          seed: int | tuple[int, ...] = 1, dsp_regs: bool = True) -> Report:
+          seed: int | tuple[int, ...] = 1, dsp_regs: bool = True, timeout: float | None = None) -> Report:
     """Bitstream of ``cfg`` for ``board`` in ``out`` (``top.bit``) and its ``report.json``;
-    ``dsp_regs`` as in ``flow.synth``.
+    ``dsp_regs`` as in ``flow.synth``; ``timeout``: seconds for each seed (the first seed's with
+    Yosys), past which its tools are stopped (a FlowError with one seed; with several, that seed's
+    outcome).
 
     ``seed``: nextpnr's placement seed, or several, tried in turn on the one Yosys netlist until one
     meets the clock: each seed's files are named ``seed_name``'s way and its outcome is in
@@ -201,12 +228,15 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
             fast = contextlib.nullcontext
         from ..mac import fpga_primitives
         with fast(), fpga_primitives("ecp5" if dsp_regs else None):
-            platform.build(top, name="top", build_dir=str(out), do_program=False,
-                           script_after_read=RACE_FREE_BANKS + "\n" + ECP5_COARSE_NOSHARE, synth_opts=ECP5_MAP_OPTS,
-                           script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",
-                           nextpnr_opts=nextpnr_opts(seeds[0]))
+            plan = platform.build(top, name="top", build_dir=str(out), do_build=False,
+                                  script_after_read=RACE_FREE_BANKS + "\n" + ECP5_COARSE_NOSHARE,
+                                  synth_opts=ECP5_MAP_OPTS,
+                                  script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",
+                                  nextpnr_opts=nextpnr_opts(seeds[0]))
+        plan.extract(str(out))
+        run_script(out, env, timeout)
         first = None
-    except Exception as e:      # amaranth raises on a failed tool; name the logs and quote the error
+    except Exception as e:      # a failed tool; name the logs and quote the error
         _, errs = log_excerpt(out / "top.rpt", out / "top.tim", errors=2)
         first = FlowError(f"board build failed ({e}); logs in {out}/top.rpt (yosys), {out}/top.tim (nextpnr)"
                           + "".join(f"\n  {ln}" for ln in errs))
@@ -230,7 +260,7 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     if len(seeds) == 1:
         apply_pnr(rep, json.loads((out / "pnr.json").read_text()), dev.family)
     else:
-        _try_seeds(rep, out, seeds, first, env, dev.family)
+        _try_seeds(rep, out, seeds, first, env, dev.family, timeout)
     rep.seconds["build"] = round(time.monotonic() - t, 1)
     rep.bitstream = str(out / "top.bit")
     write_atomic(out / "report.json", json.dumps(rep.to_dict(), indent=1))
@@ -248,7 +278,7 @@ def _seeds_in(out: Path) -> list[int]:
 
 
 def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError | None, env: dict,
-               family: str) -> None:
+               family: str, timeout: float | None = None) -> None:
     """The seeds after the first, in turn, until one meets ``rep.target_mhz`` (``build``); each
     outcome into ``rep.runs``, the chosen seed's figures into ``rep`` and its files copied to the
     plain names. The first seed's files (the build script's plain names) are renamed its way."""
@@ -262,7 +292,8 @@ def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError 
             rep.runs.append({"seed": seed, "routed": False, "error": str(first)})
             continue
         try:
-            pnr = json.loads((out / seed_name("pnr.json", seed)).read_text()) if i == 0 else _reroute(out, seed, env)
+            pnr = (json.loads((out / seed_name("pnr.json", seed)).read_text()) if i == 0
+                   else _reroute(out, seed, env, timeout))
         except FlowError as e:
             failed = e
             rep.runs.append({"seed": seed, "routed": False, "error": str(e)})

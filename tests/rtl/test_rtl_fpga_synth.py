@@ -508,23 +508,27 @@ def test_board_build_tries_seeds_until_one_meets_the_clock(tmp_path, monkeypatch
         arg("--svf").write_text("svf")
         return 0
 
-    def fake_build(self, top, name, build_dir, **kw):
-        out = Path(build_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "build_top.sh").write_text(script)
+    class Plan:                 # what the platform's build plan extracts: the script, here
+        def extract(self, root):
+            Path(root).mkdir(parents=True, exist_ok=True)
+            (Path(root) / "build_top.sh").write_text(script)
+
+    def fake_script(out, env, timeout=None):
+        """The build script: Yosys' netlist and stat, then the first seed's nextpnr and ecppack."""
         (out / "top.json").write_text("{}")
         (out / "stat.json").write_text(json.dumps({"modules": {"\\top": {"num_cells_by_type": {"LUT4": 5}}}}))
         words = next(ln for ln in script.splitlines() if ln.startswith('"$NEXTPNR_ECP5"')).replace('"', "").split()
         if run_pnr(words, out):
-            raise subprocess.CalledProcessError(1, ["sh", "build_top.sh"])
+            raise FlowError("build_top.sh exited with 1")
         run_pnr(next(ln for ln in script.splitlines() if ln.startswith('"$ECPPACK"')).replace('"', "").split(), out)
 
-    def fake_run(cmd, cwd, **kw):
+    def fake_call(cmd, cwd, env, timeout, what):
         rc = run_pnr(["$NEXTPNR_ECP5" if "--seed" in cmd else "$ECPPACK", *cmd[1:]], cwd)
         return subprocess.CompletedProcess(cmd, rc, "", "")
 
-    monkeypatch.setattr(platform_cls, "build", fake_build)
-    monkeypatch.setattr(fboard.subprocess, "run", fake_run)
+    monkeypatch.setattr(platform_cls, "build", lambda self, top, **kw: Plan())
+    monkeypatch.setattr(fboard, "run_script", fake_script)
+    monkeypatch.setattr(fboard, "_call", fake_call)
     for stale in ("top-seed7.bit", "top.bit"):          # an earlier build's: not taken for a seed's
         (tmp_path / stale).write_text("an earlier build's")
     cfg = fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY)
@@ -651,3 +655,20 @@ def test_board_build_summary_says_when_timing_is_not_met(fmax, bitstream, warned
     assert rep.timing_met() == (fmax >= 35.0)
     if warned:
         assert f"closes at {fmax:.2f} MHz, below the 35 MHz" in rep.table()
+
+
+def test_board_build_tool_past_its_timeout_is_stopped_with_what_it_started(tmp_path):
+    """A board build's tool that runs past ``--timeout`` is stopped with the processes it started
+    (the build script starts Yosys, nextpnr and ecppack): FlowError, nothing left running."""
+    import time
+
+    from rtl.fpga.board import _call
+    t = time.monotonic()
+    with pytest.raises(FlowError, match=r"the step did not finish in 0.5 s"):
+        _call(["sh", "-c", "sleep 30 & echo $! > child.pid; wait"], tmp_path, dict(os.environ), 0.5, "the step")
+    assert time.monotonic() - t < 10
+    pid = int((tmp_path / "child.pid").read_text())
+    time.sleep(0.2)
+    status = Path(f"/proc/{pid}/status")
+    state = status.read_text().split("State:")[1].split()[0] if status.exists() else "gone"
+    assert state in ("gone", "Z"), state          # (an orphan reaped late is a zombie, not running)
