@@ -279,9 +279,10 @@ def _seeds_in(out: Path) -> list[int]:
 
 def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError | None, env: dict,
                family: str, timeout: float | None = None) -> None:
-    """The seeds after the first, in turn, until one meets ``rep.target_mhz`` (``build``); each
-    outcome into ``rep.runs``, the chosen seed's figures into ``rep`` and its files copied to the
-    plain names. The first seed's files (the build script's plain names) are renamed its way."""
+    """Each seed in turn until one meets ``rep.target_mhz`` (``build``): the first seed's outcome is
+    the build script's (``first``: its failure; its files, under the script's plain names, are
+    renamed its way), the others' ``_reroute``'s. Each outcome into ``rep.runs``, the chosen seed's
+    figures into ``rep`` and its files copied to the plain names."""
     for name in SEED_OUTPUTS:
         if (out / name).exists():
             (out / name).replace(out / seed_name(name, seeds[0]))
@@ -304,9 +305,8 @@ def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError 
                          "critical_path": run.critical_path,
                          **({"seconds": round(time.monotonic() - t, 1)} if i else {})})
         if chosen is None or (run.fmax_mhz or 0) > (chosen[1].fmax_mhz or 0):
-            chosen = (seed, run, pnr)
+            chosen = (seed, run, pnr)       # (one that meets the clock is faster than all before it)
         if run.timing_met():
-            chosen = (seed, run, pnr)
             break
     if chosen is None:
         raise FlowError(f"no seed routed ({', '.join(map(str, seeds))}); the last: {failed}")

@@ -526,6 +526,11 @@ def test_board_build_tries_seeds_until_one_meets_the_clock(tmp_path, monkeypatch
         rc = run_pnr(["$NEXTPNR_ECP5" if "--seed" in cmd else "$ECPPACK", *cmd[1:]], cwd)
         return subprocess.CompletedProcess(cmd, rc, "", "")
 
+    class Top:                  # the board top as far as the build reads it (nothing is elaborated here)
+        def __init__(self, cfg, board, freq_mhz=None, **kw):
+            self.freq, self.pll = freq_mhz, {"fout": freq_mhz}
+
+    monkeypatch.setattr(fboard, "BoardTop", Top)
     monkeypatch.setattr(platform_cls, "build", lambda self, top, **kw: Plan())
     monkeypatch.setattr(fboard, "run_script", fake_script)
     monkeypatch.setattr(fboard, "_call", fake_call)
