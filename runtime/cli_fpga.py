@@ -208,7 +208,8 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
         raise usage_error(f"{baud} baud needs a clock of at least twice that; the clock is {freq or clk:g} MHz",
                           "--baud")
     rep = build(cfg, board, mac=_mac(mac, cfg, dev), mem=mem_impl, freq_mhz=freq, out=out, dram_bytes=dram_kib * 1024,
-                baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs, seed=seeds or (1,), timeout=timeout)
+                baud=baud, check_fit=not no_fit_check, dsp_regs=dsp_regs, seed=seeds or (1,), timeout=timeout,
+                progress=lambda line: click.echo(line, err=True))
     _done(rep, json_path)
 
 

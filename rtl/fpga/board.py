@@ -186,7 +186,8 @@ def _reroute(out: Path, seed: int, env: dict, timeout: float | None = None) -> d
 
 def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: float | None = None,
           out: Path | str = "build/fpga", dram_bytes: int = 1 << 14, baud: int = 115200, check_fit: bool = True,
-          seed: int | tuple[int, ...] = 1, dsp_regs: bool = True, timeout: float | None = None) -> Report:
+          seed: int | tuple[int, ...] = 1, dsp_regs: bool = True, timeout: float | None = None,
+          progress=None) -> Report:
     """Bitstream of ``cfg`` for ``board`` in ``out`` (``top.bit``) and its ``report.json``;
     ``dsp_regs`` as in ``flow.synth``; ``timeout``: seconds for each seed (the first seed's with
     Yosys), past which its tools are stopped (a FlowError with one seed; with several, that seed's
@@ -195,7 +196,8 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     ``seed``: nextpnr's placement seed, or several, tried in turn on the one Yosys netlist until one
     meets the clock: each seed's files are named ``seed_name``'s way and its outcome is in
     ``Report.runs``; ``top.bit``, ``pnr.json`` and ``top.tim`` are the chosen seed's copies (the
-    first that met the clock, else the fastest that routed; none routed: FlowError)."""
+    first that met the clock, else the fastest that routed; none routed: FlowError). ``progress``:
+    called with a line as each step starts and each seed ends (the CLI prints them)."""
     seeds = (seed,) if isinstance(seed, int) else tuple(seed)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one: {seeds}")
@@ -217,6 +219,7 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     env.update(YOSYS=paths["yosys"], NEXTPNR_ECP5=paths["nextpnr-ecp5"], ECPPACK=paths["ecppack"])
     env["PATH"] = os.pathsep.join([str(Path(paths["yosys"]).parent), env.get("PATH", "")])
     old = dict(os.environ)
+    say = progress or (lambda line: None)
     t = time.monotonic()
     try:
         os.environ.update(env)
@@ -234,6 +237,7 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
                                   script_after_synth=ECP5_MAP_LUTS + "tee -q -o stat.json stat -json",
                                   nextpnr_opts=nextpnr_opts(seeds[0]))
         plan.extract(str(out))
+        say(f"seed {seeds[0]}: yosys, nextpnr, ecppack (logs: {out / 'top.rpt'}, {out / 'top.tim'})")
         run_script(out, env, timeout)
         first = None
     except Exception as e:      # a failed tool; name the logs and quote the error
@@ -260,7 +264,7 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     if len(seeds) == 1:
         apply_pnr(rep, json.loads((out / "pnr.json").read_text()), dev.family)
     else:
-        _try_seeds(rep, out, seeds, first, env, dev.family, timeout)
+        _try_seeds(rep, out, seeds, first, env, dev.family, timeout, say)
     rep.seconds["build"] = round(time.monotonic() - t, 1)
     rep.bitstream = str(out / "top.bit")
     write_atomic(out / "report.json", json.dumps(rep.to_dict(), indent=1))
@@ -278,7 +282,7 @@ def _seeds_in(out: Path) -> list[int]:
 
 
 def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError | None, env: dict,
-               family: str, timeout: float | None = None) -> None:
+               family: str, timeout: float | None = None, say=lambda line: None) -> None:
     """Each seed in turn until one meets ``rep.target_mhz`` (``build``): the first seed's outcome is
     the build script's (``first``: its failure; its files, under the script's plain names, are
     renamed its way), the others' ``_reroute``'s. Each outcome into ``rep.runs``, the chosen seed's
@@ -291,13 +295,17 @@ def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError 
         t = time.monotonic()
         if i == 0 and first is not None:
             rep.runs.append({"seed": seed, "routed": False, "error": str(first)})
+            say(f"seed {seed}: not routed")
             continue
+        if i:
+            say(f"seed {seed}: nextpnr, ecppack on the same netlist (log: {out / seed_name('top.tim', seed)})")
         try:
             pnr = (json.loads((out / seed_name("pnr.json", seed)).read_text()) if i == 0
                    else _reroute(out, seed, env, timeout))
         except FlowError as e:
             failed = e
             rep.runs.append({"seed": seed, "routed": False, "error": str(e)})
+            say(f"seed {seed}: not routed")
             continue
         run = Report(rep.config, rep.device, rep.mac, target_mhz=rep.target_mhz)
         apply_pnr(run, pnr, family)
@@ -306,6 +314,8 @@ def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError 
                          **({"seconds": round(time.monotonic() - t, 1)} if i else {})})
         if chosen is None or (run.fmax_mhz or 0) > (chosen[1].fmax_mhz or 0):
             chosen = (seed, run, pnr)       # (one that meets the clock is faster than all before it)
+        say(f"seed {seed}: {run.fmax_mhz:.2f} MHz, " + ("meets" if run.timing_met() else "misses")
+            + f" the {rep.target_mhz:g} MHz clock")
         if run.timing_met():
             break
     if chosen is None:

@@ -537,7 +537,15 @@ def test_board_build_tries_seeds_until_one_meets_the_clock(tmp_path, monkeypatch
     for stale in ("top-seed7.bit", "top.bit"):          # an earlier build's: not taken for a seed's
         (tmp_path / stale).write_text("an earlier build's")
     cfg = fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY)
-    rep = fboard.build(cfg, "ulx3s-85f", out=tmp_path, dram_bytes=1 << 10, freq_mhz=35.0, seed=(1, 2, 3))
+    lines = []
+    rep = fboard.build(cfg, "ulx3s-85f", out=tmp_path, dram_bytes=1 << 10, freq_mhz=35.0, seed=(1, 2, 3),
+                       progress=lines.append)
+    # a line as each seed's tools start and one as it ends
+    assert lines[0].startswith("seed 1: yosys, nextpnr, ecppack") and len(lines) == 2 * len(tried)
+    for s in tried:
+        end = next(ln for ln in lines if ln.startswith(f"seed {s}: ") and "ecppack" not in ln)
+        assert end == (f"seed {s}: not routed" if fmax[s] is None else
+                       f"seed {s}: {fmax[s]:.2f} MHz, {'meets' if fmax[s] >= 35 else 'misses'} the 35 MHz clock")
     assert [r["seed"] for r in rep.runs] == tried
     assert [r["routed"] for r in rep.runs] == [fmax[s] is not None for s in tried]
     assert rep.seed == chosen and rep.fmax_mhz == fmax[chosen] and rep.luts == 100 + chosen
