@@ -314,7 +314,7 @@ def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError 
                          **({"seconds": round(time.monotonic() - t, 1)} if i else {})})
         if chosen is None or (run.fmax_mhz or 0) > (chosen[1].fmax_mhz or 0):
             chosen = (seed, run, pnr)       # (one that meets the clock is faster than all before it)
-        say(f"seed {seed}: {run.fmax_mhz:.2f} MHz, " + ("meets" if run.timing_met() else "misses")
+        say(f"seed {seed}: {run.fmax_mhz or 0:.2f} MHz, " + ("meets" if run.timing_met() else "misses")
             + f" the {rep.target_mhz:g} MHz clock")
         if run.timing_met():
             break
