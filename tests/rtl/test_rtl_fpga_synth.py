@@ -341,17 +341,7 @@ def test_board_top_prepares_with_and_without_pll(freq):
 def test_board_build_runs_nextpnr_with_seed_static_placer_and_router2():
     """The build script amaranth-boards writes calls nextpnr with the seed asked for (``--seed``),
     the electrostatic placer and router2 (docs/fpga.md: HeAP placements of small never routed)."""
-    import importlib
-    from isa.config import ChipConfig
-    from rtl.fpga.board import BoardTop, nextpnr_opts
-    from rtl.fpga.devices import board
-    from rtl.fpga.fit import FPGA_MEMORY, fpga_config
-    mod, cls = board("ulx3s-85f").platform.split(":")
-    platform = getattr(importlib.import_module(mod), cls)()
-    top = BoardTop(fpga_config(ChipConfig.preset("tiny"), **FPGA_MEMORY), "ulx3s-85f", dram_bytes=1 << 10)
-    script = platform.prepare(top, name="top", nextpnr_opts=nextpnr_opts(7)).files["build_top.sh"]
-    text = script if isinstance(script, str) else script.decode()
-    line = next(ln for ln in text.splitlines() if "NEXTPNR_ECP5" in ln and "--json" in ln)
+    line = next(ln for ln in _board_script(7).splitlines() if "NEXTPNR_ECP5" in ln and "--json" in ln)
     for opt in ("--seed 7", "--placer static", "--router router2", "--85k"):
         assert opt in line, (opt, line)
 
