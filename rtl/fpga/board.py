@@ -114,8 +114,9 @@ def nextpnr_opts(seed: int = 1) -> str:
 SEED_OUTPUTS = ("pnr.json", "top.tim", "top.config", "top.bit", "top.svf")
 
 
-def seed_name(name: str, seed: int) -> str:
-    """``name`` (one of ``SEED_OUTPUTS``) of the run with placement seed ``seed``."""
+def seed_name(name: str, seed: int | str) -> str:
+    """``name`` (one of ``SEED_OUTPUTS``) of the run with placement seed ``seed`` (``"*"``: a glob of
+    every seed's)."""
     stem, dot, ext = name.partition(".")
     return f"{stem}-seed{seed}{dot}{ext}"
 
@@ -213,7 +214,7 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     out = Path(out)
     # (an earlier build's files in this folder would read as this build's)
     for f in [out / "top.json", out / "stat.json", *(out / n for n in SEED_OUTPUTS),
-              *(out / seed_name(n, s) for n in SEED_OUTPUTS for s in _seeds_in(out))]:
+              *(f for n in SEED_OUTPUTS for f in (out.glob(seed_name(n, "*")) if out.is_dir() else ()))]:
         f.unlink(missing_ok=True)
     env = dict(os.environ, **TOOL_ENV)
     env.update(YOSYS=paths["yosys"], NEXTPNR_ECP5=paths["nextpnr-ecp5"], ECPPACK=paths["ecppack"])
@@ -269,16 +270,6 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     rep.bitstream = str(out / "top.bit")
     write_atomic(out / "report.json", json.dumps(rep.to_dict(), indent=1))
     return rep
-
-
-def _seeds_in(out: Path) -> list[int]:
-    """The seeds whose files (``seed_name``) an earlier build left in ``out``."""
-    found = set()
-    for f in out.glob("*-seed*.*") if out.is_dir() else ():
-        tail = f.name.split("-seed", 1)[1].split(".", 1)[0]
-        if tail.isdigit():
-            found.add(int(tail))
-    return sorted(found)
 
 
 def _try_seeds(rep: Report, out: Path, seeds: tuple[int, ...], first: FlowError | None, env: dict,
