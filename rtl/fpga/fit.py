@@ -155,14 +155,15 @@ LUT_PER_RAM_DEPTH_MUX = 2.1   #: per row bit of a combinational bank and 16-row 
 # lane; with a table per row and three combinational reads, 330 LUT and 335 FF.)
 LUT_BASE, LUT_PER_LANE = 16707, 2373
 FF_BASE, FF_PER_LANE = 5809, 710
-# The same with mem="banked" (64 SPM rows in 16-row banks, 16 ACC rows in 4-row), mac="dsp+reg2" with the
-# DSP registers, after the late LUT RAM bank writes, the lean queue head registers and the split DRAM
-# window, the loop counts kept as count - 2 and flags (no count or index adder in the queues):
-# 25,564 / 40,099 LUT, 8,017 / 13,868 FF (Yosys; before the counts: 27,222 / 41,645 LUT, 14113 + 1022
-# per lane; the first banked builds: 28,860 / 42,380 LUT, 11,980 / 19,846 FF, 16654 + 796 and
-# 6834 + 739 per lane).
-BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 12343, 1050
-BANKED_FF_BASE, BANKED_FF_PER_LANE = 4886, 235
+# The same with mem="banked", calibrated on the default FPGA build (``--fpga-mem``: SPM 256 rows in 4
+# block RAM banks, ACC 64 in 4 LUT RAM banks), mac="dsp+reg2" with the DSP registers, the flow's ABC
+# script with structural choices (``&dch``): FpgaTop(tiny) and FpgaTop(small) 24,978 / 38,605 LUT,
+# 7,906 / 13,645 FF (Yosys, 2026-12-06). (Before, at the LVT build's depths, SPM 64 rows in 16-row
+# banks and ACC 16 in 4-row, without ``&dch``: 25,564 / 40,099 LUT, 8,017 / 13,868 FF gave 12343 + 1050
+# per lane and 4886 + 235; before the loop counts as count - 2, 14113 + 1022; the first banked builds,
+# 16654 + 796 and 6834 + 739.)
+BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 12665, 919
+BANKED_FF_BASE, BANKED_FF_PER_LANE = 4887, 255
 DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
 DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
 
