@@ -9,8 +9,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from isa.outputs import write_atomic
 from .devices import board as get_board, device as get_device
 from .fit import check
 from .flow import (ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError,
-                   Report, _mems, apply_pnr, cell_resources, dsp_regs_apply, log_excerpt, tool)
+                   Report, _mems, apply_pnr, call as _call, cell_resources, dsp_regs_apply, log_excerpt, tool)
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -144,20 +142,6 @@ def reroute_commands(script: str, seed: int) -> list[list[str]]:
     if lost:
         raise FlowError(f"the board build script does not name {lost[0]} (Amaranth's build script changed?)")
     return out
-
-
-def _call(cmd: list[str], cwd: Path, env: dict, timeout: float | None, what: str) -> subprocess.CompletedProcess:
-    """``cmd`` in ``cwd``, its own process group, killed whole (the tools it starts too) after
-    ``timeout`` seconds: FlowError then."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise FlowError(f"{what} did not finish in {timeout:g} s") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def run_script(out: Path, env: dict, timeout: float | None = None) -> None:

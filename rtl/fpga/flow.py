@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -123,15 +124,30 @@ def log_excerpt(*logs: Path, errors: int = 0, tail: int = 0) -> tuple[Path | Non
     return have[0], texts[0][-tail:] if tail else []
 
 
+def call(cmd: list[str], cwd: Path, env: dict | None, timeout: float | None, what: str,
+         log=None) -> subprocess.CompletedProcess:
+    """``cmd`` in ``cwd`` (``env``: its environment; None: this process's), in its own process group,
+    killed whole (with the tools it starts) after ``timeout`` seconds: FlowError then. Its output is
+    returned, or written to ``log`` (a file open for writing: stdout and stderr together)."""
+    to = {"stdout": log, "stderr": subprocess.STDOUT} if log is not None else \
+        {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, text=True, start_new_session=True, **to)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise FlowError(f"{what} did not finish in {timeout:g} s"
+                        + (f" (log: {log.name})" if log is not None else "")) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def _run(cmd: list[str], log: Path, timeout: float | None, what: str, tool_log: Path | None = None) -> float:
     """Run a tool in ``log``'s folder, its output into ``log``; a non-zero exit raises ``FlowError``
     quoting ``tool_log`` (a log the tool writes itself) or ``log`` (``log_excerpt``)."""
     t = time.monotonic()
     with open(log, "w") as f:
-        try:
-            p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, cwd=log.parent)
-        except subprocess.TimeoutExpired:
-            raise FlowError(f"{what} did not finish in {timeout:g} s (log: {log})") from None
+        p = call(cmd, log.parent, None, timeout, what, log=f)
     if p.returncode:
         src, lines = log_excerpt(*([tool_log] if tool_log is not None else []), log, tail=5)
         raise FlowError(f"{what} failed (exit {p.returncode}, log: {src}): " + " | ".join(lines))
