@@ -661,14 +661,15 @@ def test_board_build_summary_says_when_timing_is_not_met(fmax, bitstream, warned
 
 
 def test_board_build_tool_past_its_timeout_is_stopped_with_what_it_started(tmp_path):
-    """A board build's tool that runs past ``--timeout`` is stopped with the processes it started
-    (the build script starts Yosys, nextpnr and ecppack): FlowError, nothing left running."""
+    """A tool that runs past ``--timeout`` is stopped with the processes it started (the board
+    build's script starts Yosys, nextpnr and ecppack; ``flow.call`` runs every tool of the flow):
+    FlowError, nothing left running."""
     import time
 
-    from rtl.fpga.board import _call
+    from rtl.fpga.flow import call
     t = time.monotonic()
     with pytest.raises(FlowError, match=r"the step did not finish in 0.5 s"):
-        _call(["sh", "-c", "sleep 30 & echo $! > child.pid; wait"], tmp_path, dict(os.environ), 0.5, "the step")
+        call(["sh", "-c", "sleep 30 & echo $! > child.pid; wait"], tmp_path, dict(os.environ), 0.5, "the step")
     assert time.monotonic() - t < 10
     pid = int((tmp_path / "child.pid").read_text())
     time.sleep(0.2)
