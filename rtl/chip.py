@@ -19,15 +19,26 @@ from .queue import INDEX_BITS
 from .unit import ACC_BITS, ERR_BITS, RETIRE_SLOTS, SPM_BITS
 from .vpu import VpuUnit
 
-__all__ = ["HostSignature", "TraceSignature", "Chip", "Ring", "TRACE_LANES", "RETIRE_LANES", "MEMORY_PORTS"]
+__all__ = ["HostSignature", "TraceSignature", "Chip", "Ring", "TRACE_LANES", "RETIRE_LANES", "MEMORY_PORTS",
+           "memory_ports"]
 
 #: start lanes of the trace port: one per unit (``isa.table.Unit``)
 TRACE_LANES = len(Unit)
 #: retire lanes: one per unit, plus lane 7 for the MXU's second retire slot (mm/mma; lane 3 is lw)
 RETIRE_LANES = len(Unit) + 1
 #: (write ports, registered read ports, combinational read ports) of SPM and ACC (``Chip.elaborate``
-#: checks that it builds these; the FPGA fit model counts with them)
+#: checks that it builds these; ``memory_ports`` those of a chip with idle links)
 MEMORY_PORTS = {"spm": (4, 7, 0), "acc": (5, 6, 0)}
+#: the link receiver's write port and the link transmitter's read port of each memory, which a
+#: chip with idle links does not build
+LINK_PORTS = (1, 1, 0)
+
+
+def memory_ports(idle_links: bool = False) -> dict[str, tuple[int, int, int]]:
+    """``MEMORY_PORTS`` of ``Chip(..., idle_links=idle_links)`` (the FPGA fit model counts with them)."""
+    if not idle_links:
+        return dict(MEMORY_PORTS)
+    return {k: tuple(n - d for n, d in zip(v, LINK_PORTS)) for k, v in MEMORY_PORTS.items()}
 
 
 def HostSignature(cfg) -> wiring.Signature:
@@ -94,10 +105,16 @@ class Chip(wiring.Component):
     banks of rows, a copy per read port, one writer per bank at a time): ``rtl/mem.py``. They are
     build options: cycles and results are the same for every value (for "banked", in programs that
     do not race at the config's banks, ``cfg.spm_bank_rows``/``cfg.acc_bank_rows``).
+    ``idle_links``: the link ports lead nowhere (the FPGA top: ``lrx`` never valid, no ``ltx``
+    credit returned, ``ltx`` data unread). The receiver then never takes a flit, so it is built
+    without its receive buffers and its SPM/ACC write ports, and the transmitter without its
+    SPM/ACC read ports (its flits carry 0): the same cycles, memories and errors as the chip with
+    those ports held idle, in fewer cells (``memory_ports``).
     """
 
-    def __init__(self, cfg, mac: str = "dsp", mem: str = "flat"):
+    def __init__(self, cfg, mac: str = "dsp", mem: str = "flat", idle_links: bool = False):
         self.cfg, self.mac, self.mem = cfg, mac, mem      # mac: how the array multiplies (rtl/mac.py)
+        self.idle_links = idle_links
         super().__init__({"host": In(HostSignature(cfg)), "dram": Out(DramSignature(cfg)),
                           "ltx": Out(LinkSignature(cfg)).array(cfg.links),
                           "lrx": In(LinkSignature(cfg)).array(cfg.links),
@@ -116,7 +133,7 @@ class Chip(wiring.Component):
         start = Signal()
         m.d.comb += start.eq(h.start & ~iss.running)
         units = {Unit.LOAD: DmaLoad(cfg), Unit.STORE: DmaStore(cfg), Unit.MXU: MxuUnit(cfg, mac=self.mac),
-                 Unit.VPU: VpuUnit(cfg), Unit.LTX: LinkTx(cfg), Unit.LRX: LinkRx(cfg)}
+                 Unit.VPU: VpuUnit(cfg), Unit.LTX: LinkTx(cfg), Unit.LRX: LinkRx(cfg, idle=self.idle_links)}
         for u, unit in units.items():
             # every unit starts a run from reset (queues, pipelines, weights, LUT, credits)
             m.submodules[u.name.lower()] = ResetInserter({"sync": start})(unit)
@@ -164,21 +181,25 @@ class Chip(wiring.Component):
         # writes one lane
         mx, vp = units[Unit.MXU], units[Unit.VPU]
         lt, lr = units[Unit.LTX], units[Unit.LRX]
-        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, lt.spm_rd, iss.spm_rd):
+        # (with idle links: no transmitter reads, no receiver writes; the ports stay, unconnected)
+        link_rd = {"spm": () if self.idle_links else (lt.spm_rd,), "acc": () if self.idle_links else (lt.acc_rd,)}
+        link_wr = {"spm": () if self.idle_links else (lr.spm_wr,), "acc": () if self.idle_links else (lr.acc_wr,)}
+        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, *link_rd["spm"], iss.spm_rd):
             self._read(m, self.spm, rd, "sync")
         # (sst's enables come from the issue decision, late in the cycle: a fallback port, rtl/mem.py)
-        for wr in (ld.spm_wr, vp.spm_wr, lr.spm_wr, iss.spm_wr):
+        for wr in (ld.spm_wr, vp.spm_wr, *link_wr["spm"], iss.spm_wr):
             self._write(m, self.spm, wr, fallback=wr is iss.spm_wr)
         acc_mxu_w = self._write(m, self.acc, mx.acc_wr)
         self._read(m, self.acc, mx.acc_rd, "sync", transparent_for=(acc_mxu_w,))
-        for rd in (vp.acc_a, vp.acc_b, st.acc_rd, lt.acc_rd, iss.acc_rd):
+        for rd in (vp.acc_a, vp.acc_b, st.acc_rd, *link_rd["acc"], iss.acc_rd):
             self._read(m, self.acc, rd, "sync")
-        for wr in (ld.acc_wr, vp.acc_wr, lr.acc_wr, iss.acc_wr):
+        for wr in (ld.acc_wr, vp.acc_wr, *link_wr["acc"], iss.acc_wr):
             self._write(m, self.acc, wr, fallback=wr is iss.acc_wr)
+        ports = memory_ports(self.idle_links)
         for name, mem in (("spm", self.spm), ("acc", self.acc)):
             built = (len(mem.writes), sum(r.domain == "sync" for r in mem.reads),
                      sum(r.domain == "comb" for r in mem.reads))
-            assert built == MEMORY_PORTS[name], f"{name} ports {built} != MEMORY_PORTS {MEMORY_PORTS[name]}"
+            assert built == ports[name], f"{name} ports {built} != memory_ports {ports[name]}"
         return m
 
     @staticmethod

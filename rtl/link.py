@@ -147,6 +147,12 @@ class LinkRx(UnitBase):
 
     unit = Unit.LRX
 
+    def __init__(self, cfg, idle: bool = False):
+        # ``idle``: no flit ever arrives (``rx`` never valid: ``Chip(idle_links=True)``), so no flit is
+        # taken: no receive buffers, and the memory write ports never write
+        self.idle = idle
+        super().__init__(cfg)
+
     def extra_ports(self, cfg):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         C = cfg.cols
@@ -172,8 +178,9 @@ class LinkRx(UnitBase):
         # receive buffers, one per port
         flit_l = data.StructLayout({"data": 8 * W, "space": 1})
         head_ok, head = Signal(), Signal(flit_l)
-        pops = []
-        for p in range(cfg.links):
+        for p in range(cfg.links if self.idle else 0):
+            m.d.comb += self.rx[p].credit.eq(0)     # (head_ok stays 0: nothing is taken)
+        for p in range(0 if self.idle else cfg.links):
             rx = self.rx[p]
             arr = Signal(flit_l, name=f"arr{p}")
             arr_v = _delay(m, rx.valid, cfg.link_latency - WIRE_AFTER_SEND - 1, f"rxv{p}_")
@@ -194,7 +201,6 @@ class LinkRx(UnitBase):
                 m.d.sync += hd.eq(Mux(hd == D - 1, 0, hd + 1))
             m.d.sync += lvl.eq(lvl + arr_v - pop)
             m.d.comb += rx.credit.eq(pop)
-            pops.append(pop)
         take = working & ~empty & head_ok
         last = empty | (take & eor & row_last)
         C = cfg.cols

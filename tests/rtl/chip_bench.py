@@ -129,9 +129,9 @@ class _Bench:
     ``Chip(tiny)`` takes about a second, a short program a fraction of that): each run resets the
     simulation (signals, memories, the clock and the testbench) and plays the next job."""
 
-    def __init__(self, cfg, n: int, ring: bool, mac: str, mem: str):
+    def __init__(self, cfg, n: int, ring: bool, mac: str, mem: str, idle_links: bool = False):
         self.cfg, self.n, self.ring = cfg, n, ring
-        self.top = Ring(cfg, n, mac=mac, mem=mem) if ring else Chip(cfg, mac=mac, mem=mem)
+        self.top = Ring(cfg, n, mac=mac, mem=mem) if ring else Chip(cfg, mac=mac, mem=mem, idle_links=idle_links)
         self.job: dict = {}
         self.sim = Simulator(self.top)
         self.sim.add_clock(1e-6)
@@ -195,20 +195,23 @@ class _Bench:
 _BENCHES: dict = {}
 
 
-def bench(cfg, n: int = 1, *, ring: bool = False, mac: str = "dsp", mem: str = "flat") -> _Bench:
-    """The bench of ``Ring(cfg, n, mac, mem)`` (``ring``) or ``Chip(cfg, mac, mem)``, built once
-    per process; ``bench(...).top`` is the elaborated design."""
-    key = (cfg, n, ring, mac, mem)
+def bench(cfg, n: int = 1, *, ring: bool = False, mac: str = "dsp", mem: str = "flat",
+          idle_links: bool = False) -> _Bench:
+    """The bench of ``Ring(cfg, n, mac, mem)`` (``ring``) or ``Chip(cfg, mac, mem, idle_links)``, built
+    once per process; ``bench(...).top`` is the elaborated design. (A lone chip's link ports are
+    held idle either way: nothing drives its ``lrx`` valid or ``ltx`` credit.)"""
+    assert not (ring and idle_links), "a ring's chips use their links"
+    key = (cfg, n, ring, mac, mem, idle_links)
     if key not in _BENCHES:
-        _BENCHES[key] = _Bench(cfg, n, ring, mac, mem)
+        _BENCHES[key] = _Bench(cfg, n, ring, mac, mem, idle_links)
     return _BENCHES[key]
 
 
 def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *, cfg=None, max_cycles: int = 20000,
              spm_init: list | None = None, vcd: str | None = None, ring: bool = True, mac: str = "dsp",
-             mem: str = "flat") -> list[RunResult]:
+             mem: str = "flat", idle_links: bool = False) -> list[RunResult]:
     """Run one program (a Program, or raw words with ``cfg``) per chip: ``Ring(cfg, len(progs))``
-    (``ring``), else one ``Chip``; ``mac``, ``mem``: the build options (``rtl.chip.Chip``).
+    (``ring``), else one ``Chip``; ``mac``, ``mem``, ``idle_links``: the build options (``rtl.chip.Chip``).
 
     Every chip is loaded, then all start in the same cycle; the run ends when every chip is done
     (halted or stopped by an error) or after ``max_cycles``.
@@ -217,12 +220,12 @@ def run_ring(progs: list, drams: list | None = None, regs: list | None = None, *
     n = len(progs)
     job = {"words": [_words(p) for p in progs], "drams": list(drams or [None] * n), "regs": list(regs or [None] * n),
            "spm_init": list(spm_init or [None] * n), "max_cycles": max_cycles}
-    return bench(cfg, n, ring=ring, mac=mac, mem=mem).run(job, vcd)
+    return bench(cfg, n, ring=ring, mac=mac, mem=mem, idle_links=idle_links).run(job, vcd)
 
 
 def run_chip(prog, dram: np.ndarray | None = None, regs: dict[int, int] | None = None, *, cfg=None,
              max_cycles: int = 20000, spm_init: dict | None = None, vcd: str | None = None,
-             loopback: bool = False, mac: str = "dsp", mem: str = "flat") -> RunResult:
+             loopback: bool = False, mac: str = "dsp", mem: str = "flat", idle_links: bool = False) -> RunResult:
     """One chip; ``loopback``: inside ``Ring(cfg, 1)``, whose link port 0 transmits into port 1."""
     return run_ring([prog], [dram], [regs], cfg=cfg, max_cycles=max_cycles, spm_init=[spm_init], vcd=vcd,
-                    ring=loopback, mac=mac, mem=mem)[0]
+                    ring=loopback, mac=mac, mem=mem, idle_links=idle_links)[0]
