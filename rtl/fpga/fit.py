@@ -27,7 +27,7 @@ from isa.ints import cdiv
 from isa.table import SPACE_BITS, WORD_BITS, Space
 from isa.timing import lut_rows
 
-from ..chip import MEMORY_PORTS as CHIP_MEMORY_PORTS
+from ..chip import memory_ports
 from ..mem import BANKED, IMPLS, LUTRAM_DEPTH
 from .devices import Device
 
@@ -122,13 +122,9 @@ def fpga_build_config(cfg, mem: str, *, fpga_mem: bool = True, depths: dict | No
     return banked_config(fpga_config(cfg, **d), mem, banks)
 
 
-#: read ports of SPM and of ACC that the FPGA top leaves without a reader: the link transmitter's
-#: (its links are idle, ``rtl/fpga/top.py``), which synthesis removes with its banks
-IDLE_LINK_READS = 1
 #: (write ports, registered read ports, combinational read ports) of the chip's memories in the
-#: FPGA top (rtl/chip.py, less the idle link transmitter's read)
-MEMORY_PORTS = {**{k: (w, rs - IDLE_LINK_READS, rc) for k, (w, rs, rc) in CHIP_MEMORY_PORTS.items()},
-                "imem": (1, 1, 0)}
+#: FPGA top, whose links are idle (``rtl/fpga/top.py``: no link transmitter read, no link receiver write)
+MEMORY_PORTS = {**memory_ports(idle_links=True), "imem": (1, 1, 0)}
 
 # The array's constants are measured (Yosys synth_ecp5, docs/fpga.md): 8x8 "dsp+reg" 2624 LUT /
 # 4426 FF / 64 DSP; 8x8 "lut+reg" 16434 LUT; 8x8 "dsp:28+reg" 10155 LUT.
@@ -147,23 +143,26 @@ LUT_PER_RAM16X4 = 2           #: a TRELLIS_DPR16X4 counts as 2 LUTs (the flow's 
 LUT_PER_SEL_INPUT = 1.33      #: bank select: per row bit, read port and write port beyond the first
 LUT_PER_RAM_DEPTH_MUX = 2.1   #: per row bit of a combinational bank and 16-row cell beyond the first
 # The rest of the chip (issue stage, queues, DMA, VPU, links, host top), calibrated on two whole-chip
-# runs, FpgaTop(tiny --fpga-mem) and FpgaTop(small --fpga-mem), mac="dsp" (as the long test builds
-# it), mem="lvt", every SPM/ACC read registered, the live-value table per lane, the queues' head
-# entries in registers: 32,624 / 49,854 LUT, 13,399 / 22,685 FF, 43 / 103 DSP, 47 / 83 BRAM; minus
-# the array's and the memories' terms above, the difference of the two gives the per-lane part
-# (docs/fpga.md). (Before the head registers and the delayed table writes: 2015 LUT and 379 FF per
-# lane; with a table per row and three combinational reads, 330 LUT and 335 FF.)
-LUT_BASE, LUT_PER_LANE = 16707, 2373
-FF_BASE, FF_PER_LANE = 5809, 710
+# runs, FpgaTop(tiny --fpga-mem --mem lvt) and FpgaTop(small --fpga-mem --mem lvt) (SPM 64 rows, ACC
+# 16), mac="dsp+reg2" with the DSP registers, the flow's ABC script with structural choices, the
+# chip's idle links built without their memory ports: 28,691 / 43,716 LUT, 10,243 / 18,498 FF, 43 /
+# 103 DSP (Yosys, 2026-12-06); minus the array's and the memories' terms above, the difference of
+# the two gives the per-lane part (docs/fpga.md). (The first calibration, mac="dsp", before the
+# structural choices and with the link ports: 32,624 / 49,854 LUT and 13,399 / 22,685 FF gave
+# 16707 + 2373 per lane and 5809 + 710; before the head registers and the delayed table writes,
+# 2015 LUT and 379 FF per lane; with a table per row and three combinational reads, 330 and 335.)
+LUT_BASE, LUT_PER_LANE = 14980, 2178
+FF_BASE, FF_PER_LANE = 4708, 244
 # The same with mem="banked", calibrated on the default FPGA build (``--fpga-mem``: SPM 256 rows in 4
 # block RAM banks, ACC 64 in 4 LUT RAM banks), mac="dsp+reg2" with the DSP registers, the flow's ABC
-# script with structural choices (``&dch``): FpgaTop(tiny) and FpgaTop(small) 24,978 / 38,605 LUT,
-# 7,906 / 13,645 FF (Yosys, 2026-12-06). (Before, at the LVT build's depths, SPM 64 rows in 16-row
-# banks and ACC 16 in 4-row, without ``&dch``: 25,564 / 40,099 LUT, 8,017 / 13,868 FF gave 12343 + 1050
-# per lane and 4886 + 235; before the loop counts as count - 2, 14113 + 1022; the first banked builds,
-# 16654 + 796 and 6834 + 739.)
-BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 12665, 919
-BANKED_FF_BASE, BANKED_FF_PER_LANE = 4887, 255
+# script with structural choices (``&dch``), the idle links without their memory ports:
+# FpgaTop(tiny) and FpgaTop(small) 24,247 / 37,004 LUT, 7,780 / 13,423 FF (Yosys, 2026-12-06).
+# (Before, with the link ports: 24,978 / 38,605 LUT and 7,906 / 13,645 FF gave 12665 + 919 per lane
+# and 4887 + 255; at the LVT build's depths, SPM 64 rows in 16-row banks and ACC 16 in 4-row,
+# without ``&dch``: 25,564 / 40,099 LUT, 8,017 / 13,868 FF gave 12343 + 1050 and 4886 + 235; before
+# the loop counts as count - 2, 14113 + 1022; the first banked builds, 16654 + 796 and 6834 + 739.)
+BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 12802, 925
+BANKED_FF_BASE, BANKED_FF_PER_LANE = 4857, 231
 DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
 DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
 
