@@ -61,10 +61,14 @@ def _run(text: str, idle: bool, mem: str = "flat"):
     return chip_bench.run_chip(prog, dram, {4: 11}, spm_init=spm, max_cycles=300, mem=mem, idle_links=idle)
 
 
+def _outcome(r):
+    return r.cycles, r.error, r.done, r.sim_cycles
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_idle_links_chip_runs_as_the_full_chip(name):
     full, idle = _run(PROGRAMS[name], False), _run(PROGRAMS[name], True)
-    assert (idle.cycles, idle.error, idle.done, idle.sim_cycles) == (full.cycles, full.error, full.done, full.sim_cycles)
+    assert _outcome(idle) == _outcome(full)
     assert idle.records == full.records
     assert idle.regs == full.regs
     for what in ("dram", "spm", "acc"):
