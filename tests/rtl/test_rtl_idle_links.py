@@ -13,6 +13,7 @@ from isa import ChipConfig
 from isa.asm import assemble
 from isa.table import Unit
 from rtl.chip import MEMORY_PORTS, memory_ports
+from rtl.fpga.fit import fpga_build_config
 from tests.rtl import chip_bench
 from tests.rtl.rtl_helpers import pack
 
@@ -91,7 +92,6 @@ def test_the_programs_reach_what_they_are_named_for():
 
 def test_idle_links_on_banked_memories():
     """The FPGA top's memories: banked, at its depths."""
-    from rtl.fpga.fit import fpga_build_config
     cfg = fpga_build_config(CFG, "banked")
     prog = assemble(PROGRAMS["send-within-credits"], cfg)
     runs = [chip_bench.run_chip(prog, None, None, cfg=cfg, max_cycles=300, mem="banked", idle_links=idle)
