@@ -182,18 +182,19 @@ class Chip(wiring.Component):
         mx, vp = units[Unit.MXU], units[Unit.VPU]
         lt, lr = units[Unit.LTX], units[Unit.LRX]
         # (with idle links: no transmitter reads, no receiver writes; the ports stay, unconnected)
-        link_rd = {"spm": () if self.idle_links else (lt.spm_rd,), "acc": () if self.idle_links else (lt.acc_rd,)}
-        link_wr = {"spm": () if self.idle_links else (lr.spm_wr,), "acc": () if self.idle_links else (lr.acc_wr,)}
-        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, *link_rd["spm"], iss.spm_rd):
+        def linked(port):
+            return () if self.idle_links else (port,)
+
+        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, *linked(lt.spm_rd), iss.spm_rd):
             self._read(m, self.spm, rd, "sync")
         # (sst's enables come from the issue decision, late in the cycle: a fallback port, rtl/mem.py)
-        for wr in (ld.spm_wr, vp.spm_wr, *link_wr["spm"], iss.spm_wr):
+        for wr in (ld.spm_wr, vp.spm_wr, *linked(lr.spm_wr), iss.spm_wr):
             self._write(m, self.spm, wr, fallback=wr is iss.spm_wr)
         acc_mxu_w = self._write(m, self.acc, mx.acc_wr)
         self._read(m, self.acc, mx.acc_rd, "sync", transparent_for=(acc_mxu_w,))
-        for rd in (vp.acc_a, vp.acc_b, st.acc_rd, *link_rd["acc"], iss.acc_rd):
+        for rd in (vp.acc_a, vp.acc_b, st.acc_rd, *linked(lt.acc_rd), iss.acc_rd):
             self._read(m, self.acc, rd, "sync")
-        for wr in (ld.acc_wr, vp.acc_wr, *link_wr["acc"], iss.acc_wr):
+        for wr in (ld.acc_wr, vp.acc_wr, *linked(lr.acc_wr), iss.acc_wr):
             self._write(m, self.acc, wr, fallback=wr is iss.acc_wr)
         ports = memory_ports(self.idle_links)
         for name, mem in (("spm", self.spm), ("acc", self.acc)):
