@@ -119,6 +119,10 @@ class KernelCode:
     #: ``NT`` bias rows after the scale rows and a block of ``Mt`` rows after them (``Tiling.acc_rows``
     #: counts both); int8 output, ``mnk`` order, no symbolic batch or key bound only
     vbias: bool = False
+    #: with ``vbias``, > 0: each N tile's bias stays in ACC as a block of this many copies of its row, loaded
+    #: once by the prologue after the scale rows (``NT`` blocks, ``Tiling.acc_rows`` counts them), and an N tile
+    #: adds it in ``ceil(rows / vbias_rows)`` ``vadd``s; 0: the block is rebuilt per N tile (``_vpu_bias``)
+    vbias_rows: int = 0
     #: ``(a, b)``: only M tiles ``a .. b - 1``, a part of a kernel too long for one page (``split_m_tiles``)
     mtiles: tuple[int, int] | None = None
 
@@ -405,7 +409,12 @@ def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int, vbi
     if kc.out_int8:
         e.emit("dma.ld", acc[kc.acc_base + 2 * tl.ng * tl.Mt + kc.scale_row], dram[kc.scale_addr], rows=tl.NT,
                len=C, rstride=_ACC_BYTES * C)
-    if vbias:         # the N tiles' bias rows (read after the first mm, which waits for a later load)
+    if vbias and kc.vbias_rows:     # each N tile's bias block: its row repeated (read after the first mm)
+        if tl.NT > 1:
+            e.emit("loop", L2, tl.NT, s0=kc.vbias_rows, s1=_ACC_BYTES * C)
+        e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + tl.NT], dram[kc.bias_addr], rows=kc.vbias_rows, len=C,
+               rstride=0, rep=L2 if tl.NT > 1 else None)
+    elif vbias:       # the N tiles' bias rows (read after the first mm, which waits for a later load)
         e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + tl.NT], dram[kc.bias_addr], rows=tl.NT, len=C,
                rstride=_ACC_BYTES * C)
     if not npre:
@@ -591,7 +600,8 @@ def _n_tile(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[G
     # next N tile (group)
     e.emit("addi", GK.WCOL, GK.WCOL, ng * KT * R * C)
     e.emit("addi", GK.OCOL, GK.OCOL, ocol)
-    e.emit("addi", GK.BIAS, GK.BIAS, ng * _ACC_BYTES * C)
+    # (the next bias column in DRAM, or with resident blocks the next block: ``_vpu_bias``)
+    e.emit("addi", GK.BIAS, GK.BIAS, kc.vbias_rows if g["vbias"] and kc.vbias_rows else ng * _ACC_BYTES * C)
     e.emit("addi", GK.SCALE, GK.SCALE, 1)
     e.emit("seti", GK.TMP, ng * Mt)
     e.emit("sub", GK.ACC, GK.TMP, GK.ACC)
@@ -638,8 +648,23 @@ def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
     """The N tile's bias added to its ACC region (``acc_t``, ``mrows`` rows) on the VPU, once its last ``mma``
     is done: its bias row (ACC row ``2 Mt + NT + SCALE``, loaded by ``_prefetch``) copied to the block's
     first row and doubled to ``mrows`` rows (each copy reads rows the previous ones wrote), then added.
-    The VPU runs one instruction at a time, in order, so the block is free when the next N tile rebuilds it."""
+    The VPU runs one instruction at a time, in order, so the block is free when the next N tile rebuilds it.
+    With resident blocks (``KernelCode.vbias_rows``) the N tile's block (``BIAS`` rows past the first) is
+    added in pieces of that many rows: one ``vadd`` repeated over the whole pieces and one for the rest, so
+    that the VPU's queue does not fill and hold the front end (and the next N tile's loads) behind it."""
     tl = kc.tiling
+    bb = kc.vbias_rows
+    if bb:
+        blk = acc[kc.acc_base + 2 * tl.Mt + tl.NT + GK.BIAS]
+        whole, rest = divmod(mrows, bb)
+        if whole > 1:
+            e.emit("loop", L2, whole, s0=bb, s1=bb)
+        if whole:
+            e.emit("vadd", acc_t, acc_t, blk, n=bb, **_mods(["mxu"], once=True, rep=L2 if whole > 1 else None))
+        if rest:
+            part = acc[kc.acc_base + whole * bb + GK.ACC]
+            e.emit("vadd", part, part, blk, n=rest, wait=None if whole else "mxu")
+        return
     blk = kc.acc_base + 2 * tl.Mt + 2 * tl.NT
     e.emit("vadd", acc[blk], acc[kc.acc_base + 2 * tl.Mt + tl.NT + GK.SCALE], 0, n=1, wait="mxu")
     n = 1

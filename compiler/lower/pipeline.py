@@ -24,7 +24,7 @@ from isa.errors import TetrachipError
 from isa.ints import align_up, cdiv
 from isa.program import DRAM_ALIGN, Program
 from isa.table import SPACE_BYTES, Space
-from isa.timing import lut_rows, mxu_swap_delay, row_beats
+from isa.timing import VPU_LATENCY, lut_rows, mxu_swap_delay, row_beats
 
 from compiler.lower.compiled import Compiled, check_finite, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
@@ -717,12 +717,21 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
         bias = qk.bias_q[n0:n1] if qk.bias_q is not None else None
         tl = None
         vbias = (bias is not None and qk.out_int8 and k.M >= 2 * vbias_min_rows(cfg) and searcher is None
-                 and spec is None and _vbias_pays(cfg, kts, cdiv(n1 - n0, C)))
-        if vbias:     # the tiling leaves ACC for the bias block (Mt rows) and the N tiles' bias rows
+                 and spec is None)
+        if vbias and not _vbias_pays(cfg, kts, cdiv(n1 - n0, C)):
+            # an A ring (nothing else fits SPM) loads the A tiles again for every N tile (group): with them
             try:
+                t0 = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, bias=True, group_ok=True)
+                vbias = t0.a_ring and _vbias_pays(cfg, kts, t0.NT, a_loads=t0.NT // t0.ng)
+            except TetrachipError:
+                vbias = False
+        vrows = 0
+        if vbias:     # the tiling leaves ACC for the bias (a rebuilt block of Mt rows and the NT bias rows,
+            try:      # or NT resident blocks: ``vbias_block_rows``)
                 tl = choose(cfg.replace(acc_rows=vbias_acc_rows(cfg, cdiv(n1 - n0, C), k.M)), k.M, len(kts),
                             n1 - n0, qk.out_int8, run, what, bias=False)
-                tl = replace(tl, acc_rows=tl.acc_rows + tl.NT + tl.Mt)
+                vrows = vbias_block_rows(tl.Mt, tl.NT, cfg.acc_rows - tl.acc_rows)
+                tl = replace(tl, acc_rows=tl.acc_rows + (tl.NT * vrows if vrows else tl.NT + tl.Mt))
             except TetrachipError:
                 vbias = False
         if tl is None:
@@ -739,7 +748,7 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
             tl, dk = fit_gemm(cfg, tl, k.M, a_rows, out_rows, spec.max, what, qk.out_int8, bias is not None)
         useful = k.M * (len(ks) * (n1 - n0) if k.wmask is None else int(np.count_nonzero(k.wmask[ks, n0:n1])))
         res.append((KernelCode(name, tl, kts, a_rows, out_rows, qk.out_int8, w_addr, b_addr, sc_addr,
-                               qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk, hi=qk.hi, vbias=vbias),
+                               qk.shift, qk.lo, k.relu, 0, 0, 0, 0, dk, hi=qk.hi, vbias=vbias, vbias_rows=vrows),
                     KernelInfo(name, k.M, len(ks), n1 - n0, tl, len(kts), useful,
                                mxu_macs=k.M * sum(t.klen for t in kts) * tl.NT * C)))
     return res
@@ -793,7 +802,23 @@ def vbias_min_rows(cfg: ChipConfig) -> int:
     return VBIAS_TILE_FACTOR * (mxu_swap_delay(cfg) + cfg.rows)
 
 
-def _vbias_pays(cfg: ChipConfig, kts: list, NT: int) -> bool:
+def vbias_block_rows(Mt: int, NT: int, room: int) -> int:
+    """Rows of each N tile's resident bias block (``KernelCode.vbias_rows``) in ``room`` ACC rows past a
+    ``vbias`` tiling's regions and scale rows, or 0 where rebuilding one block of ``Mt`` rows per N tile (its
+    row copied, doubled, added: ``compiler.lower.emit._vpu_bias``) costs the VPU fewer cycles. A VPU
+    instruction of ``n`` rows holds the VPU ``n + VPU_LATENCY`` cycles (docs/microarchitecture.md): a block
+    of ``b`` rows adds the tile in ``ceil(Mt / b)`` of them; the rebuilt block copies ``Mt`` rows in
+    ``1 + ceil(log2 Mt)`` and adds them in one. Blocks also where the rebuilt block and the ``NT`` bias rows
+    do not fit ``room``."""
+    b = min(Mt, room // NT)
+    if b < 1:
+        return 0
+    resident = Mt + cdiv(Mt, b) * VPU_LATENCY
+    rebuilt = 2 * Mt + (2 + (Mt - 1).bit_length()) * VPU_LATENCY
+    return b if resident < rebuilt or room < NT + Mt else 0
+
+
+def _vbias_pays(cfg: ChipConfig, kts: list, NT: int, a_loads: int = 1) -> bool:
     """Does a requantized GEMM with K tiles ``kts`` and ``NT`` N tiles run faster with its bias added on the
     VPU (``KernelCode.vbias``)? The DMA that fills each N tile's ACC region with the bias moves an ACC row
     (4 bytes a lane) per output row, beside the A tiles' row per K tile: the load unit's busiest traffic in a
@@ -801,7 +826,7 @@ def _vbias_pays(cfg: ChipConfig, kts: list, NT: int) -> bool:
     the bias costs two more passes per N tile (broadcast, add) beside the requantization's one. Per output
     row of an M tile: the loads with the bias are at least ``VBIAS_LOAD_SHARE`` of the MXU's cycles (they
     hold it back) and the VPU's three passes stay within the busier of the two."""
-    a = sum(row_beats(cfg, t.klen, Space.SPM, t.estride) for t in kts)                # A loads (int8)
+    a = a_loads * sum(row_beats(cfg, t.klen, Space.SPM, t.estride) for t in kts)      # A loads (int8)
     b = NT * row_beats(cfg, cfg.cols, Space.ACC, SPACE_BYTES[Space.ACC])             # bias rows (int32)
     mxu = NT * len(kts)
     return a + b >= VBIAS_LOAD_SHARE * mxu and 3 * NT <= max(a + b, mxu)

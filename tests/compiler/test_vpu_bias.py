@@ -49,3 +49,56 @@ def test_small_kernels_keep_the_bias_dma():
     assert 8 * 8 < 2 * pipeline.vbias_min_rows(cfg)
     cm, _ = _run(lambda t: conv(t).relu(), x, cfg)
     assert "bias on the VPU" not in cm.asm
+
+
+#: ``tiny`` with its FPGA build's memories (``tetrachip fpga synth --fpga-mem``): 64 ACC rows in banks of 16
+TINY_FPGA = dict(spm_rows=256, acc_rows=64, spm_bank_rows=64, acc_bank_rows=16)
+
+
+def _repeated_vadds(asm: str) -> list[str]:
+    """The ``vadd``s repeated over a loop (the resident blocks' adds, ``emit._vpu_bias``)."""
+    return [ln for ln in asm.splitlines() if ln.strip().startswith("vadd") and "rep=" in ln]
+
+
+def test_resident_bias_blocks_are_exact_and_faster(monkeypatch):
+    # each N tile's bias stays in ACC as a block (KernelCode.vbias_rows), added by one repeated vadd, where the
+    # rebuilt block copies and doubles the bias row for every M tile and N tile (16-row M tiles here)
+    cfg = ChipConfig.preset("tiny").replace(**TINY_FPGA)
+    tc.manual_seed(3)
+    conv = nn.Conv2d(1, 16, 3, padding=1, bias=True)
+    x = np.random.default_rng(3).standard_normal((4, 1, 8, 8)).astype(np.float32)
+
+    def model(t):
+        return conv(t).clip(0.0, 6.0)        # (a clip: an int8 output)
+    cm, cycles = _run(model, x, cfg)
+    assert "bias on the VPU" in cm.asm and _repeated_vadds(cm.asm)
+    monkeypatch.setattr(pipeline, "vbias_block_rows", lambda *a: 0)
+    cm_rebuilt, cycles_rebuilt = _run(model, x, cfg)
+    assert "bias on the VPU" in cm_rebuilt.asm and not _repeated_vadds(cm_rebuilt.asm)
+    assert cycles < cycles_rebuilt
+
+
+def test_no_room_for_blocks_rebuilds_the_block():
+    # fewer ACC rows past the regions and scale rows than N tiles: no block of even one row each
+    assert pipeline.vbias_block_rows(16, 8, 7) == 0
+    assert pipeline.vbias_block_rows(16, 8, 8) in (0, 1)
+    # with room for whole M tiles, a block each
+    assert pipeline.vbias_block_rows(16, 8, 8 * 16) == 16
+
+
+def test_an_a_ring_kernel_adds_its_bias_on_the_vpu(monkeypatch):
+    # a long reduction on small memories streams its A tiles through a ring, again for every N tile: the bias
+    # DMA's ACC row per output row adds to the loads that hold the array back (the digits CNN's second conv)
+    cfg = ChipConfig.preset("tiny").replace(**TINY_FPGA)
+    tc.manual_seed(4)
+    conv = nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=True)      # K = 144 (36 K tiles), 8 N tiles
+    x = np.random.default_rng(4).standard_normal((8, 16, 8, 8)).astype(np.float32)
+
+    def model(t):
+        return conv(t).clip(0.0, 6.0)        # (a clip: an int8 output)
+    cm, cycles = _run(model, x, cfg)
+    assert "bias on the VPU" in cm.asm and cm.kernels[0].tiling.a_ring
+    monkeypatch.setattr(pipeline, "_vbias_pays", lambda *a, **k: False)
+    cm_dma, cycles_dma = _run(model, x, cfg)
+    assert "bias on the VPU" not in cm_dma.asm and cm_dma.kernels[0].tiling.a_ring
+    assert cycles < cycles_dma

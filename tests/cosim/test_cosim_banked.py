@@ -82,6 +82,34 @@ def test_compiled_models_on_banked_memories_match_the_simulator(monkeypatch):
     for got, want, single in zip(res.outputs, ref.outputs, tc.compile(mlp, [x], FPGA_TINY).reference(x)):
         assert np.array_equal(got, want) and np.array_equal(got, single)
 
+def test_bias_on_the_vpu_from_resident_blocks_on_banked_memories(monkeypatch):
+    """The digits CNN's two convolutions, shrunk, on the banked Verilog of the default board build's memories:
+    both add their bias on the VPU from blocks resident in ACC (``KernelCode.vbias_rows``: the prologue's
+    repeated ``dma.ld`` with ``rstride=0``, a ``vadd`` repeated over the region with tokens once), the second
+    with its A tiles in a ring. Outputs and cycles equal ``Device("sim")``'s, outputs the reference."""
+    import numpy as np
+
+    import tetrachip as tc
+    why = available(SIM)
+    if why:
+        pytest.skip(f"SIM={SIM}: {why}")
+    monkeypatch.setenv("TETRACHIP_COSIM_MEM", "banked")
+    tc.manual_seed(2)
+    nn = tc.nn
+    c1, c2 = nn.Conv2d(1, 16, 3, padding=1), nn.Conv2d(16, 32, 3, stride=2, padding=1)
+    x = np.random.default_rng(2).standard_normal((6, 1, 8, 8)).astype(np.float32)
+    cm = tc.compile(lambda t: c2(c1(t).relu()).clip(0.0, 6.0), [x], config=FPGA_TINY)
+    kernels = cm.asm.split("; kernel ")[1:]
+    assert len(kernels) == 2 and cm.kernels[1].tiling.a_ring
+    for k in kernels:
+        assert "bias on the VPU" in k.splitlines()[0]
+        assert any(ln.strip().startswith("vadd") and "rep=" in ln and "sync=once" in ln for ln in k.splitlines())
+    ref = tc.Device("sim", config=FPGA_TINY).run(cm, x)
+    res = tc.Device("rtl", config=FPGA_TINY, simulator=SIM).run(cm, x)
+    assert res.stats.cycles == ref.stats.cycles > 0
+    assert np.array_equal(res.output, ref.output) and np.array_equal(res.output, cm.reference(x)[0])
+
+
 @pytest.mark.long       # make test-long: the preset's depths (4 SPM and 16 ACC banks) and the case library
 def test_cosim_ring_tiny_banked_memories():
     why = available(SIM)
