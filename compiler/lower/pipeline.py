@@ -809,10 +809,15 @@ def vbias_block_rows(Mt: int, NT: int, room: int) -> int:
     instruction of ``n`` rows holds the VPU ``n + VPU_LATENCY`` cycles (docs/microarchitecture.md): a block
     of ``b`` rows adds the tile in ``ceil(Mt / b)`` of them; the rebuilt block copies ``Mt`` rows in
     ``1 + ceil(log2 Mt)`` and adds them in one. Blocks also where the rebuilt block and the ``NT`` bias rows
-    do not fit ``room``."""
+    do not fit ``room``. A block that divides ``Mt`` is preferred (up to twice the pieces of the longest that
+    fits): one repeated ``vadd`` then covers an M tile, two VPU instructions per N tile with the ``vreq``, so
+    the VPU's queue (``QUEUE_DEPTH``) holds two N tiles' and the front end reaches the next loads sooner."""
     b = min(Mt, room // NT)
     if b < 1:
         return 0
+    div = next(d for d in range(b, 0, -1) if Mt % d == 0)
+    if cdiv(Mt, div) <= 2 * cdiv(Mt, b):
+        b = div
     resident = Mt + cdiv(Mt, b) * VPU_LATENCY
     rebuilt = 2 * Mt + (2 + (Mt - 1).bit_length()) * VPU_LATENCY
     return b if resident < rebuilt or room < NT + Mt else 0
