@@ -830,7 +830,8 @@ def _vbias_pays(cfg: ChipConfig, kts: list, NT: int, a_loads: int = 1) -> bool:
     kernel of few K tiles (an expanding 1x1 convolution, a depthwise convolution's column block). On the VPU
     the bias costs two more passes per N tile (broadcast, add) beside the requantization's one. Per output
     row of an M tile: the loads with the bias are at least ``VBIAS_LOAD_SHARE`` of the MXU's cycles (they
-    hold it back) and the VPU's three passes stay within the busier of the two."""
+    hold it back) and the VPU's three passes stay within the busier of the two. ``a_loads``: how many times
+    the A tiles are loaded (an A ring's, once per group of N tiles: ``Tiling.a_ring``)."""
     a = a_loads * sum(row_beats(cfg, t.klen, Space.SPM, t.estride) for t in kts)      # A loads (int8)
     b = NT * row_beats(cfg, cfg.cols, Space.ACC, SPACE_BYTES[Space.ACC])             # bias rows (int32)
     mxu = NT * len(kts)

@@ -82,6 +82,7 @@ def test_compiled_models_on_banked_memories_match_the_simulator(monkeypatch):
     for got, want, single in zip(res.outputs, ref.outputs, tc.compile(mlp, [x], FPGA_TINY).reference(x)):
         assert np.array_equal(got, want) and np.array_equal(got, single)
 
+
 def test_bias_on_the_vpu_from_resident_blocks_on_banked_memories(monkeypatch):
     """The digits CNN's two convolutions, shrunk, on the banked Verilog of the default board build's memories:
     both add their bias on the VPU from blocks resident in ACC (``KernelCode.vbias_rows``: the prologue's
