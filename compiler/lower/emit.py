@@ -412,11 +412,10 @@ def _prefetch(e: ProgramBuilder, kc: KernelCode, cfg, npre: int, rows0: int, vbi
     if vbias and kc.vbias_rows:     # each N tile's bias block: its row repeated (read after the first mm)
         if tl.NT > 1:
             e.emit("loop", L2, tl.NT, s0=kc.vbias_rows, s1=_ACC_BYTES * C)
-        e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + tl.NT], dram[kc.bias_addr], rows=kc.vbias_rows, len=C,
+        e.emit("dma.ld", acc[_vbias_row(kc)], dram[kc.bias_addr], rows=kc.vbias_rows, len=C,
                rstride=0, rep=L2 if tl.NT > 1 else None)
     elif vbias:       # the N tiles' bias rows (read after the first mm, which waits for a later load)
-        e.emit("dma.ld", acc[kc.acc_base + 2 * tl.Mt + tl.NT], dram[kc.bias_addr], rows=tl.NT, len=C,
-               rstride=_ACC_BYTES * C)
+        e.emit("dma.ld", acc[_vbias_row(kc)], dram[kc.bias_addr], rows=tl.NT, len=C, rstride=_ACC_BYTES * C)
     if not npre:
         return
     if kc.bias_addr is not None and not vbias:
@@ -644,6 +643,12 @@ def _next_bias(e: ProgramBuilder, g: dict, mrows: int, signal: bool, first_cols:
            rstride=0, wait=g["free_p"], signal="mxu" if signal else None)
 
 
+def _vbias_row(kc: KernelCode) -> int:
+    """The first ACC row of a ``vbias`` kernel's bias past its two regions and scale rows: its ``NT`` bias rows
+    (then the rebuilt block), or its ``NT`` resident blocks (``KernelCode.vbias_rows``)."""
+    return kc.acc_base + 2 * kc.tiling.Mt + kc.tiling.NT
+
+
 def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
     """The N tile's bias added to its ACC region (``acc_t``, ``mrows`` rows) on the VPU, once its last ``mma``
     is done: its bias row (ACC row ``2 Mt + NT + SCALE``, loaded by ``_prefetch``) copied to the block's
@@ -655,7 +660,7 @@ def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
     tl = kc.tiling
     bb = kc.vbias_rows
     if bb:
-        blk = acc[kc.acc_base + 2 * tl.Mt + tl.NT + GK.BIAS]
+        blk = acc[_vbias_row(kc) + GK.BIAS]
         whole, rest = divmod(mrows, bb)
         if whole > 1:
             e.emit("loop", L2, whole, s0=bb, s1=bb)
@@ -665,8 +670,8 @@ def _vpu_bias(e: ProgramBuilder, kc: KernelCode, acc_t, mrows: int) -> None:
             part = acc[kc.acc_base + whole * bb + GK.ACC]
             e.emit("vadd", part, part, blk, n=rest, wait=None if whole else "mxu")
         return
-    blk = kc.acc_base + 2 * tl.Mt + 2 * tl.NT
-    e.emit("vadd", acc[blk], acc[kc.acc_base + 2 * tl.Mt + tl.NT + GK.SCALE], 0, n=1, wait="mxu")
+    blk = _vbias_row(kc) + tl.NT
+    e.emit("vadd", acc[blk], acc[_vbias_row(kc) + GK.SCALE], 0, n=1, wait="mxu")
     n = 1
     while n < mrows:
         k = min(n, mrows - n)

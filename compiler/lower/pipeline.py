@@ -720,9 +720,11 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
                  and spec is None)
         if vbias and not _vbias_pays(cfg, kts, cdiv(n1 - n0, C)):
             # an A ring (nothing else fits SPM) loads the A tiles again for every N tile (group): with them
+            # (the default tiling's own arguments: an int8 output with a bias, no spec; kept if it stays)
             try:
                 t0 = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, bias=True, group_ok=True)
                 vbias = t0.a_ring and _vbias_pays(cfg, kts, t0.NT, a_loads=t0.NT // t0.ng)
+                tl = None if vbias else t0
             except TetrachipError:
                 vbias = False
         vrows = 0

@@ -8,6 +8,7 @@ import pytest
 import tetrachip as tc
 from compiler.lower import pipeline
 from isa.config import ChipConfig
+from rtl.fpga.fit import fpga_build_config
 
 nn = tc.nn
 
@@ -52,7 +53,7 @@ def test_small_kernels_keep_the_bias_dma():
 
 
 #: ``tiny`` with its FPGA build's memories (``tetrachip fpga synth --fpga-mem``): 64 ACC rows in banks of 16
-TINY_FPGA = dict(spm_rows=256, acc_rows=64, spm_bank_rows=64, acc_bank_rows=16)
+TINY_FPGA = fpga_build_config(ChipConfig.preset("tiny"), "banked")
 
 
 def _repeated_vadds(asm: str) -> list[str]:
@@ -63,7 +64,7 @@ def _repeated_vadds(asm: str) -> list[str]:
 def test_resident_bias_blocks_are_exact_and_faster(monkeypatch):
     # each N tile's bias stays in ACC as a block (KernelCode.vbias_rows), added by one repeated vadd, where the
     # rebuilt block copies and doubles the bias row for every M tile and N tile (16-row M tiles here)
-    cfg = ChipConfig.preset("tiny").replace(**TINY_FPGA)
+    cfg = TINY_FPGA
     tc.manual_seed(3)
     conv = nn.Conv2d(1, 16, 3, padding=1, bias=True)
     x = np.random.default_rng(3).standard_normal((4, 1, 8, 8)).astype(np.float32)
@@ -95,7 +96,7 @@ def test_block_rows_follow_the_vpu_cost():
 def test_an_a_ring_kernel_adds_its_bias_on_the_vpu(monkeypatch):
     # a long reduction on small memories streams its A tiles through a ring, again for every N tile: the bias
     # DMA's ACC row per output row adds to the loads that hold the array back (the digits CNN's second conv)
-    cfg = ChipConfig.preset("tiny").replace(**TINY_FPGA)
+    cfg = TINY_FPGA
     tc.manual_seed(4)
     conv = nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=True)      # K = 144 (36 K tiles), 8 N tiles
     x = np.random.default_rng(4).standard_normal((8, 16, 8, 8)).astype(np.float32)
