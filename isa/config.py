@@ -60,7 +60,8 @@ class ChipConfig:
     imem_words: int = 16384       #: instruction memory depth in instruction words
     dma_beat_bytes: int = 16      #: bytes per DMA beat; DRAM moves one beat per cycle per direction
     dram_latency: int = 32        #: cycles from a DRAM request beat to its response
-    links: int = 2                #: chip-to-chip link ports (a ring uses 2: next and previous)
+    links: int = 2                #: chip-to-chip link ports (a ring uses 2: next and previous; 0: none,
+                                  #: link.send/link.recv are then illegal)
     link_latency: int = 8         #: cycles for a flit (and a returned credit) to cross a link
     link_width_bytes: int = 16    #: bytes per link flit; one flit per cycle per direction
     link_credits: int = 16        #: receive buffer depth in flits (the sender's initial credits)
@@ -88,7 +89,8 @@ class ChipConfig:
             else:
                 need(isinstance(v, int) and not isinstance(v, bool),
                      f"{f.name} must be an integer, got {v!r}")
-                need(v >= 1, f"{f.name} must be >= 1, got {v}")
+                low = 0 if f.name == "links" else 1     # a chip without link ports: no link.send/recv
+                need(v >= low, f"{f.name} must be >= {low}, got {v}")
                 need(v <= MAX_FIELD, f"{f.name} ({v}) must be <= 2**32")
         need(self.link_latency >= MIN_LINK_LATENCY,
              f"link_latency ({self.link_latency}) must be >= {MIN_LINK_LATENCY}: a flit's row is read from memory "

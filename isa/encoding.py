@@ -82,6 +82,11 @@ def check_values(ins: Instruction, cfg: ChipConfig, err: type[TetrachipError] = 
             raise _at(err, f.name, f"{spec.mnemonic}: {f.name} = {v} does not fit {s.width} "
                       f"{'signed ' if f.signed else ''}bits ({lo}..{hi})")
         mx = f.max_value(cfg)
+        if mx is not None and mx < lo:
+            # (a config without the resource: ``links = 0`` leaves no link port to name)
+            lim = f.limit or ()
+            size = f"{lim[1]} = {getattr(cfg, lim[1])}" if lim[:1] == ("max",) else f"max {mx}"
+            raise _at(err, f.name, f"{spec.mnemonic}: config {cfg.name!r} has no legal {f.name} ({size})")
         if mx is not None and v > mx:
             raise _at(err, f.name, f"{spec.mnemonic}: {f.name} = {v} is out of range (max {mx})")
     # operand modes that reinterpret a 32-bit value field
