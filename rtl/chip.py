@@ -109,7 +109,9 @@ class Chip(wiring.Component):
     credit returned, ``ltx`` data unread). The receiver then never takes a flit, so it is built
     without its receive buffers and its SPM/ACC write ports, and the transmitter without its
     SPM/ACC read ports (its flits carry 0): the same cycles, memories and errors as the chip with
-    those ports held idle, in fewer cells (``memory_ports``).
+    those ports held idle, in fewer cells (``memory_ports``). A config with ``links = 0`` has no
+    link ports and is built without the link units and their queues (the issue stage meets
+    link.send/link.recv as illegal instructions, as the simulator does).
     """
 
     def __init__(self, cfg, mac: str = "dsp", mem: str = "flat", idle_links: bool = False):
@@ -133,7 +135,17 @@ class Chip(wiring.Component):
         start = Signal()
         m.d.comb += start.eq(h.start & ~iss.running)
         units = {Unit.LOAD: DmaLoad(cfg), Unit.STORE: DmaStore(cfg), Unit.MXU: MxuUnit(cfg, mac=self.mac),
-                 Unit.VPU: VpuUnit(cfg), Unit.LTX: LinkTx(cfg), Unit.LRX: LinkRx(cfg, idle=self.idle_links)}
+                 Unit.VPU: VpuUnit(cfg)}
+        if cfg.links:
+            units.update({Unit.LTX: LinkTx(cfg), Unit.LRX: LinkRx(cfg, idle=self.idle_links)})
+        else:
+            # no link ports (``cfg.links == 0``): link.send/link.recv are illegal (their port field
+            # has no legal value), so the issue stage pushes nothing to these queues and no token,
+            # error or busy unit comes from them
+            for u in (Unit.LTX, Unit.LRX):
+                q, t = getattr(iss, f"q_{u.name.lower()}"), getattr(iss, f"t_{u.name.lower()}")
+                m.d.comb += [q.ready.eq(1), t.wait.eq(0), t.take.eq(0), t.sig_valid.eq(0), t.sig_mask.eq(0),
+                             t.busy.eq(0), t.err.eq(0), t.err_code.eq(0)]
         for u, unit in units.items():
             # every unit starts a run from reset (queues, pipelines, weights, LUT, credits)
             m.submodules[u.name.lower()] = ResetInserter({"sync": start})(unit)
@@ -180,23 +192,24 @@ class Chip(wiring.Component):
         # memory ports: every read is registered (data the next cycle); the scalar unit's sst
         # writes one lane
         mx, vp = units[Unit.MXU], units[Unit.VPU]
-        lt, lr = units[Unit.LTX], units[Unit.LRX]
-        # (with idle links: no transmitter reads, no receiver writes; the ports stay, unconnected)
-        def linked(port):
-            return () if self.idle_links else (port,)
+        lt, lr = units.get(Unit.LTX), units.get(Unit.LRX)
+        # (with idle links: no transmitter reads, no receiver writes; the ports stay, unconnected;
+        # without link ports, no link units)
+        def linked(unit, port):
+            return () if self.idle_links or unit is None else (getattr(unit, port),)
 
-        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, *linked(lt.spm_rd), iss.spm_rd):
+        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, *linked(lt, "spm_rd"), iss.spm_rd):
             self._read(m, self.spm, rd, "sync")
         # (sst's enables come from the issue decision, late in the cycle: a fallback port, rtl/mem.py)
-        for wr in (ld.spm_wr, vp.spm_wr, *linked(lr.spm_wr), iss.spm_wr):
+        for wr in (ld.spm_wr, vp.spm_wr, *linked(lr, "spm_wr"), iss.spm_wr):
             self._write(m, self.spm, wr, fallback=wr is iss.spm_wr)
         acc_mxu_w = self._write(m, self.acc, mx.acc_wr)
         self._read(m, self.acc, mx.acc_rd, "sync", transparent_for=(acc_mxu_w,))
-        for rd in (vp.acc_a, vp.acc_b, st.acc_rd, *linked(lt.acc_rd), iss.acc_rd):
+        for rd in (vp.acc_a, vp.acc_b, st.acc_rd, *linked(lt, "acc_rd"), iss.acc_rd):
             self._read(m, self.acc, rd, "sync")
-        for wr in (ld.acc_wr, vp.acc_wr, *linked(lr.acc_wr), iss.acc_wr):
+        for wr in (ld.acc_wr, vp.acc_wr, *linked(lr, "acc_wr"), iss.acc_wr):
             self._write(m, self.acc, wr, fallback=wr is iss.acc_wr)
-        ports = memory_ports(self.idle_links)
+        ports = memory_ports(self.idle_links or not cfg.links)
         for name, mem in (("spm", self.spm), ("acc", self.acc)):
             built = (len(mem.writes), sum(r.domain == "sync" for r in mem.reads),
                      sum(r.domain == "comb" for r in mem.reads))

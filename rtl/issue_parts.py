@@ -201,9 +201,14 @@ class TokenCounters(wiring.Component):
       scalar_ok      Out(1)              every counter (P, scalar) that ``scalar_wait`` names is >= 1
       overflow       Out(1)              a counter holds more than ``TOKEN_MAX`` (it passed it in the
                                          previous cycle)
+
+    ``silent``: producers that never signal (the link units of a chip without link ports, whose
+    token ports send no event): their counters are the constant 0 (a wait on them is never met),
+    not flip-flops and adders.
     """
 
-    def __init__(self):
+    def __init__(self, silent: tuple = ()):
+        self.silent = frozenset(Unit(u) for u in silent)
         sig = {"running": In(1), "scalar_wait": In(UNITS), "scalar_take": In(1), "scalar_signal": In(UNITS),
                "scalar_ok": Out(1), "overflow": Out(1)}
         for u in QUEUED:
@@ -219,6 +224,9 @@ class TokenCounters(wiring.Component):
         nz = [[Signal(name=f"toknz_{Unit(p).name}_{Unit(c).name}") for c in range(UNITS)] for p in range(UNITS)]
         for c in range(UNITS):
             for p in range(UNITS):
+                if p in self.silent:
+                    m.d.comb += [tok[p][c].eq(0), nz[p][c].eq(0)]
+                    continue
                 inc = Const(0, 3)
                 if p == Unit.SCALAR:
                     inc = inc + self.scalar_signal[c]
