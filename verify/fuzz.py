@@ -580,7 +580,8 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
              progress=None, require_all_opcodes: bool = True, mem: str | None = None, shrink_first: bool = True,
              waves_dir=None, waves: str = "vcd", max_rounds: int = 200) -> dict:
     """``count`` random cases (seeds ``seed .. seed+count-1``) on the Verilog of ``Ring(cfg, 2)``
-    against ``sim.System``; returns figures, mismatch reports, coverage (opcode x depth x mode) and
+    against ``sim.System`` (a config with fewer than 2 link ports: one ``Chip`` and programs without
+    link instructions); returns figures, mismatch reports, coverage (opcode x depth x mode) and
     functional coverage (``functional_points``: what was hit and what was not). ``mem``: how SPM and
     ACC are built (``rtl.mem.IMPLS``; default ``$TETRACHIP_COSIM_MEM``, else flat).
 
@@ -594,23 +595,25 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
     from .cosim import Cosim, compare, sim_of
     cfg = ChipConfig.load(cfg)
     t0 = time.perf_counter()
-    cs = Cosim(cfg, 2, simulator, mem=mem).build()
+    chips = 2 if cfg.links >= 2 else 1
+    ring = chips > 1
+    cs = Cosim(cfg, chips, simulator, mem=mem).build()
     build_s = time.perf_counter() - t0
     points, fpoints, mismatches, failing = set(), set(), [], []
     illegal = cycles = raced = 0
     from isa.errors import ErrorCode
     for lo in range(seed, seed + count, batch):
-        cases = [generate(cfg, s) for s in range(lo, min(seed + count, lo + batch))]
-        jobs = [case_job(cfg, c) for c in cases]
+        cases = [generate(cfg, s, link=ring) for s in range(lo, min(seed + count, lo + batch))]
+        jobs = [case_job(cfg, c, chips=chips) for c in cases]
         results = cs.run(jobs)
         for c, j, r in zip(cases, jobs, results):
             points |= c.points
             illegal += c.illegal
             cycles += r["bench_cycles"]
-            sr = sim_of(cfg, j, r, ring=True)
+            sr = sim_of(cfg, j, r, ring=ring)
             raced += ErrorCode.RACE in sr[2]       # no defined result: not compared
             fpoints |= functional_points(cfg, c.programs, c.regs, sr[0])
-            rep = compare(cfg, j, r, ring=True, sim=sr)
+            rep = compare(cfg, j, r, ring=ring, sim=sr)
             if rep:
                 mismatches.append(rep + "\n--- program (chip 0)\n" + c.sources[0])
                 failing.append((c, rep))
@@ -624,19 +627,19 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
            "ok": not mismatches and not (require_all_opcodes and cov["missing"])}
     if failing and shrink_first:
         c, first = failing[0]
-        sh, report = shrink_case(cfg, c, cs, max_rounds=max_rounds, report=first)
+        sh, report = shrink_case(cfg, c, cs, chips=chips, max_rounds=max_rounds, report=first)
         out["shrunk"] = {"seed": c.seed, "lines_from": sh.lines_from, "lines_to": sh.lines_to, "rounds": sh.rounds,
                          "tried": sh.tried, "seconds": sh.seconds, "sources": sh.sources, "regs": sh.regs,
                          "report": report}
     if failing and waves_dir is not None:
         c = failing[0][0]
         srcs = out["shrunk"]["sources"] + [host_text(out["shrunk"]["regs"])] if "shrunk" in out else c.sources
-        job = source_job(cfg, c, srcs) or case_job(cfg, c)
+        job = source_job(cfg, c, srcs, chips) or case_job(cfg, c, chips=chips)
         path = Path(waves_dir) / f"fuzz_seed{c.seed}.{waves}"
-        r = Cosim(cfg, 2, simulator, mem=mem, waves=waves).run([job], waves_file=path)[0]
+        r = Cosim(cfg, chips, simulator, mem=mem, waves=waves).run([job], waves_file=path)[0]
         out["waves"] = str(path)
         # a fresh simulator starts from zeroed SPM/ACC: say whether the mismatch shows in this run too
-        out["waves_mismatch"] = compare(cfg, job, r, ring=True) is not None
+        out["waves_mismatch"] = compare(cfg, job, r, ring=ring) is not None
     out["wall_s"] = round(time.perf_counter() - t0, 2)
     return out
 

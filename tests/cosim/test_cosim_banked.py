@@ -123,3 +123,20 @@ def test_cosim_ring_tiny_banked_memories():
     # the library's cases were written for rows, not banks: a few write one bank from two units
     assert len(raced) <= len(jobs) // 10, raced
     assert_ring_results_match(cfg, jobs, results, " (banked memories)")
+
+
+def test_fuzz_without_link_ports():
+    """The default board build without link ports (``tetrachip fpga synth/build --no-links``: links = 0):
+    one ``Chip``, built without the link units, against the simulator on random programs without
+    link instructions (a link word is an illegal instruction on both: tests/rtl/test_rtl_no_links.py)."""
+    why = available(SIM)
+    if why:
+        pytest.skip(f"SIM={SIM}: {why}")
+    cfg = fpga_build_config(TINY, "banked", links=False).replace(name="tiny-fpga-nolink")
+    assert cfg.links == 0
+    rep = run_fuzz(cfg, 8000, COUNT, SIM, mem="banked", require_all_opcodes=False)
+    assert rep["mem"] == "banked" and rep["raced"] == 0
+    assert rep["programs"] - rep["illegal"] > COUNT // 2 and rep["rtl_cycles"] > 50 * COUNT
+    assert {"link.send", "link.recv"} <= set(rep["coverage"]["missing"])
+    assert len(rep["coverage"]["opcodes"]) >= 20
+    assert rep["mismatches"] == 0, "\n\n".join(rep["reports"][:2])
