@@ -42,7 +42,8 @@ from rtl.mem import IMPLS
               help="random models through tc.compile on the simulator instead (verify/compiler_fuzz.py)")
 def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, json_out: Path | None, show: int,
              mem: str | None, shrink: bool, waves_dir: Path | None, waves_format: str, compiler: bool) -> None:
-    """Run COUNT random programs on the Verilog of a 2-chip ring and on the simulator; compare
+    """Run COUNT random programs on the Verilog of a 2-chip ring (one chip for a config with fewer
+    than 2 link ports, its programs without link instructions) and on the simulator; compare
     memories, cycles, error codes and per-instruction retire cycles. Exit 1 on any mismatch or an
     opcode never covered. Prints the coverage per opcode and the functional coverage points not hit
     (queue full, token waits, branches taken / not taken, DMA alignment, memory ports in use at once);
