@@ -127,24 +127,27 @@ def _measured(row, rep: dict, seconds=None):
 
 
 def run_one(name, devname, *, pnr, freq, out, timeout, mem, fpga_mem=True, tools=True, reuse=False,
-            banks=None, depths=None, seeds=(1,)):
+            banks=None, depths=None, seeds=(1,), links=True):
     """One whole chip: ``fpga_mem`` the FPGA memories (else the preset's), ``depths`` smaller ones
-    ({"spm_rows": .., "acc_rows": ..}), ``banks`` ((SPM, ACC) bank counts) for ``banked_config``."""
+    ({"spm_rows": .., "acc_rows": ..}), ``banks`` ((SPM, ACC) bank counts) for ``banked_config``;
+    ``links=False``: without link ports (``fpga synth --no-links``)."""
     cfg, dev = ChipConfig.preset(name), DEVICES[devname]
-    cfg = fpga_build_config(cfg, mem, fpga_mem=fpga_mem, depths=depths, banks=banks)
+    cfg = fpga_build_config(cfg, mem, fpga_mem=fpga_mem, depths=depths, banks=banks, links=links)
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
     # the row names the mac as the flow's default build reports it (an earlier row of another build
     # does not match it)
     memories = {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}
     if mem in BANKED:                   # as the flow's report.json names them
         memories.update(spm_bank_rows=cfg.spm_bank_rows, acc_bank_rows=cfg.acc_bank_rows)
+    if not cfg.links:
+        memories.update(links=0)
     row = {"config": name, "device": devname, "mac": built_mac(mac, dev.family), "mem": mem, "memories": memories}
     est = estimate(cfg, dev, mac=mac, mem=mem)
     row["estimate"] = est.__dict__
     # one folder per build: the LVT build of the FPGA memories keeps the plain name
     tag = "".join([f"-{mem}" if mem != "lvt" else "", "" if fpga_mem else "-full",
                    "".join(f"-{k.split('_')[0]}{v}" for k, v in sorted((depths or {}).items())),
-                   "-b" + "-".join(map(str, banks)) if banks else ""])
+                   "-b" + "-".join(map(str, banks)) if banks else "", "" if links else "-nolinks"])
     d = out / f"{name}-{devname}{tag}"
     rep = _reused(d / "report.json", name, devname, None, mem, memories) if reuse else None
     if rep is not None:                 # the earlier run's mac and memories are what the row shows
@@ -196,10 +199,14 @@ def row_over(row, dev) -> bool:
 
 def _mem_cell(r) -> str:
     """The memory implementation, with the depths and banks where they are not --fpga-mem's
-    (``fpga_memory``, ``default_banks``)."""
+    (``fpga_memory``, ``default_banks``), and "no links" for a chip without link ports."""
     mem, m = r.get("mem", "--"), r.get("memories")
     if not m:
         return mem
+    return _depths_cell(mem, m) + (", no links" if m.get("links") == 0 else "")
+
+
+def _depths_cell(mem: str, m: dict) -> str:
     banked = mem in BANKED
     if all(m.get(k) == v for k, v in fpga_memory(mem).items() if k != "imem_words") and (
             not banked or all(m.get(k) == v for k, v in default_banks(m["spm_rows"], m["acc_rows"]).items())):
@@ -288,6 +295,8 @@ def main(argv=None) -> int:
                          "(rtl.fpga.fit.banked_config)")
     ap.add_argument("--spm-rows", type=int, default=None, help="smaller SPM (rows)")
     ap.add_argument("--acc-rows", type=int, default=None, help="smaller ACC (rows)")
+    ap.add_argument("--no-links", action="store_true",
+                    help="chips without link ports (links = 0, as `tetrachip fpga synth --no-links`)")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--devices", default=",".join(TARGETS))
     ap.add_argument("--no-arrays", action="store_true", help="skip the array-alone rows")
@@ -325,7 +334,8 @@ def main(argv=None) -> int:
         ap.error(f"--seeds: comma-separated integers, got {a.seeds!r}")
     if len(set(seeds)) != len(seeds) or min(seeds) < 1:
         ap.error(f"--seeds: distinct seeds >= 1, got {a.seeds!r}")
-    kw = dict(pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout, tools=not a.quick, reuse=a.reuse, seeds=seeds)
+    kw = dict(pnr=pnr, freq=a.freq, out=a.out, timeout=a.timeout, tools=not a.quick, reuse=a.reuse, seeds=seeds,
+              links=not a.no_links)
     depths = {k: v for k, v in (("spm_rows", a.spm_rows), ("acc_rows", a.acc_rows)) if v}
     rows = []
     for name in configs:
@@ -338,8 +348,9 @@ def main(argv=None) -> int:
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     if not a.no_arrays:
         for r, c, d, mac in ARRAYS:
-            old = from_earlier(run_array(r, c, d, mac, **dict(kw, tools=False, reuse=False)))
-            rows.append(old or run_array(r, c, d, mac, **kw))
+            akw = {k: v for k, v in kw.items() if k != "links"}
+            old = from_earlier(run_array(r, c, d, mac, **dict(akw, tools=False, reuse=False)))
+            rows.append(old or run_array(r, c, d, mac, **akw))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     rows = _with_other_builds(rows, earlier)
     if a.throughput:

@@ -80,13 +80,13 @@ def _mac(mac: str, cfg, dev) -> str:
 
 
 def _mem(cfg, fpga_mem: bool, spm_rows, acc_rows, imem_words, mem_impl: str,
-         banks: tuple[int, int] | None = None):
+         banks: tuple[int, int] | None = None, links: bool = True):
     from rtl.fpga.fit import fpga_build_config
     from rtl.mem import BANKED
     if banks is not None and mem_impl not in BANKED:
         raise usage_error(f"--banks is for --mem {' or '.join(BANKED)}, not {mem_impl}", "--banks")
     try:
-        return fpga_build_config(cfg, mem_impl, fpga_mem=fpga_mem, banks=banks,
+        return fpga_build_config(cfg, mem_impl, fpga_mem=fpga_mem, banks=banks, links=links,
                                  depths={"spm_rows": spm_rows, "acc_rows": acc_rows, "imem_words": imem_words})
     except ValueError as e:
         raise usage_error(str(e), "--banks") from None
@@ -132,6 +132,9 @@ def _mem_options(f):
     f = click.option("--imem-words", type=click.IntRange(min=1), default=None, help="smaller instruction memory")(f)
     f = click.option("--acc-rows", type=click.IntRange(min=1), default=None, help="smaller ACC (rows)")(f)
     f = click.option("--spm-rows", type=click.IntRange(min=1), default=None, help="smaller SPM (rows)")(f)
+    f = click.option("--links/--no-links", default=True, show_default=True,
+                     help="--no-links: a chip without link ports (config links = 0; the board has none): built "
+                          "without the link units, link.send/link.recv are illegal instructions (docs/fpga.md)")(f)
     f = click.option("--fpga-mem", is_flag=True,
                      help="smaller memories (fit every ECP5; see docs/fpga.md): with --mem banked/banked-bram SPM 256 "
                           "rows in 4 block RAM banks and ACC 64 in 4 LUT RAM banks; with lvt/lvt-bram/flat SPM 64 "
@@ -183,14 +186,14 @@ def fpga_cmd() -> None:
 @_mem_options
 @_dsp_regs_option
 def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_path, seeds, timeout, fpga_mem,
-              spm_rows, acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
+              spm_rows, acc_rows, imem_words, banks, mem_impl, links, dsp_regs) -> None:
     """Bitstream of a config for a board (OUT/top.bit) and its report (OUT/report.json)."""
     from rtl.fpga.board import build, pll_params
     from rtl.fpga.devices import BOARDS, device
 
     base = ChipConfig.load(config)
     _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
-    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl, banks)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl, banks, links)
     dev = device(BOARDS[board].device)
     sources = [config] if Path(config).is_file() else []
     _check_fpga_options(cfg, dram_kib, json_path, out, sources)
@@ -235,14 +238,14 @@ def build_cmd(config, board, freq, mac, dram_kib, baud, out, no_fit_check, json_
 @_mem_options
 @_dsp_regs_option
 def synth_cmd(config, device_name, freq, mac, dram_kib, no_pnr, out, no_fit_check, timeout, json_path, seeds, jobs,
-              fpga_mem, spm_rows, acc_rows, imem_words, banks, mem_impl, dsp_regs) -> None:
+              fpga_mem, spm_rows, acc_rows, imem_words, banks, mem_impl, links, dsp_regs) -> None:
     """Resources and Fmax of a config on a device, without a board (nextpnr out of context)."""
     from rtl.fpga.devices import device
     from rtl.fpga.flow import synth
 
     base = ChipConfig.load(config)
     _check_shrink(base, spm_rows=spm_rows, acc_rows=acc_rows, imem_words=imem_words)
-    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl, banks)
+    cfg = _mem(base, fpga_mem, spm_rows, acc_rows, imem_words, mem_impl, banks, links)
     dev = device(device_name)
     _check_fpga_options(cfg, dram_kib, json_path, out, [config] if Path(config).is_file() else [])
     _check_seeds(seeds)

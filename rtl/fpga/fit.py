@@ -12,7 +12,8 @@ The model counts what dominates ``FpgaTop(cfg)``:
   flat they are flip-flops with read multiplexers (``LUT_PER_FF_MEM_BIT_PORT`` per bit and port);
 * the rest (issue stage, queues, VPU, DMA, links, the host top): ``LUT_BASE + LUT_PER_LANE *
   cols`` LUTs, ``FF_BASE + FF_PER_LANE * cols`` FFs, ``DSP_BASE + DSP_PER_LANE * cols``
-  multipliers (the issue stage's and the VPU lanes').
+  multipliers (the issue stage's and the VPU lanes'); without link ports (``links = 0``)
+  ``NO_LINKS_LUT_BASE + NO_LINKS_LUT_PER_LANE * cols`` LUTs and ``NO_LINKS_FF`` FFs fewer.
 
 Constants are calibrated on Yosys' synth_ecp5 results (docs/fpga.md lists them); the check refuses a
 build whose estimate exceeds the device, and names every resource over.
@@ -112,14 +113,16 @@ def fpga_config(cfg, spm_rows: int | None = None, acc_rows: int | None = None, i
 
 
 def fpga_build_config(cfg, mem: str, *, fpga_mem: bool = True, depths: dict | None = None,
-                      banks: int | tuple[int, int] | None = None):
+                      banks: int | tuple[int, int] | None = None, links: bool = True):
     """The config an FPGA build of ``cfg`` with memory implementation ``mem`` runs (``tetrachip fpga synth/build``,
     ``bench/fpga.py``): ``fpga_mem``: memories at ``fpga_memory(mem)``'s depths; ``depths``
     (``{"spm_rows": .., "acc_rows": .., "imem_words": ..}``, None values ignored) smaller ones still
-    (``fpga_config``); then ``banked_config``'s banks for a banked ``mem`` (ValueError for bad ``banks``)."""
+    (``fpga_config``); then ``banked_config``'s banks for a banked ``mem`` (ValueError for bad ``banks``);
+    ``links=False``: no link ports (``links = 0``: the chip without its link units, ``rtl.chip.Chip``)."""
     d = fpga_memory(mem) if fpga_mem else {}
     d.update({k: v for k, v in (depths or {}).items() if v})
-    return banked_config(fpga_config(cfg, **d), mem, banks)
+    out = banked_config(fpga_config(cfg, **d), mem, banks)
+    return out if links else out.replace(links=0)
 
 
 #: (write ports, registered read ports, combinational read ports) of the chip's memories in the
@@ -163,6 +166,13 @@ FF_BASE, FF_PER_LANE = 4708, 244
 # the loop counts as count - 2, 14113 + 1022; the first banked builds, 16654 + 796 and 6834 + 739.)
 BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 12802, 925
 BANKED_FF_BASE, BANKED_FF_PER_LANE = 4857, 231
+#: what a chip without link ports (``links = 0``, ``fpga synth/build --no-links``) does not build: the
+#: link units, their queues and the token counters of their signals. Measured on FpgaTop(tiny) and
+#: FpgaTop(small) --fpga-mem, banked (Yosys, 2026-12-06): 24,247 -> 22,357 and 37,004 -> 34,879 LUT
+#: (1,890 and 2,125 fewer), 7,780 -> 7,136 and 13,423 -> 12,779 FF (644 fewer on both: the idle
+#: links carry no row data, so their flip-flops do not grow with the lanes)
+NO_LINKS_LUT_BASE, NO_LINKS_LUT_PER_LANE = 1655, 59
+NO_LINKS_FF = 644
 DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
 DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
 
@@ -252,6 +262,8 @@ def estimate(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes
     else:
         luts = LUT_BASE + LUT_PER_LANE * cfg.cols + arr.luts
         ffs = FF_BASE + FF_PER_LANE * cfg.cols + arr.ffs
+    if not cfg.links:
+        luts, ffs = luts - NO_LINKS_LUT_BASE - NO_LINKS_LUT_PER_LANE * cfg.cols, ffs - NO_LINKS_FF
     dsps = DSP_BASE + DSP_PER_LANE[dev.family] * cfg.cols + arr.dsps
     brams = 0
     mems = {"spm": (SPACE_BITS[Space.SPM] * cfg.cols, cfg.spm_rows),

@@ -95,7 +95,8 @@ class Report:
 
 def _mems(cfg) -> dict:
     out = {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}
-    return out | {k: getattr(cfg, k) for k in ("spm_bank_rows", "acc_bank_rows") if getattr(cfg, k) > 1}
+    out |= {k: getattr(cfg, k) for k in ("spm_bank_rows", "acc_bank_rows") if getattr(cfg, k) > 1}
+    return out | ({"links": 0} if not cfg.links else {})       # (a chip without link ports: said)
 
 
 def tool(name: str) -> list[str]:

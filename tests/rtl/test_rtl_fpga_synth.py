@@ -144,27 +144,31 @@ def test_banked_memory_maps_to_ram(tmp_path):
 
 @pytest.mark.long
 @needs_yosys
-def test_tiny_synthesises_for_ecp5(tmp_path):
+@pytest.mark.parametrize("links", [True, False], ids=["links", "no-links"])
+def test_tiny_synthesises_for_ecp5(tmp_path, links):
     """The whole FPGA top of ``tiny`` (chip, DRAM in block RAM, UART host link) through Yosys
     (``TETRACHIP_FPGA_PNR=1``: and nextpnr): a change that breaks synthesis or blows up the area
     fails here. The resources must agree with the fit model (rtl/fpga/fit.py) that guards
     ``fpga build``: LUT and FF within 25%, hard multipliers and block RAMs exactly. Without ``--mem``
     the flow builds the banked memories (``rtl.mem.FPGA_IMPL``, no live-value table) at their
-    ``--fpga-mem`` depths, in the banks the report names."""
+    ``--fpga-mem`` depths, in the banks the report names. ``--no-links``: the chip without link
+    ports, which must come out smaller than the model's estimate of the chip with them by at least
+    half the link units' share."""
     from isa import ChipConfig
     from rtl.fpga.devices import DEVICES
-    from rtl.fpga.fit import estimate, fpga_build_config
+    from rtl.fpga.fit import NO_LINKS_LUT_BASE, estimate, fpga_build_config
     from rtl.mem import BANKED, FPGA_IMPL
     from runtime.cli import main
     pnr = os.environ.get("TETRACHIP_FPGA_PNR") == "1"
     args = ["fpga", "synth", "--config", "tiny", "--device", "ecp5-85k", "--fpga-mem", "--mac", "dsp",
             "-o", str(tmp_path / "b"), "--json", str(tmp_path / "r.json"), "--timeout", "1500"]
-    r = CliRunner().invoke(main, args + ([] if pnr else ["--no-pnr"]))
+    r = CliRunner().invoke(main, args + ([] if pnr else ["--no-pnr"]) + ([] if links else ["--no-links"]))
     assert r.exit_code == 0, r.output
     rep = json.loads((tmp_path / "r.json").read_text())
     assert FPGA_IMPL in BANKED and rep["mem"] == FPGA_IMPL
-    cfg = fpga_build_config(ChipConfig.preset("tiny"), FPGA_IMPL)
+    cfg = fpga_build_config(ChipConfig.preset("tiny"), FPGA_IMPL, links=links)
     banks = {k: getattr(cfg, k) for k in ("spm_bank_rows", "acc_bank_rows")}
+    assert rep["memories"].get("links", 2) == cfg.links
     assert {k: rep["memories"][k] for k in banks} == banks, rep["memories"]
     est = estimate(cfg, DEVICES["ecp5-85k"], mac="dsp", mem=FPGA_IMPL)
     assert 0.75 * est.luts <= rep["luts"] <= 1.25 * est.luts, (rep, est)
@@ -172,6 +176,9 @@ def test_tiny_synthesises_for_ecp5(tmp_path):
     assert rep["dsps"] == est.dsps, (rep, est)     # the 4x4 products, the VPU lanes', the issue stage's
     assert rep["brams"] == est.brams, (rep, est)   # imem, DRAM, SPM banks, VPU tables
     assert rep["cells"].get("TRELLIS_FF", 0) == rep["ffs"]
+    if not links:
+        with_links = estimate(cfg.replace(links=2), DEVICES["ecp5-85k"], mac="dsp", mem=FPGA_IMPL)
+        assert rep["luts"] <= with_links.luts - NO_LINKS_LUT_BASE // 2, (rep, with_links)
     if pnr:
         assert rep["placed"] and rep["fmax_mhz"] > 0
 

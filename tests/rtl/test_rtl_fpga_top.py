@@ -66,6 +66,16 @@ def test_default_board_build_runs_gemm_tiled():
         _gemm_tiled(HostCore(cfg, mac="dsp+reg2", mem=FPGA_IMPL, dram_bytes=1 << 12))
 
 
+def test_board_build_without_links_runs_gemm_tiled():
+    """``tetrachip fpga build --config tiny --fpga-mem --no-links``: the chip without link ports
+    (``links = 0``, no link units) behind the same host link."""
+    from rtl.fpga.fit import fpga_build_config
+    from rtl.mem import FPGA_IMPL
+    cfg = fpga_build_config(TINY, FPGA_IMPL, links=False)
+    assert cfg.links == 0
+    _gemm_tiled(HostCore(cfg, mem=FPGA_IMPL, dram_bytes=1 << 12))
+
+
 def _gemm_tiled(dut):
     prog = assemble_file(ROOT / "examples/gemm_tiled.s", dut.cfg)
     rng = np.random.default_rng(5)
