@@ -285,7 +285,8 @@ def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: i
     over = est.over(dev)
     if over:
         mems = (f"SPM {cfg.spm_rows} rows, ACC {cfg.acc_rows} rows, imem {cfg.imem_words} words"
-                + (f", banks of {cfg.spm_bank_rows} / {cfg.acc_bank_rows} rows" if mem in BANKED else ""))
+                + (f", banks of {cfg.spm_bank_rows} / {cfg.acc_bank_rows} rows" if mem in BANKED else "")
+                + ("" if cfg.links else ", no link ports"))
         small_mem = all(getattr(cfg, k) <= v for k, v in fpga_memory(mem).items())
         own_banks = mem in BANKED and any(getattr(cfg, k) != v
                                           for k, v in default_banks(cfg.spm_rows, cfg.acc_rows).items())
@@ -298,6 +299,9 @@ def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: i
         else:
             hint = ("SPM and ACC (several write ports and a combinational read port each) cost LUTs in "
                     "proportion to their rows on an FPGA: try --fpga-mem for the small depths")
+        if cfg.links and est.luts > dev.luts:
+            hint += (f"; --no-links (no link ports, where none is wired) saves "
+                     f"~{NO_LINKS_LUT_BASE + NO_LINKS_LUT_PER_LANE * cfg.cols} LUTs")
         raise FitError(f"config {cfg.name!r} ({mems}, mac={mac}, mem={mem}) does not fit {dev.name}: " + "; ".join(over)
                        + f" (estimate; {hint}; see docs/fpga.md)")
     return est

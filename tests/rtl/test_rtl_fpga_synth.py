@@ -201,6 +201,15 @@ def test_fpga_cli_too_big_with_fpga_mem_does_not_suggest_it(tmp_path):
     assert "does not fit ecp5-25k" in r.output and "LUT" in r.output
     assert "try --fpga-mem" not in r.output and "already --fpga-mem" in r.output
     assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
+    from rtl.fpga.fit import NO_LINKS_LUT_BASE, NO_LINKS_LUT_PER_LANE
+    saved = NO_LINKS_LUT_BASE + NO_LINKS_LUT_PER_LANE * 8         # small's 8 lanes
+    assert f"--no-links (no link ports, where none is wired) saves ~{saved} LUTs" in " ".join(r.output.split())
+    # without link ports: still too big, said so, and no --no-links hint
+    r = CliRunner().invoke(main, ["fpga", "build", "--config", "small", "--board", "ulx3s-25f",
+                                  "--fpga-mem", "--no-links", "-o", str(tmp_path / "b")])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1 and "does not fit ecp5-25k" in out and "no link ports" in out, out
+    assert "--no-links" not in out
 
 
 def test_banked_builds_get_the_fpga_banks_and_cost_less_than_lvt(tmp_path):
