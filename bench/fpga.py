@@ -234,7 +234,9 @@ def markdown(rows) -> str:
             e = r["estimate"]
             cells = [f"~{e[k]}" for k in ("luts", "ffs", "dsps", "brams")]
             f, secs = "--", "--"
+        over = [k[:-1].upper() for k in ("luts", "ffs", "dsps", "brams") if "luts" in r and r[k] > r["available"][k]]
         status = (r["status"] + (f": {r['reason']}" if r.get("reason") else "")
+                  + (f", over the device ({', '.join(over)})" if over else "")
                   + (", earlier run" if r.get("reused") else ""))
         tp = r.get("throughput")
         macs = (" / ".join(f"{tp[m]['mmac_s']:.0f} ({100 * tp[m]['utilization']:.1f}%)" for m in THROUGHPUT)
