@@ -45,7 +45,7 @@ from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
 from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, banked_config, default_banks, estimate,  # noqa: E402
                           estimate_array, fpga_build_config, fpga_memory, parse_banks)
-from rtl.fpga.flow import FlowError, built_mac, synth, synth_array  # noqa: E402
+from rtl.fpga.flow import FlowError, built_mac, report_memories, synth, synth_array  # noqa: E402
 from rtl.mem import BANKED, FPGA_IMPL, IMPLS  # noqa: E402
 
 CONFIGS = ["tiny", "small", "base"]
@@ -136,11 +136,7 @@ def run_one(name, devname, *, pnr, freq, out, timeout, mem, fpga_mem=True, tools
     mac = auto_mac(cfg, dev, reg=dev.family == "ecp5")
     # the row names the mac as the flow's default build reports it (an earlier row of another build
     # does not match it)
-    memories = {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}
-    if mem in BANKED:                   # as the flow's report.json names them
-        memories.update(spm_bank_rows=cfg.spm_bank_rows, acc_bank_rows=cfg.acc_bank_rows)
-    if not cfg.links:
-        memories.update(links=0)
+    memories = report_memories(cfg)     # as the flow's report.json names them
     row = {"config": name, "device": devname, "mac": built_mac(mac, dev.family), "mem": mem, "memories": memories}
     est = estimate(cfg, dev, mac=mac, mem=mem)
     row["estimate"] = est.__dict__

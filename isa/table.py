@@ -51,6 +51,8 @@ class Unit(enum.IntEnum):
 
 
 QUEUED_UNITS = tuple(u for u in Unit if u is not Unit.SCALAR)
+#: the link units: a config without link ports (``links = 0``) has none of their instructions
+LINK_UNITS = (Unit.LTX, Unit.LRX)
 
 
 class Space(enum.IntEnum):

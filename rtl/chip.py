@@ -8,7 +8,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.ints import clog2
-from isa.table import WORD_BITS, Unit
+from isa.table import LINK_UNITS, WORD_BITS, Unit
 
 from .dma import DmaLoad, DmaStore, DramSignature
 from .issue import IssueStage
@@ -142,7 +142,7 @@ class Chip(wiring.Component):
             # no link ports (``cfg.links == 0``): link.send/link.recv are illegal (their port field
             # has no legal value), so the issue stage pushes nothing to these queues and no token,
             # error or busy unit comes from them
-            for u in (Unit.LTX, Unit.LRX):
+            for u in LINK_UNITS:
                 q, t = getattr(iss, f"q_{u.name.lower()}"), getattr(iss, f"t_{u.name.lower()}")
                 m.d.comb += [q.ready.eq(1), t.wait.eq(0), t.take.eq(0), t.sig_valid.eq(0), t.sig_mask.eq(0),
                              t.busy.eq(0), t.err.eq(0), t.err_code.eq(0)]

@@ -51,8 +51,8 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from isa.errors import ErrorCode
-from isa.table import (INSTRUCTIONS, MAX_REPEAT_DEPTH, SCALAR_ALU, STRIDE_SLOTS, WORD_BITS, CountMode, ScaleMode,
-                       Space, SrcMode, Unit, clog2, layout)
+from isa.table import (INSTRUCTIONS, LINK_UNITS, MAX_REPEAT_DEPTH, SCALAR_ALU, STRIDE_SLOTS, WORD_BITS, CountMode,
+                       ScaleMode, Space, SrcMode, clog2, layout)
 from isa.timing import BRANCH_PENALTY, SLD_PENALTY
 
 from .decode import Decoder
@@ -246,7 +246,7 @@ class IssueStage(wiring.Component):
         is_smem = is_("sld") | is_("sst")
         smem = w.smem
         # (a chip without link ports: its link units never signal, ``rtl.chip.Chip``)
-        m.submodules.tokens = tc = TokenCounters(silent=() if cfg.links else (Unit.LTX, Unit.LRX))
+        m.submodules.tokens = tc = TokenCounters(silent=() if cfg.links else LINK_UNITS)
         for u in QUEUED:
             name = f"t_{u.name.lower()}"
             connect(m, flipped(getattr(self, name)), getattr(tc, name))

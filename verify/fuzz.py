@@ -35,8 +35,8 @@ import numpy as np
 from isa import ChipConfig
 from isa.builder import Label, Mem, ProgramBuilder, acc, dram, spm
 from isa.regs import L0, ZERO, LoopReg, Reg
-from isa.table import (BRANCHES, BY_MNEMONIC, INSTRUCTIONS, QUEUED_UNITS, SCALAR_ALU, SPACE_BYTES, UNIT_NAMES,
-                       VPU_BINARY, VPU_UNARY, Space, SrcMode, Unit)
+from isa.table import (BRANCHES, BY_MNEMONIC, INSTRUCTIONS, LINK_UNITS, QUEUED_UNITS, SCALAR_ALU, SPACE_BYTES,
+                       UNIT_NAMES, VPU_BINARY, VPU_UNARY, Space, SrcMode, Unit)
 from isa.timing import QUEUE_DEPTH, lut_rows
 
 UNIT_NAME = dict(zip(Unit, UNIT_NAMES))
@@ -621,7 +621,7 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
             progress(len(cases))
     # (one chip: no link instructions to cover)
     cov = coverage_table(points, ALL_OPCODES if ring else tuple(
-        m for m in ALL_OPCODES if BY_MNEMONIC[m].unit not in (Unit.LTX, Unit.LRX)))
+        m for m in ALL_OPCODES if BY_MNEMONIC[m].unit not in LINK_UNITS))
     out = {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "seed": seed, "programs": count,
            "illegal": illegal, "raced": raced, "mismatches": len(mismatches), "reports": mismatches,
            "failing_seeds": [c.seed for c, _ in failing], "rtl_cycles": cycles,

@@ -24,8 +24,8 @@ from isa import timing
 from isa.config import ChipConfig
 from isa.encoding import check_values, decode
 from isa.errors import DecodeError, EncodeError, ErrorCode, TetrachipError
-from isa.table import (LUT_ENTRIES, QCFG_RESET, SPACE_DTYPE, SPACE_NAME, CountMode, ScaleMode, Space, SrcMode,
-                       Unit)
+from isa.table import (LINK_UNITS, LUT_ENTRIES, QCFG_RESET, SPACE_DTYPE, SPACE_NAME, CountMode, ScaleMode, Space,
+                       SrcMode, Unit)
 
 __all__ = ["NotModelled", "Stop", "State", "run"]
 
@@ -112,7 +112,7 @@ class _Machine:
     # -- queued instructions: every instance of the nest, in order ----------------------------
     def queued(self, ins, f: dict, pc: int) -> None:
         regs = self.st.regs
-        if ins.spec.unit in (Unit.LTX, Unit.LRX):
+        if ins.spec.unit in LINK_UNITS:
             raise NotModelled(f"pc {pc}: {ins.op} needs a link; the reference level models one chip "
                                  "without links")
         nest = self.loops[f["rep_base"]:f["rep_base"] + f["rep_depth"]]

@@ -19,7 +19,8 @@ from isa.outputs import write_atomic
 from .devices import board as get_board, device as get_device
 from .fit import check
 from .flow import (ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError,
-                   Report, _mems, apply_pnr, call as _call, cell_resources, dsp_regs_apply, log_excerpt, tool)
+                   Report, apply_pnr, call as _call, cell_resources, dsp_regs_apply, log_excerpt, report_memories,
+                   tool)
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -237,7 +238,7 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
         os.environ.update(old)
     label = mac + (" dsp-regs" if dsp_regs else "")
     rep = Report(cfg.name, dev.name, label, mem=mem, target_mhz=top.pll["fout"] if top.pll else top.freq,
-                 memories=_mems(cfg), seed=seeds[0],
+                 memories=report_memories(cfg), seed=seeds[0],
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     stat = json.loads((out / "stat.json").read_text())
     mods = stat.get("modules", {})

@@ -93,7 +93,9 @@ class Report:
         return not (self.fmax_mhz and self.target_mhz) or self.fmax_mhz >= self.target_mhz
 
 
-def _mems(cfg) -> dict:
+def report_memories(cfg) -> dict:
+    """The ``memories`` of a build's report (``report.json``): depths, banks where a config has them, and
+    ``links: 0`` for a chip without link ports."""
     out = {"spm_rows": cfg.spm_rows, "acc_rows": cfg.acc_rows, "imem_words": cfg.imem_words}
     out |= {k: getattr(cfg, k) for k in ("spm_bank_rows", "acc_bank_rows") if getattr(cfg, k) > 1}
     return out | ({"links": 0} if not cfg.links else {})       # (a chip without link ports: said)
@@ -380,7 +382,7 @@ def synth(cfg, device: str, *, mac: str = "dsp", mem: str = "lvt", out: Path | s
         check(cfg, dev, mac=mac, mem=mem, dram_bytes=dram_bytes)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=freq_mhz if pnr else None, memories=_mems(cfg),
+    rep = Report(cfg.name, dev.name, mac, mem=mem, target_mhz=freq_mhz if pnr else None, memories=report_memories(cfg),
                  available={"luts": dev.luts, "ffs": dev.ffs, "dsps": dev.dsps, "brams": dev.brams})
     top = FpgaTop(cfg, mac=mac, mem=mem, dram_bytes=dram_bytes, clk_hz=freq_mhz * 1e6)
     return _flow(top, rep, dev, out, pnr=pnr, freq_mhz=freq_mhz, timeout=timeout, dsp_regs=dsp_regs, seeds=seeds,
