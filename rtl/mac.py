@@ -5,8 +5,8 @@ An FPGA has a fixed number of multiplier blocks (ECP5-25k: 28 18x18, ECP5-85k: 1
 the design does not fit. The build option ``mac`` (``Chip(cfg, mac=...)``) chooses per PE:
 
 ``"dsp"``    ``a * w`` (Yosys maps it to a multiplier block; the default, as before)
-``"lut"``    a shift-and-add multiplier (Baugh-Wooley partial products, an adder tree) that Yosys
-             keeps in LUTs and carry chains
+``"lut"``    a product of the weight's radix-4 digits (four partial products, one LUT4 per bit
+             for three of them, three adders) that Yosys keeps in LUTs and carry chains
 ``"dsp:N"``  the first N PEs (row-major) as ``"dsp"``, the others as ``"lut"``: fills the device's
              multiplier blocks and spills the rest into LUTs
 
@@ -17,9 +17,9 @@ the PE's partial-sum add: one more array stage (``SystolicArray.LATENCY`` grows 
 the MXU absorbs in the alignment stages it already has between the array and the ACC write
 (``isa.timing.MXU_EXTRA``), so the MXU's timing contract and every cycle count are unchanged.
 It takes the multiplier off the adder's carry chain (the FPGA's critical path). ``+reg2`` adds a
-second stage: a LUT product is also registered in the middle of its adder tree, a hard multiplier
-gets registered operands (so it sits between two registers the placer can put beside it); the MXU
-has room for exactly two such stages.
+second stage: a LUT product is also registered in the middle of its adder tree (its two row
+pairs' sums), a hard multiplier gets registered operands (so it sits between two registers the
+placer can put beside it); the MXU has room for exactly two such stages.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
-from amaranth import Cat, ClockSignal, Const, Instance, ResetSignal, Signal, Value, signed
+from amaranth import Cat, ClockSignal, Const, Instance, Mux, ResetSignal, Signal, Value, signed
 
 from .primitives import Mult18x18d
 
-__all__ = ["MAC_KINDS", "parse_mac", "split_reg", "pe_kinds", "product", "fpga_primitives", "uses_primitives"]
+__all__ = ["MAC_KINDS", "parse_mac", "split_reg", "pe_kinds", "product", "stored_weight", "lut_digits",
+           "fpga_primitives", "uses_primitives"]
 
 MAC_KINDS = ("dsp", "lut")
 
@@ -128,10 +129,22 @@ def _reg(m, v, name):
     return r
 
 
-def product(m, a, w, kind: str, name: str, stages: int = 0):
+def stored_weight(m, w, kind: str, name: str):
+    """What a PE of ``kind`` keeps in its weight registers for the signed 8-bit weight ``w``: ``w``
+    for a hard product; for a LUT product its radix-4 digits (``lut_digits``), 9 bits (the three
+    2-bit codes, then the 3-bit top digit; 0 for a zero weight), so they are computed once per
+    column as a weight row is loaded instead of in every PE on the product's path."""
+    if kind != "lut":
+        return w
+    codes, top = lut_digits(m, w, name)
+    return Cat(*codes, top)
+
+
+def product(m, a, w, kind: str, name: str, stages: int = 0, *, stored: bool = False):
     """The signed 16-bit product of signed 8-bit ``a`` and ``w`` built as ``kind``, ``stages``
     cycles after its operands (0: combinational; 1: registered; 2: a LUT product is also
-    registered in the middle of its adder tree, a hard multiplier's operands are registered)."""
+    registered in the middle of its adder tree, a hard multiplier's operands are registered).
+    ``stored``: ``w`` is already in the form ``stored_weight`` gives (the array's PEs)."""
     if stages not in (0, 1, 2):
         raise ValueError(f"product register stages must be 0, 1 or 2, got {stages}")
     if kind == "dsp":
@@ -144,34 +157,69 @@ def product(m, a, w, kind: str, name: str, stages: int = 0):
         return _reg(m, p, f"{name}_r") if stages else p
     if kind != "lut":
         raise ValueError(f"unknown MAC kind {kind!r}")
-    # Baugh-Wooley: a*w = sum_{i,j<7} a_i w_j 2^(i+j) + a7 w7 2^14
-    #                     - 2^7 (a7 * w[0:7] + w7 * a[0:7]) ; the negative terms as inverted rows + constants
-    rows = []
-    for j in range(8):
+    if not stored:
+        w = stored_weight(m, w, kind, name)
+    return _lut_product(m, a, w, name, stages)
+
+
+def lut_digits(m, w, name: str):
+    """The weight ``w`` (signed 8 bits) in radix 4: ``w = sum(d_i * 4**i)``. The three low digits
+    come from the residues {-1, 0, 1, 2} (a complete set mod 4, so the digits are unique; 2-bit
+    codes 0, 1, 2 and 3 for -1: the code is the digit mod 4), the top one is ``w[6:8]`` (signed)
+    plus the carry of the digits below, -2..2. Returns (the three codes, the top digit)."""
+    codes, carry = [], Const(0, 1)
+    for i in range(3):
+        v = Signal(3, name=f"{name}_v{i}")             # w's bit pair + carry in: 0..4
+        m.d.comb += v.eq(w[2 * i:2 * i + 2] + carry)
+        code, carry = Signal(2, name=f"{name}_c{i}"), Signal(name=f"{name}_k{i}")
+        m.d.comb += [code.eq(v[:2]), carry.eq(v >= 3)]  # 3 -> digit -1, carry 1; 4 -> digit 0, carry 1
+        codes.append(code)
+    top = Signal(signed(3), name=f"{name}_t")
+    m.d.comb += top.eq(w[6:8].as_signed() + carry)
+    return codes, top
+
+
+def _lut_product(m, a, digits, name, stages):
+    """``a * w`` in LUTs and carry chains from the weight's radix-4 ``digits`` (``stored_weight``):
+    four partial products, each 9 bits, one LUT4 per bit for the low digits (its code's two bits, a_j,
+    a_(j-1): 0, a, 2a or ~a = -a - 1) and a 5-input select for the top one (|d| * a, inverted when
+    negative), summed by three adders. A row's ``+1`` for an inverted ``~a`` goes into the free low
+    bit of the row above (rows are 2 bits apart, each leaves its two lowest bits free), the top
+    row's into a 10-bit increment of that row; all sums are mod 2^16 (the product fits 16 bits).
+    With 2 stages the two row pairs' sums are registered (the tree's middle; registering the four
+    rows instead balances the stages better, 106 against 105 MHz for the 8x8 array on the ECP5-25k,
+    but takes 16% more LUTs: docs/fpga.md)."""
+    codes, top = [digits[0:2], digits[2:4], digits[4:6]], digits[6:9].as_signed()
+    a9 = Cat(a, a[7])                                   # a sign-extended to 9 bits (2a needs them)
+    rows, incs = [], []
+    for i, code in enumerate(codes):
         bits = []
-        for i in range(8):
-            b = a[i] & w[j]
-            if (i == 7) != (j == 7):       # one sign bit: negative weight -> invert
-                b = ~b
-            bits.append(b)
-        rows.append((Cat(*bits), j))
-    terms = [Signal(16, name=f"{name}_pp{j}") for j in range(8)]
-    for (bits, j), t in zip(rows, terms):
-        m.d.comb += t.eq(bits.as_unsigned() << j)
-    # constant of the inversions: 2^8 + 2^15 (mod 2^16)
-    level = [t for t in terms] + [Const((1 << 8) + (1 << 15), 16)]
-    d = 0
-    while len(level) > 1:           # balanced adder tree, 16 bits wide (mod 2^16)
-        nxt = []
-        for i in range(0, len(level) - 1, 2):
-            s = Signal(16, name=f"{name}_s{d}_{i // 2}")
-            m.d.comb += s.eq(level[i] + level[i + 1])
-            nxt.append(s)
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level, d = nxt, d + 1
-        if stages == 2 and d == 2:  # 9 terms -> 5 -> 3 | register | -> 2 -> 1
-            level = [_reg(m, v, f"{name}_m{i}") if isinstance(v, Signal) else v for i, v in enumerate(level)]
+        for j in range(9):
+            aj, ajm = a9[j], (a9[j - 1] if j else Const(0, 1))
+            bits.append(Mux(code[1], Mux(code[0], ~aj, ajm), Mux(code[0], aj, 0)))
+        x, inc = Signal(signed(9), name=f"{name}_x{i}"), Signal(name=f"{name}_n{i}")
+        m.d.comb += [x.eq(Cat(*bits)), inc.eq(code == 3)]
+        rows.append(x)
+        incs.append(inc)
+    one, two, neg = (Signal(name=f"{name}_{s}3") for s in ("one", "two", "neg"))
+    m.d.comb += [one.eq((top == 1) | (top == -1)), two.eq((top == 2) | (top == -2)), neg.eq(top < 0)]
+    bits = []
+    for j in range(9):
+        aj, ajm = a9[j], (a9[j - 1] if j else Const(0, 1))
+        bits.append(((one & aj) | (two & ajm)) ^ neg)
+    x3 = Signal(signed(9), name=f"{name}_x3")
+    m.d.comb += x3.eq(Cat(*bits))
+    exact3 = Signal(signed(10), name=f"{name}_e3")      # top digit * a, exact
+    m.d.comb += exact3.eq(x3 + neg)
+    # rows at bit 0: x0 and (x1 : 0 : inc0); at bit 2: (x2 : 0 : inc1) and (exact3 : 0 : inc2) << 2
+    rb, rc = Signal(signed(11), name=f"{name}_rb"), Signal(signed(11), name=f"{name}_rc")
+    rd = Signal(signed(12), name=f"{name}_rd")
+    m.d.comb += [rb.eq(Cat(incs[0], Const(0, 1), rows[1])), rc.eq(Cat(incs[1], Const(0, 1), rows[2])),
+                 rd.eq(Cat(incs[2], Const(0, 1), exact3))]
+    s0, s1 = Signal(signed(12), name=f"{name}_s0"), Signal(signed(14), name=f"{name}_s1")
+    m.d.comb += [s0.eq(rows[0] + rb), s1.eq(rc + (rd << 2))]
+    if stages == 2:                 # the tree's middle: the two pair sums
+        s0, s1 = _reg(m, s0, f"{name}_m0"), _reg(m, s1, f"{name}_m1")
     p = Signal(signed(16), name=f"{name}_p")
-    m.d.comb += p.eq(level[0])
+    m.d.comb += p.eq(s0 + (s1 << 2))
     return _reg(m, p, f"{name}_r") if stages else p

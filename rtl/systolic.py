@@ -1,9 +1,11 @@
 """The weight-stationary systolic array: rows x cols int8 x int8 -> int32 MACs, double-buffered weights.
 
 PE(k, n) holds weight W[k][n] in a *front* register (used by streaming inputs) and a *shadow*
-register (filled by weight loads). Input lane k enters row k skewed by k cycles and moves right
-one PE per cycle; partial sums move down one PE per cycle; column n's result is deskewed so a
-whole output row leaves together ``LATENCY = rows + cols - 1`` cycles after its input row entered.
+register (filled by weight loads); a PE with a LUT product holds the weight's radix-4 digits
+(``rtl.mac.stored_weight``, computed once per column from the loaded row). Input lane k enters
+row k skewed by k cycles and moves right one PE per cycle; partial sums move down one PE per
+cycle; column n's result is deskewed so a whole output row leaves together
+``LATENCY = rows + cols - 1`` cycles after its input row entered.
 
 The ``swap`` bit travels with lane data exactly like an input row: PE(k, n) uses the shadow
 weight for the row that carries it and copies shadow to front in the same cycle, so rows before
@@ -18,13 +20,13 @@ in the first product stage).
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, signed
+from amaranth import Module, Mux, Signal, Value, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from isa.ints import clog2
 
-from .mac import pe_kinds, product, split_reg
+from .mac import pe_kinds, product, split_reg, stored_weight
 
 __all__ = ["SystolicArray"]
 
@@ -67,22 +69,27 @@ class SystolicArray(wiring.Component):
                 a, s = na, ns
             a_in.append(a)
             s_in.append(s)
+        # what each column's PEs store of a loaded weight, computed once per column and kind
+        stored = [{kind: stored_weight(m, self.w_data[n], kind, f"wd{n}_{kind}")
+                   for kind in sorted({self.kinds[k][n] for k in range(R)})} for n in range(C)]
         psum = [None] * C                                   # nothing above row 0
         for k in range(R):
             width = 16 + (clog2(k + 1) if k else 0)         # |sum of k+1 products| <= (k+1) * 2^14
             a, s = a_in[k], s_in[k]
             new_psum = []
             for n in range(C):
-                front = Signal(signed(8), name=f"wf{k}_{n}")
-                shadow = Signal(signed(8), name=f"ws{k}_{n}")
+                kind = self.kinds[k][n]
+                wd = stored[n][kind]
+                front = Signal(Value.cast(wd).shape(), name=f"wf{k}_{n}")
+                shadow = Signal(Value.cast(wd).shape(), name=f"ws{k}_{n}")
                 w = Mux(s, shadow, front)
                 with m.If(s):
                     m.d.sync += front.eq(shadow)
                 with m.If(self.w_clear):
                     m.d.sync += shadow.eq(0)
                 with m.If(self.w_we & (self.w_row == k)):
-                    m.d.sync += shadow.eq(self.w_data[n])
-                prod = product(m, a, w, self.kinds[k][n], f"mul{k}_{n}", stages=self.preg)
+                    m.d.sync += shadow.eq(wd)
+                prod = product(m, a, w, kind, f"mul{k}_{n}", stages=self.preg, stored=True)
                 p = Signal(signed(width), name=f"ps{k}_{n}")
                 m.d.sync += p.eq(prod if psum[n] is None else psum[n] + prod)
                 new_psum.append(p)

@@ -130,12 +130,15 @@ def fpga_build_config(cfg, mem: str, *, fpga_mem: bool = True, depths: dict | No
 MEMORY_PORTS = {**memory_ports(idle_links=True), "imem": (1, 1, 0)}
 
 # The array's constants are measured (Yosys synth_ecp5, docs/fpga.md): 8x8 "dsp+reg" 2624 LUT /
-# 4426 FF / 64 DSP; 8x8 "lut+reg" 16434 LUT; 8x8 "dsp:28+reg" 10155 LUT.
+# 4426 FF / 64 DSP; with the radix-4 LUT product (2026-12-06) 8x8 "lut+reg" 10535 LUT / 4554 FF,
+# "dsp:28+reg" 6875 / 4498, "lut+reg2" 9808 / 6154, "dsp:28+reg2" 6464 / 4950 ("dsp+reg2" 3402 FF).
 LUT_PER_PE = 41               #: partial-sum adder (16 + clog2(k+1) bits) and weight mux
 FF_PER_PE = 53                #: input, swap, front/shadow weights, partial sum, skew/deskew share
 FF_PER_PE_REG = 16            #: per product register stage (``mac="...+reg"`` / ``+reg2``)
-LUT_PER_LUT_MAC = 215         #: a LUT product (rtl/mac.py, Baugh-Wooley)
-LUT_PER_LUT_MAC_REG2 = 25     #: ... more with its mid-tree register (8x8 dsp:28+reg2: 11287 LUT)
+LUT_PER_LUT_MAC = 121         #: a LUT product (rtl/mac.py, the weight's radix-4 digits): 124 / 118
+LUT_PER_LUT_MAC_REG2 = -11    #: ... fewer with its mid-tree registers (ABC maps each half alone)
+FF_PER_LUT_MAC = 2            #: its weight registers hold 9 bits (the digits), not 8
+FF_PER_LUT_MAC_REG2 = 41      #: the mid-tree registers (a hard product keeps its stages in the block)
 #: flat memories in flip-flops: LUTs per bit and read port (measured 1.5 on tiny's 64-row SPM,
 #: 21,152 LUT, and 2.2 on small's 16-row ACC, 53,456 LUT)
 LUT_PER_FF_MEM_BIT_PORT = 1.8
@@ -247,8 +250,10 @@ def estimate_array(rows: int, cols: int, dev: Device, mac: str = "dsp") -> Estim
     n_dsp_pe = kinds.count("dsp")
     pes = rows * cols
     stages = split_reg(mac)[1]
-    luts = LUT_PER_PE * pes + (LUT_PER_LUT_MAC + LUT_PER_LUT_MAC_REG2 * (stages == 2)) * (pes - n_dsp_pe)
-    ffs = (FF_PER_PE + FF_PER_PE_REG * stages) * pes
+    n_lut_pe = pes - n_dsp_pe
+    luts = LUT_PER_PE * pes + (LUT_PER_LUT_MAC + LUT_PER_LUT_MAC_REG2 * (stages == 2)) * n_lut_pe
+    ffs = ((FF_PER_PE + FF_PER_PE_REG * stages) * pes
+           + (FF_PER_LUT_MAC + FF_PER_LUT_MAC_REG2 * (stages == 2)) * n_lut_pe)
     return Estimate(int(luts), int(ffs), n_dsp_pe, 0)
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth import Module, signed
-from amaranth.lib import wiring
+from amaranth import Const, Module, Signal, signed
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from rtl.mac import parse_mac, pe_kinds, product, split_reg
+from rtl.mac import lut_digits, parse_mac, pe_kinds, product, split_reg
 from rtl.systolic import SystolicArray
 from tests.rtl.rtl_helpers import run
 from tests.rtl.test_rtl_systolic import check_array
@@ -45,6 +45,65 @@ def test_product_matches_numpy(kind):
 
     got = run(dut, bench, clock=False)
     assert got == [a * w for a, w in pairs]
+
+
+class _AllProducts(wiring.Component):
+    """256 LUT products, one for each int8 ``a``, of one weight ``w``, ``stages`` cycles late."""
+
+    def __init__(self, stages):
+        self.stages = stages
+        super().__init__({"w": In(signed(8)),
+                          "p": Out(data.ArrayLayout(signed(16), 256))})
+
+    def elaborate(self, platform):
+        m = Module()
+        for i in range(256):
+            m.d.comb += self.p[i].eq(product(m, Const(i - 128, signed(8)), self.w, "lut", f"mul{i}", self.stages))
+        return m
+
+
+@pytest.mark.parametrize("stages", [0, 1, 2])
+def test_lut_product_exhaustive(stages):
+    """Every int8 x int8 pair (65,536) through the LUT product, with each number of register
+    stages: the product of the operands ``stages`` cycles earlier."""
+    dut = _AllProducts(stages)
+    weights = list(range(-128, 128))
+
+    async def bench(ctx):
+        bad = []
+        for t in range(len(weights) + stages):
+            if t < len(weights):
+                ctx.set(dut.w, weights[t])
+            if t >= stages:         # after t clock edges: the weight set ``stages`` edges ago
+                w = weights[t - stages]
+                bad += [(i - 128, w, g) for i, g in enumerate(ctx.get(dut.p)) if g != (i - 128) * w]
+            if stages:
+                await ctx.tick()
+        return bad
+
+    assert run(dut, bench, clock=bool(stages)) == []
+
+
+def test_lut_digits_rebuild_every_weight():
+    """The weight's radix-4 digits: low codes 0, 1, 2 and 3 (= -1), top digit -2..2, and
+    ``sum(d_i * 4**i) == w`` for all 256 weights."""
+    m = Module()
+    w = Signal(signed(8))
+    codes, top = lut_digits(m, w, "w")
+
+    async def bench(ctx):
+        out = []
+        for v in range(-128, 128):
+            ctx.set(w, v)
+            out.append(([ctx.get(c) for c in codes], ctx.get(top)))
+        return out
+
+    got = run(m, bench, clock=False)
+    digit = {0: 0, 1: 1, 2: 2, 3: -1}
+    rebuilt = [sum(digit[c] * 4 ** i for i, c in enumerate(cs)) + t * 64 for cs, t in got]
+    assert rebuilt == list(range(-128, 128))
+    assert {t for _, t in got} == {-2, -1, 0, 1, 2}
+    assert {c for cs, _ in got for c in cs} == {0, 1, 2, 3}
 
 
 @pytest.mark.parametrize("mac,rows,cols", [("lut", 4, 4), ("lut", 3, 5), ("dsp:5", 4, 4), ("dsp:0", 2, 2),
