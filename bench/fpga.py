@@ -119,6 +119,8 @@ def _measured(row, rep: dict, seconds=None):
                luts=rep["luts"], ffs=rep["ffs"], dsps=rep["dsps"], brams=rep["brams"],
                fmax_mhz=rep["fmax_mhz"], tool_seconds=rep.get("seconds", {}),
                critical_path=rep.get("critical_path", []), available=rep["available"])
+    if rep.get("packed_luts") and rep["packed_luts"] != rep["luts"]:   # Yosys only: the LUT4 sites once packed
+        row["packed_luts"] = rep["packed_luts"]
     if rep.get("runs"):                 # several placement seeds: each one's Fmax (None: not routed)
         row["fmax_by_seed"] = {str(r["seed"]): r.get("fmax_mhz") for r in rep["runs"]}
     if seconds is not None:
@@ -190,7 +192,8 @@ def run_array(rows, cols, devname, mac, *, pnr, freq, out, timeout, tools=True, 
 
 def row_over(row, dev) -> bool:
     e = row["estimate"]
-    return any(e[k] > getattr(dev, k) for k in ("luts", "ffs", "dsps", "brams"))
+    return (any(e[k] > getattr(dev, k) for k in ("luts", "ffs", "dsps", "brams"))
+            or dev.packed_luts(e["luts"], e.get("lut_ram", 0)) > dev.luts)
 
 
 def _mem_cell(r) -> str:
@@ -231,6 +234,9 @@ def markdown(rows) -> str:
             cells = [f"~{e[k]}" for k in ("luts", "ffs", "dsps", "brams")]
             f, secs = "--", "--"
         over = [k[:-1].upper() for k in ("luts", "ffs", "dsps", "brams") if "luts" in r and r[k] > r["available"][k]]
+        if r.get("packed_luts", 0) > r.get("available", {}).get("luts", 1 << 62):
+            packed = f"{r['packed_luts']} LUT4 sites once packed"
+            over = [f"{o}: {packed}" if o == "LUT" else o for o in over] if "LUT" in over else [packed, *over]
         status = (r["status"] + (f": {r['reason']}" if r.get("reason") else "")
                   + (f", over the device ({', '.join(over)})" if over else "")
                   + (", earlier run" if r.get("reused") else ""))

@@ -19,8 +19,8 @@ from isa.outputs import write_atomic
 from .devices import board as get_board, device as get_device
 from .fit import check
 from .flow import (ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError,
-                   Report, apply_pnr, call as _call, cell_resources, dsp_regs_apply, log_excerpt, report_memories,
-                   tool)
+                   Report, apply_pnr, call as _call, dsp_regs_apply, log_excerpt, report_memories,
+                   synth_resources, tool)
 from .top import FpgaTop
 
 __all__ = ["BoardTop", "pll_params", "build", "TOOL_ENV"]
@@ -244,9 +244,7 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     mods = stat.get("modules", {})
     cells = next(iter(mods.values()), {}).get("num_cells_by_type", {}) if len(mods) == 1 else \
         (mods.get("\\top") or {}).get("num_cells_by_type", {})
-    rep.cells = {k: int(v) for k, v in cells.items()}
-    for k, v in cell_resources(rep.cells, dev.family).items():
-        setattr(rep, k, v)
+    synth_resources(rep, {k: int(v) for k, v in cells.items()}, dev)
     if len(seeds) == 1:
         apply_pnr(rep, json.loads((out / "pnr.json").read_text()), dev.family)
     else:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Device", "Board", "DEVICES", "BOARDS", "device", "board"]
+__all__ = ["Device", "Board", "DEVICES", "BOARDS", "device", "board", "LUT_RAM_COUNTED"]
+
+
+#: LUTs a 16x4 LUT RAM cell counts as in the flow's LUT figure (``rtl.fpga.flow.cell_resources``, the
+#: fit model's constants): its two slices' worth of LUT4s as Yosys reports them
+LUT_RAM_COUNTED = 2
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,15 @@ class Device:
     brams: int             #: block RAMs (ECP5 DP16KD 18 kbit, iCE40 SB_RAM40_4K 4 kbit)
     bram_bits: int         #: bits per block RAM
     pnr_args: tuple[str, ...]   #: nextpnr's device options
+    #: LUT4 sites one 16x4 LUT RAM cell (ECP5 ``TRELLIS_DPR16X4``) takes once nextpnr packs it: its
+    #: four LUTs in a PFU's slices A and B, and slice C's two for its write port (nextpnr's "RAM LUTs"
+    #: and "RAMW LUTs"); 0 where the flow maps no LUT RAM
+    lut_ram_sites: int = 0
+
+    def packed_luts(self, luts: int, lut_ram: int) -> int:
+        """LUT4 sites of a design of ``luts`` LUTs in the flow's count (``LUT_RAM_COUNTED`` per LUT RAM
+        cell) with ``lut_ram`` LUT RAM cells, once packed: what must fit ``luts`` of the device."""
+        return luts + max(0, self.lut_ram_sites - LUT_RAM_COUNTED) * lut_ram
 
 
 @dataclass(frozen=True)
@@ -32,10 +46,10 @@ class Board:
 
 
 DEVICES = {d.name: d for d in [
-    Device("ecp5-12k", "ecp5", 12096, 12096, 28, 32, 18432, ("--12k", "--package", "CABGA381")),
-    Device("ecp5-25k", "ecp5", 24288, 24288, 28, 56, 18432, ("--25k", "--package", "CABGA381")),
-    Device("ecp5-45k", "ecp5", 43848, 43848, 72, 108, 18432, ("--45k", "--package", "CABGA381")),
-    Device("ecp5-85k", "ecp5", 83640, 83640, 156, 208, 18432, ("--85k", "--package", "CABGA381")),
+    Device("ecp5-12k", "ecp5", 12096, 12096, 28, 32, 18432, ("--12k", "--package", "CABGA381"), lut_ram_sites=6),
+    Device("ecp5-25k", "ecp5", 24288, 24288, 28, 56, 18432, ("--25k", "--package", "CABGA381"), lut_ram_sites=6),
+    Device("ecp5-45k", "ecp5", 43848, 43848, 72, 108, 18432, ("--45k", "--package", "CABGA381"), lut_ram_sites=6),
+    Device("ecp5-85k", "ecp5", 83640, 83640, 156, 208, 18432, ("--85k", "--package", "CABGA381"), lut_ram_sites=6),
     Device("ice40-up5k", "ice40", 5280, 5280, 8, 30, 4096, ("--up5k", "--package", "sg48")),
 ]}
 

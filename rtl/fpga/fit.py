@@ -30,7 +30,7 @@ from isa.timing import lut_rows
 
 from ..chip import memory_ports
 from ..mem import BANKED, IMPLS, LUTRAM_DEPTH
-from .devices import Device
+from .devices import LUT_RAM_COUNTED, Device
 
 __all__ = ["Estimate", "estimate", "estimate_array", "check", "FitError", "MEMORY_PORTS", "fpga_config", "FPGA_MEMORY",
            "FPGA_MEMORY_BANKED", "fpga_memory", "MIN_BANKS", "default_banks", "banked_config",
@@ -145,7 +145,13 @@ LUT_PER_FF_MEM_BIT_PORT = 1.8
 # lvt memories (rtl/mem.py), measured on RowMemory alone with the chip's ports (docs/fpga.md):
 # SPM 64 rows x 32/64/128 bits: 4,506 / 7,710 / 16,448 LUT; ACC 16 rows x 128/256/512 bits:
 # 5,987 / 12,261 / 24,039 LUT
-LUT_PER_RAM16X4 = 2           #: a TRELLIS_DPR16X4 counts as 2 LUTs (the flow's count, rtl/fpga/flow.py)
+LUT_PER_RAM16X4 = LUT_RAM_COUNTED   #: a TRELLIS_DPR16X4 counts as 2 LUTs (the flow's count, rtl/fpga/flow.py)
+#: LUT RAM cells besides SPM/ACC banks and the VPU's lookup tables: the queues' storage and the
+#: issue stage's loop registers (Yosys, ``--fpga-mem`` banked builds without link ports, 2026-12-06:
+#: tiny 1,483 cells less 640 of ACC and 32 of the VPU's tables, small 2,124 less 1,280, base 3,914
+#: less 2,560 and 512: 811, 844 and 842)
+LUT_RAM_BASE = 832
+LUT_RAM_LINKS = 167           #: the two link units' queues (tiny 1,649 and base 4,082 with them: 166, 168)
 LUT_PER_SEL_INPUT = 1.33      #: bank select: per row bit, read port and write port beyond the first
 LUT_PER_RAM_DEPTH_MUX = 2.1   #: per row bit of a combinational bank and 16-row cell beyond the first
 # The rest of the chip (issue stage, queues, DMA, VPU, links, host top), calibrated on two whole-chip
@@ -190,6 +196,11 @@ class Estimate:
     ffs: int
     dsps: int
     brams: int
+    lut_ram: int = 0        #: 16x4 LUT RAM cells (counted in ``luts`` as ``LUT_RAM_COUNTED`` each)
+
+    def packed_luts(self, dev: Device) -> int:
+        """The LUT4 sites once packed (``Device.packed_luts``)."""
+        return dev.packed_luts(self.luts, self.lut_ram)
 
     def over(self, dev: Device) -> list[str]:
         out = []
@@ -197,6 +208,12 @@ class Estimate:
             need = getattr(self, k)
             if need > avail:
                 out.append(f"{k[:-1].upper()} {need} needed > {avail} available")
+        packed = self.packed_luts(dev)
+        if self.luts > dev.luts and packed > self.luts:
+            out[0] += f" ({packed} LUT4 sites once packed)"
+        if self.luts <= dev.luts < packed:
+            out.append(f"LUT4 sites once packed {packed} needed > {dev.luts} available ({self.luts} LUTs with "
+                       f"{self.lut_ram} LUT RAM cells at {dev.lut_ram_sites} sites each)")
         return out
 
 
@@ -210,13 +227,13 @@ def _bram_blocks(width: int, depth: int, dev: Device) -> int:
 
 
 def _memory(width, depth, ports, dev, mem="flat", lanes=1, bank_rows=1):
-    """(luts, ffs, brams) of one memory of ``lanes`` lanes per row."""
+    """(luts, ffs, brams, LUT RAM cells) of one memory of ``lanes`` lanes per row."""
     w, r_sync, r_comb = ports
     if w == 1 and r_comb == 0:
-        return 0, 0, r_sync * _bram_blocks(width, depth, dev)
+        return 0, 0, r_sync * _bram_blocks(width, depth, dev), 0
     bits = width * depth
     if mem == "flat":
-        return int(bits * (r_sync + r_comb) * LUT_PER_FF_MEM_BIT_PORT), bits, 0
+        return int(bits * (r_sync + r_comb) * LUT_PER_FF_MEM_BIT_PORT), bits, 0, 0
     if mem in BANKED:
         # rtl/mem.py: a copy of each bank per read port (LUT RAM cells of 16 rows x 4 bits with an
         # output register when a bank is at most LUTRAM_DEPTH rows, else block RAM), an AND-OR of
@@ -227,7 +244,8 @@ def _memory(width, depth, ports, dev, mem="flat", lanes=1, bank_rows=1):
         luts = ((nb * copies * cdiv(width, 4) * LUT_PER_RAM16X4 if lut_ram else 0)
                 + nb * (width + lanes) * (w - 1) * LUT_PER_SEL_INPUT + copies * width * (nb - 1) * LUT_PER_SEL_INPUT)
         ffs = r_sync * width if lut_ram else 0
-        return int(luts), ffs, 0 if lut_ram else nb * copies * _bram_blocks(width, rows, dev)
+        cells = nb * copies * cdiv(width, 4) if lut_ram else 0
+        return int(luts), ffs, 0 if lut_ram else nb * copies * _bram_blocks(width, rows, dev), cells
     # lvt (rtl/mem.py): a bank per (write, read) port pair, a live-value table (a bank number per
     # row and lane, in flip-flops), a bank select per read port; combinational banks (and
     # registered ones of at most LUTRAM_DEPTH rows) in LUT RAM cells of 16 rows x 4 bits, the
@@ -240,7 +258,7 @@ def _memory(width, depth, ports, dev, mem="flat", lanes=1, bank_rows=1):
     sel = max(1, (w - 1).bit_length())
     ffs = depth * sel * lanes + (w * r_sync * width if sync_lut else 0)
     brams = 0 if sync_lut else w * r_sync * _bram_blocks(width, depth, dev)
-    return int(per_bit * width), ffs, brams
+    return int(per_bit * width), ffs, brams, lut_banks * cells * cdiv(width, 4)
 
 
 def estimate_array(rows: int, cols: int, dev: Device, mac: str = "dsp") -> Estimate:
@@ -270,18 +288,21 @@ def estimate(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes
     if not cfg.links:
         luts, ffs = luts - NO_LINKS_LUT_BASE - NO_LINKS_LUT_PER_LANE * cfg.cols, ffs - NO_LINKS_FF
     dsps = DSP_BASE + DSP_PER_LANE[dev.family] * cfg.cols + arr.dsps
-    brams = 0
+    brams, lut_ram = 0, LUT_RAM_BASE + LUT_RAM_LINKS * bool(cfg.links)
     mems = {"spm": (SPACE_BITS[Space.SPM] * cfg.cols, cfg.spm_rows),
             "acc": (SPACE_BITS[Space.ACC] * cfg.cols, cfg.acc_rows), "imem": (WORD_BITS, cfg.imem_words)}
     for name, (width, depth) in mems.items():
-        lu, ff, br = _memory(width, depth, MEMORY_PORTS[name], dev, mem if name != "imem" else "flat",
-                             lanes=cfg.cols if name != "imem" else 1, bank_rows=getattr(cfg, f"{name}_bank_rows", 1))
-        luts, ffs, brams = luts + lu, ffs + ff, brams + br
+        lu, ff, br, lr = _memory(width, depth, MEMORY_PORTS[name], dev, mem if name != "imem" else "flat",
+                                 lanes=cfg.cols if name != "imem" else 1,
+                                 bank_rows=getattr(cfg, f"{name}_bank_rows", 1))
+        luts, ffs, brams, lut_ram = luts + lu, ffs + ff, brams + br, lut_ram + lr
     dram = min(dram_bytes, cfg.dram_bytes)
     brams += cfg.dma_beat_bytes * _bram_blocks(8, dram // cfg.dma_beat_bytes, dev)
     if lut_rows(cfg) > LUTRAM_DEPTH:        # the VPU's lookup table, a copy per lane (rtl/vpu.py)
         brams += cfg.cols * _bram_blocks(8 * cfg.cols, lut_rows(cfg), dev)
-    return Estimate(int(luts), int(ffs), int(dsps), int(brams))
+    else:                                   # ... in LUT RAM (its LUTs are in the per-lane constants)
+        lut_ram += cfg.cols * cdiv(8 * cfg.cols, 4)
+    return Estimate(int(luts), int(ffs), int(dsps), int(brams), int(lut_ram))
 
 
 def check(cfg, dev: Device, *, mac: str = "dsp", mem: str = "lvt", dram_bytes: int = 1 << 14) -> Estimate:

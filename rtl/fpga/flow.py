@@ -26,10 +26,10 @@ from pathlib import Path
 from isa.errors import TetrachipError
 from isa.outputs import write_atomic
 
-from .devices import Device, device as get_device
+from .devices import LUT_RAM_COUNTED, Device, device as get_device
 
 __all__ = ["Report", "FlowError", "log_excerpt", "tool", "built_mac", "rtlil_text", "yosys_script", "yosys_synth",
-           "nextpnr", "synth", "synth_array", "cell_resources"]
+           "nextpnr", "synth", "synth_array", "cell_resources", "synth_resources"]
 
 
 class FlowError(TetrachipError):
@@ -43,6 +43,9 @@ class Report:
     mac: str
     mem: str = "flat"                      #: SPM/ACC implementation (rtl/mem.py)
     luts: int = 0
+    #: the LUT4 sites Yosys' cells take once packed (``Device.packed_luts``; None after place and
+    #: route, where ``luts`` are nextpnr's packed cells)
+    packed_luts: int | None = None
     ffs: int = 0
     dsps: int = 0
     brams: int = 0
@@ -72,6 +75,9 @@ class Report:
         mem = ", ".join(f"{k} {v}" for k, v in self.memories.items())
         lines = [f"{self.config} on {self.device} (mac={self.mac}, mem={self.mem}; {mem}; resources from {self.stage})"]
         lines += [f"  {k:<5}{u:>8} / {v:<8} {100 * u / v:5.1f}%" for k, u, v in rows if v]
+        if self.packed_luts and self.packed_luts != self.luts and a.get("luts"):
+            lines.insert(2, f"  LUT4 sites once packed (LUT RAM with its write slices) {self.packed_luts} / "
+                            f"{a['luts']} {100 * self.packed_luts / a['luts']:.1f}%")
         lines.append(f"  Fmax {f}" + (f" (target {self.target_mhz:g} MHz)" if self.target_mhz else "")
                      + (f", seed {self.seed}" if self.runs else ""))
         if self.runs:
@@ -184,13 +190,22 @@ def rtlil_text(top, name: str = "top", dsp_regs: bool = False) -> str:
         return rtlil.convert(top, name=name, emit_src=False)
 
 
+def synth_resources(rep: Report, cells: dict[str, int], dev: Device) -> None:
+    """Fill ``rep`` from Yosys' cell counts: LUT/FF/DSP/BRAM (``cell_resources``) and the LUT4 sites
+    they take once packed (``Device.packed_luts``: a LUT RAM cell takes more than it counts as)."""
+    rep.cells = dict(cells)
+    for k, v in cell_resources(rep.cells, dev.family).items():
+        setattr(rep, k, v)
+    rep.packed_luts = dev.packed_luts(rep.luts, rep.cells.get("TRELLIS_DPR16X4", 0))
+
+
 def cell_resources(cells: dict[str, int], family: str) -> dict[str, int]:
     """LUT/FF/DSP/BRAM counts from Yosys cell counts (a carry cell counts as its LUTs)."""
     def n(*names):
         return sum(v for k, v in cells.items() if k in names)
     if family == "ecp5":
         ffs = n("TRELLIS_FF")
-        return {"luts": n("LUT4") + 2 * n("CCU2C") + 2 * n("TRELLIS_DPR16X4") + n("PFUMX", "L6MUX21") * 0,
+        return {"luts": n("LUT4") + 2 * n("CCU2C") + LUT_RAM_COUNTED * n("TRELLIS_DPR16X4") + n("PFUMX", "L6MUX21") * 0,
                 "ffs": ffs, "dsps": n("MULT18X18D"), "brams": n("DP16KD")}
     return {"luts": n("SB_LUT4"), "ffs": sum(v for k, v in cells.items() if k.startswith("SB_DFF")),
             "dsps": n("SB_MAC16"), "brams": n("SB_RAM40_4K")}
@@ -355,9 +370,11 @@ def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
         return int(util.get(name, {}).get("used", 0))
     if family == "ecp5":
         rep.luts, rep.ffs = used("TRELLIS_COMB"), used("TRELLIS_FF")
+        rep.packed_luts = None
         rep.dsps, rep.brams = used("MULT18X18D"), used("DP16KD")
     else:
         rep.luts, rep.ffs = used("ICESTORM_LC"), rep.ffs
+        rep.packed_luts = None
         rep.dsps, rep.brams = used("ICESTORM_DSP"), used("ICESTORM_RAM")
     fmax = pnr.get("fmax", {})
     if fmax:
@@ -420,9 +437,7 @@ def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: floa
     rep.seconds["rtlil"] = round(time.monotonic() - t, 1)
     cells, secs = yosys_synth(out / "top.il", dev, timeout)
     rep.seconds["yosys"] = round(secs, 1)
-    rep.cells = cells
-    for k, v in cell_resources(cells, dev.family).items():
-        setattr(rep, k, v)
+    synth_resources(rep, cells, dev)
     if pnr:
         # (the other naming's files of an earlier run in this folder would read as this run's)
         stale = ([out / "pnr.json", out / "nextpnr.log"] if len(seeds) > 1

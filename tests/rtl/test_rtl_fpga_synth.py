@@ -176,11 +176,54 @@ def test_tiny_synthesises_for_ecp5(tmp_path, links):
     assert rep["dsps"] == est.dsps, (rep, est)     # the 4x4 products, the VPU lanes', the issue stage's
     assert rep["brams"] == est.brams, (rep, est)   # imem, DRAM, SPM banks, VPU tables
     assert rep["cells"].get("TRELLIS_FF", 0) == rep["ffs"]
+    lut_ram = rep["cells"].get("TRELLIS_DPR16X4", 0)           # the LUT RAM the packed count adds to
+    assert 0.9 * est.lut_ram <= lut_ram <= 1.1 * est.lut_ram, (rep, est)
+    assert rep["packed_luts"] == DEVICES["ecp5-85k"].packed_luts(rep["luts"], lut_ram) > rep["luts"]
     if not links:
         with_links = estimate(cfg.replace(links=2), DEVICES["ecp5-85k"], mac="dsp", mem=FPGA_IMPL)
         assert rep["luts"] <= with_links.luts - NO_LINKS_LUT_BASE // 2, (rep, with_links)
     if pnr:
         assert rep["placed"] and rep["fmax_mhz"] > 0
+
+
+def test_packed_luts_count_each_lut_ram_cell_with_its_write_slice():
+    """On ECP5 a 16x4 LUT RAM cell counts as 2 LUTs in the flow's figure but takes 6 LUT4 sites
+    once nextpnr packs it (four RAM LUTs and its PFU's write slice; base's `--pack-only` run:
+    54,501 logic + 21,166 carry + 16,328 RAM + 8,164 RAMW LUTs for 4,082 cells). The Yosys report
+    carries that count, and its table shows it."""
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.flow import Report, synth_resources
+    ecp5, ice40 = DEVICES["ecp5-85k"], DEVICES["ice40-up5k"]
+    cells = {"LUT4": 54501, "CCU2C": 10583, "TRELLIS_DPR16X4": 4082, "TRELLIS_FF": 38540, "MULT18X18D": 156,
+             "DP16KD": 123}
+    rep = Report("base", ecp5.name, "dsp", available={"luts": ecp5.luts, "ffs": ecp5.ffs})
+    synth_resources(rep, cells, ecp5)
+    assert rep.luts == 54501 + 2 * 10583 + 2 * 4082
+    assert rep.packed_luts == 54501 + 2 * 10583 + 4 * 4082 + 2 * 4082 == 100159
+    assert "LUT4 sites once packed (LUT RAM with its write slices) 100159 / 83640 119.8%" in rep.table()
+    assert ice40.packed_luts(5000, 0) == 5000          # no LUT RAM in the iCE40 flow
+    rep = Report("tiny", ecp5.name, "dsp", available={"luts": ecp5.luts})
+    synth_resources(rep, {"LUT4": 100, "CCU2C": 10}, ecp5)
+    assert rep.packed_luts == rep.luts == 120 and "once packed" not in rep.table()
+
+
+def test_fit_check_refuses_what_fits_in_luts_but_not_once_packed():
+    """base without link ports on the ECP5-85k: fewer LUTs than the device in the flow's count, more
+    LUT4 sites than it has once its LUT RAM is packed; the check says which and why."""
+    from isa import ChipConfig
+    from rtl.fpga.devices import DEVICES
+    from rtl.fpga.fit import FitError, check, estimate, fpga_build_config
+    dev = DEVICES["ecp5-85k"]
+    cfg = fpga_build_config(ChipConfig.preset("base"), "banked", links=False)
+    est = estimate(cfg, dev, mac="dsp:93+reg2", mem="banked")
+    assert est.luts <= dev.luts < est.packed_luts(dev)
+    with pytest.raises(FitError) as e:
+        check(cfg, dev, mac="dsp:93+reg2", mem="banked")
+    msg = str(e.value)
+    assert f"LUT4 sites once packed {est.packed_luts(dev)} needed > {dev.luts} available" in msg, msg
+    assert f"{est.lut_ram} LUT RAM cells at 6 sites each" in msg, msg
+    tiny = fpga_build_config(ChipConfig.preset("tiny"), "banked")
+    assert check(tiny, dev, mac="dsp+reg2", mem="banked").packed_luts(dev) < dev.luts
 
 
 def test_fpga_cli_refuses_too_big_before_building(tmp_path):
