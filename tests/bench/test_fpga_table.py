@@ -86,7 +86,8 @@ def test_a_row_over_the_device_once_packed_says_so():
     the device, with the packed count; one over in both says both."""
     b = _bench()
     row = {"config": "base", "device": "ecp5-85k", "mac": "dsp:93+reg2", "mem": "banked",
-           "status": "measured, Yosys only", "luts": 83000, "packed_luts": 99000, "ffs": 38000, "dsps": 156, "brams": 123, "fmax_mhz": None,
+           "status": "measured, Yosys only", "luts": 83000, "packed_luts": 99000, "ffs": 38000, "dsps": 156,
+           "brams": 123, "fmax_mhz": None,
            "available": {"luts": 83640, "ffs": 83640, "dsps": 156, "brams": 208}}
     line = b.markdown([row]).splitlines()[-1]
     assert "over the device (99000 LUT4 sites once packed)" in line, line
