@@ -187,8 +187,7 @@ def _lut_product(m, a, digits, name, stages):
     bit of the row above (rows are 2 bits apart, each leaves its two lowest bits free), the top
     row's into a 10-bit increment of that row; all sums are mod 2^16 (the product fits 16 bits).
     With 2 stages the two row pairs' sums are registered (the tree's middle; registering the four
-    rows instead balances the stages better, 106 against 105 MHz for the 8x8 array on the ECP5-25k,
-    but takes 16% more LUTs: docs/fpga.md)."""
+    rows instead balances the stages a little better but takes 11-16% more LUTs: docs/fpga.md)."""
     codes, top = [digits[0:2], digits[2:4], digits[4:6]], digits[6:9].as_signed()
     a9 = Cat(a, a[7])                                   # a sign-extended to 9 bits (2a needs them)
     rows, incs = [], []
