@@ -46,12 +46,13 @@ def _fast_zero_meminit():
         emitter.emit_memory = orig
 
 
-def generate(cfg, chips: int = 1, name: str | None = None, mem: str = "flat") -> str:
+def generate(cfg, chips: int = 1, name: str | None = None, mem: str = "flat", mac: str = "dsp") -> str:
     """Verilog text of ``Chip(cfg)`` (chips == 1) or ``Ring(cfg, chips)``; top module ``name``;
-    ``mem``: how SPM and ACC are built (``rtl/mem.py``)."""
+    ``mem``: how SPM and ACC are built (``rtl/mem.py``); ``mac``: how the array's products are
+    (``rtl/mac.py``; behavioural, no FPGA primitive)."""
     if chips < 1:
         raise ValueError(f"chips must be >= 1, got {chips}")
-    top = Chip(cfg, mem=mem) if chips == 1 else Ring(cfg, chips, mem=mem)
+    top = Chip(cfg, mac=mac, mem=mem) if chips == 1 else Ring(cfg, chips, mac=mac, mem=mem)
     name = name or (f"tetrachip_{cfg.name}" if chips == 1 else f"tetrachip_ring{chips}_{cfg.name}")
     with _fast_zero_meminit():
         return verilog.convert(top, name=name, emit_src=False)

@@ -32,6 +32,9 @@ from rtl.mem import IMPLS
               help="SPM/ACC as built: flat (default, or $TETRACHIP_COSIM_MEM), the FPGA builds' "
                    "live-value-table memories, or banked (a config without banks gets the FPGA flow's: "
                    "SPM in 4 banks, ACC in banks of 16 rows, at least 4; docs/fpga.md)")
+@click.option("--mac", default="dsp", show_default=True,
+              help="the array's products as built (rtl/mac.py): dsp, lut, dsp:N, with +reg or +reg2; "
+                   "lut+reg2 co-simulates every product in LUTs")
 @click.option("--shrink/--no-shrink", default=True, show_default=True,
               help="shrink the first mismatching program to a minimal one (delta debugging on its lines and numbers)")
 @click.option("--waves", "waves_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -41,7 +44,8 @@ from rtl.mem import IMPLS
 @click.option("--compiler", is_flag=True,
               help="random models through tc.compile on the simulator instead (verify/compiler_fuzz.py)")
 def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, json_out: Path | None, show: int,
-             mem: str | None, shrink: bool, waves_dir: Path | None, waves_format: str, compiler: bool) -> None:
+             mem: str | None, mac: str, shrink: bool, waves_dir: Path | None, waves_format: str,
+             compiler: bool) -> None:
     """Run COUNT random programs on the Verilog of a 2-chip ring (one chip for a config with fewer
     than 2 link ports, its programs without link instructions) and on the simulator; compare
     memories, cycles, error codes and per-instruction retire cycles. Exit 1 on any mismatch or an
@@ -58,9 +62,16 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
     if compiler:
         if waves_dir is not None:
             raise usage_error("--waves is for RTL programs, not --compiler", "--waves")
+        if mac != "dsp":
+            raise usage_error("--mac is for RTL programs, not --compiler", "--mac")
         _compiler_fuzz(config, seed, count, json_out, show)
         return
     config = config or "tiny"
+    from rtl.mac import parse_mac
+    try:
+        parse_mac(mac)
+    except ValueError as e:
+        raise usage_error(str(e), "--mac") from None
     from verify.cosim import CosimUnavailable
     from verify.fuzz import run_fuzz
     cfg = ChipConfig.load(config)
@@ -85,14 +96,16 @@ def fuzz_cmd(config: str | None, seed: int, count: int, simulator: str | None, j
             bars[0].close()
     try:
         rep = run_fuzz(cfg, seed, count, simulator, progress=progress, mem=mem, shrink_first=shrink,
-                       waves_dir=waves_dir, waves=waves_format)
+                       waves_dir=waves_dir, waves=waves_format, mac=mac)
     except CosimUnavailable as e:
         raise TetrachipError(f"fuzz: {e}") from None
     for b in bars:
         b.close()
     cov = rep["coverage"]
     banks = f", banks of {cfg.spm_bank_rows}/{cfg.acc_bank_rows} SPM/ACC rows" if cfg.spm_bank_rows > 1 else ""
-    click.echo(f"config {rep['config']} (mem {rep['mem']}{banks}), {rep['simulator']}: {rep['programs']} programs "
+    macs = f", mac {mac}" if mac != "dsp" else ""
+    click.echo(f"config {rep['config']} (mem {rep['mem']}{banks}{macs}), {rep['simulator']}: "
+               f"{rep['programs']} programs "
                f"({rep['illegal']} illegal, {rep['raced']} raced: not compared), seeds {seed}..{seed + count - 1}, "
                f"{rep['rtl_cycles']} RTL cycles, {rep['wall_s']} s")
     click.echo(f"mismatches: {rep['mismatches']}")

@@ -172,13 +172,14 @@ def _mem() -> str:
     return m
 
 
-def _rtl_digest(cfg: ChipConfig, chips: int, simulator: str, mem: str = "flat", waves: str | None = None) -> str:
+def _rtl_digest(cfg: ChipConfig, chips: int, simulator: str, mem: str = "flat", waves: str | None = None,
+                mac: str = "dsp") -> str:
     h = hashlib.sha256()
     for d in ("rtl", "isa"):
         for p in sorted((ROOT / d).glob("*.py")):
             h.update(p.name.encode() + p.read_bytes())
     h.update(repr((cfg.to_dict(), chips, simulator, os.environ.get("TETRACHIP_RTL_BUG", ""), _build_args(simulator),
-                   _makeflags(), mem, waves)).encode())
+                   _makeflags(), mem, waves, mac)).encode())
     h.update(inspect.getsource(wrapper).encode() + inspect.getsource(_runner).encode()
              + inspect.getsource(_icarus_dump_module).encode())
     return h.hexdigest()[:16]
@@ -216,7 +217,7 @@ class Cosim:
 
     def __init__(self, cfg, chips: int = 1, simulator: str | None = None, *, ring: bool | None = None,
                  build_root: Path | None = None, mem: str | None = None, waves: str | None = None,
-                 progress: bool = True):
+                 progress: bool = True, mac: str = "dsp"):
         self.cfg = ChipConfig.load(cfg)
         self.chips = chips
         self.ring = chips > 1 if ring is None else ring
@@ -226,6 +227,9 @@ class Cosim:
             raise CosimUnavailable(why)
         bug = os.environ.get("TETRACHIP_RTL_BUG", "")
         self.mem = mem or _mem()
+        from rtl.mac import parse_mac
+        parse_mac(mac)                  # a bad ``mac`` fails here, before any build
+        self.mac = mac
         # a config that differs from the preset of its name (``--fpga-mem`` depths) gets its own
         # model: two configs of one name would otherwise rebuild each other's
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.cfg.name)      # a folder name whatever the config's name
@@ -234,6 +238,8 @@ class Cosim:
         tag = f"{name}_{'ring' if self.ring else 'chip'}{chips}_{self.simulator}" + (f"_bug_{bug}" if bug else "")
         if self.mem != "flat":
             tag += f"_{self.mem}"
+        if mac != "dsp":
+            tag += "_mac-" + re.sub(r"[^A-Za-z0-9]", "", mac)
         if self.simulator == "verilator" and _opt() != "1":
             tag += f"_O{_opt()}"
         if waves is not None:
@@ -255,7 +261,7 @@ class Cosim:
         """Generate the Verilog and build the model unless the cached one matches. Processes that
         share the build directory (pytest-xdist workers, parallel CLI runs) take turns: one builds,
         the others wait for it and use its model."""
-        digest = _rtl_digest(self.cfg, self.chips, self.simulator, self.mem, self.waves)
+        digest = _rtl_digest(self.cfg, self.chips, self.simulator, self.mem, self.waves, self.mac)
         stamp = self.dir / "stamp"
         if stamp.exists() and stamp.read_text() == digest:
             return self
@@ -296,7 +302,7 @@ class Cosim:
         stamp = self.dir / "stamp"
         t = time.perf_counter()
         src = self.dir / f"{self.top}.v"
-        text = generate(self.cfg, self.chips if self.ring else 1, name=self.top, mem=self.mem)
+        text = generate(self.cfg, self.chips if self.ring else 1, name=self.top, mem=self.mem, mac=self.mac)
         src.write_text(text)
         name, bench = wrapper(text, self.top, self.cfg, self.chips, self.ring)
         (self.dir / "mem_parts.pkl").write_bytes(pickle.dumps(memory_parts(text, self.top, self.ring)))

@@ -578,12 +578,13 @@ def case_job(cfg, case: FuzzCase, max_cycles: int = 20000, chips: int = 2):
 
 def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch: int = 250,
              progress=None, require_all_opcodes: bool = True, mem: str | None = None, shrink_first: bool = True,
-             waves_dir=None, waves: str = "vcd", max_rounds: int = 200) -> dict:
+             waves_dir=None, waves: str = "vcd", max_rounds: int = 200, mac: str = "dsp") -> dict:
     """``count`` random cases (seeds ``seed .. seed+count-1``) on the Verilog of ``Ring(cfg, 2)``
     against ``sim.System`` (a config with fewer than 2 link ports: one ``Chip`` and programs without
     link instructions); returns figures, mismatch reports, coverage (opcode x depth x mode) and
     functional coverage (``functional_points``: what was hit and what was not). ``mem``: how SPM and
-    ACC are built (``rtl.mem.IMPLS``; default ``$TETRACHIP_COSIM_MEM``, else flat).
+    ACC are built (``rtl.mem.IMPLS``; default ``$TETRACHIP_COSIM_MEM``, else flat); ``mac``: the
+    array's products (``rtl/mac.py``: ``"lut+reg2"`` co-simulates every product in LUTs).
 
     On a mismatch, ``shrink_first`` shrinks the first failing case (``shrink_case``: its programs cut
     down while the mismatch persists) into ``"shrunk"``; ``waves_dir``: the failing program (shrunk, if
@@ -597,7 +598,7 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
     t0 = time.perf_counter()
     chips = 2 if cfg.links >= 2 else 1
     ring = chips > 1
-    cs = Cosim(cfg, chips, simulator, mem=mem).build()
+    cs = Cosim(cfg, chips, simulator, mem=mem, mac=mac).build()
     build_s = time.perf_counter() - t0
     points, fpoints, mismatches, failing = set(), set(), [], []
     illegal = cycles = raced = 0
@@ -622,7 +623,7 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
     # (one chip: no link instructions to cover)
     cov = coverage_table(points, ALL_OPCODES if ring else tuple(
         m for m in ALL_OPCODES if BY_MNEMONIC[m].unit not in LINK_UNITS))
-    out = {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "seed": seed, "programs": count,
+    out = {"config": cfg.name, "simulator": cs.simulator, "mem": cs.mem, "mac": mac, "seed": seed, "programs": count,
            "illegal": illegal, "raced": raced, "mismatches": len(mismatches), "reports": mismatches,
            "failing_seeds": [c.seed for c, _ in failing], "rtl_cycles": cycles,
            "build_s": round(build_s, 2), "coverage": cov, "functional": functional_table(fpoints),
@@ -638,7 +639,7 @@ def run_fuzz(cfg, seed: int, count: int, simulator: str | None = None, *, batch:
         srcs = out["shrunk"]["sources"] + [host_text(out["shrunk"]["regs"])] if "shrunk" in out else c.sources
         job = source_job(cfg, c, srcs, chips) or case_job(cfg, c, chips=chips)
         path = Path(waves_dir) / f"fuzz_seed{c.seed}.{waves}"
-        r = Cosim(cfg, chips, simulator, mem=mem, waves=waves).run([job], waves_file=path)[0]
+        r = Cosim(cfg, chips, simulator, mem=mem, waves=waves, mac=mac).run([job], waves_file=path)[0]
         out["waves"] = str(path)
         # a fresh simulator starts from zeroed SPM/ACC: say whether the mismatch shows in this run too
         out["waves_mismatch"] = compare(cfg, job, r, ring=ring) is not None

@@ -89,9 +89,22 @@ def test_banked_memories_get_the_fpga_banks_and_say_so(fake, monkeypatch):
     assert "(mem banked, banks of 256/16 SPM/ACC rows)" in r.output and "2 raced: not compared" in r.output
 
 
+def test_mac_reaches_the_run_and_the_report(fake):
+    calls = fake(dict(_report(False), mac="lut+reg2"))
+    r = CliRunner().invoke(main, ["fuzz", "--count", "3", "--mac", "lut+reg2"])
+    assert r.exit_code == 0, r.output
+    assert calls[0]["mac"] == "lut+reg2" and "(mem flat, mac lut+reg2)" in r.output
+    calls = fake(_report(False))
+    r = CliRunner().invoke(main, ["fuzz", "--count", "3"])
+    assert calls[-1]["mac"] == "dsp" and "mac" not in r.output.splitlines()[0], r.output
+
+
 @pytest.mark.parametrize("args, msg", [
     (["--json", "/nonexistent-dir/x.json"], "does not exist"),
     (["--waves", "/nonexistent-dir"], "no such folder"),
+    (["--mac", "dsp2"], "mac must be 'dsp', 'lut' or 'dsp:N'"),
+    (["--mac", "lut+reg3"], "mac suffix must be"),
+    (["--compiler", "--mac", "lut"], "--mac is for RTL programs"),
 ])
 def test_bad_outputs_are_one_line_before_any_run(fake, args, msg):
     calls = fake(_report(False))
