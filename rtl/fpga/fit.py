@@ -15,6 +15,11 @@ The model counts what dominates ``FpgaTop(cfg)``:
   multipliers (the issue stage's and the VPU lanes'); without link ports (``links = 0``)
   ``NO_LINKS_LUT_BASE + NO_LINKS_LUT_PER_LANE * cols`` LUTs and ``NO_LINKS_FF`` FFs fewer.
 
+* LUT RAM cells (``Estimate.lut_ram``): the SPM/ACC banks and VPU tables in LUT RAM plus
+  ``LUT_RAM_BASE`` (and ``LUT_RAM_LINKS``); each counts as 2 LUTs but takes
+  ``Device.lut_ram_sites`` LUT4 sites once nextpnr packs it, so the check also compares the packed
+  count (``Estimate.packed_luts``) with the device.
+
 Constants are calibrated on Yosys' synth_ecp5 results (docs/fpga.md lists them); the check refuses a
 build whose estimate exceeds the device, and names every resource over.
 """

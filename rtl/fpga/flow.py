@@ -368,13 +368,12 @@ def apply_pnr(rep: Report, pnr: dict, family: str) -> None:
 
     def used(name):
         return int(util.get(name, {}).get("used", 0))
+    rep.packed_luts = None              # ``luts`` are nextpnr's packed cells from here on
     if family == "ecp5":
         rep.luts, rep.ffs = used("TRELLIS_COMB"), used("TRELLIS_FF")
-        rep.packed_luts = None
         rep.dsps, rep.brams = used("MULT18X18D"), used("DP16KD")
     else:
         rep.luts, rep.ffs = used("ICESTORM_LC"), rep.ffs
-        rep.packed_luts = None
         rep.dsps, rep.brams = used("ICESTORM_DSP"), used("ICESTORM_RAM")
     fmax = pnr.get("fmax", {})
     if fmax:
