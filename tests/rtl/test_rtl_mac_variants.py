@@ -62,10 +62,11 @@ class _AllProducts(wiring.Component):
         return m
 
 
-@pytest.mark.parametrize("stages", [0, 1, 2])
+@pytest.mark.parametrize("stages", [0, 2])
 def test_lut_product_exhaustive(stages):
-    """Every int8 x int8 pair (65,536) through the LUT product, with each number of register
-    stages: the product of the operands ``stages`` cycles earlier."""
+    """Every int8 x int8 pair (65,536) through the LUT product, combinational and with the FPGA
+    build's two register stages (its middle registers): the product of the operands ``stages``
+    cycles earlier. (One stage, an output register, runs in the array tests with ``lut+reg``.)"""
     dut = _AllProducts(stages)
     weights = list(range(-128, 128))
 
