@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from isa import ChipConfig  # noqa: E402
 from isa.outputs import write_atomic  # noqa: E402
 from rtl.fpga.devices import DEVICES  # noqa: E402
-from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, banked_config, default_banks, estimate,  # noqa: E402
+from rtl.fpga.fit import (DSP_BASE, DSP_PER_LANE, Estimate, banked_config, default_banks, estimate,  # noqa: E402
                           estimate_array, fpga_build_config, fpga_memory, parse_banks)
 from rtl.fpga.flow import FlowError, built_mac, report_memories, synth, synth_array  # noqa: E402
 from rtl.mem import BANKED, FPGA_IMPL, IMPLS  # noqa: E402
@@ -191,9 +191,7 @@ def run_array(rows, cols, devname, mac, *, pnr, freq, out, timeout, tools=True, 
 
 
 def row_over(row, dev) -> bool:
-    e = row["estimate"]
-    return (any(e[k] > getattr(dev, k) for k in ("luts", "ffs", "dsps", "brams"))
-            or dev.packed_luts(e["luts"], e.get("lut_ram", 0)) > dev.luts)
+    return bool(Estimate(**row["estimate"]).over(dev))
 
 
 def _mem_cell(r) -> str:

@@ -150,7 +150,6 @@ LUT_PER_FF_MEM_BIT_PORT = 1.8
 # lvt memories (rtl/mem.py), measured on RowMemory alone with the chip's ports (docs/fpga.md):
 # SPM 64 rows x 32/64/128 bits: 4,506 / 7,710 / 16,448 LUT; ACC 16 rows x 128/256/512 bits:
 # 5,987 / 12,261 / 24,039 LUT
-LUT_PER_RAM16X4 = LUT_RAM_COUNTED   #: a TRELLIS_DPR16X4 counts as 2 LUTs (the flow's count, rtl/fpga/flow.py)
 #: LUT RAM cells besides SPM/ACC banks and the VPU's lookup tables: the queues' storage and the
 #: issue stage's loop registers (Yosys, ``--fpga-mem`` banked builds without link ports, 2026-12-06:
 #: tiny 1,483 cells less 640 of ACC and 32 of the VPU's tables, small 2,124 less 1,280, base 3,914
@@ -246,10 +245,10 @@ def _memory(width, depth, ports, dev, mem="flat", lanes=1, bank_rows=1):
         rows = min(bank_rows, depth)
         nb, copies = cdiv(depth, rows), r_sync + r_comb
         lut_ram = rows <= LUTRAM_DEPTH and mem == "banked"
-        luts = ((nb * copies * cdiv(width, 4) * LUT_PER_RAM16X4 if lut_ram else 0)
+        cells = nb * copies * cdiv(width, 4) if lut_ram else 0
+        luts = (cells * LUT_RAM_COUNTED
                 + nb * (width + lanes) * (w - 1) * LUT_PER_SEL_INPUT + copies * width * (nb - 1) * LUT_PER_SEL_INPUT)
         ffs = r_sync * width if lut_ram else 0
-        cells = nb * copies * cdiv(width, 4) if lut_ram else 0
         return int(luts), ffs, 0 if lut_ram else nb * copies * _bram_blocks(width, rows, dev), cells
     # lvt (rtl/mem.py): a bank per (write, read) port pair, a live-value table (a bank number per
     # row and lane, in flip-flops), a bank select per read port; combinational banks (and
@@ -258,7 +257,7 @@ def _memory(width, depth, ports, dev, mem="flat", lanes=1, bank_rows=1):
     cells = cdiv(depth, LUTRAM_DEPTH)
     sync_lut = depth <= LUTRAM_DEPTH and mem != "lvt-bram"      # registered-read banks in LUT RAM
     lut_banks = w * (r_comb + (r_sync if sync_lut else 0))
-    per_bit = (lut_banks * cells * LUT_PER_RAM16X4 / 4 + w * r_comb * (cells - 1) * LUT_PER_RAM_DEPTH_MUX
+    per_bit = (lut_banks * cells * LUT_RAM_COUNTED / 4 + w * r_comb * (cells - 1) * LUT_PER_RAM_DEPTH_MUX
                + (r_sync + r_comb) * (w - 1) * LUT_PER_SEL_INPUT)
     sel = max(1, (w - 1).bit_length())
     ffs = depth * sel * lanes + (w * r_sync * width if sync_lut else 0)
