@@ -58,7 +58,7 @@ from isa.timing import BRANCH_PENALTY, SLD_PENALTY
 from .decode import Decoder
 from .dma import dram_window
 from .issue_parts import QUEUED, IssueCheck, LoopRegisters, ScalarAlu, TokenCounters, one_of
-from .queue import EntrySignature, entry_layout, pack
+from .queue import EntrySignature, entry_layout, narrow_fields, pack
 from .unit import ACC_BITS, ERR_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, TokenSignature
 from .logic import any_of
 
@@ -367,12 +367,13 @@ class IssueStage(wiring.Component):
         lo, hi = dram_window(m, cfg, dec_d.view.dma, stage=d_to_i, v_next=w.dma)
         svals = [(fmt_is(fmt), fmt, val) for fmt, (_, _, val) in _SVAL.items()]
         entry = Signal(entry_layout(cfg))
+        bases = [sums[k][:32] for k in range(STRIDE_SLOTS)]
+        jumps = [[loops.jump[j][k] for k in range(STRIDE_SLOTS)] for j in range(MAX_REPEAT_DEPTH)]
         m.d.comb += entry.eq(pack(m, entry_layout(cfg), {
             "word": p_word, "pc": pc[:pcw], "q": self.cycles, "depth": hdr.rep_depth, "zero": loops.zero,
             "dram_lo": lo, "dram_hi": hi, "cnt_m2": [loops.cnt_m2[j] for j in range(MAX_REPEAT_DEPTH)],
             "cnt_one": loops.cnt_one,
-            "jump": [[loops.jump[j][k] for k in range(STRIDE_SLOTS)] for j in range(MAX_REPEAT_DEPTH)],
-            "base": [sums[k][:32] for k in range(STRIDE_SLOTS)],
+            "jump": jumps, "base": bases, **narrow_fields(cfg, bases, jumps),
             "sval": Mux(sval_reg, rport[READ_PORTS - 1], one_of([(c, v) for c, v in grouped(svals)], 32))},
             name="entry_part"))
         # a queued instruction is not sld/sst: of its own errors only the pc and legality checks

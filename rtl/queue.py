@@ -16,6 +16,22 @@ jumps (``nest_jumps`` is the same in Python); the sequencer keeps each slot's cu
 a register, ``base_k`` when the entry becomes the head, and adds the advancing level's jump to it
 (all modulo 2**32, as the addresses are).
 
+Row addresses in fewer bits (``narrow`` slots: a slot no instruction of the unit uses for a DRAM
+address): an SPM/ACC row address matters only while it lies inside its memory, since the first
+instance whose address falls outside stops the chip with ``ADDRESS_RANGE`` (an entry whose rows
+are not checked, n = 0, uses no row either). Such a slot keeps its base and jumps in
+``W = narrow_bits(cfg)`` bits and its current address in a W-bit register. A value is *big* when
+its 32 bits lie outside ``[-2**(W-2), 2**(W-2))`` (``2**(W-2)`` is at least the deeper memory's
+rows): a big base is stored as ``sentinel(W)`` (``-2**(W-1)``, outside every memory), a jump as
+its low W bits and the flag big. From an address inside the memories a jump that is not big lands
+on the exact address (no W-bit overflow), and a big one outside them whatever the 32-bit wrap:
+the sequencer then gives ``sentinel``. So up to the first instance whose address lies outside the
+memories the unit sees the 32-bit address, and at that instance an address outside them too:
+what its range checks and row ports see is the same (after it the chip has stopped, or the slot
+is not used). The issue stage computes the narrow bases and the flags once for every queue
+(``narrow_fields``); on an FPGA a row slot's entry then takes ``W + 4 (W + 1)`` bits of LUT RAM
+instead of 160, and its running address a W-bit adder.
+
 The head entry is held in a register (``hreg``), loaded ahead from the queue's memory: nothing a
 unit reads of its head entry passes through the memory's read or an adder in the cycle it starts.
 The register holds only that; the jumps and trip counts the sequencer steps with are read from a
@@ -39,7 +55,7 @@ from isa.timing import QUEUE_DEPTH
 from .decode import word_layout
 
 __all__ = ["entry_layout", "RepeatQueue", "EntrySignature", "UNITS", "INDEX_BITS", "event_width", "nest_jumps", "pack",
-           "unit_reads"]
+           "unit_reads", "narrow_bits", "narrow_fields", "sentinel"]
 
 UNITS = len(Unit)
 #: width of an instance index on the trace port (wraps modulo 2**32)
@@ -66,8 +82,35 @@ def unit_reads(cfg, unit: Unit) -> dict:
     and ``word_bits`` (the low bits of the word its formats occupy)."""
     mine = [i for i in INSTRUCTIONS if i.unit == unit]
     formats = isa_layout(cfg).formats
-    return {"slots": max(len(i.slots) for i in mine),
-            "word_bits": max(s.lo + s.width for i in mine for s in formats[i.format])}
+    slots = max(len(i.slots) for i in mine)
+    dram = {k for i in mine for k, name in enumerate(i.slots) if name == "dram"}
+    return {"slots": slots, "word_bits": max(s.lo + s.width for i in mine for s in formats[i.format]),
+            "narrow": tuple(k for k in range(slots) if k not in dram)}
+
+
+def narrow_bits(cfg) -> int:
+    """W: the bits of a row slot's base, jumps and running address (the module docstring): the
+    least with ``2**(W-2) >= max(spm_rows, acc_rows)``; 32 (nothing narrowed) if that is more."""
+    return min(clog2(max(cfg.spm_rows, cfg.acc_rows)) + 2, 32)
+
+
+def sentinel(w: int) -> int:
+    """A narrow slot's address for a big base or jump: outside every memory (``-2**(w-1)``)."""
+    return -(1 << (w - 1))
+
+
+def _big(x, w):
+    """``x`` (32 bits) lies outside ``[-2**(w-2), 2**(w-2))``: its bits from ``w - 2`` up differ."""
+    top = x.as_unsigned()[w - 2:]
+    return ~((top == 0) | (top == (1 << len(top)) - 1))
+
+
+def narrow_fields(cfg, base, jump) -> dict:
+    """The entry's narrow fields (``entry_layout``) of its slots' 32-bit ``base[k]`` and
+    ``jump[j][k]``: ``nbase`` (the low W bits, or ``sentinel`` when big) and ``jbig``."""
+    w = narrow_bits(cfg)
+    return {"nbase": [Mux(_big(base[k], w), sentinel(w), base[k][:w]) for k in range(STRIDE_SLOTS)],
+            "jbig": [Cat(*[_big(jump[j][k], w) for k in range(STRIDE_SLOTS)]) for j in range(MAX_REPEAT_DEPTH)]}
 
 
 #: bits of a DMA entry's DRAM window bounds (``rtl.dma.dram_window``)
@@ -78,7 +121,8 @@ def entry_layout(cfg) -> data.StructLayout:
     """``cnt_m2[j]`` (level j's trip count - 2, mod 2**32), bit j of ``cnt_one`` (it counts 1) and
     ``jump[j]`` mean something for the levels of the nest only (j < depth); ``zero``:
     some level of the nest counts 0 (the entry has no instance); ``dram_lo``/``dram_hi``: a DMA
-    instruction's DRAM window (``rtl.dma.dram_window``)."""
+    instruction's DRAM window (``rtl.dma.dram_window``); ``nbase``, ``jbig``: the narrow
+    slots' bases and jumps' flags (``narrow_fields``)."""
     return data.StructLayout({
         "word": word_layout(cfg),
         "pc": unsigned(clog2(cfg.imem_words)),
@@ -91,6 +135,8 @@ def entry_layout(cfg) -> data.StructLayout:
         "cnt_m2": data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH),
         "cnt_one": unsigned(MAX_REPEAT_DEPTH),
         "jump": data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH),
+        "nbase": data.ArrayLayout(signed(narrow_bits(cfg)), STRIDE_SLOTS),
+        "jbig": data.ArrayLayout(unsigned(STRIDE_SLOTS), MAX_REPEAT_DEPTH),
     })
 
 
@@ -153,14 +199,19 @@ class RepeatQueue(wiring.Component):
     """
 
     def __init__(self, cfg, slots: int = STRIDE_SLOTS, sval: bool = True, dram: bool = True,
-                 word_bits: int = WORD_BITS):
+                 word_bits: int = WORD_BITS, narrow: tuple[int, ...] = ()):
         # what the unit reads of an entry: its first ``slots`` stride slots (``addr[k]`` of the
         # others is 0), ``sval``, the DRAM window, the low ``word_bits`` of the instruction word
         # (its formats' fields; the reserved bits above are 0 in an issued word); the rest is not
-        # stored (on an FPGA each entry bit costs LUT RAM, and each slot a running offset and adder)
+        # stored (on an FPGA each entry bit costs LUT RAM, and each slot a running offset and adder).
+        # ``narrow``: the slots that hold SPM/ACC row addresses only, kept in ``narrow_bits(cfg)``
+        # bits (the module docstring; none when that is 32)
         assert 0 <= slots <= STRIDE_SLOTS and 0 < word_bits <= WORD_BITS
+        assert all(0 <= k < slots for k in narrow), (narrow, slots)
         self.cfg, self.slots, self.has_sval, self.has_dram = cfg, slots, sval, dram
         self.word_bits = word_bits
+        self.w = narrow_bits(cfg)
+        self.narrow = frozenset(narrow) if self.w < 32 else frozenset()
         super().__init__({
             "push": In(EntrySignature(cfg)),
             "valid": Out(1), "zero": Out(1), "word": Out(word_layout(cfg)),
@@ -183,7 +234,8 @@ class RepeatQueue(wiring.Component):
         kept = [(Value.cast(pe.word)[:nw], Value.cast(e.word)[:nw]), (pe.pc, e.pc), (pe.q, e.q)]
         i_base = len(kept)          # (fields[i_base + k]: base[k]; fields[i_one] below: cnt_one)
         # (``None``: stored, read ahead when the entry becomes the head, not held in ``hreg``)
-        kept += [(pe.base[k], None) for k in range(S)]
+        W, narrow = self.w, self.narrow
+        kept += [(pe.nbase[k] if k in narrow else pe.base[k], None) for k in range(S)]
         if self.has_sval:
             kept.append((pe.sval, e.sval))
         if self.has_dram:
@@ -251,21 +303,30 @@ class RepeatQueue(wiring.Component):
         # addresses' adders and the end flags, which a start enables, not the start itself. Written
         # at ``tail`` in every cycle the queue is not full (a full queue's ``tail`` is the head's slot).
         D = MAX_REPEAT_DEPTH
-        jump_shape = lay["jump"].shape.elem_shape.elem_shape
-        slow = data.StructLayout({"jump": data.ArrayLayout(data.ArrayLayout(jump_shape, S), D),
-                                  "cnt_m2": lay["cnt_m2"].shape, "cnt_one": lay["cnt_one"].shape})
+        # (a narrow slot's jump: its low W bits and its flag ``big``)
+        jfields, jvals = {}, {}
+        for j in range(D):
+            for k in range(S):
+                jfields[f"jump{j}_{k}"] = signed(W) if k in narrow else signed(32)
+                jvals[f"jump{j}_{k}"] = pe.jump[j][k][:W] if k in narrow else pe.jump[j][k]
+                if k in narrow:
+                    jfields[f"big{j}_{k}"], jvals[f"big{j}_{k}"] = unsigned(1), pe.jbig[j][k]
+        slow = data.StructLayout({**jfields, "cnt_m2": lay["cnt_m2"].shape, "cnt_one": lay["cnt_one"].shape})
         m.submodules.smem = smem = memory.Memory(shape=slow, depth=QUEUE_DEPTH, init=[])
         swp, srp = smem.write_port(), smem.read_port(domain="comb")
         head = Signal(range(QUEUE_DEPTH))       # the head entry's slot
         m.d.comb += [swp.addr.eq(tail), swp.en.eq(self.push.ready), srp.addr.eq(head),
-                     swp.data.eq(pack(m, slow, {"jump": [[pe.jump[j][k] for k in range(S)] for j in range(D)],
-                                                "cnt_m2": [pe.cnt_m2[j] for j in range(D)],
+                     swp.data.eq(pack(m, slow, {**jvals, "cnt_m2": [pe.cnt_m2[j] for j in range(D)],
                                                 "cnt_one": pe.cnt_one}, name="slow_part"))]
-        jump, h_m2, h_one = srp.data.jump, srp.data.cnt_m2, srp.data.cnt_one
+        h_m2, h_one = srp.data.cnt_m2, srp.data.cnt_one
+
+        def jump(j, k):
+            return srp.data[f"jump{j}_{k}"]
 
         # nest state of the head entry: every level's index, every slot's current address
         idx = [Signal(32, name=f"idx{j}") for j in range(D)]
-        cur = [Signal(signed(32), name=f"cur{k}") for k in range(S)]   # slot k's address: base + offset
+        # slot k's address: base + offset (a narrow slot's in W bits)
+        cur = [Signal(signed(W if k in narrow else 32), name=f"cur{k}") for k in range(S)]
         first = Signal(init=1)      # no instance of the head entry has started yet
         # a level outside the nest (j >= depth) has one iteration: it is always at its end and its
         # index stays 0
@@ -324,13 +385,17 @@ class RepeatQueue(wiring.Component):
         with m.Elif(moves):
             m.d.sync += first.eq(0)
         # a slot's address: the entry's base when it becomes the head, then each step's jump added
+        # (a narrow slot: its base in W bits; a big jump gives ``sentinel``)
         for k in range(S):
+            moved = cur[k] + Array(jump(j, k) for j in range(D))[lvl]
+            if k in narrow:
+                moved = Mux(Array(srp.data[f"big{j}_{k}"] for j in range(D))[lvl], sentinel(W), moved)
             with m.If(load_pushed):
-                m.d.sync += cur[k].eq(pe.base[k])
+                m.d.sync += cur[k].eq(pe.nbase[k] if k in narrow else pe.base[k])
             with m.Elif(load_next):
                 m.d.sync += cur[k].eq(field(rp.data, i_base + k))
             with m.Elif(moves):
-                m.d.sync += cur[k].eq(cur[k] + Array(jump[j][k] for j in range(D))[lvl])
+                m.d.sync += cur[k].eq(moved)
         outer = Const(0)            # a level outside this one advances: this one restarts
         for j in range(D):
             with m.If(pop | (moves & outer)):

@@ -14,11 +14,12 @@ from isa import ChipConfig, Instruction, encode
 from isa import semantics as sem
 from isa.encoding import decode
 from isa.errors import DecodeError
+from isa.semantics import wrap32_int
 from isa.table import BY_MNEMONIC, INSTRUCTIONS, VPU_BINARY, VPU_UNARY, WORD_BITS, Space, derived_widths, layout
 from isa.timing import QUEUE_DEPTH
 from rtl.decode import Decoder
 from rtl.dma import dram_window
-from rtl.queue import RepeatQueue, nest_jumps, unit_reads
+from rtl.queue import RepeatQueue, narrow_bits, narrow_fields, nest_jumps, sentinel, unit_reads
 from rtl.vpu import ALU_OPS, VpuAlu
 from tests.rtl.rtl_helpers import pack, run, unpack
 
@@ -88,6 +89,28 @@ def test_decoder_matches_isa_decode(name):
     assert run(dut, bench, clock=False) > 100
 
 
+def _narrow(x: int, w: int) -> tuple[int, int]:
+    """A narrow slot's (value, big) of a 32-bit base or jump, as the module docstring of rtl/queue.py
+    states it (the reference for ``narrow_fields``)."""
+    big = not -(1 << (w - 2)) <= wrap32_int(x) < (1 << (w - 2))
+    return (sentinel(w) if big else wrap32_int(x)), int(big)
+
+
+def set_nest(ctx, e, depth, jumps, bases):
+    """Push-side nest fields of entry ``e``: the 32-bit jumps and bases and their narrow forms."""
+    w = narrow_bits(TINY)
+    jbig = [0] * 4
+    for j in range(4):
+        for k in range(3):
+            jk = jumps[j][k] if j < depth else 0
+            ctx.set(e.jump[j][k], jk)
+            jbig[j] |= _narrow(jk, w)[1] << k
+        ctx.set(e.jbig[j], jbig[j])
+    for k in range(3):
+        ctx.set(e.base[k], bases[k])
+        ctx.set(e.nbase[k], _narrow(bases[k], w)[0])
+
+
 @pytest.mark.parametrize("pruned,pace", [(False, "full"), (True, "full"), (False, "sparse")])
 def test_repeat_queue_matches_expand_nest(pruned, pace):
     """The full queue, and one that stores only what the MXU reads (its 2 stride slots, the mm/lw
@@ -139,11 +162,7 @@ def test_repeat_queue_matches_expand_nest(pruned, pace):
                 for j in range(4):
                     ctx.set(e.cnt_m2[j], (counts[j] - 2) % (1 << 32) if j < depth else 0)
                 ctx.set(e.cnt_one, sum(1 << j for j in range(depth) if counts[j] == 1))
-                for j in range(4):
-                    for k in range(3):
-                        ctx.set(e.jump[j][k], jumps[j][k] if j < depth else 0)
-                for k in range(3):
-                    ctx.set(e.base[k], bases[k])
+                set_nest(ctx, e, depth, jumps, bases)
                 pushed += 1
             else:
                 ctx.set(dut.push.valid, 0)
@@ -160,6 +179,120 @@ def test_repeat_queue_matches_expand_nest(pruned, pace):
             assert first == (i == 0) and last == (i == T - 1)
             assert wait == (0b10 if sync == 0 or i == 0 else 0)
             assert sig == (0b100 if sync == 0 or i == T - 1 else 0)
+
+
+@pytest.mark.parametrize("name", ["tiny", "small", "base"])
+def test_narrow_fields_match_the_rule(name):
+    """The issue stage's ``narrow_fields`` against ``_narrow`` over values at and around the
+    narrow bounds and anywhere in 32 bits."""
+    cfg = ChipConfig.preset(name)
+    w = narrow_bits(cfg)
+    edges = [b + d for b in (0, 1 << (w - 2), -(1 << (w - 2)), 1 << (w - 1), -(1 << (w - 1)), 1 << 31)
+             for d in (-1, 0, 1)]
+    rng = np.random.default_rng(5)
+    values = edges + [int(v) for v in rng.integers(-(1 << 31), 1 << 31, 60)] \
+        + [int(v) for v in rng.integers(-(1 << w), 1 << w, 60)]
+    m = Module()
+    base = [Signal(signed(32), name=f"base{k}") for k in range(3)]
+    jump = [[Signal(signed(32), name=f"jump{j}_{k}") for k in range(3)] for j in range(4)]
+    f = narrow_fields(cfg, base, jump)
+    nbase = [Signal(signed(w), name=f"nbase{k}") for k in range(3)]
+    jbig = [Signal(3, name=f"jbig{j}") for j in range(4)]
+    m.d.comb += [nbase[k].eq(f["nbase"][k]) for k in range(3)]
+    m.d.comb += [jbig[j].eq(f["jbig"][j]) for j in range(4)]
+
+    async def bench(ctx):
+        n = 0
+        for i in range(0, len(values), 3):
+            vs = [wrap32_int(v) for v in (values[i:i + 3] + [0, 0])[:3]]
+            for k in range(3):
+                ctx.set(base[k], vs[k])
+                ctx.set(jump[i % 4][k], vs[k])
+            for k in range(3):
+                assert ctx.get(nbase[k]) == _narrow(vs[k], w)[0], (vs[k], w)
+                assert (ctx.get(jbig[i % 4]) >> k) & 1 == _narrow(vs[k], w)[1], (vs[k], w)
+                n += 1
+        return n
+
+    assert run(m, bench, clock=False) == len(range(0, len(values), 3)) * 3
+
+
+def test_narrow_slots_keep_every_address_inside_the_memories():
+    """A unit's row slots (``narrow``, here all three) in ``narrow_bits`` bits: over nests whose
+    bases and strides run from inside the memories to far outside them and wrap around 2**32,
+    every instance up to the first whose 32-bit address leaves ``[0, rows)`` (rows: the deeper
+    memory's; the unit's range check stops the chip there) gets that exact address, and that
+    first one an address outside ``[0, rows)`` too. The entries' narrow fields come from
+    ``_narrow``, the docstring's rule."""
+    rng = np.random.default_rng(21)
+    rows = max(TINY.spm_rows, TINY.acc_rows)
+    w = narrow_bits(TINY)
+    assert w < 32 and (1 << (w - 2)) >= rows
+    dut = RepeatQueue(TINY, narrow=(0, 1, 2))
+
+    def value(scale):
+        kind = rng.integers(0, 5)
+        if kind == 0:                               # anywhere in 32 bits
+            return int(rng.integers(-(1 << 31), 1 << 31))
+        if kind == 1:                               # just past a narrow bound or the memories'
+            return int(rng.choice([-1, 1])) * int(rng.choice([rows, 1 << (w - 2), 1 << (w - 1), 1 << w])) \
+                + int(rng.integers(-3, 3))
+        if kind == 2:                               # a wrap: about 2**32 away from inside
+            return int(rng.integers(0, rows)) + int(rng.choice([-1, 1])) * (1 << 31) * 2 - int(rng.integers(0, 4))
+        return int(rng.integers(-scale, scale))     # small
+
+    entries = []
+    for _ in range(300):
+        depth = int(rng.integers(0, 4))
+        counts = [int(rng.integers(1, 4)) for _ in range(depth)]
+        strides = [[wrap32_int(value(rows // 4) if rng.random() < 0.3 else int(rng.integers(-rows // 8, rows // 8)))
+                     for _ in range(3)] for _ in range(depth)]
+        bases = [wrap32_int(value(rows) if rng.random() < 0.4 else int(rng.integers(0, rows))) for _ in range(3)]
+        entries.append((depth, counts, strides, bases))
+
+    async def bench(ctx):
+        got = [[] for _ in entries]
+        pushed = head = 0
+        for _ in range(6000):
+            start = ctx.get(dut.valid) or ctx.get(dut.zero)
+            if start:
+                got[head].append([ctx.get(dut.addr[k]) for k in range(3)])
+                if ctx.get(dut.last):
+                    head += 1
+            ctx.set(dut.start, start)
+            ready = pushed < len(entries) and ctx.get(dut.push.ready)
+            ctx.set(dut.push.valid, ready)
+            if ready:
+                depth, counts, strides, bases = entries[pushed]
+                e = dut.push.entry
+                ctx.set(e.word.as_value(), encode(Instruction.make("mxu.mm", rep_base=0, rep_depth=0), TINY)
+                        | (depth << layout(TINY).formats["mm"][1].lo))
+                ctx.set(e.depth, depth)
+                for j in range(4):
+                    ctx.set(e.cnt_m2[j], (counts[j] - 2) % (1 << 32) if j < depth else 0)
+                ctx.set(e.cnt_one, sum(1 << j for j in range(depth) if counts[j] == 1))
+                set_nest(ctx, e, depth, nest_jumps(counts, strides), bases)
+                pushed += 1
+            await ctx.tick()
+            if head == len(entries):
+                break
+        return got
+
+    got = run(dut, bench)
+    inside = outside = 0
+    for (_, counts, strides, bases), g in zip(entries, got):
+        want = sem.expand_nest(counts, strides, bases).tolist()
+        assert len(g) == len(want)
+        for k in range(3):
+            for gi, wi in zip(g, want):
+                if 0 <= wi[k] < rows:
+                    assert gi[k] == wi[k]
+                    inside += 1
+                else:
+                    assert not 0 <= gi[k] < rows, (gi[k], wi[k])
+                    outside += 1
+                    break                           # the chip stops here
+    assert inside > 1000 and outside > 150, (inside, outside)
 
 
 @pytest.mark.parametrize("name", ["tiny", "small", "tpu"])
