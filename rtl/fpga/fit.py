@@ -151,41 +151,46 @@ LUT_PER_FF_MEM_BIT_PORT = 1.8
 # SPM 64 rows x 32/64/128 bits: 4,506 / 7,710 / 16,448 LUT; ACC 16 rows x 128/256/512 bits:
 # 5,987 / 12,261 / 24,039 LUT
 #: LUT RAM cells besides SPM/ACC banks and the VPU's lookup tables: the queues' storage and the
-#: issue stage's loop registers (Yosys, ``--fpga-mem`` banked builds without link ports, 2026-12-06:
-#: tiny 1,483 cells less 640 of ACC and 32 of the VPU's tables, small 2,124 less 1,280, base 3,914
-#: less 2,560 and 512: 811, 844 and 842)
-LUT_RAM_BASE = 832
-LUT_RAM_LINKS = 167           #: the two link units' queues (tiny 1,649 and base 4,082 with them: 166, 168)
+#: issue stage's loop registers (Yosys, ``--fpga-mem`` banked builds without link ports, with the
+#: queues' row slots in ``narrow_bits`` bits, 2026-12-07: tiny 1,298 cells less 640 of ACC, small
+#: 1,938 less 1,280: 658 both; 843 and 844 before the narrow slots)
+LUT_RAM_BASE = 658
+LUT_RAM_LINKS = 114           #: the two link units' queues (tiny 1,412 and small 2,052 with them; 167 before)
 LUT_PER_SEL_INPUT = 1.33      #: bank select: per row bit, read port and write port beyond the first
 LUT_PER_RAM_DEPTH_MUX = 2.1   #: per row bit of a combinational bank and 16-row cell beyond the first
 # The rest of the chip (issue stage, queues, DMA, VPU, links, host top), calibrated on two whole-chip
 # runs, FpgaTop(tiny --fpga-mem --mem lvt) and FpgaTop(small --fpga-mem --mem lvt) (SPM 64 rows, ACC
 # 16), mac="dsp+reg2" with the DSP registers, the flow's ABC script with structural choices, the
-# chip's idle links built without their memory ports: 28,691 / 43,716 LUT, 10,243 / 18,498 FF, 43 /
-# 103 DSP (Yosys, 2026-12-06); minus the array's and the memories' terms above, the difference of
-# the two gives the per-lane part (docs/fpga.md). (The first calibration, mac="dsp", before the
+# chip's idle links built without their memory ports, the queues' row slots in ``narrow_bits`` bits:
+# 25,554 / 41,811 LUT, 10,027 / 18,282 FF, 43 / 103 DSP (Yosys, 2026-12-07); minus the array's and
+# the memories' terms above, the difference of the two gives the per-lane part (docs/fpga.md).
+# (With 32-bit row slots, 2026-12-06: 28,691 / 43,716 LUT and 10,243 / 18,498 FF gave 14980 + 2178
+# per lane and 4708 + 244. The first calibration, mac="dsp", before the
 # structural choices and with the link ports: 32,624 / 49,854 LUT and 13,399 / 22,685 FF gave
 # 16707 + 2373 per lane and 5809 + 710; before the head registers and the delayed table writes,
 # 2015 LUT and 379 FF per lane; with a table per row and three combinational reads, 330 and 335.)
-LUT_BASE, LUT_PER_LANE = 14980, 2178
-FF_BASE, FF_PER_LANE = 4708, 244
+LUT_BASE, LUT_PER_LANE = 10611, 2486
+FF_BASE, FF_PER_LANE = 4492, 244
 # The same with mem="banked", calibrated on the default FPGA build (``--fpga-mem``: SPM 256 rows in 4
 # block RAM banks, ACC 64 in 4 LUT RAM banks), mac="dsp+reg2" with the DSP registers, the flow's ABC
-# script with structural choices (``&dch``), the idle links without their memory ports:
-# FpgaTop(tiny) and FpgaTop(small) 24,247 / 37,004 LUT, 7,780 / 13,423 FF (Yosys, 2026-12-06).
-# (Before, with the link ports: 24,978 / 38,605 LUT and 7,906 / 13,645 FF gave 12665 + 919 per lane
+# script with structural choices (``&dch``), the idle links without their memory ports, the queues'
+# row slots in ``narrow_bits`` bits: FpgaTop(tiny) and FpgaTop(small) 22,895 / 35,471 LUT, 7,582 /
+# 13,225 FF (Yosys, 2026-12-07). (With 32-bit row slots, 2026-12-06: 24,247 / 37,004 LUT and 7,780 /
+# 13,423 FF gave 12802 + 925 per lane and 4857 + 231; before, with the link ports: 24,978 / 38,605
+# LUT and 7,906 / 13,645 FF gave 12665 + 919 per lane
 # and 4887 + 255; at the LVT build's depths, SPM 64 rows in 16-row banks and ACC 16 in 4-row,
 # without ``&dch``: 25,564 / 40,099 LUT, 8,017 / 13,868 FF gave 12343 + 1050 and 4886 + 235; before
 # the loop counts as count - 2, 14113 + 1022; the first banked builds, 16654 + 796 and 6834 + 739.)
-BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 12802, 925
-BANKED_FF_BASE, BANKED_FF_PER_LANE = 4857, 231
+BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 11631, 880
+BANKED_FF_BASE, BANKED_FF_PER_LANE = 4659, 231
 #: what a chip without link ports (``links = 0``, ``fpga synth/build --no-links``) does not build: the
 #: link units, their queues and the token counters of their signals. Measured on FpgaTop(tiny) and
-#: FpgaTop(small) --fpga-mem, banked (Yosys, 2026-12-06): 24,247 -> 22,357 and 37,004 -> 34,879 LUT
-#: (1,890 and 2,125 fewer), 7,780 -> 7,136 and 13,423 -> 12,779 FF (644 fewer on both: the idle
-#: links carry no row data, so their flip-flops do not grow with the lanes)
-NO_LINKS_LUT_BASE, NO_LINKS_LUT_PER_LANE = 1655, 59
-NO_LINKS_FF = 644
+#: FpgaTop(small) --fpga-mem, banked, with the queues' row slots in ``narrow_bits`` bits (Yosys,
+#: 2026-12-07): 22,895 -> 21,209 and 35,471 -> 33,630 LUT (1,686 and 1,841 fewer), 7,582 -> 6,982
+#: and 13,225 -> 12,625 FF (600 fewer on both: the idle links carry no row data, so their flip-flops
+#: do not grow with the lanes). (With 32-bit row slots: 1,890 and 2,125 LUT, 644 FF.)
+NO_LINKS_LUT_BASE, NO_LINKS_LUT_PER_LANE = 1530, 39
+NO_LINKS_FF = 600
 DSP_BASE = 15                 #: the issue stage's multipliers (loop rewinds, the scalar mul)
 DSP_PER_LANE = {"ecp5": 3, "ice40": 3}   #: the VPU lane's shared multiplier (32 x 32 in 3 blocks)
 
