@@ -182,7 +182,9 @@ class RepeatQueue(wiring.Component):
       valid     Out(1)                 the head entry has an instance to start (T > 0)
       zero      Out(1)                 the head entry has no instance (T = 0): ``start`` pops it
       word      Out(word_layout)       the head entry's instruction
-      addr      Out(ArrayLayout(signed(32), 3))  the current instance's slot addresses
+      addr      Out(ArrayLayout(signed(32), 3))  the current instance's slot addresses (a ``narrow``
+                                       slot's: the 32-bit address up to the first instance outside
+                                       the memories, the module docstring)
       sval      Out(signed(32))        the scalar operand snapshotted at issue
       dram_lo, dram_hi Out(signed(33)) a DMA entry's DRAM window (``rtl.dma.dram_window``)
       first     Out(1)                 current instance is the first of its nest

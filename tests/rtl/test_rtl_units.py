@@ -217,7 +217,7 @@ def test_narrow_fields_match_the_rule(name):
     assert run(m, bench, clock=False) == len(range(0, len(values), 3)) * 3
 
 
-def test_narrow_slots_keep_every_address_inside_the_memories():
+def test_narrow_slots_give_the_address_up_to_the_first_outside_the_memories():
     """A unit's row slots (``narrow``, here all three) in ``narrow_bits`` bits: over nests whose
     bases and strides run from inside the memories to far outside them and wrap around 2**32,
     every instance up to the first whose 32-bit address leaves ``[0, rows)`` (rows: the deeper
