@@ -96,9 +96,17 @@ def _narrow(x: int, w: int) -> tuple[int, int]:
     return (sentinel(w) if big else wrap32_int(x)), int(big)
 
 
-def set_nest(ctx, e, depth, jumps, bases):
-    """Push-side nest fields of entry ``e``: the 32-bit jumps and bases and their narrow forms."""
-    w = narrow_bits(TINY)
+def set_nest(ctx, e, counts, strides, bases):
+    """Push-side nest fields of entry ``e`` for a nest of ``counts`` and ``strides`` (level 0
+    outermost) and ``bases``: its depth and zero-trip flag, counts, jumps and bases, and the narrow
+    forms of the jumps and bases."""
+    depth, w = len(counts), narrow_bits(TINY)
+    jumps = nest_jumps(counts, strides)
+    ctx.set(e.depth, depth)
+    ctx.set(e.zero, int(0 in counts))
+    for j in range(4):
+        ctx.set(e.cnt_m2[j], (counts[j] - 2) % (1 << 32) if j < depth else 0)
+    ctx.set(e.cnt_one, sum(1 << j for j in range(depth) if counts[j] == 1))
     jbig = [0] * 4
     for j in range(4):
         for k in range(3):
@@ -156,13 +164,7 @@ def test_repeat_queue_matches_expand_nest(pruned, pace):
                 e = dut.push.entry
                 ctx.set(e.word.as_value(), word | (depth << layout(TINY).formats["mm"][1].lo))
                 ctx.set(e.sval, -5)
-                ctx.set(e.depth, depth)
-                ctx.set(e.zero, int(0 in counts))
-                jumps = nest_jumps(counts, strides)
-                for j in range(4):
-                    ctx.set(e.cnt_m2[j], (counts[j] - 2) % (1 << 32) if j < depth else 0)
-                ctx.set(e.cnt_one, sum(1 << j for j in range(depth) if counts[j] == 1))
-                set_nest(ctx, e, depth, jumps, bases)
+                set_nest(ctx, e, counts, strides, bases)
                 pushed += 1
             else:
                 ctx.set(dut.push.valid, 0)
@@ -267,11 +269,7 @@ def test_narrow_slots_give_the_address_up_to_the_first_outside_the_memories():
                 e = dut.push.entry
                 ctx.set(e.word.as_value(), encode(Instruction.make("mxu.mm", rep_base=0, rep_depth=0), TINY)
                         | (depth << layout(TINY).formats["mm"][1].lo))
-                ctx.set(e.depth, depth)
-                for j in range(4):
-                    ctx.set(e.cnt_m2[j], (counts[j] - 2) % (1 << 32) if j < depth else 0)
-                ctx.set(e.cnt_one, sum(1 << j for j in range(depth) if counts[j] == 1))
-                set_nest(ctx, e, depth, nest_jumps(counts, strides), bases)
+                set_nest(ctx, e, counts, strides, bases)
                 pushed += 1
             await ctx.tick()
             if head == len(entries):
