@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,8 +28,13 @@ def execute(path: Path | str, *, quick: bool, out: Path | str, timeout: int = 18
         raise ValueError(f"{path}: needs exactly one cell tagged 'parameters', found {len(at)}")
     nb.cells.insert(at[0] + 1, nbformat.v4.new_code_cell(f"QUICK = {bool(quick)}\nOUT = {str(out)!r}",
                                                          metadata={"tags": ["injected-parameters"]}))
-    nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(ROOT)}}).execute()
+    # the kernel talks over Unix sockets in a fresh folder: TCP ports picked for one kernel can be taken by
+    # another process (a second notebook run in parallel) before the kernel binds them
+    from traitlets.config import Config
+    with tempfile.TemporaryDirectory(prefix="tetrachip-kernel-") as sockets:
+        config = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
+        nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", config=config,
+                                resources={"metadata": {"path": str(ROOT)}}).execute()
     return nb
 
 
