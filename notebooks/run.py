@@ -9,6 +9,7 @@ notebook is written there as ``NAME.html`` (nbconvert). The stored .ipynb files 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -29,10 +30,11 @@ def execute(path: Path | str, *, quick: bool, out: Path | str, timeout: int = 18
     nb.cells.insert(at[0] + 1, nbformat.v4.new_code_cell(f"QUICK = {bool(quick)}\nOUT = {str(out)!r}",
                                                          metadata={"tags": ["injected-parameters"]}))
     # the kernel talks over Unix sockets in a fresh folder: TCP ports picked for one kernel can be taken by
-    # another process (a second notebook run in parallel) before the kernel binds them
+    # another process (a second notebook run in parallel) before the kernel binds them (Windows: TCP)
     from traitlets.config import Config
     with tempfile.TemporaryDirectory(prefix="tetrachip-kernel-") as sockets:
-        config = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
+        ipc = {"transport": "ipc", "ip": str(Path(sockets) / "kernel")} if os.name == "posix" else {}
+        config = Config({"KernelManager": ipc})
         nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", config=config,
                                 resources={"metadata": {"path": str(ROOT)}}).execute()
     return nb

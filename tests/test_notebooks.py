@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 
@@ -77,3 +78,21 @@ def test_runs_quick(path, tmp_path):
     last = [c for c in nb.cells if c.cell_type == "code"][-1]
     text = "".join(o.get("text", "") for o in last.outputs if o.get("output_type") == "stream")
     assert len(text.split()) > 10, f"{path.name}: the conclusion cell printed nothing"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="Unix sockets: the runner uses TCP elsewhere")
+def test_kernel_talks_over_unix_sockets(tmp_path):
+    """The runner's kernel uses IPC transport: TCP ports picked for one kernel could be taken by another
+    notebook run in parallel before the kernel binds them (a kernel that never answers)."""
+    for mod in ("nbformat", "nbclient", "ipykernel"):
+        pytest.importorskip(mod)
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("QUICK = False\nOUT = None", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("from ipykernel.connect import get_connection_info\n"
+                                  "print(get_connection_info(unpack=True)['transport'], QUICK)")])
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nb, str(path))
+    out = _module("run").execute(path, quick=True, out=tmp_path, timeout=120)
+    text = "".join(o.get("text", "") for o in out.cells[-1].outputs if o.get("output_type") == "stream")
+    assert text.split() == ["ipc", "True"]
