@@ -15,7 +15,8 @@ from isa import semantics as sem
 from isa.encoding import decode
 from isa.errors import DecodeError
 from isa.semantics import wrap32_int
-from isa.table import BY_MNEMONIC, INSTRUCTIONS, VPU_BINARY, VPU_UNARY, WORD_BITS, Space, derived_widths, layout
+from isa.table import (BY_MNEMONIC, INSTRUCTIONS, MAX_REPEAT_DEPTH, STRIDE_SLOTS, VPU_BINARY, VPU_UNARY, WORD_BITS,
+                       Space, derived_widths, layout)
 from isa.timing import QUEUE_DEPTH
 from rtl.decode import Decoder
 from rtl.dma import dram_window
@@ -104,17 +105,17 @@ def set_nest(ctx, e, counts, strides, bases):
     jumps = nest_jumps(counts, strides)
     ctx.set(e.depth, depth)
     ctx.set(e.zero, int(0 in counts))
-    for j in range(4):
+    for j in range(MAX_REPEAT_DEPTH):
         ctx.set(e.cnt_m2[j], (counts[j] - 2) % (1 << 32) if j < depth else 0)
     ctx.set(e.cnt_one, sum(1 << j for j in range(depth) if counts[j] == 1))
-    jbig = [0] * 4
-    for j in range(4):
-        for k in range(3):
+    jbig = [0] * MAX_REPEAT_DEPTH
+    for j in range(MAX_REPEAT_DEPTH):
+        for k in range(STRIDE_SLOTS):
             jk = jumps[j][k] if j < depth else 0
             ctx.set(e.jump[j][k], jk)
             jbig[j] |= _narrow(jk, w)[1] << k
         ctx.set(e.jbig[j], jbig[j])
-    for k in range(3):
+    for k in range(STRIDE_SLOTS):
         ctx.set(e.base[k], bases[k])
         ctx.set(e.nbase[k], _narrow(bases[k], w)[0])
 
@@ -135,8 +136,8 @@ def test_repeat_queue_matches_expand_nest(pruned, pace):
     for _ in range(12 if pace == "full" else 60):
         depth = int(rng.integers(0, 5 if pace == "full" else 3))     # (sparse: short nests, the queue drains)
         counts = [int(rng.integers(0, 4)) if rng.random() < 0.15 else int(rng.integers(1, 4)) for _ in range(depth)]
-        strides = [[int(rng.integers(-50, 50)) for _ in range(3)] for _ in range(depth)]
-        bases = [int(rng.integers(-1000, 1000)) for _ in range(3)]
+        strides = [[int(rng.integers(-50, 50)) for _ in range(STRIDE_SLOTS)] for _ in range(depth)]
+        bases = [int(rng.integers(-1000, 1000)) for _ in range(STRIDE_SLOTS)]
         sync = int(rng.integers(0, 2))
         entries.append((depth, counts, strides, bases, sync))
 
@@ -151,7 +152,7 @@ def test_repeat_queue_matches_expand_nest(pruned, pace):
             if start:
                 assert ctx.get(dut.sval) == (0 if pruned else -5)
                 if ctx.get(dut.valid):
-                    got[head].append(([ctx.get(dut.addr[k]) for k in range(3)], ctx.get(dut.first),
+                    got[head].append(([ctx.get(dut.addr[k]) for k in range(STRIDE_SLOTS)], ctx.get(dut.first),
                                       ctx.get(dut.last), ctx.get(dut.wait_now), ctx.get(dut.signal_now)))
                 if ctx.get(dut.zero) or ctx.get(dut.last):
                     head += 1
@@ -195,28 +196,29 @@ def test_narrow_fields_match_the_rule(name):
     values = edges + [int(v) for v in rng.integers(-(1 << 31), 1 << 31, 60)] \
         + [int(v) for v in rng.integers(-(1 << w), 1 << w, 60)]
     m = Module()
-    base = [Signal(signed(32), name=f"base{k}") for k in range(3)]
-    jump = [[Signal(signed(32), name=f"jump{j}_{k}") for k in range(3)] for j in range(4)]
+    base = [Signal(signed(32), name=f"base{k}") for k in range(STRIDE_SLOTS)]
+    jump = [[Signal(signed(32), name=f"jump{j}_{k}") for k in range(STRIDE_SLOTS)] for j in range(MAX_REPEAT_DEPTH)]
     f = narrow_fields(cfg, base, jump)
-    nbase = [Signal(signed(w), name=f"nbase{k}") for k in range(3)]
-    jbig = [Signal(3, name=f"jbig{j}") for j in range(4)]
-    m.d.comb += [nbase[k].eq(f["nbase"][k]) for k in range(3)]
-    m.d.comb += [jbig[j].eq(f["jbig"][j]) for j in range(4)]
+    nbase = [Signal(signed(w), name=f"nbase{k}") for k in range(STRIDE_SLOTS)]
+    jbig = [Signal(STRIDE_SLOTS, name=f"jbig{j}") for j in range(MAX_REPEAT_DEPTH)]
+    m.d.comb += [nbase[k].eq(f["nbase"][k]) for k in range(STRIDE_SLOTS)]
+    m.d.comb += [jbig[j].eq(f["jbig"][j]) for j in range(MAX_REPEAT_DEPTH)]
 
     async def bench(ctx):
         n = 0
-        for i in range(0, len(values), 3):
-            vs = [wrap32_int(v) for v in (values[i:i + 3] + [0, 0])[:3]]
-            for k in range(3):
+        for i in range(0, len(values), STRIDE_SLOTS):
+            vs = [wrap32_int(v) for v in (values[i:i + STRIDE_SLOTS] + [0] * STRIDE_SLOTS)[:STRIDE_SLOTS]]
+            j = i % MAX_REPEAT_DEPTH
+            for k in range(STRIDE_SLOTS):
                 ctx.set(base[k], vs[k])
-                ctx.set(jump[i % 4][k], vs[k])
-            for k in range(3):
+                ctx.set(jump[j][k], vs[k])
+            for k in range(STRIDE_SLOTS):
                 assert ctx.get(nbase[k]) == _narrow(vs[k], w)[0], (vs[k], w)
-                assert (ctx.get(jbig[i % 4]) >> k) & 1 == _narrow(vs[k], w)[1], (vs[k], w)
+                assert (ctx.get(jbig[j]) >> k) & 1 == _narrow(vs[k], w)[1], (vs[k], w)
                 n += 1
         return n
 
-    assert run(m, bench, clock=False) == len(range(0, len(values), 3)) * 3
+    assert run(m, bench, clock=False) == len(range(0, len(values), STRIDE_SLOTS)) * STRIDE_SLOTS
 
 
 def test_narrow_slots_give_the_address_up_to_the_first_outside_the_memories():
@@ -248,8 +250,9 @@ def test_narrow_slots_give_the_address_up_to_the_first_outside_the_memories():
         depth = int(rng.integers(0, 4))
         counts = [int(rng.integers(1, 4)) for _ in range(depth)]
         strides = [[wrap32_int(value(rows // 4) if rng.random() < 0.3 else int(rng.integers(-rows // 8, rows // 8)))
-                     for _ in range(3)] for _ in range(depth)]
-        bases = [wrap32_int(value(rows) if rng.random() < 0.4 else int(rng.integers(0, rows))) for _ in range(3)]
+                     for _ in range(STRIDE_SLOTS)] for _ in range(depth)]
+        bases = [wrap32_int(value(rows) if rng.random() < 0.4 else int(rng.integers(0, rows)))
+                 for _ in range(STRIDE_SLOTS)]
         entries.append((depth, counts, strides, bases))
 
     async def bench(ctx):
@@ -258,7 +261,7 @@ def test_narrow_slots_give_the_address_up_to_the_first_outside_the_memories():
         for _ in range(6000):
             start = ctx.get(dut.valid) or ctx.get(dut.zero)
             if start:
-                got[head].append([ctx.get(dut.addr[k]) for k in range(3)])
+                got[head].append([ctx.get(dut.addr[k]) for k in range(STRIDE_SLOTS)])
                 if ctx.get(dut.last):
                     head += 1
             ctx.set(dut.start, start)
@@ -281,7 +284,7 @@ def test_narrow_slots_give_the_address_up_to_the_first_outside_the_memories():
     for (_, counts, strides, bases), g in zip(entries, got):
         want = sem.expand_nest(counts, strides, bases).tolist()
         assert len(g) == len(want)
-        for k in range(3):
+        for k in range(STRIDE_SLOTS):
             for gi, wi in zip(g, want):
                 if 0 <= wi[k] < rows:
                     assert gi[k] == wi[k]
