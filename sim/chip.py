@@ -446,7 +446,8 @@ class Chip:
                              t, pc, f"{name} row {row}")
         rng = [(name, row, row + 1)]
         load = ins.op == "sld"
-        self.races.start(Unit.SCALAR, pc, t, rng if load else [], [] if load else rng, r=t)
+        self.races.start(Unit.SCALAR, pc, t, rng if load else [], [] if load else rng, r=t,
+                         ports=(name,) if load else ())
         if load:
             self.set_reg(f["rd"], sem.scalar_load(self.mem(space)[row], lane))
         else:

@@ -34,12 +34,13 @@ _SPM_BYTES, _ACC_BYTES = SPACE_BYTES[Space.SPM], SPACE_BYTES[Space.ACC]
 class Plan:
     """What one instance does: footprint, size, data effect, or the error it raises at its start."""
 
-    __slots__ = ("fn", "args", "reads", "writes", "n", "error", "addr", "dram_bytes")
+    __slots__ = ("fn", "args", "reads", "writes", "n", "error", "addr", "dram_bytes", "ports")
 
-    def __init__(self, fn=None, args=(), reads=(), writes=(), n=1, error=None, addr=None, dram_bytes=0):
+    def __init__(self, fn=None, args=(), reads=(), writes=(), n=1, error=None, addr=None, dram_bytes=0, ports=()):
         self.fn, self.args, self.reads, self.writes, self.n = fn, args, reads, writes, n
         self.error, self.addr = error, addr
         self.dram_bytes = dram_bytes    # DRAM bytes this instance reads or writes (the trace's counter track)
+        self.ports = ports              # shared read ports it holds ("spm"/"acc": dma.st's, which sld shares)
 
     def run(self) -> None:
         if self.fn is not None:
@@ -94,7 +95,7 @@ def _dma(chip: ChipState, f: dict[str, int], local: int, dram: int, load: bool) 
     st["dram_write"] += nbytes
     st[SPACE_NAME[space] + "_read"] += nbytes
     return Plan(_store, (chip.dram, mem, local, dram, rows, length, rs, es, space), local_r, dram_r, n,
-                dram_bytes=nbytes)
+                dram_bytes=nbytes, ports=(SPACE_NAME[space],) if rows else ())
 
 
 def _load(dram_arr, mem, local, dram, rows, length, rs, es, space, cols):

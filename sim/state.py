@@ -105,11 +105,12 @@ class Races:
 
     A read and a write meet by the row (DRAM: by the byte); two writes also meet by the bank
     (``cfg.spm_bank_rows``, ``cfg.acc_bank_rows`` rows): a bank has one write port, so two units
-    writing one bank at once race even on different rows."""
+    writing one bank at once race even on different rows. Two instances that hold the same shared
+    read port (``ports``: an ``sld`` and a ``dma.st`` with rows, of one memory) race whatever their rows."""
 
     def __init__(self, chip: ChipState) -> None:
         self.chip = chip
-        self.live: list = []            # [unit, pc, s, r, reads, writes, writes widened to banks]
+        self.live: list = []            # [unit, pc, s, r, reads, writes, writes widened to banks, ports]
         self.bank = {"spm": chip.cfg.spm_bank_rows, "acc": chip.cfg.acc_bank_rows}
         self.widen = max(self.bank.values()) > 1
 
@@ -121,32 +122,31 @@ class Races:
         return out
 
     def start(self, unit: Unit, pc: int, s: int, reads: Sequence[Span], writes: Sequence[Span],
-              r: int = INF) -> list[Any]:
+              r: int = INF, ports: Sequence[str] = ()) -> list[Any]:
         wbanks = self._banks(writes) if self.widen and writes else writes
-        rec = [unit, pc, s, r, reads, writes, wbanks]
+        rec = [unit, pc, s, r, reads, writes, wbanks, ports]
         if not reads and not writes:
             return rec
         live = [x for x in self.live if x[3] >= s]
         for x in live:
             if x[0] == unit:
                 continue
-            what = None
+            where = None
             hit = _overlap(writes, x[4]) or _overlap(reads, x[5]) or _overlap(writes, x[5])
-            if not hit and wbanks is not writes:
-                hit = _overlap(wbanks, x[6])
-                if hit:
-                    what = f"bank rows (both write; banks of {self.bank[hit[0]]} rows)"
             if hit:
-                mem, lo, hi = hit
+                where = f"{hit[0]} {'rows' if hit[0] != 'dram' else 'bytes'} {hit[1]}..{hit[2] - 1}"
+            elif wbanks is not writes and (hit := _overlap(wbanks, x[6])):
+                where = f"{hit[0]} bank rows (both write; banks of {self.bank[hit[0]]} rows) {hit[1]}..{hit[2] - 1}"
+            elif ports and x[7] and (shared := next((p for p in ports if p in x[7]), None)):
+                where = f"{shared} read port (sld reads through dma.st's, whatever the rows)"
+            if where is not None:
                 unit_of = lambda u: Unit(u).name.lower()  # noqa: E731
-                what = what or ("rows" if mem != "dram" else "bytes")
                 other_r = "?" if x[3] >= INF else x[3]
                 raise self.chip.error(
                     ErrorCode.RACE,
                     f"{unit_of(unit)} instance of pc {pc} `{self.chip.text(pc)}` starting at {s} overlaps "
                     f"{unit_of(x[0])} instance of pc {x[1]} `{self.chip.text(x[1])}` in flight {x[2]}..{other_r} "
-                    f"on {mem} {what} {lo}..{hi - 1}", s, pc, f"{mem} {what} {lo}..{hi - 1}",
-                    other=(x[1], self.chip.text(x[1])))
+                    f"on {where}", s, pc, where, other=(x[1], self.chip.text(x[1])))
         live.append(rec)
         self.live = live
         return rec

@@ -223,7 +223,7 @@ class QueuedUnit:
             raise chip.error(code, msg, t, ent.pc, addr)
         if w:
             chip.tokens.consume(w, self.uid, t)
-        race = chip.races.start(self.uid, ent.pc, t, plan.reads, plan.writes)
+        race = chip.races.start(self.uid, ent.pc, t, plan.reads, plan.writes, ports=plan.ports)
         rec = chip.trace.add(chip.index, int(self.uid), ent.pc, ent.i, chip.text(ent.pc), ent.q, t) \
             if chip.trace is not None else None
         if rec is not None:

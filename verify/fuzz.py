@@ -346,6 +346,7 @@ class Gen:
         kinds = ["dma.ld", "dma.st", "mxu.lw", "mxu.mm", "mxu.mma", "vreq", "vqcfg", "vlutld", *VPU_BINARY,
                  *VPU_UNARY]
         used = set()
+        stored = set()          # memories a dma.st of this phase reads (an sld of one would race: its port)
         for _ in range(r.randint(1, 5)):
             k = r.choice(kinds)
             got = self.queued(k)
@@ -366,13 +367,15 @@ class Gen:
                 instrs += consumer[0]
                 used.add(cu)
                 self.cover("token", 0, f"{UNIT_NAME[unit]}->{cu}")
-            elif wrote and r.random() < 0.2:
+            # (not while a store of that memory may be in flight: an sld shares its read port, a race)
+            elif wrote and wrote[0] not in stored and r.random() < 0.2:
                 # the scalar unit waits for it and reads one lane of what it wrote
                 instrs[-1].kw.update(sync="once", signal="scalar")
                 instrs.append(_Ins("sld", (SLD_DST, MEM[wrote[0]][wrote[1]], r.randint(0, self.C - 1)),
                                    dict(wait=UNIT_NAME[unit])))
                 self.cover("token", 0, f"{UNIT_NAME[unit]}->scalar")
             used.add(UNIT_NAME[unit])
+            stored |= {ins.args[1].space for ins in instrs if ins.op == "dma.st"}
             for ins in instrs:
                 self.put(ins)
         if link:

@@ -115,8 +115,8 @@ def _run_logged(cm, x, config, monkeypatch, dram_only: bool = True):
     log = []
     start = state.Races.start
 
-    def logged(self, unit, pc, s, reads, writes, r=state.INF):
-        rec = start(self, unit, pc, s, reads, writes, r)
+    def logged(self, unit, pc, s, reads, writes, r=state.INF, ports=()):
+        rec = start(self, unit, pc, s, reads, writes, r, ports)
         if any(m == "dram" or not dram_only for m, _, _ in list(reads) + list(writes)):
             log.append(rec)
         return rec

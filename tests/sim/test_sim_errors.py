@@ -99,6 +99,25 @@ def test_two_units_writing_one_bank_race(dst, race):
     assert chip.run().cycles > 0
 
 
+@pytest.mark.parametrize("store,sld,race", [("acc[0]", "acc[10]", True), ("spm[0]", "spm[30]", True),
+                                             ("spm[0]", "acc[10]", False), ("acc[0]", "spm[30]", False)])
+def test_sld_races_with_a_store_of_its_memory(store, sld, race):
+    """An ``sld`` reads through the store unit's read port of its memory: beside a ``dma.st`` of that
+    memory in flight it races whatever the rows; beside a store from the other memory it does not."""
+    src = f"dma.st dram[0], {store}, rows=8, len=4, rstride=16\nsld r1, {sld}, 1\nhalt\n"
+    if race:
+        e = err_of(src)
+        assert e.code == ErrorCode.RACE and {e.pc, e.other[0]} == {0, 1}
+        mem = sld.split("[")[0]
+        assert e.address == f"{mem} read port (sld reads through dma.st's, whatever the rows)"
+    else:
+        assert run(src).cycles > 0
+    # ordered by the store's retire (a token): no race
+    assert run(src.replace("rstride=16", "rstride=16, signal=scalar").replace(", 1\n", ", 1, wait=store\n")).cycles > 0
+    # a store without rows holds no port
+    assert run(src.replace("rows=8", "rows=0")).cycles > 0
+
+
 def test_bank_rows_are_powers_of_two():
     from isa.errors import ConfigError
     with pytest.raises(ConfigError, match="spm_bank_rows \\(12\\) must be a power of two"):
