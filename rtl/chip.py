@@ -28,7 +28,7 @@ TRACE_LANES = len(Unit)
 RETIRE_LANES = len(Unit) + 1
 #: (write ports, registered read ports, combinational read ports) of SPM and ACC (``Chip.elaborate``
 #: checks that it builds these; ``memory_ports`` those of a chip with idle links)
-MEMORY_PORTS = {"spm": (4, 7, 0), "acc": (5, 6, 0)}
+MEMORY_PORTS = {"spm": (4, 6, 0), "acc": (5, 5, 0)}
 #: the link receiver's write port and the link transmitter's read port of each memory, which a
 #: chip with idle links does not build
 LINK_PORTS = (1, 1, 0)
@@ -198,14 +198,17 @@ class Chip(wiring.Component):
         def linked(unit, port):
             return () if self.idle_links or unit is None else (getattr(unit, port),)
 
-        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, *linked(lt, "spm_rd"), iss.spm_rd):
+        for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, *linked(lt, "spm_rd")):
             self._read(m, self.spm, rd, "sync")
+        # sld reads through the store unit's ports (DmaStore: the contract's shared read port)
+        m.d.comb += [st.sld_row.eq(iss.spm_rd.addr), iss.spm_rd.data.eq(st.spm_rd.data),
+                     iss.acc_rd.data.eq(st.acc_rd.data)]
         # (sst's enables come from the issue decision, late in the cycle: a fallback port, rtl/mem.py)
         for wr in (ld.spm_wr, vp.spm_wr, *linked(lr, "spm_wr"), iss.spm_wr):
             self._write(m, self.spm, wr, fallback=wr is iss.spm_wr)
         acc_mxu_w = self._write(m, self.acc, mx.acc_wr)
         self._read(m, self.acc, mx.acc_rd, "sync", transparent_for=(acc_mxu_w,))
-        for rd in (vp.acc_a, vp.acc_b, st.acc_rd, *linked(lt, "acc_rd"), iss.acc_rd):
+        for rd in (vp.acc_a, vp.acc_b, st.acc_rd, *linked(lt, "acc_rd")):
             self._read(m, self.acc, rd, "sync")
         for wr in (ld.acc_wr, vp.acc_wr, *linked(lr, "acc_wr"), iss.acc_wr):
             self._write(m, self.acc, wr, fallback=wr is iss.acc_wr)

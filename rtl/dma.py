@@ -196,7 +196,8 @@ class _DmaBase(UnitBase):
         nbytes = Mux(c["contig"], B, eb)
         errors = [(~ok, ErrorCode.ADDRESS_RANGE)]
         return dict(beat=beat, last=last, last_in_row=last_in_row, cur=c, nbytes=nbytes, eb=eb,
-                    ready=~active, errors=errors)
+                    ready=~active, errors=errors, active=active, space=space, local=local, s_space=s_space,
+                    s_local=s_local)
 
     @staticmethod
     def delay(m, sig, stages, name):
@@ -279,7 +280,14 @@ class DmaStore(_DmaBase):
 
     Ports: push, tok (UnitBase); dram Out(DramSignature) write channel only;
     spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols)):
-    registered read ports (data the next cycle).
+    registered read ports (data the next cycle), which the scalar unit's ``sld`` shares;
+    sld_row In(laddr): the row an ``sld`` reads.
+
+    A memory's port reads the store's row in every cycle the store reads that memory (an instance of
+    it starting, or in flight), else ``sld_row``: the contract makes an ``sld`` and a ``dma.st`` of
+    the same memory in flight at once a race (docs/microarchitecture.md section 4), so an ``sld``
+    always finds the port free. The choice adds no logic level after the start decision: the
+    starting instance's row against the rest, as before, with the rest already chosen.
 
     A beat of cycle ``s`` reads its row at ``s`` (what the row held before ``s``'s writes, as the
     contract's read at ``s``) and puts its write request on the DRAM channel at ``s + 1``, from the
@@ -295,14 +303,16 @@ class DmaStore(_DmaBase):
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         return {"dram": Out(DramSignature(cfg)),
                 "spm_rd": Out(RowReadSignature(aw, SPM_BITS * cfg.cols)),
-                "acc_rd": Out(RowReadSignature(aw, ACC_BITS * cfg.cols))}
+                "acc_rd": Out(RowReadSignature(aw, ACC_BITS * cfg.cols)), "sld_row": In(aw)}
 
     def datapath(self, m, q, go):
         cfg = self.cfg
         B = cfg.dma_beat_bytes
         w = self.walker(m, q, go)
         c = w["cur"]
-        m.d.comb += [self.spm_rd.addr.eq(c["local"]), self.acc_rd.addr.eq(c["local"])]
+        for sp, port in ((Space.SPM, self.spm_rd), (Space.ACC, self.acc_rd)):
+            rest = Mux(w["active"] & (w["space"] == sp), w["local"], self.sld_row)
+            m.d.comb += port.addr.eq(Mux(go & (w["s_space"] == sp), w["s_local"], rest))
         # the beat, one cycle later, beside its row from the registered read ports
         beat_l = data.StructLayout({"valid": 1, "space": 1, "addr": 32, "off": len(c["off"]),
                                     "len": len(c["len"]), "nbytes": range(max(B, _EB_ACC) + 1)})

@@ -96,7 +96,8 @@ class IssueStage(wiring.Component):
       reg_we In(1), reg_addr In(sreg), reg_wdata In(32), reg_rdata Out(32)  host access to scalar registers
       q_<unit>  Out(EntrySignature)     entry pushed to each unit queue
       t_<unit>  In(TokenSignature)      each unit's token/busy/error port
-      spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols))  ``sld`` (registered)
+      spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols))  ``sld`` (registered;
+                                        both carry its row: ``rtl.chip`` reads it through the store unit's port)
       spm_wr Out(RowWriteSignature(laddr, 8*cols, cols)), acc_wr Out(RowWriteSignature(laddr, 32*cols, cols))  ``sst``
     """
 

@@ -1,7 +1,7 @@
 """Row memories with many ports: SPM and ACC.
 
-The chip's SPM and ACC are read and written by every unit at once (SPM: 4 write ports and 7
-registered read ports; ACC: 5 and 6: ``rtl.chip.MEMORY_PORTS``). ``RowMemory`` gives such a
+The chip's SPM and ACC are read and written by every unit at once (SPM: 4 write ports and 6
+registered read ports; ACC: 5 and 5: ``rtl.chip.MEMORY_PORTS``). ``RowMemory`` gives such a
 memory several implementations with the same ports and the same cycle behaviour:
 
 ``impl="flat"`` (simulation and co-simulation)
