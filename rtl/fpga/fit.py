@@ -174,15 +174,17 @@ FF_BASE, FF_PER_LANE = 4492, 244
 # The same with mem="banked", calibrated on the default FPGA build (``--fpga-mem``: SPM 256 rows in 4
 # block RAM banks, ACC 64 in 4 LUT RAM banks), mac="dsp+reg2" with the DSP registers, the flow's ABC
 # script with structural choices (``&dch``), the idle links without their memory ports, the queues'
-# row slots in ``narrow_bits`` bits: FpgaTop(tiny) and FpgaTop(small) 22,895 / 35,471 LUT, 7,582 /
-# 13,225 FF (Yosys, 2026-12-07). (With 32-bit row slots, 2026-12-06: 24,247 / 37,004 LUT and 7,780 /
+# row slots in ``narrow_bits`` bits, ``sld`` through the store unit's read ports: FpgaTop(tiny) and
+# FpgaTop(small) 22,170 / 33,973 LUT, 7,562 / 13,205 FF (Yosys, 2026-12-07). (With a read port of
+# ``sld``'s own, 22,895 / 35,471 LUT and 7,582 / 13,225 FF gave 11631 + 880 per lane and 4659 + 231;
+# with 32-bit row slots, 2026-12-06: 24,247 / 37,004 LUT and 7,780 /
 # 13,423 FF gave 12802 + 925 per lane and 4857 + 231; before, with the link ports: 24,978 / 38,605
 # LUT and 7,906 / 13,645 FF gave 12665 + 919 per lane
 # and 4887 + 255; at the LVT build's depths, SPM 64 rows in 16-row banks and ACC 16 in 4-row,
 # without ``&dch``: 25,564 / 40,099 LUT, 8,017 / 13,868 FF gave 12343 + 1050 and 4886 + 235; before
 # the loop counts as count - 2, 14113 + 1022; the first banked builds, 16654 + 796 and 6834 + 739.)
-BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 11631, 880
-BANKED_FF_BASE, BANKED_FF_PER_LANE = 4659, 231
+BANKED_LUT_BASE, BANKED_LUT_PER_LANE = 11680, 910
+BANKED_FF_BASE, BANKED_FF_PER_LANE = 4638, 263
 #: what a chip without link ports (``links = 0``, ``fpga synth/build --no-links``) does not build: the
 #: link units, their queues and the token counters of their signals. Measured on FpgaTop(tiny) and
 #: FpgaTop(small) --fpga-mem, banked, with the queues' row slots in ``narrow_bits`` bits (Yosys,
