@@ -22,7 +22,9 @@ import pytest
 from isa.asm import assemble
 from isa.config import ChipConfig
 from isa.errors import ErrorCode
-from verify.cosim import Cosim, Job, available, compare
+from verify.cosim import Job, compare
+
+from .jobs import run_one_chip
 
 SIM = os.environ.get("SIM", "verilator")
 CFG = ChipConfig.preset("tiny")
@@ -112,11 +114,7 @@ JOBS = {
 
 @pytest.fixture(scope="module")
 def results():
-    why = available(SIM)
-    if why:
-        pytest.skip(f"SIM={SIM}: {why}")
-    jobs = [job for job, _ in JOBS.values()]
-    return dict(zip(JOBS, Cosim(CFG, 1, SIM).run(jobs)))
+    return run_one_chip(CFG, {name: job for name, (job, _) in JOBS.items()}, SIM)
 
 
 @pytest.mark.parametrize("name", list(JOBS))

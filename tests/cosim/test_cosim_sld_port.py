@@ -16,7 +16,9 @@ import pytest
 from isa.asm import assemble
 from isa.config import ChipConfig
 from isa.errors import ErrorCode
-from verify.cosim import Cosim, Job, available, compare, sim_of
+from verify.cosim import Job, compare, sim_of
+
+from .jobs import run_one_chip
 
 SIM = os.environ.get("SIM", "verilator")
 CFG = ChipConfig.preset("tiny")
@@ -40,23 +42,20 @@ def _slds(mem: str, rows) -> str:
     return "\n".join(out)
 
 
+def _beside(fill: str, store: str, sld_mem: str, rows) -> str:
+    """``fill`` (a load), then a long ``store`` with an ``sld`` of each of ``rows`` of ``sld_mem`` behind it."""
+    return f"{fill}\nfence all\n{store}\n{_slds(sld_mem, rows)}\nhalt\n"
+
+
 JOBS = {
     # the store reads SPM rows 0..31 (a row a cycle) while four sld of ACC rows issue
-    "acc-sld-beside-spm-store": _job("acc-sld-beside-spm-store", f"""
-        dma.ld acc[0], dram[0x200], rows=16, len=4, rstride=16
-        fence all
-        dma.st dram[0x1000], spm[0], rows=32, len=4, rstride=4
-        {_slds("acc", [3, 6, 9, 13])}
-        halt
-    """),
+    "acc-sld-beside-spm-store": _job("acc-sld-beside-spm-store", _beside(
+        "dma.ld acc[0], dram[0x200], rows=16, len=4, rstride=16",
+        "dma.st dram[0x1000], spm[0], rows=32, len=4, rstride=4", "acc", [3, 6, 9, 13])),
     # the store reads ACC rows 0..15 (four beats a row) while four sld of SPM rows issue
-    "spm-sld-beside-acc-store": _job("spm-sld-beside-acc-store", f"""
-        dma.ld spm[0], dram[0x200], rows=64, len=4, rstride=4
-        fence all
-        dma.st dram[0x1000], acc[0], rows=16, len=4, rstride=16
-        {_slds("spm", [5, 17, 33, 60])}
-        halt
-    """),
+    "spm-sld-beside-acc-store": _job("spm-sld-beside-acc-store", _beside(
+        "dma.ld spm[0], dram[0x200], rows=64, len=4, rstride=4",
+        "dma.st dram[0x1000], acc[0], rows=16, len=4, rstride=16", "spm", [5, 17, 33, 60])),
     # the same memory, ordered: an sld before the store (the store waits for it), then after its retire
     "acc-sld-around-acc-store": _job("acc-sld-around-acc-store", """
         dma.ld acc[0], dram[0x200], rows=16, len=4, rstride=16
@@ -74,11 +73,7 @@ JOBS = {
 
 @pytest.fixture(scope="module")
 def results():
-    why = available(SIM)
-    if why:
-        pytest.skip(f"SIM={SIM}: {why}")
-    jobs = list(JOBS.values())
-    return dict(zip(JOBS, Cosim(CFG, 1, SIM).run(jobs)))
+    return run_one_chip(CFG, JOBS, SIM)
 
 
 @pytest.mark.parametrize("name", list(JOBS))
