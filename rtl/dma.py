@@ -197,7 +197,7 @@ class _DmaBase(UnitBase):
         errors = [(~ok, ErrorCode.ADDRESS_RANGE)]
         return dict(beat=beat, last=last, last_in_row=last_in_row, cur=c, nbytes=nbytes, eb=eb,
                     ready=~active, errors=errors, active=active, space=space, local=local, s_space=s_space,
-                    s_local=s_local)
+                    s_local=s_local, s_real=s_real)
 
     @staticmethod
     def delay(m, sig, stages, name):
@@ -284,10 +284,11 @@ class DmaStore(_DmaBase):
     sld_row In(laddr): the row an ``sld`` reads.
 
     A memory's port reads the store's row in every cycle the store reads that memory (an instance of
-    it starting, or in flight), else ``sld_row``: the contract makes an ``sld`` and a ``dma.st`` of
-    the same memory in flight at once a race (docs/microarchitecture.md section 4), so an ``sld``
-    always finds the port free. The choice adds no logic level after the start decision: the
-    starting instance's row against the rest, as before, with the rest already chosen.
+    it with rows and elements starting, or in flight), else ``sld_row``: the contract makes an
+    ``sld`` and a ``dma.st`` with rows of the same memory in flight at once a race
+    (docs/microarchitecture.md section 4), so an ``sld`` always finds the port free. The choice adds
+    no logic level after the start decision: the starting instance's row against the rest, as
+    before, with the rest already chosen.
 
     A beat of cycle ``s`` reads its row at ``s`` (what the row held before ``s``'s writes, as the
     contract's read at ``s``) and puts its write request on the DRAM channel at ``s + 1``, from the
@@ -311,8 +312,11 @@ class DmaStore(_DmaBase):
         w = self.walker(m, q, go)
         c = w["cur"]
         for sp, port in ((Space.SPM, self.spm_rd), (Space.ACC, self.acc_rd)):
+            # (an instance without rows or elements reads nothing and holds no port: the contract's)
+            mine = Signal(name=f"st_reads_{Space(sp).name.lower()}")
+            m.d.comb += mine.eq(w["s_real"] & (w["s_space"] == sp))
             rest = Mux(w["active"] & (w["space"] == sp), w["local"], self.sld_row)
-            m.d.comb += port.addr.eq(Mux(go & (w["s_space"] == sp), w["s_local"], rest))
+            m.d.comb += port.addr.eq(Mux(go & mine, w["s_local"], rest))
         # the beat, one cycle later, beside its row from the registered read ports
         beat_l = data.StructLayout({"valid": 1, "space": 1, "addr": 32, "off": len(c["off"]),
                                     "len": len(c["len"]), "nbytes": range(max(B, _EB_ACC) + 1)})

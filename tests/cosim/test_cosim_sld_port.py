@@ -2,7 +2,8 @@
 "The store's read port"; ``rtl.dma.DmaStore``): the port reads the store's rows while the store moves
 rows of that memory and the ``sld``'s row otherwise. On the Verilog of ``tiny`` and on the simulator,
 from the same start: ``sld``s of one memory issued while a long store from the other is in flight (its
-first beat and later ones), and right before and after one of the same memory, ordered by tokens. The
+first beat and later ones), beside stores of the same memory without rows or elements (which hold no
+port), and right before and after one of the same memory, ordered by tokens. The
 lanes they load are written back with ``sst`` so the comparison sees them; the store's DRAM bytes show
 that it kept its port."""
 
@@ -56,6 +57,11 @@ JOBS = {
     "spm-sld-beside-acc-store": _job("spm-sld-beside-acc-store", _beside(
         "dma.ld spm[0], dram[0x200], rows=64, len=4, rstride=4",
         "dma.st dram[0x1000], acc[0], rows=16, len=4, rstride=16", "spm", [5, 17, 33, 60])),
+    # stores of the same memory without rows or without elements hold no port: no race, the sld reads
+    "acc-sld-beside-empty-acc-stores": _job("acc-sld-beside-empty-acc-stores", _beside(
+        "dma.ld acc[0], dram[0x200], rows=16, len=4, rstride=16",
+        "dma.st dram[0x1000], acc[0], rows=0, len=4, rstride=16\ndma.st dram[0x1100], acc[4], rows=2, len=0",
+        "acc", [3, 6])),
     # the same memory, ordered: an sld before the store (the store waits for it), then after its retire
     "acc-sld-around-acc-store": _job("acc-sld-around-acc-store", """
         dma.ld acc[0], dram[0x200], rows=16, len=4, rstride=16
@@ -85,7 +91,10 @@ def test_sld_through_the_store_port_equal_on_rtl_and_sim(results, name):
     assert ErrorCode(r["error"]) == ErrorCode.OK and r["done"]
     # the loaded lanes came back, and the store's bytes are its rows'
     dram = np.arange(CFG.dram_bytes, dtype=np.uint64).astype(np.uint8)
-    if name.startswith("acc-sld-beside"):
+    if name == "acc-sld-beside-empty-acc-stores":
+        want = [int(dram[0x200 + 16 * row + 4 * (row % 4):][:4].view("<i4")[0]) for row in (3, 6)]
+        assert [int(r["acc"][BACK["acc"] + i, 0]) for i in range(2)] == want
+    elif name.startswith("acc-sld-beside"):
         want = [int(dram[0x200 + 16 * row + 4 * (row % 4):][:4].view("<i4")[0]) for row in (3, 6, 9, 13)]
         assert [int(r["acc"][BACK["acc"] + i, 0]) for i in range(4)] == want
         assert (r["dram"][0x1000:0x1000 + 128] == r["spm"][:32].astype(np.uint8).reshape(-1)).all()
