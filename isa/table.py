@@ -405,7 +405,8 @@ INSTRUCTIONS: tuple[Instr, ...] = (
        "when this instruction issues) and the strides added to the 1st, 2nd and 3rd memory operand "
        "of an instruction per iteration of this loop.", group="repeat"),
     _i("sld", 0x16, S, "smem", [RD, MEM, _op("imm", "lane")],
-       "rd = lane of a SPM (sign-extended int8) or ACC (int32) row.", group="scalar"),
+       "rd = lane of a SPM (sign-extended int8) or ACC (int32) row, read through dma.st's read port "
+       "of that memory: a dma.st with rows of the same memory in flight at once is a race.", group="scalar"),
     _i("sst", 0x17, S, "smem", [_op("reg", "rd"), MEM, _op("imm", "lane")],
        "Write the scalar register into a lane of a SPM (saturated to int8) or ACC row.",
        group="scalar"),
