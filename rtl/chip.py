@@ -201,8 +201,7 @@ class Chip(wiring.Component):
         for rd in (mx.spm_w, mx.spm_x, vp.spm_a, vp.spm_b, st.spm_rd, *linked(lt, "spm_rd")):
             self._read(m, self.spm, rd, "sync")
         # sld reads through the store unit's ports (DmaStore: the contract's shared read port)
-        m.d.comb += [st.sld_row.eq(iss.spm_rd.addr), iss.spm_rd.data.eq(st.spm_rd.data),
-                     iss.acc_rd.data.eq(st.acc_rd.data)]
+        m.d.comb += [st.sld_row.eq(iss.sld_row), iss.sld_spm.eq(st.spm_rd.data), iss.sld_acc.eq(st.acc_rd.data)]
         # (sst's enables come from the issue decision, late in the cycle: a fallback port, rtl/mem.py)
         for wr in (ld.spm_wr, vp.spm_wr, *linked(lr, "spm_wr"), iss.spm_wr):
             self._write(m, self.spm, wr, fallback=wr is iss.spm_wr)

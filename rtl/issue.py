@@ -59,7 +59,7 @@ from .decode import Decoder
 from .dma import dram_window
 from .issue_parts import QUEUED, IssueCheck, LoopRegisters, ScalarAlu, TokenCounters, one_of
 from .queue import EntrySignature, entry_layout, narrow_fields, pack
-from .unit import ACC_BITS, ERR_BITS, SPM_BITS, RowReadSignature, RowWriteSignature, TokenSignature
+from .unit import ACC_BITS, ERR_BITS, SPM_BITS, RowWriteSignature, TokenSignature
 from .logic import any_of
 
 __all__ = ["IssueStage", "QUEUED", "READ_PORTS"]
@@ -96,8 +96,8 @@ class IssueStage(wiring.Component):
       reg_we In(1), reg_addr In(sreg), reg_wdata In(32), reg_rdata Out(32)  host access to scalar registers
       q_<unit>  Out(EntrySignature)     entry pushed to each unit queue
       t_<unit>  In(TokenSignature)      each unit's token/busy/error port
-      spm_rd Out(RowReadSignature(laddr, 8*cols)), acc_rd Out(RowReadSignature(laddr, 32*cols))  ``sld`` (registered;
-                                        both carry its row: ``rtl.chip`` reads it through the store unit's port)
+      sld_row Out(laddr), sld_spm In(8*cols), sld_acc In(32*cols)  ``sld``: its row, and that row of each
+                                        memory a cycle later (``rtl.chip``: the store unit's registered ports)
       spm_wr Out(RowWriteSignature(laddr, 8*cols, cols)), acc_wr Out(RowWriteSignature(laddr, 32*cols, cols))  ``sst``
     """
 
@@ -111,7 +111,7 @@ class IssueStage(wiring.Component):
                "running": Out(1), "done": Out(1), "error": Out(ERR_BITS), "cycles": Out(32),
                "pc": Out(pcw), "issued": Out(1), "issued_scalar": Out(1),
                "reg_we": In(1), "reg_addr": In(clog2(cfg.scalar_regs)), "reg_wdata": In(32), "reg_rdata": Out(32),
-               "spm_rd": Out(RowReadSignature(aw, SPM_BITS * C)), "acc_rd": Out(RowReadSignature(aw, ACC_BITS * C)),
+               "sld_row": Out(aw), "sld_spm": In(SPM_BITS * C), "sld_acc": In(ACC_BITS * C),
                "spm_wr": Out(RowWriteSignature(aw, SPM_BITS * C, C)),
                "acc_wr": Out(RowWriteSignature(aw, ACC_BITS * C, C))}
         for u in QUEUED:
@@ -260,7 +260,7 @@ class IssueStage(wiring.Component):
         srow = sums[0]                      # smem.addr + its index register, exact (33 bits)
         s_lim = Mux(smem.space == Space.ACC, cfg.acc_rows, cfg.spm_rows)
         smem_ok = (srow >= 0) & (srow < s_lim)
-        m.d.comb += [self.spm_rd.addr.eq(srow), self.acc_rd.addr.eq(srow)]
+        m.d.comb += self.sld_row.eq(srow)
         m.submodules.check = chk = IssueCheck()
         m.d.comb += [chk.smem.eq(is_smem), chk.fence.eq(is_("fence")), chk.halt.eq(is_("halt")),
                      chk.queued.eq(dec.queued), chk.unit.eq(dec.unit), chk.fence_units.eq(w.fence.units),
@@ -315,8 +315,8 @@ class IssueStage(wiring.Component):
         ld_pend, ld_space = Signal(), Signal()
         ld_lane, ld_rd = Signal.like(lane), Signal(sw)
         m.d.sync += [ld_pend.eq(issue & is_sld), ld_space.eq(smem.space), ld_lane.eq(lane), ld_rd.eq(w.smem.rd)]
-        spm_l = data.View(data.ArrayLayout(signed(SPM_BITS), C), self.spm_rd.data)
-        acc_l = data.View(data.ArrayLayout(signed(ACC_BITS), C), self.acc_rd.data)
+        spm_l = data.View(data.ArrayLayout(signed(SPM_BITS), C), self.sld_spm)
+        acc_l = data.View(data.ArrayLayout(signed(ACC_BITS), C), self.sld_acc)
         loaded = Signal(signed(32))
         m.d.comb += loaded.eq(Mux(ld_space == Space.ACC, acc_l[ld_lane], spm_l[ld_lane]))
         results = {"seti": w.seti.imm, "addi": sums[0][:32]}    # and the ALU's
