@@ -125,6 +125,9 @@ class KernelCode:
     vbias_rows: int = 0
     #: ``(a, b)``: only M tiles ``a .. b - 1``, a part of a kernel too long for one page (``split_m_tiles``)
     mtiles: tuple[int, int] | None = None
+    #: a column of an ``nmk`` kernel (``emit_kernel``): the kernel's N tiles, whose scale rows precede the
+    #: columns' bias blocks in ACC (column ``scale_row``'s at ``_vbias_row``); 0 otherwise
+    columns: int = 0
 
 
 def _mods(wait=(), signal=(), once=False, rep: LoopReg | None = None) -> dict:
@@ -212,7 +215,7 @@ def emit_kernel(e: ProgramBuilder, kc: KernelCode, cfg, tokens: Tokens | None = 
         kn = replace(kc, name=f"{kc.name}.n{n}", tiling=col, w_addr=kc.w_addr + n * tl.KT * R * C,
                      bias_addr=None if kc.bias_addr is None else kc.bias_addr + _ACC_BYTES * C * n,
                      scale_addr=None if kc.scale_addr is None else kc.scale_addr + _ACC_BYTES * C * n,
-                     out_rows=np.asarray(kc.out_rows) + n * C * eb, scale_row=n)
+                     out_rows=np.asarray(kc.out_rows) + n * C * eb, scale_row=n, columns=tl.NT)
         # a later column shares the kernel's buffers: fresh seeds after the previous column's uses
         _emit_kernel(e, kn, cfg, True, resident and n > 0, tokens, before if n == 0 else None,
                      "column" if n else "own", window)
@@ -242,13 +245,14 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
     # "ACC region free", and the bias load orders the next M tile's A loads behind it (two buffers)
     gate = tl.MT > 1 and not (not kc.out_int8 and bias) and not tl.a_ring   # (an A ring frees slots per mm)
     assert gate or tl.nbuf >= 2 or tl.MT == 1 or tl.a_ring, "a single A buffer needs the gate"
-    assert not tl.a_ring or weight_mode(tl) == "ring", "A tiles stream beside a weight ring"
+    assert not tl.a_ring or weight_mode(tl) == "ring" or (w_once and tl.NT == 1), \
+        "A tiles stream beside a weight ring, or beside a column's resident weights"
     assert not w_once or (tl.NT == 1 and tl.NB == tl.KT), "resident weights: one N tile, no slot ring"
     assert tl.ng == 1 or (tl.a_ring and tl.NT % tl.ng == 0 and not vbias and not a_skip and kc.dyn is None
                           and kc.nbound is None and kc.kbound is None), "N tiles share A tiles in a plain A ring"
     tiles = tl.m_tiles()
     full = [t for t in tiles if t[1] == Mt]
-    nest = _m_loop(kc, w_once)
+    nest = _m_loop(kc, w_once and not resident_ring(tl))       # (resident_ring: every M tile in the loop)
     looped = bool(nest)
     t0 = 0                                     # a part (``split_m_tiles``): its M tiles only, unrolled
     if kc.mtiles is not None:
@@ -310,6 +314,12 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
         e.comment(f"M tiles 0..{len(full) - 1} of {Mt} rows: a scalar loop"
                   + (f" over r{kc.dyn.reg} batch elements" if kc.dyn is not None else "")
                   + (f" over {outer[0]} blocks of {n1}" if outer is not None else ""))
+        if w_once and resident_ring(tl):
+            # the column's weight tiles in one DMA instance ahead of its M tiles, all of which run the loop
+            # body (one page holds the columns' code): a do-nothing mxu.lw waits for it
+            e.emit("dma.ld", spm[kc.spm_w], dram[kc.w_addr], rows=KT * cfg.rows, len=cfg.cols, rstride=cfg.cols,
+                   signal="mxu")
+            _empty(e, ("load", "mxu"), 1, give=False)
         if outer is not None:
             blocks = e.place(e.fresh_label("mblock"))
         e.emit("seti", GK.MT, 0)
@@ -322,7 +332,7 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
                 e.emit("sub", GK.ABUF, GK.TMP, GK.ABUF)
             elif tl.nbuf > 2:                  # every M tile has its own A buffer
                 e.emit("addi", GK.ABUF, GK.ABUF, KT * Mt)
-        if w_once:                             # M tile 0 loads the weight tiles, the loop reuses them
+        if w_once and not resident_ring(tl):   # M tile 0 loads the weight tiles, the loop reuses them
             _m_tile(e, g, Mt, kc.a_rows[:Mt], kc.out_rows[:Mt], load_w=True, pre=True)
             step()
             e.emit("seti", GK.MT, 1)
@@ -358,16 +368,24 @@ def _kernel_body(e: ProgramBuilder, kc: KernelCode, cfg, w_once: bool, a_skip: b
 
 
 def vpu_bias(kc: KernelCode) -> bool:
-    """Does the kernel add its bias on the VPU (``KernelCode.vbias``, where its code allows)?"""
-    return (kc.vbias and kc.bias_addr is not None and kc.out_int8 and kc.tiling.order == "mnk" and kc.dyn is None
+    """Does the kernel add its bias on the VPU (``KernelCode.vbias``, where its code allows)? In column order
+    only beside resident weights (``resident_ring``), with resident bias blocks (``vbias_rows``)."""
+    order_ok = kc.tiling.order == "mnk" or (resident_ring(kc.tiling) and kc.vbias_rows > 0)
+    return (kc.vbias and kc.bias_addr is not None and kc.out_int8 and order_ok and kc.dyn is None
             and kc.nbound is None and kc.kbound is None)
+
+
+def columns_loop(kc: KernelCode) -> bool:
+    """Do the M tiles of kernel ``kc``'s columns (``nmk``: ``emit_kernel``) run as one loop body (or is there one)?"""
+    return kc.tiling.MT == 1 or bool(_m_loop(kc, not resident_ring(kc.tiling)))
 
 
 def _m_loop(kc: KernelCode, w_once: bool = False) -> list:
     """The loops the kernel's full M tiles run in, innermost first: ``[(trips, (A step, output step))]`` (the
     DRAM address steps of its input and output rows), one level where the tiles are translations of each
     other (or a symbolic batch: trips None), two where blocks of them are (the M tiles of an image, then
-    images: ``tiling.tile_levels``; not with resident weights, ``w_once``); [] when they run unrolled."""
+    images: ``tiling.tile_levels``; not with resident weights loaded by M tile 0, ``w_once``); [] when they
+    run unrolled."""
     tl = kc.tiling
     if kc.dyn is not None:
         return [(None, (kc.dyn.a_step, kc.dyn.o_step))]
@@ -432,8 +450,8 @@ def prefetch_tiles(tl: Tiling, cover: int = 0) -> int:
     mode = weight_mode(tl)
     if mode == "group":
         return tl.KT
-    if tl.a_ring:
-        return 1 if tl.ng == 1 else 0
+    if tl.a_ring:          # (beside resident weights none: the column loads them in one instance, ``_kernel_body``)
+        return 1 if tl.ng == 1 and not resident_ring(tl) else 0
     # never more than the seed tokens the kernel holds (each prefetched tile stands for one)
     return max(1, min(cover, tl.KT if mode == "tile" else tl.NB, weight_seeds(tl)))
 
@@ -443,8 +461,15 @@ def weight_seeds(tl: Tiling) -> int:
     (``weight_mode`` group), else one per slot, at most ``WEIGHT_TOKENS`` (fewer tokens than slots
     only keeps the loads less far ahead, never unsafe)."""
     if tl.a_ring:                       # a token per weight slot, freed by its mm (A slots: ``_k_chain``)
-        return min(tl.w_slots, WEIGHT_TOKENS)
+        # (resident weights, ``resident_ring``: a token per A slot)
+        return min(tl.a_slots if resident_ring(tl) else tl.w_slots, WEIGHT_TOKENS)
     return 2 if weight_mode(tl) == "group" else min(tl.NB, WEIGHT_TOKENS)
+
+
+def resident_ring(tl: Tiling) -> bool:
+    """An A ring beside a column's resident weight tiles (``nmk``, ``NB == KT``: ``tiling._choose_col_ring``),
+    not beside a weight ring."""
+    return tl.a_ring and weight_mode(tl) != "ring"
 
 
 def _m_tile(e: ProgramBuilder, g: dict, mrows: int, a_rows: np.ndarray, out_rows: np.ndarray,
@@ -645,7 +670,10 @@ def _next_bias(e: ProgramBuilder, g: dict, mrows: int, signal: bool, first_cols:
 
 def _vbias_row(kc: KernelCode) -> int:
     """The first ACC row of a ``vbias`` kernel's bias past its two regions and scale rows: its ``NT`` bias rows
-    (then the rebuilt block), or its ``NT`` resident blocks (``KernelCode.vbias_rows``)."""
+    (then the rebuilt block), or its ``NT`` resident blocks (``KernelCode.vbias_rows``); a column's
+    (``KernelCode.columns``): its own block, after the kernel's scale rows and the blocks of the columns before."""
+    if kc.columns:
+        return kc.acc_base + 2 * kc.tiling.Mt + kc.columns + kc.scale_row * kc.vbias_rows
     return kc.acc_base + 2 * kc.tiling.Mt + kc.tiling.NT
 
 
@@ -795,6 +823,9 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
     # in order: every tile of the K tile has arrived), and the first lw waits for it.
     aring = tl.a_ring
     assert ng == 1 or (aring and load_a and not npre), "a group of N tiles: an A ring loading its A tiles"
+    # beside resident weights (``resident_ring``) an A slot is freed by its mm alone: the A load waits for
+    # that token, the weight loads (the column's first M tile) for none (their slots are the column's own)
+    resident = resident_ring(tl)
     l1 = [None]                                # the nest l1 holds (A row groups), None: unknown
 
     def tile(kt: int, last: bool | None = None) -> None:
@@ -803,14 +834,14 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
         kti = kc.ktiles[kt]
         wslot = kc.spm_w + (kt % tl.NB if mode == "ring" else kt) * ng * R
         wrow = spm[wslot + GK.WSLOT]
-        arow = a_buf + (kt % tl.NB if aring else kt) * Mt
+        arow = a_buf + (kt % tl.a_slots if aring else kt) * Mt
         if w_dma and kt >= npre:
             e.emit("dma.ld", wrow, dram[kc.w_addr + kt * R * C + GK.WCOL], rows=R, len=C, rstride=C,
-                   wait="mxu", signal="mxu" if ng == 1 else None, rep=L0 if ng > 1 else None)
+                   wait=None if resident else "mxu", signal="mxu" if ng == 1 else None, rep=L0 if ng > 1 else None)
         if load_a:
             for gi, gr in enumerate(a_groups):
                 sig = ("mxu",) if gi == len(a_groups) - 1 else ()
-                wait = ("mxu",) if g["fine"] and gi == 0 else ()
+                wait = ("mxu",) if (g["fine"] or resident) and gi == 0 else ()
                 rep = None
                 if gr.count > 1:
                     if l1[0] != (gr.count, gr.lstride, gr.dstride):
@@ -856,7 +887,7 @@ def _k_chain(e: ProgramBuilder, g: dict, mrows: int, a_buf: int, a_groups: list[
     lo = max(1, min(npre, KT - 1))             # prefetched tiles stand alone (their tokens differ)
     for kt in range(lo):
         tile(kt)
-    for run in k_runs(kc.ktiles, lo, KT - 1, tl.NB if mode == "ring" else 1):
+    for run in k_runs(kc.ktiles, lo, KT - 1, tl.a_slots if aring else (tl.NB if mode == "ring" else 1)):
         p = run.period
         u = max(1, min(run.count, unroll // p))            # trips per body
         trips = run.count // u

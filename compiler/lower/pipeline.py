@@ -28,7 +28,7 @@ from isa.timing import VPU_LATENCY, lut_rows, mxu_swap_delay, row_beats
 
 from compiler.lower.compiled import Compiled, check_finite, named_feeds, unpack_inputs
 from compiler.lower.dynamic import cut, fit_ew, fit_gemm, host_feeds
-from compiler.lower.emit import (EW_MAX_INPUTS, EwCode, KernelCode, emit_program, split_m_tiles,
+from compiler.lower.emit import (EW_MAX_INPUTS, EwCode, KernelCode, columns_loop, emit_program, split_m_tiles,
                                  vpu_bias, zero_rows)
 from compiler.lower.attention import AttnCode, lower_attention
 from compiler.lower.norms import NormCode, lower_norm
@@ -715,21 +715,27 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
         out_rows = tensor_addr[k.out] + offs[:, n0] * eb
         run = _common_period(a_rows, out_rows)
         bias = qk.bias_q[n0:n1] if qk.bias_q is not None else None
-        tl = None
+        tl, vrows = None, 0
         vbias = (bias is not None and qk.out_int8 and k.M >= 2 * vbias_min_rows(cfg) and searcher is None
                  and spec is None)
-        if vbias and not _vbias_pays(cfg, kts, cdiv(n1 - n0, C)):
-            # an A ring (nothing else fits SPM) loads the A tiles again for every N tile (group): with them
-            # (the default tiling's own arguments: an int8 output with a bias, no spec; kept if it stays)
+        if vbias:
+            # the default tiling (its own arguments: an int8 output with a bias, no spec; kept if it stays)
             try:
                 t0 = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, bias=True, group_ok=True)
-                vbias = t0.a_ring and _vbias_pays(cfg, kts, t0.NT, a_loads=t0.NT // t0.ng)
-                tl = None if vbias else t0
             except TetrachipError:
-                vbias = False
-        vrows = 0
-        if vbias:     # the tiling leaves ACC for the bias (a rebuilt block of Mt rows and the NT bias rows,
-            try:      # or NT resident blocks: ``vbias_block_rows``)
+                t0 = None
+            if t0 is not None and t0.order == "nmk":
+                # an A ring in column order (resident weights): each column's bias as a resident block where
+                # ACC has room for the blocks (``emit.vpu_bias``), else by DMA
+                vrows = vbias_block_rows(t0.Mt, t0.NT, cfg.acc_rows - t0.acc_rows)
+                vbias = vrows > 0 and _vbias_pays(cfg, kts, t0.NT, a_loads=t0.NT)
+                tl = replace(t0, acc_rows=t0.acc_rows + t0.NT * vrows) if vbias else t0
+            elif not _vbias_pays(cfg, kts, cdiv(n1 - n0, C)):
+                # an A ring (nothing else fits SPM) loads the A tiles again for every N tile (group): with them
+                vbias = t0 is not None and t0.a_ring and _vbias_pays(cfg, kts, t0.NT, a_loads=t0.NT // t0.ng)
+                tl = None if vbias else t0
+        if vbias and tl is None:   # the tiling leaves ACC for the bias (a rebuilt block of Mt rows and the NT bias
+            try:                   # rows, or NT resident blocks: ``vbias_block_rows``)
                 tl = choose(cfg.replace(acc_rows=vbias_acc_rows(cfg, cdiv(n1 - n0, C), k.M)), k.M, len(kts),
                             n1 - n0, qk.out_int8, run, what, bias=False)
                 vrows = vbias_block_rows(tl.Mt, tl.NT, cfg.acc_rows - tl.acc_rows)
@@ -739,6 +745,12 @@ def _lower_gemm(cfg: ChipConfig, q: QSchedule, i: int, tensor_addr: dict, put, s
         if tl is None:
             tl = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, single_ok=qk.out_int8 or bias is None,
                         bias=bias is not None, group_ok=spec is None)
+        if tl.order == "nmk" and not columns_loop(KernelCode(name, tl, kts, a_rows, out_rows, qk.out_int8, 0, None,
+                                                             None, 0, 0, False, 0, 0, 0, 0)):
+            # a column's M tiles unrolled: NT copies of the code, which no page break can cut (split_m_tiles)
+            vbias, vrows = False, 0
+            tl = choose(cfg, k.M, len(kts), n1 - n0, qk.out_int8, run, what, single_ok=qk.out_int8 or bias is None,
+                        bias=bias is not None, group_ok=spec is None, columns=False)
         w_addr = put(tile_weights(qk.w_q[ks, n0:n1], order, kts, R, C))
         b_addr = put(pad_lanes(bias, C)) if bias is not None else None
         sc_addr = put(pad_lanes(qk.scale[n0:n1], C)) if qk.out_int8 else None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from isa.ints import align_up, cdiv
-from isa.table import Space
+from isa.table import SPACE_BYTES, Space
 from isa.timing import mxu_swap_delay, row_beats
 
 from compiler.lower.schedule import ChipCompileError
@@ -229,11 +229,19 @@ class Tiling:
     #: side by side, two groups' worth (the next group's drained while this one computes), and each ring
     #: slot holds a weight tile per N tile of the group (``compiler.lower.emit``); 1 otherwise
     ng: int = 1
+    #: with an A ring, its slots where they are not the weight slots' ``NB`` (0): an ``nmk`` kernel whose
+    #: column keeps its ``KT`` weight tiles resident (``NB == KT``) while its A tiles stream (``choose``)
+    na: int = 0
+
+    @property
+    def a_slots(self) -> int:
+        """Slots of an A ring."""
+        return self.na or self.NB
 
     @property
     def a_rows(self) -> int:
         """SPM rows of the A buffers."""
-        return self.NB * self.Mt if self.a_ring else self.nbuf * self.KT * self.Mt
+        return self.a_slots * self.Mt if self.a_ring else self.nbuf * self.KT * self.Mt
 
     @property
     def w_slots(self) -> int:
@@ -246,7 +254,7 @@ class Tiling:
 
 
 def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, single_ok: bool = True,
-           bias: bool = True, group_ok: bool = False) -> Tiling:
+           bias: bool = True, group_ok: bool = False, columns: bool = True) -> Tiling:
     """Tile sizes for a kernel; a clear error naming the dimension when it cannot fit the chip.
 
     Weight slots (``compiler.lower.emit.weight_mode``): two N tiles' worth (one DMA per N tile, the
@@ -258,7 +266,9 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
     tiles of each N tile stream right behind the previous ones, while the first mxu.lw of an N tile
     would wait for its whole group (the first group before the first matmul, the second behind the
     first N tile's A loads). ``group_ok``: an A ring may serve several N tiles per A tile
-    (``a_ring_groups``; the emitter's plain kernels only: no symbolic batch or key bound)."""
+    (``a_ring_groups``; the emitter's plain kernels only: no symbolic batch or key bound), and, with
+    ``columns``, an A ring may run column by column with each column's weight tiles resident
+    (``_choose_col_ring``), where that keeps the load unit less busy."""
     C = cfg.cols
     NT = cdiv(N, C)
     scale_rows = NT if out_int8 else 0
@@ -302,6 +312,10 @@ def choose(cfg, M: int, KT: int, N: int, out_int8: bool, run: int, what: str, si
             ring = a_ring_groups(cfg, ring, out_int8, run)
         if res is None or (ring is not None and est_cycles(cfg, ring) < est_cycles(cfg, res)):
             res = ring
+    if group_ok and columns and (res is None or res.a_ring):
+        col = _choose_col_ring(cfg, M, KT, NT, N, out_int8, run)
+        if col is not None and (res is None or est_cycles(cfg, col, bias) < est_cycles(cfg, res, bias)):
+            res = col
     if res is None:
         ostage = 2 if out_int8 else 0
         mt = cfg.acc_bank_rows          # the shortest M tile: a row, or a whole ACC bank
@@ -324,6 +338,7 @@ def _bank_aligned(cfg, t: Tiling, run: int = 1, single_ok: bool = True) -> Tilin
     b = cfg.acc_bank_rows
     scale_rows = t.acc_rows - 2 * t.Mt
     ostage = (t.spm_rows - (t.a_rows + t.NB * cfg.rows)) // t.Mt if t.Mt else 0
+    ring = t.a_slots
     steps = [math.lcm(b, run)] if run > 1 and t.Mt % run == 0 else []
     for step in steps + [b]:
         for mt in (align_up(t.Mt, step), t.Mt // step * step):
@@ -334,10 +349,10 @@ def _bank_aligned(cfg, t: Tiling, run: int = 1, single_ok: bool = True) -> Tilin
             # may have had one M tile; an A ring has its slots instead), then one where it is
             many = t.nbuf if single_ok or t.nbuf >= 2 or t.a_ring else 2
             for nbuf in dict.fromkeys((1,) if MT == 1 else (many, 1 if single_ok else many)):
-                spm = (t.NB * mt if t.a_ring else nbuf * t.KT * mt) + t.NB * cfg.rows + ostage * mt
+                spm = (ring * mt if t.a_ring else nbuf * t.KT * mt) + t.NB * cfg.rows + ostage * mt
                 if spm <= cfg.spm_rows and 2 * mt + scale_rows <= cfg.acc_rows:
                     return Tiling(t.M, t.N, t.KT, t.NT, mt, MT, t.NB, nbuf, spm, 2 * mt + scale_rows,
-                                  order=t.order, a_ring=t.a_ring)
+                                  order=t.order, a_ring=t.a_ring, na=t.na)
     return None
 
 
@@ -358,6 +373,38 @@ def _choose_a_ring(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: i
         return None
     return Tiling(M, N, KT, NT, Mt, cdiv(M, Mt), NB, 1, NB * Mt + NB * ng * cfg.rows + ostage * Mt,
                   2 * ng * Mt + scale_rows, a_ring=True, ng=ng)
+
+
+def _choose_col_ring(cfg, M: int, KT: int, NT: int, N: int, out_int8: bool, run: int) -> Tiling | None:
+    """Column order (``nmk``) with an A ring: each N tile's ``KT`` weight tiles stay in SPM for all its M tiles
+    (``NB == KT``, loaded once per column) while its A tiles stream through a ring of ``na`` slots
+    (``Tiling.na``, the most of ``ring_candidates(KT)`` that fit), loaded once per column: the load unit moves
+    an A tile per ``mm``, where an ``mnk`` A ring moves an A tile and a weight tile (``compiler.lower.emit``:
+    ``_k_chain``). M tiles of whole ACC banks (the bias of the next M tile loads while the array writes this
+    one) and, where they fit, of whole ``run`` blocks (one loop body); on banked SPM the output staging, which
+    the VPU writes, in banks of its own beside the loaded rows. None when that does not fit."""
+    R = cfg.rows
+    ostage = 2 if out_int8 else 0
+    scale_rows = NT if out_int8 else 0
+    bank = max(1, cfg.acc_bank_rows)
+    step = math.lcm(bank, run) if 1 < run else bank
+    cap = min((cfg.acc_rows - scale_rows) // 2, M)
+
+    def fits(na: int, mt: int) -> bool:
+        return align_up(na * mt + KT * R, max(1, cfg.spm_bank_rows)) + ostage * mt <= cfg.spm_rows
+
+    for na in ring_candidates(KT):
+        top = next((mt for mt in range(cap, 0, -1) if fits(na, mt)), 0)
+        if top and step == 1:
+            Mt = cdiv(M, cdiv(M, top))                  # even tiles
+        elif top >= step:
+            Mt = top // step * step                     # whole banks and whole run blocks
+        else:
+            Mt = top // bank * bank                     # whole banks (0 on a banked ACC: none fits)
+        if Mt >= 1 and fits(na, Mt):
+            return Tiling(M, N, KT, NT, Mt, cdiv(M, Mt), KT, 1, na * Mt + KT * R + ostage * Mt,
+                          2 * Mt + scale_rows, order="nmk", a_ring=True, na=na)
+    return None
 
 
 #: group weights (one DMA per N tile) need an M tile's matmul cycles per K tile (N tiles x rows) to be
@@ -413,18 +460,25 @@ def short_mm(cfg) -> int:
     return 2 * (2 * cfg.rows + cfg.cols)
 
 
-def est_cycles(cfg, t: Tiling) -> int:
+def est_cycles(cfg, t: Tiling, bias: bool = False) -> int:
     """A kernel's cycles as ``choose`` compares its tilings: the larger of the array's (an ``mm`` per M, N and
     K tile, its rows or, when shorter, ``isa.timing.mxu_swap_delay`` and a weight tile's ``rows``: the next
     ``mxu.lw`` starts that long after the ``mm`` that swapped in the last one, docs/microarchitecture.md)
     and the load unit's beats (``isa.timing.row_beats``): A tiles once per M tile (per group of N tiles with
-    an A ring), a weight tile per M, N and K tile (``mnk`` order)."""
+    an A ring), a weight tile per M, N and K tile (``mnk`` order); in column order with an A ring
+    (``_choose_col_ring``) A tiles per N tile and weight tiles once, with ``bias`` its DMA into every M and N
+    tile's ACC region, and per column its weights and first A tile, which nothing hides."""
     R = cfg.rows
     a_beats, w_beats = row_beats(cfg, R, Space.SPM, 1), row_beats(cfg, cfg.cols, Space.SPM, 1)
     swap = mxu_swap_delay(cfg) + R
     edge = t.M - (t.MT - 1) * t.Mt
     array = t.NT * t.KT * ((t.MT - 1) * max(t.Mt, swap) + max(edge, swap))
     a_loads = t.M * t.KT * a_beats * ((t.NT // t.ng) if t.a_ring else 1)
+    if t.a_ring and t.order == "nmk":
+        # (each column starts after the last one's tokens drain: its weights and first A tile load exposed)
+        b_beats = row_beats(cfg, cfg.cols, Space.ACC, SPACE_BYTES[Space.ACC])
+        return (max(array, a_loads + t.NT * t.KT * R * w_beats + (t.NT * t.M * b_beats if bias else 0))
+                + t.NT * (t.KT * R * w_beats + t.Mt * a_beats))
     return max(array, a_loads + t.MT * t.NT * t.KT * R * w_beats)
 
 

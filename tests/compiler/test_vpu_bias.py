@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tetrachip as tc
-from compiler.lower import pipeline
+from compiler.lower import pipeline, tiling
 from isa.config import ChipConfig
 from rtl.fpga.fit import fpga_build_config
 
@@ -109,3 +109,27 @@ def test_an_a_ring_kernel_adds_its_bias_on_the_vpu(monkeypatch):
     cm_dma, cycles_dma = _run(model, x, cfg)
     assert "bias on the VPU" not in cm_dma.asm and cm_dma.kernels[0].tiling.a_ring
     assert cycles < cycles_dma
+
+
+def test_a_long_reduction_runs_column_by_column_with_resident_weights(monkeypatch):
+    # the digits CNN's second convolution, shrunk: 36 K tiles on the FPGA memories stream their A tiles through a
+    # ring; in column order (nmk) each N tile's 36 weight tiles stay in SPM for all its M tiles, so the load unit
+    # moves an A tile per mm instead of an A tile and a weight tile (tiling._choose_col_ring), and each column
+    # adds its bias on the VPU from a block of its own
+    cfg = TINY_FPGA
+    tc.manual_seed(5)
+    conv = nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=True)      # K = 144 (36 K tiles), 8 N tiles
+    x = np.random.default_rng(5).standard_normal((8, 16, 16, 16)).astype(np.float32)
+
+    def model(t):
+        return conv(t).clip(0.0, 6.0)        # (a clip: an int8 output)
+    cm, cycles = _run(model, x, cfg)
+    t = cm.kernels[0].tiling
+    assert t.order == "nmk" and t.a_ring and t.NB == t.KT == 36 and t.NT == 8
+    heads = [ln for ln in cm.asm.splitlines() if ln.startswith("; kernel ")]
+    assert len(heads) == t.NT and all("bias on the VPU" in h for h in heads)
+    monkeypatch.setattr(tiling, "_choose_col_ring", lambda *a: None)
+    cm_mnk, cycles_mnk = _run(model, x, cfg)
+    t2 = cm_mnk.kernels[0].tiling
+    assert t2.order == "mnk" and t2.a_ring and t2.NB < t2.KT
+    assert cycles < 0.9 * cycles_mnk

@@ -87,7 +87,8 @@ def test_bias_on_the_vpu_from_resident_blocks_on_banked_memories(monkeypatch):
     """The digits CNN's two convolutions, shrunk, on the banked Verilog of the default board build's memories:
     both add their bias on the VPU from blocks resident in ACC (``KernelCode.vbias_rows``: the prologue's
     repeated ``dma.ld`` with ``rstride=0``, a ``vadd`` repeated over the region with tokens once), the second
-    with its A tiles in a ring. Outputs and cycles equal ``Device("sim")``'s, outputs the reference."""
+    column by column (``nmk``: a code per N tile), its weights resident and its A tiles in a ring
+    (``tiling._choose_col_ring``). Outputs and cycles equal ``Device("sim")``'s, outputs the reference."""
     import numpy as np
 
     import tetrachip as tc
@@ -101,7 +102,8 @@ def test_bias_on_the_vpu_from_resident_blocks_on_banked_memories(monkeypatch):
     x = np.random.default_rng(2).standard_normal((6, 1, 8, 8)).astype(np.float32)
     cm = tc.compile(lambda t: c2(c1(t).relu()).clip(0.0, 6.0), [x], config=FPGA_TINY)
     kernels = cm.asm.split("; kernel ")[1:]
-    assert len(kernels) == 2 and cm.kernels[1].tiling.a_ring
+    t = cm.kernels[1].tiling
+    assert t.a_ring and t.order == "nmk" and t.NB == t.KT and len(kernels) == 1 + t.NT
     for k in kernels:
         assert "bias on the VPU" in k.splitlines()[0]
         assert any(ln.strip().startswith("vadd") and "rep=" in ln and "sync=once" in ln for ln in k.splitlines())
