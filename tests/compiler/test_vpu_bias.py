@@ -93,16 +93,20 @@ def test_block_rows_follow_the_vpu_cost():
     assert pipeline.vbias_block_rows(64, 64, 127) == 1
 
 
+def _second_digits_conv(seed: int, hw: int):
+    """The digits CNN's second convolution (K = 144: 36 K tiles on ``tiny``, 8 N tiles), requantized to int8 (a
+    clip), on 8 images of ``hw`` x ``hw``: (model, input)."""
+    tc.manual_seed(seed)
+    conv = nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=True)
+    x = np.random.default_rng(seed).standard_normal((8, 16, hw, hw)).astype(np.float32)
+    return (lambda t: conv(t).clip(0.0, 6.0)), x
+
+
 def test_an_a_ring_kernel_adds_its_bias_on_the_vpu(monkeypatch):
     # a long reduction on small memories streams its A tiles through a ring, again for every N tile: the bias
     # DMA's ACC row per output row adds to the loads that hold the array back (the digits CNN's second conv)
     cfg = TINY_FPGA
-    tc.manual_seed(4)
-    conv = nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=True)      # K = 144 (36 K tiles), 8 N tiles
-    x = np.random.default_rng(4).standard_normal((8, 16, 8, 8)).astype(np.float32)
-
-    def model(t):
-        return conv(t).clip(0.0, 6.0)        # (a clip: an int8 output)
+    model, x = _second_digits_conv(4, 8)
     cm, cycles = _run(model, x, cfg)
     assert "bias on the VPU" in cm.asm and cm.kernels[0].tiling.a_ring
     monkeypatch.setattr(pipeline, "_vbias_pays", lambda *a, **k: False)
@@ -117,12 +121,7 @@ def test_a_long_reduction_runs_column_by_column_with_resident_weights(monkeypatc
     # moves an A tile per mm instead of an A tile and a weight tile (tiling._choose_col_ring), and each column
     # adds its bias on the VPU from a block of its own
     cfg = TINY_FPGA
-    tc.manual_seed(5)
-    conv = nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=True)      # K = 144 (36 K tiles), 8 N tiles
-    x = np.random.default_rng(5).standard_normal((8, 16, 16, 16)).astype(np.float32)
-
-    def model(t):
-        return conv(t).clip(0.0, 6.0)        # (a clip: an int8 output)
+    model, x = _second_digits_conv(5, 16)
     cm, cycles = _run(model, x, cfg)
     t = cm.kernels[0].tiling
     assert t.order == "nmk" and t.a_ring and t.NB == t.KT == 36 and t.NT == 8
