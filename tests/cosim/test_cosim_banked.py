@@ -23,26 +23,29 @@ TINY = ChipConfig.preset("tiny")
 COUNT = int(os.environ.get("TETRACHIP_COSIM_BANKED_COUNT", "60"))
 
 
-@pytest.mark.parametrize("depths, banks, seed", [(fpga_memory("banked"), (4, 4), 7000), (FPGA_MEMORY, (4, 4), 7500)],
-                         ids=["fpga-mem", "lvt-depths"])
-def test_fuzz_banked_memories_at_fpga_depths(depths, banks, seed):
+#: the default board build's memories (tiny, SPM 256 rows in 4 banks, ACC 64 in 4)
+FPGA_TINY = fpga_build_config(TINY, "banked").replace(name="tiny-fpga")
+
+
+@pytest.mark.parametrize("cfg, banks, seed", [
+    (FPGA_TINY, (4, 4), 7000),
+    # (a Verilog model of its own, of memories no command builds by default: the long lane)
+    pytest.param(banked_config(fpga_config(TINY, **FPGA_MEMORY)), (4, 4), 7500, marks=pytest.mark.long)],
+    ids=["fpga-mem", "lvt-depths"])
+def test_fuzz_banked_memories_at_fpga_depths(cfg, banks, seed):
     """``Ring(tiny --fpga-mem --mem banked, 2)``: SPM 256 rows in 4 block RAM banks, ACC 64 rows in 4
-    16-row LUT RAM banks; and at the live-value-table build's depths, SPM 64 rows in 4 LUT RAM banks of
-    16, ACC 16 in 4 of 4."""
+    16-row LUT RAM banks (the model the compiled-model tests below run: one build); and at the
+    live-value-table build's depths, SPM 64 rows in 4 LUT RAM banks of 16, ACC 16 in 4 of 4."""
     why = available(SIM)
     if why:
         pytest.skip(f"SIM={SIM}: {why}")
-    cfg = banked_config(fpga_config(TINY, **depths))
+    if cfg is FPGA_TINY:
+        assert cfg == banked_config(fpga_config(TINY, **fpga_memory("banked"))).replace(name=cfg.name)
     assert (cfg.spm_rows // cfg.spm_bank_rows, cfg.acc_rows // cfg.acc_bank_rows) == banks
     rep = run_fuzz(cfg, seed, COUNT, SIM, mem="banked", require_all_opcodes=False)
     assert rep["mem"] == "banked" and rep["raced"] == 0
     assert rep["programs"] - rep["illegal"] > COUNT // 2 and rep["rtl_cycles"] > 50 * COUNT
     assert rep["mismatches"] == 0, "\n\n".join(rep["reports"][:2])
-
-
-
-#: the default board build's memories (tiny, SPM 256 rows in 4 banks, ACC 64 in 4)
-FPGA_TINY = fpga_build_config(TINY, "banked").replace(name="tiny-fpga")
 
 
 def test_compiled_models_on_banked_memories_match_the_simulator(monkeypatch):

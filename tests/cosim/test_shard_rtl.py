@@ -28,8 +28,10 @@ def model():
     return m, x, tc.compile(m, [x], "tiny").reference(x)
 
 
-@pytest.mark.parametrize("chips,parallel,interleave", [(2, "pipeline", 1), (2, "pipeline", 2), (2, "data", 1),
-                                                      (2, "tensor", 1), (4, "pipeline", 1), (4, "tensor", 1)])
+# (the ring of four is a Verilog model of its own, about three minutes to build: the long lane)
+@pytest.mark.parametrize("chips,parallel,interleave", [
+    (2, "pipeline", 1), (2, "pipeline", 2), (2, "data", 1), (2, "tensor", 1),
+    pytest.param(4, "pipeline", 1, marks=pytest.mark.long), pytest.param(4, "tensor", 1, marks=pytest.mark.long)])
 def test_sharded_mlp_on_the_verilog_ring_equals_the_simulator(model, chips, parallel, interleave):
     why = available(SIM)
     if why:

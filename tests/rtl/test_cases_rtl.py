@@ -3,9 +3,14 @@ option the FPGA flow uses: flat memories (``rtl``), live-value-table memories (`
 ``rtl/mem.py``), and product registers in the array (``rtl-mac-*``, ``rtl/mac.py``; the cases that
 use the MXU). Each run equals the simulator's from the same inputs (total cycles, error code,
 DRAM, SPM, ACC, per-instance line trace) and meets the case's expectation: build options change no
-cycle count and no result."""
+cycle count and no result. ``make test`` runs the flat memories and the FPGA build's product
+registers (``dsp:5+reg2``); the live-value tables and the one-register products are the long lane's
+(``make test-long``; in ``make test``, tests/rtl/test_rtl_mem.py checks the LVT memories against the
+flat ones)."""
 
 from __future__ import annotations
+
+import pytest
 
 from tests.levels import CaseTests
 from tests.rtl import chip_bench
@@ -25,6 +30,7 @@ class TestRtl(CaseTests):
         return core.from_result(case, self.level, result)
 
 
+@pytest.mark.long
 class TestRtlLvt(TestRtl):
     tag, mem = "rtl-lvt", "lvt"
 
@@ -34,10 +40,12 @@ class _Mac(TestRtl):
         return [c for c in super().cases() if c.mnemonics() & {"mxu.mm", "mxu.mma"}]
 
 
+@pytest.mark.long
 class TestRtlMacReg(_Mac):
     tag, mac = "rtl-mac-reg", "dsp+reg"
 
 
+@pytest.mark.long
 class TestRtlMacDsp5Reg(_Mac):
     tag, mac = "rtl-mac-dsp5-reg", "dsp:5+reg"
 

@@ -62,7 +62,8 @@ class _AllProducts(wiring.Component):
         return m
 
 
-@pytest.mark.parametrize("stages", [0, 2])
+# (the combinational product is the registered one's logic without its registers: the long lane)
+@pytest.mark.parametrize("stages", [pytest.param(0, marks=pytest.mark.long), 2])
 def test_lut_product_exhaustive(stages):
     """Every int8 x int8 pair (65,536) through the LUT product, combinational and with the FPGA
     build's two register stages (its middle registers): the product of the operands ``stages``

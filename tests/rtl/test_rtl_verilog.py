@@ -46,7 +46,8 @@ def verilog_dir(tmp_path_factory):
 
 
 # tiny as a ring of two chips (each chip is a module of its own in it), small and base as one chip
-@pytest.mark.parametrize("name,chips", [("tiny", 2), ("small", 1), ("base", 1)])
+@pytest.mark.parametrize("name,chips", [("tiny", 2), ("small", 1),
+                                        pytest.param("base", 1, marks=pytest.mark.long)])   # (a minute: long)
 def test_verilog_lints(verilog_dir, name, chips):
     cfg = ChipConfig.preset(name)
     top = f"t_{name}_{chips}"
