@@ -30,7 +30,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "not long" --durations=20
 
 # the tests marked long (Yosys synthesis of tiny's whole FPGA top, the LVT-memory rings at the preset's and the FPGA
-# builds' depths, the variants of a test whose other cases make test runs): not in make test
+# builds' depths, the variants of a test whose other cases make test runs, the second half of the compiler
+# fuzz's graphs): not in make test
 .PHONY: test-long
 test-long: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m long --durations=20

@@ -1,7 +1,8 @@
 """The compiler fuzzer (``verify.compiler_fuzz``): random models through ``tc.compile`` on ``Device("sim")``.
 
 ``test_random_models`` runs a fixed seed range of graphs over every op family (``CHUNKS`` x ``PER``
-graphs, one parameter per chunk so that pytest-xdist spreads them); ``test_random_models_of_the_core_ops``
+graphs, one parameter per chunk so that pytest-xdist spreads them; ``make test`` the first
+``TEST_CHUNKS``, ``make test-long`` the rest too); ``test_random_models_of_the_core_ops``
 the same over the ops that compile today (GEMMs, ReLU, residual adds, concatenation, flatten), deeper,
 so that more of them reach the simulator. Every graph must be ok (bit-exact to ``cm.reference``,
 within the quantization bound of the float model) or refused with ``ChipCompileError``; a failure
@@ -19,6 +20,7 @@ from runtime.cli import main
 from verify.compiler_fuzz import ACTS, FAMILIES, Graph, Layer, bound, check, generate, input_of, run_fuzz, shrink
 
 CHUNKS, PER = 10, 80                # 800 graphs over every op family
+TEST_CHUNKS = 5                     # 400 of them in make test (CI's budget), the rest in the long lane
 CORE_CHUNKS, CORE_PER = 8, 40       # 320 deeper graphs of the ops that compile today
 CORE = ("conv", "dense", "act", "add", "cat", "residual", "flatten", "bmm")
 #: the fraction that compiles and runs (seeds 0..1999 of ``generate``'s defaults, November 2026): 8.6% on
@@ -39,7 +41,8 @@ def _report(rep) -> str:
                        for f in rep["failures"])
 
 
-@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("chunk", [c if c < TEST_CHUNKS else pytest.param(c, marks=pytest.mark.long)
+                                   for c in range(CHUNKS)])
 def test_random_models(chunk):
     rep = run_fuzz(device_for, 1000 + chunk * PER, PER, shrink_s=30)
     assert not rep["failures"], _report(rep)

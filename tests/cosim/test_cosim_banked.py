@@ -130,10 +130,13 @@ def test_cosim_ring_tiny_banked_memories():
     assert_ring_results_match(cfg, jobs, results, " (banked memories)")
 
 
+@pytest.mark.long
 def test_fuzz_without_link_ports():
     """The default board build without link ports (``tetrachip fpga synth/build --no-links``: links = 0):
     one ``Chip``, built without the link units, against the simulator on random programs without
-    link instructions (a link word is an illegal instruction on both: tests/rtl/test_rtl_no_links.py)."""
+    link instructions (a link word is an illegal instruction on both: tests/rtl/test_rtl_no_links.py).
+    In ``make test-long`` (a Verilog model of its own); ``make test`` runs the no-links chip in Amaranth's
+    simulator (tests/rtl/test_rtl_no_links.py)."""
     why = available(SIM)
     if why:
         pytest.skip(f"SIM={SIM}: {why}")

@@ -1,9 +1,10 @@
 """The co-simulation under Icarus Verilog when ``iverilog`` is installed, whatever ``SIM`` says:
 ``Ring(tiny, 2)`` on the case library's programs (``verify.cases``: every instruction, the
 examples, nests, branches, errors, the ring pass-around) and ``TETRACHIP_COSIM_ICARUS_COUNT``
-(default 8) random programs, 0 mismatches. Kept small for the CI budget (Icarus runs this ring at tens
+(default 2) random programs, 0 mismatches. Kept small for the CI budget (Icarus runs this ring at tens
 of cycles per second with the bench's work per job: 40 random programs took the test from about 150 s
-to 550 s); the whole suite runs under Icarus with ``SIM=icarus`` (docs/cosim.md)."""
+to 550 s, 8 to 314 s on CI's two busy cores); the whole suite runs under Icarus with ``SIM=icarus``
+(docs/cosim.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 
 from isa import ChipConfig
 from tests.cosim.jobs import assert_ring_results_match, directed_and_random_jobs
-from verify.cosim import Cosim, available
+from verify.cases import library
+from verify.cosim import Cosim, available, compare
 
 pytestmark = pytest.mark.slow
 TINY = ChipConfig.preset("tiny")
@@ -26,7 +28,7 @@ def test_cosim_ring_tiny_under_icarus():
     why = available("icarus")
     if why:
         pytest.skip(f"Icarus: {why}")
-    count = int(os.environ.get("TETRACHIP_COSIM_ICARUS_COUNT", "8"))
+    count = int(os.environ.get("TETRACHIP_COSIM_ICARUS_COUNT", "2"))
     _, jobs = directed_and_random_jobs(TINY, 10_000, count)
     results = Cosim(TINY, 2, "icarus").run(jobs)
     assert_ring_results_match(TINY, jobs, results, " under Icarus")
@@ -42,12 +44,12 @@ def test_icarus_model_dumps_waves(tmp_path, fmt):
     why = available("icarus")
     if why:
         pytest.skip(f"Icarus: {why}")
-    _, jobs = directed_and_random_jobs(TINY, 10_000, 1)
-    jobs = jobs[:2]
+    jobs = library.verilog_jobs(TINY.name, 1)[:2]          # one chip: its model builds and runs in half the time
     out = tmp_path / f"run.{fmt}"
-    cosim = Cosim(TINY, 2, "icarus", waves=fmt)
+    cosim = Cosim(TINY, 1, "icarus", waves=fmt)
     results = cosim.run(jobs, waves_file=out)
-    assert_ring_results_match(TINY, jobs, results, f" under Icarus with {fmt} waves")
+    bad = [rep for rep in (compare(TINY, j, r) for j, r in zip(jobs, results)) if rep]
+    assert len(results) == 2 and not bad, bad[:1]
     data = out.read_bytes()
     if fmt == "vcd":
         text = data.decode(errors="replace")

@@ -3,7 +3,11 @@ ring whose array mixes hard and LUT products (``mac="dsp:7+reg2"``: 7 of 16 PEs 
 radix-4 LUT product of ``rtl/mac.py`` with its mid-tree registers) against the simulator. The
 product alone is checked over every int8 pair in tests/rtl/test_rtl_mac_variants.py; here it runs
 inside the MXU's pipeline, with weight loads, swaps and clears as random programs make them.
-(``tetrachip fuzz --mac lut+reg2`` runs the same with every product in LUTs.)"""
+(``tetrachip fuzz --mac lut+reg2`` runs the same with every product in LUTs.)
+
+In ``make test-long`` (its own Verilog build, about two minutes on CI's cores); ``make test`` runs the
+case library on a like mix (``dsp:5+reg2``) in Amaranth's simulator (``TestRtlMacDsp5Reg2``,
+tests/rtl/test_cases_rtl.py) and the registered LUT product over every int8 pair."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ SIM = os.environ.get("SIM", "verilator")
 COUNT = int(os.environ.get("TETRACHIP_COSIM_MAC_COUNT", "60"))
 
 
+@pytest.mark.long
 def test_fuzz_with_lut_products():
     why = available(SIM)
     if why:

@@ -59,15 +59,20 @@ def test_shrink_a_real_injected_mismatch(monkeypatch):
           f"{sh.tried} candidates, {took:.1f} s")
 
 
-def test_rtl_device_waves_on_a_hyphenated_config(tmp_path, capfd):
-    _need_sim()
+@pytest.mark.parametrize("sim", [pytest.param("verilator", marks=pytest.mark.long), "icarus"])
+def test_rtl_device_waves_on_a_hyphenated_config(tmp_path, capfd, sim):
+    """Under Icarus in ``make test`` (its waves model builds in seconds); Verilator's (about two minutes
+    to build with waves) in ``make test-long``."""
+    why = available(sim)
+    if why:
+        pytest.skip(f"{sim}: {why}")
     cfg = dataclasses.replace(TINY, name="tiny-waves")
     rng = np.random.default_rng(1)
     w = rng.standard_normal((8, 4)).astype(np.float32)
     x = rng.standard_normal((3, 8)).astype(np.float32)
     cm = tc.compile(lambda a: (a @ tc.Tensor(w)).relu(), [x], config=cfg)
     vcd = tmp_path / "run.vcd"
-    dev = tc.Device("rtl", config=cfg, simulator=SIM, waves=vcd)
+    dev = tc.Device("rtl", config=cfg, simulator=sim, waves=vcd)
     built = not (dev.backend.cosim.dir / "stamp").exists()
     res = dev.run(cm, x)
     ref = tc.Device("sim", config=cfg).run(cm, x)

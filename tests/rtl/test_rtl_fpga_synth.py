@@ -9,6 +9,7 @@ Yosys call compiles WebAssembly (cached after)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -481,8 +482,10 @@ def test_board_build_failure_quotes_the_tool_error(tmp_path, monkeypatch):
     assert "ERROR: Assert `x' failed in a.cc:1." in msg and "nothing" not in msg
 
 
+@functools.cache
 def _board_script(seed: int = 1) -> str:
-    """The build script amaranth-boards writes for the tiny board top (no tools run)."""
+    """The build script amaranth-boards writes for the tiny board top (no tools run; elaborating the top
+    takes seconds, so each process makes a seed's script once)."""
     import importlib
     from isa.config import ChipConfig
     from rtl.fpga.board import BoardTop, nextpnr_opts
