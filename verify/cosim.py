@@ -124,6 +124,30 @@ def _environ(name: str, value: str | None):
             os.environ[name] = old
 
 
+def _icarus_netlist(src: Path, top: str) -> Path:
+    """``src`` (Amaranth's Verilog) as Icarus runs it fast: read by Yosys and written again with every
+    process turned into multiplexers (``proc``), beside ``src`` as ``<stem>.icarus.v``. Amaranth keeps
+    each combinational process as an ``always @*`` block and builds many wires from part assignments
+    (``assign w[7:0] = ...``); Icarus re-runs a whole block whenever one of its inputs changes and
+    joins a net's parts bit by bit, so a working ``tiny`` ran at about 20 cycles per second. Written
+    again it runs 3-4 times faster (docs/cosim.md); the hierarchy, the memories and every public name
+    stay, so the bench's ``$writememh`` of ``u.spm.mem`` and the waves name what they did."""
+    import subprocess
+
+    from rtl.fpga.flow import FlowError, tool
+    out = src.with_suffix(".icarus.v")
+    try:
+        cmd = tool("yosys")
+    except FlowError as e:
+        raise CosimUnavailable(f"the Icarus model is built through Yosys: {e}") from None
+    script = f"read_verilog {src.name}; hierarchy -top {top}; proc; opt_clean; write_verilog -noattr {out.name}"
+    r = subprocess.run([*cmd, "-q", "-p", script], cwd=src.parent, capture_output=True, text=True)
+    if r.returncode or not out.exists():
+        raise RuntimeError(f"Yosys could not rewrite {src} for Icarus (exit {r.returncode}):\n"
+                           f"{(r.stderr or r.stdout)[-3000:]}")
+    return out
+
+
 #: the Icarus model's wave dump module (``Cosim(waves=...)``)
 ICARUS_DUMP = "tetrachip_waves"
 
@@ -181,7 +205,7 @@ def _rtl_digest(cfg: ChipConfig, chips: int, simulator: str, mem: str = "flat", 
     h.update(repr((cfg.to_dict(), chips, simulator, os.environ.get("TETRACHIP_RTL_BUG", ""), _build_args(simulator),
                    _makeflags(), mem, waves, mac)).encode())
     h.update(inspect.getsource(wrapper).encode() + inspect.getsource(_runner).encode()
-             + inspect.getsource(_icarus_dump_module).encode())
+             + inspect.getsource(_icarus_dump_module).encode() + inspect.getsource(_icarus_netlist).encode())
     return h.hexdigest()[:16]
 
 
@@ -304,6 +328,8 @@ class Cosim:
         src = self.dir / f"{self.top}.v"
         text = generate(self.cfg, self.chips if self.ring else 1, name=self.top, mem=self.mem, mac=self.mac)
         src.write_text(text)
+        if self.simulator == "icarus":
+            src = _icarus_netlist(src, self.top)
         name, bench = wrapper(text, self.top, self.cfg, self.chips, self.ring)
         (self.dir / "mem_parts.pkl").write_bytes(pickle.dumps(memory_parts(text, self.top, self.ring)))
         assert name == self.hdl_top
