@@ -29,7 +29,10 @@ def _need_sim():
         pytest.skip(f"SIM={SIM}: {why}")
 
 
+@pytest.mark.long
 def test_shrink_a_real_injected_mismatch(monkeypatch):
+    """In ``make test-long`` (about 90 s of CI's time); ``make test`` runs the shrinker on the simulator
+    alone (tests/verify/test_shrink_coverage.py) and the injected bug caught (test_cosim_bug.py)."""
     _need_sim()
     monkeypatch.setenv("TETRACHIP_RTL_BUG", "repeat")
     cs = Cosim(TINY, 1, SIM)
