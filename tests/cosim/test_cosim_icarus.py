@@ -1,10 +1,10 @@
 """The co-simulation under Icarus Verilog when ``iverilog`` is installed, whatever ``SIM`` says:
 ``Ring(tiny, 2)`` on the case library's programs (``verify.cases``: every instruction, the
 examples, nests, branches, errors, the ring pass-around) and ``TETRACHIP_COSIM_ICARUS_COUNT``
-(default 2) random programs, 0 mismatches. Kept small for the CI budget (Icarus runs this ring at tens
-of cycles per second with the bench's work per job: 40 random programs took the test from about 150 s
-to 550 s, 8 to 314 s on CI's two busy cores); the whole suite runs under Icarus with ``SIM=icarus``
-(docs/cosim.md)."""
+(default 2) random programs, 0 mismatches. Kept small for the CI budget (Icarus ran this ring at tens
+of cycles per second: 40 random programs took the test from about 150 s to 550 s, 8 to 314 s on CI's
+two busy cores; since its netlist is written for Icarus, about 100 cycles per second: 2 take it to
+about 120 s); the whole suite runs under Icarus with ``SIM=icarus`` (docs/cosim.md)."""
 
 from __future__ import annotations
 
