@@ -132,16 +132,14 @@ def _icarus_netlist(src: Path, top: str) -> Path:
     joins a net's parts bit by bit, so a working ``tiny`` ran at about 20 cycles per second. Written
     again it runs 3-4 times faster (docs/cosim.md); the hierarchy, the memories and every public name
     stay, so the bench's ``$writememh`` of ``u.spm.mem`` and the waves name what they did."""
-    import subprocess
-
-    from rtl.fpga.flow import FlowError, tool
+    from rtl.fpga.flow import FlowError, call, tool
     out = src.with_suffix(".icarus.v")
     try:
         cmd = tool("yosys")
     except FlowError as e:
         raise CosimUnavailable(f"the Icarus model is built through Yosys: {e}") from None
     script = f"read_verilog {src.name}; hierarchy -top {top}; proc; opt_clean; write_verilog -noattr {out.name}"
-    r = subprocess.run([*cmd, "-q", "-p", script], cwd=src.parent, capture_output=True, text=True)
+    r = call([*cmd, "-q", "-p", script], src.parent, None, None, "Yosys (the Icarus netlist)")
     if r.returncode or not out.exists():
         raise RuntimeError(f"Yosys could not rewrite {src} for Icarus (exit {r.returncode}):\n"
                            f"{(r.stderr or r.stdout)[-3000:]}")
