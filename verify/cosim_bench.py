@@ -179,15 +179,27 @@ def read_mems(cfg: dict, i: int, parts: dict | None = None) -> tuple[np.ndarray,
     return rows(Space.SPM), rows(Space.ACC).astype(np.int32)
 
 
-async def _load_words(dut, p: Port, words) -> None:
-    """Write a program (a page) into chip ``p``'s instruction memory, one word per cycle, and its length."""
-    for a, w in enumerate(words):
-        p.h["imem_we"].value = 1
-        p.h["imem_addr"].value = a
-        p.h["imem_data"].value = w
+async def _load(dut, ports: list[Port], words: list, regs: list[dict]) -> None:
+    """Write each chip's program into its instruction memory and its scalar registers through its
+    host port, every chip at once and a register beside each word (the two are separate write ports
+    of ``rtl/chip.py``'s host port): ``max(len(words), len(regs))`` cycles, not their sum per chip."""
+    regs = [sorted(r.items()) for r in regs]
+    n = max([len(w) for w in words] + [len(r) for r in regs] + [0])
+    for c in range(n):
+        for p, w, r in zip(ports, words, regs):
+            p.h["imem_we"].value = int(c < len(w))
+            if c < len(w):
+                p.h["imem_addr"].value = c
+                p.h["imem_data"].value = w[c]
+            p.h["reg_we"].value = int(c < len(r))
+            if c < len(r):
+                p.h["reg_addr"].value = r[c][0]
+                p.h["reg_wdata"].value = u32(r[c][1])
         await FallingEdge(dut.clk)
-    p.h["imem_we"].value = 0
-    p.h["prog_len"].value = len(words)
+    for p, w in zip(ports, words):
+        p.h["imem_we"].value = 0
+        p.h["reg_we"].value = 0
+        p.h["prog_len"].value = len(w)
 
 
 class Bench:
@@ -252,16 +264,11 @@ class Bench:
             dut.bench_load.value = 1
             await FallingEdge(dut.clk)
             dut.bench_load.value = 0
-        # driver: program words, then every scalar register r1.. (0 unless the job names a value)
-        for i, p in enumerate(ports):
-            await _load_words(dut, p, job["words"][i])
-            regs = job["regs"][i] or {}
-            for r in range(1, cfg["scalar_regs"]):
-                p.h["reg_we"].value = 1
-                p.h["reg_addr"].value = r
-                p.h["reg_wdata"].value = u32(int(regs.get(r, 0)))
-                await FallingEdge(dut.clk)
-            p.h["reg_we"].value = 0
+        # driver: every chip's program words and scalar registers r1.. (0 unless the job names a
+        # value), all through the host ports at once
+        regs = [{r: int((job["regs"][i] or {}).get(r, 0)) for r in range(1, cfg["scalar_regs"])}
+                for i in range(len(ports))]
+        await _load(dut, ports, job["words"], regs)
         limit = job["max_cycles"]
         t0 = time.perf_counter()
         cycle, lines = await self._start(limit)
@@ -312,7 +319,7 @@ class Bench:
         records' cycles follow ``isa.timing.paged_cycles``."""
         from isa.timing import page_load_cycles, paged_cycles
         dut, p = self.dut, self.ports[0]
-        regs = {r: v for r, v in (job["regs"][0] or {}).items() if r}
+        regs = {r: int(v) for r, v in (job["regs"][0] or {}).items() if r}
         runs, lengths, records, at, issued = [], [len(job["words"][0])], [], 0, 0
         while True:
             finals = [im.copy() for im in self.images]
@@ -331,13 +338,7 @@ class Bench:
             if not ok or not more:
                 break
             words, more = more[0], more[1:]
-            await _load_words(dut, p, words)
-            for r, v in regs.items():
-                p.h["reg_we"].value = 1
-                p.h["reg_addr"].value = r
-                p.h["reg_wdata"].value = u32(int(v))
-                await FallingEdge(dut.clk)
-            p.h["reg_we"].value = 0
+            await _load(dut, [p], [words], [regs])
             lengths.append(len(words))
             at = paged_cycles(runs, lengths[:-1]) + page_load_cycles(len(words))
             cycle, lines = await self._start(max(limit - at, 1))
