@@ -269,8 +269,11 @@ class Cosim:
             if why:
                 raise CosimUnavailable(why)
         self.waves, self.progress = waves, progress
-        if waves:                       # a model that can dump waves is slower: its own build
-            tag += f"_waves_{waves}"
+        # a model that can dump waves is slower: its own build; Icarus's is one for both formats
+        # (its dump module is the same, vvp takes the format at run time)
+        self.build_waves = waves if self.simulator == "verilator" else "any" if waves else None
+        if waves:
+            tag += f"_waves_{self.build_waves}"
         self.dir = Path(build_root or os.environ.get("TETRACHIP_COSIM_BUILD") or ROOT / "build" / "cosim") / tag
         ident = hdl_name(self.cfg.name)
         self.top = f"tetrachip_ring{chips}_{ident}" if self.ring else f"tetrachip_{ident}"
@@ -283,7 +286,7 @@ class Cosim:
         """Generate the Verilog and build the model unless the cached one matches. Processes that
         share the build directory (pytest-xdist workers, parallel CLI runs) take turns: one builds,
         the others wait for it and use its model."""
-        digest = _rtl_digest(self.cfg, self.chips, self.simulator, self.mem, self.waves, self.mac)
+        digest = _rtl_digest(self.cfg, self.chips, self.simulator, self.mem, self.build_waves, self.mac)
         stamp = self.dir / "stamp"
         if stamp.exists() and stamp.read_text() == digest:
             return self
@@ -298,7 +301,8 @@ class Cosim:
             if not (stamp.exists() and stamp.read_text() == digest):
                 stamp.unlink(missing_ok=True)
                 est = self._estimate()
-                what = (f"building the {self.simulator} model {f'with {self.waves} waves ' if self.waves else ''}"
+                kind = self.waves if self.simulator == "verilator" else "vcd or fst"
+                what = (f"building the {self.simulator} model {f'with {kind} waves ' if self.waves else ''}"
                         f"of {self.top} for config {self.cfg.name} "
                         f"(first run only, {f'~{est:.0f} s' if est else 'a minute or more'})")
                 with Progress(what, self.progress):
@@ -346,7 +350,7 @@ class Cosim:
         elif self.waves:
             # (the runner's own dump module declares a SystemVerilog ``string``, which -g2005 rejects)
             dump = self.dir / f"{ICARUS_DUMP}.v"
-            dump.write_text(_icarus_dump_module(self.hdl_top, self.dir / "model" / f"{self.hdl_top}.{self.waves}"))
+            dump.write_text(_icarus_dump_module(self.hdl_top, self.dir / "model" / f"{self.hdl_top}.waves"))
             sources.append(dump)
             kw["build_args"] = kw["build_args"] + ["-s", ICARUS_DUMP]
         log = self.dir / "build.log"

@@ -23,6 +23,9 @@ def test_cosim_injected_repeat_bug_is_caught(monkeypatch):
     if why:
         pytest.skip(f"SIM={SIM}: {why}")
     monkeypatch.setenv("TETRACHIP_RTL_BUG", "repeat")
+    # a model of its own that runs about 9,000 cycles: Verilator's C++ at -O0 builds it in less time
+    # than -O1 and runs it in seconds (docs/cosim.md, "C++ optimisation level")
+    monkeypatch.setenv("TETRACHIP_COSIM_OPT", "0")
     cases = [generate(TINY, s, illegal=False, link=False) for s in range(40)]
     jobs = [case_job(TINY, c, chips=1) for c in cases]
     results = Cosim(TINY, 1, SIM).run(jobs)
