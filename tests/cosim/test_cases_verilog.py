@@ -68,3 +68,13 @@ class TestVerilog(CaseTests):
         result, chips = self.batches.result(case)
         core.check_against_sim_run(case, result, chips)
         return core.from_result(case, self.level, result)
+
+
+def test_the_batches_share_one_xdist_worker(request):
+    """Under ``--dist loadgroup`` (``make test``) each test here carries its group in its id, which is
+    how pytest-xdist keeps a group on one worker, so each config's batch runs once. A pytest whose ids
+    no longer take it (9.2 with pytest-xdist 3.8, pyproject.toml) let the two workers run both
+    batches, each building both models."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not an xdist worker under --dist loadgroup")
+    assert request.node.nodeid.endswith("@verilog-cases"), request.node.nodeid
