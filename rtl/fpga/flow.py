@@ -64,7 +64,7 @@ class Report:
     #: with several seeds, one entry per seed: ``seed``, ``routed``, and ``fmax_mhz``, ``luts``,
     #: ``ffs``, ``critical_path``, ``seconds`` (routed) or ``error`` (not)
     runs: list = field(default_factory=list)
-    #: Yosys' resources by design block (``area_by_block``): ``{block: {luts, ffs, dsps, brams}}``,
+    #: Yosys' resources by design block (``area_by_block``): ``{block: {luts, ffs, dsps, brams, lut_ram}}``,
     #: most LUTs first
     blocks: dict = field(default_factory=dict)
 
@@ -92,8 +92,12 @@ class Report:
                                                       if got else ""))
         if self.blocks:
             top = list(self.blocks.items())[:BLOCKS_SHOWN]
-            lines.append("  by block (Yosys' LUT / FF): " + ", ".join(
-                f"{b} {r['luts']} / {r['ffs']}" for b, r in top) + (", ..." if len(self.blocks) > len(top) else ""))
+            more = len(self.blocks) - len(top)
+            lines.append("  by block (Yosys' cells: LUT (LUT RAM cells) / FF / DSP / BRAM)"
+                         + (f", the {len(top)} largest of {len(self.blocks)}:" if more else ":"))
+            w = max(len(b) for b, _ in top)
+            lines += [f"    {b:<{w}} {r['luts']:>6} {'(%d)' % r.get('lut_ram', 0):>6} {r['ffs']:>6} {r['dsps']:>4} "
+                      f"{r['brams']:>4}" for b, r in top]
         if self.bitstream:
             lines.append(f"  bitstream {self.bitstream}")
             if not self.timing_met():
@@ -357,7 +361,8 @@ def area_by_block(netlist: Path | str | dict, family: str, depth: int = 3) -> di
     """Resources of Yosys' flattened netlist (``top.json``) by design block: each cell counts with
     its hierarchical name's first ``depth`` blocks (``_block``: ``core.chip.vpu`` for a cell of the
     VPU or any of its parts), a cell of the top's own logic with ``(top)``; counted as
-    ``cell_resources`` counts the whole (the blocks sum to it). Yosys names a mapped cell after
+    ``cell_resources`` counts the whole (the blocks sum to it), and ``lut_ram``, the block's LUT
+    RAM cells (ECP5 ``TRELLIS_DPR16X4``, in its LUTs). Yosys names a mapped cell after
     the net it drives, so logic that computes a block's input counts with that block. Most LUTs
     first."""
     if not isinstance(netlist, dict):
@@ -369,7 +374,7 @@ def area_by_block(netlist: Path | str | dict, family: str, depth: int = 3) -> di
         blk = ".".join(_block(name).split(".")[:depth]) if "." in name else "(top)"
         counts = by.setdefault(blk, {})
         counts[cell["type"]] = counts.get(cell["type"], 0) + 1
-    res = {b: cell_resources(c, family) for b, c in by.items()}
+    res = {b: cell_resources(c, family) | {"lut_ram": c.get("TRELLIS_DPR16X4", 0)} for b, c in by.items()}
     return dict(sorted(((b, r) for b, r in res.items() if any(r.values())),
                        key=lambda kv: (-kv[1]["luts"], -kv[1]["ffs"], kv[0])))
 
