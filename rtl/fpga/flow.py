@@ -294,6 +294,12 @@ def yosys_script(dev: Device, json_out: str = "top.json", share: bool = False, r
             + ECP5_MAP_LUTS.strip() + f"\nwrite_json {json_out}")
 
 
+def _top_module(doc: dict) -> dict:
+    """Module ``top`` of a Yosys JSON document (``stat -json``, ``write_json``), else its first."""
+    mods = doc.get("modules", {})
+    return mods.get("\\top") or mods.get("top") or next(iter(mods.values()), {})
+
+
 def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str = "",
                 share: bool = False, race_free_banks: bool = True) -> tuple[dict, float]:
     """Synthesise ``il`` (top module ``top``) for ``dev``; returns (cell counts, seconds).
@@ -309,9 +315,7 @@ def yosys_synth(il: Path, dev: Device, timeout: float | None = None, extra: str 
     secs = _run(tool("yosys") + ["-q", "-l", "yosys.log", "-p", script], out / "yosys.out", timeout, "yosys",
                 tool_log=out / "yosys.log")
     stat = json.loads((out / "stat.json").read_text())
-    mods = stat.get("modules", {})
-    top = mods.get("\\top") or mods.get("top") or next(iter(mods.values()))
-    cells = top.get("num_cells_by_type", {})
+    cells = _top_module(stat).get("num_cells_by_type", {})
     if not cells and "design" in stat:
         cells = stat["design"].get("num_cells_by_type", {})
     return {k: int(v) for k, v in cells.items()}, secs
@@ -367,8 +371,7 @@ def area_by_block(netlist: Path | str | dict, family: str, depth: int = 3) -> di
     first."""
     if not isinstance(netlist, dict):
         netlist = json.loads(Path(netlist).read_text())
-    mods = netlist.get("modules", {})
-    top = mods.get("top") or mods.get("\\top") or next(iter(mods.values()), {})
+    top = _top_module(netlist)
     by: dict[str, dict[str, int]] = {}
     for name, cell in top.get("cells", {}).items():
         blk = ".".join(_block(name).split(".")[:depth]) if "." in name else "(top)"
