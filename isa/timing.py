@@ -28,8 +28,9 @@ SLD_PENALTY = 1
 TOKEN_LATENCY = 1
 #: A token counter may not exceed this; a signal that would is an error (TOKEN_OVERFLOW).
 TOKEN_MAX = 255
-#: VPU pipeline: a row read at cycle t is written at t + VPU_LATENCY.
-VPU_LATENCY = 3
+#: VPU pipeline: a row read at cycle t is written at t + VPU_LATENCY (its operands registered as
+#: they come from the memory ports, then the ALU's three stages).
+VPU_LATENCY = 4
 #: MXU: cycles beyond rows + cols from streaming a row in to writing its result (SPM read, ACC write).
 MXU_EXTRA = 2
 

@@ -2,9 +2,10 @@
 
 ``VpuAlu`` is the datapath of one row, a three-stage pipeline (tested alone against
 ``isa.semantics``); ``VpuUnit`` runs one instance at a time (contract section 3, VPU): row i is read
-at ``s+i``, its operands arrive at ``s+i+1`` (ALU stage 1), are worked on at ``s+i+1`` and
-``s+i+2`` (stages 1 and 2) and its result is written at ``s+i+VPU_LATENCY`` (3, stage 3); the next
-instance starts after the previous one retired.
+at ``s+i``, its operands arrive from the memory ports at ``s+i+1`` and are registered (the operand
+stage: a memory read and the ALU's first stage are never in one cycle), are worked on at ``s+i+2``
+and ``s+i+3`` (ALU stages 1 and 2) and its result is written at ``s+i+VPU_LATENCY`` (4, ALU stage 3);
+the next instance starts after the previous one retired.
 """
 
 from __future__ import annotations
@@ -412,27 +413,34 @@ class VpuUnit(UnitBase):
             c = q.word.vqcfg
             m.d.sync += [shift.eq(c.shift), zp.eq(c.zp), lo.eq(c.lo), hi.eq(c.hi), rnd.eq(c.round)]
 
-        # stage 1: operands arrive; ALU stage 1 (operands, lookup-table write and read address)
+        # operand stage (s+i+1): the memory ports' data, each operand chosen from its memory (or the
+        # scalar) and registered
         t1 = Signal(_tag(cfg))
         m.d.sync += t1.eq(tag0)
         spm_a = data.View(_lanes(C, signed(SPM_BITS)), self.spm_a.data)
         spm_b = data.View(_lanes(C, signed(SPM_BITS)), self.spm_b.data)
         acc_a = data.View(_lanes(C, signed(ACC_BITS)), self.acc_a.data)
         acc_b = data.View(_lanes(C, signed(ACC_BITS)), self.acc_b.data)
-        m.submodules.alu = alu = VpuAlu(C)
-        assert alu.lut_rows == lut_rows(cfg)
-        m.d.comb += [alu.op.eq(t1.ops), alu.shift.eq(shift), alu.zp.eq(zp), alu.lo.eq(lo), alu.hi.eq(hi),
-                     alu.rnd.eq(rnd), alu.dspace.eq(t1.dspace),
-                     alu.lut_we.eq(t1.valid & (t1.op == OP["vlutld"])), alu.lut_addr.eq(t1.row),
-                     alu.lut_data.eq(self.spm_a.data)]
+        opa, opb = Signal(_lanes(C, signed(32))), Signal(_lanes(C, signed(32)))
         row_b = (t1.bmode == SrcMode.SPM) | (t1.bmode == SrcMode.ACC)
         for lane in range(C):
-            m.d.comb += [alu.a[lane].eq(Mux(t1.aspace == Space.ACC, acc_a[lane], spm_a[lane])),
-                         alu.b[lane].eq(Mux(row_b, Mux(t1.bmode == SrcMode.ACC, acc_b[lane], spm_b[lane]), t1.sval))]
-        # stage 2: ALU stage 2; stage 3: write the ALU's result
+            m.d.sync += [opa[lane].eq(Mux(t1.aspace == Space.ACC, acc_a[lane], spm_a[lane])),
+                         opb[lane].eq(Mux(row_b, Mux(t1.bmode == SrcMode.ACC, acc_b[lane], spm_b[lane]), t1.sval))]
+        # ALU stage 1 (s+i+2): operands, lookup-table write (vlutld reads SPM: a's low bytes are the
+        # row's) and read address
+        ta = Signal(_tag(cfg))
+        m.d.sync += ta.eq(t1)
+        m.submodules.alu = alu = VpuAlu(C)
+        assert alu.lut_rows == lut_rows(cfg)
+        m.d.comb += [alu.op.eq(ta.ops), alu.shift.eq(shift), alu.zp.eq(zp), alu.lo.eq(lo), alu.hi.eq(hi),
+                     alu.rnd.eq(rnd), alu.dspace.eq(ta.dspace),
+                     alu.lut_we.eq(ta.valid & (ta.op == OP["vlutld"])), alu.lut_addr.eq(ta.row),
+                     alu.lut_data.eq(Cat(*[opa[lane][:SPM_BITS] for lane in range(C)])),
+                     alu.a.eq(opa), alu.b.eq(opb)]
+        # ALU stage 2; ALU stage 3: write the ALU's result
         t2, t3 = Signal(_tag(cfg)), Signal(_tag(cfg))
-        m.d.sync += [t2.eq(t1), t3.eq(t2)]
-        assert VPU_LATENCY == 3
+        m.d.sync += [t2.eq(ta), t3.eq(t2)]
+        assert VPU_LATENCY == 4
         y3 = alu.y.as_value()
         y3v = data.View(_lanes(C, signed(32)), y3)
         m.d.comb += [self.acc_wr.addr.eq(t3.dst), self.acc_wr.data.eq(y3), self.spm_wr.addr.eq(t3.dst),
@@ -442,7 +450,7 @@ class VpuUnit(UnitBase):
                 m.d.comb += self.acc_wr.en.eq((1 << C) - 1)
             with m.Else():
                 m.d.comb += self.spm_wr.en.eq((1 << C) - 1)
-        ready = ~active & ~t1.valid & ~t2.valid & ~t3.valid
+        ready = ~active & ~t1.valid & ~ta.valid & ~t2.valid & ~t3.valid
         events = [(t3.valid & t3.retire, t3.mask)]
 
         # checks at start: rows inside their memories, no partial overlap of destination and a source

@@ -80,15 +80,15 @@ def test_resident_bias_blocks_are_exact_and_faster(monkeypatch):
 
 
 def test_block_rows_follow_the_vpu_cost():
-    # (VPU_LATENCY = 3: an instruction of n rows holds the VPU n + 3 cycles)
+    # (VPU_LATENCY = 4: an instruction of n rows holds the VPU n + 4 cycles)
     # fewer ACC rows past the regions and scale rows than N tiles: no block of even one row each
     assert pipeline.vbias_block_rows(16, 8, 7) == 0
     # room for whole M tiles: a block of Mt rows each, one vadd
     assert pipeline.vbias_block_rows(16, 8, 8 * 16) == 16
     # 7 rows fit per N tile, 4 divides the 16-row tile: 4 pieces (28 cycles) in one repeated vadd
     assert pipeline.vbias_block_rows(16, 4, 28) == 4
-    # 64 N tiles of 64-row M tiles in 128 rows: 2-row blocks take 64 + 32 * 3 = 160 cycles, the rebuilt
-    # block 2 * 64 + (2 + 6) * 3 = 152: rebuilt; with a row less it no longer fits beside the 64 bias rows
+    # 64 N tiles of 64-row M tiles in 128 rows: 2-row blocks take 64 + 32 * 4 = 192 cycles, the rebuilt
+    # block 2 * 64 + (2 + 6) * 4 = 160: rebuilt; with a row less it no longer fits beside the 64 bias rows
     assert pipeline.vbias_block_rows(64, 64, 128) == 0
     assert pipeline.vbias_block_rows(64, 64, 127) == 1
 
