@@ -1,6 +1,8 @@
 """The FPGA top's host link: the byte protocol (rtl/fpga/protocol.py) loads examples/gemm_tiled.s and
-its operands into HostCore(tiny) (chip + DRAM in block RAM), runs it, and reads C back; the UART
-pair loops bytes back; the fit model refuses configs too big for a device."""
+its operands into HostCore(tiny) (chip + DRAM in block RAM), runs it, and reads C back; the block-RAM
+DRAM alone against a byte model (beats at any alignment, strobes, reads right after a write's
+response, the host port); the UART pair loops bytes back; the fit model refuses configs too big for
+a device."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from isa import semantics as sem
 from rtl.fpga import protocol as P
 from rtl.fpga.devices import DEVICES
 from rtl.fpga.fit import FitError, check, estimate
-from rtl.fpga.top import HostCore, UartRx, UartTx
+from rtl.fpga.top import BramDram, HostCore, UartRx, UartTx
 from tests.rtl.rtl_helpers import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +76,71 @@ def test_board_build_without_links_runs_gemm_tiled():
     cfg = fpga_build_config(TINY, FPGA_IMPL, links=False)
     assert cfg.links == 0
     _gemm_tiled(HostCore(cfg, mem=FPGA_IMPL, dram_bytes=1 << 12))
+
+
+def test_bram_dram_against_a_byte_model():
+    """Bursts of write beats (one a cycle, any alignment, random strobes, overlapping), then, from
+    the cycle after the last write's response (the earliest a read ordered after it by a token can
+    be requested), a burst of reads of the same bytes, each checked ``dram_latency`` cycles later;
+    a write beat in the last cycle before ``host`` rises; then the host port reads every byte."""
+    cfg, size = TINY, 1 << 9
+    B, L = cfg.dma_beat_bytes, cfg.dram_latency
+    dut = BramDram(cfg, size)
+    d = dut.dram
+    rng = np.random.default_rng(11)
+    model = bytearray(size)
+
+    async def bench(ctx):
+        checked = 0
+        for _round in range(12):
+            writes = [(int(rng.integers(0, 48)), bytes(rng.integers(0, 256, B, dtype=np.uint8)),
+                       int(rng.integers(0, 1 << B))) for _ in range(int(rng.integers(1, 6)))]
+            for addr, data, strb in writes:
+                ctx.set(d.wr_valid, 1)
+                ctx.set(d.wr_addr, addr)
+                ctx.set(d.wr_data, int.from_bytes(data, "little"))
+                ctx.set(d.wr_strb, strb)
+                await ctx.tick()
+                for i in range(B):
+                    if strb >> i & 1:
+                        model[addr + i] = data[i]
+            ctx.set(d.wr_valid, 0)
+            for _ in range(L - 1):
+                await ctx.tick()
+            assert ctx.get(d.wr_resp_valid)           # the last write's response
+            await ctx.tick()
+            reads = [writes[-1][0]] + [int(rng.integers(0, 52)) for _ in range(5)]
+            pending = []
+            for cycle in range(len(reads) + L + 1):
+                if ctx.get(d.rd_resp_valid):
+                    addr = pending.pop(0)
+                    got = ctx.get(d.rd_resp_data).to_bytes(B, "little")
+                    assert got == bytes(model[addr:addr + B]), (addr, got, bytes(model[addr:addr + B]))
+                    checked += 1
+                if cycle < len(reads):
+                    ctx.set(d.rd_valid, 1)
+                    ctx.set(d.rd_addr, reads[cycle])
+                    pending.append(reads[cycle])
+                else:
+                    ctx.set(d.rd_valid, 0)
+                await ctx.tick()
+            assert not pending
+        # a beat requested in the chip's last busy cycle, then the host port
+        ctx.set(d.wr_valid, 1)
+        ctx.set(d.wr_addr, 60)
+        ctx.set(d.wr_data, 0xA1B2C3D4)
+        ctx.set(d.wr_strb, (1 << B) - 1)
+        await ctx.tick()
+        model[60:60 + B] = (0xA1B2C3D4).to_bytes(B, "little")
+        ctx.set(d.wr_valid, 0)
+        ctx.set(dut.host, 1)
+        for a in range(64):
+            ctx.set(dut.h_addr, a)
+            await ctx.tick()
+            assert ctx.get(dut.h_rdata) == model[a], a
+        return checked
+
+    assert run(dut, bench) == 12 * 6
 
 
 def _gemm_tiled(dut):
