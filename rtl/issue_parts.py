@@ -17,7 +17,7 @@ the ALU, the ``loop`` count) so that each part is built once and has no copy.
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -27,7 +27,7 @@ from isa.timing import TOKEN_MAX
 from .decode import format_layout
 from .queue import UNITS
 from .unit import TokenSignature
-from .logic import any_of, csa_sum
+from .logic import any_of
 
 __all__ = ["ScalarAlu", "LoopRegisters", "TokenCounters", "IssueCheck", "QUEUED", "TOK_BITS", "one_of"]
 
@@ -167,14 +167,16 @@ class LoopRegisters(wiring.Component):
             nest.append(rp.data)
             m.d.comb += [self.cnt_m2[j].eq(rp.data.cnt_m2), self.cnt_one[j].eq(rp.data.one)]
         m.d.comb += self.zero.eq(any_of(zero))
-        # jump_j = stride_j - (the rewinds of the levels inside j) = stride_j + the rewinds' complements
-        # + their number (mod 2**32), in carry-save adders and one adder (one carry chain after the
-        # registers' read, not one per level)
+        # jump_j = stride_j - (the rewinds of the levels inside j)
         for k in range(STRIDE_SLOTS):
-            for j in range(MAX_REPEAT_DEPTH):
-                inner = [~Value.cast(nest[i].rew[k]) for i in range(j + 1, MAX_REPEAT_DEPTH)]
+            inside = Const(0, signed(32))
+            for j in reversed(range(MAX_REPEAT_DEPTH)):
                 jump = Signal(signed(32), name=f"jump{j}_{k}")
-                m.d.comb += [jump.eq(csa_sum([nest[j].stride[k], *inner, len(inner)], 32)), self.jump[j][k].eq(jump)]
+                m.d.comb += [jump.eq(nest[j].stride[k] - inside), self.jump[j][k].eq(jump)]
+                if j:
+                    acc = Signal(signed(32), name=f"inside{j}_{k}")
+                    m.d.comb += acc.eq(inside + nest[j].rew[k])
+                    inside = acc
         return m
 
 
