@@ -108,14 +108,6 @@ class UartTx(wiring.Component):
 class BramDram(wiring.Component):
     """DRAM of ``size`` bytes in ``B`` byte-wide banks (byte a in bank a % B), one beat per cycle.
 
-    The chip's write beat is registered and written the cycle after its request (its bytes come
-    from an SPM/ACC read in the request's cycle: the registers keep that read and the banks' write
-    in different cycles). Nothing sees the difference: the write's response comes ``dram_latency``
-    >= 1 cycles after the request, and a read ordered after the write (by a token on its
-    response) is requested later than that. A beat registered in the chip's last busy cycle is
-    written while ``host`` is already 1 (the host's own write waits for the chip's done, a UART
-    round trip later).
-
     dram  In(DramSignature(cfg))  the chip's port (any byte alignment)
     h_addr In(32), h_we In(1), h_wdata In(8), h_rdata Out(8) (next cycle)   host byte port, used
     while ``host`` is 1 (the chip idle)
@@ -139,17 +131,12 @@ class BramDram(wiring.Component):
         def split(addr):
             return addr[:lb] if lb else Const(0, 1), addr[lb:lb + rw]
 
-        assert cfg.dram_latency >= 1, "a write lands the cycle after its request"
-        wv, wa = Signal(), Signal(32)
-        wd, ws = Signal(8 * B), Signal(B)
-        m.d.sync += [wv.eq(d.wr_valid), wa.eq(d.wr_addr), wd.eq(d.wr_data), ws.eq(d.wr_strb)]
         r_lo, r_hi = split(d.rd_addr)
-        w_lo, w_hi = split(wa)
+        w_lo, w_hi = split(d.wr_addr)
         h_lo, h_hi = split(self.h_addr)
         r_lo1 = Signal.like(r_lo)
         h_lo1 = Signal.like(h_lo)
         m.d.sync += [r_lo1.eq(r_lo), h_lo1.eq(h_lo)]
-        host_w = self.host & ~wv          # the write ports: the chip's registered beat first
         banks = []
         for b in range(B):
             mem = memory.Memory(shape=8, depth=depth, init=[])
@@ -158,9 +145,9 @@ class BramDram(wiring.Component):
             lane_w = (b + B - w_lo)[:lb] if lb else Const(0, 1)     # the write lane this bank takes
             m.d.comb += [
                 rp.addr.eq(Mux(self.host, h_hi + (b < h_lo), r_hi + (b < r_lo))),
-                wp.addr.eq(Mux(host_w, h_hi + (b < h_lo), w_hi + (b < w_lo))),
-                wp.data.eq(Mux(host_w, self.h_wdata, wd.word_select(lane_w, 8))),
-                wp.en.eq(Mux(host_w, self.h_we & (h_lo == b), wv & ws.bit_select(lane_w, 1))),
+                wp.addr.eq(Mux(self.host, h_hi + (b < h_lo), w_hi + (b < w_lo))),
+                wp.data.eq(Mux(self.host, self.h_wdata, d.wr_data.word_select(lane_w, 8))),
+                wp.en.eq(Mux(self.host, self.h_we & (h_lo == b), d.wr_valid & d.wr_strb.bit_select(lane_w, 1))),
             ]
             banks.append(rp.data)
         bank_data = Cat(*banks)
