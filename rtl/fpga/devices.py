@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Device", "Board", "DEVICES", "BOARDS", "device", "board", "LUT_RAM_COUNTED"]
+__all__ = ["Device", "Board", "DEVICES", "BOARDS", "device", "board", "LUT_RAM_COUNTED", "LUT_RAM_CELL"]
 
 
 #: LUTs a 16x4 LUT RAM cell counts as in the flow's LUT figure (``rtl.fpga.flow.cell_resources``, the
 #: fit model's constants): its two slices' worth of LUT4s as Yosys reports them
 LUT_RAM_COUNTED = 2
+#: the ECP5 LUT RAM cell of Yosys' netlists (16 words x 4 bits)
+LUT_RAM_CELL = "TRELLIS_DPR16X4"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 from isa.errors import TetrachipError
 from isa.outputs import write_atomic
 
-from .devices import LUT_RAM_COUNTED, Device, device as get_device
+from .devices import LUT_RAM_CELL, LUT_RAM_COUNTED, Device, device as get_device
 
 __all__ = ["Report", "FlowError", "log_excerpt", "tool", "built_mac", "rtlil_text", "yosys_script", "yosys_synth",
            "nextpnr", "synth", "synth_array", "cell_resources", "synth_resources", "area_by_block"]
@@ -208,7 +208,7 @@ def synth_resources(rep: Report, cells: dict[str, int], dev: Device) -> None:
     rep.cells = dict(cells)
     for k, v in cell_resources(rep.cells, dev.family).items():
         setattr(rep, k, v)
-    rep.packed_luts = dev.packed_luts(rep.luts, rep.cells.get("TRELLIS_DPR16X4", 0))
+    rep.packed_luts = dev.packed_luts(rep.luts, rep.cells.get(LUT_RAM_CELL, 0))
 
 
 def cell_resources(cells: dict[str, int], family: str) -> dict[str, int]:
@@ -217,7 +217,7 @@ def cell_resources(cells: dict[str, int], family: str) -> dict[str, int]:
         return sum(v for k, v in cells.items() if k in names)
     if family == "ecp5":
         ffs = n("TRELLIS_FF")
-        return {"luts": n("LUT4") + 2 * n("CCU2C") + LUT_RAM_COUNTED * n("TRELLIS_DPR16X4") + n("PFUMX", "L6MUX21") * 0,
+        return {"luts": n("LUT4") + 2 * n("CCU2C") + LUT_RAM_COUNTED * n(LUT_RAM_CELL) + n("PFUMX", "L6MUX21") * 0,
                 "ffs": ffs, "dsps": n("MULT18X18D"), "brams": n("DP16KD")}
     return {"luts": n("SB_LUT4"), "ffs": sum(v for k, v in cells.items() if k.startswith("SB_DFF")),
             "dsps": n("SB_MAC16"), "brams": n("SB_RAM40_4K")}
@@ -377,7 +377,7 @@ def area_by_block(netlist: Path | str | dict, family: str, depth: int = 3) -> di
         blk = ".".join(_block(name).split(".")[:depth]) if "." in name else "(top)"
         counts = by.setdefault(blk, {})
         counts[cell["type"]] = counts.get(cell["type"], 0) + 1
-    res = {b: cell_resources(c, family) | {"lut_ram": c.get("TRELLIS_DPR16X4", 0)} for b, c in by.items()}
+    res = {b: cell_resources(c, family) | {"lut_ram": c.get(LUT_RAM_CELL, 0)} for b, c in by.items()}
     return dict(sorted(((b, r) for b, r in res.items() if any(r.values())),
                        key=lambda kv: (-kv[1]["luts"], -kv[1]["ffs"], kv[0])))
 
