@@ -172,7 +172,7 @@ class Chip(wiring.Component):
         imem_w = self.imem.write_port()
         imem_r = self.imem.read_port()
         m.d.comb += [imem_w.en.eq(h.imem_we), imem_w.addr.eq(h.imem_addr), imem_w.data.eq(h.imem_data),
-                     imem_r.addr.eq(iss.fetch_addr), iss.word.eq(imem_r.data),
+                     imem_r.addr.eq(iss.fetch_addr), imem_r.en.eq(iss.fetch_en), iss.word.eq(imem_r.data),
                      iss.prog_len.eq(h.prog_len), iss.start.eq(h.start),
                      iss.word0_we.eq(h.imem_we & (h.imem_addr == 0)), iss.word0_data.eq(h.imem_data),
                      iss.reg_we.eq(h.reg_we), iss.reg_addr.eq(h.reg_addr), iss.reg_wdata.eq(h.reg_wdata),

@@ -10,7 +10,7 @@ loop nest, its slot base addresses (immediate + index register) and its scalar o
 The front end is a pipeline of three stages, which the contract does not see:
 
 * **F** (fetch): instruction memory is read synchronously at ``fetch_addr``; the word arrives in
-  the next cycle.
+  the next cycle. While I stalls the read is not enabled and the word stays at the port.
 * **D** (decode, register read): the word at the memory port is decoded far enough to choose the
   register read ports, the registers are read, and the result the instruction in I writes in
   this cycle is forwarded (so is a host write while idle); each stride slot's base address
@@ -58,7 +58,7 @@ from isa.timing import BRANCH_PENALTY, SLD_PENALTY
 from .decode import Decoder
 from .dma import dram_window
 from .issue_parts import QUEUED, IssueCheck, LoopRegisters, ScalarAlu, TokenCounters, one_of
-from .queue import EntrySignature, entry_layout, narrow_fields, pack
+from .queue import UNITS, EntrySignature, entry_layout, narrow_fields, pack
 from .unit import ACC_BITS, ERR_BITS, SPM_BITS, RowWriteSignature, TokenSignature
 from .logic import any_of
 
@@ -84,6 +84,7 @@ _SVAL = {"vbin": ("bmode", SrcMode.REG, "b"), "vreq": ("smode", ScaleMode.REG, "
 class IssueStage(wiring.Component):
     """Ports:
       fetch_addr Out(pc)                instruction memory read address (sync port: word next cycle)
+      fetch_en  Out(1)                  ... read it (else the port keeps its word)
       word      In(WORD_BITS)           the word at ``pc``
       prog_len  In(pc+1)                program length (fetching at or past it: PC_RANGE)
       start     In(1)                   begin a run at pc 0 (pulse while not running)
@@ -106,7 +107,7 @@ class IssueStage(wiring.Component):
         pcw = clog2(cfg.imem_words)
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         C = cfg.cols
-        sig = {"fetch_addr": Out(pcw), "word": In(WORD_BITS), "prog_len": In(pcw + 1), "start": In(1),
+        sig = {"fetch_addr": Out(pcw), "fetch_en": Out(1), "word": In(WORD_BITS), "prog_len": In(pcw + 1), "start": In(1),
                "word0_we": In(1), "word0_data": In(WORD_BITS),
                "running": Out(1), "done": Out(1), "error": Out(ERR_BITS), "cycles": Out(32),
                "pc": Out(pcw), "issued": Out(1), "issued_scalar": Out(1),
@@ -135,6 +136,12 @@ class IssueStage(wiring.Component):
         pc_f = Signal(pcw + 1)              # D's pc; one bit more than imem's address: PC_RANGE past the end
         p_pc = Signal(pcw + 1)              # I's pc
         p_reg = [Signal(signed(32), name=f"p_r{k}") for k in range(READ_PORTS)]
+        # what I's issue decision asks of its instruction, decoded in D and registered with it: the
+        # kind of instruction for ``IssueCheck`` (one-hot), the pc inside the program; so the
+        # decision is a flat AND-OR of these flags and the units' states, not a decode and a
+        # choice by unit number after the pipeline register
+        p_smem, p_fence, p_halt, p_pc_ok = (Signal(name=n) for n in ("p_smem", "p_fence", "p_halt", "p_pc_ok"))
+        p_qunit = Signal(UNITS)
         m.submodules.dec_d = dec_d = Decoder(cfg)
         # instruction 0, kept from the host's writes: while idle D decodes it, so the start cycle
         # moves it into I whatever the memory port holds (the word fetched when the last run stopped)
@@ -244,7 +251,7 @@ class IssueStage(wiring.Component):
 
         # ---- token counters (P, C) -----------------------------------------------------------
         issue = Signal()
-        is_smem = is_("sld") | is_("sst")
+        is_smem = p_smem
         smem = w.smem
         # (a chip without link ports: its link units never signal, ``rtl.chip.Chip``)
         m.submodules.tokens = tc = TokenCounters(silent=() if cfg.links else LINK_UNITS)
@@ -262,9 +269,8 @@ class IssueStage(wiring.Component):
         smem_ok = (srow >= 0) & (srow < s_lim)
         m.d.comb += self.sld_row.eq(srow)
         m.submodules.check = chk = IssueCheck()
-        m.d.comb += [chk.smem.eq(is_smem), chk.fence.eq(is_("fence")), chk.halt.eq(is_("halt")),
-                     chk.queued.eq(dec.queued), chk.unit.eq(dec.unit), chk.fence_units.eq(w.fence.units),
-                     chk.scalar_ok.eq(tc.scalar_ok)]
+        m.d.comb += [chk.smem.eq(p_smem), chk.fence.eq(p_fence), chk.halt.eq(p_halt), chk.q_unit.eq(p_qunit),
+                     chk.fence_units.eq(w.fence.units), chk.scalar_ok.eq(tc.scalar_ok)]
         for u in QUEUED:
             m.d.comb += [chk.busy[int(u)].eq(toks[u].busy), chk.ready[int(u)].eq(queues[u].ready)]
         can = chk.can
@@ -275,9 +281,12 @@ class IssueStage(wiring.Component):
         # it does in that cycle reaches DRAM, the one memory a stopped run is compared on), so the
         # units' queue heads stay out of the issue decision.
         own_err, err = Signal(ERR_BITS), Signal(ERR_BITS)
-        pc_ok = Signal()
-        m.d.comb += pc_ok.eq(pc < self.prog_len)
+        pc_ok = p_pc_ok
         head_valid = running & p_valid
+        # the head instruction may go as far as its pc and legality say (``go``); it issues if
+        # ``IssueCheck`` says it can and, an ``sld``/``sst``, its row lies inside its memory
+        go = Signal()
+        m.d.comb += go.eq(head_valid & pc_ok & p_legal)
         with m.If(head_valid):
             with m.If(~pc_ok):
                 m.d.comb += own_err.eq(ErrorCode.PC_RANGE)
@@ -293,8 +302,8 @@ class IssueStage(wiring.Component):
             codes.append(Mux(h & ~before, toks[u].err_code, 0))
             before = before | h
         m.d.comb += err.eq(any_of(codes + [Mux(before, 0, own_err)]))
-        m.d.comb += [issue.eq(head_valid & can & (own_err == 0)), self.issued.eq(issue),
-                     self.issued_scalar.eq(issue & ~dec.queued)]
+        m.d.comb += [issue.eq(go & can & (~p_smem | smem_ok)), self.issued.eq(issue),
+                     self.issued_scalar.eq(issue & ~p_qunit.any())]
         # A token overflow in this cycle's signals (which an issuing sld/sst adds to) shows in the
         # next cycle, in the counters' top bits (``tc.overflow``): it then stops the run as if it
         # had stopped in the cycle of the overflow (the cycle count holds), or, when the run
@@ -302,7 +311,7 @@ class IssueStage(wiring.Component):
         # does in that extra cycle is part of the result of a run stopped by TOKEN_OVERFLOW (its
         # error and cycle count; contract section 5), and no counter's adder feeds the run's stop.
         ovf_now = tc.overflow
-        stop = running & ((err != 0) | (issue & is_("halt")))
+        stop = running & ((err != 0) | (issue & p_halt))
 
         # ---- scalar execution ------------------------------------------------------------------
         m.submodules.alu = alu = ScalarAlu()
@@ -348,7 +357,8 @@ class IssueStage(wiring.Component):
         m.d.comb += [loops.running.eq(running), loops.we.eq(issue & is_("loop")), loops.lr.eq(lp.lr),
                      loops.count.eq(Mux(lp.cmode == CountMode.REG, A, lp.count)),
                      *[loops.stride[k].eq(sk) for k, sk in enumerate((lp.s0, lp.s1, lp.s2))],
-                     loops.base.eq(hdr.rep_base), loops.depth.eq(hdr.rep_depth)]
+                     loops.base.eq(dec_d.view.dma.rep_base), loops.depth.eq(dec_d.view.dma.rep_depth),
+                     loops.load.eq(load)]
         # branches
         br = w.branch
         taken = is_("jmp") | (is_("beq") & alu.eq) | (is_("bne") & ~alu.eq) | \
@@ -379,29 +389,34 @@ class IssueStage(wiring.Component):
             name="entry_part"))
         # a queued instruction is not sld/sst: of its own errors only the pc and legality checks
         # apply, so its push does not wait for the sld/sst row's range check (the same ``issue``)
-        q_issue = head_valid & can & pc_ok & p_legal & dec.queued
         for u in QUEUED:
-            m.d.comb += [queues[u].entry.eq(entry),
-                         queues[u].valid.eq(q_issue & (dec.unit == u))]
+            m.d.comb += [queues[u].entry.eq(entry), queues[u].valid.eq(go & p_qunit[u] & queues[u].ready)]
 
         # ---- fetch, the pipeline register, run control ---------------------------------------
         # The start cycle moves instruction 0 (``word0``) into I and fetches instruction 1; while
-        # running, F fetches the next word when I takes D's, a taken branch's target, or the same
-        # word again while I stalls. Nothing here depends on why a run stops.
+        # running, F fetches the next word when I takes D's or a taken branch's target; while I
+        # stalls, F's read is not enabled (``fetch_en``), so the word at the port stays. Nothing
+        # here depends on why a run stops.
+        # (a branch is neither ``sld``/``sst`` nor queued, fenced or a halt: ``IssueCheck`` lets it
+        # go, so it issues whenever ``go``; the address is chosen without the units' states, which
+        # reach only the read's enable)
         fetch = Signal.like(pc_f)
         m.d.comb += [self.pc.eq(pc[:pcw]), self.fetch_addr.eq(fetch[:pcw]),
-                     load.eq(Mux(running, ~p_valid | (issue & ~is_sld), self.start))]
+                     load.eq(Mux(running, ~p_valid | (issue & ~is_sld), self.start)),
+                     self.fetch_en.eq(~running | load)]
         with m.If(~running):
             m.d.comb += fetch.eq(1)
-        with m.Elif(issue & taken):
+        with m.Elif(go & taken):
             m.d.comb += fetch.eq(target)
-        with m.Elif(load):
-            m.d.comb += fetch.eq(pc_f + 1)
         with m.Else():
-            m.d.comb += fetch.eq(pc_f)
-        m.d.sync += pc_f.eq(fetch)
+            m.d.comb += fetch.eq(pc_f + 1)
+        with m.If(self.fetch_en):
+            m.d.sync += pc_f.eq(fetch)
         with m.If(load):
-            m.d.sync += [p_word.eq(word_d), p_legal.eq(dec_d.legal), p_pc.eq(pc_d), p_valid.eq(1)]
+            m.d.sync += [p_word.eq(word_d), p_legal.eq(dec_d.legal), p_pc.eq(pc_d), p_valid.eq(1),
+                         p_smem.eq(dec_d.is_("sld") | dec_d.is_("sst")), p_fence.eq(dec_d.is_("fence")),
+                         p_halt.eq(dec_d.is_("halt")), p_pc_ok.eq(pc_d < self.prog_len),
+                         p_qunit.eq(Cat(*[dec_d.queued & (dec_d.unit == u) for u in range(UNITS)]))]
         with m.If(issue & (taken | is_sld)):
             m.d.sync += p_valid.eq(0)
         with m.If(running & ovf_now):

@@ -21,6 +21,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from isa.ints import clog2
 from isa.table import MAX_REPEAT_DEPTH, QUEUED_UNITS, SCALAR_ALU, STRIDE_SLOTS, Unit
 from isa.timing import TOKEN_MAX
 
@@ -105,11 +106,18 @@ class LoopRegisters(wiring.Component):
     written in this run. One memory word more than registers is never written: a level outside the
     nest reads it (strides and rewinds 0).
 
+    The nest's read addresses are found in the decode stage (D) and registered when the
+    instruction moves into I (``load``); I reads the memory at them (combinational reads, LUT RAM
+    on an FPGA). So a ``loop`` issuing in I is seen by the instruction after it, as when the
+    addresses were found in I: its write lands at the edge that moves that instruction into I,
+    and no register is written while an instruction waits in I but by that instruction.
+
     Ports:
       running  In(1)                      the chip runs; while 0 every register reads as unwritten
       we       In(1), lr In(lr)           write register ``lr`` (the ``loop`` issues)
       count    In(32), stride In(ArrayLayout(s, STRIDE_SLOTS))   its count and strides
-      base     In(rep_base), depth In(rep_depth)   the head instruction's nest (sync: none)
+      base     In(rep_base), depth In(rep_depth)   the nest of the instruction in D, taken when
+      load     In(1)                      it moves into I (the outputs below are of the nest taken)
       cnt_m2   Out(ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH))  level j's count - 2 (mod 2**32): the
                                           index at which its next step reaches its last iteration
       cnt_one  Out(MAX_REPEAT_DEPTH)      bit j: level j counts 1
@@ -126,7 +134,7 @@ class LoopRegisters(wiring.Component):
         super().__init__({
             "running": In(1), "we": In(1), "lr": In(lp["lr"].shape), "count": In(32),
             "stride": In(data.ArrayLayout(strides.pop(), STRIDE_SLOTS)),
-            "base": In(hdr["rep_base"].shape), "depth": In(hdr["rep_depth"].shape),
+            "base": In(hdr["rep_base"].shape), "depth": In(hdr["rep_depth"].shape), "load": In(1),
             "cnt_m2": Out(data.ArrayLayout(unsigned(32), MAX_REPEAT_DEPTH)), "cnt_one": Out(MAX_REPEAT_DEPTH),
             "jump": Out(data.ArrayLayout(data.ArrayLayout(signed(32), STRIDE_SLOTS), MAX_REPEAT_DEPTH)),
             "zero": Out(1)})
@@ -158,9 +166,14 @@ class LoopRegisters(wiring.Component):
         zero = []
         for j in range(MAX_REPEAT_DEPTH):
             rp = lmem.read_port(domain="comb")
-            used = self.depth > j
-            li = self.base + j
-            m.d.comb += rp.addr.eq(Mux(used, li, cfg.loop_regs))
+            # the address in D (this level's register, or the unwritten word outside the nest),
+            # registered with the instruction
+            addr = Signal(max(len(self.base) + 2, clog2(cfg.loop_regs + 1)), name=f"nest_addr{j}")
+            used = Signal(name=f"nest_used{j}")
+            with m.If(self.load):
+                m.d.sync += [addr.eq(Mux(self.depth > j, self.base + j, cfg.loop_regs)), used.eq(self.depth > j)]
+            li = addr
+            m.d.comb += rp.addr.eq(addr)
             # a register not written in this run counts 0: the nest is empty (and its other
             # counts, strides and jumps are not looked at)
             zero.append(used & (~lvalid.bit_select(li, 1) | ~rp.data.nz))
@@ -270,43 +283,34 @@ class IssueCheck(wiring.Component):
     for their tokens, ``fence`` for the units it names to be idle, ``halt`` for every unit, a
     queued instruction for a free entry in its unit's queue; any other instruction issues.
 
+    What the head instruction is comes as flags the issue stage decodes in D and registers with
+    the instruction (at most one is set), so ``can`` is a flat AND-OR of them with the units'
+    states, not a decode and a choice by unit number after the pipeline register.
+
     Ports:
-      smem, fence, halt, queued  In(1)     what the head instruction is (the decoder's indications)
-      unit         In(range(UNITS))        its unit
+      smem, fence, halt  In(1)             the head instruction is an ``sld``/``sst``, ``fence``, ``halt``
+      q_unit       In(UNITS)               bit u: it is queued to unit u (bit 0, the scalar unit, unused)
       fence_units  In(UNITS)               the units a ``fence`` names
       scalar_ok    In(1)                   the tokens an ``sld``/``sst`` waits on are there
       busy         In(UNITS)               unit u's queue holds an entry or an instance is in flight
       ready        In(UNITS)               unit u's queue has a free entry
       can          Out(1)                  it may issue (errors aside)
-    Bit 0 (the scalar unit) of ``busy`` and ``ready`` is not looked at.
+    Bit 0 (the scalar unit) of ``q_unit``, ``busy`` and ``ready`` is not looked at.
     """
 
     def __init__(self):
-        super().__init__({"smem": In(1), "fence": In(1), "halt": In(1), "queued": In(1), "unit": In(range(UNITS)),
+        super().__init__({"smem": In(1), "fence": In(1), "halt": In(1), "q_unit": In(UNITS),
                           "fence_units": In(UNITS), "scalar_ok": In(1), "busy": In(UNITS), "ready": In(UNITS),
                           "can": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         busy = self.busy
-        fence_ok = Const(1)
-        for u in QUEUED:
-            fence_ok = fence_ok & (~self.fence_units[int(u)] | ~busy[u])
-        all_idle = Const(1)
-        for u in QUEUED:
-            all_idle = all_idle & ~busy[u]
-        q_ready = Signal()
-        for u in QUEUED:
-            with m.If(self.unit == u):
-                m.d.comb += q_ready.eq(self.ready[u])
-        with m.If(self.smem):
-            m.d.comb += self.can.eq(self.scalar_ok)
-        with m.Elif(self.fence):
-            m.d.comb += self.can.eq(fence_ok)
-        with m.Elif(self.halt):
-            m.d.comb += self.can.eq(all_idle)
-        with m.Elif(self.queued):
-            m.d.comb += self.can.eq(q_ready)
-        with m.Else():
-            m.d.comb += self.can.eq(1)
+        fence_ok = Cat(*[~self.fence_units[int(u)] | ~busy[u] for u in QUEUED]).all()
+        all_idle = Cat(*[~busy[u] for u in QUEUED]).all()
+        q_any = Cat(*[self.q_unit[u] for u in QUEUED]).any()
+        q_ready = Cat(*[self.q_unit[u] & self.ready[u] for u in QUEUED]).any()
+        other = ~(self.smem | self.fence | self.halt | q_any)
+        m.d.comb += self.can.eq((self.smem & self.scalar_ok) | (self.fence & fence_ok) | (self.halt & all_idle)
+                                | q_ready | other)
         return m

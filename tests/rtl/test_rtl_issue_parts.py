@@ -64,8 +64,9 @@ def test_scalar_alu_matches_semantics():
 
 
 def test_loop_registers_hold_counts_and_give_jumps():
-    """Writes (some counting 0), nests read at every base and depth, a new run forgetting which
-    registers were written (not their contents); jumps by their definition
+    """Writes (some counting 0), nests taken (``load``) at every base and depth, some in the cycle
+    of a write (the nest then sees it), a new run forgetting which registers were written (not
+    their contents); jumps by their definition
     ``stride_j - sum over inner levels i of (count_i - 1) * stride_i`` (mod 2**32)."""
     cfg = TINY
     rng = np.random.default_rng(5)
@@ -101,7 +102,8 @@ def test_loop_registers_hold_counts_and_give_jumps():
             written = [False] * n
             ctx.set(dut.running, 1)
             for _step in range(14):
-                if rng.random() < 0.6:                  # a loop instruction issues
+                write = rng.random() < 0.6              # a loop instruction issues ...
+                if write:
                     lr, count = int(rng.integers(n)), rand_count()
                     strides = tuple(rand_stride() for _ in range(STRIDE_SLOTS))
                     ctx.set(dut.we, 1)
@@ -109,22 +111,29 @@ def test_loop_registers_hold_counts_and_give_jumps():
                     ctx.set(dut.count, count)
                     for k in range(STRIDE_SLOTS):
                         ctx.set(dut.stride[k], strides[k])
+                nests = [(base, depth) for base in range(n) for depth in range(min(MAX_REPEAT_DEPTH, n - base) + 1)]
+                rng.shuffle(nests)
+                for i, (base, depth) in enumerate(nests):
+                    # ... as the first of these nests is taken into I (``load``), or a cycle before
+                    ctx.set(dut.base, base)
+                    ctx.set(dut.depth, depth)
+                    ctx.set(dut.load, 1)
                     await ctx.tick()
-                    ctx.set(dut.we, 0)
-                    mem[lr], written[lr] = (count, strides), True
-                for base in range(n):
-                    for depth in range(min(MAX_REPEAT_DEPTH, n - base) + 1):
-                        ctx.set(dut.base, base)
-                        ctx.set(dut.depth, depth)
-                        cnts, jumps, zero = expect(mem, written, base, depth)
-                        assert ctx.get(dut.zero) == zero, (base, depth, mem, written)
-                        for j in range(MAX_REPEAT_DEPTH):
-                            if j < depth and written[base + j]:    # (else the nest is empty: not read)
-                                assert ctx.get(dut.cnt_m2[j]) == (cnts[j] - 2) & M32, (base, depth, j)
-                                assert (ctx.get(dut.cnt_one) >> j) & 1 == (cnts[j] == 1), (base, depth, j)
-                            for k in range(STRIDE_SLOTS):
-                                assert ctx.get(dut.jump[j][k]) & M32 == jumps[j][k], (base, depth, j, k)
-                        checked += 1
+                    ctx.set(dut.load, 0)
+                    ctx.set(dut.base, int(rng.integers(n)))     # (D moves on: not looked at)
+                    ctx.set(dut.depth, int(rng.integers(MAX_REPEAT_DEPTH + 1)))
+                    if write and i == 0:
+                        ctx.set(dut.we, 0)
+                        mem[lr], written[lr] = (count, strides), True
+                    cnts, jumps, zero = expect(mem, written, base, depth)
+                    assert ctx.get(dut.zero) == zero, (base, depth, mem, written)
+                    for j in range(MAX_REPEAT_DEPTH):
+                        if j < depth and written[base + j]:    # (else the nest is empty: not read)
+                            assert ctx.get(dut.cnt_m2[j]) == (cnts[j] - 2) & M32, (base, depth, j)
+                            assert (ctx.get(dut.cnt_one) >> j) & 1 == (cnts[j] == 1), (base, depth, j)
+                        for k in range(STRIDE_SLOTS):
+                            assert ctx.get(dut.jump[j][k]) & M32 == jumps[j][k], (base, depth, j, k)
+                    checked += 1
             ctx.set(dut.running, 0)                     # the run ends: the next one starts unwritten
             await ctx.tick()
         return checked
@@ -196,8 +205,8 @@ def test_token_counters_signal_wait_take_and_overflow(silent):
 
 
 def test_issue_check_cases():
-    """Each kind of head instruction against the contract's rule, over random unit states; bit 0
-    (the scalar unit) of ``busy``/``ready`` is never looked at."""
+    """Each kind of head instruction (its one-hot flags) against the contract's rule, over random
+    unit states; bit 0 (the scalar unit) of ``q_unit``/``busy``/``ready`` is never looked at."""
     rng = np.random.default_rng(2)
     dut = IssueCheck()
     queued = [int(u) for u in QUEUED_UNITS]
@@ -222,17 +231,18 @@ def test_issue_check_cases():
                      "ready": int(rng.integers(1 << UNITS)), "scalar_ok": int(rng.integers(2))}
             if rng.random() < 0.3:              # a sparse state: drains that complete
                 state["busy"] &= int(rng.integers(1 << UNITS)) & int(rng.integers(1 << UNITS))
-            for name in ("smem", "fence", "halt", "queued"):
+            for name in ("smem", "fence", "halt"):
                 ctx.set(getattr(dut, name), kind == name)
-            ctx.set(dut.unit, unit)
+            ctx.set(dut.q_unit, 1 << unit if kind == "queued" else 0)
             for name, v in state.items():
                 ctx.set(getattr(dut, name), v)
             want = expect(kind, unit, **state)
             assert ctx.get(dut.can) == want, (kind, unit, state)
-            for name in ("busy", "ready"):      # the scalar bit flipped: no change
-                ctx.set(getattr(dut, name), state[name] ^ 1)
+            for name in ("busy", "ready", "q_unit"):    # the scalar bit flipped: no change
+                was = ctx.get(getattr(dut, name))
+                ctx.set(getattr(dut, name), was ^ 1)
                 assert ctx.get(dut.can) == want, (kind, unit, state, name)
-                ctx.set(getattr(dut, name), state[name])
+                ctx.set(getattr(dut, name), was)
             seen.add((kind, want))
         return seen
 
