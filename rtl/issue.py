@@ -107,8 +107,8 @@ class IssueStage(wiring.Component):
         pcw = clog2(cfg.imem_words)
         aw = clog2(max(cfg.spm_rows, cfg.acc_rows))
         C = cfg.cols
-        sig = {"fetch_addr": Out(pcw), "fetch_en": Out(1), "word": In(WORD_BITS), "prog_len": In(pcw + 1), "start": In(1),
-               "word0_we": In(1), "word0_data": In(WORD_BITS),
+        sig = {"fetch_addr": Out(pcw), "fetch_en": Out(1), "word": In(WORD_BITS), "prog_len": In(pcw + 1),
+               "start": In(1), "word0_we": In(1), "word0_data": In(WORD_BITS),
                "running": Out(1), "done": Out(1), "error": Out(ERR_BITS), "cycles": Out(32),
                "pc": Out(pcw), "issued": Out(1), "issued_scalar": Out(1),
                "reg_we": In(1), "reg_addr": In(clog2(cfg.scalar_regs)), "reg_wdata": In(32), "reg_rdata": Out(32),
