@@ -140,7 +140,8 @@ class IssueStage(wiring.Component):
         # kind of instruction for ``IssueCheck`` (one-hot), the pc inside the program; so the
         # decision is a flat AND-OR of these flags and the units' states, not a decode and a
         # choice by unit number after the pipeline register
-        p_smem, p_fence, p_halt, p_pc_ok = (Signal(name=n) for n in ("p_smem", "p_fence", "p_halt", "p_pc_ok"))
+        p_smem, p_fence, p_halt, p_other, p_pc_ok = (Signal(name=n) for n in
+                                                     ("p_smem", "p_fence", "p_halt", "p_other", "p_pc_ok"))
         p_qunit = Signal(UNITS)
         m.submodules.dec_d = dec_d = Decoder(cfg)
         # instruction 0, kept from the host's writes: while idle D decodes it, so the start cycle
@@ -258,8 +259,9 @@ class IssueStage(wiring.Component):
         for u in QUEUED:
             name = f"t_{u.name.lower()}"
             connect(m, flipped(getattr(self, name)), getattr(tc, name))
-        m.d.comb += [tc.running.eq(running), tc.scalar_wait.eq(smem.wait), tc.scalar_take.eq(issue & is_smem),
-                     tc.scalar_signal.eq(Mux(issue & is_smem, smem.signal, 0))]
+        smem_go = Signal()                  # an sld/sst issues (below)
+        m.d.comb += [tc.running.eq(running), tc.scalar_wait.eq(smem.wait), tc.scalar_take.eq(smem_go),
+                     tc.scalar_signal.eq(Mux(smem_go, smem.signal, 0))]
 
         # ---- what the head instruction needs ---------------------------------------------------
         toks = {u: getattr(self, f"t_{u.name.lower()}") for u in QUEUED}
@@ -287,12 +289,17 @@ class IssueStage(wiring.Component):
         # ``IssueCheck`` says it can and, an ``sld``/``sst``, its row lies inside its memory
         go = Signal()
         m.d.comb += go.eq(head_valid & pc_ok & p_legal)
+        # ``issue`` for one kind of instruction (the kinds exclude each other, which synthesis
+        # cannot see): what only an sld/sst or only an always-issuing instruction does waits on
+        # that kind's rule alone, not on the queues' and units' states the others wait for
+        other_go = Signal()
+        m.d.comb += [smem_go.eq(go & p_smem & tc.scalar_ok & smem_ok), other_go.eq(go & p_other)]
         with m.If(head_valid):
             with m.If(~pc_ok):
                 m.d.comb += own_err.eq(ErrorCode.PC_RANGE)
             with m.Elif(~p_legal):
                 m.d.comb += own_err.eq(ErrorCode.ILLEGAL_INSTRUCTION)
-            with m.Elif(is_smem & can & ~smem_ok):
+            with m.Elif(is_smem & tc.scalar_ok & ~smem_ok):
                 m.d.comb += own_err.eq(ErrorCode.ADDRESS_RANGE)
         # the first unit in QUEUED order with an error gives the code, else the instruction's own
         # (an OR of one-hot selected codes: a chain of ``If``s became a chain of LUTs)
@@ -323,7 +330,7 @@ class IssueStage(wiring.Component):
         is_sld = is_("sld")
         ld_pend, ld_space = Signal(), Signal()
         ld_lane, ld_rd = Signal.like(lane), Signal(sw)
-        m.d.sync += [ld_pend.eq(issue & is_sld), ld_space.eq(smem.space), ld_lane.eq(lane), ld_rd.eq(w.smem.rd)]
+        m.d.sync += [ld_pend.eq(smem_go & is_sld), ld_space.eq(smem.space), ld_lane.eq(lane), ld_rd.eq(w.smem.rd)]
         spm_l = data.View(data.ArrayLayout(signed(SPM_BITS), C), self.sld_spm)
         acc_l = data.View(data.ArrayLayout(signed(ACC_BITS), C), self.sld_acc)
         loaded = Signal(signed(32))
@@ -332,12 +339,17 @@ class IssueStage(wiring.Component):
         res = Signal(32)
         m.d.comb += res.eq(alu.result | one_of([(is_(name), v.as_unsigned()) for name, v in results.items()], 32))
         writes_rd = any_of([is_(name) for name in (*SCALAR_ALU, *results)])
+        # (the instructions whose effects wait on ``other_go``: none is sld/sst, fence, halt or queued)
+        always = {*SCALAR_ALU, *results, "loop", "jmp", "beq", "bne", "blt", "bge"}
+        assert all(not i.queued and i.mnemonic not in ("sld", "sst", "fence", "halt")
+                   for i in INSTRUCTIONS if i.mnemonic in always)
+        assert always <= {i.mnemonic for i in INSTRUCTIONS}
         for fmt in ("seti", "alui", "smem"):          # rd sits at the same bits in every format
             assert slice_of(fmt, "rd").lo == slice_of("alu", "rd").lo
         # the write port: an sld's load in the cycle after it (even if the run has stopped then),
         # else the issuing instruction's result, else (idle) the host's write
         m.d.comb += fwd_we.eq(Mux(ld_pend, 1, Mux(running, p_valid & writes_rd, self.reg_we)) & regno_ok)
-        m.d.comb += [rf_we.eq(Mux(ld_pend, 1, Mux(running, issue & writes_rd, self.reg_we))),
+        m.d.comb += [rf_we.eq(Mux(ld_pend, 1, Mux(running, other_go & writes_rd, self.reg_we))),
                      rf_addr.eq(Mux(ld_pend, ld_rd, Mux(running, w.alu.rd, self.reg_addr))),
                      rf_data.eq(Mux(ld_pend, loaded, Mux(running, res, self.reg_wdata)))]
         # sst: saturate to int8 for SPM
@@ -345,7 +357,7 @@ class IssueStage(wiring.Component):
         sat = Mux(v > 127, 127, Mux(v < -128, -128, v))
         m.d.comb += [self.spm_wr.addr.eq(srow), self.acc_wr.addr.eq(srow),
                      self.spm_wr.data.eq(Cat(*[sat[:8]] * C)), self.acc_wr.data.eq(Cat(*[v] * C))]
-        with m.If(issue & is_("sst")):
+        with m.If(smem_go & is_("sst")):
             with m.If(smem.space == Space.ACC):
                 m.d.comb += self.acc_wr.en.eq(1 << lane)
             with m.Else():
@@ -354,7 +366,7 @@ class IssueStage(wiring.Component):
         # ---- loop registers: taken when the ``loop`` issues, read by a queued instruction's nest ----
         lp, hdr = w.loop, w.dma
         m.submodules.loops = loops = LoopRegisters(cfg)
-        m.d.comb += [loops.running.eq(running), loops.we.eq(issue & is_("loop")), loops.lr.eq(lp.lr),
+        m.d.comb += [loops.running.eq(running), loops.we.eq(other_go & is_("loop")), loops.lr.eq(lp.lr),
                      loops.count.eq(Mux(lp.cmode == CountMode.REG, A, lp.count)),
                      *[loops.stride[k].eq(sk) for k, sk in enumerate((lp.s0, lp.s1, lp.s2))],
                      loops.base.eq(dec_d.view.dma.rep_base), loops.depth.eq(dec_d.view.dma.rep_depth),
@@ -416,8 +428,10 @@ class IssueStage(wiring.Component):
             m.d.sync += [p_word.eq(word_d), p_legal.eq(dec_d.legal), p_pc.eq(pc_d), p_valid.eq(1),
                          p_smem.eq(dec_d.is_("sld") | dec_d.is_("sst")), p_fence.eq(dec_d.is_("fence")),
                          p_halt.eq(dec_d.is_("halt")), p_pc_ok.eq(pc_d < self.prog_len),
+                         p_other.eq(~(dec_d.is_("sld") | dec_d.is_("sst") | dec_d.is_("fence") | dec_d.is_("halt") |
+                                      dec_d.queued)),
                          p_qunit.eq(Cat(*[dec_d.queued & (dec_d.unit == u) for u in range(UNITS)]))]
-        with m.If(issue & (taken | is_sld)):
+        with m.If((go & taken) | (smem_go & is_sld)):
             m.d.sync += p_valid.eq(0)
         with m.If(running & ovf_now):
             m.d.sync += [running.eq(0), done.eq(1), error.eq(ErrorCode.TOKEN_OVERFLOW)]
