@@ -216,14 +216,12 @@ class IssueStage(wiring.Component):
                            for fmt, (mode, regmode, _) in _SVAL.items()])
 
         sval_reg = sval_from_reg(dec)       # the instruction in I
-        # D reads its registers; a result written in this cycle by the instruction in I (or by an
-        # sld's load) is forwarded, so the registered value is the register file as it stands when
-        # the instruction reaches I. (The instruction in I writes only if it issues; if it does
-        # not, the pipeline register keeps its contents and the forwarded value is not taken.)
-        # The host's writes are not forwarded: they are for a run that starts after them (the
-        # instruction memory's are alike), so the host port's address and data stay off D's path.
+        # D reads its registers; a result written in this cycle (by the instruction in I, or by
+        # the host while idle) is forwarded, so the registered value is the register file as it
+        # stands when the instruction reaches I. (The instruction in I writes only if it issues;
+        # if it does not, the pipeline register keeps its contents and the forwarded value is
+        # not taken.)
         fwd_we = Signal()                   # the write port writes in this cycle if the instruction in I issues
-        fwd_addr, fwd_data = Signal(sw), Signal(32)
         sval_reg_d = sval_from_reg(dec_d)
         # base addresses: one adder per slot on its read port (slot 0's also serves sld/sst and
         # addi), in D after the forwarding, so I takes them from the pipeline register
@@ -245,7 +243,7 @@ class IssueStage(wiring.Component):
             idx = Signal(sw, name=f"rp{k}_idx")
             m.d.comb += idx.eq(sel)
             data_ = Signal(signed(32), name=f"rp{k}")
-            m.d.comb += data_.eq(Mux(fwd_we & (fwd_addr == idx), fwd_data, reg(idx)))
+            m.d.comb += data_.eq(Mux(fwd_we & (rf_addr == idx), rf_data, reg(idx)))
             imm = Signal(signed(33), name=f"imm{k}")
             m.d.comb += imm.eq(one_of(grouped(imm_cases[k], dec_d), 33, signed(33)))
             r = data_ if k < READ_PORTS - 1 else Mux(sval_reg_d, 0, data_)
@@ -352,9 +350,7 @@ class IssueStage(wiring.Component):
             assert slice_of(fmt, "rd").lo == slice_of("alu", "rd").lo
         # the write port: an sld's load in the cycle after it (even if the run has stopped then),
         # else the issuing instruction's result, else (idle) the host's write
-        m.d.comb += [fwd_addr.eq(Mux(ld_pend, ld_rd, w.alu.rd)), fwd_data.eq(Mux(ld_pend, loaded, res)),
-                     fwd_we.eq(Mux(ld_pend, 1, running & p_valid & writes_rd) & (fwd_addr != 0) &
-                               (fwd_addr < cfg.scalar_regs))]
+        m.d.comb += fwd_we.eq(Mux(ld_pend, 1, Mux(running, p_valid & writes_rd, self.reg_we)) & regno_ok)
         m.d.comb += [rf_we.eq(Mux(ld_pend, 1, Mux(running, other_go & writes_rd, self.reg_we))),
                      rf_addr.eq(Mux(ld_pend, ld_rd, Mux(running, w.alu.rd, self.reg_addr))),
                      rf_data.eq(Mux(ld_pend, loaded, Mux(running, res, self.reg_wdata)))]
