@@ -13,10 +13,11 @@ The front end is a pipeline of three stages, which the contract does not see:
   the next cycle. While I stalls the read is not enabled and the word stays at the port.
 * **D** (decode, register read): the word at the memory port is decoded far enough to choose the
   register read ports, the registers are read, and the result the instruction in I writes in
-  this cycle is forwarded (so is a host write while idle); each stride slot's base address (immediate + index register) is added; the word, its pc, its
-  legality, the pc's check against the program's length, the kind of instruction the issue
-  decision asks about, the three register values and the three sums go into the pipeline
-  register, and the loop registers take the nest's addresses.
+  this cycle is forwarded (so is a host write while idle); each stride slot's base address
+  (immediate + index register) is added; the word, its pc, its legality, the pc's check against
+  the program's length, the kind of instruction the issue decision asks about, the three
+  register values and the three sums go into the pipeline register, and the loop registers
+  take the nest's addresses.
 * **I** (issue): everything else, from the pipeline register: the range checks, tokens, the
   scalar ALU, ``sld``/``sst``, queue entries, branches. An ``sld`` leaves I empty for one cycle,
   in which its lane is written and forwarded into D.
