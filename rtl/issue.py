@@ -254,7 +254,6 @@ class IssueStage(wiring.Component):
 
         # ---- token counters (P, C) -----------------------------------------------------------
         issue = Signal()
-        is_smem = p_smem
         smem = w.smem
         # (a chip without link ports: its link units never signal, ``rtl.chip.Chip``)
         m.submodules.tokens = tc = TokenCounters(silent=() if cfg.links else LINK_UNITS)
@@ -301,7 +300,7 @@ class IssueStage(wiring.Component):
                 m.d.comb += own_err.eq(ErrorCode.PC_RANGE)
             with m.Elif(~p_legal):
                 m.d.comb += own_err.eq(ErrorCode.ILLEGAL_INSTRUCTION)
-            with m.Elif(is_smem & tc.scalar_ok & ~smem_ok):
+            with m.Elif(p_smem & tc.scalar_ok & ~smem_ok):
                 m.d.comb += own_err.eq(ErrorCode.ADDRESS_RANGE)
         # the first unit in QUEUED order with an error gives the code, else the instruction's own
         # (an OR of one-hot selected codes: a chain of ``If``s became a chain of LUTs)
@@ -342,7 +341,7 @@ class IssueStage(wiring.Component):
         m.d.comb += res.eq(alu.result | one_of([(is_(name), v.as_unsigned()) for name, v in results.items()], 32))
         writes_rd = any_of([is_(name) for name in (*SCALAR_ALU, *results)])
         # (the instructions whose effects wait on ``other_go``: none is sld/sst, fence, halt or queued)
-        always = {*SCALAR_ALU, *results, "loop", "jmp", "beq", "bne", "blt", "bge"}
+        always = {*SCALAR_ALU, *results, "loop", *(i.mnemonic for i in INSTRUCTIONS if i.format in ("branch", "jump"))}
         assert all(not i.queued and i.mnemonic not in ("sld", "sst", "fence", "halt")
                    for i in INSTRUCTIONS if i.mnemonic in always)
         assert always <= {i.mnemonic for i in INSTRUCTIONS}
@@ -426,12 +425,13 @@ class IssueStage(wiring.Component):
             m.d.comb += fetch.eq(pc_f + 1)
         with m.If(self.fetch_en):
             m.d.sync += pc_f.eq(fetch)
+        # the kind of D's instruction (at most one holds; ``other``: none of them)
+        kinds = [(p_smem, dec_d.is_("sld") | dec_d.is_("sst")), (p_fence, dec_d.is_("fence")),
+                 (p_halt, dec_d.is_("halt"))]
         with m.If(load):
             m.d.sync += [p_word.eq(word_d), p_legal.eq(dec_d.legal), p_pc.eq(pc_d), p_valid.eq(1),
-                         p_smem.eq(dec_d.is_("sld") | dec_d.is_("sst")), p_fence.eq(dec_d.is_("fence")),
-                         p_halt.eq(dec_d.is_("halt")), p_pc_ok.eq(pc_d < self.prog_len),
-                         p_other.eq(~(dec_d.is_("sld") | dec_d.is_("sst") | dec_d.is_("fence") | dec_d.is_("halt") |
-                                      dec_d.queued)),
+                         p_pc_ok.eq(pc_d < self.prog_len), *[r.eq(v) for r, v in kinds],
+                         p_other.eq(~(any_of([v for _, v in kinds]) | dec_d.queued)),
                          p_qunit.eq(Cat(*[dec_d.queued & (dec_d.unit == u) for u in range(UNITS)]))]
         with m.If((go & taken) | (smem_go & is_sld)):
             m.d.sync += p_valid.eq(0)
